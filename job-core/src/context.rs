@@ -1,0 +1,162 @@
+//! What a handler knows about the attempt it runs.
+
+use std::any::{type_name, Any, TypeId};
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::error::JobError;
+use crate::job::JobId;
+use crate::store::Lease;
+
+/// Application state registered on a worker (`WorkerBuilder::state`), looked up by type.
+#[derive(Default, Clone)]
+pub struct Extensions {
+    map: HashMap<TypeId, Arc<dyn Any + Send + Sync>>,
+}
+
+impl Extensions {
+    /// An empty set.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a value, replacing any earlier one of the same type.
+    pub fn insert<T: Send + Sync + 'static>(&mut self, value: T) {
+        self.map.insert(TypeId::of::<T>(), Arc::new(value));
+    }
+
+    /// The value of type `T`, if one was added.
+    pub fn get<T: Send + Sync + 'static>(&self) -> Option<&T> {
+        self.map
+            .get(&TypeId::of::<T>())
+            .and_then(|v| v.downcast_ref::<T>())
+    }
+}
+
+impl fmt::Debug for Extensions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Extensions")
+            .field("len", &self.map.len())
+            .finish()
+    }
+}
+
+/// Why an execution was told to stop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StopReason {
+    /// An operator asked for the job to be cancelled.
+    CancelRequested,
+    /// The lease was lost or could not be renewed in time: another worker may take the job.
+    LeaseLost,
+    /// The worker is shutting down and its drain deadline passed.
+    Shutdown,
+}
+
+/// The facts of one attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttemptInfo {
+    /// The job's id.
+    pub id: JobId,
+    /// Its kind.
+    pub kind: String,
+    /// Its queue.
+    pub queue: String,
+    /// This attempt's number, counting from 1.
+    pub attempt: i32,
+    /// Attempts in all.
+    pub max_attempts: i32,
+}
+
+/// Handed to every handler: the job's identity, a cancellation signal and application state.
+#[derive(Clone)]
+pub struct JobContext {
+    info: Arc<AttemptInfo>,
+    lease: Lease,
+    state: Arc<Extensions>,
+    cancel: CancellationToken,
+}
+
+impl JobContext {
+    /// A context for one attempt. The worker builds these; the testkit builds them for inline
+    /// execution.
+    pub fn new(
+        info: AttemptInfo,
+        lease: Lease,
+        state: Arc<Extensions>,
+        cancel: CancellationToken,
+    ) -> Self {
+        JobContext {
+            info: Arc::new(info),
+            lease,
+            state,
+            cancel,
+        }
+    }
+
+    /// The job's id.
+    pub fn id(&self) -> JobId {
+        self.info.id
+    }
+
+    /// The job's kind.
+    pub fn kind(&self) -> &str {
+        &self.info.kind
+    }
+
+    /// The queue it was claimed from.
+    pub fn queue(&self) -> &str {
+        &self.info.queue
+    }
+
+    /// This attempt's number, counting from 1.
+    pub fn attempt(&self) -> i32 {
+        self.info.attempt
+    }
+
+    /// Attempts in all.
+    pub fn max_attempts(&self) -> i32 {
+        self.info.max_attempts
+    }
+
+    /// The lease this attempt holds: the guard for writes made in its name.
+    pub fn lease(&self) -> Lease {
+        self.lease
+    }
+
+    /// Application state of type `T` registered on the worker. A missing type is a terminal
+    /// error: retrying cannot register it.
+    pub fn state<T: Send + Sync + 'static>(&self) -> Result<&T, JobError> {
+        self.state.get::<T>().ok_or_else(|| {
+            JobError::terminal(format!(
+                "no state of type `{}` is registered on this worker",
+                type_name::<T>()
+            ))
+        })
+    }
+
+    /// Whether this execution has been told to stop (cancel requested, lease lost, shutdown).
+    /// Check it before each expensive step.
+    pub fn is_cancelled(&self) -> bool {
+        self.cancel.is_cancelled()
+    }
+
+    /// Completes when this execution is told to stop.
+    pub async fn cancelled(&self) {
+        self.cancel.cancelled().await
+    }
+}
+
+impl fmt::Debug for JobContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("JobContext")
+            .field("id", &self.info.id)
+            .field("kind", &self.info.kind)
+            .field("queue", &self.info.queue)
+            .field("attempt", &self.info.attempt)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,173 @@
+//! Errors: how a handler classifies a failure, and what the framework's own calls return.
+
+use std::fmt;
+use std::time::Duration;
+
+/// A boxed error from a handler or a backend.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Why an attempt did not complete, and what should happen next.
+///
+/// Any error converted with `?` is [`JobError::Retryable`]. Timeouts and panics are retryable
+/// too. `JobError` deliberately does not implement `std::error::Error`, so that the blanket
+/// `From` conversion can exist (the same trade `anyhow` makes).
+#[non_exhaustive]
+pub enum JobError {
+    /// Try again after the job's backoff, while attempts remain.
+    Retryable(BoxError),
+    /// Never try again: the job is discarded with this reason.
+    Terminal(BoxError),
+    /// The handler gave up on purpose: the job ends cancelled.
+    Cancel(String),
+    /// Run again after this delay without consuming an attempt.
+    Snooze(Duration),
+}
+
+impl JobError {
+    /// A retryable failure with a message.
+    pub fn retryable(message: impl Into<String>) -> Self {
+        JobError::Retryable(message.into().into())
+    }
+
+    /// A terminal failure with a message: the job is discarded, not retried.
+    pub fn terminal(message: impl Into<String>) -> Self {
+        JobError::Terminal(message.into().into())
+    }
+
+    /// Cancel the job with a reason.
+    pub fn cancel(reason: impl Into<String>) -> Self {
+        JobError::Cancel(reason.into())
+    }
+
+    /// Run again after `delay`, not counting this attempt.
+    pub fn snooze(delay: Duration) -> Self {
+        JobError::Snooze(delay)
+    }
+
+    /// Wraps any error as terminal.
+    pub fn terminal_from<E>(error: E) -> Self
+    where
+        E: std::error::Error + Send + Sync + 'static,
+    {
+        JobError::Terminal(Box::new(error))
+    }
+}
+
+impl<E> From<E> for JobError
+where
+    E: std::error::Error + Send + Sync + 'static,
+{
+    fn from(error: E) -> Self {
+        JobError::Retryable(Box::new(error))
+    }
+}
+
+impl fmt::Debug for JobError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            JobError::Retryable(e) => f.debug_tuple("Retryable").field(e).finish(),
+            JobError::Terminal(e) => f.debug_tuple("Terminal").field(e).finish(),
+            JobError::Cancel(r) => f.debug_tuple("Cancel").field(r).finish(),
+            JobError::Snooze(d) => f.debug_tuple("Snooze").field(d).finish(),
+        }
+    }
+}
+
+impl fmt::Display for JobError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            JobError::Retryable(e) => write!(f, "retryable: {e}"),
+            JobError::Terminal(e) => write!(f, "terminal: {e}"),
+            JobError::Cancel(r) => write!(f, "cancelled: {r}"),
+            JobError::Snooze(d) => write!(f, "snoozed for {d:?}"),
+        }
+    }
+}
+
+/// A storage backend failed (connection lost, query error, ...).
+#[derive(Debug, thiserror::Error)]
+#[error("storage error: {source}")]
+pub struct StoreError {
+    #[source]
+    source: BoxError,
+}
+
+impl StoreError {
+    /// Wraps a backend's error.
+    pub fn new(source: impl Into<BoxError>) -> Self {
+        StoreError {
+            source: source.into(),
+        }
+    }
+
+    /// The backend's error, for downcasting.
+    pub fn inner(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+        &*self.source
+    }
+}
+
+/// An enqueue was refused. Nothing was written.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EnqueueError {
+    /// An option has a value outside what the framework accepts.
+    #[error("invalid enqueue option `{option}`: {reason}")]
+    InvalidOption {
+        /// The option's name, as in the builder (`queue`, `priority`, ...).
+        option: &'static str,
+        /// What is allowed.
+        reason: String,
+    },
+    /// The serialized payload is larger than the configured limit.
+    #[error("payload of `{kind}` is {size} bytes, over the limit of {limit} bytes")]
+    PayloadTooLarge {
+        /// The job's kind.
+        kind: String,
+        /// The payload's size in bytes.
+        size: usize,
+        /// The limit in bytes.
+        limit: usize,
+    },
+    /// The payload could not be serialized to JSON.
+    #[error("payload of `{kind}` could not be serialized: {source}")]
+    Serialize {
+        /// The job's kind.
+        kind: String,
+        /// serde_json's error.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// The storage backend failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// A worker could not be built from its configuration.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum BuildError {
+    /// Two registered jobs share one kind name.
+    #[error("job kind `{kind}` is registered twice (by `{first}` and `{second}`)")]
+    DuplicateKind {
+        /// The shared kind.
+        kind: String,
+        /// The first type registered under it.
+        first: &'static str,
+        /// The second type registered under it.
+        second: &'static str,
+    },
+    /// The worker has nothing to do.
+    #[error("worker has no queues: call `.queue(name, concurrency)` at least once")]
+    NoQueues,
+    /// The worker knows no job kinds.
+    #[error("worker has no registered jobs: call `.register::<YourJob>()` at least once")]
+    NoJobs,
+    /// A configuration value is out of range.
+    #[error("invalid worker option `{option}`: {reason}")]
+    InvalidOption {
+        /// The option's name.
+        option: &'static str,
+        /// What is allowed.
+        reason: String,
+    },
+}

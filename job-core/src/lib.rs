@@ -1,0 +1,29 @@
+//! The core of `job`: the job model, the storage contract and the worker runtime. It knows no
+//! SQL; a backend such as `job-postgres` implements [`Store`].
+
+pub mod backoff;
+pub mod context;
+pub mod error;
+pub mod fault;
+pub mod job;
+pub mod new_job;
+pub mod outcome;
+pub mod registry;
+pub mod state;
+pub mod store;
+
+pub use backoff::Backoff;
+pub use context::{AttemptInfo, Extensions, JobContext, StopReason};
+pub use error::{BoxError, BuildError, EnqueueError, JobError, StoreError};
+pub use fault::{Fault, FaultInjector, FaultPoint};
+pub use job::{Job, JobId, JobOptions};
+pub use new_job::{EnqueueOptions, NewJob, RunAt, DEFAULT_PAYLOAD_LIMIT};
+pub use outcome::{ErrorClass, Failure, Outcome};
+pub use registry::Registry;
+pub use state::JobState;
+pub use store::{
+    AttemptError, ClaimKind, ClaimRequest, ClaimedJob, Finalize, Finalized, HeartbeatReport,
+    JobRow, Lease, Renewal, Rescued, Store, Wakeups,
+};
+pub mod maintenance;
+pub mod worker;

@@ -1,0 +1,77 @@
+//! Recovers jobs whose lease expired: the worker holding them died, was killed or lost the
+//! database for longer than the lease. Only expired leases are touched; a live lease is never
+//! taken away. Every worker runs one; `SKIP LOCKED` in the store makes them cooperate.
+
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::error::StoreError;
+use crate::store::{Rescued, Store};
+
+/// Rescuer settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RescuerConfig {
+    /// Time between passes. Defaults to 5 seconds.
+    pub interval: Duration,
+    /// The most jobs one statement rescues; a pass repeats until fewer come back. Defaults to
+    /// 1,000.
+    pub batch: u32,
+}
+
+impl Default for RescuerConfig {
+    fn default() -> Self {
+        RescuerConfig {
+            interval: Duration::from_secs(5),
+            batch: 1000,
+        }
+    }
+}
+
+/// Puts expired leases back to work.
+#[derive(Debug, Clone)]
+pub struct Rescuer<S> {
+    store: S,
+    config: RescuerConfig,
+}
+
+impl<S: Store> Rescuer<S> {
+    /// A rescuer over `store`.
+    pub fn new(store: S, config: RescuerConfig) -> Self {
+        Rescuer { store, config }
+    }
+
+    /// One pass: rescues every job whose lease has expired, in batches.
+    pub async fn run_once(&self) -> Result<Rescued, StoreError> {
+        let mut total = Rescued::default();
+        loop {
+            let r = self.store.rescue_expired(self.config.batch).await?;
+            total.retried += r.retried;
+            total.discarded += r.discarded;
+            if r.retried + r.discarded < u64::from(self.config.batch) {
+                return Ok(total);
+            }
+        }
+    }
+
+    /// Runs a pass every `interval` until `stop` fires.
+    pub async fn run(self, stop: CancellationToken) {
+        let mut tick = tokio::time::interval(self.config.interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = stop.cancelled() => return,
+            }
+            match self.run_once().await {
+                Ok(r) if r.retried + r.discarded > 0 => tracing::info!(
+                    retried = r.retried,
+                    discarded = r.discarded,
+                    "rescued jobs with expired leases"
+                ),
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "rescue pass failed"),
+            }
+        }
+    }
+}

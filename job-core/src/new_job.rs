@@ -1,0 +1,215 @@
+//! A job about to be enqueued: its payload serialized and its options checked.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use crate::error::EnqueueError;
+use crate::job::Job;
+
+/// The default payload size limit: 1 MiB of JSON.
+pub const DEFAULT_PAYLOAD_LIMIT: usize = 1024 * 1024;
+
+/// The longest queue or kind name accepted.
+pub const MAX_NAME_LEN: usize = 128;
+
+/// When a new job becomes claimable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RunAt {
+    /// As soon as the enqueue commits.
+    #[default]
+    Now,
+    /// After this delay, measured from the database's clock at insert.
+    In(Duration),
+    /// At this instant.
+    At(DateTime<Utc>),
+}
+
+/// Overrides an enqueue can apply to a job's defaults.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EnqueueOptions {
+    /// Queue instead of the job's default.
+    pub queue: Option<String>,
+    /// Priority instead of the job's default (lower runs first).
+    pub priority: Option<i16>,
+    /// Attempts in all instead of the job's default.
+    pub max_attempts: Option<i32>,
+    /// When the job may start.
+    pub run_at: RunAt,
+}
+
+/// A validated job row to insert.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewJob {
+    /// The job's kind.
+    pub kind: String,
+    /// Its queue.
+    pub queue: String,
+    /// Lower runs first.
+    pub priority: i16,
+    /// The payload as JSON text.
+    pub payload: String,
+    /// The payload's version.
+    pub payload_version: i32,
+    /// Attempts in all.
+    pub max_attempts: i32,
+    /// When it may start.
+    pub run_at: RunAt,
+}
+
+impl NewJob {
+    /// Serializes `job` and applies `options` over its defaults, rejecting any value the store
+    /// would not accept, with an error naming the option.
+    pub fn build<J: Job>(
+        job: &J,
+        options: EnqueueOptions,
+        payload_limit: usize,
+    ) -> Result<NewJob, EnqueueError> {
+        let payload = serde_json::to_string(job).map_err(|source| EnqueueError::Serialize {
+            kind: J::KIND.to_owned(),
+            source,
+        })?;
+        let new = NewJob {
+            kind: J::KIND.to_owned(),
+            queue: options.queue.unwrap_or_else(|| J::OPTIONS.queue.to_owned()),
+            priority: options.priority.unwrap_or(J::OPTIONS.priority),
+            payload,
+            payload_version: J::VERSION,
+            max_attempts: options.max_attempts.unwrap_or(J::OPTIONS.max_attempts),
+            run_at: options.run_at,
+        };
+        new.validate(payload_limit)?;
+        Ok(new)
+    }
+
+    /// Checks every field; used by [`NewJob::build`] and by stores for rows built by hand.
+    pub fn validate(&self, payload_limit: usize) -> Result<(), EnqueueError> {
+        check_name("kind", &self.kind)?;
+        check_name("queue", &self.queue)?;
+        if self.priority < 0 {
+            return Err(invalid("priority", format!("must be 0 or more, got {}", self.priority)));
+        }
+        if self.max_attempts < 1 {
+            return Err(invalid(
+                "max_attempts",
+                format!("must be at least 1, got {}", self.max_attempts),
+            ));
+        }
+        if self.payload_version < 1 {
+            return Err(invalid(
+                "payload_version",
+                format!("must be at least 1, got {}", self.payload_version),
+            ));
+        }
+        if let RunAt::In(delay) = self.run_at {
+            if delay > Duration::from_secs(100 * 365 * 24 * 3600) {
+                return Err(invalid("schedule_in", "must be under 100 years".into()));
+            }
+        }
+        if self.payload.len() > payload_limit {
+            return Err(EnqueueError::PayloadTooLarge {
+                kind: self.kind.clone(),
+                size: self.payload.len(),
+                limit: payload_limit,
+            });
+        }
+        Ok(())
+    }
+}
+
+fn invalid(option: &'static str, reason: String) -> EnqueueError {
+    EnqueueError::InvalidOption { option, reason }
+}
+
+fn check_name(option: &'static str, name: &str) -> Result<(), EnqueueError> {
+    if name.is_empty() {
+        return Err(invalid(option, "must not be empty".into()));
+    }
+    if name.len() > MAX_NAME_LEN {
+        return Err(invalid(
+            option,
+            format!("must be at most {MAX_NAME_LEN} bytes, got {}", name.len()),
+        ));
+    }
+    if name.chars().any(|c| c.is_control() || c.is_whitespace()) {
+        return Err(invalid(
+            option,
+            format!("must not contain whitespace or control characters, got {name:?}"),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{JobContext, JobError};
+    use serde::{Deserialize, Serialize};
+
+    #[derive(Serialize, Deserialize)]
+    struct Noop {
+        n: u32,
+    }
+
+    impl Job for Noop {
+        const KIND: &'static str = "noop";
+        async fn perform(self, _: JobContext) -> Result<(), JobError> {
+            Ok(())
+        }
+    }
+
+    fn build(options: EnqueueOptions) -> Result<NewJob, EnqueueError> {
+        NewJob::build(&Noop { n: 1 }, options, DEFAULT_PAYLOAD_LIMIT)
+    }
+
+    fn rejected_option(result: Result<NewJob, EnqueueError>) -> &'static str {
+        match result {
+            Err(EnqueueError::InvalidOption { option, .. }) => option,
+            other => panic!("expected an invalid option, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn applies_the_jobs_defaults() {
+        let new = build(EnqueueOptions::default()).unwrap();
+        assert_eq!(new.kind, "noop");
+        assert_eq!(new.queue, "default");
+        assert_eq!(new.payload, r#"{"n":1}"#);
+        assert_eq!(new.max_attempts, 25);
+        assert_eq!(new.payload_version, 1);
+    }
+
+    #[test]
+    fn bad_options_are_rejected_by_name() {
+        let queue = |q: &str| EnqueueOptions {
+            queue: Some(q.into()),
+            ..Default::default()
+        };
+        assert_eq!(rejected_option(build(queue(""))), "queue");
+        assert_eq!(rejected_option(build(queue("has space"))), "queue");
+        assert_eq!(rejected_option(build(queue(&"q".repeat(200)))), "queue");
+        let priority = EnqueueOptions {
+            priority: Some(-1),
+            ..Default::default()
+        };
+        assert_eq!(rejected_option(build(priority)), "priority");
+        let attempts = EnqueueOptions {
+            max_attempts: Some(0),
+            ..Default::default()
+        };
+        assert_eq!(rejected_option(build(attempts)), "max_attempts");
+    }
+
+    #[test]
+    fn oversized_payloads_are_rejected_with_their_size() {
+        let err = NewJob::build(&Noop { n: 1 }, EnqueueOptions::default(), 4).unwrap_err();
+        assert!(matches!(
+            err,
+            EnqueueError::PayloadTooLarge { size: 7, limit: 4, .. }
+        ));
+        assert_eq!(
+            err.to_string(),
+            "payload of `noop` is 7 bytes, over the limit of 4 bytes"
+        );
+    }
+}

@@ -1,0 +1,163 @@
+//! The kinds a worker can run, each behind a type-erased handler.
+
+use std::any::type_name;
+use std::collections::HashMap;
+use std::future::Future;
+use std::marker::PhantomData;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use crate::context::JobContext;
+use crate::error::{BuildError, JobError};
+use crate::job::{Job, JobOptions};
+use crate::store::ClaimKind;
+
+/// A handler's future, boxed so handlers of many types share one map.
+pub type BoxJobFuture = Pin<Box<dyn Future<Output = Result<(), JobError>> + Send + 'static>>;
+
+/// A payload that cannot become the job's type. The job is discarded with this message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Poison(pub String);
+
+/// One registered kind, with its type erased.
+pub trait Handler: Send + Sync + 'static {
+    /// The kind name.
+    fn kind(&self) -> &'static str;
+    /// The Rust type registered, for error messages.
+    fn type_name(&self) -> &'static str;
+    /// The newest payload version it decodes.
+    fn version(&self) -> i32;
+    /// Its options.
+    fn options(&self) -> &'static JobOptions;
+    /// Decodes `payload` (upgrading older versions) and starts the handler.
+    fn start(&self, payload: &str, version: i32, ctx: JobContext) -> Result<BoxJobFuture, Poison>;
+}
+
+struct Typed<J>(PhantomData<fn() -> J>);
+
+impl<J: Job> Handler for Typed<J> {
+    fn kind(&self) -> &'static str {
+        J::KIND
+    }
+
+    fn type_name(&self) -> &'static str {
+        type_name::<J>()
+    }
+
+    fn version(&self) -> i32 {
+        J::VERSION
+    }
+
+    fn options(&self) -> &'static JobOptions {
+        &J::OPTIONS
+    }
+
+    fn start(&self, payload: &str, version: i32, ctx: JobContext) -> Result<BoxJobFuture, Poison> {
+        let job = decode::<J>(payload, version)?;
+        Ok(Box::pin(job.perform(ctx)))
+    }
+}
+
+/// Turns a stored payload of `version` into `J`, through [`Job::upgrade`] for older versions.
+pub fn decode<J: Job>(payload: &str, version: i32) -> Result<J, Poison> {
+    use std::cmp::Ordering;
+    match version.cmp(&J::VERSION) {
+        Ordering::Equal => serde_json::from_str(payload).map_err(|e| {
+            Poison(format!(
+                "payload of `{}` (version {version}) does not decode: {e}",
+                J::KIND
+            ))
+        }),
+        Ordering::Less => {
+            let old: serde_json::Value = serde_json::from_str(payload).map_err(|e| {
+                Poison(format!(
+                    "payload of `{}` (version {version}) is not JSON: {e}",
+                    J::KIND
+                ))
+            })?;
+            let upgraded = J::upgrade(version, old).map_err(|e| {
+                Poison(format!(
+                    "upgrade of `{}` from version {version} failed: {e}",
+                    J::KIND
+                ))
+            })?;
+            serde_json::from_value(upgraded).map_err(|e| {
+                Poison(format!(
+                    "payload of `{}` upgraded from version {version} does not decode: {e}",
+                    J::KIND
+                ))
+            })
+        }
+        Ordering::Greater => Err(Poison(format!(
+            "payload version {version} of `{}` is newer than this worker's {}",
+            J::KIND,
+            J::VERSION
+        ))),
+    }
+}
+
+/// The handlers a worker runs, by kind.
+#[derive(Default, Clone)]
+pub struct Registry {
+    handlers: HashMap<&'static str, Arc<dyn Handler>>,
+    duplicate: Option<BuildError>,
+}
+
+impl Registry {
+    /// An empty registry.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds `J`. A second type under the same kind is remembered and reported by
+    /// [`Registry::check`], so the worker refuses to start.
+    pub fn register<J: Job>(&mut self) {
+        let handler: Arc<dyn Handler> = Arc::new(Typed::<J>(PhantomData));
+        if let Some(existing) = self.handlers.get(J::KIND) {
+            if self.duplicate.is_none() {
+                self.duplicate = Some(BuildError::DuplicateKind {
+                    kind: J::KIND.to_owned(),
+                    first: existing.type_name(),
+                    second: handler.type_name(),
+                });
+            }
+            return;
+        }
+        self.handlers.insert(J::KIND, handler);
+    }
+
+    /// The first registration mistake, if any.
+    pub fn check(&self) -> Result<(), BuildError> {
+        match &self.duplicate {
+            Some(err) => Err(err.clone()),
+            None if self.handlers.is_empty() => Err(BuildError::NoJobs),
+            None => Ok(()),
+        }
+    }
+
+    /// The handler for `kind`.
+    pub fn get(&self, kind: &str) -> Option<&Arc<dyn Handler>> {
+        self.handlers.get(kind)
+    }
+
+    /// Every kind as the claim needs it, sorted by name.
+    pub fn claim_kinds(&self) -> Vec<ClaimKind> {
+        let mut kinds: Vec<_> = self
+            .handlers
+            .values()
+            .map(|h| ClaimKind {
+                kind: h.kind().to_owned(),
+                max_version: h.version(),
+                lease: h.options().lease,
+            })
+            .collect();
+        kinds.sort_by(|a, b| a.kind.cmp(&b.kind));
+        kinds
+    }
+
+    /// Every handler.
+    pub fn handlers(&self) -> impl Iterator<Item = &Arc<dyn Handler>> {
+        self.handlers.values()
+    }
+}

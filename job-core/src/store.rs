@@ -1,0 +1,230 @@
+//! The storage contract. A backend (PostgreSQL today) implements [`Store`]; the worker runtime
+//! uses nothing else. The conformance suite in `job-testkit` defines what each method must do.
+
+use std::future::Future;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
+use uuid::Uuid;
+
+use crate::error::StoreError;
+use crate::job::JobId;
+use crate::new_job::NewJob;
+use crate::outcome::Outcome;
+use crate::state::JobState;
+
+/// The proof that a worker holds a job: its id and the token written by the claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Lease {
+    /// The job's id.
+    pub id: JobId,
+    /// The token the claim wrote; every guarded write matches on it.
+    pub token: Uuid,
+}
+
+/// One kind a worker can run, as the claim sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimKind {
+    /// The kind's name.
+    pub kind: String,
+    /// The newest payload version this worker decodes; newer rows are left alone.
+    pub max_version: i32,
+    /// The lease a claim of this kind takes.
+    pub lease: Duration,
+}
+
+/// What to claim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimRequest {
+    /// The queue to claim from.
+    pub queue: String,
+    /// The kinds this worker has registered; rows of other kinds are never claimed.
+    pub kinds: Vec<ClaimKind>,
+    /// At most this many jobs.
+    pub limit: u32,
+    /// Recorded in `locked_by`.
+    pub worker_id: String,
+}
+
+/// A job the claim handed to this worker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimedJob {
+    /// The lease now held.
+    pub lease: Lease,
+    /// The job's kind.
+    pub kind: String,
+    /// Its queue.
+    pub queue: String,
+    /// Its priority.
+    pub priority: i16,
+    /// The payload as JSON text.
+    pub payload: String,
+    /// The version the payload was written with.
+    pub payload_version: i32,
+    /// This attempt's number, counting from 1.
+    pub attempt: i32,
+    /// Attempts in all.
+    pub max_attempts: i32,
+}
+
+/// A lease to renew and how long to extend it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Renewal {
+    /// The lease held.
+    pub lease: Lease,
+    /// The new lease length from the database's now.
+    pub extend_by: Duration,
+}
+
+/// What a heartbeat found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HeartbeatReport {
+    /// Leases that could not be renewed: the job was rescued, released or finalized elsewhere.
+    pub lost: Vec<JobId>,
+    /// Jobs renewed whose cancellation was requested.
+    pub cancel_requested: Vec<JobId>,
+}
+
+/// A guarded finalize: apply `outcome` only while `lease` is still held.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Finalize {
+    /// The lease the outcome was produced under.
+    pub lease: Lease,
+    /// What happened.
+    pub outcome: Outcome,
+}
+
+/// What a guarded finalize did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Finalized {
+    /// The outcome was written.
+    Applied,
+    /// The lease had been lost: nothing was written.
+    LeaseLost,
+}
+
+/// What a rescue pass did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Rescued {
+    /// Expired leases put back to `retryable`.
+    pub retried: u64,
+    /// Expired leases whose attempts were exhausted, now `discarded`.
+    pub discarded: u64,
+}
+
+/// One recorded failure of a job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttemptError {
+    /// The attempt that failed.
+    pub attempt: i32,
+    /// When it was recorded (database time).
+    pub at: DateTime<Utc>,
+    /// How it was classified (`error`, `timeout`, `panic`, `terminal`, `poison`, ...).
+    pub class: String,
+    /// The error's message.
+    pub message: String,
+}
+
+/// A job row as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobRow {
+    /// Its id.
+    pub id: JobId,
+    /// Its kind.
+    pub kind: String,
+    /// Its queue.
+    pub queue: String,
+    /// Its priority.
+    pub priority: i16,
+    /// Its state.
+    pub state: JobState,
+    /// The payload as JSON.
+    pub payload: serde_json::Value,
+    /// The payload's version.
+    pub payload_version: i32,
+    /// Attempts started and counted.
+    pub attempt: i32,
+    /// Attempts in all.
+    pub max_attempts: i32,
+    /// When it may next run.
+    pub run_at: DateTime<Utc>,
+    /// The current lease's token, while running.
+    pub lock_token: Option<Uuid>,
+    /// When the current lease expires, while running.
+    pub locked_until: Option<DateTime<Utc>>,
+    /// The worker holding the lease, while running.
+    pub locked_by: Option<String>,
+    /// Whether cancellation was requested.
+    pub cancel_requested: bool,
+    /// Every failure so far, oldest first.
+    pub errors: Vec<AttemptError>,
+    /// When it was enqueued.
+    pub created_at: DateTime<Utc>,
+    /// When it reached a terminal state.
+    pub finalized_at: Option<DateTime<Utc>>,
+}
+
+/// Wake-ups from the store: the name of a queue that has new work.
+pub type Wakeups = mpsc::Receiver<String>;
+
+/// The storage contract.
+///
+/// Every write that needs a lease is guarded by `(id, lock_token)` and says so; a lost lease
+/// is a typed result, never an error. Times that decide leases are the database's, never the
+/// worker's clock.
+pub trait Store: Clone + Send + Sync + 'static {
+    /// Inserts one job and returns its id.
+    fn enqueue(&self, job: NewJob) -> impl Future<Output = Result<JobId, StoreError>> + Send;
+
+    /// Inserts many jobs in one round trip and returns their ids in order.
+    fn enqueue_many(
+        &self,
+        jobs: Vec<NewJob>,
+    ) -> impl Future<Output = Result<Vec<JobId>, StoreError>> + Send;
+
+    /// Claims up to `request.limit` due jobs of the given kinds in one statement, ordered by
+    /// priority, run time and id, skipping rows other claimers hold. Each claim counts an
+    /// attempt and writes a fresh lease token.
+    fn claim(
+        &self,
+        request: &ClaimRequest,
+    ) -> impl Future<Output = Result<Vec<ClaimedJob>, StoreError>> + Send;
+
+    /// Renews many leases in one statement, guarded by `(id, lock_token)` and `running`.
+    fn heartbeat(
+        &self,
+        renewals: &[Renewal],
+    ) -> impl Future<Output = Result<HeartbeatReport, StoreError>> + Send;
+
+    /// Applies many outcomes in one statement, each guarded by `(id, lock_token)` and
+    /// `running`. Returns one [`Finalized`] per item, in order.
+    fn finalize(
+        &self,
+        batch: &[Finalize],
+    ) -> impl Future<Output = Result<Vec<Finalized>, StoreError>> + Send;
+
+    /// Recovers up to `limit` jobs whose lease expired (`running` and `locked_until` before the
+    /// database's now), and only those: back to `retryable` with the attempt counted, or to
+    /// `discarded` when attempts are exhausted.
+    fn rescue_expired(&self, limit: u32)
+        -> impl Future<Output = Result<Rescued, StoreError>> + Send;
+
+    /// Gives leases back on shutdown, guarded by `(id, lock_token)`: the jobs become
+    /// `available` at once and the attempt is not counted. Returns how many were released.
+    fn release(&self, leases: &[Lease]) -> impl Future<Output = Result<u64, StoreError>> + Send;
+
+    /// Reads one job.
+    fn get(&self, id: JobId) -> impl Future<Output = Result<Option<JobRow>, StoreError>> + Send;
+
+    /// Subscribes to new-work notifications. Wake-ups are hints: a worker also polls, so a
+    /// backend without notifications may return a receiver that never yields.
+    fn listen(&self) -> impl Future<Output = Result<Wakeups, StoreError>> + Send;
+}
+
+/// How long one attempt may take before its lease must have been renewed: used by tests
+/// and stores alike to turn a `Duration` into whole milliseconds without overflow.
+pub fn duration_millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}

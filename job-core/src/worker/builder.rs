@@ -1,0 +1,189 @@
+//! Assembling a worker: its store, jobs, queues, state and settings.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::context::Extensions;
+use crate::error::BuildError;
+use crate::fault::FaultInjector;
+use crate::job::Job;
+use crate::new_job::MAX_NAME_LEN;
+use crate::registry::Registry;
+use crate::store::Store;
+
+use super::config::WorkerConfig;
+
+/// A configured worker, ready to [`start`](Worker::start).
+pub struct Worker<S: Store> {
+    pub(crate) store: S,
+    pub(crate) registry: Registry,
+    pub(crate) queues: Vec<(String, usize)>,
+    pub(crate) state: Extensions,
+    pub(crate) config: WorkerConfig,
+    pub(crate) faults: Option<Arc<dyn FaultInjector>>,
+}
+
+impl<S: Store> Worker<S> {
+    /// Starts configuring a worker over `store`.
+    pub fn builder(store: S) -> WorkerBuilder<S> {
+        WorkerBuilder {
+            store,
+            registry: Registry::new(),
+            queues: Vec::new(),
+            state: Extensions::new(),
+            config: WorkerConfig::default(),
+            faults: None,
+        }
+    }
+
+    /// This worker's id, recorded as `locked_by`.
+    pub fn id(&self) -> &str {
+        &self.config.id
+    }
+}
+
+/// Builds a [`Worker`].
+///
+/// ```no_run
+/// # use job_core::{Job, Store, worker::Worker};
+/// # fn demo<S: Store, SendInvoice: Job>(store: S) -> Result<(), job_core::BuildError> {
+/// let worker = Worker::builder(store)
+///     .register::<SendInvoice>()
+///     .queue("mail", 10)
+///     .build()?;
+/// # Ok(()) }
+/// ```
+pub struct WorkerBuilder<S: Store> {
+    store: S,
+    registry: Registry,
+    queues: Vec<(String, usize)>,
+    state: Extensions,
+    config: WorkerConfig,
+    faults: Option<Arc<dyn FaultInjector>>,
+}
+
+impl<S: Store> WorkerBuilder<S> {
+    /// Runs jobs of type `J`. Two types under one kind make [`build`](Self::build) fail.
+    pub fn register<J: Job>(mut self) -> Self {
+        self.registry.register::<J>();
+        self
+    }
+
+    /// Claims from `queue` with at most `concurrency` jobs running at once.
+    pub fn queue(mut self, queue: impl Into<String>, concurrency: usize) -> Self {
+        self.queues.push((queue.into(), concurrency));
+        self
+    }
+
+    /// Makes `value` available to handlers through [`JobContext::state`](crate::JobContext::state).
+    pub fn state<T: Send + Sync + 'static>(mut self, value: T) -> Self {
+        self.state.insert(value);
+        self
+    }
+
+    /// Replaces the settings.
+    pub fn config(mut self, config: WorkerConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// Sets the worker's id (`locked_by`).
+    pub fn id(mut self, id: impl Into<String>) -> Self {
+        self.config.id = id.into();
+        self
+    }
+
+    /// Sets the idle poll interval.
+    pub fn poll_interval(mut self, every: Duration) -> Self {
+        self.config.poll_interval = every;
+        self
+    }
+
+    /// Sets how long shutdown waits for running jobs.
+    pub fn drain_timeout(mut self, timeout: Duration) -> Self {
+        self.config.drain_timeout = timeout;
+        self
+    }
+
+    /// Installs a fault injector (see `job-testkit`). Production workers have none.
+    pub fn faults(mut self, injector: Arc<dyn FaultInjector>) -> Self {
+        self.faults = Some(injector);
+        self
+    }
+
+    /// Checks the configuration and returns the worker.
+    pub fn build(self) -> Result<Worker<S>, BuildError> {
+        self.registry.check()?;
+        if self.queues.is_empty() {
+            return Err(BuildError::NoQueues);
+        }
+        for (i, (queue, concurrency)) in self.queues.iter().enumerate() {
+            if queue.is_empty() || queue.len() > MAX_NAME_LEN {
+                return Err(invalid(
+                    "queue",
+                    format!("queue names are 1 to {MAX_NAME_LEN} bytes, got {queue:?}"),
+                ));
+            }
+            if *concurrency == 0 {
+                return Err(invalid(
+                    "queue",
+                    format!("concurrency of queue `{queue}` must be at least 1"),
+                ));
+            }
+            if self.queues[..i].iter().any(|(q, _)| q == queue) {
+                return Err(invalid("queue", format!("queue `{queue}` is listed twice")));
+            }
+        }
+        let c = &self.config;
+        if c.id.is_empty() {
+            return Err(invalid("id", "must not be empty".into()));
+        }
+        if c.poll_interval.is_zero() {
+            return Err(invalid("poll_interval", "must be greater than zero".into()));
+        }
+        if c.claim_batch == 0 {
+            return Err(invalid("claim_batch", "must be at least 1".into()));
+        }
+        if c.finalize_batch == 0 {
+            return Err(invalid("finalize_batch", "must be at least 1".into()));
+        }
+        if c.rescuer.interval.is_zero() || c.rescuer.batch == 0 {
+            return Err(invalid(
+                "rescuer",
+                "interval and batch must be greater than zero".into(),
+            ));
+        }
+        let shortest = self
+            .registry
+            .handlers()
+            .map(|h| h.options().lease)
+            .min()
+            .unwrap_or(Duration::MAX);
+        if shortest < Duration::from_millis(30) {
+            return Err(invalid(
+                "lease",
+                format!("leases must be at least 30ms, got {shortest:?}"),
+            ));
+        }
+        if let Some(every) = c.heartbeat_interval {
+            if every.is_zero() || every >= shortest / 2 {
+                return Err(invalid(
+                    "heartbeat_interval",
+                    format!("must be above zero and under half the shortest lease ({shortest:?})"),
+                ));
+            }
+        }
+        Ok(Worker {
+            store: self.store,
+            registry: self.registry,
+            queues: self.queues,
+            state: self.state,
+            config: self.config,
+            faults: self.faults,
+        })
+    }
+}
+
+fn invalid(option: &'static str, reason: String) -> BuildError {
+    BuildError::InvalidOption { option, reason }
+}

@@ -1,0 +1,44 @@
+//! Worker settings.
+
+use std::time::Duration;
+
+use crate::maintenance::RescuerConfig;
+
+/// How a worker runs. Every field has a default suited to production.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct WorkerConfig {
+    /// Recorded as `locked_by` on every claim. Defaults to `worker-<pid>-<random>`.
+    pub id: String,
+    /// How often an idle fetcher looks for due jobs when no notification arrives (scheduled
+    /// and retried jobs become due without one). Defaults to 1 second.
+    pub poll_interval: Duration,
+    /// The most jobs one claim statement takes. Defaults to 100.
+    pub claim_batch: u32,
+    /// The most outcomes one finalize statement writes. Defaults to 1,000.
+    pub finalize_batch: usize,
+    /// How long shutdown waits for running jobs before releasing their leases. Defaults to
+    /// 30 seconds.
+    pub drain_timeout: Duration,
+    /// The heartbeat period. Defaults to a third of the shortest lease of the registered jobs.
+    pub heartbeat_interval: Option<Duration>,
+    /// The rescuer of expired leases. Defaults to [`RescuerConfig::default`].
+    pub rescuer: RescuerConfig,
+    /// Seeds the backoff jitter, for deterministic tests. Defaults to a random seed.
+    pub rng_seed: Option<u64>,
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        WorkerConfig {
+            id: format!("worker-{}-{:08x}", std::process::id(), fastrand::u32(..)),
+            poll_interval: Duration::from_secs(1),
+            claim_batch: 100,
+            finalize_batch: 1000,
+            drain_timeout: Duration::from_secs(30),
+            heartbeat_interval: None,
+            rescuer: RescuerConfig::default(),
+            rng_seed: None,
+        }
+    }
+}

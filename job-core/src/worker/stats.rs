@@ -1,0 +1,94 @@
+//! Counters a worker keeps, readable while it runs.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::outcome::Outcome;
+
+/// A snapshot of a worker's counters since it started.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct WorkerStats {
+    /// Jobs claimed.
+    pub claimed: u64,
+    /// Outcomes written as `completed`.
+    pub completed: u64,
+    /// Outcomes written as `retryable`.
+    pub retried: u64,
+    /// Outcomes written as `discarded`.
+    pub discarded: u64,
+    /// Outcomes written as `cancelled`.
+    pub cancelled: u64,
+    /// Outcomes written as snoozed.
+    pub snoozed: u64,
+    /// Attempts that ran over their timeout.
+    pub timeouts: u64,
+    /// Attempts whose handler panicked.
+    pub panics: u64,
+    /// Outcomes dropped, or executions stopped, because the lease was lost.
+    pub lease_lost: u64,
+    /// Executions this worker stopped itself because their lease could not be renewed in time.
+    pub fenced: u64,
+    /// Executions stopped by an injected crash fault.
+    pub crashed: u64,
+    /// Leases given back on shutdown.
+    pub released: u64,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    claimed: AtomicU64,
+    completed: AtomicU64,
+    retried: AtomicU64,
+    discarded: AtomicU64,
+    cancelled: AtomicU64,
+    snoozed: AtomicU64,
+    pub(crate) timeouts: AtomicU64,
+    pub(crate) panics: AtomicU64,
+    pub(crate) lease_lost: AtomicU64,
+    pub(crate) fenced: AtomicU64,
+    pub(crate) crashed: AtomicU64,
+    released: AtomicU64,
+}
+
+pub(crate) fn bump(counter: &AtomicU64, by: u64) {
+    counter.fetch_add(by, Ordering::Relaxed);
+}
+
+impl Counters {
+    pub(crate) fn claimed(&self, n: usize) {
+        bump(&self.claimed, n as u64);
+    }
+
+    pub(crate) fn released(&self, n: u64) {
+        bump(&self.released, n);
+    }
+
+    pub(crate) fn applied(&self, outcome: &Outcome) {
+        let counter = match outcome {
+            Outcome::Complete => &self.completed,
+            Outcome::Retry { .. } => &self.retried,
+            Outcome::Cancel { .. } => &self.cancelled,
+            Outcome::Snooze { .. } => &self.snoozed,
+            Outcome::Discard { .. } => &self.discarded,
+        };
+        bump(counter, 1);
+    }
+
+    pub(crate) fn snapshot(&self) -> WorkerStats {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        WorkerStats {
+            claimed: get(&self.claimed),
+            completed: get(&self.completed),
+            retried: get(&self.retried),
+            discarded: get(&self.discarded),
+            cancelled: get(&self.cancelled),
+            snoozed: get(&self.snoozed),
+            timeouts: get(&self.timeouts),
+            panics: get(&self.panics),
+            lease_lost: get(&self.lease_lost),
+            fenced: get(&self.fenced),
+            crashed: get(&self.crashed),
+            released: get(&self.released),
+        }
+    }
+}
