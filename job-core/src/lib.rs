@@ -18,7 +18,7 @@ pub use error::{BoxError, BuildError, EnqueueError, JobError, StoreError};
 pub use fault::{Fault, FaultInjector, FaultPoint};
 pub use job::{Job, JobId, JobOptions};
 pub use new_job::{EnqueueOptions, NewJob, RunAt, DEFAULT_PAYLOAD_LIMIT};
-pub use outcome::{ErrorClass, Failure, Outcome};
+pub use outcome::{run_attempt, AttemptEnd, ErrorClass, Failure, Outcome};
 pub use registry::Registry;
 pub use state::JobState;
 pub use store::{

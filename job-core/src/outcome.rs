@@ -86,3 +86,179 @@ impl Outcome {
         }
     }
 }
+
+/// How an attempt's handler ended, before classification.
+#[derive(Debug)]
+pub enum AttemptEnd {
+    /// The handler returned.
+    Returned(Result<(), crate::JobError>),
+    /// The handler panicked with this message.
+    Panicked(String),
+    /// The handler ran over this time limit and was stopped.
+    TimedOut(Duration),
+}
+
+impl Outcome {
+    /// The outcome an attempt's end leads to: the whole retry policy in one `match`.
+    ///
+    /// `cancel_requested` turns a retryable failure into a cancellation (the handler gave up
+    /// because it was asked to). Retryable ends wait a jittered `backoff` delay, or discard
+    /// the job once `attempt.max_attempts` attempts are used.
+    pub fn classify(
+        end: AttemptEnd,
+        attempt: &crate::AttemptInfo,
+        cancel_requested: bool,
+        backoff: &crate::Backoff,
+        rng: &mut fastrand::Rng,
+    ) -> Outcome {
+        use crate::JobError;
+        let retry = |class: ErrorClass, message: String, rng: &mut fastrand::Rng| {
+            let failure = Failure {
+                attempt: attempt.attempt,
+                class,
+                message,
+            };
+            if attempt.attempt >= attempt.max_attempts {
+                Outcome::Discard { failure }
+            } else {
+                let delay = backoff.delay(attempt.attempt.max(1) as u32, rng);
+                Outcome::Retry { delay, failure }
+            }
+        };
+        match end {
+            AttemptEnd::Returned(Ok(())) => Outcome::Complete,
+            AttemptEnd::Returned(Err(JobError::Retryable(e))) if cancel_requested => {
+                Outcome::Cancel {
+                    reason: format!("cancellation requested; the attempt ended with: {e}"),
+                }
+            }
+            AttemptEnd::Returned(Err(JobError::Retryable(e))) => {
+                retry(ErrorClass::Error, e.to_string(), rng)
+            }
+            AttemptEnd::Returned(Err(JobError::Terminal(e))) => Outcome::Discard {
+                failure: Failure {
+                    attempt: attempt.attempt,
+                    class: ErrorClass::Terminal,
+                    message: e.to_string(),
+                },
+            },
+            AttemptEnd::Returned(Err(JobError::Cancel(reason))) => Outcome::Cancel { reason },
+            AttemptEnd::Returned(Err(JobError::Snooze(delay))) => Outcome::Snooze { delay },
+            AttemptEnd::Panicked(message) => retry(ErrorClass::Panic, message, rng),
+            AttemptEnd::TimedOut(limit) => retry(
+                ErrorClass::Timeout,
+                format!("attempt exceeded its timeout of {limit:?}"),
+                rng,
+            ),
+        }
+    }
+}
+
+/// Runs a handler's future in its own task, so a panic is caught and reported instead of
+/// unwinding into the caller, under a time limit. Dropping the returned future stops the
+/// handler.
+pub async fn run_attempt(future: crate::registry::BoxJobFuture, timeout: Duration) -> AttemptEnd {
+    struct AbortOnDrop(tokio::task::JoinHandle<Result<(), crate::JobError>>);
+    impl Drop for AbortOnDrop {
+        fn drop(&mut self) {
+            self.0.abort();
+        }
+    }
+    let mut task = AbortOnDrop(tokio::spawn(tracing::Instrument::in_current_span(future)));
+    tokio::select! {
+        joined = &mut task.0 => match joined {
+            Ok(result) => AttemptEnd::Returned(result),
+            Err(e) if e.is_panic() => AttemptEnd::Panicked(panic_message(e.into_panic())),
+            Err(_) => AttemptEnd::Panicked("handler task was cancelled".into()),
+        },
+        _ = tokio::time::sleep(timeout) => AttemptEnd::TimedOut(timeout),
+    }
+}
+
+fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
+    match payload.downcast::<String>() {
+        Ok(s) => *s,
+        Err(payload) => match payload.downcast::<&'static str>() {
+            Ok(s) => (*s).to_owned(),
+            Err(_) => "handler panicked with a non-string payload".to_owned(),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{AttemptInfo, Backoff, JobError};
+
+    fn attempt(n: i32, max: i32) -> AttemptInfo {
+        AttemptInfo {
+            id: 1,
+            kind: "k".into(),
+            queue: "q".into(),
+            attempt: n,
+            max_attempts: max,
+        }
+    }
+
+    fn classify(end: AttemptEnd, n: i32, max: i32, cancel: bool) -> Outcome {
+        let mut rng = fastrand::Rng::with_seed(3);
+        Outcome::classify(end, &attempt(n, max), cancel, &Backoff::DEFAULT, &mut rng)
+    }
+
+    #[test]
+    fn errors_retry_until_attempts_run_out() {
+        let end = || AttemptEnd::Returned(Err(JobError::retryable("boom")));
+        match classify(end(), 1, 3, false) {
+            Outcome::Retry { delay, failure } => {
+                assert!(delay <= Backoff::DEFAULT.ceiling(1));
+                assert_eq!((failure.attempt, failure.class), (1, ErrorClass::Error));
+                assert_eq!(failure.message, "boom");
+            }
+            other => panic!("expected a retry, got {other:?}"),
+        }
+        assert!(matches!(classify(end(), 3, 3, false), Outcome::Discard { .. }));
+    }
+
+    #[test]
+    fn panics_and_timeouts_are_retryable_with_their_class() {
+        let panicked = classify(AttemptEnd::Panicked("oops".into()), 1, 2, false);
+        assert!(matches!(panicked, Outcome::Retry { failure, .. } if failure.class == ErrorClass::Panic));
+        let timed_out = classify(AttemptEnd::TimedOut(Duration::from_secs(1)), 1, 2, false);
+        assert!(matches!(timed_out, Outcome::Retry { failure, .. } if failure.class == ErrorClass::Timeout));
+    }
+
+    #[test]
+    fn terminal_cancel_and_snooze_map_directly() {
+        let terminal = classify(AttemptEnd::Returned(Err(JobError::terminal("no"))), 1, 9, false);
+        assert!(matches!(terminal, Outcome::Discard { failure } if failure.class == ErrorClass::Terminal));
+        let cancel = classify(AttemptEnd::Returned(Err(JobError::cancel("bye"))), 1, 9, false);
+        assert_eq!(cancel, Outcome::Cancel { reason: "bye".into() });
+        let snooze = classify(
+            AttemptEnd::Returned(Err(JobError::snooze(Duration::from_secs(5)))),
+            9,
+            9,
+            false,
+        );
+        assert_eq!(snooze, Outcome::Snooze { delay: Duration::from_secs(5) });
+    }
+
+    #[test]
+    fn a_failure_after_a_cancel_request_cancels() {
+        let end = AttemptEnd::Returned(Err(JobError::retryable("interrupted")));
+        assert!(matches!(classify(end, 1, 9, true), Outcome::Cancel { .. }));
+    }
+
+    #[tokio::test]
+    async fn run_attempt_catches_panics_and_enforces_the_timeout() {
+        let panics: crate::registry::BoxJobFuture = Box::pin(async { panic!("inside") });
+        match run_attempt(panics, Duration::from_secs(5)).await {
+            AttemptEnd::Panicked(m) => assert_eq!(m, "inside"),
+            other => panic!("expected a panic, got {other:?}"),
+        }
+        let hangs: crate::registry::BoxJobFuture = Box::pin(std::future::pending());
+        assert!(matches!(
+            run_attempt(hangs, Duration::from_millis(5)).await,
+            AttemptEnd::TimedOut(_)
+        ));
+    }
+}

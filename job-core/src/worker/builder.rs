@@ -105,9 +105,10 @@ impl<S: Store> WorkerBuilder<S> {
         self
     }
 
-    /// Installs a fault injector (see `job-testkit`). Production workers have none.
-    pub fn faults(mut self, injector: Arc<dyn FaultInjector>) -> Self {
-        self.faults = Some(injector);
+    /// Installs a fault injector (see `job-testkit`'s `Faults`). Production workers have none,
+    /// and then the fault points cost one branch each.
+    pub fn faults(mut self, injector: impl FaultInjector) -> Self {
+        self.faults = Some(Arc::new(injector));
         self
     }
 

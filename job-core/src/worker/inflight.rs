@@ -44,10 +44,12 @@ impl Signals {
         }
     }
 
+    /// Abort first, then tell the handler: an executor that sees the handler end because of
+    /// the cancel signal then always sees the abort too, and writes nothing.
     fn abort(&self, reason: Abort) {
         let _ = self.reason.set(reason);
-        self.cancel.cancel();
         self.abort.cancel();
+        self.cancel.cancel();
     }
 }
 

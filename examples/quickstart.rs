@@ -1,0 +1,146 @@
+//! Quick start: define two jobs with `#[job]`, enqueue a few inside a transaction, run a worker
+//! until they are all finished, and print each outcome.
+//!
+//! Run with `cargo run --example quickstart`. It uses the database `job_quickstart` on the
+//! server named by DATABASE_URL (default `postgres://postgres@127.0.0.1:5432/test`), creating
+//! it when missing, so your own databases are not touched.
+
+use std::time::Duration;
+
+use job::prelude::*;
+use job::JobState;
+use sqlx::postgres::PgPoolOptions;
+use sqlx::{Connection, PgConnection};
+
+/// Sends the welcome email of a new user.
+#[job(retry = 2, queue = "mail")]
+async fn send_welcome(ctx: JobContext, user: String) -> Result<(), JobError> {
+    println!("  [job {}] welcome mail to {user}", ctx.id());
+    Ok(())
+}
+
+/// Builds a report; the report service is busy on the first attempt.
+#[job(retry = 3, timeout = "10s", backoff(base = "50ms", cap = "200ms"))]
+async fn build_report(ctx: JobContext, report_id: i64) -> Result<(), JobError> {
+    if ctx.attempt() == 1 {
+        println!("  [job {}] report {report_id}: service busy, will retry", ctx.id());
+        return Err(JobError::retryable("report service busy"));
+    }
+    println!("  [job {}] report {report_id} built on attempt {}", ctx.id(), ctx.attempt());
+    Ok(())
+}
+
+/// Refuses bad input for good: no retry can fix it.
+#[job(retry = 5)]
+async fn charge(_ctx: JobContext, cents: i64) -> Result<(), JobError> {
+    if cents <= 0 {
+        return Err(JobError::terminal(format!("cannot charge {cents} cents")));
+    }
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let server = std::env::var("DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
+    let url = ensure_database(&server, "job_quickstart").await?;
+    let pool = PgPoolOptions::new().max_connections(5).connect(&url).await?;
+    let store = PgStore::new(pool.clone());
+    store.migrate().await?;
+
+    // Enqueue inside our own transaction: the jobs exist only if it commits.
+    let mut tx = pool.begin().await?;
+    let ids = vec![
+        SendWelcome { user: "ada@example.com".into() }.enqueue(&mut *tx).await?,
+        BuildReport { report_id: 7 }.enqueue(&mut *tx).await?,
+        Charge { cents: -5 }.enqueue(&mut *tx).await?,
+        SendWelcome { user: "grace@example.com".into() }
+            .schedule_in(Duration::from_millis(200))
+            .enqueue(&mut *tx)
+            .await?,
+    ];
+    tx.commit().await?;
+    println!("enqueued jobs {ids:?}");
+
+    let worker = Worker::builder(store.clone())
+        .register::<SendWelcome>()
+        .register::<BuildReport>()
+        .register::<Charge>()
+        .queue("default", 4)
+        .queue("mail", 4)
+        .poll_interval(Duration::from_millis(100))
+        .build()?
+        .start();
+
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let rows = loop {
+        let mut rows = Vec::new();
+        for id in &ids {
+            rows.extend(store.get(*id).await?);
+        }
+        if rows.iter().all(|r| r.state.is_terminal()) {
+            break rows;
+        }
+        if tokio::time::Instant::now() > deadline {
+            return Err("jobs did not finish within 30 seconds".into());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    worker.shutdown().await;
+
+    println!("outcomes:");
+    for row in &rows {
+        let last_error = row.errors.last().map_or(String::new(), |e| {
+            format!(" (last error: {} \"{}\")", e.class, e.message)
+        });
+        println!(
+            "  job {:>4} {:<14} {:<9} after {} attempt(s){last_error}",
+            row.id, row.kind, row.state, row.attempt
+        );
+    }
+    let expected = [
+        JobState::Completed,
+        JobState::Completed,
+        JobState::Discarded,
+        JobState::Completed,
+    ];
+    let states: Vec<_> = rows.iter().map(|r| r.state).collect();
+    if states != expected {
+        return Err(format!("unexpected outcomes {states:?}").into());
+    }
+    Ok(())
+}
+
+/// Creates `name` on the server of `server_url` when it does not exist, and returns its URL.
+async fn ensure_database(server_url: &str, name: &str) -> Result<String, Box<dyn std::error::Error>> {
+    let mut admin = PgConnection::connect(server_url).await.map_err(|e| {
+        format!("cannot reach PostgreSQL at {server_url}: {e}; start it (pg_ctlcluster 15 main start) or set DATABASE_URL")
+    })?;
+    let exists: bool =
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")
+            .bind(name)
+            .fetch_one(&mut admin)
+            .await?;
+    if !exists {
+        // A concurrent creator may win the race; that is fine.
+        let _ = sqlx::query(&format!("CREATE DATABASE {name}"))
+            .execute(&mut admin)
+            .await;
+    }
+    admin.close().await?;
+    Ok(with_database(server_url, name))
+}
+
+/// `postgres://u@h:p/old?x=y` with `name` in place of `old`.
+fn with_database(url: &str, name: &str) -> String {
+    let (base, query) = url.split_once('?').map_or((url, None), |(b, q)| (b, Some(q)));
+    let scheme_end = base.find("://").map_or(0, |i| i + 3);
+    let server = match base[scheme_end..].find('/') {
+        Some(slash) => &base[..scheme_end + slash],
+        None => base,
+    };
+    match query {
+        Some(q) => format!("{server}/{name}?{q}"),
+        None => format!("{server}/{name}"),
+    }
+}

@@ -1,0 +1,86 @@
+//! Graceful shutdown: stop claiming, wait for running jobs, release the rest at once.
+
+use std::time::Duration;
+
+use job::JobState;
+
+use crate::common::*;
+
+#[tokio::test]
+async fn shutdown_waits_for_running_jobs_to_finish() {
+    let h = Harness::new().await;
+    let id = enqueue(&h.store, Parked { n: 1 }).await;
+    let gate = Gate::default();
+    let worker = job::Worker::builder(h.store.clone())
+        .register::<Parked>()
+        .queue("default", 2)
+        .state(h.ledger.clone())
+        .state(gate.clone())
+        .build()
+        .unwrap()
+        .start();
+    h.reaches(id, JobState::Running).await;
+    let draining = tokio::spawn(worker.shutdown());
+    // The drain is under way and waiting; let the job finish.
+    gate.open();
+    let report = draining.await.unwrap();
+    assert!(report.finished_in_time);
+    assert_eq!(report.released, 0);
+    let row = h.row(id).await;
+    assert_eq!(row.state, JobState::Completed);
+}
+
+#[tokio::test]
+async fn shutdown_releases_unfinished_leases_for_another_worker() {
+    let h = Harness::new().await;
+    let mut ids = Vec::new();
+    for n in 0..3 {
+        ids.push(enqueue(&h.store, Parked { n }).await);
+    }
+    let first = h
+        .worker()
+        .drain_timeout(Duration::from_millis(100))
+        .build()
+        .unwrap()
+        .start();
+    for id in &ids {
+        h.reaches(*id, JobState::Running).await;
+    }
+    let report = first.shutdown().await;
+    assert!(!report.finished_in_time);
+    assert_eq!(report.released, 3);
+    for id in &ids {
+        let row = h.row(*id).await;
+        assert_eq!(row.state, JobState::Available, "released at once, not left to expire");
+        assert_eq!(row.attempt, 0, "a released attempt is not counted");
+        assert_eq!(row.lock_token, None);
+        assert!(row.errors.is_empty());
+    }
+    let gate = Gate::default();
+    gate.open();
+    let second = job::Worker::builder(h.store.clone())
+        .register::<Parked>()
+        .queue("default", 5)
+        .state(h.ledger.clone())
+        .state(gate)
+        .build()
+        .unwrap()
+        .start();
+    for id in &ids {
+        let row = h.reaches(*id, JobState::Completed).await;
+        assert_eq!(row.attempt, 1);
+        assert_eq!(h.ledger.runs(*id), 2, "once on the first worker, once on the second");
+    }
+    second.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_drained_worker_claims_nothing_more() {
+    let h = Harness::new().await;
+    let worker = h.worker().build().unwrap().start();
+    let report = worker.shutdown().await;
+    assert!(report.finished_in_time);
+    let id = enqueue(&h.store, Noop { n: 1 }).await;
+    assert_eq!(h.row(id).await.state, JobState::Available);
+    assert_eq!(h.ledger.runs(id), 0);
+}

@@ -1,0 +1,172 @@
+//! The lease protocol: rescue of expired leases only, guarded finalize, lost leases and
+//! self-fencing.
+
+use std::time::Duration;
+
+use job::{JobState, Store};
+use job_core::maintenance::{Rescuer, RescuerConfig};
+use job_core::{ClaimKind, ClaimRequest, ClaimedJob, Finalize, Finalized, Outcome};
+
+use crate::common::*;
+
+/// Claims like a worker that then dies: nothing renews or finalizes the lease.
+async fn claim_and_die(h: &Harness, kind: &str, lease: Duration) -> ClaimedJob {
+    let mut jobs = h
+        .store
+        .claim(&ClaimRequest {
+            queue: "default".into(),
+            kinds: vec![ClaimKind {
+                kind: kind.into(),
+                max_version: 1,
+                lease,
+            }],
+            limit: 1,
+            worker_id: "doomed".into(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(jobs.len(), 1, "the job should be claimable");
+    jobs.remove(0)
+}
+
+async fn wait_expired(h: &Harness, id: i64) {
+    eventually("the lease to expire in database time", || async {
+        let expired: bool = sqlx::query_scalar(
+            "SELECT locked_until < now() FROM job.jobs WHERE id = $1",
+        )
+        .bind(id)
+        .fetch_one(h.store.pool())
+        .await
+        .unwrap();
+        expired.then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn an_expired_lease_is_rescued_and_run_again() {
+    let h = Harness::new().await;
+    let id = enqueue(&h.store, Noop { n: 1 }).await;
+    let dead = claim_and_die(&h, "test.noop", Duration::from_millis(50)).await;
+    wait_expired(&h, id).await;
+    let mut config = job::WorkerConfig::default();
+    config.rescuer.interval = Duration::from_millis(50);
+    config.poll_interval = Duration::from_millis(50);
+    let worker = h.worker().config(config).build().unwrap().start();
+    let row = h.reaches(id, JobState::Completed).await;
+    assert_eq!(row.attempt, 2, "the dead worker's attempt is counted");
+    assert_eq!(row.errors.len(), 1);
+    assert_eq!(row.errors[0].class, "lease_expired");
+    assert_eq!(h.ledger.runs(id), 1);
+    worker.shutdown().await;
+    // The dead worker's token can no longer finalize anything.
+    let late = h
+        .store
+        .finalize(&[Finalize {
+            lease: dead.lease,
+            outcome: Outcome::Complete,
+        }])
+        .await
+        .unwrap();
+    assert_eq!(late, [Finalized::LeaseLost]);
+}
+
+#[tokio::test]
+async fn a_live_lease_is_never_rescued() {
+    let h = Harness::new().await;
+    let id = enqueue(&h.store, Noop { n: 1 }).await;
+    let held = claim_and_die(&h, "test.noop", Duration::from_secs(600)).await;
+    let rescued = Rescuer::new(h.store.clone(), RescuerConfig::default())
+        .run_once()
+        .await
+        .unwrap();
+    assert_eq!((rescued.retried, rescued.discarded), (0, 0));
+    let row = h.row(id).await;
+    assert_eq!(row.state, JobState::Running);
+    assert_eq!(row.lock_token, Some(held.lease.token));
+    assert_eq!(row.attempt, 1);
+}
+
+#[tokio::test]
+async fn a_stale_token_cannot_finalize() {
+    let h = Harness::new().await;
+    let id = enqueue(&h.store, Noop { n: 1 }).await;
+    let first = claim_and_die(&h, "test.noop", Duration::from_millis(50)).await;
+    wait_expired(&h, id).await;
+    let rescued = Rescuer::new(h.store.clone(), RescuerConfig::default())
+        .run_once()
+        .await
+        .unwrap();
+    assert_eq!(rescued.retried, 1);
+    let second = claim_and_die(&h, "test.noop", Duration::from_secs(600)).await;
+    assert_ne!(first.lease.token, second.lease.token);
+    let before = h.row(id).await;
+    let stale = h
+        .store
+        .finalize(&[Finalize {
+            lease: first.lease,
+            outcome: Outcome::Complete,
+        }])
+        .await
+        .unwrap();
+    assert_eq!(stale, [Finalized::LeaseLost]);
+    assert_eq!(h.row(id).await, before, "a stale finalize changes nothing");
+}
+
+#[tokio::test]
+async fn a_worker_that_loses_its_lease_stops_and_writes_nothing() {
+    let h = Harness::new().await;
+    let id = enqueue(&h.store, Parked { n: 1 }).await;
+    let worker = h.worker().build().unwrap().start();
+    h.reaches(id, JobState::Running).await;
+    // Another worker takes the job over (as after a rescue and a new claim).
+    let thief: uuid::Uuid = sqlx::query_scalar(
+        "UPDATE job.jobs SET lock_token = gen_random_uuid(), locked_by = 'thief' WHERE id = $1 RETURNING lock_token",
+    )
+    .bind(id)
+    .fetch_one(h.store.pool())
+    .await
+    .unwrap();
+    eventually("the worker to notice the lost lease", || async {
+        (worker.stats().lease_lost >= 1).then_some(())
+    })
+    .await;
+    assert_eq!(worker.in_flight(), 0);
+    worker.shutdown().await;
+    let row = h.row(id).await;
+    assert_eq!(row.state, JobState::Running);
+    assert_eq!(row.lock_token, Some(thief), "the new owner's lease is untouched");
+    assert!(row.errors.is_empty(), "the old execution wrote nothing");
+}
+
+#[tokio::test]
+async fn a_worker_that_cannot_renew_fences_itself_before_the_lease_expires() {
+    let h = Harness::new().await;
+    let id = enqueue(&h.store, Parked { n: 1 }).await;
+    let worker = h.worker().build().unwrap().start();
+    h.reaches(id, JobState::Running).await;
+    // Hold the row lock so every heartbeat blocks, as if the database stopped answering.
+    let mut blocker = h.store.pool().begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM job.jobs WHERE id = $1 FOR UPDATE")
+        .bind(id)
+        .execute(&mut *blocker)
+        .await
+        .unwrap();
+    eventually("the worker to fence the execution", || async {
+        (worker.stats().fenced >= 1).then_some(())
+    })
+    .await;
+    // Fenced while the database still shows the lease as live: no one else could have had it.
+    let still_live: bool = sqlx::query_scalar(
+        "SELECT locked_until > now() FROM job.jobs WHERE id = $1",
+    )
+    .bind(id)
+    .fetch_one(&mut *blocker)
+    .await
+    .unwrap();
+    assert!(still_live, "the worker must stop before its lease expires");
+    blocker.rollback().await.unwrap();
+    assert_eq!(worker.in_flight(), 0);
+    worker.shutdown().await;
+    assert_eq!(h.row(id).await.state, JobState::Running, "nothing was written after fencing");
+}

@@ -1,0 +1,12 @@
+//! End-to-end tests of the worker runtime against real PostgreSQL.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod bad_input;
+mod drain;
+mod leases;
+mod many_workers;
+mod outage;
+mod outcomes;
+mod transactions;
