@@ -1,0 +1,100 @@
+//! A crash at each named point, once per job, on its first attempt.
+
+use job::FaultPoint;
+use job_testkit::Faults;
+
+use crate::support::*;
+
+/// Runs 12 jobs with a crash at `point` on each job's first attempt and returns what happened.
+async fn crash_everyone_at(point: FaultPoint, job_ms: u64) -> (Chaos, Vec<job::JobRow>, u64) {
+    let chaos = Chaos::new().await;
+    let ids = chaos.enqueue(12, job_ms).await;
+    let faults = Faults::new().crash_at(point).attempt(1);
+    let worker = chaos
+        .worker(chaos.store.clone())
+        .faults(faults.clone())
+        .build()
+        .unwrap()
+        .start();
+    let rows = chaos.all_terminal(&ids).await;
+    let stats = worker.stats();
+    worker.shutdown().await;
+    assert_eq!(faults.crashes().len(), 12, "every job crashed once at {point}");
+    assert_eq!(stats.completed, 12, "each job is finalized exactly once");
+    chaos.timeline.assert_never_concurrent();
+    assert_each_completed(&rows);
+    (chaos, rows, stats.lease_lost)
+}
+
+/// Checks a crash that happened before the outcome was written: the job ran again on attempt 2
+/// after its lease expired, with the lost attempt recorded.
+fn assert_rerun_after_expiry(rows: &[job::JobRow]) {
+    for row in rows {
+        assert_eq!(row.attempt, 2, "job {}: the crashed attempt counts", row.id);
+        assert_eq!(row.errors.len(), 1);
+        assert_eq!(row.errors[0].class, "lease_expired");
+        assert_eq!(row.errors[0].attempt, 1);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_after_claim_reruns_the_job_once_its_lease_expires() {
+    let (chaos, rows, _) = crash_everyone_at(FaultPoint::AfterClaim, 1).await;
+    assert_rerun_after_expiry(&rows);
+    for row in &rows {
+        assert_eq!(chaos.timeline.executions(row.id).len(), 1, "the handler never ran on attempt 1");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_before_perform_reruns_the_job_once_its_lease_expires() {
+    let (chaos, rows, _) = crash_everyone_at(FaultPoint::BeforePerform, 1).await;
+    assert_rerun_after_expiry(&rows);
+    for row in &rows {
+        assert_eq!(chaos.timeline.executions(row.id).len(), 1);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_after_perform_runs_the_side_effect_again_but_never_concurrently() {
+    let (chaos, rows, _) = crash_everyone_at(FaultPoint::AfterPerform, 1).await;
+    assert_rerun_after_expiry(&rows);
+    for row in &rows {
+        let runs = chaos.timeline.executions(row.id);
+        assert_eq!(runs.len(), 2, "at least once: the side effect happens again");
+        assert!(runs.iter().all(|r| r.ended.is_some()), "both executions returned");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_before_finalize_runs_the_job_again() {
+    let (chaos, rows, _) = crash_everyone_at(FaultPoint::BeforeFinalize, 1).await;
+    assert_rerun_after_expiry(&rows);
+    for row in &rows {
+        assert_eq!(chaos.timeline.executions(row.id).len(), 2);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_after_finalize_changes_nothing() {
+    let (chaos, rows, lost) = crash_everyone_at(FaultPoint::AfterFinalize, 1).await;
+    assert_eq!(lost, 0);
+    for row in &rows {
+        assert_eq!(row.attempt, 1, "the outcome was already written");
+        assert!(row.errors.is_empty());
+        assert_eq!(chaos.timeline.executions(row.id).len(), 1);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_at_heartbeat_kills_the_execution_and_the_job_is_rescued() {
+    // Jobs run for longer than a heartbeat period (a third of the 300ms lease).
+    let (chaos, rows, _) = crash_everyone_at(FaultPoint::Heartbeat, 250).await;
+    assert_rerun_after_expiry(&rows);
+    for row in &rows {
+        let runs = chaos.timeline.executions(row.id);
+        assert_eq!(runs.len(), 2);
+        assert!(runs[0].killed_at.is_some(), "the first execution was killed mid-run");
+        assert!(runs[1].ended.is_some());
+    }
+}
