@@ -23,10 +23,17 @@ async fn send_welcome(ctx: JobContext, user: String) -> Result<(), JobError> {
 #[job(retry = 3, timeout = "10s", backoff(base = "50ms", cap = "200ms"))]
 async fn build_report(ctx: JobContext, report_id: i64) -> Result<(), JobError> {
     if ctx.attempt() == 1 {
-        println!("  [job {}] report {report_id}: service busy, will retry", ctx.id());
+        println!(
+            "  [job {}] report {report_id}: service busy, will retry",
+            ctx.id()
+        );
         return Err(JobError::retryable("report service busy"));
     }
-    println!("  [job {}] report {report_id} built on attempt {}", ctx.id(), ctx.attempt());
+    println!(
+        "  [job {}] report {report_id} built on attempt {}",
+        ctx.id(),
+        ctx.attempt()
+    );
     Ok(())
 }
 
@@ -44,20 +51,29 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let server = std::env::var("DATABASE_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
     let url = ensure_database(&server, "job_quickstart").await?;
-    let pool = PgPoolOptions::new().max_connections(5).connect(&url).await?;
+    let pool = PgPoolOptions::new()
+        .max_connections(5)
+        .connect(&url)
+        .await?;
     let store = PgStore::new(pool.clone());
     store.migrate().await?;
 
     // Enqueue inside our own transaction: the jobs exist only if it commits.
     let mut tx = pool.begin().await?;
     let ids = vec![
-        SendWelcome { user: "ada@example.com".into() }.enqueue(&mut *tx).await?,
+        SendWelcome {
+            user: "ada@example.com".into(),
+        }
+        .enqueue(&mut *tx)
+        .await?,
         BuildReport { report_id: 7 }.enqueue(&mut *tx).await?,
         Charge { cents: -5 }.enqueue(&mut *tx).await?,
-        SendWelcome { user: "grace@example.com".into() }
-            .schedule_in(Duration::from_millis(200))
-            .enqueue(&mut *tx)
-            .await?,
+        SendWelcome {
+            user: "grace@example.com".into(),
+        }
+        .schedule_in(Duration::from_millis(200))
+        .enqueue(&mut *tx)
+        .await?,
     ];
     tx.commit().await?;
     println!("enqueued jobs {ids:?}");
@@ -112,7 +128,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 }
 
 /// Creates `name` on the server of `server_url` when it does not exist, and returns its URL.
-async fn ensure_database(server_url: &str, name: &str) -> Result<String, Box<dyn std::error::Error>> {
+async fn ensure_database(
+    server_url: &str,
+    name: &str,
+) -> Result<String, Box<dyn std::error::Error>> {
     let mut admin = PgConnection::connect(server_url).await.map_err(|e| {
         format!("cannot reach PostgreSQL at {server_url}: {e}; start it (pg_ctlcluster 15 main start) or set DATABASE_URL")
     })?;
@@ -133,7 +152,9 @@ async fn ensure_database(server_url: &str, name: &str) -> Result<String, Box<dyn
 
 /// `postgres://u@h:p/old?x=y` with `name` in place of `old`.
 fn with_database(url: &str, name: &str) -> String {
-    let (base, query) = url.split_once('?').map_or((url, None), |(b, q)| (b, Some(q)));
+    let (base, query) = url
+        .split_once('?')
+        .map_or((url, None), |(b, q)| (b, Some(q)));
     let scheme_end = base.find("://").map_or(0, |i| i + 3);
     let server = match base[scheme_end..].find('/') {
         Some(slash) => &base[..scheme_end + slash],

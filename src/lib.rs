@@ -6,18 +6,18 @@
 //!
 //! This crate holds no logic: it re-exports `job-core`, `job-macros` and `job-postgres`.
 
+pub use job_core::worker::{Worker, WorkerBuilder, WorkerConfig, WorkerHandle, WorkerStats};
 pub use job_core::{
     AttemptError, AttemptInfo, Backoff, BuildError, EnqueueError, EnqueueOptions, ErrorClass,
     Extensions, Failure, Fault, FaultInjector, FaultPoint, Job, JobContext, JobError, JobId,
     JobOptions, JobRow, JobState, Lease, NewJob, Outcome, RunAt, StopReason, Store, StoreError,
 };
-pub use job_core::worker::{Worker, WorkerBuilder, WorkerConfig, WorkerHandle, WorkerStats};
 pub use job_macros::job;
 pub use job_postgres::{Enqueue, PgStore};
 
 /// The names most programs need: `use job::prelude::*;`.
 pub mod prelude {
-    pub use crate::{job, Enqueue, Job, JobContext, JobError, JobId, PgStore, Worker};
+    pub use crate::{job, Enqueue, Job, JobContext, JobError, JobId, PgStore, Store, Worker};
 }
 
 /// Paths the `#[job]` macro's generated code uses. Not a public API.

@@ -48,7 +48,10 @@ pub trait Job: Serialize + DeserializeOwned + Send + Sync + 'static {
 
     /// Turns the JSON of an older payload version into the current one. Called only for stored
     /// versions below [`Job::VERSION`]. The default refuses, which discards the job as poison.
-    fn upgrade(from_version: i32, payload: serde_json::Value) -> Result<serde_json::Value, JobError> {
+    fn upgrade(
+        from_version: i32,
+        payload: serde_json::Value,
+    ) -> Result<serde_json::Value, JobError> {
         let _ = payload;
         Err(JobError::terminal(format!(
             "payload version {from_version} of `{}` has no upgrade to version {}",

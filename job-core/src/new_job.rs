@@ -87,7 +87,10 @@ impl NewJob {
         check_name("kind", &self.kind)?;
         check_name("queue", &self.queue)?;
         if self.priority < 0 {
-            return Err(invalid("priority", format!("must be 0 or more, got {}", self.priority)));
+            return Err(invalid(
+                "priority",
+                format!("must be 0 or more, got {}", self.priority),
+            ));
         }
         if self.max_attempts < 1 {
             return Err(invalid(
@@ -205,7 +208,11 @@ mod tests {
         let err = NewJob::build(&Noop { n: 1 }, EnqueueOptions::default(), 4).unwrap_err();
         assert!(matches!(
             err,
-            EnqueueError::PayloadTooLarge { size: 7, limit: 4, .. }
+            EnqueueError::PayloadTooLarge {
+                size: 7,
+                limit: 4,
+                ..
+            }
         ));
         assert_eq!(
             err.to_string(),

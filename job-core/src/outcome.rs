@@ -216,30 +216,59 @@ mod tests {
             }
             other => panic!("expected a retry, got {other:?}"),
         }
-        assert!(matches!(classify(end(), 3, 3, false), Outcome::Discard { .. }));
+        assert!(matches!(
+            classify(end(), 3, 3, false),
+            Outcome::Discard { .. }
+        ));
     }
 
     #[test]
     fn panics_and_timeouts_are_retryable_with_their_class() {
         let panicked = classify(AttemptEnd::Panicked("oops".into()), 1, 2, false);
-        assert!(matches!(panicked, Outcome::Retry { failure, .. } if failure.class == ErrorClass::Panic));
+        assert!(
+            matches!(panicked, Outcome::Retry { failure, .. } if failure.class == ErrorClass::Panic)
+        );
         let timed_out = classify(AttemptEnd::TimedOut(Duration::from_secs(1)), 1, 2, false);
-        assert!(matches!(timed_out, Outcome::Retry { failure, .. } if failure.class == ErrorClass::Timeout));
+        assert!(
+            matches!(timed_out, Outcome::Retry { failure, .. } if failure.class == ErrorClass::Timeout)
+        );
     }
 
     #[test]
     fn terminal_cancel_and_snooze_map_directly() {
-        let terminal = classify(AttemptEnd::Returned(Err(JobError::terminal("no"))), 1, 9, false);
-        assert!(matches!(terminal, Outcome::Discard { failure } if failure.class == ErrorClass::Terminal));
-        let cancel = classify(AttemptEnd::Returned(Err(JobError::cancel("bye"))), 1, 9, false);
-        assert_eq!(cancel, Outcome::Cancel { reason: "bye".into() });
+        let terminal = classify(
+            AttemptEnd::Returned(Err(JobError::terminal("no"))),
+            1,
+            9,
+            false,
+        );
+        assert!(
+            matches!(terminal, Outcome::Discard { failure } if failure.class == ErrorClass::Terminal)
+        );
+        let cancel = classify(
+            AttemptEnd::Returned(Err(JobError::cancel("bye"))),
+            1,
+            9,
+            false,
+        );
+        assert_eq!(
+            cancel,
+            Outcome::Cancel {
+                reason: "bye".into()
+            }
+        );
         let snooze = classify(
             AttemptEnd::Returned(Err(JobError::snooze(Duration::from_secs(5)))),
             9,
             9,
             false,
         );
-        assert_eq!(snooze, Outcome::Snooze { delay: Duration::from_secs(5) });
+        assert_eq!(
+            snooze,
+            Outcome::Snooze {
+                delay: Duration::from_secs(5)
+            }
+        );
     }
 
     #[test]

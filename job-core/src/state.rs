@@ -96,10 +96,17 @@ mod tests {
 
     #[test]
     fn only_finished_states_are_terminal() {
-        let terminal: Vec<_> = JobState::ALL.into_iter().filter(|s| s.is_terminal()).collect();
+        let terminal: Vec<_> = JobState::ALL
+            .into_iter()
+            .filter(|s| s.is_terminal())
+            .collect();
         assert_eq!(
             terminal,
-            [JobState::Completed, JobState::Cancelled, JobState::Discarded]
+            [
+                JobState::Completed,
+                JobState::Cancelled,
+                JobState::Discarded
+            ]
         );
     }
 }

@@ -208,8 +208,10 @@ pub trait Store: Clone + Send + Sync + 'static {
     /// Recovers up to `limit` jobs whose lease expired (`running` and `locked_until` before the
     /// database's now), and only those: back to `retryable` with the attempt counted, or to
     /// `discarded` when attempts are exhausted.
-    fn rescue_expired(&self, limit: u32)
-        -> impl Future<Output = Result<Rescued, StoreError>> + Send;
+    fn rescue_expired(
+        &self,
+        limit: u32,
+    ) -> impl Future<Output = Result<Rescued, StoreError>> + Send;
 
     /// Gives leases back on shutdown, guarded by `(id, lock_token)`: the jobs become
     /// `available` at once and the attempt is not counted. Returns how many were released.

@@ -19,7 +19,11 @@ async fn crash_everyone_at(point: FaultPoint, job_ms: u64) -> (Chaos, Vec<job::J
     let rows = chaos.all_terminal(&ids).await;
     let stats = worker.stats();
     worker.shutdown().await;
-    assert_eq!(faults.crashes().len(), 12, "every job crashed once at {point}");
+    assert_eq!(
+        faults.crashes().len(),
+        12,
+        "every job crashed once at {point}"
+    );
     assert_eq!(stats.completed, 12, "each job is finalized exactly once");
     chaos.timeline.assert_never_concurrent();
     assert_each_completed(&rows);
@@ -42,7 +46,11 @@ async fn a_crash_after_claim_reruns_the_job_once_its_lease_expires() {
     let (chaos, rows, _) = crash_everyone_at(FaultPoint::AfterClaim, 1).await;
     assert_rerun_after_expiry(&rows);
     for row in &rows {
-        assert_eq!(chaos.timeline.executions(row.id).len(), 1, "the handler never ran on attempt 1");
+        assert_eq!(
+            chaos.timeline.executions(row.id).len(),
+            1,
+            "the handler never ran on attempt 1"
+        );
     }
 }
 
@@ -61,8 +69,15 @@ async fn a_crash_after_perform_runs_the_side_effect_again_but_never_concurrently
     assert_rerun_after_expiry(&rows);
     for row in &rows {
         let runs = chaos.timeline.executions(row.id);
-        assert_eq!(runs.len(), 2, "at least once: the side effect happens again");
-        assert!(runs.iter().all(|r| r.ended.is_some()), "both executions returned");
+        assert_eq!(
+            runs.len(),
+            2,
+            "at least once: the side effect happens again"
+        );
+        assert!(
+            runs.iter().all(|r| r.ended.is_some()),
+            "both executions returned"
+        );
     }
 }
 
@@ -94,7 +109,10 @@ async fn a_crash_at_heartbeat_kills_the_execution_and_the_job_is_rescued() {
     for row in &rows {
         let runs = chaos.timeline.executions(row.id);
         assert_eq!(runs.len(), 2);
-        assert!(runs[0].killed_at.is_some(), "the first execution was killed mid-run");
+        assert!(
+            runs[0].killed_at.is_some(),
+            "the first execution was killed mid-run"
+        );
         assert!(runs[1].ended.is_some());
     }
 }

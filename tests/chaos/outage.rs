@@ -15,15 +15,24 @@ async fn a_stalled_database_loses_no_job_and_applies_no_stale_outcome() {
     // Wait until work is under way, then stall the store for three leases.
     let started = tokio::time::Instant::now();
     while worker.stats().claimed == 0 {
-        assert!(started.elapsed() < Duration::from_secs(30), "the worker never claimed");
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the worker never claimed"
+        );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     store.stall_for(Duration::from_millis(900));
     let rows = chaos.all_terminal(&ids).await;
     let stats = worker.stats();
     worker.shutdown().await;
-    assert!(store.calls_refused() > 0, "the outage should have hit some calls");
-    assert!(stats.fenced > 0, "executions during the stall must fence themselves");
+    assert!(
+        store.calls_refused() > 0,
+        "the outage should have hit some calls"
+    );
+    assert!(
+        stats.fenced > 0,
+        "executions during the stall must fence themselves"
+    );
     assert_each_completed(&rows);
     chaos.timeline.assert_never_concurrent();
     assert_eq!(stats.completed, 60, "each job is finalized exactly once");
@@ -37,7 +46,10 @@ async fn a_failing_database_loses_no_job_and_the_worker_recovers() {
     let worker = chaos.worker(store.clone()).build().unwrap().start();
     let started = tokio::time::Instant::now();
     while worker.stats().claimed == 0 {
-        assert!(started.elapsed() < Duration::from_secs(30), "the worker never claimed");
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the worker never claimed"
+        );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     store.fail_for(Duration::from_millis(700));

@@ -117,8 +117,12 @@ impl Chaos {
     pub async fn enqueue(&self, n: usize, ms: u64) -> Vec<JobId> {
         let jobs = (0..n)
             .map(|_| {
-                NewJob::build(&Traced { ms }, EnqueueOptions::default(), DEFAULT_PAYLOAD_LIMIT)
-                    .unwrap()
+                NewJob::build(
+                    &Traced { ms },
+                    EnqueueOptions::default(),
+                    DEFAULT_PAYLOAD_LIMIT,
+                )
+                .unwrap()
             })
             .collect();
         self.store.enqueue_many(jobs).await.unwrap()
@@ -169,7 +173,13 @@ impl Chaos {
 /// Every job completed exactly once as far as the row can tell.
 pub fn assert_each_completed(rows: &[job::JobRow]) {
     for row in rows {
-        assert_eq!(row.state, JobState::Completed, "job {} ended {}", row.id, row.state);
+        assert_eq!(
+            row.state,
+            JobState::Completed,
+            "job {} ended {}",
+            row.id,
+            row.state
+        );
         assert!(row.finalized_at.is_some());
         assert_eq!(row.lock_token, None);
     }

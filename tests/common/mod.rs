@@ -6,7 +6,9 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use job::{Backoff, Job, JobContext, JobError, JobId, JobOptions, JobRow, JobState, PgStore, Store};
+use job::{
+    Backoff, Job, JobContext, JobError, JobId, JobOptions, JobRow, JobState, PgStore, Store,
+};
 use job_core::worker::WorkerBuilder;
 use job_core::{EnqueueOptions, NewJob, DEFAULT_PAYLOAD_LIMIT};
 use serde::{Deserialize, Serialize};
@@ -38,7 +40,8 @@ impl Ledger {
     }
 }
 
-pub const FAST_BACKOFF: Backoff = Backoff::new(Duration::from_millis(10), Duration::from_millis(80));
+pub const FAST_BACKOFF: Backoff =
+    Backoff::new(Duration::from_millis(10), Duration::from_millis(80));
 
 /// Completes at once.
 #[derive(Debug, Serialize, Deserialize)]
@@ -91,7 +94,10 @@ impl Job for Flaky {
             return Ok(());
         }
         match self.how {
-            How::Error => Err(std::io::Error::other(format!("flaky failure {}", ctx.attempt())))?,
+            How::Error => Err(std::io::Error::other(format!(
+                "flaky failure {}",
+                ctx.attempt()
+            )))?,
             How::Terminal => Err(JobError::terminal("the invoice does not exist")),
             How::Panic => panic!("flaky panic {}", ctx.attempt()),
             How::Timeout => {

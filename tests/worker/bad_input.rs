@@ -22,7 +22,11 @@ fn raw(kind: &str, payload: &str, version: i32) -> NewJob {
 #[tokio::test]
 async fn unknown_kinds_stay_untouched() {
     let h = Harness::new().await;
-    let stranger = h.store.enqueue(raw("billing.unknown", "{}", 1)).await.unwrap();
+    let stranger = h
+        .store
+        .enqueue(raw("billing.unknown", "{}", 1))
+        .await
+        .unwrap();
     let known = enqueue(&h.store, Noop { n: 1 }).await;
     let worker = h.worker().build().unwrap().start();
     h.reaches(known, JobState::Completed).await;
@@ -44,18 +48,33 @@ async fn a_poison_payload_is_discarded_with_its_reason() {
     let worker = h.worker().build().unwrap().start();
     let row = h.reaches(id, JobState::Discarded).await;
     worker.shutdown().await;
-    assert_eq!(h.ledger.runs(id), 0, "the handler never sees a poison payload");
+    assert_eq!(
+        h.ledger.runs(id),
+        0,
+        "the handler never sees a poison payload"
+    );
     assert_eq!(row.attempt, 1, "discarded at once, not retried in a loop");
     assert_eq!(row.errors.len(), 1);
     assert_eq!(row.errors[0].class, "poison");
-    assert!(row.errors[0].message.contains("does not decode"), "{}", row.errors[0].message);
-    assert_eq!(row.payload["n"], "not a number", "the payload is kept for inspection");
+    assert!(
+        row.errors[0].message.contains("does not decode"),
+        "{}",
+        row.errors[0].message
+    );
+    assert_eq!(
+        row.payload["n"], "not a number",
+        "the payload is kept for inspection"
+    );
 }
 
 #[tokio::test]
 async fn a_newer_payload_version_is_left_for_a_newer_worker() {
     let h = Harness::new().await;
-    let newer = h.store.enqueue(raw("test.noop", r#"{"n":1}"#, 2)).await.unwrap();
+    let newer = h
+        .store
+        .enqueue(raw("test.noop", r#"{"n":1}"#, 2))
+        .await
+        .unwrap();
     let current = enqueue(&h.store, Noop { n: 2 }).await;
     let worker = h.worker().build().unwrap().start();
     h.reaches(current, JobState::Completed).await;
@@ -74,7 +93,13 @@ async fn bad_options_are_refused_at_enqueue_and_nothing_is_written() {
         .await
         .unwrap_err();
     assert!(
-        matches!(err, EnqueueError::InvalidOption { option: "queue", .. }),
+        matches!(
+            err,
+            EnqueueError::InvalidOption {
+                option: "queue",
+                ..
+            }
+        ),
         "{err}"
     );
     let err = job::Enqueue::new(Noop { n: 1 })
@@ -83,7 +108,13 @@ async fn bad_options_are_refused_at_enqueue_and_nothing_is_written() {
         .await
         .unwrap_err();
     assert!(
-        matches!(err, EnqueueError::InvalidOption { option: "priority", .. }),
+        matches!(
+            err,
+            EnqueueError::InvalidOption {
+                option: "priority",
+                ..
+            }
+        ),
         "{err}"
     );
     let huge = NewJob::build(

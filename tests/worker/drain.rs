@@ -51,7 +51,11 @@ async fn shutdown_releases_unfinished_leases_for_another_worker() {
     assert_eq!(report.released, 3);
     for id in &ids {
         let row = h.row(*id).await;
-        assert_eq!(row.state, JobState::Available, "released at once, not left to expire");
+        assert_eq!(
+            row.state,
+            JobState::Available,
+            "released at once, not left to expire"
+        );
         assert_eq!(row.attempt, 0, "a released attempt is not counted");
         assert_eq!(row.lock_token, None);
         assert!(row.errors.is_empty());
@@ -69,7 +73,11 @@ async fn shutdown_releases_unfinished_leases_for_another_worker() {
     for id in &ids {
         let row = h.reaches(*id, JobState::Completed).await;
         assert_eq!(row.attempt, 1);
-        assert_eq!(h.ledger.runs(*id), 2, "once on the first worker, once on the second");
+        assert_eq!(
+            h.ledger.runs(*id),
+            2,
+            "once on the first worker, once on the second"
+        );
     }
     second.shutdown().await;
 }

@@ -31,13 +31,12 @@ async fn claim_and_die(h: &Harness, kind: &str, lease: Duration) -> ClaimedJob {
 
 async fn wait_expired(h: &Harness, id: i64) {
     eventually("the lease to expire in database time", || async {
-        let expired: bool = sqlx::query_scalar(
-            "SELECT locked_until < now() FROM job.jobs WHERE id = $1",
-        )
-        .bind(id)
-        .fetch_one(h.store.pool())
-        .await
-        .unwrap();
+        let expired: bool =
+            sqlx::query_scalar("SELECT locked_until < now() FROM job.jobs WHERE id = $1")
+                .bind(id)
+                .fetch_one(h.store.pool())
+                .await
+                .unwrap();
         expired.then_some(())
     })
     .await;
@@ -135,7 +134,11 @@ async fn a_worker_that_loses_its_lease_stops_and_writes_nothing() {
     worker.shutdown().await;
     let row = h.row(id).await;
     assert_eq!(row.state, JobState::Running);
-    assert_eq!(row.lock_token, Some(thief), "the new owner's lease is untouched");
+    assert_eq!(
+        row.lock_token,
+        Some(thief),
+        "the new owner's lease is untouched"
+    );
     assert!(row.errors.is_empty(), "the old execution wrote nothing");
 }
 
@@ -157,16 +160,19 @@ async fn a_worker_that_cannot_renew_fences_itself_before_the_lease_expires() {
     })
     .await;
     // Fenced while the database still shows the lease as live: no one else could have had it.
-    let still_live: bool = sqlx::query_scalar(
-        "SELECT locked_until > now() FROM job.jobs WHERE id = $1",
-    )
-    .bind(id)
-    .fetch_one(&mut *blocker)
-    .await
-    .unwrap();
+    let still_live: bool =
+        sqlx::query_scalar("SELECT locked_until > now() FROM job.jobs WHERE id = $1")
+            .bind(id)
+            .fetch_one(&mut *blocker)
+            .await
+            .unwrap();
     assert!(still_live, "the worker must stop before its lease expires");
     blocker.rollback().await.unwrap();
     assert_eq!(worker.in_flight(), 0);
     worker.shutdown().await;
-    assert_eq!(h.row(id).await.state, JobState::Running, "nothing was written after fencing");
+    assert_eq!(
+        h.row(id).await.state,
+        JobState::Running,
+        "nothing was written after fencing"
+    );
 }

@@ -9,7 +9,14 @@ use crate::common::*;
 async fn four_workers_perform_2000_jobs_exactly_once() {
     let h = Harness::new().await;
     let jobs: Vec<_> = (0..2000)
-        .map(|n| NewJob::build(&Noop { n }, EnqueueOptions::default(), DEFAULT_PAYLOAD_LIMIT).unwrap())
+        .map(|n| {
+            NewJob::build(
+                &Noop { n },
+                EnqueueOptions::default(),
+                DEFAULT_PAYLOAD_LIMIT,
+            )
+            .unwrap()
+        })
         .collect();
     let ids = h.store.enqueue_many(jobs).await.unwrap();
     assert_eq!(ids.len(), 2000);

@@ -1,8 +1,8 @@
 //! Lost database connections lose no job, and the worker carries on.
 
 use job::{JobState, Store};
-use sqlx::Connection;
 use job_core::{EnqueueOptions, NewJob, DEFAULT_PAYLOAD_LIMIT};
+use sqlx::Connection;
 
 use crate::common::*;
 
@@ -10,7 +10,14 @@ use crate::common::*;
 async fn terminated_connections_lose_no_job() {
     let h = Harness::new().await;
     let jobs: Vec<_> = (0..600)
-        .map(|_| NewJob::build(&Sleepy { ms: 10 }, EnqueueOptions::default(), DEFAULT_PAYLOAD_LIMIT).unwrap())
+        .map(|_| {
+            NewJob::build(
+                &Sleepy { ms: 10 },
+                EnqueueOptions::default(),
+                DEFAULT_PAYLOAD_LIMIT,
+            )
+            .unwrap()
+        })
         .collect();
     let ids = h.store.enqueue_many(jobs).await.unwrap();
     let worker = h.worker().build().unwrap().start();

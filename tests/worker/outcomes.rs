@@ -24,12 +24,23 @@ async fn a_job_runs_and_completes() {
 #[tokio::test]
 async fn a_failing_job_retries_then_succeeds() {
     let h = Harness::new().await;
-    let id = enqueue(&h.store, Flaky { failures: 2, how: How::Error }).await;
+    let id = enqueue(
+        &h.store,
+        Flaky {
+            failures: 2,
+            how: How::Error,
+        },
+    )
+    .await;
     let worker = h.worker().build().unwrap().start();
     let row = h.reaches(id, JobState::Completed).await;
     assert_eq!(h.ledger.snapshot()[&id], vec![1, 2, 3]);
     assert_eq!(row.attempt, 3);
-    let history: Vec<_> = row.errors.iter().map(|e| (e.attempt, e.class.as_str())).collect();
+    let history: Vec<_> = row
+        .errors
+        .iter()
+        .map(|e| (e.attempt, e.class.as_str()))
+        .collect();
     assert_eq!(history, [(1, "error"), (2, "error")]);
     assert_eq!(row.errors[0].message, "flaky failure 1");
     worker.shutdown().await;
@@ -48,8 +59,13 @@ async fn a_retry_waits_a_delay_inside_the_jittered_bounds() {
     for id in ids {
         let row = h.reaches(id, JobState::Retryable).await;
         assert_eq!(row.errors.len(), 1);
-        let waited = (row.run_at - row.errors[0].at).to_std().expect("run_at after the failure");
-        assert!(waited <= ceiling, "delay {waited:?} is over the ceiling {ceiling:?}");
+        let waited = (row.run_at - row.errors[0].at)
+            .to_std()
+            .expect("run_at after the failure");
+        assert!(
+            waited <= ceiling,
+            "delay {waited:?} is over the ceiling {ceiling:?}"
+        );
     }
     worker.shutdown().await;
 }
@@ -57,7 +73,14 @@ async fn a_retry_waits_a_delay_inside_the_jittered_bounds() {
 #[tokio::test]
 async fn a_terminal_error_discards_and_keeps_the_history() {
     let h = Harness::new().await;
-    let id = enqueue(&h.store, Flaky { failures: 9, how: How::Terminal }).await;
+    let id = enqueue(
+        &h.store,
+        Flaky {
+            failures: 9,
+            how: How::Terminal,
+        },
+    )
+    .await;
     let worker = h.worker().build().unwrap().start();
     let row = h.reaches(id, JobState::Discarded).await;
     assert_eq!(h.ledger.runs(id), 1, "a terminal error is never retried");
@@ -71,7 +94,14 @@ async fn a_terminal_error_discards_and_keeps_the_history() {
 #[tokio::test]
 async fn exhausted_attempts_discard_the_job() {
     let h = Harness::new().await;
-    let id = enqueue(&h.store, Flaky { failures: 9, how: How::Error }).await;
+    let id = enqueue(
+        &h.store,
+        Flaky {
+            failures: 9,
+            how: How::Error,
+        },
+    )
+    .await;
     let worker = h.worker().build().unwrap().start();
     let row = h.reaches(id, JobState::Discarded).await;
     assert_eq!(h.ledger.snapshot()[&id], vec![1, 2, 3]);
@@ -84,12 +114,23 @@ async fn exhausted_attempts_discard_the_job() {
 #[tokio::test]
 async fn a_timeout_is_retried() {
     let h = Harness::new().await;
-    let id = enqueue(&h.store, Flaky { failures: 1, how: How::Timeout }).await;
+    let id = enqueue(
+        &h.store,
+        Flaky {
+            failures: 1,
+            how: How::Timeout,
+        },
+    )
+    .await;
     let worker = h.worker().build().unwrap().start();
     let row = h.reaches(id, JobState::Completed).await;
     assert_eq!(row.attempt, 2);
     assert_eq!(row.errors[0].class, "timeout");
-    assert!(row.errors[0].message.contains("timeout of 300ms"), "{}", row.errors[0].message);
+    assert!(
+        row.errors[0].message.contains("timeout of 300ms"),
+        "{}",
+        row.errors[0].message
+    );
     assert_eq!(worker.stats().timeouts, 1);
     worker.shutdown().await;
 }
@@ -97,7 +138,14 @@ async fn a_timeout_is_retried() {
 #[tokio::test]
 async fn a_panic_is_retried_and_the_worker_carries_on() {
     let h = Harness::new().await;
-    let id = enqueue(&h.store, Flaky { failures: 1, how: How::Panic }).await;
+    let id = enqueue(
+        &h.store,
+        Flaky {
+            failures: 1,
+            how: How::Panic,
+        },
+    )
+    .await;
     let worker = h.worker().build().unwrap().start();
     let row = h.reaches(id, JobState::Completed).await;
     assert_eq!(row.attempt, 2);
@@ -112,25 +160,48 @@ async fn a_panic_is_retried_and_the_worker_carries_on() {
 #[tokio::test]
 async fn a_cancel_from_the_handler_ends_cancelled() {
     let h = Harness::new().await;
-    let id = enqueue(&h.store, Flaky { failures: 9, how: How::Cancel }).await;
+    let id = enqueue(
+        &h.store,
+        Flaky {
+            failures: 9,
+            how: How::Cancel,
+        },
+    )
+    .await;
     let worker = h.worker().build().unwrap().start();
     let row = h.reaches(id, JobState::Cancelled).await;
     assert_eq!(h.ledger.runs(id), 1);
-    assert!(row.errors.iter().any(|e| e.message == "customer closed the account"));
+    assert!(row
+        .errors
+        .iter()
+        .any(|e| e.message == "customer closed the account"));
     worker.shutdown().await;
 }
 
 #[tokio::test]
 async fn a_snooze_runs_again_without_consuming_an_attempt() {
     let h = Harness::new().await;
-    let id = enqueue(&h.store, Flaky { failures: 5, how: How::Snooze }).await;
+    let id = enqueue(
+        &h.store,
+        Flaky {
+            failures: 5,
+            how: How::Snooze,
+        },
+    )
+    .await;
     // Flaky completes once attempt > failures; a snooze never counts, so it snoozes until the
     // test sees it has run a few times, then we check no attempt was used.
     let worker = h.worker().build().unwrap().start();
-    eventually("three snoozed runs", || async { (h.ledger.runs(id) >= 3).then_some(()) }).await;
+    eventually("three snoozed runs", || async {
+        (h.ledger.runs(id) >= 3).then_some(())
+    })
+    .await;
     worker.shutdown().await;
     let runs = h.ledger.snapshot()[&id].clone();
-    assert!(runs.iter().all(|a| *a == 1), "every snoozed run is attempt 1: {runs:?}");
+    assert!(
+        runs.iter().all(|a| *a == 1),
+        "every snoozed run is attempt 1: {runs:?}"
+    );
     let row = h.row(id).await;
     assert!(row.attempt <= 1);
     assert!(row.errors.is_empty(), "a snooze is not an error");

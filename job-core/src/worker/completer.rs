@@ -65,7 +65,10 @@ async fn flush<S: Store>(shared: &Shared<S>, batch: &mut Vec<Completion>) {
             let held = shared.inflight.holds(&c.finalize.lease);
             if !held {
                 bump(&shared.counters.lease_lost, 1);
-                tracing::warn!(id = c.info.id, "outcome dropped: lease lost before it was written");
+                tracing::warn!(
+                    id = c.info.id,
+                    "outcome dropped: lease lost before it was written"
+                );
             }
             held
         });

@@ -102,7 +102,9 @@ impl InFlight {
 
     /// Whether `lease` is still held here.
     pub(crate) fn holds(&self, lease: &Lease) -> bool {
-        self.lock().get(&lease.id).is_some_and(|e| e.lease == *lease)
+        self.lock()
+            .get(&lease.id)
+            .is_some_and(|e| e.lease == *lease)
     }
 
     /// The outcome of `lease` went to the completer.

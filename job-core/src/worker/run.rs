@@ -131,12 +131,7 @@ impl<S: Store> Worker<S> {
             executors: TaskTracker::new(),
         });
         let shutdown = CancellationToken::new();
-        let task = tokio::spawn(supervise(
-            shared.clone(),
-            self.queues,
-            rx,
-            shutdown.clone(),
-        ));
+        let task = tokio::spawn(supervise(shared.clone(), self.queues, rx, shutdown.clone()));
         WorkerHandle {
             id,
             shared,

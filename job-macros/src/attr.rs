@@ -1,0 +1,668 @@
+//! Parses the attribute's arguments (`#[job(retry = 5, timeout = "2m")]`) into [`JobArgs`],
+//! checking every value and recording every mistake rather than stopping at the first.
+
+use std::fmt::Display;
+use std::ops::RangeInclusive;
+use std::time::Duration;
+
+use proc_macro2::{Span, TokenStream};
+use syn::ext::IdentExt;
+use syn::parse::{ParseStream, Parser};
+use syn::{Expr, Ident, Lit, Path, Token, UnOp};
+
+use crate::duration;
+use crate::errors::Errors;
+
+mod kw {
+    syn::custom_keyword!(kind);
+    syn::custom_keyword!(version);
+    syn::custom_keyword!(upgrade);
+    syn::custom_keyword!(queue);
+    syn::custom_keyword!(priority);
+    syn::custom_keyword!(retry);
+    syn::custom_keyword!(timeout);
+    syn::custom_keyword!(lease);
+    syn::custom_keyword!(backoff);
+    syn::custom_keyword!(base);
+    syn::custom_keyword!(cap);
+}
+
+/// Every key, for the message about an unknown one.
+const KEYS: &str =
+    "`kind`, `version`, `upgrade`, `queue`, `priority`, `retry`, `timeout`, `lease`, `backoff`";
+
+/// The longest queue or kind name the store accepts (`job_core::new_job::MAX_NAME_LEN`).
+pub(crate) const MAX_NAME_LEN: usize = 128;
+
+/// The most retries `retry` allows.
+const MAX_RETRY: i128 = 1000;
+
+/// The shortest lease a worker accepts (checked again by `WorkerBuilder::build`).
+const MIN_LEASE: Duration = Duration::from_millis(30);
+
+/// `job_core::Backoff::DEFAULT`, to check a half-given `backoff` here; the `every-key` pass
+/// test asserts that the two agree.
+const DEFAULT_BACKOFF_BASE: Duration = Duration::from_secs(1);
+const DEFAULT_BACKOFF_CAP: Duration = Duration::from_secs(3600);
+
+/// The checked arguments. A key that was not given, or given wrong, is `None`.
+#[derive(Default)]
+pub(crate) struct JobArgs {
+    pub(crate) kind: Option<String>,
+    pub(crate) version: Option<i32>,
+    pub(crate) upgrade: Option<Path>,
+    pub(crate) queue: Option<String>,
+    pub(crate) priority: Option<i16>,
+    pub(crate) retry: Option<u32>,
+    pub(crate) timeout: Option<Duration>,
+    pub(crate) lease: Option<Duration>,
+    pub(crate) backoff: Option<BackoffArgs>,
+}
+
+/// `backoff(base = "..", cap = "..")`: either half may be left to its default.
+#[derive(Default)]
+pub(crate) struct BackoffArgs {
+    pub(crate) base: Option<Duration>,
+    pub(crate) cap: Option<Duration>,
+}
+
+/// Parses the attribute's tokens. Mistakes go to `errors`; the keys that were right are kept,
+/// so the expansion can go on and spare the user follow-up errors.
+pub(crate) fn parse(tokens: TokenStream, errors: &mut Errors) -> JobArgs {
+    let mut keys = Keys::default();
+    let parser = |input: ParseStream<'_>| {
+        keys.parse_list(input, errors);
+        Ok(())
+    };
+    if let Err(e) = parser.parse2(tokens) {
+        errors.push(e);
+    }
+    keys.finish(errors)
+}
+
+/// One key: empty until it is written, and written at most once.
+struct Slot<T> {
+    /// The key as the user writes it.
+    key: &'static str,
+    /// Where the key was first written, even when its value was refused.
+    span: Option<Span>,
+    value: Option<T>,
+}
+
+impl<T> Slot<T> {
+    fn new(key: &'static str) -> Self {
+        Slot {
+            key,
+            span: None,
+            value: None,
+        }
+    }
+
+    /// Records the key written at `span` with its checked value; a second one is refused.
+    fn set(&mut self, span: Span, value: syn::Result<T>, errors: &mut Errors) {
+        if self.span.is_some() {
+            errors.push(syn::Error::new(span, format!("`{}` set twice", self.key)));
+        }
+        match value {
+            Ok(value) if self.span.is_none() => self.value = Some(value),
+            Ok(_) => {}
+            Err(e) => errors.push(e),
+        }
+        self.span.get_or_insert(span);
+    }
+}
+
+/// The keys while they are being parsed.
+struct Keys {
+    kind: Slot<String>,
+    version: Slot<i32>,
+    upgrade: Slot<Path>,
+    queue: Slot<String>,
+    priority: Slot<i16>,
+    retry: Slot<u32>,
+    timeout: Slot<Duration>,
+    lease: Slot<Duration>,
+    backoff: Slot<BackoffArgs>,
+}
+
+impl Default for Keys {
+    fn default() -> Self {
+        Keys {
+            kind: Slot::new("kind"),
+            version: Slot::new("version"),
+            upgrade: Slot::new("upgrade"),
+            queue: Slot::new("queue"),
+            priority: Slot::new("priority"),
+            retry: Slot::new("retry"),
+            timeout: Slot::new("timeout"),
+            lease: Slot::new("lease"),
+            backoff: Slot::new("backoff"),
+        }
+    }
+}
+
+impl Keys {
+    /// `key = value, ...`. A key that cannot be read is reported and skipped up to the next
+    /// comma, so the keys after it are still checked.
+    fn parse_list(&mut self, input: ParseStream<'_>, errors: &mut Errors) {
+        while !input.is_empty() {
+            let parsed = self
+                .parse_key(input, errors)
+                .and_then(|()| end_of_key(input));
+            if let Err(e) = parsed {
+                errors.push(e);
+                skip_past_comma(input);
+            }
+        }
+    }
+
+    fn parse_key(&mut self, input: ParseStream<'_>, errors: &mut Errors) -> syn::Result<()> {
+        let at = input.span();
+        if input.peek(kw::kind) {
+            let key: kw::kind = input.parse()?;
+            let value = value(input, at, "kind", r#"kind = "billing.send_invoice""#)?;
+            self.kind.set(key.span, name("kind", &value), errors);
+        } else if input.peek(kw::version) {
+            let key: kw::version = input.parse()?;
+            let value = value(input, at, "version", "version = 2")?;
+            let version = integer(&value, "version", 1..=i32::MAX.into(), "1 or more");
+            self.version.set(key.span, version, errors);
+        } else if input.peek(kw::upgrade) {
+            let key: kw::upgrade = input.parse()?;
+            let value = value(input, at, "upgrade", "upgrade = upgrade_payload")?;
+            self.upgrade.set(key.span, path(&value), errors);
+        } else if input.peek(kw::queue) {
+            let key: kw::queue = input.parse()?;
+            let value = value(input, at, "queue", r#"queue = "mail""#)?;
+            self.queue.set(key.span, name("queue", &value), errors);
+        } else if input.peek(kw::priority) {
+            let key: kw::priority = input.parse()?;
+            let value = value(input, at, "priority", "priority = 1")?;
+            let range = 0..=i16::MAX.into();
+            let priority = integer(
+                &value,
+                "priority",
+                range,
+                "between 0 and 32767 (lower runs first)",
+            );
+            self.priority.set(key.span, priority, errors);
+        } else if input.peek(kw::retry) {
+            let key: kw::retry = input.parse()?;
+            let value = value(input, at, "retry", "retry = 5")?;
+            let what = "between 0 and 1000 (the retries after the first attempt)";
+            let retry = integer(&value, "retry", 0..=MAX_RETRY, what);
+            self.retry.set(key.span, retry, errors);
+        } else if input.peek(kw::timeout) {
+            let key: kw::timeout = input.parse()?;
+            let value = value(input, at, "timeout", r#"timeout = "2m""#)?;
+            self.timeout
+                .set(key.span, duration(&value, "timeout"), errors);
+        } else if input.peek(kw::lease) {
+            let key: kw::lease = input.parse()?;
+            let value = value(input, at, "lease", r#"lease = "30s""#)?;
+            self.lease.set(key.span, lease(&value), errors);
+        } else if input.peek(kw::backoff) {
+            let key: kw::backoff = input.parse()?;
+            let backoff = parse_backoff(input, errors)?;
+            self.backoff.set(key.span, backoff, errors);
+        } else {
+            let key = Ident::parse_any(input)
+                .map_err(|e| syn::Error::new(e.span(), format!("expected a key, one of {KEYS}")))?;
+            skip_value(input)?;
+            errors.push(unknown_key(&key));
+        }
+        Ok(())
+    }
+
+    /// The checked arguments, after the checks that involve two keys.
+    fn finish(self, errors: &mut Errors) -> JobArgs {
+        let mut args = JobArgs {
+            kind: self.kind.value,
+            version: self.version.value,
+            upgrade: self.upgrade.value,
+            queue: self.queue.value,
+            priority: self.priority.value,
+            retry: self.retry.value,
+            timeout: self.timeout.value,
+            lease: self.lease.value,
+            backoff: self.backoff.value,
+        };
+        // A refused `upgrade` has its own error already.
+        if let (Some(_), Some(span)) = (&args.upgrade, self.upgrade.span) {
+            let why = "the hook turns payloads of older versions into the current one";
+            match args.version {
+                Some(2..) => {}
+                Some(v) => errors.push(syn::Error::new(
+                    span,
+                    format!("`upgrade` needs `version = 2` or higher, not {v}: {why}"),
+                )),
+                // A refused `version` has its own error already.
+                None if self.version.span.is_some() => {}
+                None => errors.push(syn::Error::new(
+                    span,
+                    format!("`upgrade` needs `version = 2` or higher: {why}"),
+                )),
+            }
+        }
+        if let (Some(backoff), Some(span)) = (&args.backoff, self.backoff.span) {
+            let base = backoff.base.unwrap_or(DEFAULT_BACKOFF_BASE);
+            let cap = backoff.cap.unwrap_or(DEFAULT_BACKOFF_CAP);
+            if base > cap {
+                let which = match (backoff.base, backoff.cap) {
+                    (_, None) => " (the default)",
+                    (None, _) => "; the default base is 1s",
+                    _ => "",
+                };
+                let (base, cap) = (duration::show(base), duration::show(cap));
+                let message = if backoff.base.is_some() {
+                    format!("`backoff` base {base} is above its cap {cap}{which}")
+                } else {
+                    format!("`backoff` cap {cap} is below its base{which}")
+                };
+                errors.push(syn::Error::new(span, message));
+                args.backoff = None;
+            }
+        }
+        args
+    }
+}
+
+/// `(base = "..", cap = "..")` after `backoff`.
+fn parse_backoff(
+    input: ParseStream<'_>,
+    errors: &mut Errors,
+) -> syn::Result<syn::Result<BackoffArgs>> {
+    const EXAMPLE: &str = r#"backoff(base = "1s", cap = "1h")"#;
+    if input.peek(Token![=]) {
+        let eq: Token![=] = input.parse()?;
+        let value: Expr = input.parse()?;
+        let message = format!("`backoff` takes a list, like `{EXAMPLE}`");
+        return Ok(Err(syn::Error::new_spanned(
+            quote::quote!(#eq #value),
+            message,
+        )));
+    }
+    if !input.peek(syn::token::Paren) {
+        return Err(input.error(format!("`backoff` needs a list, like `{EXAMPLE}`")));
+    }
+    let content;
+    let parens = syn::parenthesized!(content in input);
+    let mut base = Slot::new("base");
+    let mut cap = Slot::new("cap");
+    while !content.is_empty() {
+        let at = content.span();
+        let parsed = (|| {
+            if content.peek(kw::base) {
+                let key: kw::base = content.parse()?;
+                let value = value(&content, at, "base", r#"base = "1s""#)?;
+                base.set(key.span, duration(&value, "base"), errors);
+            } else if content.peek(kw::cap) {
+                let key: kw::cap = content.parse()?;
+                let value = value(&content, at, "cap", r#"cap = "1h""#)?;
+                cap.set(key.span, duration(&value, "cap"), errors);
+            } else {
+                let key = Ident::parse_any(&content)?;
+                skip_value(&content)?;
+                let message = format!("unknown `backoff` key `{key}`; expected `base` or `cap`");
+                errors.push(syn::Error::new(key.span(), message));
+            }
+            end_of_key(&content)
+        })();
+        if let Err(e) = parsed {
+            errors.push(e);
+            skip_past_comma(&content);
+        }
+    }
+    if base.span.is_none() && cap.span.is_none() {
+        let message = format!("`backoff` needs `base`, `cap` or both, like `{EXAMPLE}`");
+        return Ok(Err(syn::Error::new(parens.span.join(), message)));
+    }
+    Ok(Ok(BackoffArgs {
+        base: base.value,
+        cap: cap.value,
+    }))
+}
+
+/// `= value` after `key`, written `at`.
+fn value(input: ParseStream<'_>, at: Span, key: &str, example: &str) -> syn::Result<Expr> {
+    if !input.peek(Token![=]) {
+        return Err(syn::Error::new(
+            at,
+            format!("`{key}` needs a value, like `{example}`"),
+        ));
+    }
+    input.parse::<Token![=]>()?;
+    input.parse()
+}
+
+/// After a key and its value: the end of the list or a comma.
+fn end_of_key(input: ParseStream<'_>) -> syn::Result<()> {
+    if !input.is_empty() {
+        input.parse::<Token![,]>()?;
+    }
+    Ok(())
+}
+
+/// Skips what an unknown key was given: `= value`, `(..)` or nothing.
+fn skip_value(input: ParseStream<'_>) -> syn::Result<()> {
+    if input.peek(Token![=]) {
+        input.parse::<Token![=]>()?;
+        input.parse::<Expr>()?;
+    } else if input.peek(syn::token::Paren) {
+        input.parse::<proc_macro2::TokenTree>()?;
+    }
+    Ok(())
+}
+
+/// Recovers from a key that could not be read: drops everything up to and past the next comma.
+fn skip_past_comma(input: ParseStream<'_>) {
+    let _ = input.step(|cursor| {
+        let mut rest = *cursor;
+        while let Some((tree, next)) = rest.token_tree() {
+            rest = next;
+            if matches!(&tree, proc_macro2::TokenTree::Punct(p) if p.as_char() == ',') {
+                break;
+            }
+        }
+        Ok(((), rest))
+    });
+}
+
+fn unknown_key(key: &Ident) -> syn::Error {
+    let hint = match key.to_string().as_str() {
+        "retries" | "max_attempts" | "attempts" | "max_retries" => {
+            "; `retry = N` sets N retries after the first attempt (N + 1 attempts)"
+        }
+        "name" => "; the job's stored name is set with `kind`",
+        _ => "",
+    };
+    syn::Error::new(
+        key.span(),
+        format!("unknown key `{key}`; expected one of {KEYS}{hint}"),
+    )
+}
+
+/// An integer literal (possibly negative) in `range`.
+fn integer<T>(expr: &Expr, key: &str, range: RangeInclusive<i128>, what: &str) -> syn::Result<T>
+where
+    T: TryFrom<i128>,
+{
+    let (negative, lit) = match expr {
+        Expr::Lit(e) => (false, &e.lit),
+        Expr::Unary(e) if matches!(e.op, UnOp::Neg(_)) => match &*e.expr {
+            Expr::Lit(inner) => (true, &inner.lit),
+            _ => return Err(expected(expr, key, "an integer", what)),
+        },
+        _ => return Err(expected(expr, key, "an integer", what)),
+    };
+    let Lit::Int(int) = lit else {
+        return Err(expected(expr, key, "an integer", what));
+    };
+    if !int.suffix().is_empty() {
+        return Err(expected(
+            expr,
+            key,
+            "a plain integer without a suffix",
+            what,
+        ));
+    }
+    let shown = format!("{}{}", if negative { "-" } else { "" }, int.base10_digits());
+    let value = int
+        .base10_parse::<i128>()
+        .ok()
+        .map(|v| if negative { -v } else { v })
+        .filter(|v| range.contains(v))
+        .and_then(|v| T::try_from(v).ok());
+    value.ok_or_else(|| {
+        syn::Error::new_spanned(expr, format!("`{key}` must be {what}, got {shown}"))
+    })
+}
+
+/// A string literal.
+fn string(expr: &Expr, key: &str, what: &str) -> syn::Result<String> {
+    match expr {
+        Expr::Lit(syn::ExprLit {
+            lit: Lit::Str(s), ..
+        }) => Ok(s.value()),
+        _ => Err(expected(expr, key, "a string", what)),
+    }
+}
+
+/// A queue or kind name: a string the store will accept.
+fn name(key: &str, expr: &Expr) -> syn::Result<String> {
+    let what = "a name without whitespace of at most 128 bytes";
+    let name = string(expr, key, what)?;
+    check_name(key, &name).map_err(|reason| syn::Error::new_spanned(expr, reason))?;
+    Ok(name)
+}
+
+/// The store's rules for queue and kind names (`job_core::NewJob::validate`).
+pub(crate) fn check_name(key: &str, name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err(format!("`{key}` must not be empty"));
+    }
+    if name.len() > MAX_NAME_LEN {
+        let len = name.len();
+        return Err(format!(
+            "`{key}` must be at most {MAX_NAME_LEN} bytes, got {len}"
+        ));
+    }
+    if name.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(format!(
+            "`{key}` must not contain whitespace or control characters, got {name:?}"
+        ));
+    }
+    Ok(())
+}
+
+/// A humantime duration in a string: `"2m"`, `"1h 30m"`, `"500ms"`.
+fn duration(expr: &Expr, key: &str) -> syn::Result<Duration> {
+    let what = r#"a duration like "2m", "30s" or "1h 30m""#;
+    let text = string(expr, key, what)?;
+    duration::parse(&text).map_err(|reason| {
+        let message = format!(r#"`{key}` {reason}; write a duration like "2m", "30s" or "1h 30m""#);
+        syn::Error::new_spanned(expr, message)
+    })
+}
+
+fn lease(expr: &Expr) -> syn::Result<Duration> {
+    let lease = duration(expr, "lease")?;
+    if lease < MIN_LEASE {
+        let message = format!(
+            "`lease` must be at least 30ms (a worker renews it every third), got {}",
+            duration::show(lease)
+        );
+        return Err(syn::Error::new_spanned(expr, message));
+    }
+    Ok(lease)
+}
+
+/// The path of the upgrade function.
+fn path(expr: &Expr) -> syn::Result<Path> {
+    match expr {
+        Expr::Path(p) if p.qself.is_none() && p.attrs.is_empty() => Ok(p.path.clone()),
+        _ => Err(expected(
+            expr,
+            "upgrade",
+            "the path of a function",
+            "a `fn(i32, serde_json::Value) -> Result<serde_json::Value, JobError>`, like `upgrade = upgrade_payload`",
+        )),
+    }
+}
+
+/// "`key` takes KIND: WHAT".
+fn expected(expr: &Expr, key: &str, kind: &str, what: impl Display) -> syn::Error {
+    syn::Error::new_spanned(expr, format!("`{key}` takes {kind}: {what}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use quote::quote;
+
+    fn parse_ok(tokens: TokenStream) -> JobArgs {
+        let mut errors = Errors::default();
+        let args = parse(tokens, &mut errors);
+        assert!(errors.is_empty(), "unexpected errors");
+        args
+    }
+
+    fn messages(tokens: TokenStream) -> Vec<String> {
+        let mut errors = Errors::default();
+        parse(tokens, &mut errors);
+        errors.messages()
+    }
+
+    #[test]
+    fn reads_every_key() {
+        let args = parse_ok(quote! {
+            kind = "billing.send", version = 3, upgrade = crate::up, queue = "mail",
+            priority = 2, retry = 5, timeout = "2m", lease = "1m", backoff(base = "2s", cap = "10m"),
+        });
+        assert_eq!(args.kind.as_deref(), Some("billing.send"));
+        assert_eq!(args.version, Some(3));
+        assert!(args.upgrade.is_some());
+        assert_eq!(args.queue.as_deref(), Some("mail"));
+        assert_eq!(args.priority, Some(2));
+        assert_eq!(args.retry, Some(5));
+        assert_eq!(args.timeout, Some(Duration::from_secs(120)));
+        assert_eq!(args.lease, Some(Duration::from_secs(60)));
+        let backoff = args.backoff.unwrap();
+        assert_eq!(backoff.base, Some(Duration::from_secs(2)));
+        assert_eq!(backoff.cap, Some(Duration::from_secs(600)));
+    }
+
+    #[test]
+    fn an_empty_attribute_sets_nothing() {
+        let args = parse_ok(quote! {});
+        assert!(args.kind.is_none() && args.retry.is_none() && args.backoff.is_none());
+    }
+
+    #[test]
+    fn reports_every_mistake_at_once() {
+        let found = messages(quote! { retry = 5, retry = 6, colour = "red", timeout = "soon" });
+        assert_eq!(found.len(), 3, "{found:?}");
+        assert_eq!(found[0], "`retry` set twice");
+        assert!(found[1].starts_with("unknown key `colour`; expected one of `kind`"));
+        assert!(
+            found[2].starts_with("`timeout` is not a duration"),
+            "{}",
+            found[2]
+        );
+    }
+
+    #[test]
+    fn checks_integer_ranges() {
+        assert_eq!(
+            messages(quote! { retry = 1001 }),
+            ["`retry` must be between 0 and 1000 (the retries after the first attempt), got 1001"]
+        );
+        assert_eq!(
+            messages(quote! { priority = -1 }),
+            ["`priority` must be between 0 and 32767 (lower runs first), got -1"]
+        );
+        assert_eq!(
+            messages(quote! { version = 0 }),
+            ["`version` must be 1 or more, got 0"]
+        );
+        assert_eq!(parse_ok(quote! { retry = 0 }).retry, Some(0));
+        assert_eq!(parse_ok(quote! { retry = 1000 }).retry, Some(1000));
+        assert_eq!(
+            parse_ok(quote! { priority = 32767 }).priority,
+            Some(i16::MAX)
+        );
+    }
+
+    #[test]
+    fn refuses_values_of_the_wrong_kind() {
+        assert!(messages(quote! { retry = "5" })[0].starts_with("`retry` takes an integer"));
+        assert!(messages(quote! { retry = 5u8 })[0].starts_with("`retry` takes a plain integer"));
+        assert!(messages(quote! { timeout = 2m })[0].starts_with("`timeout` takes a string"));
+        assert!(messages(quote! { upgrade = "up" })[0].starts_with("`upgrade` takes the path"));
+        assert!(messages(quote! { backoff = "1s" })[0].starts_with("`backoff` takes a list"));
+        assert!(messages(quote! { retry })[0].starts_with("`retry` needs a value"));
+    }
+
+    #[test]
+    fn checks_names() {
+        assert_eq!(
+            messages(quote! { queue = "" }),
+            ["`queue` must not be empty"]
+        );
+        assert_eq!(
+            messages(quote! { kind = "send invoice" }),
+            [r#"`kind` must not contain whitespace or control characters, got "send invoice""#]
+        );
+        let long = "q".repeat(129);
+        assert_eq!(
+            messages(quote! { queue = #long }),
+            ["`queue` must be at most 128 bytes, got 129"]
+        );
+        assert!(check_name("queue", &"q".repeat(128)).is_ok());
+    }
+
+    #[test]
+    fn checks_durations() {
+        let zero = messages(quote! { timeout = "0s" });
+        assert!(
+            zero[0].starts_with("`timeout` must be greater than zero"),
+            "{zero:?}"
+        );
+        let negative = messages(quote! { lease = "-1s" });
+        assert!(
+            negative[0].starts_with("`lease` must be positive"),
+            "{negative:?}"
+        );
+        assert_eq!(
+            messages(quote! { lease = "10ms" }),
+            ["`lease` must be at least 30ms (a worker renews it every third), got 10ms"]
+        );
+    }
+
+    #[test]
+    fn upgrade_needs_a_version_of_two_or_more() {
+        assert!(messages(quote! { upgrade = up })[0].starts_with("`upgrade` needs `version = 2`"));
+        assert!(messages(quote! { version = 1, upgrade = up })[0].contains("not 1"));
+        // The refused version has its own error, not a second one about upgrade.
+        assert_eq!(messages(quote! { version = 0, upgrade = up }).len(), 1);
+        assert!(parse_ok(quote! { version = 2, upgrade = up })
+            .upgrade
+            .is_some());
+        assert_eq!(parse_ok(quote! { version = 2 }).version, Some(2));
+    }
+
+    #[test]
+    fn backoff_base_must_not_exceed_its_cap() {
+        assert_eq!(
+            messages(quote! { backoff(base = "2m", cap = "1m") }),
+            ["`backoff` base 2m is above its cap 1m"]
+        );
+        assert_eq!(
+            messages(quote! { backoff(base = "2h") }),
+            ["`backoff` base 2h is above its cap 1h (the default)"]
+        );
+        assert_eq!(
+            messages(quote! { backoff(cap = "500ms") }),
+            ["`backoff` cap 500ms is below its base; the default base is 1s"]
+        );
+        let half = parse_ok(quote! { backoff(cap = "1s") }).backoff.unwrap();
+        assert_eq!((half.base, half.cap), (None, Some(Duration::from_secs(1))));
+    }
+
+    #[test]
+    fn checks_backoff_keys() {
+        assert_eq!(
+            messages(quote! { backoff(base = "1s", base = "2s", jitter = true) }),
+            [
+                "`base` set twice",
+                "unknown `backoff` key `jitter`; expected `base` or `cap`"
+            ]
+        );
+        assert!(messages(quote! { backoff() })[0].starts_with("`backoff` needs `base`, `cap`"));
+    }
+
+    #[test]
+    fn unknown_keys_get_a_hint_when_one_is_likely() {
+        assert!(messages(quote! { max_attempts = 3 })[0].contains("`retry = N` sets N retries"));
+    }
+}

@@ -1,0 +1,151 @@
+//! The `#[job(...)]` attribute of the `job` framework. Use it through the facade crate:
+//! `use job::prelude::*;`.
+//!
+//! The pipeline is one file per step: `attr.rs` parses the attribute's keys (with
+//! `duration.rs` for their durations), `valid.rs` checks the function, `expand.rs` generates
+//! the code; `errors.rs` collects every mistake so all are shown at once.
+
+mod attr;
+mod duration;
+mod errors;
+mod expand;
+mod valid;
+
+use proc_macro::TokenStream;
+
+/// Turns an async function into a durable background job.
+///
+/// ```
+/// use job::prelude::*;
+///
+/// /// Sends an invoice email.
+/// #[job(retry = 5, timeout = "2m", queue = "mail")]
+/// pub async fn send_invoice(ctx: JobContext, invoice_id: i64, resend: bool) -> Result<(), JobError> {
+///     println!("attempt {} of invoice {invoice_id} (resend: {resend})", ctx.attempt());
+///     Ok(())
+/// }
+///
+/// // Producer, inside the caller's own transaction: the job exists only if it commits.
+/// async fn bill(pool: &sqlx::PgPool) -> Result<(), Box<dyn std::error::Error>> {
+///     let mut tx = pool.begin().await?;
+///     SendInvoice { invoice_id: 42, resend: false }.enqueue(&mut *tx).await?;
+///     tx.commit().await?;
+///     SendInvoice { invoice_id: 43, resend: true }
+///         .schedule_in(std::time::Duration::from_secs(60))
+///         .priority(1)
+///         .enqueue(pool)
+///         .await?;
+///     Ok(())
+/// }
+///
+/// // Worker: registration is by payload type.
+/// fn worker(store: PgStore) -> Result<Worker<PgStore>, job::BuildError> {
+///     Worker::builder(store).register::<SendInvoice>().queue("mail", 10).build()
+/// }
+///
+/// assert_eq!(<SendInvoice as Job>::KIND, "send_invoice");
+/// assert_eq!(<SendInvoice as Job>::OPTIONS.max_attempts, 6);
+/// ```
+///
+/// # What it generates
+///
+/// Next to the function, which is kept as written (call it directly in unit tests; it only
+/// gains `#[allow(clippy::too_many_arguments)]`, since its parameters are the payload's fields):
+///
+/// - **The payload**: a struct named in UpperCamelCase after the function (`send_invoice` →
+///   `SendInvoice`), with the function's visibility and doc comments, and one field per
+///   parameter after the context (same name, type and visibility). It derives `Debug`,
+///   `Clone`, `Serialize` and `Deserialize`, so every parameter type must implement those and
+///   be `Send + Sync + 'static`. A parameter's doc comments and `#[serde(..)]` attributes move
+///   to its field: `#[serde(default)] resend: bool` lets older payloads without the field decode.
+/// - **`impl Job`** for the payload: `KIND` (the function's name unless `kind` is given),
+///   `VERSION` and `upgrade` when given, `OPTIONS` with the keys given over
+///   `JobOptions::DEFAULT`, and `perform`, which calls the function with the context and the
+///   fields.
+/// - **Typed enqueue helpers** on the payload: `enqueue(executor)` (any sqlx executor: `&pool`,
+///   `&mut *tx`, `&mut conn`) and the one-line starts of a `job::Enqueue` builder: `queue`,
+///   `priority`, `max_attempts`, `schedule_in` and `run_at`.
+///
+/// The function's `#[cfg(..)]` attributes apply to all of it. The whole expansion of a job like
+/// the one above is in `job-macros/tests/expand/send_invoice.expanded.rs`.
+///
+/// # The function
+///
+/// - It is an `async fn`, not `const` nor `unsafe`, without generic, lifetime or const
+///   parameters (the payload is decoded by kind, so its types are concrete), and not a method.
+/// - Its first parameter is the context, by value: any type whose last path segment is
+///   `JobContext` (`JobContext`, `job::JobContext`), with any pattern (`_ctx`).
+/// - Every other parameter is a plain name (`mut` allowed; no tuple or struct patterns, no
+///   `_`, no `ref`) with an owned type (no references, no `impl Trait`).
+/// - It returns a type written as `Result<(), E>` (any path ending in `Result`:
+///   `std::io::Result<()>` and `std::fmt::Result` work) whose error converts into `JobError`:
+///   `JobError` itself, or any `std::error::Error + Send + Sync + 'static`, which makes a
+///   failed attempt retryable.
+///
+/// # Keys
+///
+/// All are optional; a key may be given once.
+///
+/// | key | value | meaning |
+/// |---|---|---|
+/// | `retry = N` | `0..=1000` | retries after the first attempt: `N + 1` attempts in all |
+/// | `timeout = "2m"` | duration | one attempt's time limit |
+/// | `lease = "30s"` | duration, at least `30ms` | how long a claim holds the job unrenewed |
+/// | `queue = "mail"` | name | the default queue |
+/// | `priority = N` | `0..=32767` | the default priority; lower runs first |
+/// | `backoff(base = "1s", cap = "1h")` | durations, `base <= cap` | retry delays; either half may be left to its default (1s, 1h) |
+/// | `kind = "billing.send_invoice"` | name | the stored kind; defaults to the function's name |
+/// | `version = N` | `1..` | the payload's version; defaults to 1 |
+/// | `upgrade = path` | a function | turns older payloads into the current version; needs `version >= 2` |
+///
+/// Durations are [humantime](https://docs.rs/humantime) text, parsed at compile time:
+/// `"500ms"`, `"30s"`, `"2m"`, `"1h 30m"`, `"2 minutes"`; zero, negative and over 100 years
+/// are refused. Names are non-empty, at most 128 bytes, with no whitespace or control
+/// characters.
+///
+/// `upgrade` names a `fn(i32, serde_json::Value) -> Result<serde_json::Value, JobError>`
+/// called with the stored version and payload of every job older than `version`. A
+/// `version >= 2` without `upgrade` is allowed: older payloads are then discarded as poison
+/// (`Job::upgrade`'s default), which suits a kind whose old jobs are worthless.
+///
+/// ```
+/// use job::prelude::*;
+/// use serde_json::{json, Value};
+///
+/// /// Version 1 had `email`; version 2 calls it `address` and adds `cc`.
+/// #[job(version = 2, upgrade = upgrade_welcome, backoff(base = "5s"))]
+/// async fn send_welcome(
+///     _ctx: JobContext,
+///     address: String,
+///     #[serde(default)] cc: Vec<String>,
+/// ) -> Result<(), JobError> {
+///     println!("welcome {address}, cc {cc:?}");
+///     Ok(())
+/// }
+///
+/// fn upgrade_welcome(from_version: i32, mut payload: Value) -> Result<Value, JobError> {
+///     match from_version {
+///         1 => Ok(json!({ "address": payload["email"].take() })),
+///         v => Err(JobError::terminal(format!("no upgrade from version {v}"))),
+///     }
+/// }
+///
+/// let v1 = json!({ "email": "ada@example.com" });
+/// let v2 = <SendWelcome as Job>::upgrade(1, v1).unwrap();
+/// assert_eq!(v2, json!({ "address": "ada@example.com" }));
+/// ```
+///
+/// # Errors
+///
+/// Every mistake is reported at once, at the key or the part of the signature it is about; the
+/// function itself is still emitted so the rest of the crate keeps compiling.
+///
+/// ```compile_fail
+/// # use job::prelude::*;
+/// #[job(retry = 5, retry = 6, timeout = "soon")] // `retry` set twice; not a duration
+/// fn not_async(ctx: JobContext) -> Result<(), JobError> { Ok(()) } // must be `async`
+/// ```
+#[proc_macro_attribute]
+pub fn job(attr: TokenStream, item: TokenStream) -> TokenStream {
+    expand::job(attr.into(), item.into()).into()
+}

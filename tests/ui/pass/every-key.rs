@@ -1,0 +1,72 @@
+//! Every key at once, and what each one sets.
+#![deny(warnings)]
+
+use std::time::Duration;
+
+use job::__private::serde_json::{json, Value};
+use job::{job, Backoff, Job, JobContext, JobError, JobOptions};
+
+/// Version 1 called the field `id`.
+fn upgrade_report(from_version: i32, mut payload: Value) -> Result<Value, JobError> {
+    match from_version {
+        1 => Ok(json!({ "report_id": payload["id"].take(), "format": "pdf" })),
+        v => Err(JobError::terminal(format!("no upgrade from version {v}"))),
+    }
+}
+
+#[job(
+    kind = "reports.build",
+    version = 2,
+    upgrade = upgrade_report,
+    queue = "reports",
+    priority = 3,
+    retry = 4,
+    timeout = "1h 30m",
+    lease = "45s",
+    backoff(base = "250ms", cap = "10m"),
+)]
+async fn build_report(_ctx: JobContext, report_id: i64, format: String) -> Result<(), JobError> {
+    let _ = (report_id, format);
+    Ok(())
+}
+
+#[job(backoff(base = "2s"))]
+async fn only_base(_ctx: JobContext) -> Result<(), JobError> {
+    Ok(())
+}
+
+#[job(backoff(cap = "1s"), retry = 0)]
+async fn only_cap(_ctx: JobContext) -> Result<(), JobError> {
+    Ok(())
+}
+
+fn main() {
+    assert_eq!(BuildReport::KIND, "reports.build");
+    assert_eq!(BuildReport::VERSION, 2);
+    assert_eq!(
+        BuildReport::OPTIONS,
+        JobOptions {
+            queue: "reports",
+            priority: 3,
+            max_attempts: 5,
+            timeout: Duration::from_secs(5400),
+            lease: Duration::from_secs(45),
+            backoff: Backoff::new(Duration::from_millis(250), Duration::from_secs(600)),
+        }
+    );
+    let upgraded = BuildReport::upgrade(1, json!({ "id": 7 })).unwrap();
+    assert_eq!(upgraded, json!({ "report_id": 7, "format": "pdf" }));
+
+    // A half-given backoff takes the other half from `Backoff::DEFAULT`, which the macro's
+    // compile-time check of base <= cap assumes to be 1s and 1h.
+    assert_eq!(
+        Backoff::DEFAULT,
+        Backoff::new(Duration::from_secs(1), Duration::from_secs(3600))
+    );
+    assert_eq!(OnlyBase::OPTIONS.backoff.base, Duration::from_secs(2));
+    assert_eq!(OnlyBase::OPTIONS.backoff.cap, Backoff::DEFAULT.cap);
+    assert_eq!(OnlyCap::OPTIONS.backoff.base, Backoff::DEFAULT.base);
+    assert_eq!(OnlyCap::OPTIONS.backoff.cap, Duration::from_secs(1));
+    assert_eq!(OnlyCap::OPTIONS.max_attempts, 1);
+    assert_eq!(OnlyCap::OPTIONS.queue, JobOptions::DEFAULT.queue);
+}
