@@ -221,9 +221,15 @@ mod tests {
             .times(1);
         let mail = info("mail", 1, 1);
         assert_eq!(faults.at(FaultPoint::AfterPerform, &mail), Fault::Continue);
-        assert_eq!(faults.at(FaultPoint::BeforeFinalize, &info("other", 2, 1)), Fault::Continue);
+        assert_eq!(
+            faults.at(FaultPoint::BeforeFinalize, &info("other", 2, 1)),
+            Fault::Continue
+        );
         assert_eq!(faults.at(FaultPoint::BeforeFinalize, &mail), Fault::Crash);
-        assert_eq!(faults.at(FaultPoint::BeforeFinalize, &mail), Fault::Continue);
+        assert_eq!(
+            faults.at(FaultPoint::BeforeFinalize, &mail),
+            Fault::Continue
+        );
         assert_eq!(
             faults.crashes(),
             [Crash {
@@ -237,10 +243,22 @@ mod tests {
     #[test]
     fn attempt_and_job_narrow_a_rule() {
         let faults = Faults::new().crash_after(Point::Claim).job(7).attempt(2);
-        assert_eq!(faults.at(FaultPoint::AfterClaim, &info("k", 7, 1)), Fault::Continue);
-        assert_eq!(faults.at(FaultPoint::AfterClaim, &info("k", 8, 2)), Fault::Continue);
-        assert_eq!(faults.at(FaultPoint::AfterClaim, &info("k", 7, 2)), Fault::Crash);
-        assert_eq!(faults.at(FaultPoint::AfterClaim, &info("k", 7, 2)), Fault::Crash);
+        assert_eq!(
+            faults.at(FaultPoint::AfterClaim, &info("k", 7, 1)),
+            Fault::Continue
+        );
+        assert_eq!(
+            faults.at(FaultPoint::AfterClaim, &info("k", 8, 2)),
+            Fault::Continue
+        );
+        assert_eq!(
+            faults.at(FaultPoint::AfterClaim, &info("k", 7, 2)),
+            Fault::Crash
+        );
+        assert_eq!(
+            faults.at(FaultPoint::AfterClaim, &info("k", 7, 2)),
+            Fault::Crash
+        );
     }
 
     #[test]

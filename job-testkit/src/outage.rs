@@ -99,7 +99,9 @@ impl<S: Store> OutageStore<S> {
         };
         match outage {
             None => Ok(()),
-            Some((Mode::Fail, _)) => Err(StoreError::new("injected outage: the database is unreachable")),
+            Some((Mode::Fail, _)) => Err(StoreError::new(
+                "injected outage: the database is unreachable",
+            )),
             Some((Mode::Stall, until)) => {
                 tokio::time::sleep_until(until).await;
                 Ok(())

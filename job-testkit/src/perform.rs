@@ -4,9 +4,7 @@
 use std::sync::Arc;
 
 use job_core::registry::decode;
-use job_core::{
-    run_attempt, AttemptInfo, Extensions, Job, JobContext, JobId, Lease, Outcome,
-};
+use job_core::{run_attempt, AttemptInfo, Extensions, Job, JobContext, JobId, Lease, Outcome};
 use tokio_util::sync::CancellationToken;
 
 /// Settings for inline execution: application state and the attempt to pretend it is.

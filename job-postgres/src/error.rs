@@ -1,0 +1,59 @@
+//! The errors of the PostgreSQL store.
+
+/// What went wrong in `job-postgres`. Store methods return it inside a
+/// [`job_core::StoreError`]; downcast [`job_core::StoreError::inner`] to read it.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// Could not open a connection pool to the database.
+    #[error("could not connect to postgres: {0}")]
+    Connect(#[source] sqlx::Error),
+    /// A statement failed (connection lost, constraint violated, ...).
+    #[error("statement `{statement}` failed: {source}")]
+    Query {
+        /// The statement's name, as its file under `src/sql/`.
+        statement: &'static str,
+        /// sqlx's error.
+        #[source]
+        source: sqlx::Error,
+    },
+    /// A migration could not be applied; its transaction was rolled back.
+    #[error("migration {version} `{name}` failed: {source}")]
+    Migration {
+        /// The migration's number.
+        version: i32,
+        /// The migration's name.
+        name: &'static str,
+        /// sqlx's error.
+        #[source]
+        source: sqlx::Error,
+    },
+    /// A stored job row could not be read back into its Rust type.
+    #[error("job {id} has an undecodable `{column}`: {reason}")]
+    Decode {
+        /// The job's id.
+        id: i64,
+        /// The column.
+        column: &'static str,
+        /// Why it does not decode.
+        reason: String,
+    },
+}
+
+impl Error {
+    pub(crate) fn query(statement: &'static str) -> impl FnOnce(sqlx::Error) -> Error {
+        move |source| Error::Query { statement, source }
+    }
+}
+
+impl From<Error> for job_core::StoreError {
+    fn from(error: Error) -> Self {
+        job_core::StoreError::new(error)
+    }
+}
+
+impl From<Error> for job_core::EnqueueError {
+    fn from(error: Error) -> Self {
+        job_core::EnqueueError::Store(error.into())
+    }
+}

@@ -1,0 +1,235 @@
+//! The lease protocol's statements: claim, heartbeat, guarded finalize, rescue and release.
+//! Each takes any executor, so a caller can run one inside its own transaction.
+
+use std::collections::HashSet;
+
+use job_core::store::duration_millis;
+use job_core::{
+    ClaimRequest, ClaimedJob, Finalize, Finalized, HeartbeatReport, JobId, JobState, Lease,
+    Outcome, Renewal, Rescued,
+};
+use sqlx::{PgExecutor, Row};
+use uuid::Uuid;
+
+use crate::error::Error;
+use crate::sql;
+
+/// Claims due jobs of the requested kinds in one statement (see `sql/claim.sql`).
+pub(crate) async fn claim<'e, E: PgExecutor<'e>>(
+    executor: E,
+    request: &ClaimRequest,
+) -> Result<Vec<ClaimedJob>, Error> {
+    if request.kinds.is_empty() || request.limit == 0 {
+        return Ok(Vec::new());
+    }
+    let kinds: Vec<&str> = request.kinds.iter().map(|k| k.kind.as_str()).collect();
+    let versions: Vec<i32> = request.kinds.iter().map(|k| k.max_version).collect();
+    let leases: Vec<i64> = request
+        .kinds
+        .iter()
+        .map(|k| duration_millis(k.lease))
+        .collect();
+    let limit = i32::try_from(request.limit).unwrap_or(i32::MAX);
+    let rows = sqlx::query(sql::CLAIM)
+        .bind(&request.queue)
+        .bind(kinds)
+        .bind(versions)
+        .bind(leases)
+        .bind(limit)
+        .bind(&request.worker_id)
+        .fetch_all(executor)
+        .await
+        .map_err(Error::query("claim"))?;
+    rows.iter()
+        .map(|row| {
+            Ok(ClaimedJob {
+                lease: Lease {
+                    id: row.try_get("id")?,
+                    token: row.try_get("lock_token")?,
+                },
+                kind: row.try_get("kind")?,
+                queue: row.try_get("queue")?,
+                priority: row.try_get("priority")?,
+                payload: row.try_get("payload")?,
+                payload_version: row.try_get("payload_version")?,
+                attempt: row.try_get("attempt")?,
+                max_attempts: row.try_get("max_attempts")?,
+            })
+        })
+        .collect::<Result<_, sqlx::Error>>()
+        .map_err(Error::query("claim"))
+}
+
+/// Renews leases in one statement, guarded by (id, lock_token) and running.
+pub(crate) async fn heartbeat<'e, E: PgExecutor<'e>>(
+    executor: E,
+    renewals: &[Renewal],
+) -> Result<HeartbeatReport, Error> {
+    if renewals.is_empty() {
+        return Ok(HeartbeatReport::default());
+    }
+    let ids: Vec<JobId> = renewals.iter().map(|r| r.lease.id).collect();
+    let tokens: Vec<Uuid> = renewals.iter().map(|r| r.lease.token).collect();
+    let leases: Vec<i64> = renewals
+        .iter()
+        .map(|r| duration_millis(r.extend_by))
+        .collect();
+    let renewed: Vec<(JobId, bool)> = sqlx::query_as(sql::HEARTBEAT)
+        .bind(&ids)
+        .bind(tokens)
+        .bind(leases)
+        .fetch_all(executor)
+        .await
+        .map_err(Error::query("heartbeat"))?;
+    let alive: HashSet<JobId> = renewed.iter().map(|(id, _)| *id).collect();
+    let mut report = HeartbeatReport {
+        lost: ids.into_iter().filter(|id| !alive.contains(id)).collect(),
+        cancel_requested: renewed
+            .into_iter()
+            .filter_map(|(id, cancel)| cancel.then_some(id))
+            .collect(),
+    };
+    report.cancel_requested.sort_unstable();
+    report.cancel_requested.dedup();
+    Ok(report)
+}
+
+/// One [`Finalize`] as the columns of `sql/finalize.sql`.
+struct Columns {
+    ids: Vec<JobId>,
+    tokens: Vec<Uuid>,
+    states: Vec<&'static str>,
+    delays_ms: Vec<Option<i64>>,
+    snoozes: Vec<bool>,
+    error_attempts: Vec<Option<i32>>,
+    error_classes: Vec<Option<&'static str>>,
+    error_messages: Vec<Option<String>>,
+}
+
+impl Columns {
+    fn new(batch: &[Finalize]) -> Self {
+        let n = batch.len();
+        let mut c = Columns {
+            ids: Vec::with_capacity(n),
+            tokens: Vec::with_capacity(n),
+            states: Vec::with_capacity(n),
+            delays_ms: Vec::with_capacity(n),
+            snoozes: Vec::with_capacity(n),
+            error_attempts: Vec::with_capacity(n),
+            error_classes: Vec::with_capacity(n),
+            error_messages: Vec::with_capacity(n),
+        };
+        for item in batch {
+            // (state, delay, snooze, error as (attempt, class, message))
+            let (state, delay, snooze, error) = match &item.outcome {
+                Outcome::Complete => (JobState::Completed, None, false, None),
+                Outcome::Retry { delay, failure } => (
+                    JobState::Retryable,
+                    Some(*delay),
+                    false,
+                    Some((
+                        Some(failure.attempt),
+                        failure.class.as_str(),
+                        &failure.message,
+                    )),
+                ),
+                Outcome::Cancel { reason } => (
+                    JobState::Cancelled,
+                    None,
+                    false,
+                    Some((None, "cancelled", reason)),
+                ),
+                Outcome::Snooze { delay } => (JobState::Scheduled, Some(*delay), true, None),
+                Outcome::Discard { failure } => (
+                    JobState::Discarded,
+                    None,
+                    false,
+                    Some((
+                        Some(failure.attempt),
+                        failure.class.as_str(),
+                        &failure.message,
+                    )),
+                ),
+            };
+            c.ids.push(item.lease.id);
+            c.tokens.push(item.lease.token);
+            c.states.push(state.as_str());
+            c.delays_ms.push(delay.map(duration_millis));
+            c.snoozes.push(snooze);
+            c.error_attempts.push(error.and_then(|e| e.0));
+            c.error_classes.push(error.map(|e| e.1));
+            c.error_messages.push(error.map(|e| e.2.clone()));
+        }
+        c
+    }
+}
+
+/// Applies outcomes in one statement, each guarded by (id, lock_token) and running.
+pub(crate) async fn finalize<'e, E: PgExecutor<'e>>(
+    executor: E,
+    batch: &[Finalize],
+) -> Result<Vec<Finalized>, Error> {
+    if batch.is_empty() {
+        return Ok(Vec::new());
+    }
+    let c = Columns::new(batch);
+    let applied: Vec<i64> = sqlx::query_scalar(sql::FINALIZE)
+        .bind(c.ids)
+        .bind(c.tokens)
+        .bind(c.states)
+        .bind(c.delays_ms)
+        .bind(c.snoozes)
+        .bind(c.error_attempts)
+        .bind(c.error_classes)
+        .bind(c.error_messages)
+        .fetch_all(executor)
+        .await
+        .map_err(Error::query("finalize"))?;
+    let mut result = vec![Finalized::LeaseLost; batch.len()];
+    for ordinal in applied {
+        // WITH ORDINALITY counts from 1.
+        if let Some(slot) = usize::try_from(ordinal - 1)
+            .ok()
+            .and_then(|i| result.get_mut(i))
+        {
+            *slot = Finalized::Applied;
+        }
+    }
+    Ok(result)
+}
+
+/// Recovers up to `limit` expired leases, and only those.
+pub(crate) async fn rescue_expired<'e, E: PgExecutor<'e>>(
+    executor: E,
+    limit: u32,
+) -> Result<Rescued, Error> {
+    let limit = i32::try_from(limit).unwrap_or(i32::MAX);
+    let (retried, discarded, _woken): (i64, i64, i64) = sqlx::query_as(sql::RESCUE_EXPIRED)
+        .bind(limit)
+        .fetch_one(executor)
+        .await
+        .map_err(Error::query("rescue_expired"))?;
+    Ok(Rescued {
+        retried: retried.unsigned_abs(),
+        discarded: discarded.unsigned_abs(),
+    })
+}
+
+/// Gives leases back, guarded by (id, lock_token) and running.
+pub(crate) async fn release<'e, E: PgExecutor<'e>>(
+    executor: E,
+    leases: &[Lease],
+) -> Result<u64, Error> {
+    if leases.is_empty() {
+        return Ok(0);
+    }
+    let ids: Vec<JobId> = leases.iter().map(|l| l.id).collect();
+    let tokens: Vec<Uuid> = leases.iter().map(|l| l.token).collect();
+    let (released, _woken): (i64, i64) = sqlx::query_as(sql::RELEASE)
+        .bind(ids)
+        .bind(tokens)
+        .fetch_one(executor)
+        .await
+        .map_err(Error::query("release"))?;
+    Ok(released.unsigned_abs())
+}

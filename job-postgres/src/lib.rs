@@ -1,0 +1,21 @@
+//! The PostgreSQL store of the `job` framework: [`PgStore`] implements
+//! [`job_core::Store`] on sqlx. It owns the migrations (schema `job`), every SQL statement
+//! (one file each under `src/sql/`), LISTEN/NOTIFY wake-ups and the bulk insert, and no policy.
+//!
+//! Enqueue through any executor ([`enqueue()`], [`Enqueue`]) to make a job part of your own
+//! transaction.
+
+mod enqueue;
+mod error;
+mod lease;
+mod listen;
+pub mod migrate;
+mod row;
+mod sql;
+mod store;
+
+pub use enqueue::{enqueue, enqueue_many, Enqueue, EnqueueMany};
+pub use error::Error;
+pub use listen::CHANNEL;
+pub use migrate::{migrate, Migration, MIGRATIONS};
+pub use store::PgStore;

@@ -1,0 +1,125 @@
+//! The migration runner: numbered, append-only SQL files embedded in the binary, applied into
+//! the `job` schema and recorded in `job.schema_migrations`.
+//!
+//! Not sqlx's migrator: that one keeps its books in `_sqlx_migrations`, which belongs to the
+//! application's own migrations.
+
+use sqlx::{Executor, PgPool};
+
+use crate::error::Error;
+use crate::sql;
+
+/// One embedded migration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Migration {
+    /// Its number; migrations apply in this order.
+    pub version: i32,
+    /// Its name, as in its file name.
+    pub name: &'static str,
+    /// Its SQL, run as one multi-statement script in its own transaction.
+    pub sql: &'static str,
+}
+
+/// Every migration this build knows, oldest first.
+pub const MIGRATIONS: &[Migration] = &[Migration {
+    version: 1,
+    name: "init",
+    sql: include_str!("../migrations/0001_init.sql"),
+}];
+
+/// Brings the `job` schema up to date. Safe to run from many processes at once (an advisory
+/// lock serializes them) and again and again (a second run only reads). Each migration runs in
+/// its own transaction, recorded with it.
+pub async fn migrate(pool: &PgPool) -> Result<(), Error> {
+    for migration in pending(pool).await? {
+        apply(pool, migration).await?;
+    }
+    Ok(())
+}
+
+/// Creates the bookkeeping table when missing and returns the migrations not yet applied.
+async fn pending(pool: &PgPool) -> Result<Vec<&'static Migration>, Error> {
+    let mut tx = pool.begin().await.map_err(Error::Connect)?;
+    sqlx::query(sql::MIGRATE_LOCK)
+        .execute(&mut *tx)
+        .await
+        .map_err(Error::query("migrate_lock"))?;
+    let installed: bool = sqlx::query_scalar(sql::MIGRATE_INSTALLED)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(Error::query("migrate_installed"))?;
+    if !installed {
+        tx.execute(sqlx::raw_sql(sql::MIGRATE_BOOTSTRAP))
+            .await
+            .map_err(Error::query("migrate_bootstrap"))?;
+    }
+    let applied: Vec<i32> = sqlx::query_scalar(sql::MIGRATE_APPLIED)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(Error::query("migrate_applied"))?;
+    tx.commit().await.map_err(Error::query("commit"))?;
+    Ok(MIGRATIONS
+        .iter()
+        .filter(|m| !applied.contains(&m.version))
+        .collect())
+}
+
+/// Applies one migration in its own transaction, unless a concurrent migrator got there first.
+async fn apply(pool: &PgPool, migration: &'static Migration) -> Result<(), Error> {
+    let failed = |source| Error::Migration {
+        version: migration.version,
+        name: migration.name,
+        source,
+    };
+    let mut tx = pool.begin().await.map_err(failed)?;
+    sqlx::query(sql::MIGRATE_LOCK)
+        .execute(&mut *tx)
+        .await
+        .map_err(failed)?;
+    let applied: Vec<i32> = sqlx::query_scalar(sql::MIGRATE_APPLIED)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(failed)?;
+    if applied.contains(&migration.version) {
+        return Ok(());
+    }
+    tx.execute(sqlx::raw_sql(migration.sql))
+        .await
+        .map_err(failed)?;
+    sqlx::query(sql::MIGRATE_RECORD)
+        .bind(migration.version)
+        .bind(migration.name)
+        .execute(&mut *tx)
+        .await
+        .map_err(failed)?;
+    tx.commit().await.map_err(failed)?;
+    tracing::info!(
+        version = migration.version,
+        name = migration.name,
+        "applied job migration"
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn migrations_are_numbered_from_one_without_gaps_and_match_their_files() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations");
+        let mut files: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        files.sort();
+        let listed: Vec<String> = MIGRATIONS
+            .iter()
+            .map(|m| format!("{:04}_{}.sql", m.version, m.name))
+            .collect();
+        assert_eq!(listed, files);
+        for (i, m) in MIGRATIONS.iter().enumerate() {
+            assert_eq!(m.version, i32::try_from(i).unwrap() + 1);
+        }
+    }
+}

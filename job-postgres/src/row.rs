@@ -1,0 +1,71 @@
+//! Reading a job row back into [`JobRow`].
+
+use job_core::{AttemptError, JobId, JobRow, JobState};
+use sqlx::postgres::PgRow;
+use sqlx::types::Json;
+use sqlx::{PgExecutor, Row};
+
+use crate::error::Error;
+use crate::sql;
+
+/// Reads one job by id.
+pub(crate) async fn get<'e, E: PgExecutor<'e>>(
+    executor: E,
+    id: JobId,
+) -> Result<Option<JobRow>, Error> {
+    let row = sqlx::query(sql::GET)
+        .bind(id)
+        .fetch_optional(executor)
+        .await
+        .map_err(Error::query("get"))?;
+    row.map(|row| decode(id, &row)).transpose()
+}
+
+fn decode(id: JobId, row: &PgRow) -> Result<JobRow, Error> {
+    let column = |column: &'static str| {
+        move |e: sqlx::Error| Error::Decode {
+            id,
+            column,
+            reason: e.to_string(),
+        }
+    };
+    let state: String = row.try_get("state").map_err(column("state"))?;
+    let state: JobState =
+        state
+            .parse()
+            .map_err(|e: job_core::state::UnknownState| Error::Decode {
+                id,
+                column: "state",
+                reason: e.to_string(),
+            })?;
+    let Json(errors): Json<Vec<AttemptError>> = row.try_get("errors").map_err(column("errors"))?;
+    Ok(JobRow {
+        id: row.try_get("id").map_err(column("id"))?,
+        kind: row.try_get("kind").map_err(column("kind"))?,
+        queue: row.try_get("queue").map_err(column("queue"))?,
+        priority: row.try_get("priority").map_err(column("priority"))?,
+        state,
+        payload: row.try_get("payload").map_err(column("payload"))?,
+        payload_version: row
+            .try_get("payload_version")
+            .map_err(column("payload_version"))?,
+        attempt: row.try_get("attempt").map_err(column("attempt"))?,
+        max_attempts: row
+            .try_get("max_attempts")
+            .map_err(column("max_attempts"))?,
+        run_at: row.try_get("run_at").map_err(column("run_at"))?,
+        lock_token: row.try_get("lock_token").map_err(column("lock_token"))?,
+        locked_until: row
+            .try_get("locked_until")
+            .map_err(column("locked_until"))?,
+        locked_by: row.try_get("locked_by").map_err(column("locked_by"))?,
+        cancel_requested: row
+            .try_get("cancel_requested")
+            .map_err(column("cancel_requested"))?,
+        errors,
+        created_at: row.try_get("created_at").map_err(column("created_at"))?,
+        finalized_at: row
+            .try_get("finalized_at")
+            .map_err(column("finalized_at"))?,
+    })
+}

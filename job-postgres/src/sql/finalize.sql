@@ -1,0 +1,28 @@
+-- Applies many outcomes, each guarded by (id, lock_token) and running. Per item: the target
+-- state; a delay in milliseconds from now for the next run (null keeps run_at); whether the
+-- attempt is refunded (snooze); an error to append (null class appends nothing; a null attempt
+-- means the current one). Terminal states get finalized_at; every lease is cleared.
+-- Returns the ordinality of each item applied; the others lost their lease.
+UPDATE job.jobs j
+SET state        = u.state::job.job_state,
+    run_at       = CASE WHEN u.delay_ms IS NULL THEN j.run_at
+                        ELSE now() + u.delay_ms * interval '1 millisecond' END,
+    attempt      = CASE WHEN u.snooze THEN j.attempt - 1 ELSE j.attempt END,
+    snoozes      = CASE WHEN u.snooze THEN j.snoozes + 1 ELSE j.snoozes END,
+    errors       = CASE WHEN u.error_class IS NULL THEN j.errors
+                        ELSE j.errors || jsonb_build_array(jsonb_build_object(
+                            'attempt', coalesce(u.error_attempt, j.attempt),
+                            'at', now(),
+                            'class', u.error_class,
+                            'message', u.error_message)) END,
+    finalized_at = CASE WHEN u.state IN ('completed', 'cancelled', 'discarded') THEN now() END,
+    lock_token   = NULL,
+    locked_until = NULL,
+    locked_by    = NULL
+FROM unnest(
+         $1::bigint[], $2::uuid[], $3::text[], $4::bigint[], $5::boolean[],
+         $6::integer[], $7::text[], $8::text[]
+     ) WITH ORDINALITY AS u(id, token, state, delay_ms, snooze,
+                            error_attempt, error_class, error_message, ord)
+WHERE j.id = u.id AND j.lock_token = u.token AND j.state = 'running'
+RETURNING u.ord

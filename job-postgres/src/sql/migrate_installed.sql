@@ -1,0 +1,2 @@
+-- Whether the migration table exists yet.
+SELECT to_regclass('job.schema_migrations') IS NOT NULL

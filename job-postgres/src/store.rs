@@ -1,0 +1,132 @@
+//! [`PgStore`]: the [`Store`] contract on PostgreSQL.
+
+use job_core::{
+    ClaimRequest, ClaimedJob, EnqueueError, Finalize, Finalized, HeartbeatReport, JobId, JobRow,
+    Lease, NewJob, Renewal, Rescued, Store, StoreError, Wakeups, DEFAULT_PAYLOAD_LIMIT,
+};
+use sqlx::PgPool;
+
+use crate::error::Error;
+use crate::{enqueue, lease, listen, migrate, row};
+
+/// Jobs in one `enqueue_many` statement at most; larger batches are split into several
+/// statements inside one transaction.
+const ENQUEUE_CHUNK: usize = 10_000;
+
+/// The PostgreSQL store: a connection pool and the payload limit enqueues are checked against.
+/// Cloning is cheap (the pool is shared).
+#[derive(Debug, Clone)]
+pub struct PgStore {
+    pool: PgPool,
+    payload_limit: usize,
+}
+
+impl PgStore {
+    /// A store on an existing pool.
+    pub fn new(pool: PgPool) -> Self {
+        PgStore {
+            pool,
+            payload_limit: DEFAULT_PAYLOAD_LIMIT,
+        }
+    }
+
+    /// Opens a pool to `url` (`postgres://user@host/db`) and wraps it.
+    pub async fn connect(url: &str) -> Result<Self, Error> {
+        let pool = PgPool::connect(url).await.map_err(Error::Connect)?;
+        Ok(PgStore::new(pool))
+    }
+
+    /// Refuses enqueued payloads over `limit` bytes of JSON. Defaults to
+    /// [`DEFAULT_PAYLOAD_LIMIT`].
+    pub fn with_payload_limit(mut self, limit: usize) -> Self {
+        self.payload_limit = limit;
+        self
+    }
+
+    /// The payload limit in bytes.
+    pub fn payload_limit(&self) -> usize {
+        self.payload_limit
+    }
+
+    /// The pool, for the application's own queries and transactional enqueues.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// Brings the `job` schema up to date; see [`migrate::migrate`].
+    pub async fn migrate(&self) -> Result<(), Error> {
+        migrate::migrate(&self.pool).await
+    }
+
+    fn validate(&self, job: &NewJob) -> Result<(), StoreError> {
+        job.validate(self.payload_limit).map_err(store_error)
+    }
+}
+
+/// The store trait speaks [`StoreError`]: a refused job becomes one wrapping its
+/// [`EnqueueError`], so callers can still downcast to it.
+fn store_error(error: EnqueueError) -> StoreError {
+    match error {
+        EnqueueError::Store(e) => e,
+        other => StoreError::new(other),
+    }
+}
+
+impl Store for PgStore {
+    async fn enqueue(&self, job: NewJob) -> Result<JobId, StoreError> {
+        self.validate(&job)?;
+        enqueue::enqueue(&self.pool, &job)
+            .await
+            .map_err(store_error)
+    }
+
+    async fn enqueue_many(&self, jobs: Vec<NewJob>) -> Result<Vec<JobId>, StoreError> {
+        for job in &jobs {
+            self.validate(job)?;
+        }
+        if jobs.len() <= ENQUEUE_CHUNK {
+            return enqueue::enqueue_many(&self.pool, &jobs)
+                .await
+                .map_err(store_error);
+        }
+        let mut tx = self.pool.begin().await.map_err(Error::query("begin"))?;
+        let mut ids = Vec::with_capacity(jobs.len());
+        for chunk in jobs.chunks(ENQUEUE_CHUNK) {
+            ids.extend(
+                enqueue::enqueue_many(&mut *tx, chunk)
+                    .await
+                    .map_err(store_error)?,
+            );
+        }
+        tx.commit().await.map_err(Error::query("commit"))?;
+        Ok(ids)
+    }
+
+    async fn claim(&self, request: &ClaimRequest) -> Result<Vec<ClaimedJob>, StoreError> {
+        Ok(lease::claim(&self.pool, request).await?)
+    }
+
+    async fn heartbeat(&self, renewals: &[Renewal]) -> Result<HeartbeatReport, StoreError> {
+        Ok(lease::heartbeat(&self.pool, renewals).await?)
+    }
+
+    async fn finalize(&self, batch: &[Finalize]) -> Result<Vec<Finalized>, StoreError> {
+        Ok(lease::finalize(&self.pool, batch).await?)
+    }
+
+    async fn rescue_expired(&self, limit: u32) -> Result<Rescued, StoreError> {
+        Ok(lease::rescue_expired(&self.pool, limit).await?)
+    }
+
+    async fn release(&self, leases: &[Lease]) -> Result<u64, StoreError> {
+        Ok(lease::release(&self.pool, leases).await?)
+    }
+
+    async fn get(&self, id: JobId) -> Result<Option<JobRow>, StoreError> {
+        Ok(row::get(&self.pool, id).await?)
+    }
+
+    async fn listen(&self) -> Result<Wakeups, StoreError> {
+        Ok(listen::listen(&self.pool).await?)
+    }
+}

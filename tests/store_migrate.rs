@@ -1,0 +1,77 @@
+//! The migration runner.
+
+use job_testkit::TestDb;
+
+async fn applied(pool: &sqlx::PgPool) -> Vec<(i32, String)> {
+    sqlx::query_as("SELECT version, name FROM job.schema_migrations ORDER BY version")
+        .fetch_all(pool)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn migrate_is_re_runnable() {
+    let db = TestDb::new().await;
+    let store = db.store();
+    let before = applied(&db.pool()).await;
+    store.migrate().await.unwrap();
+    store.migrate().await.unwrap();
+    assert_eq!(applied(&db.pool()).await, before);
+    let expected: Vec<(i32, String)> = job_postgres::MIGRATIONS
+        .iter()
+        .map(|m| (m.version, m.name.to_owned()))
+        .collect();
+    assert_eq!(before, expected);
+    db.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_migrators_apply_each_migration_once() {
+    let db = TestDb::new().await;
+    let pool = db.pool();
+    sqlx::raw_sql("DROP SCHEMA job CASCADE")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let migrators: Vec<_> = (0..4)
+        .map(|_| {
+            let pool = pool.clone();
+            tokio::spawn(async move { job_postgres::migrate(&pool).await })
+        })
+        .collect();
+    for migrator in migrators {
+        migrator.await.unwrap().unwrap();
+    }
+    assert_eq!(applied(&pool).await.len(), job_postgres::MIGRATIONS.len());
+    db.close().await;
+}
+
+#[tokio::test]
+async fn migrations_live_in_their_own_schema_and_leave_sqlx_books_alone() {
+    let db = TestDb::new().await;
+    let outside: Vec<String> = sqlx::query_scalar(
+        "SELECT table_schema || '.' || table_name FROM information_schema.tables
+         WHERE table_schema NOT IN ('job', 'pg_catalog', 'information_schema')",
+    )
+    .fetch_all(&db.pool())
+    .await
+    .unwrap();
+    assert_eq!(outside, Vec::<String>::new());
+    db.close().await;
+}
+
+#[tokio::test]
+async fn a_store_connects_by_the_test_databases_url() {
+    let db = TestDb::new().await;
+    let url = db.url();
+    assert!(url.contains(db.name()), "{url} does not name {}", db.name());
+    let store = job_postgres::PgStore::connect(&url).await.unwrap();
+    store.migrate().await.unwrap();
+    let database: String = sqlx::query_scalar("SELECT current_database()")
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+    assert_eq!(database, db.name());
+    store.pool().close().await;
+    db.close().await;
+}
