@@ -223,6 +223,10 @@ pub trait Store: Clone + Send + Sync + 'static {
     /// Subscribes to new-work notifications. Wake-ups are hints: a worker also polls, so a
     /// backend without notifications may return a receiver that never yields.
     fn listen(&self) -> impl Future<Output = Result<Wakeups, StoreError>> + Send;
+
+    // --- lifecycle: unique jobs, cancellation, dead letters, pausing, pruning, stats ---
+
+    // --- execution: durable steps, completion in the caller's transaction ---
 }
 
 /// How long one attempt may take before its lease must have been renewed: used by tests

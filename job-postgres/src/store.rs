@@ -129,4 +129,8 @@ impl Store for PgStore {
     async fn listen(&self) -> Result<Wakeups, StoreError> {
         Ok(listen::listen(&self.pool).await?)
     }
+
+    // --- lifecycle: unique jobs, cancellation, dead letters, pausing, pruning, stats ---
+
+    // --- execution: durable steps, completion in the caller's transaction ---
 }

@@ -154,4 +154,8 @@ impl<S: Store> Store for OutageStore<S> {
     async fn listen(&self) -> Result<Wakeups, StoreError> {
         self.call(self.inner.listen()).await
     }
+
+    // --- lifecycle: unique jobs, cancellation, dead letters, pausing, pruning, stats ---
+
+    // --- execution: durable steps, completion in the caller's transaction ---
 }
