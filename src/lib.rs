@@ -6,13 +6,20 @@
 //!
 //! This crate holds no logic: it re-exports `job-core`, `job-macros` and `job-postgres`.
 
+pub use job_core::maintenance::{Periodic, PrunerConfig, SchedulerConfig};
 pub use job_core::worker::{Worker, WorkerBuilder, WorkerConfig, WorkerHandle, WorkerStats};
+pub use job_core::{
+    Admin, Cancelled, Deadline, JobFilter, OnDuplicate, Pause, Redriven, StateCount, Stats,
+    UniqueScope,
+};
 pub use job_core::{
     AttemptError, AttemptInfo, Backoff, BuildError, EnqueueError, EnqueueOptions, ErrorClass,
     Extensions, Failure, Fault, FaultInjector, FaultPoint, Job, JobContext, JobError, JobId,
     JobOptions, JobRow, JobState, Lease, NewJob, Outcome, RunAt, StopReason, Store, StoreError,
 };
+pub use job_core::{AttemptHooks, DEFAULT_MAX_SNOOZES};
 pub use job_macros::job;
+pub use job_postgres::complete_in;
 pub use job_postgres::{Enqueue, PgStore};
 
 /// The names most programs need: `use job::prelude::*;`.

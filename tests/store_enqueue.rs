@@ -1,15 +1,17 @@
-//! Enqueueing: through the store, through any executor, in bulk, and from SQL.
+//! Enqueueing, PostgreSQL specifics: the store's payload limit, any sqlx executor (inside the
+//! caller's transaction), the typed builders, and the `job.enqueue` SQL function. The
+//! enqueue contract is in `job_testkit::conformance::enqueue`.
 
 mod store_support;
 
 use std::time::Duration;
 
-use job_core::{EnqueueError, Job, JobContext, JobError, JobState, NewJob, RunAt, Store};
+use job_core::{EnqueueError, Job, JobContext, JobError, JobState, Store};
 use job_postgres::{Enqueue, EnqueueMany};
 use job_testkit::TestDb;
 use serde::{Deserialize, Serialize};
 use sqlx::Connection;
-use store_support::{claim_one, db_now, new_job, request};
+use store_support::{claim_one, new_job};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct SendMail {
@@ -34,121 +36,6 @@ async fn count(pool: &sqlx::PgPool) -> i64 {
         .fetch_one(pool)
         .await
         .unwrap()
-}
-
-#[tokio::test]
-async fn enqueue_then_claim_returns_it_running_with_attempt_one_and_a_token() {
-    let db = TestDb::new().await;
-    let store = db.store();
-    let id = store.enqueue(new_job("noop")).await.unwrap();
-    let row = store.get(id).await.unwrap().unwrap();
-    assert_eq!(row.state, JobState::Available);
-    assert_eq!(row.attempt, 0);
-
-    let claimed = claim_one(&store, "noop").await;
-    assert_eq!(claimed.lease.id, id);
-    assert_eq!(claimed.attempt, 1);
-    assert_eq!(claimed.payload, r#"{"n": 1}"#);
-    assert_eq!(claimed.payload_version, 1);
-    assert_eq!(claimed.max_attempts, 25);
-
-    let row = store.get(id).await.unwrap().unwrap();
-    assert_eq!(row.state, JobState::Running);
-    assert_eq!(row.attempt, 1);
-    assert_eq!(row.lock_token, Some(claimed.lease.token));
-    assert_eq!(row.locked_by.as_deref(), Some("worker-1"));
-    let now = db_now(&db.pool()).await;
-    let until = row.locked_until.unwrap();
-    assert!(
-        until > now + chrono::Duration::seconds(25),
-        "lease ends at {until}, now {now}"
-    );
-    db.close().await;
-}
-
-#[tokio::test]
-async fn a_scheduled_job_is_not_claimed() {
-    let db = TestDb::new().await;
-    let store = db.store();
-    let later = NewJob {
-        run_at: RunAt::In(Duration::from_secs(3600)),
-        ..new_job("noop")
-    };
-    let id = store.enqueue(later).await.unwrap();
-    let row = store.get(id).await.unwrap().unwrap();
-    assert_eq!(row.state, JobState::Scheduled);
-    assert!(row.run_at > db_now(&db.pool()).await + chrono::Duration::minutes(59));
-    assert_eq!(store.claim(&request(&["noop"], 10)).await.unwrap(), vec![]);
-    db.close().await;
-}
-
-#[tokio::test]
-async fn a_job_at_a_past_instant_is_available_at_once() {
-    let db = TestDb::new().await;
-    let store = db.store();
-    let past = NewJob {
-        run_at: RunAt::At(chrono::Utc::now() - chrono::Duration::hours(1)),
-        ..new_job("noop")
-    };
-    let id = store.enqueue(past).await.unwrap();
-    assert_eq!(
-        store.get(id).await.unwrap().unwrap().state,
-        JobState::Available
-    );
-    assert_eq!(claim_one(&store, "noop").await.lease.id, id);
-    db.close().await;
-}
-
-#[tokio::test]
-async fn enqueue_many_keeps_input_order() {
-    let db = TestDb::new().await;
-    let store = db.store();
-    let jobs: Vec<NewJob> = (0..1000)
-        .map(|i| NewJob {
-            payload: format!(r#"{{"i":{i}}}"#),
-            queue: if i % 2 == 0 { "even" } else { "odd" }.to_owned(),
-            run_at: if i % 3 == 0 {
-                RunAt::In(Duration::from_secs(60))
-            } else {
-                RunAt::Now
-            },
-            ..new_job("noop")
-        })
-        .collect();
-    let ids = store.enqueue_many(jobs).await.unwrap();
-    assert_eq!(ids.len(), 1000);
-    for (i, id) in ids.iter().enumerate() {
-        let row = store.get(*id).await.unwrap().unwrap();
-        assert_eq!(row.payload, serde_json::json!({ "i": i }));
-        let expected = if i % 3 == 0 {
-            JobState::Scheduled
-        } else {
-            JobState::Available
-        };
-        assert_eq!(row.state, expected, "job {i}");
-    }
-    assert_eq!(
-        store.enqueue_many(Vec::new()).await.unwrap(),
-        Vec::<i64>::new()
-    );
-    db.close().await;
-}
-
-#[tokio::test]
-async fn enqueue_many_refuses_the_whole_batch_when_one_job_is_bad() {
-    let db = TestDb::new().await;
-    let store = db.store();
-    let jobs = vec![
-        new_job("noop"),
-        NewJob {
-            priority: -1,
-            ..new_job("noop")
-        },
-    ];
-    let err = store.enqueue_many(jobs).await.unwrap_err();
-    assert!(err.to_string().contains("priority"), "{err}");
-    assert_eq!(count(&db.pool()).await, 0);
-    db.close().await;
 }
 
 #[tokio::test]

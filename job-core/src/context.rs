@@ -9,7 +9,11 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::JobError;
 use crate::job::JobId;
+use crate::step::AttemptHooks;
 use crate::store::Lease;
+
+/// The recorded steps of a job, loaded at an attempt's first step.
+type StepCache = tokio::sync::OnceCell<std::sync::Mutex<HashMap<String, String>>>;
 
 /// Application state registered on a worker (`WorkerBuilder::state`), looked up by type.
 #[derive(Default, Clone)]
@@ -78,6 +82,8 @@ pub struct JobContext {
     lease: Lease,
     state: Arc<Extensions>,
     cancel: CancellationToken,
+    hooks: Option<Arc<dyn AttemptHooks>>,
+    steps: Arc<StepCache>,
 }
 
 impl JobContext {
@@ -94,6 +100,35 @@ impl JobContext {
             lease,
             state,
             cancel,
+            hooks: None,
+            steps: Arc::new(StepCache::new()),
+        }
+    }
+
+    /// Connects the context to the runtime: where durable steps are recorded, fault points,
+    /// and the news a handler gives (see [`AttemptHooks`]). The worker does this; the
+    /// testkit's inline `perform` connects an in-memory version.
+    pub fn with_hooks(mut self, hooks: Arc<dyn AttemptHooks>) -> Self {
+        self.hooks = Some(hooks);
+        self
+    }
+
+    pub(crate) fn hooks(&self) -> Option<&dyn AttemptHooks> {
+        self.hooks.as_deref()
+    }
+
+    pub(crate) fn steps(&self) -> &StepCache {
+        &self.steps
+    }
+
+    /// Tells the runtime that the handler finalized this job in its own transaction, guarded
+    /// by [`lease`](Self::lease) (`job_postgres::complete_in` calls this once its guarded
+    /// update matched). The worker still sends the handler's outcome, in case that
+    /// transaction rolls back; when it finds the lease gone it is not counted as lost, and
+    /// neither is a heartbeat that finds the job finished.
+    pub fn finalized_in_transaction(&self) {
+        if let Some(hooks) = &self.hooks {
+            hooks.finalized_in_transaction();
         }
     }
 

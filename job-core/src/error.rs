@@ -3,6 +3,8 @@
 use std::fmt;
 use std::time::Duration;
 
+use crate::job::JobId;
+
 /// A boxed error from a handler or a backend.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
@@ -104,6 +106,20 @@ impl StoreError {
     pub fn inner(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
         &*self.source
     }
+
+    /// The refusal inside, when the store refused a job ([`EnqueueError`] other than
+    /// [`EnqueueError::Store`]): `Store::enqueue` reports a duplicate unique key this way.
+    pub fn enqueue_error(&self) -> Option<&EnqueueError> {
+        self.source.downcast_ref::<EnqueueError>()
+    }
+
+    /// The id of the active job that holds the unique key, when this is a refused duplicate.
+    pub fn duplicate_of(&self) -> Option<JobId> {
+        match self.enqueue_error() {
+            Some(EnqueueError::Duplicate { existing, .. }) => Some(*existing),
+            _ => None,
+        }
+    }
 }
 
 /// An enqueue was refused. Nothing was written.
@@ -137,9 +153,33 @@ pub enum EnqueueError {
         #[source]
         source: serde_json::Error,
     },
+    /// An active job of this kind already holds this unique key: nothing was inserted (and,
+    /// with [`OnDuplicate::Replace`](crate::new_job::OnDuplicate::Replace), the existing job
+    /// was running, so it was not replaced either). A web handler answers 409 Conflict with
+    /// `existing`.
+    #[error("a job of `{kind}` with unique key `{key}` is already active (job {existing})")]
+    Duplicate {
+        /// The job's kind.
+        kind: String,
+        /// The unique key.
+        key: String,
+        /// The id of the job that holds the key.
+        existing: JobId,
+    },
     /// The storage backend failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+impl EnqueueError {
+    /// The id of the active job that holds the unique key, when this is a duplicate.
+    pub fn duplicate_of(&self) -> Option<JobId> {
+        match self {
+            EnqueueError::Duplicate { existing, .. } => Some(*existing),
+            EnqueueError::Store(e) => e.duplicate_of(),
+            _ => None,
+        }
+    }
 }
 
 /// A worker could not be built from its configuration.
@@ -162,6 +202,16 @@ pub enum BuildError {
     /// The worker knows no job kinds.
     #[error("worker has no registered jobs: call `.register::<YourJob>()` at least once")]
     NoJobs,
+    /// A periodic job's cron expression does not parse.
+    #[error("invalid cron expression `{expression}` for `{kind}`: {reason}")]
+    InvalidSchedule {
+        /// The kind scheduled.
+        kind: String,
+        /// The expression as given.
+        expression: String,
+        /// The parser's complaint.
+        reason: String,
+    },
     /// A configuration value is out of range.
     #[error("invalid worker option `{option}`: {reason}")]
     InvalidOption {

@@ -15,6 +15,11 @@ pub enum FaultPoint {
     BeforePerform,
     /// The handler returned (its side effects done); nothing is finalized yet.
     AfterPerform,
+    /// A durable step (`JobContext::step`) is about to run its closure; asked with the step's
+    /// name through [`FaultInjector::at_step`]. Steps already recorded are skipped, not asked.
+    BeforeStep,
+    /// A step's closure ran and its output was recorded; the step has not returned yet.
+    AfterStep,
     /// The outcome is about to be handed to the completer.
     BeforeFinalize,
     /// The outcome was written.
@@ -29,6 +34,8 @@ impl fmt::Display for FaultPoint {
             FaultPoint::AfterClaim => "after_claim",
             FaultPoint::BeforePerform => "before_perform",
             FaultPoint::AfterPerform => "after_perform",
+            FaultPoint::BeforeStep => "before_step",
+            FaultPoint::AfterStep => "after_step",
             FaultPoint::BeforeFinalize => "before_finalize",
             FaultPoint::AfterFinalize => "after_finalize",
             FaultPoint::Heartbeat => "heartbeat",
@@ -52,4 +59,11 @@ pub enum Fault {
 pub trait FaultInjector: Send + Sync + 'static {
     /// Called at `point` for the attempt `job`.
     fn at(&self, point: FaultPoint, job: &AttemptInfo) -> Fault;
+
+    /// Called at [`FaultPoint::BeforeStep`] and [`FaultPoint::AfterStep`] with the step's
+    /// name. Defaults to [`at`](Self::at), ignoring the name.
+    fn at_step(&self, point: FaultPoint, step: &str, job: &AttemptInfo) -> Fault {
+        let _ = step;
+        self.at(point, job)
+    }
 }

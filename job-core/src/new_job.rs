@@ -25,6 +25,75 @@ pub enum RunAt {
     At(DateTime<Utc>),
 }
 
+/// The longest unique key accepted, in bytes.
+pub const MAX_UNIQUE_KEY_LEN: usize = 512;
+
+/// The most tags one job may carry.
+pub const MAX_TAGS: usize = 32;
+
+/// The latest instant a job may start; past it the job is never claimed and is discarded
+/// with class `expired`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Deadline {
+    /// At this instant.
+    At(DateTime<Utc>),
+    /// This long after the insert, measured on the database's clock.
+    In(Duration),
+}
+
+/// While which states a job's unique key keeps out other jobs with the same kind and key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+#[non_exhaustive]
+pub enum UniqueScope {
+    /// While scheduled, available, running or retryable: one at a time, from enqueue to its
+    /// end. The default.
+    #[default]
+    UntilFinished,
+    /// While scheduled, available or retryable, until its first claim: a new job may be
+    /// enqueued as soon as the first has started. A started job never holds its key again,
+    /// even when it is retried.
+    UntilStarted,
+    /// In every state, until the row is pruned: a key is used once. Periodic jobs use it so
+    /// that a period that already ran never fires again.
+    UntilPruned,
+}
+
+impl UniqueScope {
+    /// The name stored in `unique_scope`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            UniqueScope::UntilFinished => "finished",
+            UniqueScope::UntilStarted => "started",
+            UniqueScope::UntilPruned => "pruned",
+        }
+    }
+}
+
+/// What an enqueue does when a job with the same kind and unique key is active.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+#[non_exhaustive]
+pub enum OnDuplicate {
+    /// Keep the existing job and refuse the new one with [`EnqueueError::Duplicate`]. The
+    /// default.
+    #[default]
+    Keep,
+    /// Replace the existing job's payload, run time and deadline when it is waiting
+    /// (scheduled, available, retryable) and return its id; refuse with
+    /// [`EnqueueError::Duplicate`] when it is running.
+    Replace,
+}
+
+/// A unique key and how it is enforced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unique {
+    /// The key, unique per kind among the jobs its scope counts.
+    pub key: String,
+    /// Which states count.
+    pub scope: UniqueScope,
+    /// What a duplicate enqueue does.
+    pub on_duplicate: OnDuplicate,
+}
+
 /// Overrides an enqueue can apply to a job's defaults.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct EnqueueOptions {
@@ -36,6 +105,18 @@ pub struct EnqueueOptions {
     pub max_attempts: Option<i32>,
     /// When the job may start.
     pub run_at: RunAt,
+    /// A unique key instead of the one [`Job::unique_key`] derives from the payload.
+    pub unique_key: Option<String>,
+    /// Which states the unique key counts. Defaults to [`UniqueScope::UntilFinished`].
+    pub unique_scope: UniqueScope,
+    /// What a duplicate does. Defaults to [`OnDuplicate::Keep`].
+    pub on_duplicate: OnDuplicate,
+    /// The latest start; none by default.
+    pub deadline: Option<Deadline>,
+    /// Labels stored with the job, for listings and stats.
+    pub tags: Vec<String>,
+    /// The tenant the job belongs to, for listings and stats.
+    pub tenant: Option<String>,
 }
 
 /// A validated job row to insert.
@@ -55,9 +136,36 @@ pub struct NewJob {
     pub max_attempts: i32,
     /// When it may start.
     pub run_at: RunAt,
+    /// Its unique key, if any.
+    pub unique: Option<Unique>,
+    /// The latest start, if any.
+    pub deadline: Option<Deadline>,
+    /// Its tags.
+    pub tags: Vec<String>,
+    /// Its tenant.
+    pub tenant: Option<String>,
 }
 
 impl NewJob {
+    /// A job of `kind` with `payload` (JSON text) and the framework's defaults: queue
+    /// `default`, priority 0, version 1, 25 attempts, due now, no unique key, deadline, tags
+    /// or tenant. Checked only by [`NewJob::validate`] (stores call it).
+    pub fn new(kind: impl Into<String>, payload: impl Into<String>) -> Self {
+        NewJob {
+            kind: kind.into(),
+            queue: "default".into(),
+            priority: 0,
+            payload: payload.into(),
+            payload_version: 1,
+            max_attempts: 25,
+            run_at: RunAt::Now,
+            unique: None,
+            deadline: None,
+            tags: Vec::new(),
+            tenant: None,
+        }
+    }
+
     /// Serializes `job` and applies `options` over its defaults, rejecting any value the store
     /// would not accept, with an error naming the option.
     pub fn build<J: Job>(
@@ -77,6 +185,17 @@ impl NewJob {
             payload_version: J::VERSION,
             max_attempts: options.max_attempts.unwrap_or(J::OPTIONS.max_attempts),
             run_at: options.run_at,
+            unique: options
+                .unique_key
+                .or_else(|| job.unique_key())
+                .map(|key| Unique {
+                    key,
+                    scope: options.unique_scope,
+                    on_duplicate: options.on_duplicate,
+                }),
+            deadline: options.deadline,
+            tags: options.tags,
+            tenant: options.tenant,
         };
         new.validate(payload_limit)?;
         Ok(new)
@@ -108,6 +227,32 @@ impl NewJob {
             if delay > Duration::from_secs(100 * 365 * 24 * 3600) {
                 return Err(invalid("schedule_in", "must be under 100 years".into()));
             }
+        }
+        if let Some(Deadline::In(delay)) = self.deadline {
+            if delay > Duration::from_secs(100 * 365 * 24 * 3600) {
+                return Err(invalid("deadline_in", "must be under 100 years".into()));
+            }
+        }
+        if let Some(unique) = &self.unique {
+            let key = &unique.key;
+            if key.is_empty() || key.len() > MAX_UNIQUE_KEY_LEN {
+                return Err(invalid(
+                    "unique_key",
+                    format!("must be 1 to {MAX_UNIQUE_KEY_LEN} bytes, got {}", key.len()),
+                ));
+            }
+        }
+        if self.tags.len() > MAX_TAGS {
+            return Err(invalid(
+                "tags",
+                format!("at most {MAX_TAGS} tags, got {}", self.tags.len()),
+            ));
+        }
+        for tag in &self.tags {
+            check_name("tags", tag)?;
+        }
+        if let Some(tenant) = &self.tenant {
+            check_name("tenant", tenant)?;
         }
         if self.payload.len() > payload_limit {
             return Err(EnqueueError::PayloadTooLarge {

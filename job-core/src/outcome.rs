@@ -2,6 +2,10 @@
 
 use std::time::Duration;
 
+/// How many times a job may snooze before its next snooze discards it (class `snooze_limit`).
+/// Snoozes do not use attempts, so without a bound a job that always snoozes would never end.
+pub const DEFAULT_MAX_SNOOZES: i32 = 100;
+
 /// How a failure was classified, recorded with each error.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -18,6 +22,8 @@ pub enum ErrorClass {
     Poison,
     /// The lease expired (the worker died or lost the database) and the job was rescued.
     LeaseExpired,
+    /// The job asked to snooze once more than its bound allows.
+    SnoozeLimit,
 }
 
 impl ErrorClass {
@@ -30,6 +36,7 @@ impl ErrorClass {
             ErrorClass::Terminal => "terminal",
             ErrorClass::Poison => "poison",
             ErrorClass::LeaseExpired => "lease_expired",
+            ErrorClass::SnoozeLimit => "snooze_limit",
         }
     }
 }
@@ -150,6 +157,28 @@ impl Outcome {
                 format!("attempt exceeded its timeout of {limit:?}"),
                 rng,
             ),
+        }
+    }
+}
+
+impl Outcome {
+    /// Bounds snoozing: a [`Snooze`](Outcome::Snooze) from a job that already snoozed
+    /// `snoozed` times, when that is `max` or more, becomes a
+    /// [`Discard`](Outcome::Discard) of class [`ErrorClass::SnoozeLimit`] (a dead letter that
+    /// can be redriven). Every other outcome is returned as is.
+    pub fn limit_snoozes(self, attempt: &crate::AttemptInfo, snoozed: i32, max: i32) -> Outcome {
+        match self {
+            Outcome::Snooze { delay } if snoozed >= max => Outcome::Discard {
+                failure: Failure {
+                    attempt: attempt.attempt,
+                    class: ErrorClass::SnoozeLimit,
+                    message: format!(
+                        "snoozed {snoozed} times, the limit is {max}; \
+                         discarded instead of snoozing again for {delay:?}"
+                    ),
+                },
+            },
+            other => other,
         }
     }
 }
@@ -275,6 +304,33 @@ mod tests {
     fn a_failure_after_a_cancel_request_cancels() {
         let end = AttemptEnd::Returned(Err(JobError::retryable("interrupted")));
         assert!(matches!(classify(end, 1, 9, true), Outcome::Cancel { .. }));
+    }
+
+    #[test]
+    fn a_snooze_past_the_limit_discards_and_says_how_often_it_snoozed() {
+        let snooze = || Outcome::Snooze {
+            delay: Duration::from_millis(1),
+        };
+        let info = attempt(1, 3);
+        assert_eq!(snooze().limit_snoozes(&info, 99, 100), snooze());
+        match snooze().limit_snoozes(&info, 100, 100) {
+            Outcome::Discard { failure } => {
+                assert_eq!(failure.class, ErrorClass::SnoozeLimit);
+                assert_eq!(failure.class.as_str(), "snooze_limit");
+                assert!(
+                    failure
+                        .message
+                        .starts_with("snoozed 100 times, the limit is 100"),
+                    "{}",
+                    failure.message
+                );
+            }
+            other => panic!("expected a discard, got {other:?}"),
+        }
+        assert_eq!(
+            Outcome::Complete.limit_snoozes(&info, 500, 100),
+            Outcome::Complete
+        );
     }
 
     #[tokio::test]

@@ -150,6 +150,7 @@ impl Registry {
                 kind: h.kind().to_owned(),
                 max_version: h.version(),
                 lease: h.options().lease,
+                concurrency: h.options().concurrency,
             })
             .collect();
         kinds.sort_by(|a, b| a.kind.cmp(&b.kind));

@@ -33,6 +33,8 @@ pub struct ClaimKind {
     pub max_version: i32,
     /// The lease a claim of this kind takes.
     pub lease: Duration,
+    /// The most jobs of this kind running at once across every worker (`None`: no limit).
+    pub concurrency: Option<u32>,
 }
 
 /// What to claim.
@@ -67,6 +69,8 @@ pub struct ClaimedJob {
     pub attempt: i32,
     /// Attempts in all.
     pub max_attempts: i32,
+    /// Snoozes so far (a snooze does not count an attempt).
+    pub snoozes: i32,
 }
 
 /// A lease to renew and how long to extend it.
@@ -164,6 +168,14 @@ pub struct JobRow {
     pub created_at: DateTime<Utc>,
     /// When it reached a terminal state.
     pub finalized_at: Option<DateTime<Utc>>,
+    /// The latest start, if any.
+    pub deadline: Option<DateTime<Utc>>,
+    /// Its unique key, if any.
+    pub unique_key: Option<String>,
+    /// Its tags.
+    pub tags: Vec<String>,
+    /// Its tenant.
+    pub tenant: Option<String>,
 }
 
 /// Wake-ups from the store: the name of a queue that has new work.
@@ -226,7 +238,39 @@ pub trait Store: Clone + Send + Sync + 'static {
 
     // --- lifecycle: unique jobs, cancellation, dead letters, pausing, pruning, stats ---
 
+    /// Deletes up to `request.batch` jobs finished longer ago than their state's retention
+    /// (`completed`, `cancelled`; never `discarded`, kept until purged). Returns how many.
+    fn prune(
+        &self,
+        request: &crate::maintenance::PruneRequest,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send;
+
+    /// Ends up to `limit` waiting jobs that must not run: past their deadline → `discarded`
+    /// with an `expired` error naming it; cancellation requested (a running job that was then
+    /// retried, snoozed or rescued) → `cancelled`. Never touches a running job.
+    fn expire(
+        &self,
+        limit: u32,
+    ) -> impl Future<Output = Result<crate::maintenance::Expired, StoreError>> + Send;
+
     // --- execution: durable steps, completion in the caller's transaction ---
+
+    /// Every step output recorded for the job of `lease`, by step name, as JSON text. A read:
+    /// not guarded (the guard is on the write).
+    fn load_steps(
+        &self,
+        lease: &Lease,
+    ) -> impl Future<Output = Result<std::collections::HashMap<String, String>, StoreError>> + Send;
+
+    /// Records `output` (JSON text) as the step `name` of the job of `lease`, guarded by
+    /// `(id, lock_token)` and `running`: [`Finalized::LeaseLost`] means nothing was recorded.
+    /// A name already recorded keeps its first output (and is `Applied`).
+    fn save_step(
+        &self,
+        lease: &Lease,
+        name: &str,
+        output: &str,
+    ) -> impl Future<Output = Result<Finalized, StoreError>> + Send;
 }
 
 /// How long one attempt may take before its lease must have been renewed: used by tests

@@ -25,11 +25,13 @@ mod kw {
     syn::custom_keyword!(backoff);
     syn::custom_keyword!(base);
     syn::custom_keyword!(cap);
+    syn::custom_keyword!(unique);
+    syn::custom_keyword!(concurrency);
 }
 
 /// Every key, for the message about an unknown one.
-const KEYS: &str =
-    "`kind`, `version`, `upgrade`, `queue`, `priority`, `retry`, `timeout`, `lease`, `backoff`";
+const KEYS: &str = "`kind`, `version`, `upgrade`, `queue`, `priority`, `retry`, `timeout`, \
+                    `lease`, `backoff`, `unique`, `concurrency`";
 
 /// The longest queue or kind name the store accepts (`job_core::new_job::MAX_NAME_LEN`).
 pub(crate) const MAX_NAME_LEN: usize = 128;
@@ -57,6 +59,80 @@ pub(crate) struct JobArgs {
     pub(crate) timeout: Option<Duration>,
     pub(crate) lease: Option<Duration>,
     pub(crate) backoff: Option<BackoffArgs>,
+    pub(crate) unique: Option<UniqueKey>,
+    pub(crate) concurrency: Option<u32>,
+}
+
+/// `unique = "invoice:{invoice_id}"`: literal text and `{field}` placeholders (`{{` and `}}`
+/// for braces), and where the string was, for errors about the fields it names.
+pub(crate) struct UniqueKey {
+    pub(crate) parts: Vec<KeyPart>,
+    pub(crate) span: Span,
+}
+
+/// One piece of a unique key template.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum KeyPart {
+    /// Text copied as is.
+    Text(String),
+    /// The payload field of this name, formatted with `Display`.
+    Field(String),
+}
+
+/// Splits a unique key template into its parts.
+pub(crate) fn key_template(template: &str) -> Result<Vec<KeyPart>, String> {
+    let mut parts = Vec::new();
+    let mut text = String::new();
+    let mut chars = template.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '{' if chars.peek() == Some(&'{') => {
+                chars.next();
+                text.push('{');
+            }
+            '}' if chars.peek() == Some(&'}') => {
+                chars.next();
+                text.push('}');
+            }
+            '{' => {
+                let mut name = String::new();
+                loop {
+                    match chars.next() {
+                        Some('}') => break,
+                        Some(c) => name.push(c),
+                        None => {
+                            return Err(format!(
+                                "`unique` has an unclosed `{{` in {template:?}; write `{{{{` for a brace"
+                            ))
+                        }
+                    }
+                }
+                let name = name.trim().to_owned();
+                if name.is_empty() || !name.chars().all(|c| c.is_alphanumeric() || c == '_') {
+                    return Err(format!(
+                        "`unique` placeholders name a job argument, like `{{invoice_id}}`, got `{{{name}}}`"
+                    ));
+                }
+                if !text.is_empty() {
+                    parts.push(KeyPart::Text(std::mem::take(&mut text)));
+                }
+                parts.push(KeyPart::Field(name));
+            }
+            '}' => {
+                return Err(format!(
+                    "`unique` has an unmatched `}}` in {template:?}; write `}}}}` for a brace"
+                ))
+            }
+            c => text.push(c),
+        }
+    }
+    if !text.is_empty() {
+        parts.push(KeyPart::Text(text));
+    }
+    if parts.is_empty() {
+        return Err("`unique` must not be empty".into());
+    }
+    Ok(parts)
 }
 
 /// `backoff(base = "..", cap = "..")`: either half may be left to its default.
@@ -123,6 +199,8 @@ struct Keys {
     timeout: Slot<Duration>,
     lease: Slot<Duration>,
     backoff: Slot<BackoffArgs>,
+    unique: Slot<UniqueKey>,
+    concurrency: Slot<u32>,
 }
 
 impl Default for Keys {
@@ -137,6 +215,8 @@ impl Default for Keys {
             timeout: Slot::new("timeout"),
             lease: Slot::new("lease"),
             backoff: Slot::new("backoff"),
+            unique: Slot::new("unique"),
+            concurrency: Slot::new("concurrency"),
         }
     }
 }
@@ -205,6 +285,25 @@ impl Keys {
             let key: kw::backoff = input.parse()?;
             let backoff = parse_backoff(input, errors)?;
             self.backoff.set(key.span, backoff, errors);
+        } else if input.peek(kw::unique) {
+            let key: kw::unique = input.parse()?;
+            let value = value(input, at, "unique", r#"unique = "invoice:{invoice_id}""#)?;
+            let what = "a key template like \"invoice:{invoice_id}\"";
+            let unique = string(&value, "unique", what).and_then(|template| {
+                let parts = key_template(&template)
+                    .map_err(|reason| syn::Error::new_spanned(&value, reason))?;
+                Ok(UniqueKey {
+                    parts,
+                    span: syn::spanned::Spanned::span(&value),
+                })
+            });
+            self.unique.set(key.span, unique, errors);
+        } else if input.peek(kw::concurrency) {
+            let key: kw::concurrency = input.parse()?;
+            let value = value(input, at, "concurrency", "concurrency = 2")?;
+            let what = "1 or more (running jobs of this kind across every worker)";
+            let limit = integer(&value, "concurrency", 1..=u32::MAX.into(), what);
+            self.concurrency.set(key.span, limit, errors);
         } else {
             let key = Ident::parse_any(input)
                 .map_err(|e| syn::Error::new(e.span(), format!("expected a key, one of {KEYS}")))?;
@@ -226,6 +325,8 @@ impl Keys {
             timeout: self.timeout.value,
             lease: self.lease.value,
             backoff: self.backoff.value,
+            unique: self.unique.value,
+            concurrency: self.concurrency.value,
         };
         // A refused `upgrade` has its own error already.
         if let (Some(_), Some(span)) = (&args.upgrade, self.upgrade.span) {

@@ -9,7 +9,7 @@ use syn::ext::IdentExt;
 use syn::spanned::Spanned;
 use syn::{Ident, ItemFn};
 
-use crate::attr::{self, BackoffArgs, JobArgs};
+use crate::attr::{self, BackoffArgs, JobArgs, KeyPart};
 use crate::errors::Errors;
 use crate::valid::{self, Field, JobFn};
 
@@ -29,7 +29,10 @@ pub(crate) fn job(attr: TokenStream, item: TokenStream) -> TokenStream {
             return quote! { #item #errors };
         }
     };
-    let generated = valid::check(&mut item, &mut errors).map(|job| generate(&job, &args));
+    let generated = valid::check(&mut item, &mut errors).map(|job| {
+        let unique_ok = check_unique(&job, &args, &mut errors);
+        generate(&job, &args, unique_ok)
+    });
     if generated.is_some() {
         // Its parameters are the payload's fields, and a payload may well have many.
         item.attrs
@@ -43,7 +46,60 @@ pub(crate) fn job(attr: TokenStream, item: TokenStream) -> TokenStream {
     }
 }
 
-fn generate(job: &JobFn, args: &JobArgs) -> TokenStream {
+/// Every placeholder of `unique` must name an argument of the job.
+fn check_unique(job: &JobFn, args: &JobArgs, errors: &mut Errors) -> bool {
+    let Some(unique) = &args.unique else {
+        return true;
+    };
+    let known: Vec<String> = job
+        .fields
+        .iter()
+        .map(|f| f.name.unraw().to_string())
+        .collect();
+    let mut ok = true;
+    for part in &unique.parts {
+        if let KeyPart::Field(name) = part {
+            if !known.contains(name) {
+                ok = false;
+                let listed = if known.is_empty() {
+                    "the job has no arguments".to_owned()
+                } else {
+                    format!("its arguments are `{}`", known.join("`, `"))
+                };
+                errors.push(syn::Error::new(
+                    unique.span,
+                    format!("`unique` names `{{{name}}}`, which is not an argument of the job; {listed}"),
+                ));
+            }
+        }
+    }
+    ok
+}
+
+/// `fn unique_key` formatting the payload's fields into the `unique` template.
+fn unique_key(args: &JobArgs, fields: &[Field]) -> Option<TokenStream> {
+    let unique = args.unique.as_ref()?;
+    let mut format = String::new();
+    let mut values = Vec::new();
+    for part in &unique.parts {
+        match part {
+            KeyPart::Text(t) => format.push_str(&t.replace('{', "{{").replace('}', "}}")),
+            KeyPart::Field(name) => {
+                format.push_str("{}");
+                let field = fields.iter().find(|f| f.name.unraw() == name)?;
+                let ident = &field.name;
+                values.push(quote!(self.#ident));
+            }
+        }
+    }
+    Some(quote! {
+        fn unique_key(&self) -> ::core::option::Option<::std::string::String> {
+            ::core::option::Option::Some(::std::format!(#format #(, #values)*))
+        }
+    })
+}
+
+fn generate(job: &JobFn, args: &JobArgs, unique_ok: bool) -> TokenStream {
     let JobFn {
         vis,
         name,
@@ -83,6 +139,11 @@ fn generate(job: &JobFn, args: &JobArgs) -> TokenStream {
         quote!(const VERSION: i32 = #v;)
     });
     let options = options(args);
+    let unique_key = if unique_ok {
+        unique_key(args, fields)
+    } else {
+        None
+    };
     let upgrade = args.upgrade.as_ref().map(|path| {
         // Spanned at the path, so a function of the wrong signature is reported there.
         quote_spanned! {path.span()=>
@@ -125,6 +186,7 @@ fn generate(job: &JobFn, args: &JobArgs) -> TokenStream {
             #version
             #options
             #upgrade
+            #unique_key
 
             // The function's error may already be a `JobError`.
             #[allow(clippy::useless_conversion)]
@@ -210,11 +272,15 @@ fn options(args: &JobArgs) -> Option<TokenStream> {
         let cap = cap.map_or_else(|| quote!(::job::Backoff::DEFAULT.cap), duration);
         set.push(quote!(backoff: ::job::Backoff::new(#base, #cap)));
     }
+    if let Some(limit) = args.concurrency {
+        let limit = Literal::u32_unsuffixed(limit);
+        set.push(quote!(concurrency: ::core::option::Option::Some(#limit)));
+    }
     if set.is_empty() {
         return None;
     }
     // With every field given, the update fills nothing; it stays for fields added later.
-    let allow = (set.len() == 6).then(|| quote!(#[allow(clippy::needless_update)]));
+    let allow = (set.len() == 7).then(|| quote!(#[allow(clippy::needless_update)]));
     Some(quote! {
         #allow
         const OPTIONS: ::job::JobOptions = ::job::JobOptions {

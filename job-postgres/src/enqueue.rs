@@ -6,7 +6,10 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use job_core::store::duration_millis;
-use job_core::{EnqueueError, EnqueueOptions, Job, JobId, NewJob, RunAt, DEFAULT_PAYLOAD_LIMIT};
+use job_core::{
+    Deadline, EnqueueError, EnqueueOptions, Job, JobId, NewJob, OnDuplicate, RunAt, UniqueScope,
+    DEFAULT_PAYLOAD_LIMIT,
+};
 use sqlx::PgExecutor;
 
 use crate::error::Error;
@@ -17,12 +20,24 @@ use crate::sql;
 ///
 /// Pass `&pool`, `&mut *tx` (a [`sqlx::Transaction`]) or `&mut conn`; inside a transaction the
 /// job exists only if the transaction commits.
+///
+/// A job with a unique key is decided by the database's unique index, never by a pre-check:
+/// when an active job of the kind holds the key, nothing is inserted and the answer is
+/// [`EnqueueError::Duplicate`] with that job's id, unless the job asks for
+/// [`OnDuplicate::Replace`] and the holder is waiting: then the holder's payload, run time and
+/// deadline are replaced and its id returned. (Inside a `REPEATABLE READ` or `SERIALIZABLE`
+/// transaction a duplicate committed concurrently is a serialization failure instead.)
 pub async fn enqueue<'e, E: PgExecutor<'e>>(
     executor: E,
     job: &NewJob,
 ) -> Result<JobId, EnqueueError> {
     let (run_at, delay_ms) = split_run_at(job.run_at);
-    let id = sqlx::query_scalar(sql::ENQUEUE)
+    let (deadline_at, deadline_ms) = split_deadline(job.deadline);
+    let query = match &job.unique {
+        None => sql::ENQUEUE,
+        Some(_) => sql::ENQUEUE_UNIQUE,
+    };
+    let mut query = sqlx::query_as::<_, (JobId, Option<String>)>(query)
         .bind(&job.kind)
         .bind(&job.queue)
         .bind(job.priority)
@@ -31,20 +46,48 @@ pub async fn enqueue<'e, E: PgExecutor<'e>>(
         .bind(job.max_attempts)
         .bind(run_at)
         .bind(delay_ms)
+        .bind(deadline_at)
+        .bind(deadline_ms)
+        .bind(&job.tags)
+        .bind(&job.tenant);
+    if let Some(unique) = &job.unique {
+        query = query
+            .bind(&unique.key)
+            .bind(unique.scope.as_str())
+            .bind(unique.on_duplicate == OnDuplicate::Replace);
+    }
+    let (id, outcome) = query
         .fetch_one(executor)
         .await
         .map_err(Error::query("enqueue"))?;
-    Ok(id)
+    match (&job.unique, outcome.as_deref()) {
+        (Some(unique), Some("duplicate")) => Err(EnqueueError::Duplicate {
+            kind: job.kind.clone(),
+            key: unique.key.clone(),
+            existing: id,
+        }),
+        _ => Ok(id),
+    }
 }
 
 /// Inserts many jobs through `executor` in one statement and returns their ids in input order.
 /// The jobs are not checked here (see [`enqueue`]).
+///
+/// Jobs with a unique key are refused ([`EnqueueError::InvalidOption`] `unique_key`): each
+/// duplicate needs its own answer, so enqueue them one by one.
 pub async fn enqueue_many<'e, E: PgExecutor<'e>>(
     executor: E,
     jobs: &[NewJob],
 ) -> Result<Vec<JobId>, EnqueueError> {
     if jobs.is_empty() {
         return Ok(Vec::new());
+    }
+    if jobs.iter().any(|j| j.unique.is_some()) {
+        return Err(EnqueueError::InvalidOption {
+            option: "unique_key",
+            reason: "jobs with unique keys cannot be enqueued in bulk; enqueue them one by one"
+                .into(),
+        });
     }
     let n = jobs.len();
     let mut kinds = Vec::with_capacity(n);
@@ -55,6 +98,10 @@ pub async fn enqueue_many<'e, E: PgExecutor<'e>>(
     let mut max_attempts = Vec::with_capacity(n);
     let mut run_ats = Vec::with_capacity(n);
     let mut delays = Vec::with_capacity(n);
+    let mut deadline_ats = Vec::with_capacity(n);
+    let mut deadline_mss = Vec::with_capacity(n);
+    let mut tags = Vec::with_capacity(n);
+    let mut tenants = Vec::with_capacity(n);
     for job in jobs {
         let (run_at, delay_ms) = split_run_at(job.run_at);
         kinds.push(job.kind.as_str());
@@ -65,6 +112,13 @@ pub async fn enqueue_many<'e, E: PgExecutor<'e>>(
         max_attempts.push(job.max_attempts);
         run_ats.push(run_at);
         delays.push(delay_ms);
+        let (deadline_at, deadline_ms) = split_deadline(job.deadline);
+        deadline_ats.push(deadline_at);
+        deadline_mss.push(deadline_ms);
+        tags.push(
+            (!job.tags.is_empty()).then(|| serde_json::to_string(&job.tags).unwrap_or_default()),
+        );
+        tenants.push(job.tenant.as_deref());
     }
     let mut ids: Vec<JobId> = sqlx::query_scalar(sql::ENQUEUE_MANY)
         .bind(kinds)
@@ -75,6 +129,10 @@ pub async fn enqueue_many<'e, E: PgExecutor<'e>>(
         .bind(max_attempts)
         .bind(run_ats)
         .bind(delays)
+        .bind(deadline_ats)
+        .bind(deadline_mss)
+        .bind(tags)
+        .bind(tenants)
         .fetch_all(executor)
         .await
         .map_err(Error::query("enqueue_many"))?;
@@ -91,6 +149,16 @@ fn split_run_at(run_at: RunAt) -> (Option<DateTime<Utc>>, i64) {
         RunAt::Now => (None, 0),
         RunAt::In(delay) => (None, duration_millis(delay)),
         RunAt::At(at) => (Some(at), 0),
+    }
+}
+
+/// A deadline as the two binds of the insert statements: an absolute time, or a delay in
+/// milliseconds from the database's now; both null for none.
+fn split_deadline(deadline: Option<Deadline>) -> (Option<DateTime<Utc>>, Option<i64>) {
+    match deadline {
+        None => (None, None),
+        Some(Deadline::At(at)) => (Some(at), None),
+        Some(Deadline::In(delay)) => (None, Some(duration_millis(delay))),
     }
 }
 
@@ -169,6 +237,56 @@ impl<J: Job> Enqueue<J> {
     /// [`DEFAULT_PAYLOAD_LIMIT`].
     pub fn payload_limit(mut self, limit: usize) -> Self {
         self.payload_limit = limit;
+        self
+    }
+
+    /// Makes the job unique by `key` among the active jobs of its kind, overriding the key the
+    /// job derives from its payload (`#[job(unique = "...")]`). A duplicate is refused with
+    /// [`EnqueueError::Duplicate`] carrying the existing job's id (HTTP: 409 Conflict).
+    pub fn unique_key(mut self, key: impl Into<String>) -> Self {
+        self.options.unique_key = Some(key.into());
+        self
+    }
+
+    /// Which states the unique key counts. Defaults to [`UniqueScope::UntilFinished`].
+    pub fn unique_scope(mut self, scope: UniqueScope) -> Self {
+        self.options.unique_scope = scope;
+        self
+    }
+
+    /// On a duplicate, replaces the waiting job's payload, run time and deadline and returns
+    /// its id, instead of refusing; a running duplicate is still refused.
+    pub fn replace_duplicate(mut self) -> Self {
+        self.options.on_duplicate = OnDuplicate::Replace;
+        self
+    }
+
+    /// Never starts the job after `at`: past it the job is not claimed, and is discarded as
+    /// `expired`.
+    pub fn deadline(mut self, at: DateTime<Utc>) -> Self {
+        self.options.deadline = Some(Deadline::At(at));
+        self
+    }
+
+    /// Never starts the job later than `within` after the insert (database clock).
+    pub fn deadline_in(mut self, within: Duration) -> Self {
+        self.options.deadline = Some(Deadline::In(within));
+        self
+    }
+
+    /// Labels the job; listings and stats filter by tag.
+    pub fn tags<I, T>(mut self, tags: I) -> Self
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<String>,
+    {
+        self.options.tags.extend(tags.into_iter().map(Into::into));
+        self
+    }
+
+    /// Records the tenant the job belongs to; listings and stats filter by tenant.
+    pub fn tenant(mut self, tenant: impl Into<String>) -> Self {
+        self.options.tenant = Some(tenant.into());
         self
     }
 

@@ -28,6 +28,13 @@ pub enum Error {
         #[source]
         source: sqlx::Error,
     },
+    /// A guarded write found the lease it was made under gone (the job was rescued, released
+    /// or finalized elsewhere): it wrote nothing.
+    #[error("the lease on job {id} was lost: nothing was written")]
+    LeaseLost {
+        /// The job's id.
+        id: i64,
+    },
     /// A stored job row could not be read back into its Rust type.
     #[error("job {id} has an undecodable `{column}`: {reason}")]
     Decode {

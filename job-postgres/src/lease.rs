@@ -8,13 +8,41 @@ use job_core::{
     ClaimRequest, ClaimedJob, Finalize, Finalized, HeartbeatReport, JobId, JobState, Lease,
     Outcome, Renewal, Rescued,
 };
-use sqlx::{PgExecutor, Row};
+use sqlx::{PgExecutor, PgPool, Row};
 use uuid::Uuid;
 
 use crate::error::Error;
 use crate::sql;
 
-/// Claims due jobs of the requested kinds in one statement (see `sql/claim.sql`).
+/// Claims due jobs; when a requested kind has a concurrency limit, inside a transaction that
+/// first takes the advisory lock of each limited kind (`sql/claim_lock.sql`), so that
+/// concurrent claimers never count the same free room twice.
+pub(crate) async fn claim_from_pool(
+    pool: &PgPool,
+    request: &ClaimRequest,
+) -> Result<Vec<ClaimedJob>, Error> {
+    let limited: Vec<&str> = request
+        .kinds
+        .iter()
+        .filter(|k| k.concurrency.is_some())
+        .map(|k| k.kind.as_str())
+        .collect();
+    if limited.is_empty() || request.limit == 0 {
+        return claim(pool, request).await;
+    }
+    let mut tx = pool.begin().await.map_err(Error::query("begin"))?;
+    sqlx::query(sql::CLAIM_LOCK)
+        .bind(limited)
+        .execute(&mut *tx)
+        .await
+        .map_err(Error::query("claim_lock"))?;
+    let claimed = claim(&mut *tx, request).await?;
+    tx.commit().await.map_err(Error::query("commit"))?;
+    Ok(claimed)
+}
+
+/// Claims due jobs of the requested kinds in one statement (see `sql/claim.sql`). A kind with a
+/// concurrency limit is only safe under its advisory lock: see [`claim_from_pool`].
 pub(crate) async fn claim<'e, E: PgExecutor<'e>>(
     executor: E,
     request: &ClaimRequest,
@@ -29,6 +57,11 @@ pub(crate) async fn claim<'e, E: PgExecutor<'e>>(
         .iter()
         .map(|k| duration_millis(k.lease))
         .collect();
+    let caps: Vec<Option<i32>> = request
+        .kinds
+        .iter()
+        .map(|k| k.concurrency.map(|c| i32::try_from(c).unwrap_or(i32::MAX)))
+        .collect();
     let limit = i32::try_from(request.limit).unwrap_or(i32::MAX);
     let rows = sqlx::query(sql::CLAIM)
         .bind(&request.queue)
@@ -37,6 +70,7 @@ pub(crate) async fn claim<'e, E: PgExecutor<'e>>(
         .bind(leases)
         .bind(limit)
         .bind(&request.worker_id)
+        .bind(caps)
         .fetch_all(executor)
         .await
         .map_err(Error::query("claim"))?;
@@ -54,6 +88,7 @@ pub(crate) async fn claim<'e, E: PgExecutor<'e>>(
                 payload_version: row.try_get("payload_version")?,
                 attempt: row.try_get("attempt")?,
                 max_attempts: row.try_get("max_attempts")?,
+                snoozes: row.try_get("snoozes")?,
             })
         })
         .collect::<Result<_, sqlx::Error>>()

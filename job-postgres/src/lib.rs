@@ -3,8 +3,10 @@
 //! (one file each under `src/sql/`), LISTEN/NOTIFY wake-ups and the bulk insert, and no policy.
 //!
 //! Enqueue through any executor ([`enqueue()`], [`Enqueue`]) to make a job part of your own
-//! transaction.
+//! transaction, and [`complete_in`] to complete one in a handler's own transaction.
 
+mod admin;
+mod complete;
 mod enqueue;
 mod error;
 mod lease;
@@ -12,8 +14,10 @@ mod listen;
 pub mod migrate;
 mod row;
 mod sql;
+mod steps;
 mod store;
 
+pub use complete::complete_in;
 pub use enqueue::{enqueue, enqueue_many, Enqueue, EnqueueMany};
 pub use error::Error;
 pub use listen::CHANNEL;

@@ -21,11 +21,23 @@ pub struct Migration {
 }
 
 /// Every migration this build knows, oldest first.
-pub const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    name: "init",
-    sql: include_str!("../migrations/0001_init.sql"),
-}];
+pub const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "init",
+        sql: include_str!("../migrations/0001_init.sql"),
+    },
+    Migration {
+        version: 2,
+        name: "lifecycle",
+        sql: include_str!("../migrations/0002_lifecycle.sql"),
+    },
+    Migration {
+        version: 3,
+        name: "steps",
+        sql: include_str!("../migrations/0003_steps.sql"),
+    },
+];
 
 /// Brings the `job` schema up to date. Safe to run from many processes at once (an advisory
 /// lock serializes them) and again and again (a second run only reads). Each migration runs in

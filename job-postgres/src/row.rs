@@ -21,7 +21,7 @@ pub(crate) async fn get<'e, E: PgExecutor<'e>>(
     row.map(|row| decode(id, &row)).transpose()
 }
 
-fn decode(id: JobId, row: &PgRow) -> Result<JobRow, Error> {
+pub(crate) fn decode(id: JobId, row: &PgRow) -> Result<JobRow, Error> {
     let column = |column: &'static str| {
         move |e: sqlx::Error| Error::Decode {
             id,
@@ -67,5 +67,9 @@ fn decode(id: JobId, row: &PgRow) -> Result<JobRow, Error> {
         finalized_at: row
             .try_get("finalized_at")
             .map_err(column("finalized_at"))?,
+        deadline: row.try_get("deadline").map_err(column("deadline"))?,
+        unique_key: row.try_get("unique_key").map_err(column("unique_key"))?,
+        tags: row.try_get("tags").map_err(column("tags"))?,
+        tenant: row.try_get("tenant").map_err(column("tenant"))?,
     })
 }

@@ -103,7 +103,7 @@ impl Store for PgStore {
     }
 
     async fn claim(&self, request: &ClaimRequest) -> Result<Vec<ClaimedJob>, StoreError> {
-        Ok(lease::claim(&self.pool, request).await?)
+        Ok(lease::claim_from_pool(&self.pool, request).await?)
     }
 
     async fn heartbeat(&self, renewals: &[Renewal]) -> Result<HeartbeatReport, StoreError> {
@@ -131,6 +131,34 @@ impl Store for PgStore {
     }
 
     // --- lifecycle: unique jobs, cancellation, dead letters, pausing, pruning, stats ---
+    // (cancel, pause, dead letters and stats are `job_core::Admin`, in admin.rs)
+
+    async fn prune(
+        &self,
+        request: &job_core::maintenance::PruneRequest,
+    ) -> Result<u64, StoreError> {
+        Ok(crate::admin::prune(&self.pool, request).await?)
+    }
+
+    async fn expire(&self, limit: u32) -> Result<job_core::maintenance::Expired, StoreError> {
+        Ok(crate::admin::expire(&self.pool, limit).await?)
+    }
 
     // --- execution: durable steps, completion in the caller's transaction ---
+
+    async fn load_steps(
+        &self,
+        lease: &Lease,
+    ) -> Result<std::collections::HashMap<String, String>, StoreError> {
+        Ok(crate::steps::load(&self.pool, lease.id).await?)
+    }
+
+    async fn save_step(
+        &self,
+        lease: &Lease,
+        name: &str,
+        output: &str,
+    ) -> Result<Finalized, StoreError> {
+        Ok(crate::steps::save(&self.pool, lease, name, output).await?)
+    }
 }

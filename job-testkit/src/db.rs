@@ -1,10 +1,7 @@
-//! A fresh, migrated PostgreSQL database per test.
-//!
-//! The server is the one `DATABASE_URL` names, else `postgres://postgres@127.0.0.1:5432/test`;
-//! that database is only used as the admin connection. The first test to need it builds a
-//! template database `job_tpl_<hash of the migrations>` (guarded by an advisory lock, so test
-//! processes racing each other build it once), and every [`TestDb`] is a copy of it:
-//! `CREATE DATABASE job_test_<random> TEMPLATE job_tpl_<hash>`, which is fast.
+//! A fresh, migrated PostgreSQL database per test, on whichever server the machine offers
+//! (see [`TestDb`]); the private fallback cluster is in `db/cluster.rs`.
+
+mod cluster;
 
 use std::time::Duration;
 
@@ -12,14 +9,48 @@ use job_postgres::{PgStore, MIGRATIONS};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{ConnectOptions, Connection, Executor, PgConnection, PgPool};
 
+use crate::conformance::StoreFactory;
+
 /// The admin database when `DATABASE_URL` is not set.
 const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
+
+/// Replaces [`DEFAULT_URL`]: the server to try before falling back to a private cluster.
+const DEFAULT_URL_VAR: &str = "JOB_TESTKIT_DEFAULT_URL";
+
+/// How long the first connection to a server may take before it counts as not answering.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Connections in each test database's pool at most: enough for the concurrency tests.
 const POOL_SIZE: u32 = 12;
 
 /// A throwaway database with the `job` schema migrated. Dropped by [`TestDb::close`], or on
 /// a best-effort basis when the value is dropped (a panicking test leaves nothing behind).
+///
+/// # Which server
+///
+/// Found once per process, in this order:
+///
+/// 1. `DATABASE_URL`, when set. It must answer: if it does not, the test fails naming it,
+///    and nothing else is tried.
+/// 2. The local default, `postgres://postgres@127.0.0.1:5432/test` (or
+///    `JOB_TESTKIT_DEFAULT_URL`). A server that answers but refuses (authentication, a
+///    missing database) fails the test.
+/// 3. When nothing answers there: a private throwaway cluster from the machine's own
+///    PostgreSQL binaries (`JOB_TESTKIT_PG_BINDIR`, else `pg_config --bindir`, the newest
+///    `/usr/lib/postgresql/*/bin`, `PATH`). It lives in `job-testkit-pg<major>-<user>` under
+///    the temporary directory (or `JOB_TESTKIT_CLUSTER_DIR`): `initdb` with trust
+///    authentication, then `pg_ctl start` on a free port of 127.0.0.1 only, its unix socket
+///    in its data directory, durability off; as the `postgres` user (through `runuser` or
+///    `su`) when the tests run as root. Test processes racing to start it take turns under
+///    a lock file; the first one starts it (a few seconds), the others use it. It is left
+///    running for later test runs, until `$(cat <dir>/bindir)/pg_ctl -D <dir>/data stop`
+///    or a reboot.
+///
+/// If none of that works, the panic says what was tried and how to start a server.
+///
+/// On that server, the first test builds a template database `job_tpl_<hash of the
+/// migrations>` (under an advisory lock, so racing processes build it once), and every
+/// `TestDb` is a copy of it (`CREATE DATABASE … TEMPLATE …`), which is fast.
 #[derive(Debug)]
 pub struct TestDb {
     name: String,
@@ -32,12 +63,15 @@ pub struct TestDb {
 impl TestDb {
     /// Creates a fresh database from the migrated template.
     ///
+    /// The server is found once per process (see [which server](TestDb#which-server)); the
+    /// first test on a machine without one waits a few seconds for the private cluster.
+    ///
     /// # Panics
     ///
-    /// When no PostgreSQL server answers (the message says how to start one) or any setup
-    /// statement fails.
+    /// When no PostgreSQL server answers and no private cluster can be started (the message
+    /// says what was tried and how to start one), or any setup statement fails.
     pub async fn new() -> TestDb {
-        let admin = admin_options();
+        let admin = admin_options().await;
         let mut conn = connect_admin(&admin).await;
         let template = ensure_template(&mut conn, &admin).await;
         let name = format!("job_test_{}", uuid::Uuid::new_v4().simple());
@@ -123,22 +157,144 @@ impl Drop for TestDb {
     }
 }
 
-fn admin_options() -> PgConnectOptions {
-    let url = std::env::var("DATABASE_URL").unwrap_or_else(|_| DEFAULT_URL.to_owned());
+/// A [`StoreFactory`] for the conformance suite: each store is a [`PgStore`] on its own
+/// [`TestDb`], dropped when the test ends.
+///
+/// ```no_run
+/// #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+/// async fn pg_store_passes_the_conformance_suite() {
+///     job_testkit::conformance::run(job_testkit::PgFactory).await;
+/// }
+/// ```
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PgFactory;
+
+impl StoreFactory for PgFactory {
+    type Store = PgStore;
+    type Guard = TestDb;
+
+    async fn create(&self) -> (PgStore, TestDb) {
+        let db = TestDb::new().await;
+        (db.store(), db)
+    }
+
+    async fn dispose(&self, db: TestDb) {
+        db.close().await;
+    }
+}
+
+/// The admin connection's options, found once per process.
+async fn admin_options() -> PgConnectOptions {
+    static SERVER: tokio::sync::OnceCell<PgConnectOptions> = tokio::sync::OnceCell::const_new();
+    SERVER.get_or_init(find_server).await.clone()
+}
+
+/// `DATABASE_URL` if set (and it must answer), else the local default if it answers, else
+/// the private cluster.
+async fn find_server() -> PgConnectOptions {
+    if let Some(url) = std::env::var("DATABASE_URL").ok().filter(|u| !u.is_empty()) {
+        let options = parse_url("DATABASE_URL", &url);
+        if let Err(e) = probe(&options).await {
+            panic!(
+                "DATABASE_URL names a PostgreSQL server at {} that cannot be used ({e}): start \
+                 it, point DATABASE_URL to a server this test may create databases on, or \
+                 unset it to use the local default or a private throwaway cluster",
+                at(&options)
+            );
+        }
+        return options;
+    }
+    let (name, url) = match std::env::var(DEFAULT_URL_VAR)
+        .ok()
+        .filter(|u| !u.is_empty())
+    {
+        Some(url) => (DEFAULT_URL_VAR, url),
+        None => ("the default URL", DEFAULT_URL.to_owned()),
+    };
+    let default = parse_url(name, &url);
+    let unreachable = match probe(&default).await {
+        Ok(()) => return default,
+        Err(Probe::Unreachable(e)) => e,
+        Err(e) => panic!(
+            "the PostgreSQL server at {} ({name}) cannot be used ({e}): set DATABASE_URL to a \
+             server this test may create databases on",
+            at(&default)
+        ),
+    };
+    let started = tokio::task::spawn_blocking(cluster::ensure)
+        .await
+        .unwrap_or_else(|e| Err(format!("starting it panicked: {e}")));
+    let port = started.unwrap_or_else(|why| {
+        panic!(
+            "no PostgreSQL answers at {} ({name}: {unreachable}), and no private throwaway \
+             cluster could be started: {why}. Start a server (`pg_ctlcluster 15 main start`, \
+             `pg_ctl -D <datadir> start`) or set DATABASE_URL to a server this test may \
+             create databases on",
+            at(&default)
+        )
+    });
+    let private = PgConnectOptions::new()
+        .host("127.0.0.1")
+        .port(port)
+        .username(cluster::SUPERUSER)
+        .database("postgres");
+    if let Err(e) = probe(&private).await {
+        panic!(
+            "the private PostgreSQL cluster at {} was started but cannot be used: {e}",
+            at(&private)
+        );
+    }
+    private
+}
+
+fn parse_url(name: &str, url: &str) -> PgConnectOptions {
     url.parse::<PgConnectOptions>()
-        .unwrap_or_else(|e| panic!("DATABASE_URL is not a PostgreSQL URL ({url}): {e}"))
+        .unwrap_or_else(|e| panic!("{name} is not a PostgreSQL URL ({url}): {e}"))
+}
+
+fn at(options: &PgConnectOptions) -> String {
+    format!("{}:{}", options.get_host(), options.get_port())
+}
+
+/// Why a server could not be used.
+#[derive(Debug)]
+enum Probe {
+    /// Nothing answers: refused, unreachable or silent.
+    Unreachable(String),
+    /// Something answered and refused (authentication, a missing database, ...).
+    Refused(sqlx::Error),
+}
+
+impl std::fmt::Display for Probe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Probe::Unreachable(e) => f.write_str(e),
+            Probe::Refused(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+async fn probe(options: &PgConnectOptions) -> Result<(), Probe> {
+    match tokio::time::timeout(PROBE_TIMEOUT, options.connect()).await {
+        Ok(Ok(conn)) => {
+            let _ = conn.close().await;
+            Ok(())
+        }
+        Ok(Err(sqlx::Error::Io(e))) => Err(Probe::Unreachable(e.to_string())),
+        Ok(Err(e)) => Err(Probe::Refused(e)),
+        Err(_) => Err(Probe::Unreachable(format!(
+            "no answer within {PROBE_TIMEOUT:?}"
+        ))),
+    }
 }
 
 async fn connect_admin(admin: &PgConnectOptions) -> PgConnection {
-    match admin.connect().await {
-        Ok(conn) => conn,
-        Err(e) => panic!(
-            "no PostgreSQL at {}:{} ({e}): start one with `pg_ctlcluster 15 main start` \
-             or set DATABASE_URL to a server this test may create databases on",
-            admin.get_host(),
-            admin.get_port()
-        ),
-    }
+    admin.connect().await.unwrap_or_else(|e| {
+        panic!(
+            "could not connect to the PostgreSQL server at {} any more: {e}",
+            at(admin)
+        )
+    })
 }
 
 /// Builds the template for the current migrations once, under an advisory lock on the admin

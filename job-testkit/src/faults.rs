@@ -21,6 +21,10 @@ pub enum Point {
     Finalize,
     /// The heartbeat that would renew the lease (either word: the execution dies there).
     Heartbeat,
+    /// A durable step (`crash_before`: its closure has not run; `crash_after`: its closure
+    /// ran and its output is recorded). Narrow it to one step with [`Faults::step`]. Steps
+    /// already recorded are skipped and never crash.
+    Step,
 }
 
 impl Point {
@@ -32,6 +36,7 @@ impl Point {
             Point::Perform => FaultPoint::BeforePerform,
             Point::Finalize => FaultPoint::BeforeFinalize,
             Point::Heartbeat => FaultPoint::Heartbeat,
+            Point::Step => FaultPoint::BeforeStep,
         }
     }
 
@@ -41,6 +46,7 @@ impl Point {
             Point::Perform => FaultPoint::AfterPerform,
             Point::Finalize => FaultPoint::AfterFinalize,
             Point::Heartbeat => FaultPoint::Heartbeat,
+            Point::Step => FaultPoint::AfterStep,
         }
     }
 }
@@ -51,13 +57,16 @@ struct Rule {
     kind: Option<String>,
     job: Option<JobId>,
     attempt: Option<i32>,
+    step: Option<String>,
     remaining: Option<u32>,
 }
 
 impl Rule {
-    fn matches(&self, point: FaultPoint, job: &AttemptInfo) -> bool {
+    /// `step` is the step's name at step points, `None` elsewhere.
+    fn matches(&self, point: FaultPoint, step: Option<&str>, job: &AttemptInfo) -> bool {
         self.point == point
             && self.remaining != Some(0)
+            && self.step.as_deref().is_none_or(|s| Some(s) == step)
             && self.kind.as_deref().is_none_or(|k| k == job.kind)
             && self.job.is_none_or(|id| id == job.id)
             && self.attempt.is_none_or(|a| a == job.attempt)
@@ -73,6 +82,8 @@ pub struct Crash {
     pub job: JobId,
     /// Which attempt.
     pub attempt: i32,
+    /// Which step, at a step point.
+    pub step: Option<String>,
 }
 
 #[derive(Debug, Default)]
@@ -83,8 +94,8 @@ struct Inner {
 
 /// A fault plan: which executions crash where. Install it with `WorkerBuilder::faults`.
 ///
-/// Each `crash_*` call starts a rule; `kind`, `job`, `attempt` and `times` narrow the rule
-/// before them. A rule without `times` fires every time it matches.
+/// Each `crash_*` call starts a rule; `kind`, `job`, `attempt`, `step` and `times` narrow the
+/// rule before them. A rule without `times` fires every time it matches.
 ///
 /// ```
 /// use job_testkit::{Faults, Point};
@@ -94,7 +105,8 @@ struct Inner {
 /// #   async fn perform(self, _: JobContext) -> Result<(), JobError> { Ok(()) } }
 /// let faults = Faults::new()
 ///     .crash_after(Point::Perform).kind::<SendInvoice>().times(1)
-///     .crash_before(Point::Finalize).attempt(2).times(1);
+///     .crash_before(Point::Finalize).attempt(2).times(1)
+///     .crash_after(Point::Step).step("charge").times(1);
 /// // Worker::builder(store).faults(faults.clone()) ... then `faults.crashes()` tells what fired.
 /// ```
 #[derive(Debug, Clone, Default)]
@@ -143,6 +155,12 @@ impl Faults {
         self.edit(|r| r.attempt = Some(attempt))
     }
 
+    /// Narrows the last rule to the durable step named `name` (a rule at a step point without
+    /// it fires at every step).
+    pub fn step(self, name: &str) -> Self {
+        self.edit(|r| r.step = Some(name.to_owned()))
+    }
+
     /// The last rule fires at most `n` times.
     pub fn times(self, n: u32) -> Self {
         self.edit(|r| r.remaining = Some(n))
@@ -163,6 +181,7 @@ impl Faults {
             kind: None,
             job: None,
             attempt: None,
+            step: None,
             remaining: None,
         });
         self
@@ -181,10 +200,10 @@ impl Faults {
     }
 }
 
-impl FaultInjector for Faults {
-    fn at(&self, point: FaultPoint, job: &AttemptInfo) -> Fault {
+impl Faults {
+    fn decide(&self, point: FaultPoint, step: Option<&str>, job: &AttemptInfo) -> Fault {
         let mut inner = self.lock();
-        let Some(rule) = inner.rules.iter_mut().find(|r| r.matches(point, job)) else {
+        let Some(rule) = inner.rules.iter_mut().find(|r| r.matches(point, step, job)) else {
             return Fault::Continue;
         };
         if let Some(n) = rule.remaining.as_mut() {
@@ -194,8 +213,19 @@ impl FaultInjector for Faults {
             point,
             job: job.id,
             attempt: job.attempt,
+            step: step.map(str::to_owned),
         });
         Fault::Crash
+    }
+}
+
+impl FaultInjector for Faults {
+    fn at(&self, point: FaultPoint, job: &AttemptInfo) -> Fault {
+        self.decide(point, None, job)
+    }
+
+    fn at_step(&self, point: FaultPoint, step: &str, job: &AttemptInfo) -> Fault {
+        self.decide(point, Some(step), job)
     }
 }
 
@@ -235,9 +265,30 @@ mod tests {
             [Crash {
                 point: FaultPoint::BeforeFinalize,
                 job: 1,
-                attempt: 1
+                attempt: 1,
+                step: None,
             }]
         );
+    }
+
+    #[test]
+    fn a_step_rule_fires_only_at_its_step() {
+        let faults = Faults::new().crash_after(Point::Step).step("charge");
+        let job = info("k", 1, 1);
+        assert_eq!(
+            faults.at_step(FaultPoint::AfterStep, "email", &job),
+            Fault::Continue
+        );
+        assert_eq!(
+            faults.at_step(FaultPoint::BeforeStep, "charge", &job),
+            Fault::Continue
+        );
+        assert_eq!(faults.at(FaultPoint::AfterStep, &job), Fault::Continue);
+        assert_eq!(
+            faults.at_step(FaultPoint::AfterStep, "charge", &job),
+            Fault::Crash
+        );
+        assert_eq!(faults.crashes()[0].step.as_deref(), Some("charge"));
     }
 
     #[test]

@@ -157,5 +157,32 @@ impl<S: Store> Store for OutageStore<S> {
 
     // --- lifecycle: unique jobs, cancellation, dead letters, pausing, pruning, stats ---
 
+    async fn prune(
+        &self,
+        request: &job_core::maintenance::PruneRequest,
+    ) -> Result<u64, StoreError> {
+        self.call(self.inner.prune(request)).await
+    }
+
+    async fn expire(&self, limit: u32) -> Result<job_core::maintenance::Expired, StoreError> {
+        self.call(self.inner.expire(limit)).await
+    }
+
     // --- execution: durable steps, completion in the caller's transaction ---
+
+    async fn load_steps(
+        &self,
+        lease: &Lease,
+    ) -> Result<std::collections::HashMap<String, String>, StoreError> {
+        self.call(self.inner.load_steps(lease)).await
+    }
+
+    async fn save_step(
+        &self,
+        lease: &Lease,
+        name: &str,
+        output: &str,
+    ) -> Result<Finalized, StoreError> {
+        self.call(self.inner.save_step(lease, name, output)).await
+    }
 }

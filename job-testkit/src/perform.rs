@@ -1,11 +1,99 @@
 //! Runs one job's handler inline, with a real [`JobContext`], and classifies its end exactly as
 //! a worker would: no database, no worker, no lease.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use job_core::registry::decode;
-use job_core::{run_attempt, AttemptInfo, Extensions, Job, JobContext, JobId, Lease, Outcome};
+use job_core::{
+    run_attempt, AttemptHooks, AttemptInfo, BoxFuture, Extensions, Finalized, Job, JobContext,
+    JobId, Lease, Outcome, StoreError, DEFAULT_MAX_SNOOZES,
+};
 use tokio_util::sync::CancellationToken;
+
+/// One job's recorded durable steps, in memory: what `ctx.step(..)` records during inline
+/// execution. Pass the same memory to several [`Inline::steps`] runs to play a retry that
+/// finds earlier steps done; clones share it.
+///
+/// ```
+/// # use job_core::{Job, JobContext, JobError, Outcome};
+/// # #[derive(serde::Serialize, serde::Deserialize)] struct Charge;
+/// # impl Job for Charge { const KIND: &'static str = "charge";
+/// #   async fn perform(self, ctx: JobContext) -> Result<(), JobError> {
+/// #     let id: String = ctx.step("charge", || async { Ok("ch_1".to_string()) }).await?;
+/// #     if ctx.attempt() == 1 { return Err(JobError::retryable("email bounced")); }
+/// #     Ok(()) } }
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// use job_testkit::{Inline, StepMemory};
+///
+/// let steps = StepMemory::new();
+/// let first = Inline::new().steps(steps.clone()).perform(Charge).await;
+/// assert_eq!(first.name(), "retry");
+/// assert_eq!(steps.get::<String>("charge").as_deref(), Some("ch_1"));
+/// let second = Inline::new().steps(steps.clone()).attempt(2).perform(Charge).await;
+/// assert_eq!(second, Outcome::Complete);
+/// # }
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct StepMemory(Arc<Mutex<HashMap<String, String>>>);
+
+impl StepMemory {
+    /// No step recorded.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The recorded output of step `name`, decoded as `T`.
+    ///
+    /// # Panics
+    ///
+    /// When the recorded output does not decode as `T`.
+    pub fn get<T: serde::de::DeserializeOwned>(&self, name: &str) -> Option<T> {
+        let json = self.lock().get(name).cloned()?;
+        Some(serde_json::from_str(&json).unwrap_or_else(|e| {
+            panic!("step `{name}` recorded {json}, which does not decode: {e}")
+        }))
+    }
+
+    /// Records `output` as step `name`, as if an earlier attempt had run it.
+    ///
+    /// # Panics
+    ///
+    /// When `output` does not serialize.
+    pub fn record<T: serde::Serialize>(&self, name: &str, output: &T) {
+        let json = serde_json::to_string(output).expect("a step output serializes");
+        self.lock().insert(name.to_owned(), json);
+    }
+
+    /// The names of the recorded steps, sorted.
+    pub fn names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.lock().keys().cloned().collect();
+        names.sort();
+        names
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, String>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl AttemptHooks for StepMemory {
+    fn load_steps(&self) -> BoxFuture<'_, Result<HashMap<String, String>, StoreError>> {
+        let steps = self.lock().clone();
+        Box::pin(async move { Ok(steps) })
+    }
+
+    fn save_step<'a>(
+        &'a self,
+        name: &'a str,
+        output: &'a str,
+    ) -> BoxFuture<'a, Result<Finalized, StoreError>> {
+        self.lock()
+            .entry(name.to_owned())
+            .or_insert_with(|| output.to_owned());
+        Box::pin(async { Ok(Finalized::Applied) })
+    }
+}
 
 /// Settings for inline execution: application state and the attempt to pretend it is.
 ///
@@ -30,6 +118,8 @@ pub struct Inline {
     id: JobId,
     attempt: i32,
     max_attempts: Option<i32>,
+    snoozes: i32,
+    steps: Option<StepMemory>,
     seed: u64,
 }
 
@@ -40,6 +130,8 @@ impl Default for Inline {
             id: 1,
             attempt: 1,
             max_attempts: None,
+            snoozes: 0,
+            steps: None,
             seed: 0,
         }
     }
@@ -72,6 +164,20 @@ impl Inline {
     /// The job id the context reports.
     pub fn id(mut self, id: JobId) -> Self {
         self.id = id;
+        self
+    }
+
+    /// Pretends the job already snoozed `n` times, for the snooze bound
+    /// ([`DEFAULT_MAX_SNOOZES`]).
+    pub fn snoozes(mut self, n: i32) -> Self {
+        self.snoozes = n;
+        self
+    }
+
+    /// Records durable steps in `memory` (and skips those already there). Without it each
+    /// run starts from a fresh, empty memory.
+    pub fn steps(mut self, memory: StepMemory) -> Self {
+        self.steps = Some(memory);
         self
     }
 
@@ -112,10 +218,16 @@ impl Inline {
             token: uuid::Uuid::nil(),
         };
         let cancel = CancellationToken::new();
-        let ctx = JobContext::new(info.clone(), lease, Arc::new(self.state.clone()), cancel);
+        let steps = self.steps.clone().unwrap_or_default();
+        let ctx = JobContext::new(info.clone(), lease, Arc::new(self.state.clone()), cancel)
+            .with_hooks(Arc::new(steps));
         let end = run_attempt(Box::pin(job.perform(ctx)), J::OPTIONS.timeout).await;
         let mut rng = fastrand::Rng::with_seed(self.seed);
-        Outcome::classify(end, &info, false, &J::OPTIONS.backoff, &mut rng)
+        Outcome::classify(end, &info, false, &J::OPTIONS.backoff, &mut rng).limit_snoozes(
+            &info,
+            self.snoozes,
+            DEFAULT_MAX_SNOOZES,
+        )
     }
 }
 

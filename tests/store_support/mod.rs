@@ -1,13 +1,12 @@
-//! Helpers shared by the `store_*` contract tests.
+//! Helpers shared by the `store_*` tests of what is specific to PostgreSQL. The store
+//! contract itself is tested by `job_testkit::conformance` (`tests/conformance_pg.rs`).
 #![allow(dead_code, unreachable_pub)]
 
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use chrono::{DateTime, Utc};
-use job_core::{ClaimKind, ClaimRequest, ClaimedJob, NewJob, RunAt, Store};
+use job_core::{ClaimKind, ClaimRequest, ClaimedJob, NewJob, Store};
 use job_postgres::PgStore;
-use sqlx::PgPool;
 
 /// A kind this worker runs at payload version 1 with a 30 s lease.
 pub fn kind(name: &str) -> ClaimKind {
@@ -15,6 +14,7 @@ pub fn kind(name: &str) -> ClaimKind {
         kind: name.to_owned(),
         max_version: 1,
         lease: Duration::from_secs(30),
+        concurrency: None,
     }
 }
 
@@ -30,15 +30,7 @@ pub fn request(kinds: &[&str], limit: u32) -> ClaimRequest {
 
 /// A due job of `kind` on the `default` queue.
 pub fn new_job(kind: &str) -> NewJob {
-    NewJob {
-        kind: kind.to_owned(),
-        queue: "default".to_owned(),
-        priority: 0,
-        payload: r#"{"n":1}"#.to_owned(),
-        payload_version: 1,
-        max_attempts: 25,
-        run_at: RunAt::Now,
-    }
+    NewJob::new(kind, r#"{"n":1}"#)
 }
 
 /// Claims exactly one job of `kind`, panicking when there is not exactly one to claim.
@@ -50,14 +42,6 @@ pub async fn claim_one(store: &PgStore, kind: &str) -> ClaimedJob {
         "expected one claimed job, got {claimed:?}"
     );
     claimed.pop().unwrap()
-}
-
-/// The database's clock.
-pub async fn db_now(pool: &PgPool) -> DateTime<Utc> {
-    sqlx::query_scalar("SELECT now()")
-        .fetch_one(pool)
-        .await
-        .unwrap()
 }
 
 /// Polls `check` every 10 ms until it holds, failing after `limit`.
@@ -74,16 +58,4 @@ where
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-}
-
-/// Waits until the database's clock has passed job `id`'s lease.
-pub async fn until_lease_expired(pool: &PgPool, id: i64) {
-    eventually(Duration::from_secs(10), "the lease expired", || async {
-        sqlx::query_scalar::<_, bool>("SELECT locked_until < now() FROM job.jobs WHERE id = $1")
-            .bind(id)
-            .fetch_one(pool)
-            .await
-            .unwrap()
-    })
-    .await;
 }

@@ -16,6 +16,10 @@ fn raw(kind: &str, payload: &str, version: i32) -> NewJob {
         payload_version: version,
         max_attempts: 5,
         run_at: RunAt::Now,
+        unique: None,
+        deadline: None,
+        tags: Vec::new(),
+        tenant: None,
     }
 }
 

@@ -19,6 +19,7 @@ async fn claim_and_die(h: &Harness, kind: &str, lease: Duration) -> ClaimedJob {
                 kind: kind.into(),
                 max_version: 1,
                 lease,
+                concurrency: None,
             }],
             limit: 1,
             worker_id: "doomed".into(),
@@ -131,6 +132,11 @@ async fn a_worker_that_loses_its_lease_stops_and_writes_nothing() {
     })
     .await;
     assert_eq!(worker.in_flight(), 0);
+    assert_eq!(
+        worker.stats().fenced,
+        0,
+        "stopped by the heartbeat's report at once, not by fencing later"
+    );
     worker.shutdown().await;
     let row = h.row(id).await;
     assert_eq!(row.state, JobState::Running);

@@ -7,6 +7,7 @@ use crate::context::Extensions;
 use crate::error::BuildError;
 use crate::fault::FaultInjector;
 use crate::job::Job;
+use crate::maintenance::{Periodic, PrunerConfig};
 use crate::new_job::MAX_NAME_LEN;
 use crate::registry::Registry;
 use crate::store::Store;
@@ -21,6 +22,7 @@ pub struct Worker<S: Store> {
     pub(crate) state: Extensions,
     pub(crate) config: WorkerConfig,
     pub(crate) faults: Option<Arc<dyn FaultInjector>>,
+    pub(crate) periodic: Vec<Periodic>,
 }
 
 impl<S: Store> Worker<S> {
@@ -33,6 +35,7 @@ impl<S: Store> Worker<S> {
             state: Extensions::new(),
             config: WorkerConfig::default(),
             faults: None,
+            periodic: Vec::new(),
         }
     }
 
@@ -60,6 +63,7 @@ pub struct WorkerBuilder<S: Store> {
     state: Extensions,
     config: WorkerConfig,
     faults: Option<Arc<dyn FaultInjector>>,
+    periodic: Vec<Result<Periodic, BuildError>>,
 }
 
 impl<S: Store> WorkerBuilder<S> {
@@ -102,6 +106,27 @@ impl<S: Store> WorkerBuilder<S> {
     /// Sets how long shutdown waits for running jobs.
     pub fn drain_timeout(mut self, timeout: Duration) -> Self {
         self.config.drain_timeout = timeout;
+        self
+    }
+
+    /// Enqueues a `J` made by `make` for every period of the cron expression `schedule`
+    /// (5 fields, or 6 with seconds first: `"0 */5 * * * *"` is every five minutes). Every
+    /// worker with the same schedule may declare it: each period is enqueued once, decided by
+    /// its unique key (see [`Scheduler`](crate::maintenance::Scheduler)). An expression that
+    /// does not parse makes [`build`](Self::build) fail with
+    /// [`BuildError::InvalidSchedule`].
+    pub fn periodic<J, F>(mut self, schedule: &str, make: F) -> Self
+    where
+        J: Job,
+        F: Fn() -> J + Send + Sync + 'static,
+    {
+        self.periodic.push(Periodic::new::<J, F>(schedule, make));
+        self
+    }
+
+    /// Sets how long finished jobs are kept and how often the pruner runs.
+    pub fn pruner(mut self, config: PrunerConfig) -> Self {
+        self.config.pruner = config;
         self
     }
 
@@ -174,7 +199,29 @@ impl<S: Store> WorkerBuilder<S> {
                 ));
             }
         }
+        if c.pruner.interval.is_zero() || c.pruner.batch == 0 {
+            return Err(invalid(
+                "pruner",
+                "interval and batch must be greater than zero".into(),
+            ));
+        }
+        if c.scheduler.interval.is_zero() {
+            return Err(invalid(
+                "scheduler",
+                "interval must be greater than zero".into(),
+            ));
+        }
+        for h in self.registry.handlers() {
+            if h.options().concurrency == Some(0) {
+                return Err(invalid(
+                    "concurrency",
+                    format!("the concurrency limit of `{}` must be at least 1", h.kind()),
+                ));
+            }
+        }
+        let periodic = self.periodic.into_iter().collect::<Result<Vec<_>, _>>()?;
         Ok(Worker {
+            periodic,
             store: self.store,
             registry: self.registry,
             queues: self.queues,

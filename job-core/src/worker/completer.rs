@@ -10,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::context::AttemptInfo;
 use crate::fault::FaultPoint;
+use crate::outcome::Outcome;
 use crate::store::{Finalize, Finalized, Store};
 
 use super::run::Shared;
@@ -19,6 +20,8 @@ use super::stats::bump;
 pub(crate) struct Completion {
     pub(crate) finalize: Finalize,
     pub(crate) info: Arc<AttemptInfo>,
+    /// The handler finalized the job in its own transaction: a lost lease is expected.
+    pub(crate) finalized_by_handler: bool,
 }
 
 pub(crate) async fn run<S: Store>(
@@ -63,7 +66,9 @@ async fn flush<S: Store>(shared: &Shared<S>, batch: &mut Vec<Completion>) {
         // unreachable) must not be written: another worker may own the job.
         batch.retain(|c| {
             let held = shared.inflight.holds(&c.finalize.lease);
-            if !held {
+            if !held && c.finalized_by_handler {
+                shared.counters.applied(&Outcome::Complete);
+            } else if !held {
                 bump(&shared.counters.lease_lost, 1);
                 tracing::warn!(
                     id = c.info.id,
@@ -87,6 +92,14 @@ async fn flush<S: Store>(shared: &Shared<S>, batch: &mut Vec<Completion>) {
                                 id = c.info.id,
                                 outcome = c.finalize.outcome.name(),
                                 "finalized"
+                            );
+                        }
+                        Finalized::LeaseLost if c.finalized_by_handler => {
+                            // The handler's own transaction completed the job.
+                            shared.counters.applied(&Outcome::Complete);
+                            tracing::debug!(
+                                id = c.info.id,
+                                "finalized by the handler's own transaction"
                             );
                         }
                         Finalized::LeaseLost => {

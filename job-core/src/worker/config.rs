@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::maintenance::RescuerConfig;
+use crate::maintenance::{PrunerConfig, RescuerConfig, SchedulerConfig};
 
 /// How a worker runs. Every field has a default suited to production.
 #[derive(Debug, Clone)]
@@ -24,6 +24,11 @@ pub struct WorkerConfig {
     pub heartbeat_interval: Option<Duration>,
     /// The rescuer of expired leases. Defaults to [`RescuerConfig::default`].
     pub rescuer: RescuerConfig,
+    /// The pruner of finished jobs and expirer of deadlines. Defaults to
+    /// [`PrunerConfig::default`].
+    pub pruner: PrunerConfig,
+    /// The scheduler of periodic jobs. Defaults to [`SchedulerConfig::default`].
+    pub scheduler: SchedulerConfig,
     /// Seeds the backoff jitter, for deterministic tests. Defaults to a random seed.
     pub rng_seed: Option<u64>,
 }
@@ -38,6 +43,8 @@ impl Default for WorkerConfig {
             drain_timeout: Duration::from_secs(30),
             heartbeat_interval: None,
             rescuer: RescuerConfig::default(),
+            pruner: PrunerConfig::default(),
+            scheduler: SchedulerConfig::default(),
             rng_seed: None,
         }
     }

@@ -1,16 +1,21 @@
 //! Runs one claimed job: decode, perform under its timeout, classify the result into an
-//! [`Outcome`], hand it to the completer. A panic, a timeout or a lease loss never takes the
-//! worker down.
+//! [`Outcome`] (snoozes bounded by [`DEFAULT_MAX_SNOOZES`]), hand it to the completer. A panic,
+//! a timeout or a lease loss never takes the worker down. The handler's context reaches the
+//! store for durable steps through [`Hooks`].
 
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use tokio::sync::OwnedSemaphorePermit;
 use tracing::Instrument;
 
 use crate::context::{AttemptInfo, JobContext};
-use crate::fault::FaultPoint;
-use crate::outcome::{run_attempt, AttemptEnd, ErrorClass, Failure, Outcome};
-use crate::store::{ClaimedJob, Finalize, Store};
+use crate::error::StoreError;
+use crate::fault::{Fault, FaultPoint};
+use crate::outcome::{run_attempt, AttemptEnd, ErrorClass, Failure, Outcome, DEFAULT_MAX_SNOOZES};
+use crate::step::{AttemptHooks, BoxFuture};
+use crate::store::{ClaimedJob, Finalize, Finalized, Lease, Store};
 
 use super::completer::Completion;
 use super::inflight::{Abort, Signals};
@@ -57,12 +62,19 @@ async fn execute<S: Store>(
         return;
     };
     let options = handler.options();
+    let hooks = Arc::new(Hooks {
+        shared: shared.clone(),
+        lease,
+        info: info.clone(),
+        signals: signals.clone(),
+    });
     let ctx = JobContext::new(
         (*info).clone(),
         lease,
         shared.state.clone(),
         signals.cancel.clone(),
-    );
+    )
+    .with_hooks(hooks);
     let outcome = match handler.start(&job.payload, job.payload_version, ctx) {
         Err(poison) => {
             tracing::error!(reason = %poison, "poison payload: discarding");
@@ -89,10 +101,15 @@ async fn execute<S: Store>(
             let ended = match ended {
                 Some(end) if !signals.abort.is_cancelled() => end,
                 _ => {
-                    let reason = signals.reason.get().copied().unwrap_or(Abort::LeaseLost);
-                    if reason == Abort::LeaseLost {
-                        bump(&shared.counters.lease_lost, 1);
-                        tracing::warn!("lease lost: execution stopped, nothing will be written");
+                    match signals.reason.get().copied().unwrap_or(Abort::LeaseLost) {
+                        Abort::LeaseLost => {
+                            bump(&shared.counters.lease_lost, 1);
+                            tracing::warn!(
+                                "lease lost: execution stopped, nothing will be written"
+                            );
+                        }
+                        Abort::Finalized => shared.counters.applied(&Outcome::Complete),
+                        Abort::Shutdown | Abort::Crash => {}
                     }
                     return;
                 }
@@ -117,19 +134,77 @@ async fn execute<S: Store>(
                 &options.backoff,
                 &mut rng,
             )
+            .limit_snoozes(&info, job.snoozes, DEFAULT_MAX_SNOOZES)
         }
     };
     if shared.crashes_at(FaultPoint::BeforeFinalize, &info) {
         shared.inflight.remove(&lease);
         return;
     }
+    let finalized_by_handler = signals.finalized_by_handler();
     if !shared.inflight.set_finalizing(&lease) {
-        // Fenced or lost while classifying: another worker may own the job now.
-        bump(&shared.counters.lease_lost, 1);
+        if signals.reason.get() == Some(&Abort::Finalized) {
+            shared.counters.applied(&Outcome::Complete);
+        } else {
+            // Fenced or lost while classifying: another worker may own the job now.
+            bump(&shared.counters.lease_lost, 1);
+        }
         return;
     }
     let _ = shared.completions.send(Completion {
         finalize: Finalize { lease, outcome },
         info,
+        finalized_by_handler,
     });
+}
+
+/// What a [`JobContext`] asks of the worker: the job's steps from the store, step fault
+/// points, and stopping the execution when a step finds its lease gone.
+struct Hooks<S> {
+    shared: Arc<Shared<S>>,
+    lease: Lease,
+    info: Arc<AttemptInfo>,
+    signals: Signals,
+}
+
+impl<S: Store> AttemptHooks for Hooks<S> {
+    fn load_steps(&self) -> BoxFuture<'_, Result<HashMap<String, String>, StoreError>> {
+        Box::pin(self.shared.store.load_steps(&self.lease))
+    }
+
+    fn save_step<'a>(
+        &'a self,
+        name: &'a str,
+        output: &'a str,
+    ) -> BoxFuture<'a, Result<Finalized, StoreError>> {
+        Box::pin(self.shared.store.save_step(&self.lease, name, output))
+    }
+
+    fn crash_at(&self, point: FaultPoint, name: &str) -> bool {
+        let crashed = self
+            .shared
+            .faults
+            .as_ref()
+            .is_some_and(|f| f.at_step(point, name, &self.info) == Fault::Crash);
+        if crashed {
+            bump(&self.shared.counters.crashed, 1);
+            tracing::warn!(%point, step = name, "injected crash");
+            // As a killed process: the abort makes the executor drop the handler; nothing
+            // more is written, and the lease runs out in the store.
+            self.shared.inflight.abort_lease(&self.lease, Abort::Crash);
+        }
+        crashed
+    }
+
+    fn lease_lost(&self) {
+        self.shared
+            .inflight
+            .abort_lease(&self.lease, Abort::LeaseLost);
+    }
+
+    fn finalized_in_transaction(&self) {
+        self.signals
+            .finalized_by_handler
+            .store(true, Ordering::Release);
+    }
 }

@@ -51,8 +51,13 @@ async fn beat<S: Store>(shared: &Shared<S>, every: Duration) {
             Ok(Ok(report)) => {
                 shared.inflight.renewed(&renewals, &report.lost, sent);
                 for id in &report.lost {
-                    if shared.inflight.abort(*id, Abort::LeaseLost) {
-                        tracing::warn!(id, "lease lost: the job was taken over");
+                    match shared.inflight.lost(*id) {
+                        Some(Abort::Finalized) => tracing::debug!(
+                            id,
+                            "the handler's own transaction finalized the job: execution stopped"
+                        ),
+                        Some(_) => tracing::warn!(id, "lease lost: the job was taken over"),
+                        None => {}
                     }
                 }
                 for id in report.cancel_requested {
@@ -77,7 +82,7 @@ async fn beat<S: Store>(shared: &Shared<S>, every: Duration) {
 fn crash_injected<S>(shared: &Shared<S>) {
     for (lease, info) in shared.inflight.running_infos() {
         if shared.crashes_at(FaultPoint::Heartbeat, &info) {
-            shared.inflight.abort_crashed(&lease);
+            shared.inflight.abort_lease(&lease, Abort::Crash);
         }
     }
 }

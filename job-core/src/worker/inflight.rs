@@ -3,6 +3,7 @@
 //! is lost, it crashes (fault injection) or it is released on shutdown.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
@@ -22,6 +23,9 @@ pub(crate) enum Abort {
     Shutdown,
     /// An injected fault killed the execution.
     Crash,
+    /// The store no longer holds the lease because the handler's own transaction finalized
+    /// the job (`JobContext::finalized_in_transaction`): expected, not a loss.
+    Finalized,
 }
 
 /// The signals of one execution.
@@ -33,6 +37,8 @@ pub(crate) struct Signals {
     pub(crate) abort: CancellationToken,
     /// Why `abort` fired.
     pub(crate) reason: Arc<OnceLock<Abort>>,
+    /// Set when the handler finalized the job in its own transaction.
+    pub(crate) finalized_by_handler: Arc<AtomicBool>,
 }
 
 impl Signals {
@@ -41,7 +47,13 @@ impl Signals {
             cancel: CancellationToken::new(),
             abort: CancellationToken::new(),
             reason: Arc::new(OnceLock::new()),
+            finalized_by_handler: Arc::new(AtomicBool::new(false)),
         }
+    }
+
+    /// Whether the handler said it finalized the job in its own transaction.
+    pub(crate) fn finalized_by_handler(&self) -> bool {
+        self.finalized_by_handler.load(Ordering::Acquire)
     }
 
     /// Abort first, then tell the handler: an executor that sees the handler end because of
@@ -141,13 +153,27 @@ impl InFlight {
         }
     }
 
-    /// Fault injection: kills the execution of `lease` as a crash would. Nothing more is
-    /// written for it; its lease runs out in the store.
-    pub(crate) fn abort_crashed(&self, lease: &Lease) {
+    /// The store reported `id` lost. Takes the execution away with [`Abort::Finalized`] when
+    /// its handler finalized the job in its own transaction, else with [`Abort::LeaseLost`].
+    /// Returns the reason, or `None` when `id` is not held.
+    pub(crate) fn lost(&self, id: JobId) -> Option<Abort> {
+        let finalized = self.lock().get(&id)?.signals.finalized_by_handler();
+        let reason = if finalized {
+            Abort::Finalized
+        } else {
+            Abort::LeaseLost
+        };
+        self.abort(id, reason).then_some(reason)
+    }
+
+    /// Takes the execution of exactly `lease` away (a crash, or a guarded write that found the
+    /// lease gone): fires its abort with `reason` and forgets it. Nothing more is written for
+    /// it; a lease still held in the store runs out there.
+    pub(crate) fn abort_lease(&self, lease: &Lease, reason: Abort) {
         let mut map = self.lock();
         if map.get(&lease.id).is_some_and(|e| e.lease == *lease) {
             if let Some(entry) = map.remove(&lease.id) {
-                entry.signals.abort(Abort::Crash);
+                entry.signals.abort(reason);
             }
         }
     }

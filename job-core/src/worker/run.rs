@@ -11,7 +11,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::context::{AttemptInfo, Extensions};
 use crate::fault::{Fault, FaultInjector, FaultPoint};
-use crate::maintenance::Rescuer;
+use crate::maintenance::{Periodic, Pruner, Rescuer, Scheduler};
 use crate::registry::Registry;
 use crate::store::Store;
 
@@ -131,7 +131,13 @@ impl<S: Store> Worker<S> {
             executors: TaskTracker::new(),
         });
         let shutdown = CancellationToken::new();
-        let task = tokio::spawn(supervise(shared.clone(), self.queues, rx, shutdown.clone()));
+        let task = tokio::spawn(supervise(
+            shared.clone(),
+            self.queues,
+            self.periodic,
+            rx,
+            shutdown.clone(),
+        ));
         WorkerHandle {
             id,
             shared,
@@ -151,6 +157,7 @@ impl<S: Store> Worker<S> {
 async fn supervise<S: Store>(
     shared: Arc<Shared<S>>,
     queues: Vec<(String, usize)>,
+    periodic: Vec<Periodic>,
     completions: mpsc::UnboundedReceiver<Completion>,
     shutdown: CancellationToken,
 ) -> DrainReport {
@@ -188,6 +195,13 @@ async fn supervise<S: Store>(
     let heartbeat = tokio::spawn(heartbeat::run(shared.clone(), stop_services.clone()));
     let rescuer = tokio::spawn(
         Rescuer::new(shared.store.clone(), shared.config.rescuer).run(stop_services.clone()),
+    );
+    let pruner = tokio::spawn(
+        Pruner::new(shared.store.clone(), shared.config.pruner).run(stop_services.clone()),
+    );
+    let scheduler = tokio::spawn(
+        Scheduler::new(shared.store.clone(), periodic, shared.config.scheduler)
+            .run(stop_services.clone()),
     );
     tracing::info!(worker = %shared.config.id, "worker started");
 
@@ -232,6 +246,8 @@ async fn supervise<S: Store>(
     stop_services.cancel();
     let _ = heartbeat.await;
     let _ = rescuer.await;
+    let _ = pruner.await;
+    let _ = scheduler.await;
     tracing::info!(worker = %shared.config.id, released, "worker stopped");
     DrainReport {
         finished_in_time,

@@ -1,20 +1,67 @@
--- Claims up to $5 due jobs of queue $1 whose kind is in $2 and whose payload_version is at most
--- that kind's max version in $3, in claim order, skipping rows other claimers hold. Each gets
--- state running, one more attempt, a fresh lock_token, locked_by $6 and a lease of that kind's
--- $4 milliseconds from the database's now.
--- Per-kind values are looked up with array_position so the pick stays one ordered scan of
--- jobs_claim_idx (no join whose plan could need a sort of the whole backlog).
-WITH picked AS (
-    SELECT j.id
+-- Claims up to $5 due jobs of queue $1 for worker $6 in one statement. Per kind (arrays $2..$4,
+-- $7 in lockstep): name, newest payload version, lease in milliseconds, and the cluster-wide
+-- limit of running jobs (null: none). Skipped: paused queues and kinds (job.pauses), jobs past
+-- their deadline (the pruner discards them), jobs whose cancellation was requested (the pruner
+-- cancels them). A limited kind takes at most its limit minus its running jobs: the caller
+-- holds that kind's advisory lock (claim_lock.sql) in the same transaction, taken in an
+-- earlier statement so that this one's snapshot sees every claim made before it.
+-- Unlimited kinds are picked in one index scan; each limited kind with room in its own,
+-- bounded by that room. A unique key held 'started' is spent by the claim.
+WITH k AS (
+    SELECT k.kind, k.cap
+    FROM unnest($2::text[], $7::integer[]) AS k(kind, cap)
+    WHERE NOT EXISTS (SELECT 1 FROM job.pauses p WHERE p.scope = 'kind' AND p.name = k.kind)
+      AND NOT EXISTS (SELECT 1 FROM job.pauses p WHERE p.scope = 'queue' AND p.name = $1::text)
+),
+-- Running rows are counted through jobs_rescue_idx (locked_until IS NOT NULL is running, by
+-- jobs_lease_check): no extra index on the hot path for deployments without limits.
+room AS MATERIALIZED (
+    SELECT k.kind,
+           k.cap - (SELECT count(*) FROM job.jobs r
+                    WHERE r.locked_until IS NOT NULL AND r.kind = k.kind)::integer AS room
+    FROM k
+    WHERE k.cap IS NOT NULL
+),
+free AS (
+    SELECT j.id, j.priority, j.run_at
     FROM job.jobs j
     WHERE j.state IN ('available', 'scheduled', 'retryable')
       AND j.run_at <= now()
       AND j.queue = $1::text
-      AND j.kind = ANY ($2::text[])
+      AND j.kind = ANY (ARRAY(SELECT kind FROM k WHERE cap IS NULL))
+      AND EXISTS (SELECT 1 FROM k WHERE cap IS NULL)
       AND j.payload_version <= ($3::integer[])[array_position($2::text[], j.kind)]
+      AND (j.deadline IS NULL OR j.deadline > now())
+      AND NOT j.cancel_requested
     ORDER BY j.priority, j.run_at, j.id
     LIMIT $5::integer
     FOR UPDATE SKIP LOCKED
+),
+limited AS (
+    SELECT c.id, c.priority, c.run_at
+    FROM room
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.priority, j.run_at
+        FROM job.jobs j
+        WHERE j.state IN ('available', 'scheduled', 'retryable')
+          AND j.run_at <= now()
+          AND j.queue = $1::text
+          AND j.kind = room.kind
+          AND j.payload_version <= ($3::integer[])[array_position($2::text[], j.kind)]
+          AND (j.deadline IS NULL OR j.deadline > now())
+          AND NOT j.cancel_requested
+        ORDER BY j.priority, j.run_at, j.id
+        LIMIT least(room.room, $5::integer)
+        FOR UPDATE SKIP LOCKED
+    ) c
+    WHERE room.room > 0
+),
+picked AS (
+    SELECT id, priority, run_at FROM free
+    UNION ALL
+    SELECT id, priority, run_at FROM limited
+    ORDER BY priority, run_at, id
+    LIMIT $5::integer
 ),
 claimed AS (
     UPDATE job.jobs j
@@ -23,13 +70,14 @@ claimed AS (
         lock_token   = gen_random_uuid(),
         locked_by    = $6::text,
         locked_until = now()
-            + ($4::bigint[])[array_position($2::text[], j.kind)] * interval '1 millisecond'
+            + ($4::bigint[])[array_position($2::text[], j.kind)] * interval '1 millisecond',
+        unique_scope = CASE WHEN j.unique_scope = 'started' THEN 'spent' ELSE j.unique_scope END
     FROM picked
     WHERE j.id = picked.id
     RETURNING j.id, j.lock_token, j.kind, j.queue, j.priority, j.payload, j.payload_version,
-              j.attempt, j.max_attempts, j.run_at
+              j.attempt, j.max_attempts, j.snoozes, j.run_at
 )
 SELECT id, lock_token, kind, queue, priority, payload::text AS payload, payload_version,
-       attempt, max_attempts
+       attempt, max_attempts, snoozes
 FROM claimed
 ORDER BY priority, run_at, id

@@ -1,6 +1,6 @@
 -- Reads one job by id.
-SELECT id, kind, queue, priority, state::text AS state, payload, payload_version, attempt,
-       max_attempts, run_at, lock_token, locked_until, locked_by, cancel_requested,
-       errors, created_at, finalized_at
-FROM job.jobs
-WHERE id = $1::bigint
+SELECT j.id, j.kind, j.queue, j.priority, j.state::text AS state, j.payload, j.payload_version, j.attempt,
+       j.max_attempts, j.run_at, j.lock_token, j.locked_until, j.locked_by, j.cancel_requested,
+       j.errors, j.created_at, j.finalized_at, j.deadline, j.unique_key, j.tags, j.tenant
+FROM job.jobs j
+WHERE j.id = $1::bigint

@@ -24,6 +24,8 @@ fn upgrade_report(from_version: i32, mut payload: Value) -> Result<Value, JobErr
     timeout = "1h 30m",
     lease = "45s",
     backoff(base = "250ms", cap = "10m"),
+    unique = "report:{report_id}:{format}",
+    concurrency = 4,
 )]
 async fn build_report(_ctx: JobContext, report_id: i64, format: String) -> Result<(), JobError> {
     let _ = (report_id, format);
@@ -52,8 +54,15 @@ fn main() {
             timeout: Duration::from_secs(5400),
             lease: Duration::from_secs(45),
             backoff: Backoff::new(Duration::from_millis(250), Duration::from_secs(600)),
+            concurrency: Some(4),
         }
     );
+    let report = BuildReport {
+        report_id: 7,
+        format: "pdf".into(),
+    };
+    assert_eq!(report.unique_key().as_deref(), Some("report:7:pdf"));
+    assert_eq!(OnlyBase {}.unique_key(), None);
     let upgraded = BuildReport::upgrade(1, json!({ "id": 7 })).unwrap();
     assert_eq!(upgraded, json!({ "report_id": 7, "format": "pdf" }));
 

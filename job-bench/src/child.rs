@@ -1,0 +1,162 @@
+//! The worker as a process of its own: `job-bench worker ...` (hidden subcommand) runs one
+//! worker until its stdin closes, so that its peak RSS is the worker's alone and the parent
+//! measures it from outside, exactly like a deployed worker.
+//!
+//! Protocol on the child's stdout, one JSON object per line: `{"event":"started"}` once the
+//! worker's tasks are spawned, then `{"event":"stopped", ...}` with its counters, the metered
+//! store's report and `peak_rss_mib` after it drained.
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::time::Duration;
+
+use job::{PgStore, Store};
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+
+use crate::args::Args;
+use crate::jobs::{Noop, QUEUE};
+use crate::report::{emit, proc_status_mib};
+use crate::Result;
+
+/// Connections in the worker's pool: sqlx's default, what an application gets from
+/// `PgPool::connect`.
+const WORKER_POOL: u32 = 10;
+
+/// The `application_name` of the worker's connections, to find its server backends.
+pub(crate) const WORKER_APP: &str = "job-bench-worker";
+
+/// The child's side: run a worker on `--database-url` until stdin reaches EOF.
+pub(crate) async fn worker_main(args: &Args) -> Result<()> {
+    let options: sqlx::postgres::PgConnectOptions = args.database_url.parse()?;
+    let pool = crate::db::pool(options.application_name(WORKER_APP), WORKER_POOL).await?;
+    #[cfg(feature = "meter")]
+    {
+        let store = crate::meter::MeteredStore::new(PgStore::new(pool.clone()));
+        let meters = store.clone();
+        run_worker(store, args, move || meters.report()).await?;
+    }
+    #[cfg(not(feature = "meter"))]
+    run_worker(PgStore::new(pool.clone()), args, || Value::Null).await?;
+    pool.close().await;
+    Ok(())
+}
+
+async fn run_worker<S: Store>(store: S, args: &Args, meters: impl Fn() -> Value) -> Result<()> {
+    let concurrency = args.concurrency_or(10);
+    let handle = job::Worker::builder(store)
+        .register::<Noop>()
+        .queue(QUEUE, concurrency)
+        .config(args.worker_config())
+        .build()?
+        .start();
+    emit(&json!({ "event": "started" }));
+    tokio::task::spawn_blocking(|| {
+        let mut stdin = std::io::stdin();
+        let mut buf = [0u8; 256];
+        while matches!(stdin.read(&mut buf), Ok(n) if n > 0) {}
+    })
+    .await?;
+    let stats = handle.stats();
+    let drain = handle.shutdown().await;
+    emit(&json!({
+        "event": "stopped",
+        "peak_rss_mib": proc_status_mib(None, "VmHWM"),
+        "claimed": stats.claimed,
+        "completed": stats.completed,
+        "lease_lost": stats.lease_lost,
+        "released": drain.released,
+        "meters": meters(),
+    }));
+    Ok(())
+}
+
+/// The parent's side: a running child worker.
+pub(crate) struct ChildWorker {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: mpsc::UnboundedReceiver<String>,
+}
+
+impl ChildWorker {
+    /// Starts `job-bench worker` on `url` with this run's worker settings.
+    pub(crate) fn spawn(url: &str, concurrency: usize, args: &Args) -> Result<ChildWorker> {
+        let mut cmd = Command::new(std::env::current_exe()?);
+        cmd.arg("worker")
+            .arg("--database-url")
+            .arg(url)
+            .arg("--concurrency")
+            .arg(concurrency.to_string());
+        if let Some(b) = args.claim_batch {
+            cmd.arg("--claim-batch").arg(b.to_string());
+        }
+        if let Some(b) = args.finalize_batch {
+            cmd.arg("--finalize-batch").arg(b.to_string());
+        }
+        cmd.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        let mut child = cmd.spawn()?;
+        let stdout = child.stdout.take().ok_or("child without stdout")?;
+        let (tx, lines) = mpsc::unbounded_channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Ok(ChildWorker {
+            stdin: child.stdin.take(),
+            child,
+            lines,
+        })
+    }
+
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    async fn event(&mut self, name: &str, within: Duration) -> Result<Value> {
+        let wait = async {
+            while let Some(line) = self.lines.recv().await {
+                match serde_json::from_str::<Value>(&line) {
+                    Ok(v) if v["event"] == name => return Ok(v),
+                    _ => eprintln!("job-bench worker: {line}"),
+                }
+            }
+            Err(format!("the worker process ended before `{name}`").into())
+        };
+        tokio::time::timeout(within, wait)
+            .await
+            .map_err(|_| format!("no `{name}` from the worker process within {within:?}"))?
+    }
+
+    /// Waits until the worker runs.
+    pub(crate) async fn started(&mut self) -> Result<()> {
+        self.event("started", Duration::from_secs(60))
+            .await
+            .map(drop)
+    }
+
+    /// Closes its stdin, waits for its drain and exit, and returns its `stopped` report.
+    pub(crate) async fn stop(&mut self) -> Result<Value> {
+        drop(self.stdin.take());
+        let report = self.event("stopped", Duration::from_secs(90)).await?;
+        let status = self.child.wait()?;
+        if !status.success() {
+            return Err(format!("the worker process exited with {status}").into());
+        }
+        Ok(report)
+    }
+}
+
+impl Drop for ChildWorker {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}

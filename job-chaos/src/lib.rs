@@ -1,0 +1,203 @@
+//! The worker side of the real-process chaos test (`tests/sigkill.rs`): one job kind,
+//! [`ChaosWork`], whose handler records every execution in the `chaos.executions` ledger
+//! ([`LEDGER_DDL`]) of the same database, and the worker that runs it ([`worker`]). The
+//! `job-chaos` binary runs that worker until it is told to stop or killed.
+
+use std::time::Duration;
+
+use chrono::{SecondsFormat, Utc};
+use job_core::worker::{Worker, WorkerConfig};
+use job_core::{Backoff, BuildError, Job, JobContext, JobError, JobOptions};
+use job_postgres::PgStore;
+use serde::{Deserialize, Serialize};
+use sqlx::PgPool;
+
+/// The queue the chaos jobs run on.
+pub const QUEUE: &str = "chaos";
+
+/// The lease of a chaos job: short, so that a killed worker's jobs come back within seconds.
+pub const LEASE: Duration = Duration::from_millis(1000);
+
+/// How often every worker's rescuer looks for expired leases.
+pub const RESCUE_EVERY: Duration = Duration::from_millis(150);
+
+/// Attempts in all of a chaos job, unless the enqueue overrides it: many, so that kills alone
+/// never exhaust a job's attempts (a job killed this often would take minutes of chaos).
+pub const MAX_ATTEMPTS: i32 = 100;
+
+/// The ledger's schema, created by the test before any worker starts.
+pub const LEDGER_DDL: &str = include_str!("ledger.sql");
+
+/// One unit of chaos work: sleeps `work_ms`, and fails (retryably) while its attempt number is
+/// at most `fail_first`. Its fate is therefore fixed by the payload: completed at the first
+/// attempt above `fail_first` that is not killed, or discarded when `fail_first` reaches the
+/// job's attempts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChaosWork {
+    /// The job's number in its batch.
+    pub n: u32,
+    /// Attempts 1 to `fail_first` fail retryably.
+    pub fail_first: i32,
+    /// Milliseconds of "work" (a sleep) of a successful attempt; a failing one gives up
+    /// after at most [`FAIL_AFTER`].
+    pub work_ms: u64,
+}
+
+/// The longest a failing attempt works before it fails.
+pub const FAIL_AFTER: Duration = Duration::from_millis(50);
+
+impl ChaosWork {
+    /// Whether attempt `attempt` of this job fails by design.
+    pub fn fails_at(&self, attempt: i32) -> bool {
+        attempt <= self.fail_first
+    }
+
+    /// How long attempt `attempt` works.
+    pub fn work(&self, attempt: i32) -> Duration {
+        let work = Duration::from_millis(self.work_ms);
+        if self.fails_at(attempt) {
+            work.min(FAIL_AFTER)
+        } else {
+            work
+        }
+    }
+}
+
+/// Where executions are recorded: the ledger's pool and this worker's id.
+#[derive(Debug, Clone)]
+pub struct Ledger {
+    /// The pool of the database holding `chaos.executions`.
+    pub pool: PgPool,
+    /// Recorded as `worker` with every execution.
+    pub worker: String,
+}
+
+/// Records the handler's start, unless the execution already lost its lease; `lease_live`
+/// says whether the row was still held under this token with an unexpired lease.
+const START: &str = "\
+INSERT INTO chaos.executions (job_id, attempt, worker, lock_token, lease_live, started_at)
+SELECT $1, $2, $3, $4,
+       EXISTS (SELECT 1 FROM job.jobs j
+               WHERE j.id = $1 AND j.lock_token = $4 AND j.state = 'running'
+                 AND j.locked_until > clock_timestamp()),
+       clock_timestamp()
+RETURNING id";
+
+const FINISH: &str =
+    "UPDATE chaos.executions SET finished_at = clock_timestamp(), outcome = $2 WHERE id = $1";
+
+const ABORTED: &str = "UPDATE chaos.executions SET aborted_at = $2 WHERE id = $1";
+
+/// The line a worker prints when a handler is dropped unfinished, before the ledger write
+/// (which a kill may prevent): `<RFC 3339 time> ledger: aborted execution <id> ...`.
+pub const ABORTED_LINE: &str = " ledger: aborted execution ";
+
+/// Writes `aborted_at` when the handler is dropped before its last ledger write completed,
+/// and says so on stdout at once.
+struct Unfinished {
+    pool: PgPool,
+    execution: i64,
+    job: i64,
+    attempt: i32,
+    done: bool,
+}
+
+impl Drop for Unfinished {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        let at = Utc::now();
+        println!(
+            "{}{ABORTED_LINE}{} (job {}, attempt {})",
+            at.to_rfc3339_opts(SecondsFormat::Micros, true),
+            self.execution,
+            self.job,
+            self.attempt
+        );
+        let (pool, execution) = (self.pool.clone(), self.execution);
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let _ = sqlx::query(ABORTED)
+                    .bind(execution)
+                    .bind(at)
+                    .execute(&pool)
+                    .await;
+            });
+        }
+    }
+}
+
+impl Job for ChaosWork {
+    const KIND: &'static str = "chaos.work";
+    const OPTIONS: JobOptions = JobOptions {
+        queue: QUEUE,
+        max_attempts: MAX_ATTEMPTS,
+        timeout: Duration::from_secs(10),
+        lease: LEASE,
+        backoff: Backoff::new(Duration::from_millis(10), Duration::from_millis(100)),
+        ..JobOptions::DEFAULT
+    };
+
+    async fn perform(self, ctx: JobContext) -> Result<(), JobError> {
+        let ledger = ctx.state::<Ledger>()?;
+        let execution: i64 = sqlx::query_scalar(START)
+            .bind(ctx.id())
+            .bind(ctx.attempt())
+            .bind(&ledger.worker)
+            .bind(ctx.lease().token)
+            .fetch_one(&ledger.pool)
+            .await
+            .map_err(|e| JobError::retryable(format!("ledger: recording the start: {e}")))?;
+        let mut unfinished = Unfinished {
+            pool: ledger.pool.clone(),
+            execution,
+            job: ctx.id(),
+            attempt: ctx.attempt(),
+            done: false,
+        };
+        let fails = self.fails_at(ctx.attempt());
+        tokio::time::sleep(self.work(ctx.attempt())).await;
+        sqlx::query(FINISH)
+            .bind(execution)
+            .bind(if fails { "error" } else { "ok" })
+            .execute(&ledger.pool)
+            .await
+            .map_err(|e| JobError::retryable(format!("ledger: recording the end: {e}")))?;
+        unfinished.done = true;
+        if fails {
+            return Err(JobError::retryable(format!(
+                "planned failure of attempt {} (fails up to attempt {})",
+                ctx.attempt(),
+                self.fail_first
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// The chaos worker: [`ChaosWork`] on [`QUEUE`] with `concurrency` slots, polling every
+/// 100 ms, rescuing every [`RESCUE_EVERY`], its backoff jitter seeded with `seed`.
+pub fn worker(
+    store: PgStore,
+    id: &str,
+    concurrency: usize,
+    seed: u64,
+) -> Result<Worker<PgStore>, BuildError> {
+    let mut config = WorkerConfig::default();
+    config.id = id.to_owned();
+    config.poll_interval = Duration::from_millis(100);
+    config.drain_timeout = Duration::from_secs(5);
+    config.rescuer.interval = RESCUE_EVERY;
+    config.rng_seed = Some(seed);
+    let ledger = Ledger {
+        pool: store.pool().clone(),
+        worker: id.to_owned(),
+    };
+    Worker::builder(store)
+        .register::<ChaosWork>()
+        .queue(QUEUE, concurrency)
+        .state(ledger)
+        .config(config)
+        .build()
+}

@@ -1,0 +1,156 @@
+//! `job-chaos`: a worker process for the real-process chaos test. It runs `chaos.work` jobs
+//! (see the library) until SIGTERM or ctrl-c, then drains and exits with code 0. With
+//! `--watch-stdin` it also stops when its stdin closes, so it never outlives a parent that
+//! died without stopping it.
+//!
+//! ```text
+//! job-chaos --database-url URL --worker-id ID [--concurrency N] [--seed S] [--watch-stdin]
+//! ```
+//!
+//! `DATABASE_URL`, `CHAOS_WORKER_ID`, `CHAOS_CONCURRENCY` and `CHAOS_SEED` stand in for
+//! missing flags.
+
+use std::io::Read;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use job_postgres::PgStore;
+use sqlx::postgres::PgPoolOptions;
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::oneshot;
+
+mod trace;
+
+const USAGE: &str = "usage: job-chaos --database-url URL --worker-id ID [--concurrency N] \
+                     [--seed S] [--watch-stdin]";
+
+struct Args {
+    database_url: String,
+    worker_id: String,
+    concurrency: usize,
+    seed: u64,
+    watch_stdin: bool,
+}
+
+impl Args {
+    fn parse() -> Result<Args, String> {
+        let mut url = std::env::var("DATABASE_URL").ok();
+        let mut id = std::env::var("CHAOS_WORKER_ID").ok();
+        let mut concurrency = std::env::var("CHAOS_CONCURRENCY").ok();
+        let mut seed = std::env::var("CHAOS_SEED").ok();
+        let mut watch_stdin = false;
+        let mut args = std::env::args().skip(1);
+        while let Some(arg) = args.next() {
+            let mut value = || args.next().ok_or_else(|| format!("{arg} needs a value"));
+            match arg.as_str() {
+                "--database-url" => url = Some(value()?),
+                "--worker-id" => id = Some(value()?),
+                "--concurrency" => concurrency = Some(value()?),
+                "--seed" => seed = Some(value()?),
+                "--watch-stdin" => watch_stdin = true,
+                other => return Err(format!("unknown argument {other:?}")),
+            }
+        }
+        let concurrency = match concurrency {
+            None => 8,
+            Some(c) => c
+                .parse()
+                .ok()
+                .filter(|c| *c > 0)
+                .ok_or_else(|| format!("concurrency must be a positive integer, got {c:?}"))?,
+        };
+        let seed = match seed {
+            None => 0,
+            Some(s) => s
+                .parse()
+                .map_err(|_| format!("seed must be an unsigned integer, got {s:?}"))?,
+        };
+        Ok(Args {
+            database_url: url.ok_or("no database: pass --database-url or set DATABASE_URL")?,
+            worker_id: id.ok_or("no worker id: pass --worker-id or set CHAOS_WORKER_ID")?,
+            concurrency,
+            seed,
+            watch_stdin,
+        })
+    }
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = match Args::parse() {
+        Ok(args) => args,
+        Err(e) => {
+            eprintln!("job-chaos: {e}\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    trace::install();
+    // Before anything else, so that a SIGTERM arriving during startup drains instead of
+    // killing the process with the default action.
+    let (mut term, mut int) = match (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) {
+        (Ok(t), Ok(i)) => (t, i),
+        (Err(e), _) | (_, Err(e)) => {
+            eprintln!("job-chaos: cannot install signal handlers: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let stdin_closed = stdin_closed(args.watch_stdin);
+    let id = &args.worker_id;
+
+    let pool = match PgPoolOptions::new()
+        .max_connections((args.concurrency / 2 + 4) as u32)
+        .acquire_timeout(Duration::from_secs(10))
+        .connect(&args.database_url)
+        .await
+    {
+        Ok(pool) => pool,
+        Err(e) => {
+            eprintln!("job-chaos {id}: cannot connect to the database: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let worker =
+        match job_chaos::worker(PgStore::new(pool.clone()), id, args.concurrency, args.seed) {
+            Ok(worker) => worker,
+            Err(e) => {
+                eprintln!("job-chaos {id}: invalid worker: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+    let handle = worker.start();
+    println!(
+        "job-chaos {id}: started, pid {}, concurrency {}",
+        std::process::id(),
+        args.concurrency
+    );
+
+    let why = tokio::select! {
+        _ = term.recv() => "SIGTERM",
+        _ = int.recv() => "SIGINT",
+        _ = stdin_closed => "stdin closed",
+    };
+    println!("job-chaos {id}: {why}: draining");
+    let stats = handle.stats();
+    let report = handle.shutdown().await;
+    pool.close().await;
+    println!("job-chaos {id}: stopped: {report:?}; {stats:?}");
+    ExitCode::SUCCESS
+}
+
+/// Completes when stdin reaches its end (or fails), if `watch`; never otherwise.
+async fn stdin_closed(watch: bool) {
+    if !watch {
+        return std::future::pending().await;
+    }
+    let (tx, rx) = oneshot::channel::<()>();
+    std::thread::spawn(move || {
+        let mut stdin = std::io::stdin();
+        let mut buf = [0u8; 256];
+        while matches!(stdin.read(&mut buf), Ok(n) if n > 0) {}
+        let _ = tx.send(());
+    });
+    let _ = rx.await;
+}

@@ -1,0 +1,185 @@
+//! Operating on jobs from outside the runtime: cancel, pause and resume, list, redrive and
+//! purge dead letters, and stats. A backend implements [`Admin`] next to [`Store`]; the
+//! worker runtime does not use it.
+//!
+//! [`Store`]: crate::Store
+
+use std::future::Future;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use crate::error::StoreError;
+use crate::job::JobId;
+use crate::state::JobState;
+use crate::store::JobRow;
+
+/// What [`Admin::cancel`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cancelled {
+    /// The job was waiting: it is `cancelled` now, with a `cancelled` entry in its history.
+    Now,
+    /// The job is running: cancellation was requested. The handler sees it at the worker's
+    /// next heartbeat (`ctx.cancelled()`, `ctx.is_cancelled()`), and the job ends
+    /// `cancelled`, never retried.
+    Requested,
+    /// The job had already finished in this state: nothing changed.
+    AlreadyFinished(JobState),
+    /// No job has this id.
+    NotFound,
+}
+
+/// What to pause: every job of a queue, or every job of a kind in any queue.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Pause {
+    /// A queue by name.
+    Queue(String),
+    /// A kind by name.
+    Kind(String),
+}
+
+impl Pause {
+    /// The scope name stored (`queue` or `kind`).
+    pub fn scope(&self) -> &'static str {
+        match self {
+            Pause::Queue(_) => "queue",
+            Pause::Kind(_) => "kind",
+        }
+    }
+
+    /// The queue's or kind's name.
+    pub fn name(&self) -> &str {
+        match self {
+            Pause::Queue(n) | Pause::Kind(n) => n,
+        }
+    }
+}
+
+/// Which jobs a listing, redrive or purge is about. Every field set must match; unset fields
+/// match everything.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JobFilter {
+    /// Only these ids.
+    pub ids: Vec<JobId>,
+    /// Only these states (listings; redrive and purge act on `discarded` jobs only).
+    pub states: Vec<JobState>,
+    /// Only this kind.
+    pub kind: Option<String>,
+    /// Only this queue.
+    pub queue: Option<String>,
+    /// Only this tenant.
+    pub tenant: Option<String>,
+    /// Only jobs carrying this tag.
+    pub tag: Option<String>,
+    /// Only jobs finished at or after this instant.
+    pub finalized_from: Option<DateTime<Utc>>,
+    /// Only jobs finished before this instant.
+    pub finalized_to: Option<DateTime<Utc>>,
+    /// At most this many jobs, oldest first. Defaults to 1,000 when `None`.
+    pub limit: Option<u32>,
+}
+
+impl JobFilter {
+    /// Dead letters (`discarded` jobs), all of them up to the default limit.
+    pub fn dead_letters() -> Self {
+        JobFilter {
+            states: vec![JobState::Discarded],
+            ..JobFilter::default()
+        }
+    }
+
+    /// Only these ids.
+    pub fn ids(ids: impl IntoIterator<Item = JobId>) -> Self {
+        JobFilter {
+            ids: ids.into_iter().collect(),
+            ..JobFilter::default()
+        }
+    }
+
+    /// The limit applied.
+    pub fn effective_limit(&self) -> u32 {
+        self.limit.unwrap_or(1000)
+    }
+}
+
+/// What a redrive did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Redriven {
+    /// Dead letters now `available` again with fresh attempts.
+    pub redriven: Vec<JobId>,
+    /// Dead letters left alone because an active job holds their unique key:
+    /// `(dead letter, active job)`.
+    pub skipped: Vec<(JobId, JobId)>,
+}
+
+/// Jobs of one queue in one state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateCount {
+    /// The queue.
+    pub queue: String,
+    /// The state.
+    pub state: JobState,
+    /// How many jobs.
+    pub count: u64,
+}
+
+/// Counts from the database, for dashboards and metrics.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Jobs per queue and state (pairs with no job are left out), by queue then state.
+    pub counts: Vec<StateCount>,
+    /// How long the oldest due waiting job (available, or scheduled/retryable past its run
+    /// time) has been due.
+    pub oldest_available_age: Option<Duration>,
+    /// Discarded jobs.
+    pub dead_letters: u64,
+}
+
+impl Stats {
+    /// Jobs in `state` across all queues.
+    pub fn in_state(&self, state: JobState) -> u64 {
+        self.counts
+            .iter()
+            .filter(|c| c.state == state)
+            .map(|c| c.count)
+            .sum()
+    }
+}
+
+/// Operator actions on stored jobs. Every method is one or two statements, decided by the
+/// database.
+pub trait Admin: Send + Sync {
+    /// Cancels job `id` in whatever state it is (see [`Cancelled`]).
+    fn cancel(&self, id: JobId) -> impl Future<Output = Result<Cancelled, StoreError>> + Send;
+
+    /// Stops claims of a queue or kind on every worker; waiting jobs stay as they are.
+    /// Returns false when it was paused already.
+    fn pause(&self, what: &Pause) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// Lets claims of a paused queue or kind resume. Returns false when it was not paused.
+    fn resume(&self, what: &Pause) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// Everything paused now.
+    fn paused(&self) -> impl Future<Output = Result<Vec<Pause>, StoreError>> + Send;
+
+    /// Jobs matching `filter`, oldest first (by id), with their whole error history.
+    fn list(
+        &self,
+        filter: &JobFilter,
+    ) -> impl Future<Output = Result<Vec<JobRow>, StoreError>> + Send;
+
+    /// Puts matching dead letters back to `available` with fresh attempts (attempt 0, due
+    /// now, no deadline; the error history kept), through the unique guard: a dead letter
+    /// whose key an active job holds is skipped and reported.
+    fn redrive(
+        &self,
+        filter: &JobFilter,
+    ) -> impl Future<Output = Result<Redriven, StoreError>> + Send;
+
+    /// Deletes matching dead letters. Returns how many.
+    fn purge(&self, filter: &JobFilter) -> impl Future<Output = Result<u64, StoreError>> + Send;
+
+    /// Counts per queue and state, the age of the oldest due job and the dead letters, of the
+    /// jobs matching `filter`'s kind, queue, tenant and tag.
+    fn stats(&self, filter: &JobFilter) -> impl Future<Output = Result<Stats, StoreError>> + Send;
+}

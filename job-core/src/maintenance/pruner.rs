@@ -1,0 +1,130 @@
+//! Keeps the table small and honest: deletes completed and cancelled jobs after their
+//! retention, discards waiting jobs past their deadline (class `expired`) and cancels waiting
+//! jobs whose cancellation was requested while they ran. Discarded jobs (dead letters) are
+//! kept until purged. Every worker runs one; the store's bounded, `SKIP LOCKED` statements let
+//! them cooperate.
+
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::error::StoreError;
+use crate::store::Store;
+
+/// Pruner settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PrunerConfig {
+    /// How long completed jobs are kept after they finished. Defaults to 24 hours.
+    pub completed_retention: Duration,
+    /// How long cancelled jobs are kept after they finished. Defaults to 7 days.
+    pub cancelled_retention: Duration,
+    /// Time between passes. Defaults to 10 seconds.
+    pub interval: Duration,
+    /// The most rows one statement deletes or updates; a pass repeats until fewer come back.
+    /// Defaults to 1,000.
+    pub batch: u32,
+}
+
+impl Default for PrunerConfig {
+    fn default() -> Self {
+        PrunerConfig {
+            completed_retention: Duration::from_secs(24 * 3600),
+            cancelled_retention: Duration::from_secs(7 * 24 * 3600),
+            interval: Duration::from_secs(10),
+            batch: 1000,
+        }
+    }
+}
+
+/// One bounded prune statement: see [`Store::prune`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PruneRequest {
+    /// Completed jobs finished longer ago than this are deleted.
+    pub completed_retention: Duration,
+    /// Cancelled jobs finished longer ago than this are deleted.
+    pub cancelled_retention: Duration,
+    /// At most this many rows.
+    pub batch: u32,
+}
+
+/// What one expire statement did: see [`Store::expire`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Expired {
+    /// Waiting jobs past their deadline, now `discarded`.
+    pub discarded: u64,
+    /// Waiting jobs whose cancellation was requested, now `cancelled`.
+    pub cancelled: u64,
+}
+
+/// What a pruner pass did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Pruned {
+    /// Finished jobs deleted.
+    pub deleted: u64,
+    /// Jobs ended because they could not run any more.
+    pub expired: Expired,
+}
+
+/// Deletes old finished jobs and ends jobs that must not run.
+#[derive(Debug, Clone)]
+pub struct Pruner<S> {
+    store: S,
+    config: PrunerConfig,
+}
+
+impl<S: Store> Pruner<S> {
+    /// A pruner over `store`.
+    pub fn new(store: S, config: PrunerConfig) -> Self {
+        Pruner { store, config }
+    }
+
+    /// One pass: expires, then prunes, each in batches until a batch comes back short.
+    pub async fn run_once(&self) -> Result<Pruned, StoreError> {
+        let batch = self.config.batch;
+        let mut total = Pruned::default();
+        loop {
+            let e = self.store.expire(batch).await?;
+            total.expired.discarded += e.discarded;
+            total.expired.cancelled += e.cancelled;
+            if e.discarded + e.cancelled < u64::from(batch) {
+                break;
+            }
+        }
+        let request = PruneRequest {
+            completed_retention: self.config.completed_retention,
+            cancelled_retention: self.config.cancelled_retention,
+            batch,
+        };
+        loop {
+            let n = self.store.prune(&request).await?;
+            total.deleted += n;
+            if n < u64::from(batch) {
+                return Ok(total);
+            }
+        }
+    }
+
+    /// Runs a pass every `interval` until `stop` fires.
+    pub async fn run(self, stop: CancellationToken) {
+        let mut tick = tokio::time::interval(self.config.interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = stop.cancelled() => return,
+            }
+            match self.run_once().await {
+                Ok(p) if p.deleted + p.expired.discarded + p.expired.cancelled > 0 => {
+                    tracing::info!(
+                        deleted = p.deleted,
+                        expired = p.expired.discarded,
+                        cancelled = p.expired.cancelled,
+                        "pruned jobs"
+                    )
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "prune pass failed"),
+            }
+        }
+    }
+}

@@ -1,0 +1,195 @@
+//! Periodic jobs: every worker runs a scheduler that enqueues each schedule's next period
+//! ahead of time, as a `scheduled` job due at the period's start, under the unique key
+//! `periodic:<kind>:<period start, RFC 3339>` held [`UniqueScope::UntilPruned`]. Schedulers on
+//! many workers therefore never double-fire a period: the store's unique index decides, not a
+//! lock and not a worker's clock.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use croner::parser::{CronParser, Seconds};
+use croner::Cron;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::{BuildError, EnqueueError, StoreError};
+use crate::job::Job;
+use crate::new_job::{
+    EnqueueOptions, NewJob, OnDuplicate, RunAt, UniqueScope, DEFAULT_PAYLOAD_LIMIT,
+};
+use crate::store::Store;
+
+/// Scheduler settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SchedulerConfig {
+    /// Time between looks at the schedules. Each look enqueues the next period of every
+    /// schedule that has none yet, so this bounds nothing but how soon a new period is
+    /// enqueued after the previous one started. Defaults to 1 second.
+    pub interval: Duration,
+}
+
+impl Default for SchedulerConfig {
+    fn default() -> Self {
+        SchedulerConfig {
+            interval: Duration::from_secs(1),
+        }
+    }
+}
+
+type MakeJob = dyn Fn(EnqueueOptions) -> Result<NewJob, EnqueueError> + Send + Sync;
+
+/// One schedule: a kind, a cron expression (5 fields, or 6 with seconds first) and the
+/// payload each period enqueues.
+#[derive(Clone)]
+pub struct Periodic {
+    kind: &'static str,
+    expression: String,
+    cron: Cron,
+    make: Arc<MakeJob>,
+}
+
+impl std::fmt::Debug for Periodic {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Periodic")
+            .field("kind", &self.kind)
+            .field("expression", &self.expression)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Periodic {
+    /// A schedule of `J` on `expression`, each period's payload made by `make`. An expression
+    /// that does not parse is a [`BuildError::InvalidSchedule`] naming it.
+    pub fn new<J, F>(expression: &str, make: F) -> Result<Periodic, BuildError>
+    where
+        J: Job,
+        F: Fn() -> J + Send + Sync + 'static,
+    {
+        let cron = CronParser::builder()
+            .seconds(Seconds::Optional)
+            .build()
+            .parse(expression)
+            .map_err(|e| BuildError::InvalidSchedule {
+                kind: J::KIND.to_owned(),
+                expression: expression.to_owned(),
+                reason: e.to_string(),
+            })?;
+        Ok(Periodic {
+            kind: J::KIND,
+            expression: expression.to_owned(),
+            cron,
+            make: Arc::new(move |options| NewJob::build(&make(), options, DEFAULT_PAYLOAD_LIMIT)),
+        })
+    }
+
+    /// The scheduled kind.
+    pub fn kind(&self) -> &'static str {
+        self.kind
+    }
+
+    /// The cron expression as given.
+    pub fn expression(&self) -> &str {
+        &self.expression
+    }
+
+    /// The first period starting strictly after `t`.
+    pub fn next_after(&self, t: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        self.cron.find_next_occurrence(&t, false).ok()
+    }
+
+    /// The unique key of the period starting at `period`.
+    pub fn key(&self, period: DateTime<Utc>) -> String {
+        format!(
+            "periodic:{}:{}",
+            self.kind,
+            period.to_rfc3339_opts(SecondsFormat::Millis, true)
+        )
+    }
+
+    /// The job of the period starting at `period`.
+    pub fn job_for(&self, period: DateTime<Utc>) -> Result<NewJob, EnqueueError> {
+        (self.make)(EnqueueOptions {
+            run_at: RunAt::At(period),
+            unique_key: Some(self.key(period)),
+            unique_scope: UniqueScope::UntilPruned,
+            on_duplicate: OnDuplicate::Keep,
+            ..EnqueueOptions::default()
+        })
+    }
+}
+
+/// Enqueues the periods of its schedules.
+#[derive(Debug)]
+pub struct Scheduler<S> {
+    store: S,
+    entries: Vec<Periodic>,
+    config: SchedulerConfig,
+    /// Per entry, the last period this scheduler saw enqueued (by itself or another).
+    last: Mutex<Vec<Option<DateTime<Utc>>>>,
+}
+
+/// What a scheduler look did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Scheduled {
+    /// Periods this scheduler enqueued.
+    pub enqueued: u64,
+    /// Periods another scheduler had enqueued already.
+    pub duplicates: u64,
+}
+
+impl<S: Store> Scheduler<S> {
+    /// A scheduler of `entries` over `store`.
+    pub fn new(store: S, entries: Vec<Periodic>, config: SchedulerConfig) -> Self {
+        let last = Mutex::new(vec![None; entries.len()]);
+        Scheduler {
+            store,
+            entries,
+            config,
+            last,
+        }
+    }
+
+    /// One look at `now`: enqueues the next period of every schedule, unless this scheduler
+    /// already saw it enqueued. A duplicate (another worker got there first) is no error.
+    pub async fn run_once(&self, now: DateTime<Utc>) -> Result<Scheduled, StoreError> {
+        let mut done = Scheduled::default();
+        for (i, entry) in self.entries.iter().enumerate() {
+            let Some(period) = entry.next_after(now) else {
+                continue;
+            };
+            if self.lock()[i] == Some(period) {
+                continue;
+            }
+            let job = entry.job_for(period).map_err(StoreError::new)?;
+            match self.store.enqueue(job).await {
+                Ok(_) => done.enqueued += 1,
+                Err(e) if e.duplicate_of().is_some() => done.duplicates += 1,
+                Err(e) => return Err(e),
+            }
+            self.lock()[i] = Some(period);
+        }
+        Ok(done)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Option<DateTime<Utc>>>> {
+        self.last.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Looks every `interval` until `stop` fires. Does nothing without schedules.
+    pub async fn run(self, stop: CancellationToken) {
+        if self.entries.is_empty() {
+            return;
+        }
+        let mut tick = tokio::time::interval(self.config.interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = stop.cancelled() => return,
+            }
+            if let Err(e) = self.run_once(Utc::now()).await {
+                tracing::warn!(error = %e, "periodic scheduling failed");
+            }
+        }
+    }
+}

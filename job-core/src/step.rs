@@ -1,0 +1,362 @@
+//! Durable steps (receipts): `ctx.step("charge", || async { .. })` runs its closure once per
+//! job and records the output; a later attempt (after a crash, a retry or a snooze) gets the
+//! recorded output back without running the closure again.
+//!
+//! The context reaches the store through [`AttemptHooks`], so this crate knows no SQL: the
+//! worker builds the hooks from its [`Store`](crate::Store), the testkit from memory.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::context::JobContext;
+use crate::error::{JobError, StoreError};
+use crate::fault::FaultPoint;
+use crate::store::Finalized;
+
+/// A boxed, sendable future, for the object-safe [`AttemptHooks`].
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// A step name's longest length in bytes.
+pub const MAX_STEP_NAME: usize = 128;
+
+/// What one attempt's context asks of the runtime: the job's recorded steps, recording a new
+/// one under the lease, fault points, and news the runtime must hear.
+///
+/// Object-safe (boxed futures) because `JobContext` is one type for every store, not generic
+/// over it.
+pub trait AttemptHooks: Send + Sync + 'static {
+    /// Every step output recorded for this job, by step name, as JSON text.
+    fn load_steps(&self) -> BoxFuture<'_, Result<HashMap<String, String>, StoreError>>;
+
+    /// Records `output` (JSON text) for step `name`, guarded by the attempt's lease.
+    /// [`Finalized::LeaseLost`] means nothing was recorded. A name already recorded keeps its
+    /// first output.
+    fn save_step<'a>(
+        &'a self,
+        name: &'a str,
+        output: &'a str,
+    ) -> BoxFuture<'a, Result<Finalized, StoreError>>;
+
+    /// Fault point `point` of step `name`: whether the execution was killed there. When this
+    /// returns `true` the runtime has already stopped the execution; the step never returns.
+    /// Defaults to `false`.
+    fn crash_at(&self, point: FaultPoint, name: &str) -> bool {
+        let _ = (point, name);
+        false
+    }
+
+    /// A guarded step write found the lease gone: the runtime must stop the execution and
+    /// write nothing more for it. Defaults to doing nothing.
+    fn lease_lost(&self) {}
+
+    /// The handler finalized the job in its own transaction (or is about to commit one that
+    /// does): the runtime's own finalize finding the lease gone is then expected, not a loss.
+    /// Defaults to doing nothing.
+    fn finalized_in_transaction(&self) {}
+}
+
+impl JobContext {
+    /// Runs `f` as the durable step `name` of this job and returns its output.
+    ///
+    /// The first time a job reaches a step, `f` runs and its output is serialized and
+    /// recorded under the attempt's lease; every later attempt of the job gets the recorded
+    /// output back and `f` does not run. So a step's side effect happens once per job unless
+    /// the process dies between the side effect and the record (then it runs again: wrap
+    /// effects that must not repeat in an idempotency key).
+    ///
+    /// The job's recorded steps are loaded once per attempt, at the first step. An error from
+    /// `f` records nothing and is returned as is. If the lease was lost, the output is not
+    /// recorded: the execution is stopped (nothing is finalized; the job's new owner runs the
+    /// step) and the step returns a retryable error. A store failure returns a retryable
+    /// error. A name is 1 to [`MAX_STEP_NAME`] bytes and identifies the step within the job;
+    /// calling one name again returns its first output. Without a store (a context built with
+    /// [`JobContext::new`] alone) `f` runs every time and nothing is recorded.
+    ///
+    /// ```
+    /// # use job_core::{JobContext, JobError};
+    /// # async fn charge_card(_: i64) -> Result<String, std::io::Error> { Ok("ch_1".into()) }
+    /// # async fn send_receipt(_: &str) -> Result<(), std::io::Error> { Ok(()) }
+    /// async fn perform(ctx: JobContext, order: i64) -> Result<(), JobError> {
+    ///     let charge: String = ctx
+    ///         .step("charge", || async { Ok(charge_card(order).await?) })
+    ///         .await?;
+    ///     ctx.step("email", || async { Ok(send_receipt(&charge).await?) })
+    ///         .await?;
+    ///     Ok(())
+    /// }
+    /// ```
+    pub async fn step<T, F, Fut>(&self, name: &str, f: F) -> Result<T, JobError>
+    where
+        T: Serialize + DeserializeOwned,
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<T, JobError>>,
+    {
+        if name.is_empty() || name.len() > MAX_STEP_NAME {
+            return Err(JobError::terminal(format!(
+                "a step name must be 1 to {MAX_STEP_NAME} bytes, got {} bytes",
+                name.len()
+            )));
+        }
+        let Some(hooks) = self.hooks() else {
+            return f().await;
+        };
+        if let Some(recorded) = self.recorded_step(hooks, name).await? {
+            return serde_json::from_str(&recorded).map_err(|e| {
+                JobError::terminal(format!(
+                    "the recorded output of step `{name}` does not decode as `{}`: {e}",
+                    std::any::type_name::<T>()
+                ))
+            });
+        }
+        if hooks.crash_at(FaultPoint::BeforeStep, name) {
+            return std::future::pending().await;
+        }
+        let output = f().await?;
+        let json = serde_json::to_string(&output).map_err(|e| {
+            JobError::terminal(format!(
+                "the output of step `{name}` does not serialize: {e}"
+            ))
+        })?;
+        match hooks.save_step(name, &json).await {
+            Ok(Finalized::Applied) => self.remember_step(name, json),
+            Ok(Finalized::LeaseLost) => {
+                hooks.lease_lost();
+                return Err(JobError::retryable(format!(
+                    "lease lost: the output of step `{name}` was not recorded"
+                )));
+            }
+            Err(e) => {
+                return Err(JobError::retryable(format!(
+                    "could not record the output of step `{name}`: {e}"
+                )))
+            }
+        }
+        if hooks.crash_at(FaultPoint::AfterStep, name) {
+            return std::future::pending().await;
+        }
+        Ok(output)
+    }
+
+    /// The recorded output of `name`, loading the job's steps at the first call.
+    async fn recorded_step(
+        &self,
+        hooks: &dyn AttemptHooks,
+        name: &str,
+    ) -> Result<Option<String>, JobError> {
+        let steps = self
+            .steps()
+            .get_or_try_init(|| async {
+                hooks
+                    .load_steps()
+                    .await
+                    .map(std::sync::Mutex::new)
+                    .map_err(|e| {
+                        JobError::retryable(format!("could not load the recorded steps: {e}"))
+                    })
+            })
+            .await?;
+        Ok(steps
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(name)
+            .cloned())
+    }
+
+    fn remember_step(&self, name: &str, json: String) {
+        if let Some(steps) = self.steps().get() {
+            steps
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .entry(name.to_owned())
+                .or_insert(json);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+    use std::sync::{Arc, Mutex};
+
+    use tokio_util::sync::CancellationToken;
+
+    use super::*;
+    use crate::context::{AttemptInfo, Extensions};
+    use crate::store::Lease;
+
+    /// Steps in memory, counting loads and saves; `lost` makes every save find its lease gone.
+    #[derive(Default)]
+    struct Counting {
+        steps: Mutex<HashMap<String, String>>,
+        loads: AtomicU32,
+        saves: AtomicU32,
+        lost: AtomicBool,
+        told_lost: AtomicBool,
+    }
+
+    impl AttemptHooks for Counting {
+        fn load_steps(&self) -> BoxFuture<'_, Result<HashMap<String, String>, StoreError>> {
+            self.loads.fetch_add(1, Ordering::Relaxed);
+            let steps = self.steps.lock().unwrap().clone();
+            Box::pin(async move { Ok(steps) })
+        }
+
+        fn save_step<'a>(
+            &'a self,
+            name: &'a str,
+            output: &'a str,
+        ) -> BoxFuture<'a, Result<Finalized, StoreError>> {
+            self.saves.fetch_add(1, Ordering::Relaxed);
+            let result = if self.lost.load(Ordering::Relaxed) {
+                Finalized::LeaseLost
+            } else {
+                self.steps
+                    .lock()
+                    .unwrap()
+                    .insert(name.to_owned(), output.to_owned());
+                Finalized::Applied
+            };
+            Box::pin(async move { Ok(result) })
+        }
+
+        fn lease_lost(&self) {
+            self.told_lost.store(true, Ordering::Relaxed);
+        }
+    }
+
+    fn context(hooks: &Arc<Counting>) -> JobContext {
+        let info = AttemptInfo {
+            id: 1,
+            kind: "k".into(),
+            queue: "q".into(),
+            attempt: 1,
+            max_attempts: 3,
+        };
+        let lease = Lease {
+            id: 1,
+            token: uuid::Uuid::nil(),
+        };
+        JobContext::new(
+            info,
+            lease,
+            Arc::new(Extensions::new()),
+            CancellationToken::new(),
+        )
+        .with_hooks(hooks.clone())
+    }
+
+    #[tokio::test]
+    async fn steps_load_once_per_attempt_and_each_runs_once_per_job() {
+        let hooks = Arc::new(Counting::default());
+        let ran = AtomicU32::new(0);
+        let step = |ctx: JobContext, name: &'static str| {
+            let ran = &ran;
+            async move {
+                ctx.step(name, || async {
+                    ran.fetch_add(1, Ordering::Relaxed);
+                    Ok(name.len())
+                })
+                .await
+            }
+        };
+        let first = context(&hooks);
+        assert_eq!(step(first.clone(), "a").await.unwrap(), 1);
+        assert_eq!(step(first.clone(), "bb").await.unwrap(), 2);
+        assert_eq!(
+            step(first.clone(), "a").await.unwrap(),
+            1,
+            "a name runs once"
+        );
+        assert_eq!(
+            hooks.loads.load(Ordering::Relaxed),
+            1,
+            "one load per attempt"
+        );
+        assert_eq!(hooks.saves.load(Ordering::Relaxed), 2);
+
+        let retry = context(&hooks);
+        assert_eq!(step(retry.clone(), "bb").await.unwrap(), 2);
+        assert_eq!(step(retry.clone(), "ccc").await.unwrap(), 3);
+        assert_eq!(hooks.loads.load(Ordering::Relaxed), 2);
+        assert_eq!(
+            ran.load(Ordering::Relaxed),
+            3,
+            "a, bb and ccc each ran once"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_failed_step_records_nothing() {
+        let hooks = Arc::new(Counting::default());
+        let ctx = context(&hooks);
+        let failed = ctx
+            .step("charge", || async {
+                Err::<u32, _>(JobError::retryable("declined"))
+            })
+            .await;
+        assert!(matches!(failed, Err(JobError::Retryable(e)) if e.to_string() == "declined"));
+        assert_eq!(hooks.saves.load(Ordering::Relaxed), 0);
+    }
+
+    #[tokio::test]
+    async fn a_step_whose_lease_is_gone_tells_the_runtime_and_fails() {
+        let hooks = Arc::new(Counting::default());
+        hooks.lost.store(true, Ordering::Relaxed);
+        let ctx = context(&hooks);
+        let result = ctx.step("charge", || async { Ok(1) }).await;
+        match result {
+            Err(JobError::Retryable(e)) => assert_eq!(
+                e.to_string(),
+                "lease lost: the output of step `charge` was not recorded"
+            ),
+            other => panic!("expected a retryable error, got {other:?}"),
+        }
+        assert!(hooks.told_lost.load(Ordering::Relaxed));
+        assert!(hooks.steps.lock().unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_bad_step_name_is_terminal_and_runs_nothing() {
+        let hooks = Arc::new(Counting::default());
+        let ctx = context(&hooks);
+        for name in [String::new(), "x".repeat(MAX_STEP_NAME + 1)] {
+            let result = ctx
+                .step(&name, || async { panic!("must not run") as Result<(), _> })
+                .await;
+            assert!(matches!(result, Err(JobError::Terminal(_))));
+        }
+    }
+
+    #[tokio::test]
+    async fn without_hooks_a_step_just_runs() {
+        let ctx = JobContext::new(
+            AttemptInfo {
+                id: 1,
+                kind: "k".into(),
+                queue: "q".into(),
+                attempt: 1,
+                max_attempts: 1,
+            },
+            Lease {
+                id: 1,
+                token: uuid::Uuid::nil(),
+            },
+            Arc::new(Extensions::new()),
+            CancellationToken::new(),
+        );
+        let runs = AtomicU32::new(0);
+        for _ in 0..2 {
+            ctx.step("a", || async {
+                runs.fetch_add(1, Ordering::Relaxed);
+                Ok(())
+            })
+            .await
+            .unwrap();
+        }
+        assert_eq!(runs.load(Ordering::Relaxed), 2);
+    }
+}

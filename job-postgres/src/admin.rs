@@ -1,0 +1,237 @@
+//! Operator actions ([`Admin`] on [`PgStore`]) and the maintenance statements behind the
+//! pruner ([`Store::prune`], [`Store::expire`]).
+//!
+//! [`Store::prune`]: job_core::Store::prune
+//! [`Store::expire`]: job_core::Store::expire
+
+use std::time::Duration;
+
+use job_core::maintenance::{Expired, PruneRequest};
+use job_core::store::duration_millis;
+use job_core::{
+    Admin, Cancelled, JobFilter, JobId, JobRow, JobState, Pause, Redriven, StateCount, Stats,
+    StoreError,
+};
+use sqlx::postgres::PgArguments;
+use sqlx::query::Query;
+use sqlx::{PgExecutor, Postgres, Row};
+
+use crate::error::Error;
+use crate::row;
+use crate::sql;
+use crate::PgStore;
+
+/// How often a redrive is tried again when a concurrent enqueue took a key it was restoring.
+const REDRIVE_TRIES: u32 = 3;
+
+/// Deletes one bounded batch of finished jobs past their retention.
+pub(crate) async fn prune<'e, E: PgExecutor<'e>>(
+    executor: E,
+    request: &PruneRequest,
+) -> Result<u64, Error> {
+    let n: i64 = sqlx::query_scalar(sql::PRUNE)
+        .bind(duration_millis(request.completed_retention))
+        .bind(duration_millis(request.cancelled_retention))
+        .bind(i32::try_from(request.batch).unwrap_or(i32::MAX))
+        .fetch_one(executor)
+        .await
+        .map_err(Error::query("prune"))?;
+    Ok(n.unsigned_abs())
+}
+
+/// Ends one bounded batch of waiting jobs past their deadline or with cancellation requested.
+pub(crate) async fn expire<'e, E: PgExecutor<'e>>(
+    executor: E,
+    limit: u32,
+) -> Result<Expired, Error> {
+    let (discarded, cancelled): (i64, i64) = sqlx::query_as(sql::EXPIRE)
+        .bind(i32::try_from(limit).unwrap_or(i32::MAX))
+        .fetch_one(executor)
+        .await
+        .map_err(Error::query("expire"))?;
+    Ok(Expired {
+        discarded: discarded.unsigned_abs(),
+        cancelled: cancelled.unsigned_abs(),
+    })
+}
+
+/// Binds a [`JobFilter`] as `$1..$9` of list.sql, redrive.sql and purge.sql.
+fn bind_filter<'q>(
+    query: Query<'q, Postgres, PgArguments>,
+    filter: &'q JobFilter,
+    states: Vec<&'static str>,
+) -> Query<'q, Postgres, PgArguments> {
+    query
+        .bind(&filter.ids)
+        .bind(states)
+        .bind(&filter.kind)
+        .bind(&filter.queue)
+        .bind(&filter.tenant)
+        .bind(&filter.tag)
+        .bind(filter.finalized_from)
+        .bind(filter.finalized_to)
+        .bind(i32::try_from(filter.effective_limit()).unwrap_or(i32::MAX))
+}
+
+fn is_unique_violation(error: &sqlx::Error) -> bool {
+    matches!(error, sqlx::Error::Database(db) if db.code().as_deref() == Some("23505"))
+}
+
+fn parse_state(id: JobId, state: &str) -> Result<JobState, Error> {
+    state
+        .parse()
+        .map_err(|e: job_core::state::UnknownState| Error::Decode {
+            id,
+            column: "state",
+            reason: e.to_string(),
+        })
+}
+
+impl Admin for PgStore {
+    async fn cancel(&self, id: JobId) -> Result<Cancelled, StoreError> {
+        let after: Option<String> = sqlx::query_scalar(sql::CANCEL)
+            .bind(id)
+            .fetch_optional(self.pool())
+            .await
+            .map_err(Error::query("cancel"))?;
+        if let Some(state) = after {
+            return Ok(match parse_state(id, &state)? {
+                JobState::Running => Cancelled::Requested,
+                _ => Cancelled::Now,
+            });
+        }
+        let state: Option<String> = sqlx::query_scalar(sql::STATE)
+            .bind(id)
+            .fetch_optional(self.pool())
+            .await
+            .map_err(Error::query("state"))?;
+        Ok(match state {
+            Some(state) => Cancelled::AlreadyFinished(parse_state(id, &state)?),
+            None => Cancelled::NotFound,
+        })
+    }
+
+    async fn pause(&self, what: &Pause) -> Result<bool, StoreError> {
+        let row = sqlx::query(sql::PAUSE)
+            .bind(what.scope())
+            .bind(what.name())
+            .fetch_optional(self.pool())
+            .await
+            .map_err(Error::query("pause"))?;
+        Ok(row.is_some())
+    }
+
+    async fn resume(&self, what: &Pause) -> Result<bool, StoreError> {
+        let row = sqlx::query(sql::RESUME)
+            .bind(what.scope())
+            .bind(what.name())
+            .fetch_optional(self.pool())
+            .await
+            .map_err(Error::query("resume"))?;
+        Ok(row.is_some())
+    }
+
+    async fn paused(&self) -> Result<Vec<Pause>, StoreError> {
+        let rows: Vec<(String, String)> = sqlx::query_as(sql::PAUSED)
+            .fetch_all(self.pool())
+            .await
+            .map_err(Error::query("paused"))?;
+        Ok(rows
+            .into_iter()
+            .map(|(scope, name)| match scope.as_str() {
+                "queue" => Pause::Queue(name),
+                _ => Pause::Kind(name),
+            })
+            .collect())
+    }
+
+    async fn list(&self, filter: &JobFilter) -> Result<Vec<JobRow>, StoreError> {
+        let states = filter.states.iter().map(|s| s.as_str()).collect();
+        let rows = bind_filter(sqlx::query(sql::LIST), filter, states)
+            .fetch_all(self.pool())
+            .await
+            .map_err(Error::query("list"))?;
+        let jobs = rows
+            .iter()
+            .map(|r| {
+                let id: JobId = r.try_get("id").map_err(Error::query("list"))?;
+                row::decode(id, r)
+            })
+            .collect::<Result<Vec<_>, Error>>()?;
+        Ok(jobs)
+    }
+
+    async fn redrive(&self, filter: &JobFilter) -> Result<Redriven, StoreError> {
+        let mut tries = 0;
+        let rows: Vec<(JobId, bool, Option<JobId>, i64)> = loop {
+            tries += 1;
+            let states = vec![JobState::Discarded.as_str()];
+            let result = bind_filter(sqlx::query(sql::REDRIVE), filter, states)
+                .try_map(|r: sqlx::postgres::PgRow| {
+                    Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?, r.try_get(3)?))
+                })
+                .fetch_all(self.pool())
+                .await;
+            match result {
+                Ok(rows) => break rows,
+                Err(e) if is_unique_violation(&e) && tries < REDRIVE_TRIES => continue,
+                Err(e) => return Err(Error::query("redrive")(e).into()),
+            }
+        };
+        let mut out = Redriven::default();
+        for (id, redriven, existing, _) in rows {
+            match (redriven, existing) {
+                (true, _) => out.redriven.push(id),
+                (false, Some(existing)) => out.skipped.push((id, existing)),
+                // Taken by a concurrent redrive or purge between the pick and the update.
+                (false, None) => {}
+            }
+        }
+        Ok(out)
+    }
+
+    async fn purge(&self, filter: &JobFilter) -> Result<u64, StoreError> {
+        let states = vec![JobState::Discarded.as_str()];
+        let ids = bind_filter(sqlx::query(sql::PURGE), filter, states)
+            .fetch_all(self.pool())
+            .await
+            .map_err(Error::query("purge"))?;
+        Ok(ids.len() as u64)
+    }
+
+    async fn stats(&self, filter: &JobFilter) -> Result<Stats, StoreError> {
+        let counts: Vec<(String, String, i64)> = sqlx::query_as(sql::STATS_COUNTS)
+            .bind(&filter.kind)
+            .bind(&filter.queue)
+            .bind(&filter.tenant)
+            .bind(&filter.tag)
+            .fetch_all(self.pool())
+            .await
+            .map_err(Error::query("stats_counts"))?;
+        let oldest: Option<i64> = sqlx::query_scalar(sql::STATS_OLDEST)
+            .bind(&filter.kind)
+            .bind(&filter.queue)
+            .bind(&filter.tenant)
+            .bind(&filter.tag)
+            .fetch_one(self.pool())
+            .await
+            .map_err(Error::query("stats_oldest"))?;
+        let counts = counts
+            .into_iter()
+            .map(|(queue, state, n)| {
+                Ok(StateCount {
+                    queue,
+                    state: parse_state(0, &state)?,
+                    count: n.unsigned_abs(),
+                })
+            })
+            .collect::<Result<Vec<_>, Error>>()?;
+        let mut stats = Stats {
+            counts,
+            oldest_available_age: oldest.map(|ms| Duration::from_millis(ms.unsigned_abs())),
+            dead_letters: 0,
+        };
+        stats.dead_letters = stats.in_state(JobState::Discarded);
+        Ok(stats)
+    }
+}

@@ -1,0 +1,20 @@
+-- Deletes up to $3 completed jobs finished more than $1 milliseconds ago and cancelled jobs
+-- finished more than $2 milliseconds ago (never discarded ones), oldest first, skipping rows
+-- someone holds. Returns how many.
+WITH gone AS (
+    DELETE FROM job.jobs
+    WHERE id IN (
+        SELECT id
+        FROM job.jobs
+        WHERE finalized_at IS NOT NULL
+          AND ((state = 'completed'
+                AND finalized_at < now() - $1::bigint * interval '1 millisecond')
+            OR (state = 'cancelled'
+                AND finalized_at < now() - $2::bigint * interval '1 millisecond'))
+        ORDER BY finalized_at
+        LIMIT $3::integer
+        FOR UPDATE SKIP LOCKED
+    )
+    RETURNING 1
+)
+SELECT count(*) FROM gone

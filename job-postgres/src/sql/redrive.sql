@@ -1,0 +1,66 @@
+-- Puts up to $9 dead letters matching the filter of list.sql back to available with fresh
+-- attempts (attempt 0, snoozes 0, due now, no deadline, cancellation cleared; errors kept).
+-- Through the unique guard: a dead letter whose key an active job holds (any row inside
+-- jobs_unique_idx's predicate) is skipped and reported with that job's id; of several dead
+-- letters sharing a key only the newest goes back, the others are reported with its id.
+-- A key spent by a start ('spent') is held 'started' again. A concurrent enqueue that takes a
+-- key after this statement's snapshot makes the index refuse the statement (23505): the caller
+-- runs it again. Returns per dead letter (id, redriven, existing), and wakes the queues.
+WITH dead AS (
+    SELECT j.id, j.kind, j.unique_key
+    FROM job.jobs j
+    WHERE j.state = 'discarded'
+      AND (cardinality($1::bigint[]) = 0 OR j.id = ANY ($1::bigint[]))
+  AND (cardinality($2::text[]) = 0 OR j.state::text = ANY ($2::text[]))
+  AND ($3::text IS NULL OR j.kind = $3::text)
+  AND ($4::text IS NULL OR j.queue = $4::text)
+  AND ($5::text IS NULL OR j.tenant = $5::text)
+  AND ($6::text IS NULL OR $6::text = ANY (j.tags))
+  AND ($7::timestamptz IS NULL OR j.finalized_at >= $7::timestamptz)
+  AND ($8::timestamptz IS NULL OR j.finalized_at < $8::timestamptz)
+    ORDER BY j.id
+    LIMIT $9::integer
+    FOR UPDATE SKIP LOCKED
+),
+ranked AS (
+    SELECT d.id, d.unique_key,
+           (SELECT a.id FROM job.jobs a
+            WHERE d.unique_key IS NOT NULL AND a.kind = d.kind AND a.unique_key = d.unique_key
+              AND a.id <> d.id AND (
+                  a.unique_scope = 'pruned'
+                  OR (a.unique_scope = 'finished'
+                      AND a.state IN ('scheduled', 'available', 'running', 'retryable'))
+                  OR (a.unique_scope = 'started'
+                      AND a.state IN ('scheduled', 'available', 'retryable')))
+            LIMIT 1) AS holder,
+           CASE WHEN d.unique_key IS NULL THEN d.id
+                ELSE first_value(d.id) OVER (PARTITION BY d.kind, d.unique_key ORDER BY d.id DESC)
+           END AS first
+    FROM dead d
+),
+redriven AS (
+    UPDATE job.jobs j
+    SET state            = 'available',
+        attempt          = 0,
+        snoozes          = 0,
+        run_at           = now(),
+        deadline         = NULL,
+        finalized_at     = NULL,
+        cancel_requested = false,
+        unique_scope     = CASE WHEN j.unique_scope = 'spent' THEN 'started'
+                                ELSE j.unique_scope END
+    FROM ranked r
+    WHERE j.id = r.id AND r.holder IS NULL AND r.first = r.id AND j.state = 'discarded'
+    RETURNING j.id, j.queue
+),
+woken AS (
+    SELECT pg_notify('job_insert', q.queue)
+    FROM (SELECT DISTINCT queue FROM redriven) q
+)
+SELECT r.id,
+       (x.id IS NOT NULL) AS redriven,
+       CASE WHEN x.id IS NOT NULL THEN NULL ELSE coalesce(r.holder, r.first) END AS existing,
+       (SELECT count(*) FROM woken) AS queues_woken
+FROM ranked r
+LEFT JOIN redriven x ON x.id = r.id
+ORDER BY r.id

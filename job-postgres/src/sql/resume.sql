@@ -1,0 +1,9 @@
+-- Resumes queue or kind ($1 scope, $2 name). Returns a row when it was paused; a resumed queue
+-- is woken so idle workers claim at once (a resumed kind waits for the next poll).
+WITH resumed AS (
+    DELETE FROM job.pauses WHERE scope = $1::text AND name = $2::text
+    RETURNING scope, name
+)
+SELECT r.scope
+FROM resumed r
+LEFT JOIN LATERAL (SELECT pg_notify('job_insert', r.name) WHERE r.scope = 'queue') n ON true

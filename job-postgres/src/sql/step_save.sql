@@ -1,0 +1,19 @@
+-- Records one step's output ($3 name, $4 JSON text), guarded by (id, lock_token) and running:
+-- the insert selects from the guard row, so a lost lease inserts nothing. The guard row is
+-- locked FOR SHARE, which orders the write against a concurrent rescue, finalize or release of
+-- the same row: either the step commits while the lease is held (and the job's next attempt,
+-- claimed after the lease changed hands, sees it) or the lease changed first and nothing is
+-- recorded. A name already recorded keeps its first output.
+-- Returns 1 when the lease was held (recorded, or already there), 0 when it was lost.
+WITH held AS (
+    SELECT id, attempt
+    FROM job.jobs
+    WHERE id = $1 AND lock_token = $2 AND state = 'running'
+    FOR SHARE
+), recorded AS (
+    INSERT INTO job.steps (job_id, name, output, attempt)
+    SELECT held.id, $3, $4::jsonb, held.attempt
+    FROM held
+    ON CONFLICT (job_id, name) DO NOTHING
+)
+SELECT count(*) FROM held

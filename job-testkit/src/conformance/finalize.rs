@@ -1,0 +1,257 @@
+//! Guarded finalize: the row each outcome writes, and nothing written without the lease.
+
+use std::time::Duration;
+
+use job_core::{ErrorClass, Failure, Finalize, Finalized, JobState, Lease, Outcome, Store};
+use uuid::Uuid;
+
+use super::support::{
+    assert_lease_cleared, assert_nothing_to_claim, claim_one, finalize_one, row, running, NOOP,
+};
+
+fn failure(attempt: i32, class: ErrorClass, message: &str) -> Failure {
+    Failure {
+        attempt,
+        class,
+        message: message.into(),
+    }
+}
+
+/// `Complete` makes the job `completed` and finalized, the lease cleared, no error recorded.
+pub async fn complete_marks_the_job_completed_and_finalized<S: Store>(store: S) {
+    let job = running(&store).await;
+    let row = finalize_one(&store, job.lease, Outcome::Complete).await;
+    assert_eq!(row.state, JobState::Completed);
+    assert!(row.finalized_at.is_some());
+    assert_eq!(row.attempt, 1);
+    assert_eq!(row.errors, vec![]);
+    assert_lease_cleared(&row);
+}
+
+/// `Retry` makes the job `retryable` after its delay, the attempt kept and the failure appended
+/// with its class.
+pub async fn retry_moves_run_at_keeps_the_attempt_and_appends_the_failure<S: Store>(store: S) {
+    let job = running(&store).await;
+    let retry = Outcome::Retry {
+        delay: Duration::from_secs(3600),
+        failure: failure(1, ErrorClass::Error, "smtp refused"),
+    };
+    let row = finalize_one(&store, job.lease, retry).await;
+    assert_eq!(row.state, JobState::Retryable);
+    assert_eq!(row.attempt, 1);
+    assert_eq!(row.finalized_at, None);
+    assert!(
+        row.run_at > row.created_at + chrono::Duration::minutes(59),
+        "retry in 1 h runs at {}, created at {}",
+        row.run_at,
+        row.created_at
+    );
+    assert_eq!(row.errors.len(), 1);
+    let error = &row.errors[0];
+    assert_eq!(
+        (error.attempt, error.class.as_str(), error.message.as_str()),
+        (1, "error", "smtp refused")
+    );
+    assert_lease_cleared(&row);
+    assert_nothing_to_claim(&store, NOOP).await;
+}
+
+/// Each retry appends to the history in order, and the next claim counts the next attempt
+/// under a new token.
+pub async fn retries_accumulate_errors_and_count_attempts<S: Store>(store: S) {
+    let first = running(&store).await;
+    let retry = |attempt, class| Outcome::Retry {
+        delay: Duration::ZERO,
+        failure: failure(attempt, class, "failed"),
+    };
+    finalize_one(&store, first.lease, retry(1, ErrorClass::Timeout)).await;
+    let second = claim_one(&store, NOOP).await;
+    assert_eq!(second.attempt, 2);
+    assert_ne!(second.lease.token, first.lease.token);
+    let row = finalize_one(&store, second.lease, retry(2, ErrorClass::Panic)).await;
+    let history: Vec<(i32, &str)> = row
+        .errors
+        .iter()
+        .map(|e| (e.attempt, e.class.as_str()))
+        .collect();
+    assert_eq!(history, vec![(1, "timeout"), (2, "panic")]);
+    assert!(row.errors[0].at <= row.errors[1].at);
+}
+
+/// `Cancel` makes the job `cancelled` and finalized, its reason recorded as class `cancelled`.
+pub async fn cancel_marks_the_job_cancelled_with_its_reason<S: Store>(store: S) {
+    let job = running(&store).await;
+    let cancel = Outcome::Cancel {
+        reason: "customer deleted".into(),
+    };
+    let row = finalize_one(&store, job.lease, cancel).await;
+    assert_eq!(row.state, JobState::Cancelled);
+    assert!(row.finalized_at.is_some());
+    assert_eq!(row.errors.len(), 1);
+    let error = &row.errors[0];
+    assert_eq!(
+        (error.attempt, error.class.as_str(), error.message.as_str()),
+        (1, "cancelled", "customer deleted")
+    );
+    assert_lease_cleared(&row);
+}
+
+/// `Snooze` makes the job `scheduled` after its delay with the attempt refunded and no error.
+pub async fn snooze_reschedules_and_refunds_the_attempt<S: Store>(store: S) {
+    let job = running(&store).await;
+    let snooze = Outcome::Snooze {
+        delay: Duration::from_secs(600),
+    };
+    let row = finalize_one(&store, job.lease, snooze).await;
+    assert_eq!(row.state, JobState::Scheduled);
+    assert_eq!(row.attempt, 0);
+    assert!(
+        row.run_at > row.created_at + chrono::Duration::minutes(9),
+        "snooze for 10 min runs at {}, created at {}",
+        row.run_at,
+        row.created_at
+    );
+    assert_eq!(row.errors, vec![]);
+    assert_eq!(row.finalized_at, None);
+    assert_lease_cleared(&row);
+    assert_nothing_to_claim(&store, NOOP).await;
+}
+
+/// A snoozed job runs again with the same attempt number, and its snoozes are counted.
+pub async fn a_snoozed_job_runs_again_with_the_same_attempt_number<S: Store>(store: S) {
+    let job = running(&store).await;
+    let snooze = Outcome::Snooze {
+        delay: Duration::ZERO,
+    };
+    finalize_one(&store, job.lease, snooze).await;
+    let again = claim_one(&store, NOOP).await;
+    assert_eq!(
+        (again.lease.id, again.attempt, again.snoozes),
+        (job.lease.id, 1, 1)
+    );
+}
+
+/// `Discard` dead-letters the job (`discarded`, finalized) with its failure and class.
+pub async fn discard_dead_letters_the_job_with_its_failure<S: Store>(store: S) {
+    let job = running(&store).await;
+    let discard = Outcome::Discard {
+        failure: failure(1, ErrorClass::Poison, "payload does not decode"),
+    };
+    let row = finalize_one(&store, job.lease, discard).await;
+    assert_eq!(row.state, JobState::Discarded);
+    assert!(row.finalized_at.is_some());
+    assert_eq!(row.errors.len(), 1);
+    let error = &row.errors[0];
+    assert_eq!(
+        (error.attempt, error.class.as_str(), error.message.as_str()),
+        (1, "poison", "payload does not decode")
+    );
+    assert_lease_cleared(&row);
+}
+
+/// Any outcome under a stale token is `LeaseLost` and leaves the row exactly as it was.
+pub async fn finalize_with_a_stale_token_returns_lease_lost_and_changes_nothing<S: Store>(
+    store: S,
+) {
+    let job = running(&store).await;
+    let before = row(&store, job.lease.id).await;
+    let stale = Lease {
+        id: job.lease.id,
+        token: Uuid::new_v4(),
+    };
+    let outcomes = [
+        Outcome::Complete,
+        Outcome::Cancel { reason: "x".into() },
+        Outcome::Snooze {
+            delay: Duration::ZERO,
+        },
+        Outcome::Retry {
+            delay: Duration::ZERO,
+            failure: failure(1, ErrorClass::Error, "x"),
+        },
+        Outcome::Discard {
+            failure: failure(1, ErrorClass::Terminal, "x"),
+        },
+    ];
+    for outcome in outcomes {
+        let name = outcome.name();
+        let result = store
+            .finalize(&[Finalize {
+                lease: stale,
+                outcome,
+            }])
+            .await
+            .unwrap();
+        assert_eq!(
+            result,
+            vec![Finalized::LeaseLost],
+            "{name} under a stale token"
+        );
+    }
+    assert_eq!(row(&store, job.lease.id).await, before);
+}
+
+/// A finished job cannot be finalized again, even under the token it finished with.
+pub async fn a_finished_job_cannot_be_finalized_again<S: Store>(store: S) {
+    let job = running(&store).await;
+    finalize_one(&store, job.lease, Outcome::Complete).await;
+    let before = row(&store, job.lease.id).await;
+    let again = Finalize {
+        lease: job.lease,
+        outcome: Outcome::Cancel {
+            reason: "late".into(),
+        },
+    };
+    assert_eq!(
+        store.finalize(&[again]).await.unwrap(),
+        vec![Finalized::LeaseLost]
+    );
+    assert_eq!(row(&store, job.lease.id).await, before);
+}
+
+/// A batch reports one result per item in order (held, stale, unknown id); an empty batch is
+/// fine.
+pub async fn a_batch_reports_each_item_in_order<S: Store>(store: S) {
+    let a = running(&store).await;
+    let b = running(&store).await;
+    let c = running(&store).await;
+    let lost = Lease {
+        id: b.lease.id,
+        token: Uuid::new_v4(),
+    };
+    let missing = Lease {
+        id: i64::MAX,
+        token: Uuid::new_v4(),
+    };
+    let item = |lease, outcome| Finalize { lease, outcome };
+    let terminal = Outcome::Discard {
+        failure: failure(1, ErrorClass::Terminal, "no"),
+    };
+    let batch = [
+        item(a.lease, Outcome::Complete),
+        item(lost, Outcome::Complete),
+        item(missing, Outcome::Complete),
+        item(c.lease, terminal),
+    ];
+    let result = store.finalize(&batch).await.unwrap();
+    use Finalized::{Applied, LeaseLost};
+    assert_eq!(result, vec![Applied, LeaseLost, LeaseLost, Applied]);
+    assert_eq!(row(&store, a.lease.id).await.state, JobState::Completed);
+    assert_eq!(row(&store, b.lease.id).await.state, JobState::Running);
+    assert_eq!(row(&store, c.lease.id).await.state, JobState::Discarded);
+    assert_eq!(store.finalize(&[]).await.unwrap(), vec![]);
+}
+
+/// The same lease twice in one batch is applied once, without an error.
+pub async fn a_duplicate_id_in_one_batch_is_applied_once_without_error<S: Store>(store: S) {
+    let job = running(&store).await;
+    let complete = Finalize {
+        lease: job.lease,
+        outcome: Outcome::Complete,
+    };
+    let result = store.finalize(&[complete.clone(), complete]).await.unwrap();
+    assert_eq!(result.len(), 2, "{result:?}");
+    let applied = result.iter().filter(|r| **r == Finalized::Applied).count();
+    assert_eq!(applied, 1, "{result:?}");
+    assert_eq!(row(&store, job.lease.id).await.state, JobState::Completed);
+}

@@ -1,0 +1,87 @@
+//! Heartbeats: renewing held leases and reporting the lost ones.
+
+use std::time::Duration;
+
+use job_core::{Finalize, JobState, Lease, Outcome, Renewal, Rescued, Store};
+use uuid::Uuid;
+
+use super::support::{new_job, outlive, request, row, short_lease, NOOP};
+
+fn renew(lease: Lease, extend_by: Duration) -> Renewal {
+    Renewal { lease, extend_by }
+}
+
+/// A heartbeat extends held leases and reports finished and forged ones as lost, renewing
+/// nothing for them; an empty heartbeat reports nothing.
+pub async fn heartbeat_renews_and_reports_lost_leases<S: Store>(store: S) {
+    store
+        .enqueue_many(vec![new_job(NOOP), new_job(NOOP), new_job(NOOP)])
+        .await
+        .unwrap();
+    let claimed = store.claim(&request(&[NOOP], 3)).await.unwrap();
+    assert_eq!(claimed.len(), 3);
+    let (alive, finished, stolen) = (claimed[0].lease, claimed[1].lease, claimed[2].lease);
+    store
+        .finalize(&[Finalize {
+            lease: finished,
+            outcome: Outcome::Complete,
+        }])
+        .await
+        .unwrap();
+    let forged = Lease {
+        id: stolen.id,
+        token: Uuid::new_v4(),
+    };
+    let before = row(&store, alive.id).await.locked_until.unwrap();
+    let stolen_before = row(&store, stolen.id).await;
+
+    let hour = Duration::from_secs(3600);
+    let mut report = store
+        .heartbeat(&[
+            renew(alive, hour),
+            renew(finished, hour),
+            renew(forged, hour),
+        ])
+        .await
+        .unwrap();
+    report.lost.sort_unstable();
+    let mut expected = vec![finished.id, stolen.id];
+    expected.sort_unstable();
+    assert_eq!(report.lost, expected);
+    assert!(report.cancel_requested.is_empty(), "{report:?}");
+
+    let after = row(&store, alive.id).await.locked_until.unwrap();
+    assert!(
+        after - before > chrono::Duration::minutes(59),
+        "a renewal by 1 h moved the lease from {before} to {after}"
+    );
+    assert_eq!(
+        row(&store, stolen.id).await,
+        stolen_before,
+        "the forged token renewed"
+    );
+    assert_eq!(store.heartbeat(&[]).await.unwrap(), Default::default());
+}
+
+/// A lease kept alive by heartbeats outlives its original length and is never rescued.
+pub async fn a_renewed_lease_is_not_rescued_after_its_first_expiry<S: Store>(store: S) {
+    let id = store.enqueue(new_job(NOOP)).await.unwrap();
+    let claimed = store.claim(&short_lease()).await.unwrap();
+    assert_eq!(claimed.len(), 1);
+    let lease = claimed[0].lease;
+    let report = store
+        .heartbeat(&[renew(lease, Duration::from_secs(30))])
+        .await
+        .unwrap();
+    assert!(
+        report.lost.is_empty(),
+        "a held lease was reported lost: {report:?}"
+    );
+    outlive(super::support::SHORT_LEASE).await;
+    assert_eq!(store.rescue_expired(100).await.unwrap(), Rescued::default());
+    let row = row(&store, id).await;
+    assert_eq!(
+        (row.state, row.lock_token, row.attempt),
+        (JobState::Running, Some(lease.token), 1)
+    );
+}

@@ -1,0 +1,178 @@
+//! Rescue of expired leases, and release on shutdown.
+
+use std::time::Duration;
+
+use job_core::maintenance::{Rescuer, RescuerConfig};
+use job_core::{Finalize, Finalized, JobState, Lease, NewJob, Outcome, Renewal, Rescued, Store};
+use uuid::Uuid;
+
+use super::support::{
+    assert_lease_cleared, claim_one, new_job, outlive, row, short_lease, NOOP, SHORT_LEASE,
+};
+
+/// Rescue moves an expired lease to `retryable`, due at once, the attempt counted and a
+/// `lease_expired` error naming the worker recorded; a live lease is never touched.
+pub async fn rescue_only_touches_expired_leases<S: Store>(store: S) {
+    let expiring = store.enqueue(new_job(NOOP)).await.unwrap();
+    assert_eq!(store.claim(&short_lease()).await.unwrap().len(), 1);
+    let live_id = store.enqueue(new_job(NOOP)).await.unwrap();
+    let live = claim_one(&store, NOOP).await;
+    assert_eq!(live.lease.id, live_id);
+    outlive(SHORT_LEASE).await;
+    let live_before = row(&store, live_id).await;
+
+    let rescued = store.rescue_expired(100).await.unwrap();
+    assert_eq!(
+        rescued,
+        Rescued {
+            retried: 1,
+            discarded: 0
+        }
+    );
+    let rescued = row(&store, expiring).await;
+    assert_eq!(rescued.state, JobState::Retryable);
+    assert_eq!(rescued.attempt, 1, "the lost attempt counts");
+    assert_eq!(rescued.finalized_at, None);
+    assert_lease_cleared(&rescued);
+    assert_eq!(rescued.errors.len(), 1);
+    let error = &rescued.errors[0];
+    assert_eq!((error.attempt, error.class.as_str()), (1, "lease_expired"));
+    assert!(error.message.contains("doomed-worker"), "{}", error.message);
+    assert_eq!(
+        row(&store, live_id).await,
+        live_before,
+        "a live lease was touched"
+    );
+    // The rescued job is due at once; nothing is left to rescue.
+    let again = claim_one(&store, NOOP).await;
+    assert_eq!((again.lease.id, again.attempt), (expiring, 2));
+    assert_eq!(store.rescue_expired(100).await.unwrap(), Rescued::default());
+}
+
+/// An expired lease whose attempts are used up is `discarded` and finalized, not retried.
+pub async fn rescue_discards_an_expired_lease_with_no_attempts_left<S: Store>(store: S) {
+    let last_try = NewJob {
+        max_attempts: 1,
+        ..new_job(NOOP)
+    };
+    let id = store.enqueue(last_try).await.unwrap();
+    assert_eq!(store.claim(&short_lease()).await.unwrap().len(), 1);
+    outlive(SHORT_LEASE).await;
+    let rescued = store.rescue_expired(100).await.unwrap();
+    assert_eq!(
+        rescued,
+        Rescued {
+            retried: 0,
+            discarded: 1
+        }
+    );
+    let row = row(&store, id).await;
+    assert_eq!(row.state, JobState::Discarded);
+    assert!(row.finalized_at.is_some());
+    assert_lease_cleared(&row);
+    assert_eq!(row.errors[0].class, "lease_expired");
+}
+
+/// One rescue call recovers at most its limit; the rest wait for the next.
+pub async fn rescue_takes_at_most_its_limit<S: Store>(store: S) {
+    store
+        .enqueue_many((0..3).map(|_| new_job(NOOP)).collect())
+        .await
+        .unwrap();
+    assert_eq!(store.claim(&short_lease()).await.unwrap().len(), 3);
+    outlive(SHORT_LEASE).await;
+    assert_eq!(store.rescue_expired(2).await.unwrap().retried, 2);
+    assert_eq!(store.rescue_expired(2).await.unwrap().retried, 1);
+    assert_eq!(store.rescue_expired(2).await.unwrap(), Rescued::default());
+}
+
+/// The rescuer's pass repeats batches until every expired lease is recovered.
+pub async fn the_rescuer_recovers_every_expired_lease_in_batches<S: Store>(store: S) {
+    let ids = store
+        .enqueue_many((0..5).map(|_| new_job(NOOP)).collect())
+        .await
+        .unwrap();
+    assert_eq!(store.claim(&short_lease()).await.unwrap().len(), 5);
+    outlive(SHORT_LEASE).await;
+    let config = RescuerConfig {
+        batch: 2,
+        ..RescuerConfig::default()
+    };
+    let rescued = Rescuer::new(store.clone(), config)
+        .run_once()
+        .await
+        .unwrap();
+    assert_eq!(
+        rescued,
+        Rescued {
+            retried: 5,
+            discarded: 0
+        }
+    );
+    for id in ids {
+        assert_eq!(row(&store, id).await.state, JobState::Retryable, "job {id}");
+    }
+}
+
+/// Once rescued, the old lease can neither finalize nor heartbeat.
+pub async fn an_expired_lease_that_was_rescued_cannot_finalize<S: Store>(store: S) {
+    let id = store.enqueue(new_job(NOOP)).await.unwrap();
+    let claimed = store.claim(&short_lease()).await.unwrap();
+    assert_eq!(claimed.len(), 1);
+    outlive(SHORT_LEASE).await;
+    assert_eq!(store.rescue_expired(100).await.unwrap().retried, 1);
+    let before = row(&store, id).await;
+    let late = Finalize {
+        lease: claimed[0].lease,
+        outcome: Outcome::Complete,
+    };
+    assert_eq!(
+        store.finalize(&[late]).await.unwrap(),
+        vec![Finalized::LeaseLost]
+    );
+    let renewal = Renewal {
+        lease: claimed[0].lease,
+        extend_by: Duration::from_secs(30),
+    };
+    assert_eq!(store.heartbeat(&[renewal]).await.unwrap().lost, vec![id]);
+    assert_eq!(row(&store, id).await, before);
+}
+
+/// Release makes a held job `available` at once, lease cleared and the attempt not counted.
+pub async fn release_makes_a_job_available_at_once_with_the_attempt_not_counted<S: Store>(
+    store: S,
+) {
+    let id = store.enqueue(new_job(NOOP)).await.unwrap();
+    let job = claim_one(&store, NOOP).await;
+    assert_eq!(store.release(&[job.lease]).await.unwrap(), 1);
+    let row = row(&store, id).await;
+    assert_eq!(row.state, JobState::Available);
+    assert_eq!(row.attempt, 0);
+    assert_eq!(row.errors, vec![]);
+    assert_lease_cleared(&row);
+    let again = claim_one(&store, NOOP).await;
+    assert_eq!((again.lease.id, again.attempt), (id, 1));
+    // The old lease is gone with the release.
+    let late = Finalize {
+        lease: job.lease,
+        outcome: Outcome::Complete,
+    };
+    assert_eq!(
+        store.finalize(&[late]).await.unwrap(),
+        vec![Finalized::LeaseLost]
+    );
+}
+
+/// Release under a stale token releases nothing and changes nothing; an empty release is 0.
+pub async fn release_with_a_stale_token_changes_nothing<S: Store>(store: S) {
+    let id = store.enqueue(new_job(NOOP)).await.unwrap();
+    claim_one(&store, NOOP).await;
+    let before = row(&store, id).await;
+    let stale = Lease {
+        id,
+        token: Uuid::new_v4(),
+    };
+    assert_eq!(store.release(&[stale]).await.unwrap(), 0);
+    assert_eq!(store.release(&[]).await.unwrap(), 0);
+    assert_eq!(row(&store, id).await, before);
+}

@@ -1,0 +1,229 @@
+//! Running the suite: every test on its own fresh store, several at once, failures collected.
+
+use std::any::Any;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use job_core::Store;
+use tokio::sync::Semaphore;
+use tokio::task::{JoinError, JoinSet};
+
+use super::factory::StoreFactory;
+
+/// How many tests run at once, each on its own store.
+const CONCURRENCY: usize = 8;
+
+/// The longest one test may take before it fails as hung.
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The variable [`run`] reads to run only the tests whose name contains it.
+pub const FILTER_VAR: &str = "JOB_CONFORMANCE";
+
+type TestFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+struct ContractTest<S> {
+    name: &'static str,
+    run: fn(S) -> TestFuture,
+}
+
+macro_rules! suite {
+    ($($module:ident :: $test:ident),* $(,)?) => {
+        /// Every test's name, `module::test`, in suite order.
+        const NAMES: &[&str] = &[$(concat!(stringify!($module), "::", stringify!($test))),*];
+
+        fn all<S: Store>() -> Vec<ContractTest<S>> {
+            vec![$(ContractTest {
+                name: concat!(stringify!($module), "::", stringify!($test)),
+                run: |store| Box::pin(super::$module::$test(store)),
+            }),*]
+        }
+    };
+}
+
+suite![
+    enqueue::enqueue_stores_the_job_as_given,
+    enqueue::enqueue_then_claim_returns_it_running_with_attempt_one_and_a_token,
+    enqueue::get_returns_none_for_an_unknown_id,
+    enqueue::a_scheduled_job_is_not_claimed,
+    enqueue::a_scheduled_job_is_claimed_once_due,
+    enqueue::a_job_at_a_past_instant_is_available_at_once,
+    enqueue::enqueue_many_keeps_input_order,
+    enqueue::enqueue_refuses_an_invalid_job_and_a_batch_with_one_writes_nothing,
+    claim::claim_order_is_priority_then_run_at_then_id,
+    claim::claim_takes_at_most_the_limit_and_only_from_its_queue,
+    claim::unknown_kinds_are_never_claimed_and_stay_untouched,
+    claim::a_row_with_a_payload_version_above_the_workers_max_is_never_claimed,
+    claim::each_kind_is_claimed_with_its_own_lease_and_max_version,
+    claim::a_claimed_job_is_not_claimed_again,
+    claim::a_kind_concurrency_limit_caps_its_running_jobs,
+    claim::claims_by_8_concurrent_tasks_never_hand_one_job_to_two_claimers,
+    finalize::complete_marks_the_job_completed_and_finalized,
+    finalize::retry_moves_run_at_keeps_the_attempt_and_appends_the_failure,
+    finalize::retries_accumulate_errors_and_count_attempts,
+    finalize::cancel_marks_the_job_cancelled_with_its_reason,
+    finalize::snooze_reschedules_and_refunds_the_attempt,
+    finalize::a_snoozed_job_runs_again_with_the_same_attempt_number,
+    finalize::discard_dead_letters_the_job_with_its_failure,
+    finalize::finalize_with_a_stale_token_returns_lease_lost_and_changes_nothing,
+    finalize::a_finished_job_cannot_be_finalized_again,
+    finalize::a_batch_reports_each_item_in_order,
+    finalize::a_duplicate_id_in_one_batch_is_applied_once_without_error,
+    heartbeat::heartbeat_renews_and_reports_lost_leases,
+    heartbeat::a_renewed_lease_is_not_rescued_after_its_first_expiry,
+    rescue::rescue_only_touches_expired_leases,
+    rescue::rescue_discards_an_expired_lease_with_no_attempts_left,
+    rescue::rescue_takes_at_most_its_limit,
+    rescue::the_rescuer_recovers_every_expired_lease_in_batches,
+    rescue::an_expired_lease_that_was_rescued_cannot_finalize,
+    rescue::release_makes_a_job_available_at_once_with_the_attempt_not_counted,
+    rescue::release_with_a_stale_token_changes_nothing,
+    worker::a_worker_leaves_unknown_kinds_untouched,
+    worker::a_payload_that_does_not_decode_is_discarded_as_poison,
+    worker::a_newer_payload_version_is_left_for_a_newer_worker,
+    worker::an_older_payload_version_is_upgraded_before_it_runs,
+    worker::a_payload_version_that_does_not_upgrade_is_discarded_as_poison,
+];
+
+/// The name of every contract test, `module::test`, in suite order.
+pub fn names() -> &'static [&'static str] {
+    NAMES
+}
+
+/// Runs every contract test against fresh stores from `factory`, and panics listing each
+/// failure by name when any fails.
+///
+/// When the environment variable `JOB_CONFORMANCE` is set, only the tests whose name
+/// contains its value run (`JOB_CONFORMANCE=rescue::` runs the rescue tests); a filter that
+/// matches nothing fails, so a typo does not pass silently.
+///
+/// Call it on a multi-threaded Tokio runtime: the tests run concurrently, each on its own
+/// store, and the concurrency tests need real parallelism.
+///
+/// # Panics
+///
+/// When a test fails or hangs (after 60 s), or the filter matches no test.
+pub async fn run<F: StoreFactory>(factory: F) {
+    let filter = std::env::var(FILTER_VAR).ok().filter(|f| !f.is_empty());
+    let tests: Vec<_> = all::<F::Store>()
+        .into_iter()
+        .filter(|t| filter.as_deref().is_none_or(|f| t.name.contains(f)))
+        .collect();
+    if let Some(filter) = &filter {
+        assert!(
+            !tests.is_empty(),
+            "{FILTER_VAR}={filter:?} matches no conformance test; the tests are:\n  {}",
+            NAMES.join("\n  ")
+        );
+    }
+    execute(factory, tests).await;
+}
+
+/// Runs the one contract test called `name` (`module::test`, or just `test`), for debugging.
+///
+/// # Panics
+///
+/// When the test fails, or no test has that name (the message lists them).
+pub async fn run_one<F: StoreFactory>(factory: F, name: &str) {
+    let tests: Vec<_> = all::<F::Store>()
+        .into_iter()
+        .filter(|t| t.name == name || t.name.rsplit("::").next() == Some(name))
+        .collect();
+    assert!(
+        !tests.is_empty(),
+        "no conformance test is named {name:?}; the tests are:\n  {}",
+        NAMES.join("\n  ")
+    );
+    execute(factory, tests).await;
+}
+
+async fn execute<F: StoreFactory>(factory: F, tests: Vec<ContractTest<F::Store>>) {
+    let started = Instant::now();
+    let total = tests.len();
+    let factory = Arc::new(factory);
+    let slots = Arc::new(Semaphore::new(CONCURRENCY));
+    let mut running = JoinSet::new();
+    for test in tests {
+        let factory = factory.clone();
+        let slots = slots.clone();
+        running.spawn(async move {
+            let _slot = slots.acquire_owned().await;
+            let started = Instant::now();
+            let verdict = run_test(&factory, test.run).await;
+            (test.name, started.elapsed(), verdict)
+        });
+    }
+    let mut failures = Vec::new();
+    while let Some(done) = running.join_next().await {
+        let (name, took, verdict) = done.expect("the conformance runner itself panicked");
+        match verdict {
+            Ok(()) => eprintln!("conformance {name} ... ok ({} ms)", took.as_millis()),
+            Err(message) => {
+                eprintln!("conformance {name} ... FAILED ({} ms)", took.as_millis());
+                failures.push((name, message));
+            }
+        }
+    }
+    eprintln!(
+        "conformance: {} passed, {} failed in {} ms",
+        total - failures.len(),
+        failures.len(),
+        started.elapsed().as_millis()
+    );
+    if !failures.is_empty() {
+        failures.sort_by_key(|(name, _)| NAMES.iter().position(|n| n == name));
+        let report: Vec<String> = failures
+            .iter()
+            .map(|(name, message)| format!("{name}: {message}"))
+            .collect();
+        panic!(
+            "{} of {total} store conformance tests failed:\n\n{}",
+            failures.len(),
+            report.join("\n\n")
+        );
+    }
+}
+
+/// One test on a fresh store: its own task, so a panic is caught and named, under a timeout;
+/// the store's guard is disposed of whatever happened.
+async fn run_test<F: StoreFactory>(
+    factory: &Arc<F>,
+    test: fn(F::Store) -> TestFuture,
+) -> Result<(), String> {
+    let create = {
+        let factory = factory.clone();
+        tokio::spawn(async move { factory.create().await })
+    };
+    let (store, guard) = create
+        .await
+        .map_err(|e| format!("the factory could not create a store: {}", failure(e)))?;
+    let mut task = tokio::spawn(test(store));
+    let verdict = match tokio::time::timeout(TIMEOUT, &mut task).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(failure(e)),
+        Err(_) => {
+            task.abort();
+            Err(format!("did not finish within {TIMEOUT:?}"))
+        }
+    };
+    factory.dispose(guard).await;
+    verdict
+}
+
+fn failure(error: JoinError) -> String {
+    match error.try_into_panic() {
+        Ok(panic) => panic_message(&*panic),
+        Err(error) => error.to_string(),
+    }
+}
+
+fn panic_message(panic: &(dyn Any + Send)) -> String {
+    if let Some(message) = panic.downcast_ref::<&str>() {
+        (*message).to_owned()
+    } else if let Some(message) = panic.downcast_ref::<String>() {
+        message.clone()
+    } else {
+        "panicked with a non-string payload".to_owned()
+    }
+}

@@ -1,0 +1,191 @@
+//! Runs every due job of a queue to the end, in the test's own task, and reports each outcome:
+//! the way to test "what happens after enqueue" without a background worker.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use job_core::{
+    run_attempt, AttemptInfo, ClaimRequest, ErrorClass, Extensions, Failure, Finalize, Finalized,
+    Job, JobContext, JobId, Outcome, Registry, Store,
+};
+use job_postgres::PgStore;
+use tokio_util::sync::CancellationToken;
+
+/// One attempt that [`Drain::run`] performed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Drained {
+    /// The job's id.
+    pub id: JobId,
+    /// Its kind.
+    pub kind: String,
+    /// The attempt's number.
+    pub attempt: i32,
+    /// What the attempt led to.
+    pub outcome: Outcome,
+    /// Whether the outcome was written (it always is unless something else took the lease).
+    pub written: Finalized,
+}
+
+/// Drains a queue: claims due jobs of the registered kinds, runs each handler, writes each
+/// outcome, and repeats until nothing is due.
+///
+/// ```no_run
+/// # async fn demo(store: job_postgres::PgStore) {
+/// # #[derive(serde::Serialize, serde::Deserialize)] struct SendInvoice { invoice_id: i64 }
+/// # impl job_core::Job for SendInvoice { const KIND: &'static str = "send_invoice";
+/// #   async fn perform(self, _: job_core::JobContext) -> Result<(), job_core::JobError> { Ok(()) } }
+/// use job_testkit::Drain;
+///
+/// let report = Drain::new().register::<SendInvoice>().run(&store, "default").await;
+/// assert!(report.iter().all(|d| d.outcome == job_core::Outcome::Complete));
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct Drain {
+    registry: Registry,
+    state: Arc<Extensions>,
+    with_scheduled: bool,
+    max_attempts_run: usize,
+    seed: u64,
+}
+
+impl Default for Drain {
+    fn default() -> Self {
+        Drain {
+            registry: Registry::new(),
+            state: Arc::new(Extensions::new()),
+            with_scheduled: false,
+            max_attempts_run: 10_000,
+            seed: 0,
+        }
+    }
+}
+
+impl Drain {
+    /// A drain that knows no kinds yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Runs jobs of type `J`.
+    pub fn register<J: Job>(mut self) -> Self {
+        self.registry.register::<J>();
+        self
+    }
+
+    /// Makes `value` available through `ctx.state::<T>()`.
+    pub fn state<T: Send + Sync + 'static>(mut self, value: T) -> Self {
+        Arc::make_mut(&mut self.state).insert(value);
+        self
+    }
+
+    /// Also runs jobs that are not due yet: scheduled ones, retries waiting out their backoff,
+    /// and snoozed ones, by making them due before each pass. Off by default.
+    pub fn with_scheduled(mut self, yes: bool) -> Self {
+        self.with_scheduled = yes;
+        self
+    }
+
+    /// Stops after this many attempts, so a job that snoozes forever ends the drain instead of
+    /// hanging the test. Defaults to 10,000.
+    pub fn max_attempts_run(mut self, n: usize) -> Self {
+        self.max_attempts_run = n;
+        self
+    }
+
+    /// Seeds the backoff jitter of retry outcomes. Defaults to 0.
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = seed;
+        self
+    }
+
+    /// Drains `queue` of `store` and returns every attempt, in the order they ran.
+    ///
+    /// # Panics
+    /// When no kind is registered or the database fails: a test should hear about either.
+    pub async fn run(&self, store: &PgStore, queue: &str) -> Vec<Drained> {
+        self.registry
+            .check()
+            .expect("register at least one job kind");
+        let request = ClaimRequest {
+            queue: queue.to_owned(),
+            kinds: self
+                .registry
+                .claim_kinds()
+                .into_iter()
+                .map(|mut k| {
+                    k.lease = Duration::from_secs(600);
+                    k
+                })
+                .collect(),
+            limit: 100,
+            worker_id: "job-testkit-drain".to_owned(),
+        };
+        let mut rng = fastrand::Rng::with_seed(self.seed);
+        let mut report = Vec::new();
+        while report.len() < self.max_attempts_run {
+            if self.with_scheduled {
+                sqlx::query(
+                    "UPDATE job.jobs SET run_at = now() WHERE queue = $1 \
+                     AND state IN ('scheduled', 'retryable') AND run_at > now()",
+                )
+                .bind(queue)
+                .execute(store.pool())
+                .await
+                .expect("make scheduled jobs due");
+            }
+            let claimed = store.claim(&request).await.expect("claim");
+            if claimed.is_empty() {
+                break;
+            }
+            for job in claimed {
+                let handler = self
+                    .registry
+                    .get(&job.kind)
+                    .expect("claimed a registered kind");
+                let info = AttemptInfo {
+                    id: job.lease.id,
+                    kind: job.kind.clone(),
+                    queue: job.queue.clone(),
+                    attempt: job.attempt,
+                    max_attempts: job.max_attempts,
+                };
+                let ctx = JobContext::new(
+                    info.clone(),
+                    job.lease,
+                    self.state.clone(),
+                    CancellationToken::new(),
+                );
+                let options = handler.options();
+                let outcome = match handler.start(&job.payload, job.payload_version, ctx) {
+                    Ok(future) => {
+                        let end = run_attempt(future, options.timeout).await;
+                        Outcome::classify(end, &info, false, &options.backoff, &mut rng)
+                    }
+                    Err(poison) => Outcome::Discard {
+                        failure: Failure {
+                            attempt: info.attempt,
+                            class: ErrorClass::Poison,
+                            message: poison.0,
+                        },
+                    },
+                };
+                let written = store
+                    .finalize(&[Finalize {
+                        lease: job.lease,
+                        outcome: outcome.clone(),
+                    }])
+                    .await
+                    .expect("finalize")[0];
+                report.push(Drained {
+                    id: info.id,
+                    kind: info.kind,
+                    attempt: info.attempt,
+                    outcome,
+                    written,
+                });
+            }
+        }
+        report
+    }
+}

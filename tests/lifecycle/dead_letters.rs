@@ -1,0 +1,139 @@
+//! Dead letters: list, inspect, redrive through the unique guard, purge.
+
+use job::{Enqueue, JobState};
+use job_core::{Admin, JobFilter, Store};
+
+use crate::common::*;
+use crate::support::*;
+
+/// Discards `id` the way an exhausted job ends, with one error in its history.
+async fn kill(h: &Harness, id: job::JobId) {
+    exec(
+        &h.store,
+        "UPDATE job.jobs SET state = 'discarded', attempt = max_attempts, finalized_at = now(),
+                errors = errors || '[{\"attempt\": 1, \"at\": \"2024-01-01T00:00:00Z\",
+                                      \"class\": \"terminal\", \"message\": \"boom\"}]'
+         WHERE id = $1",
+        id,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_discarded_job_is_listed_with_its_history_and_redriven_with_fresh_attempts() {
+    let h = Harness::new().await;
+    let id = enqueue(
+        &h.store,
+        Flaky {
+            failures: 1,
+            how: How::Terminal,
+        },
+    )
+    .await;
+    let other = enqueue(&h.store, Noop { n: 1 }).await;
+    let worker = h.worker().build().unwrap().start();
+    h.reaches(id, JobState::Discarded).await;
+    h.reaches(other, JobState::Completed).await;
+
+    let dead = h.store.list(&JobFilter::dead_letters()).await.unwrap();
+    assert_eq!(dead.iter().map(|r| r.id).collect::<Vec<_>>(), [id]);
+    assert_eq!(dead[0].errors[0].class, "terminal");
+    let by_kind = JobFilter {
+        kind: Some("test.noop".into()),
+        ..JobFilter::dead_letters()
+    };
+    assert!(h.store.list(&by_kind).await.unwrap().is_empty());
+    let in_range = JobFilter {
+        finalized_from: Some(chrono::Utc::now() - chrono::Duration::minutes(5)),
+        finalized_to: Some(chrono::Utc::now() + chrono::Duration::minutes(5)),
+        queue: Some("default".into()),
+        ..JobFilter::dead_letters()
+    };
+    assert_eq!(h.store.list(&in_range).await.unwrap().len(), 1);
+    let too_old = JobFilter {
+        finalized_to: Some(chrono::Utc::now() - chrono::Duration::minutes(5)),
+        ..JobFilter::dead_letters()
+    };
+    assert!(h.store.list(&too_old).await.unwrap().is_empty());
+
+    let redriven = h.store.redrive(&JobFilter::ids([id])).await.unwrap();
+    assert_eq!(redriven.redriven, [id]);
+    assert!(redriven.skipped.is_empty());
+    // Flaky fails on attempt 1 only: the fresh attempt 1 is terminal again, proving the count
+    // restarted; the history keeps both failures.
+    let row = eventually("the redriven job to fail again", || async {
+        let r = h.row(id).await;
+        (r.state == JobState::Discarded && r.errors.len() == 2).then_some(r)
+    })
+    .await;
+    assert_eq!(row.attempt, 1);
+    assert_eq!(h.ledger.snapshot()[&id], vec![1, 1]);
+    worker.shutdown().await;
+}
+
+#[tokio::test]
+async fn redrive_many_by_kind_skips_those_whose_unique_key_is_taken_and_purge_deletes() {
+    let h = Harness::new().await;
+    let mut noops = Vec::new();
+    for n in 0..3 {
+        let id = enqueue(&h.store, Noop { n }).await;
+        kill(&h, id).await;
+        noops.push(id);
+    }
+    let invoice = |note: &str| SendInvoice {
+        invoice_id: 9,
+        note: note.into(),
+    };
+    let dead_invoice = Enqueue::new(invoice("first"))
+        .enqueue(h.store.pool())
+        .await
+        .unwrap();
+    kill(&h, dead_invoice).await;
+    let live_invoice = Enqueue::new(invoice("second"))
+        .enqueue(h.store.pool())
+        .await
+        .unwrap();
+
+    let skipped = h
+        .store
+        .redrive(&JobFilter {
+            kind: Some("test.send_invoice".into()),
+            ..JobFilter::default()
+        })
+        .await
+        .unwrap();
+    assert!(skipped.redriven.is_empty());
+    assert_eq!(skipped.skipped, [(dead_invoice, live_invoice)]);
+    assert_eq!(h.row(dead_invoice).await.state, JobState::Discarded);
+
+    let redriven = h
+        .store
+        .redrive(&JobFilter {
+            kind: Some("test.noop".into()),
+            limit: Some(2),
+            ..JobFilter::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(redriven.redriven, noops[..2]);
+    for id in &noops[..2] {
+        let row = h.row(*id).await;
+        assert_eq!(row.state, JobState::Available);
+        assert_eq!(row.attempt, 0);
+        assert_eq!(row.errors.len(), 1, "errors are kept");
+        assert_eq!(row.finalized_at, None);
+    }
+
+    let purged = h
+        .store
+        .purge(&JobFilter {
+            kind: Some("test.noop".into()),
+            ..JobFilter::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(purged, 1, "only the discarded one is purged");
+    assert!(h.store.get(noops[2]).await.unwrap().is_none());
+    assert!(h.store.get(noops[0]).await.unwrap().is_some());
+    assert!(h.store.get(dead_invoice).await.unwrap().is_some());
+}

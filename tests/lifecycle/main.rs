@@ -1,0 +1,19 @@
+//! End-to-end tests of the job lifecycle against real PostgreSQL: unique jobs, cancellation,
+//! deadlines, dead letters, periodic jobs, pauses, pruning, per-kind concurrency limits,
+//! metadata and stats.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod support;
+
+mod cancel;
+mod concurrency;
+mod dead_letters;
+mod deadlines;
+mod macros;
+mod metadata;
+mod pauses;
+mod periodic;
+mod pruning;
+mod unique;

@@ -1,0 +1,93 @@
+//! Periodic jobs: many schedulers, one job per period, decided by the unique index.
+
+use std::time::Duration;
+
+use job::{BuildError, JobState};
+
+use crate::common::*;
+
+#[tokio::test]
+async fn three_workers_on_one_schedule_enqueue_exactly_one_job_per_period() {
+    let h = Harness::new().await;
+    let workers: Vec<_> = (0..3)
+        .map(|i| {
+            h.worker()
+                .id(format!("periodic-{i}"))
+                .periodic("* * * * * *", || Noop { n: 42 })
+                .build()
+                .unwrap()
+                .start()
+        })
+        .collect();
+    eventually("three periods to run", || async {
+        (count_in(&h.store, JobState::Completed).await >= 3).then_some(())
+    })
+    .await;
+    for w in workers {
+        w.shutdown().await;
+    }
+    let per_key: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT unique_key, count(*) FROM job.jobs WHERE kind = 'test.noop'
+         GROUP BY unique_key ORDER BY unique_key",
+    )
+    .fetch_all(h.store.pool())
+    .await
+    .unwrap();
+    assert!(per_key.len() >= 3, "{per_key:?}");
+    for (key, n) in &per_key {
+        assert!(key.starts_with("periodic:test.noop:"), "{key}");
+        assert_eq!(*n, 1, "period {key} fired {n} times");
+    }
+    let completed = count_in(&h.store, JobState::Completed).await;
+    assert_eq!(h.ledger.total() as i64, completed, "each period ran once");
+}
+
+#[tokio::test]
+async fn a_periodic_job_runs_at_its_period_start_not_before() {
+    let h = Harness::new().await;
+    let worker = h
+        .worker()
+        .periodic("*/2 * * * * *", || Noop { n: 1 })
+        .build()
+        .unwrap()
+        .start();
+    let id: i64 = eventually("a period to complete", || async {
+        sqlx::query_scalar("SELECT id FROM job.jobs WHERE state = 'completed' LIMIT 1")
+            .fetch_optional(h.store.pool())
+            .await
+            .unwrap()
+    })
+    .await;
+    worker.shutdown().await;
+    let row = h.row(id).await;
+    let key = row.unique_key.unwrap();
+    let period = key.trim_start_matches("periodic:test.noop:");
+    let period: chrono::DateTime<chrono::Utc> = period.parse().unwrap();
+    assert_eq!(row.run_at, period);
+    assert_eq!(chrono::Timelike::second(&period) % 2, 0);
+    assert!(row.finalized_at.unwrap() >= period);
+}
+
+#[test]
+fn an_invalid_cron_expression_is_a_build_error_naming_it() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let store = rt.block_on(async { job_testkit::TestDb::new().await.store() });
+    let err = job::Worker::builder(store)
+        .register::<Noop>()
+        .queue("default", 1)
+        .periodic("every tuesday", || Noop { n: 1 })
+        .build()
+        .err()
+        .expect("refused");
+    match &err {
+        BuildError::InvalidSchedule {
+            kind, expression, ..
+        } => {
+            assert_eq!(kind, "test.noop");
+            assert_eq!(expression, "every tuesday");
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    assert!(err.to_string().contains("`every tuesday`"), "{err}");
+    let _ = Duration::ZERO;
+}

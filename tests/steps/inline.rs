@@ -1,0 +1,107 @@
+//! Durable steps in inline execution: the testkit's in-memory steps behave as the store's.
+
+use job::{Job, JobContext, JobError, JobOptions, Outcome};
+use job_testkit::{Inline, StepMemory};
+use serde::{Deserialize, Serialize};
+
+use crate::support::Effects;
+
+/// Charges, then fails its email on the first attempt.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Bounce {}
+
+impl Job for Bounce {
+    const KIND: &'static str = "steps.bounce";
+    const OPTIONS: JobOptions = JobOptions::DEFAULT;
+
+    async fn perform(self, ctx: JobContext) -> Result<(), JobError> {
+        let effects = ctx.state::<Effects>()?;
+        let id = ctx.id();
+        let charge: u64 = ctx
+            .step("charge", || async {
+                effects.happen(id, "charge");
+                Ok(4200)
+            })
+            .await?;
+        ctx.step("email", || async {
+            effects.happen(id, "email");
+            if ctx.attempt() == 1 {
+                return Err(JobError::retryable("mailbox full"));
+            }
+            Ok(())
+        })
+        .await?;
+        effects.saw(id, format!("charged {charge}"));
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_retry_with_the_same_step_memory_skips_the_recorded_steps() {
+    let effects = Effects::default();
+    let steps = StepMemory::new();
+    let inline = Inline::new().state(effects.clone()).steps(steps.clone());
+    let first = inline.clone().perform(Bounce {}).await;
+    assert_eq!(first.name(), "retry");
+    assert_eq!(steps.names(), ["charge"], "a failed step records nothing");
+    assert_eq!(steps.get::<u64>("charge"), Some(4200));
+    let second = inline.attempt(2).perform(Bounce {}).await;
+    assert_eq!(second, Outcome::Complete);
+    assert_eq!(effects.count(1, "charge"), 1);
+    assert_eq!(effects.count(1, "email"), 2);
+    assert_eq!(effects.seen(1), ["charged 4200"]);
+    assert_eq!(steps.names(), ["charge", "email"]);
+}
+
+#[tokio::test]
+async fn without_shared_memory_every_inline_run_starts_afresh() {
+    let effects = Effects::default();
+    let inline = Inline::new().state(effects.clone()).attempt(2);
+    assert_eq!(inline.perform(Bounce {}).await, Outcome::Complete);
+    assert_eq!(inline.perform(Bounce {}).await, Outcome::Complete);
+    assert_eq!(effects.count(1, "charge"), 2);
+}
+
+#[tokio::test]
+async fn a_recorded_output_of_another_type_is_a_terminal_error() {
+    let effects = Effects::default();
+    let steps = StepMemory::new();
+    steps.record("charge", &"not a number");
+    let outcome = Inline::new()
+        .state(effects.clone())
+        .steps(steps)
+        .perform(Bounce {})
+        .await;
+    match outcome {
+        Outcome::Discard { failure } => assert!(
+            failure
+                .message
+                .contains("the recorded output of step `charge` does not decode as `u64`"),
+            "{}",
+            failure.message
+        ),
+        other => panic!("expected a discard, got {other:?}"),
+    }
+    assert_eq!(effects.count(1, "charge"), 0);
+}
+
+#[tokio::test]
+async fn inline_applies_the_snooze_limit() {
+    #[derive(Debug, Serialize, Deserialize)]
+    struct Later {}
+    impl Job for Later {
+        const KIND: &'static str = "steps.later";
+        async fn perform(self, _: JobContext) -> Result<(), JobError> {
+            Err(JobError::snooze(std::time::Duration::from_secs(1)))
+        }
+    }
+    assert_eq!(Inline::new().perform(Later {}).await.name(), "snooze");
+    let outcome = Inline::new()
+        .snoozes(job::DEFAULT_MAX_SNOOZES)
+        .perform(Later {})
+        .await;
+    assert!(
+        matches!(&outcome, Outcome::Discard { failure } if failure.class == job::ErrorClass::SnoozeLimit),
+        "{outcome:?}"
+    );
+}

@@ -1,0 +1,186 @@
+//! Completing a job in the handler's own transaction: its rows and the completion commit
+//! together or not at all, guarded by the lease.
+
+use std::time::Duration;
+
+use job::{Job, JobContext, JobError, JobId, JobOptions, JobState};
+use serde::{Deserialize, Serialize};
+use sqlx::PgPool;
+
+use crate::common::*;
+use crate::support::*;
+
+/// What [`Ship`] does after writing its row and completing the job in its transaction.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub enum Then {
+    /// Commits, then keeps running past a few heartbeats.
+    CommitAndLinger,
+    /// Panics on attempt 1 before committing (the transaction is dropped); commits after.
+    PanicBeforeCommitOnce,
+    /// Has its lease taken before it completes the job.
+    LoseTheLease,
+}
+
+/// Writes a shipment row and completes itself in the same transaction.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Ship {
+    pub then: Then,
+}
+
+impl Job for Ship {
+    const KIND: &'static str = "steps.ship";
+    const OPTIONS: JobOptions = JobOptions {
+        lease: Duration::from_millis(300),
+        backoff: FAST_BACKOFF,
+        ..JobOptions::DEFAULT
+    };
+
+    async fn perform(self, ctx: JobContext) -> Result<(), JobError> {
+        let effects = ctx.state::<Effects>()?;
+        let pool = ctx.state::<PgPool>()?;
+        effects.executed(ctx.id());
+        let mut tx = pool.begin().await?;
+        sqlx::query("INSERT INTO shipments (job_id, attempt) VALUES ($1, $2)")
+            .bind(ctx.id())
+            .bind(ctx.attempt())
+            .execute(&mut *tx)
+            .await?;
+        if let Then::LoseTheLease = self.then {
+            steal_lease(pool, ctx.id()).await;
+        }
+        let completed = job_postgres::complete_in(&mut tx, &ctx).await;
+        effects.saw(ctx.id(), format!("{completed:?}"));
+        completed?;
+        match self.then {
+            Then::PanicBeforeCommitOnce if ctx.attempt() == 1 => {
+                panic!("killed between the write and the commit")
+            }
+            Then::CommitAndLinger => {
+                tx.commit().await?;
+                // Past a few heartbeats (every 100 ms), which find the job no longer running.
+                tokio::time::sleep(Duration::from_millis(350)).await;
+            }
+            _ => tx.commit().await?,
+        }
+        Ok(())
+    }
+}
+
+async fn shipments(pool: &PgPool, id: JobId) -> Vec<i32> {
+    sqlx::query_scalar("SELECT attempt FROM shipments WHERE job_id = $1")
+        .bind(id)
+        .fetch_all(pool)
+        .await
+        .unwrap()
+}
+
+async fn setup() -> (Harness, Effects) {
+    let h = Harness::new().await;
+    sqlx::query("CREATE TABLE shipments (job_id bigint PRIMARY KEY, attempt integer NOT NULL)")
+        .execute(h.store.pool())
+        .await
+        .unwrap();
+    (h, Effects::default())
+}
+
+#[tokio::test]
+async fn a_job_completed_in_the_handlers_transaction_commits_with_its_rows_and_no_lease_is_lost() {
+    let (h, effects) = setup().await;
+    let id = enqueue(
+        &h.store,
+        Ship {
+            then: Then::CommitAndLinger,
+        },
+    )
+    .await;
+    let worker = steps_worker(&h.store, &effects)
+        .register::<Ship>()
+        .build()
+        .unwrap()
+        .start();
+    let row = h.reaches(id, JobState::Completed).await;
+    eventually("the execution to end", || async {
+        (worker.in_flight() == 0).then_some(())
+    })
+    .await;
+    let stats = worker.stats();
+    worker.shutdown().await;
+    assert_eq!(shipments(h.store.pool(), id).await, [1]);
+    assert_eq!((row.attempt, row.lock_token), (1, None));
+    assert!(row.finalized_at.is_some() && row.errors.is_empty());
+    assert_eq!(
+        stats.lease_lost, 0,
+        "finalized by the handler is not a lost lease"
+    );
+    assert_eq!(stats.completed, 1);
+    assert_eq!(effects.executions(id), 1);
+}
+
+#[tokio::test]
+async fn a_crash_between_the_handlers_write_and_its_commit_leaves_neither_the_row_nor_the_completion(
+) {
+    let (h, effects) = setup().await;
+    let id = enqueue(
+        &h.store,
+        Ship {
+            then: Then::PanicBeforeCommitOnce,
+        },
+    )
+    .await;
+    let worker = steps_worker(&h.store, &effects)
+        .register::<Ship>()
+        .build()
+        .unwrap()
+        .start();
+    let row = h.reaches(id, JobState::Completed).await;
+    let stats = worker.stats();
+    worker.shutdown().await;
+    // Attempt 1's shipment and completion rolled back together, so the worker's own finalize
+    // of the panic applied (a retry); attempt 2 committed both.
+    assert_eq!(shipments(h.store.pool(), id).await, [2]);
+    assert_eq!(row.attempt, 2);
+    assert_eq!(row.errors.len(), 1);
+    assert_eq!(row.errors[0].class, "panic");
+    assert_eq!(row.errors[0].attempt, 1);
+    assert_eq!((stats.retried, stats.lease_lost), (1, 0));
+}
+
+#[tokio::test]
+async fn a_stale_lease_commits_nothing_of_the_handlers_transaction() {
+    let (h, effects) = setup().await;
+    let id = enqueue(
+        &h.store,
+        Ship {
+            then: Then::LoseTheLease,
+        },
+    )
+    .await;
+    let worker = steps_worker(&h.store, &effects)
+        .register::<Ship>()
+        .build()
+        .unwrap()
+        .start();
+    let seen = eventually("complete_in to answer", || async { effects.seen(id).pop() }).await;
+    assert!(seen.contains("LeaseLost"), "{seen}");
+    eventually("the worker to drop the stale outcome", || async {
+        (worker.stats().lease_lost == 1).then_some(())
+    })
+    .await;
+    // Nothing more happens under the stale lease: shut down before the 300 ms lease runs out
+    // and the rescuer gives the job to a new attempt.
+    worker.shutdown().await;
+    assert!(
+        shipments(h.store.pool(), id).await.is_empty(),
+        "the handler's row rolled back"
+    );
+    let row = h.row(id).await;
+    assert_eq!(
+        row.state,
+        JobState::Running,
+        "not completed by the stale holder"
+    );
+    assert!(
+        row.errors.is_empty(),
+        "and its failure was not recorded either"
+    );
+}

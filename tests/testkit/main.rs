@@ -1,0 +1,229 @@
+//! Complete example tests of each testkit helper, the way an application would write them.
+//! Each test is also the documentation of its helper.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use job::prelude::*;
+use job::{JobState, Outcome};
+use job_testkit::{
+    assert_enqueued, enqueued, perform, refute_enqueued, Drain, Faults, Inline, OutageStore, Point,
+    TestDb,
+};
+use serde_json::json;
+
+/// Counts emails "sent", as an application's mailer would.
+#[derive(Default)]
+struct Mailer {
+    sent: AtomicU32,
+}
+
+/// Sends a receipt; fails on its first attempt when asked to.
+#[job(retry = 3, lease = "300ms", backoff(base = "1h", cap = "2h"))]
+async fn send_receipt(ctx: JobContext, order_id: i64, flaky: bool) -> Result<(), JobError> {
+    if flaky && ctx.attempt() == 1 {
+        return Err(JobError::retryable("smtp timeout"));
+    }
+    ctx.state::<Arc<Mailer>>()?
+        .sent
+        .fetch_add(1, Ordering::SeqCst);
+    let _ = order_id;
+    Ok(())
+}
+
+#[tokio::test]
+async fn perform_runs_a_handler_inline_and_returns_its_outcome() {
+    let mailer = Arc::new(Mailer::default());
+    let inline = Inline::new().state(mailer.clone());
+    let outcome = inline
+        .perform(SendReceipt {
+            order_id: 1,
+            flaky: false,
+        })
+        .await;
+    assert_eq!(outcome, Outcome::Complete);
+    assert_eq!(mailer.sent.load(Ordering::SeqCst), 1);
+
+    // The first attempt of a flaky send is a retry; the second completes.
+    let retry = inline
+        .perform(SendReceipt {
+            order_id: 2,
+            flaky: true,
+        })
+        .await;
+    assert_eq!(retry.name(), "retry");
+    let second = inline
+        .clone()
+        .attempt(2)
+        .perform(SendReceipt {
+            order_id: 2,
+            flaky: true,
+        })
+        .await;
+    assert_eq!(second, Outcome::Complete);
+
+    // Without the state it needs, the handler fails terminally.
+    assert_eq!(
+        perform(SendReceipt {
+            order_id: 3,
+            flaky: false
+        })
+        .await
+        .name(),
+        "discard"
+    );
+}
+
+#[tokio::test]
+async fn assert_enqueued_finds_a_job_by_part_of_its_payload() {
+    let db = TestDb::new().await;
+    let pool = db.pool();
+    let mut tx = pool.begin().await.unwrap();
+    // The code under test: an order and its receipt job in one transaction.
+    SendReceipt {
+        order_id: 42,
+        flaky: false,
+    }
+    .enqueue(&mut *tx)
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+
+    let id = assert_enqueued::<SendReceipt>(&pool, json!({ "order_id": 42 })).await;
+    refute_enqueued::<SendReceipt>(&pool, json!({ "order_id": 7 })).await;
+    let all = enqueued::<SendReceipt>(&pool).await;
+    assert_eq!(all.len(), 1);
+    assert_eq!((all[0].id, all[0].job.order_id), (id, 42));
+    db.close().await;
+}
+
+#[tokio::test]
+async fn drain_runs_every_due_job_and_reports_each_attempt() {
+    let db = TestDb::new().await;
+    let store = db.store();
+    let mailer = Arc::new(Mailer::default());
+    SendReceipt {
+        order_id: 1,
+        flaky: false,
+    }
+    .enqueue(store.pool())
+    .await
+    .unwrap();
+    SendReceipt {
+        order_id: 2,
+        flaky: true,
+    }
+    .enqueue(store.pool())
+    .await
+    .unwrap();
+
+    // A fixed seed fixes the retry's jittered delay (well over a second with a 1h base).
+    let drain = Drain::new()
+        .register::<SendReceipt>()
+        .state(mailer.clone())
+        .seed(7);
+    let first_pass = drain.run(&store, "default").await;
+    let names: Vec<_> = first_pass.iter().map(|d| d.outcome.name()).collect();
+    assert_eq!(
+        names,
+        ["complete", "retry"],
+        "the retry waits out its backoff"
+    );
+
+    // Asked to, the drain also runs jobs that are not due yet, such as that retry.
+    let rest = drain.with_scheduled(true).run(&store, "default").await;
+    assert_eq!(rest.len(), 1);
+    assert_eq!(
+        (rest[0].attempt, rest[0].outcome.clone()),
+        (2, Outcome::Complete)
+    );
+    assert_eq!(mailer.sent.load(Ordering::SeqCst), 2);
+    db.close().await;
+}
+
+#[tokio::test]
+async fn faults_crash_an_execution_where_a_killed_process_would_stop() {
+    let db = TestDb::new().await;
+    let store = db.store();
+    let mailer = Arc::new(Mailer::default());
+    let id = SendReceipt {
+        order_id: 9,
+        flaky: false,
+    }
+    .enqueue(store.pool())
+    .await
+    .unwrap();
+
+    // Crash after the handler sent the email and before its outcome is written.
+    let faults = Faults::new()
+        .crash_after(Point::Perform)
+        .kind::<SendReceipt>()
+        .times(1);
+    let mut config = job::WorkerConfig::default();
+    config.rescuer.interval = Duration::from_millis(50);
+    let worker = Worker::builder(store.clone())
+        .register::<SendReceipt>()
+        .queue("default", 2)
+        .config(config)
+        .state(mailer.clone())
+        .faults(faults.clone())
+        .build()
+        .unwrap()
+        .start();
+    let row = wait_for(&store, id, JobState::Completed).await;
+    worker.shutdown().await;
+
+    assert_eq!(faults.crashes().len(), 1);
+    assert_eq!(
+        row.attempt, 2,
+        "rescued after its lease expired and run again"
+    );
+    assert_eq!(row.errors[0].class, "lease_expired");
+    // At least once: the side effect happened twice. Durable steps make it once.
+    assert_eq!(mailer.sent.load(Ordering::SeqCst), 2);
+    db.close().await;
+}
+
+#[tokio::test]
+async fn an_outage_store_cuts_the_worker_off_and_nothing_is_lost() {
+    let db = TestDb::new().await;
+    let store = OutageStore::new(db.store());
+    let mailer = Arc::new(Mailer::default());
+    let worker = Worker::builder(store.clone())
+        .register::<SendReceipt>()
+        .queue("default", 2)
+        .poll_interval(Duration::from_millis(20))
+        .state(mailer.clone())
+        .build()
+        .unwrap()
+        .start();
+    store.fail_for(Duration::from_millis(300));
+    let id = SendReceipt {
+        order_id: 5,
+        flaky: false,
+    }
+    .enqueue(store.inner().pool())
+    .await
+    .unwrap();
+    wait_for(store.inner(), id, JobState::Completed).await;
+    worker.shutdown().await;
+    assert_eq!(mailer.sent.load(Ordering::SeqCst), 1);
+    db.close().await;
+}
+
+async fn wait_for(store: &PgStore, id: JobId, state: JobState) -> job::JobRow {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let row = store.get(id).await.unwrap().expect("the job exists");
+        if row.state == state {
+            return row;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "job {id} is {} after 30s, expected {state}",
+            row.state
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
