@@ -32,3 +32,50 @@ async fn heartbeat_reports_requested_cancellations() {
     assert!(report.lost.is_empty());
     db.close().await;
 }
+
+/// A worker's heartbeat and its completer write overlapping batches at the same time; both
+/// lock rows in id order, so they never deadlock (PostgreSQL would abort one after
+/// `deadlock_timeout`, which costs every lease in the heartbeat).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_heartbeat_and_finalize_of_overlapping_batches_never_deadlock() {
+    let db = TestDb::new().await;
+    let store = db.store();
+    for round in 0..20u64 {
+        let jobs: Vec<_> = (0..200).map(|_| new_job("noop")).collect();
+        store.enqueue_many(jobs).await.unwrap();
+        let mut claimed = Vec::new();
+        while claimed.len() < 200 {
+            let got = store
+                .claim(&store_support::request(&["noop"], 200))
+                .await
+                .unwrap();
+            assert!(!got.is_empty(), "the jobs should be claimable");
+            claimed.extend(got);
+        }
+        let mut rng = fastrand::Rng::with_seed(round);
+        let mut renewals: Vec<_> = claimed.iter().map(|c| renew(c.lease, 30)).collect();
+        rng.shuffle(&mut renewals);
+        let mut finals: Vec<_> = claimed
+            .iter()
+            .map(|c| job_core::Finalize {
+                lease: c.lease,
+                outcome: job_core::Outcome::Complete,
+            })
+            .collect();
+        rng.shuffle(&mut finals);
+        let (beat, fin) = tokio::join!(
+            {
+                let s = store.clone();
+                async move { s.heartbeat(&renewals).await }
+            },
+            {
+                let s = store.clone();
+                async move { s.finalize(&finals).await }
+            },
+        );
+        beat.unwrap_or_else(|e| panic!("round {round}: heartbeat failed: {e}"));
+        let fin = fin.unwrap_or_else(|e| panic!("round {round}: finalize failed: {e}"));
+        assert!(fin.iter().all(|f| *f == job_core::Finalized::Applied));
+    }
+    db.close().await;
+}

@@ -3,6 +3,24 @@
 -- attempt is refunded (snooze); an error to append (null class appends nothing; a null attempt
 -- means the current one). Terminal states get finalized_at; every lease is cleared.
 -- Returns the ordinality of each item applied; the others lost their lease.
+-- Rows are locked in id order first (the `locked` step), as heartbeat.sql and release.sql do, so
+-- a worker's heartbeat and its completer, whose batches overlap, never deadlock each other.
+WITH u AS (
+    SELECT *
+    FROM unnest(
+             $1::bigint[], $2::uuid[], $3::text[], $4::bigint[], $5::boolean[],
+             $6::integer[], $7::text[], $8::text[]
+         ) WITH ORDINALITY AS u(id, token, state, delay_ms, snooze,
+                                error_attempt, error_class, error_message, ord)
+),
+locked AS MATERIALIZED (
+    SELECT j.id
+    FROM job.jobs j
+    JOIN u ON j.id = u.id AND j.lock_token = u.token
+    WHERE j.state = 'running'
+    ORDER BY j.id
+    FOR UPDATE OF j
+)
 UPDATE job.jobs j
 SET state        = u.state::job.job_state,
     run_at       = CASE WHEN u.delay_ms IS NULL THEN j.run_at
@@ -19,10 +37,6 @@ SET state        = u.state::job.job_state,
     lock_token   = NULL,
     locked_until = NULL,
     locked_by    = NULL
-FROM unnest(
-         $1::bigint[], $2::uuid[], $3::text[], $4::bigint[], $5::boolean[],
-         $6::integer[], $7::text[], $8::text[]
-     ) WITH ORDINALITY AS u(id, token, state, delay_ms, snooze,
-                            error_attempt, error_class, error_message, ord)
-WHERE j.id = u.id AND j.lock_token = u.token AND j.state = 'running'
+FROM u, locked l
+WHERE j.id = l.id AND j.id = u.id AND j.lock_token = u.token AND j.state = 'running'
 RETURNING u.ord

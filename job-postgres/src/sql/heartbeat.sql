@@ -1,8 +1,21 @@
 -- Renews many leases, each guarded by (id, lock_token) and running: locked_until becomes the
 -- database's now plus that lease's milliseconds. Returns the renewed ids with cancel_requested;
 -- a requested id that does not come back has lost its lease.
+-- Rows are locked in id order first, as finalize.sql and release.sql do, so the heartbeat and
+-- the completer of one worker, whose batches overlap, never deadlock each other.
+WITH u AS (
+    SELECT * FROM unnest($1::bigint[], $2::uuid[], $3::bigint[]) AS u(id, token, lease_ms)
+),
+locked AS MATERIALIZED (
+    SELECT j.id
+    FROM job.jobs j
+    JOIN u ON j.id = u.id AND j.lock_token = u.token
+    WHERE j.state = 'running'
+    ORDER BY j.id
+    FOR UPDATE OF j
+)
 UPDATE job.jobs j
 SET locked_until = now() + u.lease_ms * interval '1 millisecond'
-FROM unnest($1::bigint[], $2::uuid[], $3::bigint[]) AS u(id, token, lease_ms)
-WHERE j.id = u.id AND j.lock_token = u.token AND j.state = 'running'
+FROM u, locked l
+WHERE j.id = l.id AND j.id = u.id AND j.lock_token = u.token AND j.state = 'running'
 RETURNING j.id, j.cancel_requested

@@ -1,6 +1,18 @@
 -- Gives leases back, each guarded by (id, lock_token) and running: available at once, the
 -- attempt not counted, the lease cleared. Wakes the queues so another worker takes them now.
-WITH released AS (
+WITH u AS (
+    SELECT * FROM unnest($1::bigint[], $2::uuid[]) AS u(id, token)
+),
+locked AS MATERIALIZED (
+    -- In id order, like heartbeat.sql and finalize.sql: no deadlock between them.
+    SELECT j.id
+    FROM job.jobs j
+    JOIN u ON j.id = u.id AND j.lock_token = u.token
+    WHERE j.state = 'running'
+    ORDER BY j.id
+    FOR UPDATE OF j
+),
+released AS (
     UPDATE job.jobs j
     SET state        = 'available',
         attempt      = j.attempt - 1,
@@ -8,8 +20,8 @@ WITH released AS (
         lock_token   = NULL,
         locked_until = NULL,
         locked_by    = NULL
-    FROM unnest($1::bigint[], $2::uuid[]) AS u(id, token)
-    WHERE j.id = u.id AND j.lock_token = u.token AND j.state = 'running'
+    FROM u, locked l
+    WHERE j.id = l.id AND j.id = u.id AND j.lock_token = u.token AND j.state = 'running'
     RETURNING j.queue
 ),
 woken AS (
