@@ -24,7 +24,9 @@ pub use job_postgres::{Enqueue, PgStore};
 
 /// The names most programs need: `use job::prelude::*;`.
 pub mod prelude {
-    pub use crate::{job, Enqueue, Job, JobContext, JobError, JobId, PgStore, Store, Worker};
+    pub use crate::{
+        job, Admin, Enqueue, Job, JobContext, JobError, JobId, PgStore, Store, Worker,
+    };
 }
 
 /// Paths the `#[job]` macro's generated code uses. Not a public API.

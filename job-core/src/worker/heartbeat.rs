@@ -31,12 +31,26 @@ pub(crate) async fn run<S: Store>(shared: Arc<Shared<S>>, stop: CancellationToke
     let every = interval(&shared);
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            _ = stop.cancelled() => return,
+    // Fencing does not wait for a heartbeat to return or time out: it checks four times per
+    // period, so a stalled heartbeat or a late tick cannot eat the safety margin.
+    let mut fence_tick = tokio::time::interval(every / 4);
+    fence_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let beats = async {
+        loop {
+            tick.tick().await;
+            beat(&shared, every).await;
         }
-        beat(&shared, every).await;
+    };
+    let fences = async {
+        loop {
+            fence_tick.tick().await;
+            fence(&shared);
+        }
+    };
+    tokio::select! {
+        _ = beats => {}
+        _ = fences => {}
+        _ = stop.cancelled() => {}
     }
 }
 
@@ -68,6 +82,11 @@ async fn beat<S: Store>(shared: &Shared<S>, every: Duration) {
             Err(_) => tracing::warn!(timeout = ?every, "heartbeat timed out"),
         }
     }
+    fence(shared);
+}
+
+/// Self-fencing: stops every execution whose lease may expire within a third of its length.
+fn fence<S>(shared: &Shared<S>) {
     let fenced = shared.inflight.fence(Instant::now());
     if !fenced.is_empty() {
         bump(&shared.counters.fenced, fenced.len() as u64);
