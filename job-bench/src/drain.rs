@@ -20,8 +20,8 @@ use crate::report::{backend_cpu_s, emit, loadavg, median, per_s, proc_cpu_s, rou
 use crate::Result;
 
 /// The claim and finalize statements the store runs, verbatim.
-const CLAIM_SQL: &str = include_str!("../../job-postgres/src/sql/claim.sql");
-const FINALIZE_SQL: &str = include_str!("../../job-postgres/src/sql/finalize.sql");
+pub(crate) const CLAIM_SQL: &str = include_str!("../../job-postgres/src/sql/claim.sql");
+pub(crate) const FINALIZE_SQL: &str = include_str!("../../job-postgres/src/sql/finalize.sql");
 
 /// True once no job of this run waits or runs. The run's jobs are the due ones with
 /// `run_at >= $2` (the database time taken before they were inserted), which keeps the
@@ -257,18 +257,15 @@ async fn raw_loop(pool: PgPool, spec: RawSpec) -> Result<u64> {
         }
         Ok::<_, crate::BoxError>(written)
     });
-    let kinds = vec![Noop::KIND];
-    let versions = vec![Noop::VERSION];
-    let leases = vec![job_core::store::duration_millis(Noop::OPTIONS.lease)];
-    // $1..$6: queue, kinds, versions, leases, limit, worker; $7 (newer claim.sql): each
-    // kind's concurrency limit, none here.
-    let params = param_count(&spec.claim_sql);
-    if !(6..=7).contains(&params) || param_count(&spec.finalize_sql) != 8 {
-        return Err(
-            "claim.sql or finalize.sql changed parameters: update job-bench's raw loop".into(),
-        );
+    let claimer = RawClaim::new(
+        &spec.claim_sql,
+        Noop::KIND,
+        Noop::VERSION,
+        Noop::OPTIONS.lease,
+    )?;
+    if param_count(&spec.finalize_sql) != 8 {
+        return Err("finalize.sql changed parameters: update job-bench's raw loop".into());
     }
-    let caps = vec![None::<i32>];
     loop {
         let first = slots.clone().acquire_owned().await?;
         let mut permits = vec![first];
@@ -279,33 +276,74 @@ async fn raw_loop(pool: PgPool, spec: RawSpec) -> Result<u64> {
             }
         }
         let limit = spec.claim_limit.unwrap_or(permits.len());
-        let mut claim = sqlx::query(&spec.claim_sql)
-            .bind(QUEUE)
-            .bind(&kinds)
-            .bind(&versions)
-            .bind(&leases)
-            .bind(limit as i32)
-            .bind("bench-raw");
-        if params == 7 {
-            claim = claim.bind(&caps);
-        }
-        let rows = claim.fetch_all(&pool).await?;
+        let rows = claimer.claim(&pool, limit).await?;
         if rows.is_empty() {
             break;
         }
         drop(permits);
-        for row in &rows {
-            let id: i64 = row.try_get("id")?;
-            let token: Uuid = row.try_get("lock_token")?;
-            tx.send((id, token))
-                .map_err(|_| "the raw completer stopped")?;
+        for row in rows {
+            tx.send(row).map_err(|_| "the raw completer stopped")?;
         }
     }
     drop(tx);
     completer.await?
 }
 
-async fn raw_finalize(pool: &PgPool, sql: &str, batch: &[(i64, Uuid)]) -> Result<u64> {
+/// `claim.sql` (or an experiment's statement of the same parameters) for one kind, bound the
+/// way the store binds it.
+pub(crate) struct RawClaim {
+    sql: String,
+    params: usize,
+    kinds: Vec<&'static str>,
+    versions: Vec<i32>,
+    leases: Vec<i64>,
+    caps: Vec<Option<i32>>,
+}
+
+impl RawClaim {
+    pub(crate) fn new(
+        sql: &str,
+        kind: &'static str,
+        version: i32,
+        lease: Duration,
+    ) -> Result<RawClaim> {
+        // $1..$6: queue, kinds, versions, leases, limit, worker; $7 (newer claim.sql): each
+        // kind's concurrency limit, none here.
+        let params = param_count(sql);
+        if !(6..=7).contains(&params) {
+            return Err("claim.sql changed parameters: update job-bench's raw loop".into());
+        }
+        Ok(RawClaim {
+            sql: sql.to_owned(),
+            params,
+            kinds: vec![kind],
+            versions: vec![version],
+            leases: vec![job_core::store::duration_millis(lease)],
+            caps: vec![None],
+        })
+    }
+
+    /// Claims up to `limit` jobs: their ids and lease tokens.
+    pub(crate) async fn claim(&self, pool: &PgPool, limit: usize) -> Result<Vec<(i64, Uuid)>> {
+        let mut claim = sqlx::query(&self.sql)
+            .bind(QUEUE)
+            .bind(&self.kinds)
+            .bind(&self.versions)
+            .bind(&self.leases)
+            .bind(limit as i32)
+            .bind("bench-raw");
+        if self.params == 7 {
+            claim = claim.bind(&self.caps);
+        }
+        let rows = claim.fetch_all(pool).await?;
+        rows.iter()
+            .map(|row| Ok((row.try_get("id")?, row.try_get("lock_token")?)))
+            .collect()
+    }
+}
+
+/// `finalize.sql` (or an experiment's statement) completing every job of `batch`.
+pub(crate) async fn raw_finalize(pool: &PgPool, sql: &str, batch: &[(i64, Uuid)]) -> Result<u64> {
     let n = batch.len();
     let ids: Vec<i64> = batch.iter().map(|b| b.0).collect();
     let tokens: Vec<Uuid> = batch.iter().map(|b| b.1).collect();

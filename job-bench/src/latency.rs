@@ -5,9 +5,11 @@ use std::time::{Duration, Instant};
 
 use job::PgStore;
 use serde_json::json;
+use sqlx::postgres::PgListener;
 
 use crate::args::Args;
 use crate::db::BenchDb;
+use crate::drain::{raw_finalize, RawClaim, CLAIM_SQL, FINALIZE_SQL};
 use crate::jobs::{Ping, Starts, QUEUE};
 use crate::report::{emit, percentile, round};
 use crate::Result;
@@ -60,6 +62,7 @@ pub(crate) async fn latency(args: &Args) -> Result<()> {
         }
         let ids: Vec<i64> = sent.iter().map(|s| s.0).collect();
         wait_started(&starts, &ids, Duration::from_secs(60)).await?;
+        let seconds = t0.elapsed().as_secs_f64();
         handle.shutdown().await;
         let completed: i64 = sqlx::query_scalar(
             "SELECT count(*) FROM job.jobs WHERE kind = $1 AND state = 'completed' AND id = ANY($2)",
@@ -72,21 +75,13 @@ pub(crate) async fn latency(args: &Args) -> Result<()> {
             return Err(format!("{completed} of {n} latency jobs completed").into());
         }
 
-        // Signed: a handler may start before the producer has read its commit's answer.
-        let mut lat: Vec<f64> = sent
-            .iter()
-            .map(|(id, committed, _)| {
-                let started = starts.get(*id).unwrap_or(*committed);
-                match started.checked_duration_since(*committed) {
-                    Some(d) => d.as_secs_f64() * 1e3,
-                    None => -(committed.duration_since(started).as_secs_f64() * 1e3),
-                }
-            })
-            .collect();
-        lat.sort_by(f64::total_cmp);
+        let lat = latencies(&sent, &starts);
         let mut rtt: Vec<f64> = sent.iter().map(|s| s.2.as_secs_f64() * 1e3).collect();
         rtt.sort_by(f64::total_cmp);
-        let seconds = t0.elapsed().as_secs_f64();
+
+        // The floor of the same path without the framework: a plain sqlx listener on the
+        // store's channel, and on each notification the bare claim.sql until the queue is empty.
+        let raw = raw_latency(&db, &producer, n, gap, c).await?;
         emit(&json!({
             "workload": "latency",
             "jobs": n,
@@ -102,6 +97,9 @@ pub(crate) async fn latency(args: &Args) -> Result<()> {
             "enqueue_p50_ms": round(percentile(&rtt, 50.0), 3),
             "enqueue_p99_ms": round(percentile(&rtt, 99.0), 3),
             "completed": completed,
+            "raw_p50_ms": round(percentile(&raw, 50.0), 3),
+            "raw_p99_ms": round(percentile(&raw, 99.0), 3),
+            "raw_max_ms": round(raw[raw.len() - 1], 3),
         }));
         producer.close().await;
         worker_pool.close().await;
@@ -110,4 +108,98 @@ pub(crate) async fn latency(args: &Args) -> Result<()> {
     .await;
     db.close().await?;
     result
+}
+
+type Sent = (i64, Instant, Duration);
+
+/// Commit to start per job, in milliseconds, sorted. Signed: a handler may start before the
+/// producer has read its commit's answer.
+fn latencies(sent: &[Sent], starts: &Starts) -> Vec<f64> {
+    let mut lat: Vec<f64> = sent
+        .iter()
+        .map(|(id, committed, _)| {
+            let started = starts.get(*id).unwrap_or(*committed);
+            match started.checked_duration_since(*committed) {
+                Some(d) => d.as_secs_f64() * 1e3,
+                None => -(committed.duration_since(started).as_secs_f64() * 1e3),
+            }
+        })
+        .collect();
+    lat.sort_by(f64::total_cmp);
+    lat
+}
+
+/// The latency workload against a bare listener + claim loop; commit to claim-returned.
+async fn raw_latency(
+    db: &BenchDb,
+    producer: &sqlx::PgPool,
+    n: usize,
+    gap: Duration,
+    limit: usize,
+) -> Result<Vec<f64>> {
+    let pool = db.pool(3).await?;
+    let mut listener = PgListener::connect_with(&pool).await?;
+    listener.listen(job_postgres::CHANNEL).await?;
+    let claimer = RawClaim::new(
+        CLAIM_SQL,
+        <Ping as job::Job>::KIND,
+        <Ping as job::Job>::VERSION,
+        <Ping as job::Job>::OPTIONS.lease,
+    )?;
+    let starts = Starts::default();
+    // Prepare the statement first, as the warmed-up worker has.
+    claimer.claim(&pool, limit).await?;
+    let claimer_task = tokio::spawn(claim_on_notify(
+        listener,
+        claimer,
+        pool.clone(),
+        limit,
+        starts.clone(),
+    ));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut sent = Vec::with_capacity(n);
+    let t0 = tokio::time::Instant::now();
+    for i in 0..n {
+        tokio::time::sleep_until(t0 + gap * i as u32).await;
+        let before = Instant::now();
+        let id = Ping {}.enqueue(producer).await?;
+        let committed = Instant::now();
+        sent.push((id, committed, committed - before));
+    }
+    let ids: Vec<i64> = sent.iter().map(|s| s.0).collect();
+    let waited = wait_started(&starts, &ids, Duration::from_secs(60)).await;
+    claimer_task.abort();
+    pool.close().await;
+    waited?;
+    Ok(latencies(&sent, &starts))
+}
+
+/// On each notification, claims (and completes) until fewer than `limit` come back, recording
+/// when each claim returned.
+async fn claim_on_notify(
+    mut listener: PgListener,
+    claimer: RawClaim,
+    pool: sqlx::PgPool,
+    limit: usize,
+    starts: Starts,
+) -> Result<()> {
+    loop {
+        listener.recv().await?;
+        loop {
+            let rows = claimer.claim(&pool, limit).await?;
+            let now = Instant::now();
+            {
+                let mut map = starts.0.lock().unwrap_or_else(|e| e.into_inner());
+                for (id, _) in &rows {
+                    map.insert(*id, now);
+                }
+            }
+            if !rows.is_empty() {
+                raw_finalize(&pool, FINALIZE_SQL, &rows).await?;
+            }
+            if rows.len() < limit {
+                break;
+            }
+        }
+    }
 }

@@ -5,7 +5,8 @@
 --               its lease had not expired
 --   finished_at last statement of the handler (database clock), with outcome 'ok' / 'error'
 --   aborted_at  the handler was dropped before finishing (lease lost, fenced, shutdown);
---               the worker's clock at the drop, written after it
+--               the worker's clock at the drop, written after it (and printed at once, as
+--               the write may not make it: see ABORTED_LINE)
 -- A SIGKILLed worker writes neither finished_at nor aborted_at for what it was running.
 CREATE SCHEMA chaos;
 

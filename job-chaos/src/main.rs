@@ -8,7 +8,8 @@
 //! ```
 //!
 //! `DATABASE_URL`, `CHAOS_WORKER_ID`, `CHAOS_CONCURRENCY` and `CHAOS_SEED` stand in for
-//! missing flags.
+//! missing flags. The runtime's log (INFO and above, timestamped) goes to stdout, one line
+//! written at a time, so a killed worker's log is complete up to its death.
 
 use std::io::Read;
 use std::process::ExitCode;

@@ -6,13 +6,8 @@ use job_testkit::OutageStore;
 
 use crate::support::*;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stalled_database_loses_no_job_and_applies_no_stale_outcome() {
-    let chaos = Chaos::new().await;
-    let ids = chaos.enqueue(60, 100).await;
-    let store = OutageStore::new(chaos.store.clone());
-    let worker = chaos.worker(store.clone()).build().unwrap().start();
-    // Wait until work is under way, then stall the store for three leases.
+/// Waits until the worker has claimed something, so the outage hits work in progress.
+async fn under_way(worker: &job::WorkerHandle) {
     let started = tokio::time::Instant::now();
     while worker.stats().claimed == 0 {
         assert!(
@@ -21,6 +16,16 @@ async fn a_stalled_database_loses_no_job_and_applies_no_stale_outcome() {
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_database_loses_no_job_and_applies_no_stale_outcome() {
+    let chaos = Chaos::new().await;
+    let ids = chaos.enqueue(60, 100).await;
+    let store = OutageStore::new(chaos.store.clone());
+    let worker = chaos.worker(store.clone()).build().unwrap().start();
+    // Once work is under way, stall the store for three leases.
+    under_way(&worker).await;
     store.stall_for(Duration::from_millis(900));
     let rows = chaos.all_terminal(&ids).await;
     let stats = worker.stats();
@@ -44,14 +49,7 @@ async fn a_failing_database_loses_no_job_and_the_worker_recovers() {
     let ids = chaos.enqueue(60, 20).await;
     let store = OutageStore::new(chaos.store.clone());
     let worker = chaos.worker(store.clone()).build().unwrap().start();
-    let started = tokio::time::Instant::now();
-    while worker.stats().claimed == 0 {
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "the worker never claimed"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    under_way(&worker).await;
     store.fail_for(Duration::from_millis(700));
     let rows = chaos.all_terminal(&ids).await;
     let stats = worker.stats();
