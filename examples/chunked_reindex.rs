@@ -21,7 +21,7 @@ use job::prelude::*;
 use job::{JobFilter, JobState, WorkerConfig};
 use job_testkit::Faults;
 use sqlx::postgres::PgPoolOptions;
-use sqlx::{Connection, PgConnection, PgPool};
+use sqlx::PgPool;
 
 /// Products per page.
 pub const PAGE: i64 = 500;
@@ -255,7 +255,7 @@ pub async fn run(
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let server = std::env::var("DATABASE_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
-    let url = ensure_database(&server, "job_example_chunked_reindex").await?;
+    let url = db::ensure_database(&server, "job_example_chunked_reindex").await?;
     let pool = PgPoolOptions::new()
         .max_connections(5)
         .connect(&url)
@@ -299,41 +299,5 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-/// Creates `name` on the server of `server_url` when it does not exist, and returns its URL.
-async fn ensure_database(
-    server_url: &str,
-    name: &str,
-) -> Result<String, Box<dyn std::error::Error>> {
-    let mut admin = PgConnection::connect(server_url).await.map_err(|e| {
-        format!("cannot reach PostgreSQL at {server_url}: {e}; start it (pg_ctlcluster 15 main start) or set DATABASE_URL")
-    })?;
-    let exists: bool =
-        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")
-            .bind(name)
-            .fetch_one(&mut admin)
-            .await?;
-    if !exists {
-        // A concurrent creator may win the race; that is fine.
-        let _ = sqlx::query(&format!("CREATE DATABASE {name}"))
-            .execute(&mut admin)
-            .await;
-    }
-    admin.close().await?;
-    Ok(with_database(server_url, name))
-}
-
-/// `postgres://u@h:p/old?x=y` with `name` in place of `old`.
-fn with_database(url: &str, name: &str) -> String {
-    let (base, query) = url
-        .split_once('?')
-        .map_or((url, None), |(b, q)| (b, Some(q)));
-    let scheme_end = base.find("://").map_or(0, |i| i + 3);
-    let server = match base[scheme_end..].find('/') {
-        Some(slash) => &base[..scheme_end + slash],
-        None => base,
-    };
-    match query {
-        Some(q) => format!("{server}/{name}?{q}"),
-        None => format!("{server}/{name}"),
-    }
-}
+#[path = "support/db.rs"]
+mod db;
