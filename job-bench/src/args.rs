@@ -52,6 +52,7 @@ pub(crate) struct Args {
     pub(crate) raw_claim_limit: Option<usize>,
     pub(crate) raw_only: bool,
     pub(crate) raw_settings: Vec<String>,
+    pub(crate) raw_setup_sql: Option<String>,
 }
 
 fn parse<T: FromStr>(flag: &str, value: &str) -> Result<T, String> {
@@ -87,6 +88,7 @@ impl Args {
             raw_claim_limit: None,
             raw_only: false,
             raw_settings: Vec::new(),
+            raw_setup_sql: None,
         };
         while let Some(flag) = args.next() {
             if flag == "--no-baseline" {
@@ -123,6 +125,7 @@ impl Args {
                 "--vacuum-every" => parsed.vacuum_every = parse(&flag, v)?,
                 "--raw-claim-sql" => parsed.raw_claim_sql = Some(value),
                 "--raw-finalize-sql" => parsed.raw_finalize_sql = Some(value),
+                "--raw-setup-sql" => parsed.raw_setup_sql = Some(value),
                 "--raw-set" => parsed.raw_settings.push(value),
                 "--raw-claim-limit" => parsed.raw_claim_limit = Some(parse(&flag, v)?),
                 _ => return Err(format!("unknown argument {flag:?}")),

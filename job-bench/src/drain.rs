@@ -380,7 +380,7 @@ async fn plan_counts(pool: &PgPool) -> Result<Value> {
             let head: String = row.try_get("head")?;
             let name = if head.contains("Claims") {
                 "claim"
-            } else if head.contains("Applies") {
+            } else if head.contains("Applies") || head.contains("applies") {
                 "finalize"
             } else {
                 continue;
@@ -455,6 +455,10 @@ pub(crate) async fn drain(args: &Args) -> Result<()> {
         let pool = db.pool(4).await?;
         refuse_backlog_db(&pool, &db).await?;
         let spec = RawSpec::new(args, c)?;
+        if let Some(path) = &args.raw_setup_sql {
+            let setup = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
+            pool.execute(setup.as_str()).await?;
+        }
         for run in 1..=args.runs {
             if args.raw_only {
                 pool.execute("TRUNCATE job.jobs CASCADE").await?;
@@ -697,7 +701,7 @@ pub(crate) async fn backlog(args: &Args) -> Result<()> {
             emit(&line);
         }
         if rates.len() > 1 {
-            eprintln!("job-bench: backlog median {} jobs/s", median(&rates));
+            eprintln!("job-bench: backlog median {:.1} jobs/s", median(&rates));
         }
         pool.close().await;
         Ok(())

@@ -9,7 +9,7 @@ use sqlx::postgres::PgListener;
 
 use crate::args::Args;
 use crate::db::BenchDb;
-use crate::drain::{raw_finalize, RawClaim, CLAIM_SQL, FINALIZE_SQL};
+use crate::drain::{raw_finalize, RawClaim, FINALIZE_SQL};
 use crate::jobs::{Ping, Starts, QUEUE};
 use crate::report::{emit, percentile, round};
 use crate::Result;
@@ -81,7 +81,8 @@ pub(crate) async fn latency(args: &Args) -> Result<()> {
 
         // The floor of the same path without the framework: a plain sqlx listener on the
         // store's channel, and on each notification the bare claim.sql until the queue is empty.
-        let raw = raw_latency(&db, &producer, n, gap, c).await?;
+        let claim_sql = crate::drain::RawSpec::new(args, c)?.claim_sql;
+        let raw = raw_latency(&db, &producer, n, gap, c, &claim_sql).await?;
         emit(&json!({
             "workload": "latency",
             "jobs": n,
@@ -136,12 +137,13 @@ async fn raw_latency(
     n: usize,
     gap: Duration,
     limit: usize,
+    claim_sql: &str,
 ) -> Result<Vec<f64>> {
     let pool = db.pool(3).await?;
     let mut listener = PgListener::connect_with(&pool).await?;
     listener.listen(job_postgres::CHANNEL).await?;
     let claimer = RawClaim::new(
-        CLAIM_SQL,
+        claim_sql,
         <Ping as job::Job>::KIND,
         <Ping as job::Job>::VERSION,
         <Ping as job::Job>::OPTIONS.lease,

@@ -65,16 +65,25 @@ options:
   --rate R              soak: jobs per second to produce
   --seconds S           soak: duration (600)
   --interval S          soak: seconds per report line (60)
-  --vacuum-every S      soak: run VACUUM job.jobs every S seconds (0: never)
+  --vacuum-every S      soak: run VACUUM (ANALYZE) job.jobs every S seconds (0: never)
 
 experiments (drain's raw loop):
   --raw-only            run only the raw loop
   --raw-claim-sql FILE  claim with this statement instead of claim.sql (same parameters)
   --raw-finalize-sql F  finalize with this statement instead of finalize.sql
   --raw-claim-limit L   ask for L jobs per claim whatever the free slots (prefetch)
-  --raw-set NAME=VALUE  a session setting on the raw loop's connections (repeatable)";
+  --raw-set NAME=VALUE  a session setting on the raw loop's connections (repeatable)
+  --raw-setup-sql FILE  run this SQL in the benchmark's database first (e.g. a function the
+                        experiment's claim calls)";
 
 fn main() -> ExitCode {
+    if matches!(
+        std::env::args().nth(1).as_deref(),
+        Some("--help" | "-h" | "help")
+    ) {
+        println!("{USAGE}");
+        return ExitCode::SUCCESS;
+    }
     let args = match Args::parse(std::env::args().skip(1)) {
         Ok(args) => args,
         Err(e) => {

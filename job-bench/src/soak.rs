@@ -51,8 +51,8 @@ async fn produce(
     Ok(())
 }
 
-/// Runs `VACUUM job.jobs` every `every` until `stop` (stands in for autovacuum when the
-/// server has it off). Returns the seconds spent vacuuming.
+/// Runs `VACUUM (ANALYZE) job.jobs` every `every` until `stop` (stands in for autovacuum and
+/// autoanalyze when the server has them off). Returns the seconds spent vacuuming.
 async fn vacuum(pool: PgPool, every: Duration, stop: Arc<AtomicBool>) -> Result<f64> {
     let mut spent = 0.0;
     let mut next = tokio::time::Instant::now() + every;
@@ -60,7 +60,7 @@ async fn vacuum(pool: PgPool, every: Duration, stop: Arc<AtomicBool>) -> Result<
         tokio::time::sleep(Duration::from_millis(100)).await;
         if tokio::time::Instant::now() >= next {
             let t = Instant::now();
-            pool.execute("VACUUM job.jobs").await?;
+            pool.execute("VACUUM (ANALYZE) job.jobs").await?;
             spent += t.elapsed().as_secs_f64();
             next = tokio::time::Instant::now() + every;
         }
@@ -163,8 +163,7 @@ pub(crate) async fn soak(args: &Args) -> Result<()> {
             None => None,
         };
         let start = Instant::now();
-        let (first, _) = sample(&pool, DateTime::<Utc>::MIN_UTC).await?;
-        let mut since = first.at;
+        let mut since: DateTime<Utc> = sqlx::query_scalar("SELECT now()").fetch_one(&pool).await?;
         let mut last_produced = 0u64;
         let mut total_finished = 0i64;
         let mut stable = true;

@@ -1,4 +1,5 @@
--- Applies many outcomes, each guarded by (id, lock_token) and running. Per item: the target
+-- Applies many outcomes, each guarded by (id, lock_token); a matching token implies running
+-- (the jobs_lease_check constraint). Per item: the target
 -- state; a delay in milliseconds from now for the next run (null keeps run_at); whether the
 -- attempt is refunded (snooze); an error to append (null class appends nothing; a null attempt
 -- means the current one). Terminal states get finalized_at; every lease is cleared.
@@ -13,11 +14,13 @@ WITH u AS (
          ) WITH ORDINALITY AS u(id, token, state, delay_ms, snooze,
                                 error_attempt, error_class, error_message, ord)
 ),
+-- The guard, and the outcome carried along, so the UPDATE joins by primary key only: a join
+-- of the batch against every running row can be planned as a nested loop over all of them.
 locked AS MATERIALIZED (
-    SELECT j.id
+    SELECT j.id, u.state, u.delay_ms, u.snooze, u.error_attempt, u.error_class,
+           u.error_message, u.ord
     FROM job.jobs j
     JOIN u ON j.id = u.id AND j.lock_token = u.token
-    WHERE j.state = 'running'
     ORDER BY j.id
     FOR UPDATE OF j
 )
@@ -37,6 +40,6 @@ SET state        = u.state::job.job_state,
     lock_token   = NULL,
     locked_until = NULL,
     locked_by    = NULL
-FROM u, locked l
-WHERE j.id = l.id AND j.id = u.id AND j.lock_token = u.token AND j.state = 'running'
+FROM locked u
+WHERE j.id = u.id
 RETURNING u.ord

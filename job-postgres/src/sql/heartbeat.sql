@@ -6,16 +6,17 @@
 WITH u AS (
     SELECT * FROM unnest($1::bigint[], $2::uuid[], $3::bigint[]) AS u(id, token, lease_ms)
 ),
+-- The guard (a matching token implies running, by jobs_lease_check), with the lease carried
+-- along so the UPDATE joins by primary key only.
 locked AS MATERIALIZED (
-    SELECT j.id
+    SELECT j.id, u.lease_ms
     FROM job.jobs j
     JOIN u ON j.id = u.id AND j.lock_token = u.token
-    WHERE j.state = 'running'
     ORDER BY j.id
     FOR UPDATE OF j
 )
 UPDATE job.jobs j
 SET locked_until = now() + u.lease_ms * interval '1 millisecond'
-FROM u, locked l
-WHERE j.id = l.id AND j.id = u.id AND j.lock_token = u.token AND j.state = 'running'
+FROM locked u
+WHERE j.id = u.id
 RETURNING j.id, j.cancel_requested

@@ -5,10 +5,10 @@ WITH u AS (
 ),
 locked AS MATERIALIZED (
     -- In id order, like heartbeat.sql and finalize.sql: no deadlock between them.
+    -- The guard: a matching token implies running (jobs_lease_check).
     SELECT j.id
     FROM job.jobs j
     JOIN u ON j.id = u.id AND j.lock_token = u.token
-    WHERE j.state = 'running'
     ORDER BY j.id
     FOR UPDATE OF j
 ),
@@ -20,8 +20,8 @@ released AS (
         lock_token   = NULL,
         locked_until = NULL,
         locked_by    = NULL
-    FROM u, locked l
-    WHERE j.id = l.id AND j.id = u.id AND j.lock_token = u.token AND j.state = 'running'
+    FROM locked l
+    WHERE j.id = l.id
     RETURNING j.queue
 ),
 woken AS (
