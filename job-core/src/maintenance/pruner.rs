@@ -106,13 +106,8 @@ impl<S: Store> Pruner<S> {
 
     /// Runs a pass every `interval` until `stop` fires.
     pub async fn run(self, stop: CancellationToken) {
-        let mut tick = tokio::time::interval(self.config.interval);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = tick.tick() => {}
-                _ = stop.cancelled() => return,
-            }
+        let mut ticker = super::Ticker::new(self.config.interval, stop);
+        while ticker.next().await {
             match self.run_once().await {
                 Ok(p) if p.deleted + p.expired.discarded + p.expired.cancelled > 0 => {
                     tracing::info!(

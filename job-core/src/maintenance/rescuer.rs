@@ -56,13 +56,8 @@ impl<S: Store> Rescuer<S> {
 
     /// Runs a pass every `interval` until `stop` fires.
     pub async fn run(self, stop: CancellationToken) {
-        let mut tick = tokio::time::interval(self.config.interval);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = tick.tick() => {}
-                _ = stop.cancelled() => return,
-            }
+        let mut ticker = super::Ticker::new(self.config.interval, stop);
+        while ticker.next().await {
             match self.run_once().await {
                 Ok(r) if r.retried + r.discarded > 0 => tracing::info!(
                     retried = r.retried,

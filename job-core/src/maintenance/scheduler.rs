@@ -180,13 +180,8 @@ impl<S: Store> Scheduler<S> {
         if self.entries.is_empty() {
             return;
         }
-        let mut tick = tokio::time::interval(self.config.interval);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = tick.tick() => {}
-                _ = stop.cancelled() => return,
-            }
+        let mut ticker = super::Ticker::new(self.config.interval, stop);
+        while ticker.next().await {
             if let Err(e) = self.run_once(Utc::now()).await {
                 tracing::warn!(error = %e, "periodic scheduling failed");
             }
