@@ -83,21 +83,21 @@ async fn setup() -> (Harness, Effects) {
     (h, Effects::default())
 }
 
-#[tokio::test]
-async fn a_job_completed_in_the_handlers_transaction_commits_with_its_rows_and_no_lease_is_lost() {
+/// A fresh database, one `Ship` job that ends as `then`, and a worker running it.
+async fn ship(then: Then) -> (Harness, Effects, JobId, job::WorkerHandle) {
     let (h, effects) = setup().await;
-    let id = enqueue(
-        &h.store,
-        Ship {
-            then: Then::CommitAndLinger,
-        },
-    )
-    .await;
+    let id = enqueue(&h.store, Ship { then }).await;
     let worker = steps_worker(&h.store, &effects)
         .register::<Ship>()
         .build()
         .unwrap()
         .start();
+    (h, effects, id, worker)
+}
+
+#[tokio::test]
+async fn a_job_completed_in_the_handlers_transaction_commits_with_its_rows_and_no_lease_is_lost() {
+    let (h, effects, id, worker) = ship(Then::CommitAndLinger).await;
     let row = h.reaches(id, JobState::Completed).await;
     eventually("the execution to end", || async {
         (worker.in_flight() == 0).then_some(())
@@ -119,19 +119,7 @@ async fn a_job_completed_in_the_handlers_transaction_commits_with_its_rows_and_n
 #[tokio::test]
 async fn a_crash_between_the_handlers_write_and_its_commit_leaves_neither_the_row_nor_the_completion(
 ) {
-    let (h, effects) = setup().await;
-    let id = enqueue(
-        &h.store,
-        Ship {
-            then: Then::PanicBeforeCommitOnce,
-        },
-    )
-    .await;
-    let worker = steps_worker(&h.store, &effects)
-        .register::<Ship>()
-        .build()
-        .unwrap()
-        .start();
+    let (h, effects, id, worker) = ship(Then::PanicBeforeCommitOnce).await;
     let row = h.reaches(id, JobState::Completed).await;
     let stats = worker.stats();
     worker.shutdown().await;
@@ -147,19 +135,7 @@ async fn a_crash_between_the_handlers_write_and_its_commit_leaves_neither_the_ro
 
 #[tokio::test]
 async fn a_stale_lease_commits_nothing_of_the_handlers_transaction() {
-    let (h, effects) = setup().await;
-    let id = enqueue(
-        &h.store,
-        Ship {
-            then: Then::LoseTheLease,
-        },
-    )
-    .await;
-    let worker = steps_worker(&h.store, &effects)
-        .register::<Ship>()
-        .build()
-        .unwrap()
-        .start();
+    let (h, effects, id, worker) = ship(Then::LoseTheLease).await;
     let seen = eventually("complete_in to answer", || async { effects.seen(id).pop() }).await;
     assert!(seen.contains("LeaseLost"), "{seen}");
     eventually("the worker to drop the stale outcome", || async {
