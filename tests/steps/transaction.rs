@@ -119,7 +119,7 @@ async fn a_job_completed_in_the_handlers_transaction_commits_with_its_rows_and_n
 #[tokio::test]
 async fn a_crash_between_the_handlers_write_and_its_commit_leaves_neither_the_row_nor_the_completion(
 ) {
-    let (h, effects, id, worker) = ship(Then::PanicBeforeCommitOnce).await;
+    let (h, _effects, id, worker) = ship(Then::PanicBeforeCommitOnce).await;
     let row = h.reaches(id, JobState::Completed).await;
     let stats = worker.stats();
     worker.shutdown().await;
