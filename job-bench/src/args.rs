@@ -34,6 +34,7 @@ pub(crate) struct Args {
     pub(crate) concurrency: Option<usize>,
     pub(crate) claim_batch: Option<u32>,
     pub(crate) finalize_batch: Option<usize>,
+    pub(crate) prefetch: Option<usize>,
     pub(crate) keep_db: Option<String>,
     pub(crate) runs: usize,
     pub(crate) gap_ms: f64,
@@ -72,6 +73,7 @@ impl Args {
             concurrency: None,
             claim_batch: None,
             finalize_batch: None,
+            prefetch: None,
             keep_db: None,
             runs: 1,
             gap_ms: 20.0,
@@ -106,6 +108,7 @@ impl Args {
                 "--concurrency" => parsed.concurrency = Some(parse(&flag, v)?),
                 "--claim-batch" => parsed.claim_batch = Some(parse(&flag, v)?),
                 "--finalize-batch" => parsed.finalize_batch = Some(parse(&flag, v)?),
+                "--prefetch" => parsed.prefetch = Some(parse(&flag, v)?),
                 "--keep-db" => parsed.keep_db = Some(value),
                 "--database-url" => parsed.database_url = value,
                 "--runs" => parsed.runs = parse(&flag, v)?,
@@ -165,6 +168,9 @@ impl Args {
         }
         if let Some(b) = self.finalize_batch {
             config.finalize_batch = b;
+        }
+        if let Some(p) = self.prefetch {
+            config.prefetch = p;
         }
         config
     }

@@ -93,6 +93,9 @@ impl ChildWorker {
         if let Some(b) = args.finalize_batch {
             cmd.arg("--finalize-batch").arg(b.to_string());
         }
+        if let Some(p) = args.prefetch {
+            cmd.arg("--prefetch").arg(p.to_string());
+        }
         cmd.stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());

@@ -195,6 +195,8 @@ pub(crate) struct RawSpec {
     pub(crate) claim_sql: String,
     pub(crate) finalize_sql: String,
     pub(crate) concurrency: usize,
+    /// The worker's prefetch: claimed jobs held beyond the running ones.
+    pub(crate) prefetch: usize,
     pub(crate) claim_batch: usize,
     /// Ask for this many per claim whatever the free slots (a prefetching fetcher).
     pub(crate) claim_limit: Option<usize>,
@@ -216,6 +218,7 @@ impl RawSpec {
             claim_sql: read(&args.raw_claim_sql, CLAIM_SQL)?,
             finalize_sql: read(&args.raw_finalize_sql, FINALIZE_SQL)?,
             concurrency,
+            prefetch: config.prefetch,
             claim_batch: config.claim_batch as usize,
             claim_limit: args.raw_claim_limit,
             finalize_batch: config.finalize_batch,
@@ -232,11 +235,12 @@ impl RawSpec {
 }
 
 /// The same loop without the framework: one task claims as many jobs as there are free slots
-/// (up to the claim batch) with `claim.sql`; each claimed job "runs" (frees its slot) at once
-/// and goes to a completer task that writes whatever accumulated, up to the finalize batch,
-/// with `finalize.sql`. Two connections, as the worker's fetcher and completer use.
+/// plus the prefetch (up to the claim batch) with `claim.sql`; each claimed job "runs" (frees
+/// its slot) at once and goes to a completer task that writes whatever accumulated, up to the
+/// finalize batch, with `finalize.sql`. Two connections, as the worker's fetcher and completer
+/// use.
 async fn raw_loop(pool: PgPool, spec: RawSpec) -> Result<u64> {
-    let slots = Arc::new(Semaphore::new(spec.concurrency));
+    let slots = Arc::new(Semaphore::new(spec.concurrency + spec.prefetch));
     let (tx, mut rx) = mpsc::unbounded_channel::<(i64, Uuid)>();
     let completer_pool = pool.clone();
     let finalize_batch = spec.finalize_batch;
@@ -495,6 +499,7 @@ pub(crate) async fn drain(args: &Args) -> Result<()> {
                 "jobs": n,
                 "concurrency": c,
                 "claim_batch": args.worker_config().claim_batch,
+                "prefetch": args.worker_config().prefetch,
                 "seconds": round(w.seconds, 3),
                 "jobs_per_s": jobs_per_s,
                 "completed": w.completed,
@@ -665,6 +670,7 @@ pub(crate) async fn backlog(args: &Args) -> Result<()> {
                 "jobs": n,
                 "concurrency": c,
                 "claim_batch": args.worker_config().claim_batch,
+                "prefetch": args.worker_config().prefetch,
                 "completed_rows": args.completed,
                 "waiting_rows": args.waiting,
                 "waiting_kind": args.waiting_kind.as_str(),

@@ -53,6 +53,7 @@ options:
   --concurrency C       worker concurrency (10), or producer connections for enqueue (1)
   --claim-batch B       WorkerConfig::claim_batch of the worker (library default)
   --finalize-batch B    WorkerConfig::finalize_batch of the worker (library default)
+  --prefetch P          WorkerConfig::prefetch of the worker (library default: 0)
   --keep-db NAME        use (and create when missing) database NAME and do not drop it
   --database-url URL    the server (else DATABASE_URL, else postgres://postgres@127.0.0.1:5432/test)
   --runs K              repeat the measurement K times, one line each (drain, backlog) (1)

@@ -9,4 +9,5 @@ mod leases;
 mod many_workers;
 mod outage;
 mod outcomes;
+mod prefetch;
 mod transactions;

@@ -103,6 +103,13 @@ impl<S: Store> WorkerBuilder<S> {
         self
     }
 
+    /// Sets how many claimed jobs each queue may hold beyond its running ones (see
+    /// [`WorkerConfig::prefetch`]).
+    pub fn prefetch(mut self, jobs: usize) -> Self {
+        self.config.prefetch = jobs;
+        self
+    }
+
     /// Sets how long shutdown waits for running jobs.
     pub fn drain_timeout(mut self, timeout: Duration) -> Self {
         self.config.drain_timeout = timeout;
@@ -150,10 +157,13 @@ impl<S: Store> WorkerBuilder<S> {
                     format!("queue names are 1 to {MAX_NAME_LEN} bytes, got {queue:?}"),
                 ));
             }
-            if *concurrency == 0 {
+            if *concurrency == 0 || *concurrency > MAX_CONCURRENCY {
                 return Err(invalid(
                     "queue",
-                    format!("concurrency of queue `{queue}` must be at least 1"),
+                    format!(
+                        "concurrency of queue `{queue}` must be 1 to {MAX_CONCURRENCY}, \
+                         got {concurrency}"
+                    ),
                 ));
             }
             if self.queues[..i].iter().any(|(q, _)| q == queue) {
@@ -169,6 +179,12 @@ impl<S: Store> WorkerBuilder<S> {
         }
         if c.claim_batch == 0 {
             return Err(invalid("claim_batch", "must be at least 1".into()));
+        }
+        if c.prefetch > MAX_PREFETCH {
+            return Err(invalid(
+                "prefetch",
+                format!("must be at most {MAX_PREFETCH}, got {}", c.prefetch),
+            ));
         }
         if c.finalize_batch == 0 {
             return Err(invalid("finalize_batch", "must be at least 1".into()));
@@ -231,6 +247,11 @@ impl<S: Store> WorkerBuilder<S> {
         })
     }
 }
+
+/// The most jobs one queue of one worker may run at once.
+const MAX_CONCURRENCY: usize = 100_000;
+/// The most claimed jobs one queue of one worker may hold beyond its running ones.
+const MAX_PREFETCH: usize = 100_000;
 
 fn invalid(option: &'static str, reason: String) -> BuildError {
     BuildError::InvalidOption { option, reason }

@@ -27,7 +27,7 @@ pub(crate) async fn run<S: Store>(
     job: ClaimedJob,
     info: Arc<AttemptInfo>,
     signals: Signals,
-    permit: OwnedSemaphorePermit,
+    permits: (OwnedSemaphorePermit, OwnedSemaphorePermit),
 ) {
     let span = tracing::info_span!(
         "job",
@@ -37,7 +37,8 @@ pub(crate) async fn run<S: Store>(
         queue = %job.queue,
     );
     execute(shared, job, info, signals).instrument(span).await;
-    drop(permit);
+    // The execution slot and the claimer's permit: the next claim may take this one's place.
+    drop(permits);
 }
 
 async fn execute<S: Store>(

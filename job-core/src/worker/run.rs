@@ -208,8 +208,10 @@ async fn supervise<S: Store>(
     shutdown.cancelled().await;
     tracing::info!(worker = %shared.config.id, "worker draining");
     stop_fetching.cancel();
+    // Claimed jobs that never started are released by their fetcher as it stops.
+    let mut released = 0;
     for f in fetchers {
-        let _ = f.await;
+        released += f.await.unwrap_or(0);
     }
     let _ = wakeups.await;
 
@@ -227,12 +229,12 @@ async fn supervise<S: Store>(
     let _ = completer.await;
 
     let leases = shared.inflight.take_all();
-    let mut released = 0;
     if !leases.is_empty() {
         for attempt in 1..=3u32 {
             match shared.store.release(&leases).await {
                 Ok(n) => {
-                    released = n;
+                    released += n;
+                    shared.counters.released(n);
                     break;
                 }
                 Err(e) => {
@@ -241,7 +243,6 @@ async fn supervise<S: Store>(
                 }
             }
         }
-        shared.counters.released(released);
     }
     stop_services.cancel();
     let _ = heartbeat.await;

@@ -1,0 +1,165 @@
+//! Prefetch: claimed jobs held beyond the running ones keep their leases while they wait for
+//! a slot, and go back at once when the worker shuts down.
+
+use std::time::Duration;
+
+use job::{BuildError, JobId, JobState};
+
+use crate::common::*;
+
+/// The one job of `ids` that has started (the ledger saw it), once exactly one has.
+async fn the_started_one(h: &Harness, ids: &[JobId]) -> JobId {
+    eventually("one job to start", || async {
+        let started: Vec<JobId> = ids
+            .iter()
+            .copied()
+            .filter(|id| h.ledger.runs(*id) > 0)
+            .collect();
+        (started.len() == 1).then(|| started[0])
+    })
+    .await
+}
+
+#[tokio::test]
+async fn prefetched_jobs_wait_for_a_slot_and_go_back_at_once_on_shutdown() {
+    let h = Harness::new().await;
+    let mut ids = Vec::new();
+    for n in 0..4 {
+        ids.push(enqueue(&h.store, Parked { n }).await);
+    }
+    let gate = Gate::default();
+    let worker = job::Worker::builder(h.store.clone())
+        .register::<Parked>()
+        .queue("default", 1)
+        .prefetch(3)
+        .drain_timeout(Duration::from_secs(60))
+        .state(h.ledger.clone())
+        .state(gate.clone())
+        .build()
+        .unwrap()
+        .start();
+    for id in &ids {
+        h.reaches(*id, JobState::Running).await;
+    }
+    let running = the_started_one(&h, &ids).await;
+    assert_eq!(
+        worker.in_flight(),
+        4,
+        "one running and three prefetched leases held"
+    );
+    assert_eq!(
+        h.ledger.total(),
+        1,
+        "concurrency 1: the prefetched jobs wait"
+    );
+
+    let draining = tokio::spawn(worker.shutdown());
+    // The drain waits for the running job (the gate is shut) but gives the prefetched ones
+    // back before that, so that another worker can take them now.
+    for id in ids.iter().filter(|id| **id != running) {
+        let row = h.reaches(*id, JobState::Available).await;
+        assert_eq!(
+            row.attempt, 0,
+            "a prefetched job that never started used no attempt"
+        );
+        assert_eq!(row.lock_token, None);
+    }
+    assert_eq!(h.row(running).await.state, JobState::Running);
+    gate.open();
+    let report = draining.await.unwrap();
+    assert!(report.finished_in_time);
+    assert_eq!(report.released, 3);
+    let row = h.row(running).await;
+    assert_eq!(row.state, JobState::Completed);
+    assert_eq!(row.attempt, 1);
+    assert_eq!(h.ledger.total(), 1, "no prefetched job ran");
+}
+
+#[tokio::test]
+async fn a_prefetched_job_keeps_its_lease_while_it_waits() {
+    let h = Harness::new().await;
+    let ids = vec![
+        enqueue(&h.store, Parked { n: 1 }).await,
+        enqueue(&h.store, Parked { n: 2 }).await,
+    ];
+    let gate = Gate::default();
+    let worker = job::Worker::builder(h.store.clone())
+        .register::<Parked>()
+        .queue("default", 1)
+        .prefetch(1)
+        .state(h.ledger.clone())
+        .state(gate.clone())
+        .build()
+        .unwrap()
+        .start();
+    for id in &ids {
+        h.reaches(*id, JobState::Running).await;
+    }
+    let running = the_started_one(&h, &ids).await;
+    let waiting = ids.iter().copied().find(|id| *id != running).unwrap();
+    let first = h.row(waiting).await;
+    let first_until = first.locked_until.unwrap();
+    // Wait (without a deadline on speed) until the waiting job's lease has outlived its first
+    // expiry: only the heartbeat can have moved it.
+    let lease = chrono::Duration::milliseconds(900);
+    let renewed = eventually(
+        "the waiting job's lease to be renewed past its first term",
+        || {
+            let h = &h;
+            async move {
+                let r = h.row(waiting).await;
+                (r.locked_until.is_some_and(|u| u > first_until + lease)).then_some(r)
+            }
+        },
+    )
+    .await;
+    assert_eq!(renewed.state, JobState::Running);
+    assert_eq!(
+        renewed.lock_token, first.lock_token,
+        "the same lease, never rescued"
+    );
+    assert_eq!(renewed.attempt, 1);
+    assert_eq!(h.ledger.runs(waiting), 0, "still waiting for the slot");
+
+    gate.open();
+    for id in &ids {
+        let row = h.reaches(*id, JobState::Completed).await;
+        assert_eq!(row.attempt, 1, "each ran once, on its first lease");
+        assert_eq!(h.ledger.runs(*id), 1);
+    }
+    let stats = worker.stats();
+    assert_eq!(stats.lease_lost, 0);
+    worker.shutdown().await;
+}
+
+#[tokio::test]
+async fn prefetch_and_concurrency_have_bounds() {
+    let h = Harness::new().await;
+    let too_much = h.worker().prefetch(100_001).build();
+    assert!(
+        matches!(
+            too_much,
+            Err(BuildError::InvalidOption {
+                option: "prefetch",
+                ..
+            })
+        ),
+        "{:?}",
+        too_much.err()
+    );
+    let too_many = job::Worker::builder(h.store.clone())
+        .register::<Noop>()
+        .queue("default", 100_001)
+        .build();
+    assert!(
+        matches!(
+            too_many,
+            Err(BuildError::InvalidOption {
+                option: "queue",
+                ..
+            })
+        ),
+        "{:?}",
+        too_many.err()
+    );
+}
