@@ -153,6 +153,10 @@ impl<S: Store> Store for MeteredStore<S> {
         self.inner.expire(limit).await
     }
 
+    async fn vacuum(&self) -> Result<bool, StoreError> {
+        self.inner.vacuum().await
+    }
+
     async fn load_steps(
         &self,
         lease: &Lease,

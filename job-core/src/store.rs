@@ -253,6 +253,13 @@ pub trait Store: Clone + Send + Sync + 'static {
         limit: u32,
     ) -> impl Future<Output = Result<crate::maintenance::Expired, StoreError>> + Send;
 
+    /// Reclaims the dead row versions that claims, finalizes and prunes leave behind, when the
+    /// database would not do it by itself (PostgreSQL: autovacuum off for the server or the
+    /// jobs table). Returns whether it ran. The default does nothing.
+    fn vacuum(&self) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        std::future::ready(Ok(false))
+    }
+
     // --- execution: durable steps, completion in the caller's transaction ---
 
     /// Every step output recorded for the job of `lease`, by step name, as JSON text. A read:

@@ -1,8 +1,9 @@
 //! Operator actions ([`Admin`] on [`PgStore`]) and the maintenance statements behind the
-//! pruner ([`Store::prune`], [`Store::expire`]).
+//! pruner ([`Store::prune`], [`Store::expire`], [`Store::vacuum`]).
 //!
 //! [`Store::prune`]: job_core::Store::prune
 //! [`Store::expire`]: job_core::Store::expire
+//! [`Store::vacuum`]: job_core::Store::vacuum
 
 use std::time::Duration;
 
@@ -23,6 +24,23 @@ use crate::PgStore;
 
 /// How often a redrive is tried again when a concurrent enqueue took a key it was restoring.
 const REDRIVE_TRIES: u32 = 3;
+
+/// Vacuums the job tables when autovacuum will not (see `sql/vacuum_needed.sql`). Returns
+/// whether it ran.
+pub(crate) async fn vacuum(pool: &sqlx::PgPool) -> Result<bool, Error> {
+    let needed: bool = sqlx::query_scalar(sql::VACUUM_NEEDED)
+        .fetch_one(pool)
+        .await
+        .map_err(Error::query("vacuum_needed"))?;
+    if needed {
+        // VACUUM cannot be prepared into a transaction: the simple query protocol.
+        sqlx::raw_sql(sql::VACUUM)
+            .execute(pool)
+            .await
+            .map_err(Error::query("vacuum"))?;
+    }
+    Ok(needed)
+}
 
 /// Deletes one bounded batch of finished jobs past their retention.
 pub(crate) async fn prune<'e, E: PgExecutor<'e>>(

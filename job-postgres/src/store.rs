@@ -144,6 +144,10 @@ impl Store for PgStore {
         Ok(crate::admin::expire(&self.pool, limit).await?)
     }
 
+    async fn vacuum(&self) -> Result<bool, StoreError> {
+        Ok(crate::admin::vacuum(&self.pool).await?)
+    }
+
     // --- execution: durable steps, completion in the caller's transaction ---
 
     async fn load_steps(

@@ -168,6 +168,10 @@ impl<S: Store> Store for OutageStore<S> {
         self.call(self.inner.expire(limit)).await
     }
 
+    async fn vacuum(&self) -> Result<bool, StoreError> {
+        self.call(self.inner.vacuum()).await
+    }
+
     // --- execution: durable steps, completion in the caller's transaction ---
 
     async fn load_steps(

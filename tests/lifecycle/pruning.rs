@@ -86,3 +86,74 @@ impl Gone for Harness {
         job::Store::get(&self.store, id).await.unwrap().is_none()
     }
 }
+
+/// When this database's `job.jobs` was last vacuumed by hand (not by autovacuum).
+async fn last_vacuum(h: &Harness) -> Option<chrono::DateTime<chrono::Utc>> {
+    sqlx::query_scalar(
+        "SELECT last_vacuum FROM pg_stat_user_tables WHERE relid = 'job.jobs'::regclass",
+    )
+    .fetch_one(h.store.pool())
+    .await
+    .unwrap()
+}
+
+async fn set_table_autovacuum(h: &Harness, enabled: bool) {
+    sqlx::query(&format!(
+        "ALTER TABLE job.jobs SET (autovacuum_enabled = {enabled})"
+    ))
+    .execute(h.store.pool())
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn the_store_vacuums_the_job_tables_when_autovacuum_will_not() {
+    let h = Harness::new().await;
+    set_table_autovacuum(&h, false).await;
+    let id = enqueue(&h.store, Noop { n: 1 }).await;
+    exec(&h.store, "DELETE FROM job.jobs WHERE id = $1", id).await;
+    assert_eq!(last_vacuum(&h).await, None);
+    assert!(
+        job::Store::vacuum(&h.store).await.unwrap(),
+        "autovacuum is off for the table"
+    );
+    assert!(last_vacuum(&h).await.is_some(), "VACUUM ran on job.jobs");
+}
+
+#[tokio::test]
+async fn the_store_leaves_the_job_tables_to_autovacuum_when_it_runs() {
+    let h = Harness::new().await;
+    set_table_autovacuum(&h, true).await;
+    let server_autovacuum: bool =
+        sqlx::query_scalar("SELECT current_setting('autovacuum')::boolean")
+            .fetch_one(h.store.pool())
+            .await
+            .unwrap();
+    let ran = job::Store::vacuum(&h.store).await.unwrap();
+    assert_eq!(
+        ran, !server_autovacuum,
+        "vacuums only when the server's autovacuum is off"
+    );
+    assert_eq!(last_vacuum(&h).await.is_some(), ran);
+}
+
+#[tokio::test]
+async fn the_workers_pruner_asks_for_vacuum_on_its_interval() {
+    let h = Harness::new().await;
+    set_table_autovacuum(&h, false).await;
+    let worker = h
+        .worker()
+        .pruner(PrunerConfig {
+            interval: Duration::from_millis(20),
+            vacuum_interval: Some(Duration::from_millis(20)),
+            ..PrunerConfig::default()
+        })
+        .build()
+        .unwrap()
+        .start();
+    eventually("the pruner to vacuum job.jobs", || async {
+        last_vacuum(&h).await
+    })
+    .await;
+    worker.shutdown().await;
+}

@@ -1,0 +1,4 @@
+-- The pruner's VACUUM when autovacuum will not run (vacuum_needed.sql): reclaims dead row
+-- versions and refreshes the planner's statistics of the job tables. SKIP_LOCKED: a VACUUM
+-- already running (another worker's, or an operator's) is enough. Runs outside a transaction.
+VACUUM (SKIP_LOCKED, ANALYZE) job.jobs, job.steps
