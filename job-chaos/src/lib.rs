@@ -176,15 +176,18 @@ impl Job for ChaosWork {
     }
 }
 
-/// The chaos worker: [`ChaosWork`] on [`QUEUE`] with `concurrency` slots, polling every
-/// 100 ms, rescuing every [`RESCUE_EVERY`], its backoff jitter seeded with `seed`.
+/// The chaos worker: [`ChaosWork`] on [`QUEUE`] with `concurrency` slots and `prefetch`
+/// claimed jobs held beyond them, polling every 100 ms, rescuing every [`RESCUE_EVERY`], its
+/// backoff jitter seeded with `seed`.
 pub fn worker(
     store: PgStore,
     id: &str,
     concurrency: usize,
+    prefetch: usize,
     seed: u64,
 ) -> Result<Worker<PgStore>, BuildError> {
     let mut config = WorkerConfig::default();
+    config.prefetch = prefetch;
     config.id = id.to_owned();
     config.poll_interval = Duration::from_millis(100);
     config.drain_timeout = Duration::from_secs(5);

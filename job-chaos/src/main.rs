@@ -4,7 +4,8 @@
 //! died without stopping it.
 //!
 //! ```text
-//! job-chaos --database-url URL --worker-id ID [--concurrency N] [--seed S] [--watch-stdin]
+//! job-chaos --database-url URL --worker-id ID [--concurrency N] [--prefetch P] [--seed S]
+//!           [--watch-stdin]
 //! ```
 //!
 //! `DATABASE_URL`, `CHAOS_WORKER_ID`, `CHAOS_CONCURRENCY` and `CHAOS_SEED` stand in for
@@ -23,12 +24,13 @@ use tokio::sync::oneshot;
 mod trace;
 
 const USAGE: &str = "usage: job-chaos --database-url URL --worker-id ID [--concurrency N] \
-                     [--seed S] [--watch-stdin]";
+                     [--prefetch P] [--seed S] [--watch-stdin]";
 
 struct Args {
     database_url: String,
     worker_id: String,
     concurrency: usize,
+    prefetch: usize,
     seed: u64,
     watch_stdin: bool,
 }
@@ -39,6 +41,7 @@ impl Args {
         let mut id = std::env::var("CHAOS_WORKER_ID").ok();
         let mut concurrency = std::env::var("CHAOS_CONCURRENCY").ok();
         let mut seed = std::env::var("CHAOS_SEED").ok();
+        let mut prefetch = None;
         let mut watch_stdin = false;
         let mut args = std::env::args().skip(1);
         while let Some(arg) = args.next() {
@@ -48,6 +51,7 @@ impl Args {
                 "--worker-id" => id = Some(value()?),
                 "--concurrency" => concurrency = Some(value()?),
                 "--seed" => seed = Some(value()?),
+                "--prefetch" => prefetch = Some(value()?),
                 "--watch-stdin" => watch_stdin = true,
                 other => return Err(format!("unknown argument {other:?}")),
             }
@@ -60,6 +64,12 @@ impl Args {
                 .filter(|c| *c > 0)
                 .ok_or_else(|| format!("concurrency must be a positive integer, got {c:?}"))?,
         };
+        let prefetch = match prefetch {
+            None => 0,
+            Some(p) => p
+                .parse()
+                .map_err(|_| format!("prefetch must be an unsigned integer, got {p:?}"))?,
+        };
         let seed = match seed {
             None => 0,
             Some(s) => s
@@ -70,6 +80,7 @@ impl Args {
             database_url: url.ok_or("no database: pass --database-url or set DATABASE_URL")?,
             worker_id: id.ok_or("no worker id: pass --worker-id or set CHAOS_WORKER_ID")?,
             concurrency,
+            prefetch,
             seed,
             watch_stdin,
         })
@@ -113,14 +124,14 @@ async fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let worker =
-        match job_chaos::worker(PgStore::new(pool.clone()), id, args.concurrency, args.seed) {
-            Ok(worker) => worker,
-            Err(e) => {
-                eprintln!("job-chaos {id}: invalid worker: {e}");
-                return ExitCode::FAILURE;
-            }
-        };
+    let store = PgStore::new(pool.clone());
+    let worker = match job_chaos::worker(store, id, args.concurrency, args.prefetch, args.seed) {
+        Ok(worker) => worker,
+        Err(e) => {
+            eprintln!("job-chaos {id}: invalid worker: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let handle = worker.start();
     println!(
         "job-chaos {id}: started, pid {}, concurrency {}",

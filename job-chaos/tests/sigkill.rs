@@ -279,6 +279,9 @@ impl Fleet {
         let child = Command::new(env!("CARGO_BIN_EXE_job-chaos"))
             .args(["--database-url", &self.url, "--worker-id", &id])
             .args(["--concurrency", &CONCURRENCY.to_string()])
+            // Slot 0 claims only free slots; the others prefetch, so that killed workers also
+            // take claimed jobs that never started down with them.
+            .args(["--prefetch", &(slot * CONCURRENCY).to_string()])
             .args(["--seed", &(self.seed ^ number as u64).to_string()])
             .arg("--watch-stdin")
             .env_remove("CHAOS_SEED")

@@ -106,12 +106,37 @@ async fn set_table_autovacuum(h: &Harness, enabled: bool) {
     .unwrap();
 }
 
+/// Leaves `n` dead rows in `job.jobs` and waits until the statistics show them.
+async fn dead_rows(h: &Harness, n: u32) {
+    let ids = job::Enqueue::<Noop>::many(h.store.pool(), (0..n).map(|n| Noop { n }))
+        .await
+        .unwrap();
+    assert_eq!(ids.len(), n as usize);
+    sqlx::query("DELETE FROM job.jobs")
+        .execute(h.store.pool())
+        .await
+        .unwrap();
+    eventually("the statistics to count the dead rows", || async {
+        let dead: i64 = sqlx::query_scalar(
+            "SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = 'job.jobs'::regclass",
+        )
+        .fetch_one(h.store.pool())
+        .await
+        .unwrap();
+        (dead >= i64::from(n)).then_some(())
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn the_store_vacuums_the_job_tables_when_autovacuum_will_not() {
     let h = Harness::new().await;
     set_table_autovacuum(&h, false).await;
-    let id = enqueue(&h.store, Noop { n: 1 }).await;
-    exec(&h.store, "DELETE FROM job.jobs WHERE id = $1", id).await;
+    assert!(
+        !job::Store::vacuum(&h.store).await.unwrap(),
+        "nothing changed yet: no vacuum"
+    );
+    dead_rows(&h, 1500).await;
     assert_eq!(last_vacuum(&h).await, None);
     assert!(
         job::Store::vacuum(&h.store).await.unwrap(),
@@ -124,6 +149,7 @@ async fn the_store_vacuums_the_job_tables_when_autovacuum_will_not() {
 async fn the_store_leaves_the_job_tables_to_autovacuum_when_it_runs() {
     let h = Harness::new().await;
     set_table_autovacuum(&h, true).await;
+    dead_rows(&h, 1500).await;
     let server_autovacuum: bool =
         sqlx::query_scalar("SELECT current_setting('autovacuum')::boolean")
             .fetch_one(h.store.pool())
@@ -141,6 +167,7 @@ async fn the_store_leaves_the_job_tables_to_autovacuum_when_it_runs() {
 async fn the_workers_pruner_asks_for_vacuum_on_its_interval() {
     let h = Harness::new().await;
     set_table_autovacuum(&h, false).await;
+    dead_rows(&h, 1500).await;
     let worker = h
         .worker()
         .pruner(PrunerConfig {

@@ -25,9 +25,9 @@ pub struct PrunerConfig {
     /// Defaults to 1,000.
     pub batch: u32,
     /// How often the pruner asks the store to vacuum the job tables ([`Store::vacuum`]), which
-    /// it does only where the database would not (PostgreSQL with autovacuum off): without
-    /// vacuum, every claim steps over the dead row versions of all jobs run since, and slows
-    /// down. `None` never asks. Defaults to 30 seconds.
+    /// it does only where the database would not (PostgreSQL with autovacuum off) and enough
+    /// rows changed: without vacuum, every claim steps over the dead row versions of all jobs
+    /// run since, and slows down. `None` never asks. Defaults to 10 seconds.
     pub vacuum_interval: Option<Duration>,
 }
 
@@ -38,7 +38,7 @@ impl Default for PrunerConfig {
             cancelled_retention: Duration::from_secs(7 * 24 * 3600),
             interval: Duration::from_secs(10),
             batch: 1000,
-            vacuum_interval: Some(Duration::from_secs(30)),
+            vacuum_interval: Some(Duration::from_secs(10)),
         }
     }
 }

@@ -1,13 +1,20 @@
--- Whether the job tables need the pruner's VACUUM: only when autovacuum will not run on
--- job.jobs, because the server has it off (`autovacuum = off`) or the table does
--- (`autovacuum_enabled = false`). Claims, finalizes and prunes leave a dead row version per
--- job; without vacuum, claims step over ever more dead index entries and slow down.
+-- Whether job.jobs needs the pruner's VACUUM: only when autovacuum will not run on it, because
+-- the server has it off (`autovacuum = off`) or the table does (`autovacuum_enabled = false`),
+-- and only once enough rows changed since the last vacuum or analyze (autovacuum's rule, with
+-- a base of 1,000 rows and 5% of the live ones). Claims, finalizes and prunes leave a dead row
+-- version per job; without vacuum, claims step over ever more dead index entries, and with
+-- statistics from an emptier table they are planned badly.
 SELECT NOT (
-    current_setting('autovacuum')::boolean
-    AND coalesce((
-        SELECT o.option_value::boolean
-        FROM pg_class c
-        CROSS JOIN LATERAL pg_options_to_table(c.reloptions) AS o
-        WHERE c.oid = 'job.jobs'::regclass AND o.option_name = 'autovacuum_enabled'
-    ), true)
-) AS needed
+           current_setting('autovacuum')::boolean
+           AND coalesce((
+               SELECT o.option_value::boolean
+               FROM pg_class c
+               CROSS JOIN LATERAL pg_options_to_table(c.reloptions) AS o
+               WHERE c.oid = 'job.jobs'::regclass AND o.option_name = 'autovacuum_enabled'
+           ), true)
+       )
+       AND coalesce((
+           SELECT greatest(s.n_dead_tup, s.n_mod_since_analyze) > 1000 + 0.05 * s.n_live_tup
+           FROM pg_stat_user_tables s
+           WHERE s.relid = 'job.jobs'::regclass
+       ), false) AS needed
