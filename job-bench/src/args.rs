@@ -35,6 +35,8 @@ pub(crate) struct Args {
     pub(crate) claim_batch: Option<u32>,
     pub(crate) finalize_batch: Option<usize>,
     pub(crate) prefetch: Option<usize>,
+    /// Seconds the worker's pruner keeps completed jobs (else a year; soak: twice the interval).
+    pub(crate) retention: Option<f64>,
     pub(crate) keep_db: Option<String>,
     pub(crate) runs: usize,
     pub(crate) gap_ms: f64,
@@ -74,6 +76,7 @@ impl Args {
             claim_batch: None,
             finalize_batch: None,
             prefetch: None,
+            retention: None,
             keep_db: None,
             runs: 1,
             gap_ms: 20.0,
@@ -109,6 +112,7 @@ impl Args {
                 "--claim-batch" => parsed.claim_batch = Some(parse(&flag, v)?),
                 "--finalize-batch" => parsed.finalize_batch = Some(parse(&flag, v)?),
                 "--prefetch" => parsed.prefetch = Some(parse(&flag, v)?),
+                "--retention" => parsed.retention = Some(parse(&flag, v)?),
                 "--keep-db" => parsed.keep_db = Some(value),
                 "--database-url" => parsed.database_url = value,
                 "--runs" => parsed.runs = parse(&flag, v)?,
@@ -143,6 +147,9 @@ impl Args {
         if parsed.runs == 0 {
             return Err("--runs must be at least 1".into());
         }
+        if parsed.retention.is_some_and(|r| !(r >= 0.0)) {
+            return Err("--retention must be zero or more seconds".into());
+        }
         if parsed.interval <= 0.0 || parsed.seconds <= 0.0 {
             return Err("--seconds and --interval must be positive".into());
         }
@@ -171,6 +178,9 @@ impl Args {
         }
         if let Some(p) = self.prefetch {
             config.prefetch = p;
+        }
+        if let Some(r) = self.retention {
+            config.pruner.completed_retention = std::time::Duration::from_secs_f64(r.max(0.0));
         }
         config
     }

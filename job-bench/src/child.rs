@@ -96,6 +96,9 @@ impl ChildWorker {
         if let Some(p) = args.prefetch {
             cmd.arg("--prefetch").arg(p.to_string());
         }
+        if let Some(r) = args.retention {
+            cmd.arg("--retention").arg(r.to_string());
+        }
         cmd.stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());

@@ -54,6 +54,8 @@ options:
   --claim-batch B       WorkerConfig::claim_batch of the worker (library default)
   --finalize-batch B    WorkerConfig::finalize_batch of the worker (library default)
   --prefetch P          WorkerConfig::prefetch of the worker (library default: 0)
+  --retention S         seconds the worker's pruner keeps completed jobs (a year; soak: twice
+                        --interval, so that the pruner works during the soak)
   --keep-db NAME        use (and create when missing) database NAME and do not drop it
   --database-url URL    the server (else DATABASE_URL, else postgres://postgres@127.0.0.1:5432/test)
   --runs K              repeat the measurement K times, one line each (drain, backlog) (1)

@@ -125,6 +125,11 @@ async fn sample(pool: &PgPool, since: DateTime<Utc>) -> Result<(Sample, i64)> {
 }
 
 pub(crate) async fn soak(args: &Args) -> Result<()> {
+    // The pruner deletes what finished more than two intervals ago: after the interval that
+    // counted it, so the counts are whole, and the table stops growing.
+    let mut args = args.clone();
+    args.retention.get_or_insert(2.0 * args.interval);
+    let args = &args;
     let c = args.concurrency_or(10);
     let db = BenchDb::open(&args.database_url, args.keep_db.as_deref()).await?;
     let result = async {
@@ -236,6 +241,9 @@ pub(crate) async fn soak(args: &Args) -> Result<()> {
             "final_n_dead_tup": last_line["n_dead_tup"],
             "final_total_mib": last_line["total_mib"],
             "vacuum_every_s": vacuum_every.map(|d| d.as_secs_f64()),
+            "retention_s": args.retention,
+            "prefetch": args.worker_config().prefetch,
+            "claim_batch": args.worker_config().claim_batch,
             "vacuum_busy_s": vacuum_s,
             "peak_rss_mib": report["peak_rss_mib"],
             "worker": report["meters"],

@@ -21,7 +21,8 @@ pub struct WorkerConfig {
     /// at the rate of batched claims instead of one claim round trip per few jobs; the cost is
     /// that a prefetched job holds its lease while it waits behind running ones (renewed by the
     /// heartbeat, released at once on shutdown), where another worker's free slot could have
-    /// taken it. Suits queues of short jobs; a few times `concurrency` is plenty.
+    /// taken it, and it counts against its kind's cluster-wide concurrency limit like a running
+    /// one. Suits queues of short jobs; a few times `concurrency` to a few hundred is plenty.
     pub prefetch: usize,
     /// The most outcomes one finalize statement writes. Defaults to 1,000.
     pub finalize_batch: usize,
