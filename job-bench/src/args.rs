@@ -147,7 +147,7 @@ impl Args {
         if parsed.runs == 0 {
             return Err("--runs must be at least 1".into());
         }
-        if parsed.retention.is_some_and(|r| !(r >= 0.0)) {
+        if parsed.retention.is_some_and(|r| r.is_nan() || r < 0.0) {
             return Err("--retention must be zero or more seconds".into());
         }
         if parsed.interval <= 0.0 || parsed.seconds <= 0.0 {

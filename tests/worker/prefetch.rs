@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use job::{BuildError, JobId, JobState};
+use job::{BuildError, JobId, JobState, WorkerHandle};
 
 use crate::common::*;
 
@@ -20,18 +20,18 @@ async fn the_started_one(h: &Harness, ids: &[JobId]) -> JobId {
     .await
 }
 
-#[tokio::test]
-async fn prefetched_jobs_wait_for_a_slot_and_go_back_at_once_on_shutdown() {
-    let h = Harness::new().await;
+/// `n` parked jobs on a worker of one slot that prefetches `n - 1`, once all are claimed: the
+/// worker, the jobs, the gate that lets them finish, and the one that started.
+async fn all_claimed(h: &Harness, n: u32) -> (WorkerHandle, Vec<JobId>, Gate, JobId) {
     let mut ids = Vec::new();
-    for n in 0..4 {
+    for n in 0..n {
         ids.push(enqueue(&h.store, Parked { n }).await);
     }
     let gate = Gate::default();
     let worker = job::Worker::builder(h.store.clone())
         .register::<Parked>()
         .queue("default", 1)
-        .prefetch(3)
+        .prefetch(ids.len() - 1)
         .drain_timeout(Duration::from_secs(60))
         .state(h.ledger.clone())
         .state(gate.clone())
@@ -41,7 +41,14 @@ async fn prefetched_jobs_wait_for_a_slot_and_go_back_at_once_on_shutdown() {
     for id in &ids {
         h.reaches(*id, JobState::Running).await;
     }
-    let running = the_started_one(&h, &ids).await;
+    let running = the_started_one(h, &ids).await;
+    (worker, ids, gate, running)
+}
+
+#[tokio::test]
+async fn prefetched_jobs_wait_for_a_slot_and_go_back_at_once_on_shutdown() {
+    let h = Harness::new().await;
+    let (worker, ids, gate, running) = all_claimed(&h, 4).await;
     assert_eq!(
         worker.in_flight(),
         4,
@@ -78,24 +85,7 @@ async fn prefetched_jobs_wait_for_a_slot_and_go_back_at_once_on_shutdown() {
 #[tokio::test]
 async fn a_prefetched_job_keeps_its_lease_while_it_waits() {
     let h = Harness::new().await;
-    let ids = vec![
-        enqueue(&h.store, Parked { n: 1 }).await,
-        enqueue(&h.store, Parked { n: 2 }).await,
-    ];
-    let gate = Gate::default();
-    let worker = job::Worker::builder(h.store.clone())
-        .register::<Parked>()
-        .queue("default", 1)
-        .prefetch(1)
-        .state(h.ledger.clone())
-        .state(gate.clone())
-        .build()
-        .unwrap()
-        .start();
-    for id in &ids {
-        h.reaches(*id, JobState::Running).await;
-    }
-    let running = the_started_one(&h, &ids).await;
+    let (worker, ids, gate, running) = all_claimed(&h, 2).await;
     let waiting = ids.iter().copied().find(|id| *id != running).unwrap();
     let first = h.row(waiting).await;
     let first_until = first.locked_until.unwrap();
