@@ -20,19 +20,28 @@ async fn the_started_one(h: &Harness, ids: &[JobId]) -> JobId {
     .await
 }
 
-/// `n` parked jobs on a worker of one slot that prefetches `n - 1`, once all are claimed: the
-/// worker, the jobs, the gate that lets them finish, and the one that started.
-async fn all_claimed(h: &Harness, n: u32) -> (WorkerHandle, Vec<JobId>, Gate, JobId) {
+/// `n` parked jobs on a worker of one slot that prefetches `n - 1` and gives them back after
+/// `ttl`, once all are claimed: the worker, the jobs, the gate that lets them finish, and the
+/// one that started.
+async fn all_claimed(
+    h: &Harness,
+    n: u32,
+    ttl: Duration,
+) -> (WorkerHandle, Vec<JobId>, Gate, JobId) {
     let mut ids = Vec::new();
     for n in 0..n {
         ids.push(enqueue(&h.store, Parked { n }).await);
     }
+    let mut config = job::WorkerConfig::default();
+    config.prefetch = ids.len() - 1;
+    config.prefetch_ttl = ttl;
+    config.poll_interval = Duration::from_millis(20);
+    config.drain_timeout = Duration::from_secs(60);
     let gate = Gate::default();
     let worker = job::Worker::builder(h.store.clone())
         .register::<Parked>()
         .queue("default", 1)
-        .prefetch(ids.len() - 1)
-        .drain_timeout(Duration::from_secs(60))
+        .config(config)
         .state(h.ledger.clone())
         .state(gate.clone())
         .build()
@@ -45,10 +54,13 @@ async fn all_claimed(h: &Harness, n: u32) -> (WorkerHandle, Vec<JobId>, Gate, Jo
     (worker, ids, gate, running)
 }
 
+/// Longer than any of these tests waits: the prefetched jobs are never given back.
+const NO_TTL: Duration = Duration::from_secs(600);
+
 #[tokio::test]
 async fn prefetched_jobs_wait_for_a_slot_and_go_back_at_once_on_shutdown() {
     let h = Harness::new().await;
-    let (worker, ids, gate, running) = all_claimed(&h, 4).await;
+    let (worker, ids, gate, running) = all_claimed(&h, 4, NO_TTL).await;
     assert_eq!(
         worker.in_flight(),
         4,
@@ -85,7 +97,7 @@ async fn prefetched_jobs_wait_for_a_slot_and_go_back_at_once_on_shutdown() {
 #[tokio::test]
 async fn a_prefetched_job_keeps_its_lease_while_it_waits() {
     let h = Harness::new().await;
-    let (worker, ids, gate, running) = all_claimed(&h, 2).await;
+    let (worker, ids, gate, running) = all_claimed(&h, 2, NO_TTL).await;
     let waiting = ids.iter().copied().find(|id| *id != running).unwrap();
     let first = h.row(waiting).await;
     let first_until = first.locked_until.unwrap();
@@ -152,4 +164,48 @@ async fn prefetch_and_concurrency_have_bounds() {
         "{:?}",
         too_many.err()
     );
+}
+
+#[tokio::test]
+async fn prefetched_jobs_that_wait_out_their_ttl_go_back_for_other_workers() {
+    let h = Harness::new().await;
+    let (first, ids, gate, running) = all_claimed(&h, 3, Duration::from_millis(100)).await;
+    let others: Vec<JobId> = ids.iter().copied().filter(|id| *id != running).collect();
+    // The slot stays taken (the gate is shut): the prefetched jobs are given back.
+    for id in &others {
+        let row = h.reaches(*id, JobState::Available).await;
+        assert_eq!(row.attempt, 0, "a job given back never started");
+    }
+    eventually("the first worker to hold only its running job", || async {
+        (first.in_flight() == 1).then_some(())
+    })
+    .await;
+
+    let open = Gate::default();
+    open.open();
+    let second = job::Worker::builder(h.store.clone())
+        .register::<Parked>()
+        .queue("default", 5)
+        .poll_interval(Duration::from_millis(20))
+        .state(h.ledger.clone())
+        .state(open)
+        .build()
+        .unwrap()
+        .start();
+    for id in &others {
+        let row = h.reaches(*id, JobState::Completed).await;
+        assert_eq!(row.attempt, 1);
+        assert_eq!(h.ledger.runs(*id), 1);
+    }
+    gate.open();
+    h.reaches(running, JobState::Completed).await;
+    let stats = first.stats();
+    assert_eq!(
+        stats.claimed, 3,
+        "while its slot was taken, the first worker claimed nothing more"
+    );
+    assert_eq!(stats.released, 2);
+    assert_eq!(second.stats().claimed, 2);
+    first.shutdown().await;
+    second.shutdown().await;
 }

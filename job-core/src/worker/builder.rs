@@ -186,6 +186,9 @@ impl<S: Store> WorkerBuilder<S> {
                 format!("must be at most {MAX_PREFETCH}, got {}", c.prefetch),
             ));
         }
+        if c.prefetch_ttl.is_zero() {
+            return Err(invalid("prefetch_ttl", "must be greater than zero".into()));
+        }
         if c.finalize_batch == 0 {
             return Err(invalid("finalize_batch", "must be at least 1".into()));
         }

@@ -24,6 +24,11 @@ pub struct WorkerConfig {
     /// taken it, and it counts against its kind's cluster-wide concurrency limit like a running
     /// one. Suits queues of short jobs; a few times `concurrency` to a few hundred is plenty.
     pub prefetch: usize,
+    /// How long a prefetched job may wait for a free slot. When the oldest has waited this
+    /// long (the slots are taken by long jobs), every prefetched job is given back for other
+    /// workers (attempt not counted), and the queue claims no more than its free slots until
+    /// a slot is free with nothing waiting for it. Defaults to 5 seconds.
+    pub prefetch_ttl: Duration,
     /// The most outcomes one finalize statement writes. Defaults to 1,000.
     pub finalize_batch: usize,
     /// How long shutdown waits for running jobs before releasing their leases. Defaults to
@@ -49,6 +54,7 @@ impl Default for WorkerConfig {
             poll_interval: Duration::from_secs(1),
             claim_batch: 100,
             prefetch: 0,
+            prefetch_ttl: Duration::from_secs(5),
             finalize_batch: 1000,
             drain_timeout: Duration::from_secs(30),
             heartbeat_interval: None,

@@ -8,9 +8,13 @@
 //! default) a claim takes only free slots; with prefetch, the next claim runs while the jobs of
 //! the previous one execute, which is what lets short jobs run at the database's batch rate.
 //! A claimed job waiting in the buffer holds its lease like a running one: the heartbeat renews
-//! it, a crash leaves it to the rescuer, and shutdown releases it at once.
+//! it, a crash leaves it to the rescuer, and shutdown releases it at once. Prefetched jobs that
+//! wait out `prefetch_ttl` (the slots are taken by long jobs) are given back for other workers,
+//! and the claimer then takes no more than the free slots until the dispatcher next finds a
+//! slot free with nothing waiting.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -33,6 +37,29 @@ struct Claimed {
     info: Arc<AttemptInfo>,
     signals: Signals,
     held: OwnedSemaphorePermit,
+    /// When its claim was sent.
+    claimed_at: Instant,
+}
+
+/// What the claimer and the dispatcher of one queue share.
+struct Lanes {
+    /// The `concurrency` execution slots.
+    slots: Arc<Semaphore>,
+    /// Prefetched jobs waited out `prefetch_ttl` and were given back: claim no more than the
+    /// free slots until the dispatcher next finds a slot free with nothing waiting.
+    suspended: AtomicBool,
+}
+
+impl Lanes {
+    /// The most jobs the next claim may take: the claim batch, or while prefetch is suspended
+    /// the free slots (at most the batch).
+    fn cap(&self, max_batch: usize) -> usize {
+        if self.suspended.load(Ordering::Acquire) {
+            self.slots.available_permits().min(max_batch)
+        } else {
+            max_batch
+        }
+    }
 }
 
 pub(crate) async fn run<S: Store>(
@@ -44,8 +71,12 @@ pub(crate) async fn run<S: Store>(
 ) -> u64 {
     let (tx, rx) = mpsc::unbounded_channel();
     let held = Arc::new(Semaphore::new(concurrency + shared.config.prefetch));
-    let claimer = claim_loop(&shared, queue, held, tx, &wake, &stop);
-    let dispatcher = dispatch(&shared, concurrency, rx, &stop);
+    let lanes = Lanes {
+        slots: Arc::new(Semaphore::new(concurrency)),
+        suspended: AtomicBool::new(false),
+    };
+    let claimer = claim_loop(&shared, queue, held, &lanes, tx, &wake, &stop);
+    let dispatcher = dispatch(&shared, &lanes, rx, &stop);
     let ((), unstarted) = tokio::join!(claimer, dispatcher);
     give_back(&shared, unstarted).await
 }
@@ -66,6 +97,7 @@ async fn claim_loop<S: Store>(
     shared: &Arc<Shared<S>>,
     queue: String,
     held: Arc<Semaphore>,
+    lanes: &Lanes,
     tx: mpsc::UnboundedSender<Claimed>,
     wake: &Notify,
     stop: &CancellationToken,
@@ -88,12 +120,15 @@ async fn claim_loop<S: Store>(
     // notification, the poll interval, or (after a failure) the pause has passed.
     let mut idle_until: Option<Instant> = None;
     loop {
+        let suspended = lanes.suspended.load(Ordering::Acquire);
+        let cap = lanes.cap(max_batch);
         let want = if claims.is_empty() {
             1
         } else {
-            second_claim_min
+            second_claim_min.min(cap.max(1))
         };
-        let may_claim = claims.len() < CLAIMS_IN_FLIGHT && idle_until.is_none();
+        let may_claim = claims.len() < CLAIMS_IN_FLIGHT && idle_until.is_none() && cap > 0;
+        let wait_for_slot = suspended && cap == 0 && claims.is_empty() && idle_until.is_none();
         tokio::select! {
             biased;
             _ = stop.cancelled() => break,
@@ -120,9 +155,14 @@ async fn claim_loop<S: Store>(
             }
             first = held.clone().acquire_many_owned(want as u32), if may_claim => {
                 let first = first.expect("semaphore is never closed");
+                // The dispatcher may have suspended prefetch while this waited.
+                let cap = lanes.cap(max_batch);
+                if cap == 0 {
+                    continue;
+                }
                 let mut permits = vec![first];
                 let mut n = want;
-                while n < max_batch {
+                while n < cap {
                     match held.clone().try_acquire_owned() {
                         Ok(p) => {
                             permits.push(p);
@@ -142,6 +182,8 @@ async fn claim_loop<S: Store>(
                     ClaimResult { claimed, permits, sent }
                 });
             }
+            // Suspended with every slot taken: look again when one frees.
+            _ = lanes.slots.acquire(), if wait_for_slot => {}
             _ = wake.notified(), if idle_until.is_some() && failures == 0 => idle_until = None,
             _ = sleep_until_or_forever(idle_until), if idle_until.is_some() => idle_until = None,
         }
@@ -188,6 +230,7 @@ fn accept<S: Store>(
             info,
             signals,
             held,
+            claimed_at: sent,
         });
     }
     Ok(got)
@@ -216,39 +259,85 @@ async fn sleep_until_or_forever(deadline: Option<Instant>) {
     }
 }
 
-/// Starts each claimed job when an execution slot is free. Returns, once stopped, the jobs
-/// that never started.
+/// Starts each claimed job when an execution slot is free, and gives back prefetched jobs that
+/// waited out `prefetch_ttl`. Returns, once stopped, the jobs that never started.
 async fn dispatch<S: Store>(
     shared: &Arc<Shared<S>>,
-    concurrency: usize,
+    lanes: &Lanes,
     mut rx: mpsc::UnboundedReceiver<Claimed>,
     stop: &CancellationToken,
 ) -> Vec<Claimed> {
-    let slots = Arc::new(Semaphore::new(concurrency));
+    let ttl = shared.config.prefetch_ttl;
+    let prefetching = shared.config.prefetch > 0;
+    // Jobs taken back after a failed give-back, ahead of the channel.
+    let mut waiting: VecDeque<Claimed> = VecDeque::new();
+    // After a failed give-back, the next try waits another `ttl`.
+    let mut retry_at: Option<Instant> = None;
     let mut unstarted = Vec::new();
     loop {
-        let next = tokio::select! {
-            biased;
-            _ = stop.cancelled() => break,
-            next = rx.recv() => next,
-        };
-        let Some(next) = next else { break };
-        let slot = match slots.clone().try_acquire_owned() {
-            Ok(slot) => slot,
-            Err(_) => tokio::select! {
-                biased;
-                _ = stop.cancelled() => {
-                    unstarted.push(next);
-                    break;
+        let next = match waiting.pop_front() {
+            Some(next) => next,
+            None => {
+                if rx.is_empty() && lanes.slots.available_permits() > 0 {
+                    // A slot is free and nothing waits for it: prefetch again.
+                    lanes.suspended.store(false, Ordering::Release);
                 }
-                slot = slots.clone().acquire_owned() => slot.expect("semaphore is never closed"),
-            },
+                let next = tokio::select! {
+                    biased;
+                    _ = stop.cancelled() => break,
+                    next = rx.recv() => next,
+                };
+                let Some(next) = next else { break };
+                next
+            }
+        };
+        let slot = match lanes.slots.clone().try_acquire_owned() {
+            Ok(slot) => slot,
+            Err(_) => {
+                let expires = (next.claimed_at + ttl).max(retry_at.unwrap_or(next.claimed_at));
+                tokio::select! {
+                    biased;
+                    _ = stop.cancelled() => {
+                        unstarted.push(next);
+                        break;
+                    }
+                    slot = lanes.slots.clone().acquire_owned() => {
+                        slot.expect("semaphore is never closed")
+                    }
+                    _ = tokio::time::sleep_until(expires), if prefetching => {
+                        let mut stale = vec![next];
+                        stale.extend(waiting.drain(..));
+                        while let Ok(c) = rx.try_recv() {
+                            stale.push(c);
+                        }
+                        let n = stale.len();
+                        match release(shared, stale).await {
+                            Ok(released) => {
+                                lanes.suspended.store(true, Ordering::Release);
+                                retry_at = None;
+                                tracing::info!(
+                                    released,
+                                    waited = ?ttl,
+                                    "gave back prefetched jobs that found no free slot"
+                                );
+                            }
+                            Err(kept) => {
+                                tracing::warn!(jobs = n, "could not give back prefetched jobs");
+                                waiting.extend(kept);
+                                retry_at = Some(Instant::now() + ttl);
+                            }
+                        }
+                        continue;
+                    }
+                }
+            }
         };
         let Claimed {
             job,
             info,
             signals,
             held,
+            claimed_at: _,
         } = next;
         shared.executors.spawn(executor::run(
             shared.clone(),
@@ -258,11 +347,31 @@ async fn dispatch<S: Store>(
             (slot, held),
         ));
     }
+    unstarted.extend(waiting);
     // The claimer stops too; what it claimed before it saw the stop comes through here.
     while let Some(next) = rx.recv().await {
         unstarted.push(next);
     }
     unstarted
+}
+
+/// Releases the leases of claimed jobs that never started: back to `available`, the attempt
+/// not counted. Returns how many the store released, or the jobs when it failed.
+async fn release<S: Store>(shared: &Shared<S>, jobs: Vec<Claimed>) -> Result<u64, Vec<Claimed>> {
+    let leases: Vec<Lease> = jobs.iter().map(|c| c.job.lease).collect();
+    match shared.store.release(&leases).await {
+        Ok(n) => {
+            for lease in &leases {
+                shared.inflight.remove(lease);
+            }
+            shared.counters.released(n);
+            Ok(n)
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, jobs = leases.len(), "release of unstarted jobs failed");
+            Err(jobs)
+        }
+    }
 }
 
 /// Releases the leases of claimed jobs that never started, so that other workers take them
@@ -272,20 +381,12 @@ async fn give_back<S: Store>(shared: &Shared<S>, unstarted: Vec<Claimed>) -> u64
     if unstarted.is_empty() {
         return 0;
     }
-    let leases: Vec<Lease> = unstarted.iter().map(|c| c.job.lease).collect();
-    match shared.store.release(&leases).await {
+    match release(shared, unstarted).await {
         Ok(n) => {
-            for lease in &leases {
-                shared.inflight.remove(lease);
-            }
-            shared.counters.released(n);
             tracing::debug!(released = n, "released claimed jobs that never started");
             n
         }
-        Err(e) => {
-            tracing::warn!(error = %e, "release of unstarted jobs failed; retrying at the end");
-            0
-        }
+        Err(_) => 0,
     }
 }
 
