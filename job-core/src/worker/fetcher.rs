@@ -310,7 +310,6 @@ async fn dispatch<S: Store>(
                         while let Ok(c) = rx.try_recv() {
                             stale.push(c);
                         }
-                        let n = stale.len();
                         match release(shared, stale).await {
                             Ok(released) => {
                                 lanes.suspended.store(true, Ordering::Release);
@@ -322,7 +321,7 @@ async fn dispatch<S: Store>(
                                 );
                             }
                             Err(kept) => {
-                                tracing::warn!(jobs = n, "could not give back prefetched jobs");
+                                // `release` logged why; keep them and try again after `ttl`.
                                 waiting.extend(kept);
                                 retry_at = Some(Instant::now() + ttl);
                             }
