@@ -7,7 +7,9 @@
 //! This crate holds no logic: it re-exports `job-core`, `job-macros` and `job-postgres`.
 
 pub use job_core::maintenance::{Periodic, PrunerConfig, SchedulerConfig};
-pub use job_core::worker::{Worker, WorkerBuilder, WorkerConfig, WorkerHandle, WorkerStats};
+pub use job_core::worker::{
+    ConnectionBudget, Worker, WorkerBuilder, WorkerConfig, WorkerHandle, WorkerStats,
+};
 pub use job_core::{
     Admin, Cancelled, Deadline, JobFilter, OnDuplicate, Pause, Redriven, StateCount, Stats,
     UniqueScope,
@@ -15,12 +17,13 @@ pub use job_core::{
 pub use job_core::{
     AttemptError, AttemptInfo, Backoff, BuildError, EnqueueError, EnqueueOptions, ErrorClass,
     Extensions, Failure, Fault, FaultInjector, FaultPoint, Job, JobContext, JobError, JobId,
-    JobOptions, JobRow, JobState, Lease, NewJob, Outcome, RunAt, StopReason, Store, StoreError,
+    JobOptions, JobRow, JobState, Lease, NewJob, Outcome, Release, RunAt, StopReason, Store,
+    StoreError, MAX_ERROR_HISTORY, MAX_ERROR_MESSAGE, MAX_STEP_OUTPUT,
 };
 pub use job_core::{AttemptHooks, DEFAULT_MAX_SNOOZES};
 pub use job_macros::job;
 pub use job_postgres::complete_in;
-pub use job_postgres::{Enqueue, PgStore};
+pub use job_postgres::{pool_options, Enqueue, PgStore};
 
 /// The names most programs need: `use job::prelude::*;`.
 pub mod prelude {

@@ -13,6 +13,7 @@ fn renew(lease: Lease, secs: u64) -> Renewal {
     Renewal {
         lease,
         extend_by: Duration::from_secs(secs),
+        stuck: false,
     }
 }
 

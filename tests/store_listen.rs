@@ -102,7 +102,13 @@ async fn raw_sql_inserts_and_releases_wake_listeners_too() {
     assert_eq!(next(&mut wakeups).await, "default");
     // Drain the default queue's jobs' wake-ups and claim one of them, then release it.
     let claimed = claim_one(&store, "noop").await;
-    assert_eq!(store.release(&[claimed.lease]).await.unwrap(), 1);
+    assert_eq!(
+        store
+            .release(&[job::Release::unstarted(claimed.lease)])
+            .await
+            .unwrap(),
+        1
+    );
     assert_eq!(next(&mut wakeups).await, "default");
     db.close().await;
 }

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use job_core::{
     ClaimRequest, ClaimedJob, Finalize, Finalized, HeartbeatReport, JobId, JobRow, Lease, NewJob,
-    Renewal, Rescued, Store, StoreError, Wakeups,
+    Release, Renewal, Rescued, Store, StoreError, Wakeups,
 };
 use serde_json::{json, Value};
 
@@ -130,8 +130,8 @@ impl<S: Store> Store for MeteredStore<S> {
         self.inner.rescue_expired(limit).await
     }
 
-    async fn release(&self, leases: &[Lease]) -> Result<u64, StoreError> {
-        self.inner.release(leases).await
+    async fn release(&self, releases: &[Release]) -> Result<u64, StoreError> {
+        self.inner.release(releases).await
     }
 
     async fn get(&self, id: JobId) -> Result<Option<JobRow>, StoreError> {
@@ -140,6 +140,17 @@ impl<S: Store> Store for MeteredStore<S> {
 
     async fn listen(&self) -> Result<Wakeups, StoreError> {
         self.inner.listen().await
+    }
+
+    fn dedicated(&self, purpose: &str, connections: u32) -> Self {
+        MeteredStore {
+            inner: self.inner.dedicated(purpose, connections),
+            meters: self.meters.clone(),
+        }
+    }
+
+    async fn close(&self) {
+        self.inner.close().await;
     }
 
     async fn prune(

@@ -133,6 +133,9 @@ pub struct Stats {
     pub oldest_available_age: Option<Duration>,
     /// Discarded jobs.
     pub dead_letters: u64,
+    /// Running jobs whose execution is reported stuck (`JobRow::stuck_since` is set): its
+    /// code outlived its timeout, or being told to stop, by the worker's `stuck_after`.
+    pub stuck: u64,
 }
 
 impl Stats {

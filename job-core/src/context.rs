@@ -6,6 +6,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::error::JobError;
 use crate::job::JobId;
@@ -84,6 +85,8 @@ pub struct JobContext {
     cancel: CancellationToken,
     hooks: Option<Arc<dyn AttemptHooks>>,
     steps: Arc<StepCache>,
+    /// Blocking work started through [`JobContext::blocking`], which the execution outlasts.
+    work: TaskTracker,
 }
 
 impl JobContext {
@@ -102,6 +105,7 @@ impl JobContext {
             cancel,
             hooks: None,
             steps: Arc::new(StepCache::new()),
+            work: TaskTracker::new(),
         }
     }
 
@@ -119,6 +123,51 @@ impl JobContext {
 
     pub(crate) fn steps(&self) -> &StepCache {
         &self.steps
+    }
+
+    /// The blocking work this attempt started through [`JobContext::blocking`].
+    pub(crate) fn work(&self) -> &TaskTracker {
+        &self.work
+    }
+
+    /// Runs blocking code (synchronous I/O, a CPU-heavy computation, a C library) on Tokio's
+    /// blocking thread pool and returns its result, leaving the runtime's threads free.
+    ///
+    /// The attempt's lease covers the closure to its very end: when the attempt times out,
+    /// loses its lease, is cancelled or is stopped by a shutdown, the handler is dropped, but
+    /// the worker keeps the lease held (and renewed) and the slot taken until every closure
+    /// started here has returned, and writes the attempt's outcome only then. So a retry of
+    /// the job never runs beside blocking work of an earlier attempt. A closure cannot be
+    /// interrupted: check [`is_cancelled`](Self::is_cancelled) (on a clone of the context)
+    /// between pieces of long work. One still running its attempt's timeout plus the
+    /// worker's `stuck_after` past is reported stuck.
+    ///
+    /// A panic in the closure resumes in the handler (the attempt fails as a panic).
+    ///
+    /// ```
+    /// # use job_core::{JobContext, JobError};
+    /// # fn render_pdf(_: i64) -> Vec<u8> { Vec::new() }
+    /// async fn perform(ctx: JobContext, invoice: i64) -> Result<(), JobError> {
+    ///     let pdf = ctx.blocking(move || render_pdf(invoice)).await;
+    ///     # let _ = pdf;
+    ///     Ok(())
+    /// }
+    /// ```
+    pub async fn blocking<F, R>(&self, f: F) -> R
+    where
+        F: FnOnce() -> R + Send + 'static,
+        R: Send + 'static,
+    {
+        let token = self.work.token();
+        let task = tokio::task::spawn_blocking(move || {
+            let _running = token;
+            f()
+        });
+        match task.await {
+            Ok(value) => value,
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(e) => panic!("blocking work of job {} could not run: {e}", self.info.id),
+        }
     }
 
     /// Tells the runtime that the handler finalized this job in its own transaction, guarded

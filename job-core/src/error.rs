@@ -92,14 +92,33 @@ impl fmt::Display for JobError {
 pub struct StoreError {
     #[source]
     source: BoxError,
+    refused: bool,
 }
 
 impl StoreError {
-    /// Wraps a backend's error.
+    /// Wraps a backend's error: one that may pass if the call is made again (a lost
+    /// connection, a timeout, a deadlock).
     pub fn new(source: impl Into<BoxError>) -> Self {
         StoreError {
             source: source.into(),
+            refused: false,
         }
+    }
+
+    /// Wraps a backend's error that says the database refused what it was given (bad data, a
+    /// value over a limit, a constraint): the same call with the same input fails again.
+    pub fn refused(source: impl Into<BoxError>) -> Self {
+        StoreError {
+            source: source.into(),
+            refused: true,
+        }
+    }
+
+    /// Whether the database refused the input itself, so that retrying the same call cannot
+    /// succeed (see [`StoreError::refused`]). The worker's completer then writes the other
+    /// outcomes of a batch without the refused one, and makes that one storable.
+    pub fn is_refused(&self) -> bool {
+        self.refused
     }
 
     /// The backend's error, for downcasting.

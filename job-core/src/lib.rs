@@ -13,6 +13,7 @@ pub mod registry;
 pub mod state;
 pub mod step;
 pub mod store;
+mod text;
 
 pub use admin::{Admin, Cancelled, JobFilter, Pause, Redriven, StateCount, Stats};
 pub use backoff::Backoff;
@@ -27,10 +28,11 @@ pub use new_job::{
 pub use outcome::{run_attempt, AttemptEnd, ErrorClass, Failure, Outcome, DEFAULT_MAX_SNOOZES};
 pub use registry::Registry;
 pub use state::JobState;
-pub use step::{AttemptHooks, BoxFuture, MAX_STEP_NAME};
+pub use step::{AttemptHooks, BoxFuture, MAX_STEP_NAME, MAX_STEP_OUTPUT};
 pub use store::{
     AttemptError, ClaimKind, ClaimRequest, ClaimedJob, Finalize, Finalized, HeartbeatReport,
-    JobRow, Lease, Renewal, Rescued, Store, Wakeups,
+    JobRow, Lease, Release, Renewal, Rescued, Store, Wakeups,
 };
+pub use text::{storable_text, MAX_ERROR_HISTORY, MAX_ERROR_MESSAGE};
 pub mod maintenance;
 pub mod worker;

@@ -24,6 +24,16 @@ pub enum ErrorClass {
     LeaseExpired,
     /// The job asked to snooze once more than its bound allows.
     SnoozeLimit,
+    /// A durable step's output could not be stored (it does not serialize or read back, holds
+    /// a NUL character, is over [`MAX_STEP_OUTPUT`](crate::MAX_STEP_OUTPUT), or the database
+    /// refused it). The step's effect may have happened, so the job is not retried on its own.
+    StepUnstorable,
+    /// The database refused the attempt's outcome even once made storable; the job is
+    /// discarded with this class instead.
+    Unstorable,
+    /// The worker stopped the execution on shutdown and gave the job back (history only: the
+    /// attempt is not counted).
+    Released,
 }
 
 impl ErrorClass {
@@ -37,6 +47,9 @@ impl ErrorClass {
             ErrorClass::Poison => "poison",
             ErrorClass::LeaseExpired => "lease_expired",
             ErrorClass::SnoozeLimit => "snooze_limit",
+            ErrorClass::StepUnstorable => "step_unstorable",
+            ErrorClass::Unstorable => "unstorable",
+            ErrorClass::Released => "released",
         }
     }
 }
@@ -90,6 +103,42 @@ impl Outcome {
             Outcome::Cancel { .. } => "cancel",
             Outcome::Snooze { .. } => "snooze",
             Outcome::Discard { .. } => "discard",
+        }
+    }
+}
+
+impl Outcome {
+    /// This outcome as the completer writes it when the database refused it as it was: every
+    /// text it holds cut to `max_text` bytes, without NUL or other control characters (but
+    /// newlines and tabs), and any delay at most `max_delay`.
+    pub fn made_storable(&self, max_text: usize, max_delay: Duration) -> Outcome {
+        let text = |t: &str| {
+            let clean: String = t
+                .chars()
+                .filter(|c| !c.is_control() || *c == '\n' || *c == '\t')
+                .collect();
+            crate::text::storable_text(&clean, max_text).into_owned()
+        };
+        let failure = |f: &Failure| Failure {
+            attempt: f.attempt,
+            class: f.class,
+            message: text(&f.message),
+        };
+        match self {
+            Outcome::Complete => Outcome::Complete,
+            Outcome::Retry { delay, failure: f } => Outcome::Retry {
+                delay: (*delay).min(max_delay),
+                failure: failure(f),
+            },
+            Outcome::Cancel { reason } => Outcome::Cancel {
+                reason: text(reason),
+            },
+            Outcome::Snooze { delay } => Outcome::Snooze {
+                delay: (*delay).min(max_delay),
+            },
+            Outcome::Discard { failure: f } => Outcome::Discard {
+                failure: failure(f),
+            },
         }
     }
 }
@@ -184,23 +233,91 @@ impl Outcome {
 }
 
 /// Runs a handler's future in its own task, so a panic is caught and reported instead of
-/// unwinding into the caller, under a time limit. Dropping the returned future stops the
-/// handler.
+/// unwinding into the caller, under a time limit. When the limit passes the task is aborted,
+/// and this returns only once the handler's code has really stopped: a handler inside
+/// synchronous code (a blocking call, a loop without `.await`) is dropped at its next
+/// `.await`, or returns, and not before. Dropping the returned future aborts the handler
+/// without waiting.
 pub async fn run_attempt(future: crate::registry::BoxJobFuture, timeout: Duration) -> AttemptEnd {
-    struct AbortOnDrop(tokio::task::JoinHandle<Result<(), crate::JobError>>);
+    let ended = run_task(future, timeout, std::future::pending(), || {}).await;
+    ended.into_attempt_end(timeout)
+}
+
+/// Why the runtime stopped a handler's task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StopCause {
+    /// The attempt ran over its timeout.
+    TimedOut,
+    /// The runtime told it to stop (lease lost, shutdown, injected crash).
+    Told,
+}
+
+/// How a handler's task ended.
+pub(crate) struct TaskEnd {
+    /// What the task gave back: its result, or why it has none (a panic, or the abort).
+    pub(crate) joined: Result<Result<(), crate::JobError>, tokio::task::JoinError>,
+    /// Set when the runtime stopped the task before it ended by itself.
+    pub(crate) stopped: Option<StopCause>,
+}
+
+impl TaskEnd {
+    /// The attempt's end: a task stopped for its timeout timed out, whatever it returned
+    /// while being stopped; otherwise what it returned, or its panic.
+    pub(crate) fn into_attempt_end(self, timeout: Duration) -> AttemptEnd {
+        if self.stopped == Some(StopCause::TimedOut) {
+            return AttemptEnd::TimedOut(timeout);
+        }
+        match self.joined {
+            Ok(result) => AttemptEnd::Returned(result),
+            Err(e) if e.is_panic() => AttemptEnd::Panicked(panic_message(e.into_panic())),
+            Err(_) => AttemptEnd::Panicked("handler task was cancelled".into()),
+        }
+    }
+
+    /// Whether the handler's code ran to its end (returned or panicked) rather than being
+    /// dropped by the abort.
+    pub(crate) fn ran_to_end(&self) -> bool {
+        match &self.joined {
+            Ok(_) => true,
+            Err(e) => e.is_panic(),
+        }
+    }
+}
+
+/// Runs `future` in its own task until it ends, `timeout` passes or `stop` completes; in the
+/// last two cases calls `stopping` (the execution is now on its way out, for the stuck
+/// watch), aborts the task and waits until its code has really stopped. Dropping this future
+/// aborts the task without waiting.
+pub(crate) async fn run_task(
+    future: crate::registry::BoxJobFuture,
+    timeout: Duration,
+    stop: impl std::future::Future<Output = ()>,
+    stopping: impl FnOnce(),
+) -> TaskEnd {
+    struct AbortOnDrop(tokio::task::AbortHandle);
     impl Drop for AbortOnDrop {
         fn drop(&mut self) {
             self.0.abort();
         }
     }
-    let mut task = AbortOnDrop(tokio::spawn(tracing::Instrument::in_current_span(future)));
-    tokio::select! {
-        joined = &mut task.0 => match joined {
-            Ok(result) => AttemptEnd::Returned(result),
-            Err(e) if e.is_panic() => AttemptEnd::Panicked(panic_message(e.into_panic())),
-            Err(_) => AttemptEnd::Panicked("handler task was cancelled".into()),
-        },
-        _ = tokio::time::sleep(timeout) => AttemptEnd::TimedOut(timeout),
+    let mut task = tokio::spawn(tracing::Instrument::in_current_span(future));
+    let _abort = AbortOnDrop(task.abort_handle());
+    tokio::pin!(stop);
+    let cause = tokio::select! {
+        biased;
+        joined = &mut task => return TaskEnd { joined, stopped: None },
+        () = &mut stop => StopCause::Told,
+        () = tokio::time::sleep(timeout) => StopCause::TimedOut,
+    };
+    task.abort();
+    stopping();
+    // An aborted task ends when its future is dropped, at its next `.await`; code that does
+    // not await (blocking, spinning) runs on until it returns. Either way, only then is the
+    // execution over.
+    let joined = (&mut task).await;
+    TaskEnd {
+        joined,
+        stopped: Some(cause),
     }
 }
 

@@ -8,6 +8,7 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
+use std::time::Duration;
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -22,6 +23,10 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// A step name's longest length in bytes.
 pub const MAX_STEP_NAME: usize = 128;
+
+/// The largest step output stored, in bytes of JSON: 1 MiB. A larger output ends the job
+/// (see [`JobContext::step`]).
+pub const MAX_STEP_OUTPUT: usize = 1024 * 1024;
 
 /// What one attempt's context asks of the runtime: the job's recorded steps, recording a new
 /// one under the lease, fault points, and news the runtime must hear.
@@ -53,6 +58,20 @@ pub trait AttemptHooks: Send + Sync + 'static {
     /// write nothing more for it. Defaults to doing nothing.
     fn lease_lost(&self) {}
 
+    /// Whether the attempt still holds its lease as far as the runtime knows (it was neither
+    /// lost nor fenced). A step whose output could not be recorded for a passing reason keeps
+    /// trying while this holds. Defaults to `true`.
+    fn lease_held(&self) -> bool {
+        true
+    }
+
+    /// The output of step `name` cannot be stored: the runtime must end the job as discarded
+    /// with class `step_unstorable` and `message`, whatever the handler then returns, since
+    /// the step's effect may have happened. Defaults to doing nothing.
+    fn step_unstorable(&self, name: &str, message: &str) {
+        let _ = (name, message);
+    }
+
     /// The handler finalized the job in its own transaction (or is about to commit one that
     /// does): the runtime's own finalize finding the lease gone is then expected, not a loss.
     /// Defaults to doing nothing.
@@ -65,14 +84,24 @@ impl JobContext {
     /// The first time a job reaches a step, `f` runs and its output is serialized and
     /// recorded under the attempt's lease; every later attempt of the job gets the recorded
     /// output back and `f` does not run. So a step's side effect happens once per job unless
-    /// the process dies between the side effect and the record (then it runs again: wrap
-    /// effects that must not repeat in an idempotency key).
+    /// the process dies, or loses its lease, between the side effect and the record (then it
+    /// runs again: wrap effects that must not repeat in an idempotency key, or write them in
+    /// the transaction that completes the job with `complete_in`).
     ///
     /// The job's recorded steps are loaded once per attempt, at the first step. An error from
-    /// `f` records nothing and is returned as is. If the lease was lost, the output is not
-    /// recorded: the execution is stopped (nothing is finalized; the job's new owner runs the
-    /// step) and the step returns a retryable error. A store failure returns a retryable
-    /// error. A name is 1 to [`MAX_STEP_NAME`] bytes and identifies the step within the job;
+    /// `f` records nothing and is returned as is. If the record fails for a passing reason
+    /// (the database is unreachable for a moment), it is tried again, with a growing pause,
+    /// for as long as the attempt holds its lease (and within its timeout). If the lease was
+    /// lost, the output is not recorded: the execution is stopped (nothing is finalized; the
+    /// job's new owner runs the step) and the step returns a retryable error.
+    ///
+    /// An output that cannot be stored (it does not serialize, does not read back as `T`, as
+    /// NaN does not, holds a NUL character, is over [`MAX_STEP_OUTPUT`], or the database
+    /// refuses it) ends the job: the step returns a terminal error and the job is discarded
+    /// with class `step_unstorable` and a message naming the step, whatever the handler
+    /// returns, because `f`'s effect may have happened and must not run again on its own.
+    ///
+    /// A name is 1 to [`MAX_STEP_NAME`] bytes and identifies the step within the job;
     /// calling one name again returns its first output. Without a store (a context built with
     /// [`JobContext::new`] alone) `f` runs every time and nothing is recorded.
     ///
@@ -116,25 +145,46 @@ impl JobContext {
             return std::future::pending().await;
         }
         let output = f().await?;
-        let json = serde_json::to_string(&output).map_err(|e| {
-            JobError::terminal(format!(
-                "the output of step `{name}` does not serialize: {e}"
-            ))
-        })?;
-        match hooks.save_step(name, &json).await {
-            Ok(Finalized::Applied) => self.remember_step(name, json),
-            Ok(Finalized::LeaseLost) => {
-                hooks.lease_lost();
-                return Err(JobError::retryable(format!(
-                    "lease lost: the output of step `{name}` was not recorded"
-                )));
-            }
-            Err(e) => {
-                return Err(JobError::retryable(format!(
-                    "could not record the output of step `{name}`: {e}"
-                )))
+        let json = match storable_output(&output) {
+            Ok(json) => json,
+            Err(reason) => return Err(unstorable(hooks, name, &reason)),
+        };
+        let mut pause = RECORD_RETRY_FIRST;
+        loop {
+            match hooks.save_step(name, &json).await {
+                Ok(Finalized::Applied) => break,
+                Ok(Finalized::LeaseLost) => {
+                    hooks.lease_lost();
+                    return Err(JobError::retryable(format!(
+                        "lease lost: the output of step `{name}` was not recorded"
+                    )));
+                }
+                Err(e) if e.is_refused() => {
+                    return Err(unstorable(
+                        hooks,
+                        name,
+                        &format!("the database refused it: {e}"),
+                    ))
+                }
+                Err(e) if !hooks.lease_held() => {
+                    return Err(JobError::retryable(format!(
+                        "could not record the output of step `{name}` before the lease was \
+                         lost: {e}"
+                    )))
+                }
+                Err(e) => {
+                    tracing::warn!(
+                        step = name,
+                        error = %e,
+                        retry_in = ?pause,
+                        "could not record a step's output; trying again while the lease is held"
+                    );
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(RECORD_RETRY_MAX);
+                }
             }
         }
+        self.remember_step(name, json);
         if hooks.crash_at(FaultPoint::AfterStep, name) {
             return std::future::pending().await;
         }
@@ -175,6 +225,64 @@ impl JobContext {
                 .or_insert(json);
         }
     }
+}
+
+/// The first pause before a step's output is recorded again after a passing failure.
+const RECORD_RETRY_FIRST: Duration = Duration::from_millis(50);
+/// The longest pause between two tries to record a step's output.
+const RECORD_RETRY_MAX: Duration = Duration::from_secs(1);
+
+/// `output` as the JSON text a store can hold and give back as the same `T`, or why not.
+fn storable_output<T: Serialize + DeserializeOwned>(output: &T) -> Result<String, String> {
+    let json = serde_json::to_string(output).map_err(|e| format!("it does not serialize: {e}"))?;
+    if json.len() > MAX_STEP_OUTPUT {
+        return Err(format!(
+            "it is {} bytes of JSON, over the limit of {MAX_STEP_OUTPUT} bytes",
+            json.len()
+        ));
+    }
+    if has_escaped_nul(&json) {
+        return Err("it holds a NUL character (\\u0000), which cannot be stored".into());
+    }
+    // serde_json writes NaN and the infinities as `null`: what would come back is not what
+    // the step returned.
+    if let Err(e) = serde_json::from_str::<T>(&json) {
+        return Err(format!(
+            "it does not read back as `{}`: {e}",
+            std::any::type_name::<T>()
+        ));
+    }
+    Ok(json)
+}
+
+/// Whether JSON text holds the escape `\u0000` (a NUL character in a string or key). A
+/// backslash starts an escape when an even number of backslashes precede it.
+fn has_escaped_nul(json: &str) -> bool {
+    let bytes = json.as_bytes();
+    let mut from = 0;
+    while let Some(at) = json[from..].find("\\u0000").map(|i| i + from) {
+        let preceding = bytes[..at]
+            .iter()
+            .rev()
+            .take_while(|b| **b == b'\\')
+            .count();
+        if preceding % 2 == 0 {
+            return true;
+        }
+        from = at + 1;
+    }
+    false
+}
+
+/// Tells the runtime that step `name` cannot be stored, and returns the step's error.
+fn unstorable(hooks: &dyn AttemptHooks, name: &str, reason: &str) -> JobError {
+    let message = format!(
+        "the output of step `{name}` cannot be stored: {reason}; the step's effect may have \
+         happened, so the job is not retried (redrive it once the step is fixed)"
+    );
+    tracing::error!(step = name, %message, "step output cannot be stored: ending the job");
+    hooks.step_unstorable(name, &message);
+    JobError::terminal(message)
 }
 
 #[cfg(test)]

@@ -80,6 +80,38 @@ pub struct Renewal {
     pub lease: Lease,
     /// The new lease length from the database's now.
     pub extend_by: Duration,
+    /// The execution has outlived its timeout (or being told to stop) by the worker's
+    /// `stuck_after`: the store records since when (`JobRow::stuck_since`), for operators.
+    pub stuck: bool,
+}
+
+/// A lease given back without an outcome (see [`Store::release`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Release {
+    /// The lease held.
+    pub lease: Lease,
+    /// How long the job's handler ran before the worker stopped it (a shutdown), or `None`
+    /// when it never started (a prefetched job given back). An execution that ran leaves an
+    /// entry of class `released` in the job's history, not counted as an attempt.
+    pub ran_for: Option<Duration>,
+}
+
+impl Release {
+    /// A claimed job whose handler never started.
+    pub fn unstarted(lease: Lease) -> Self {
+        Release {
+            lease,
+            ran_for: None,
+        }
+    }
+
+    /// An execution that ran for `ran_for` and was stopped.
+    pub fn interrupted(lease: Lease, ran_for: Duration) -> Self {
+        Release {
+            lease,
+            ran_for: Some(ran_for),
+        }
+    }
 }
 
 /// What a heartbeat found.
@@ -176,6 +208,9 @@ pub struct JobRow {
     pub tags: Vec<String>,
     /// Its tenant.
     pub tenant: Option<String>,
+    /// Since when its running execution has been reported stuck: it outlived its timeout
+    /// (or being told to stop) by the worker's `stuck_after` and still holds its lease.
+    pub stuck_since: Option<DateTime<Utc>>,
 }
 
 /// Wake-ups from the store: the name of a queue that has new work.
@@ -204,14 +239,20 @@ pub trait Store: Clone + Send + Sync + 'static {
         request: &ClaimRequest,
     ) -> impl Future<Output = Result<Vec<ClaimedJob>, StoreError>> + Send;
 
-    /// Renews many leases in one statement, guarded by `(id, lock_token)` and `running`.
+    /// Renews many leases in one statement, guarded by `(id, lock_token)` and `running`, and
+    /// records which of them are stuck ([`Renewal::stuck`]; cleared when not).
     fn heartbeat(
         &self,
         renewals: &[Renewal],
     ) -> impl Future<Output = Result<HeartbeatReport, StoreError>> + Send;
 
     /// Applies many outcomes in one statement, each guarded by `(id, lock_token)` and
-    /// `running`. Returns one [`Finalized`] per item, in order.
+    /// `running`. Returns one [`Finalized`] per item, in order. Each error message is stored
+    /// as [`storable_text`](crate::storable_text) makes it (at most
+    /// [`MAX_ERROR_MESSAGE`](crate::MAX_ERROR_MESSAGE) bytes, no NUL), and the history keeps
+    /// its first and latest entries, [`MAX_ERROR_HISTORY`](crate::MAX_ERROR_HISTORY) in all.
+    /// When the database refuses the batch for what one item holds, the error is
+    /// [`StoreError::is_refused`], so the caller can write the items one at a time.
     fn finalize(
         &self,
         batch: &[Finalize],
@@ -219,18 +260,40 @@ pub trait Store: Clone + Send + Sync + 'static {
 
     /// Recovers up to `limit` jobs whose lease expired (`running` and `locked_until` before the
     /// database's now), and only those: back to `retryable` with the attempt counted, or to
-    /// `discarded` when attempts are exhausted.
+    /// `discarded` when attempts are exhausted. A rescued job keeps its `run_at` (it was due
+    /// when it was claimed), so it does not queue behind jobs that became due after it.
     fn rescue_expired(
         &self,
         limit: u32,
     ) -> impl Future<Output = Result<Rescued, StoreError>> + Send;
 
-    /// Gives leases back on shutdown, guarded by `(id, lock_token)`: the jobs become
-    /// `available` at once and the attempt is not counted. Returns how many were released.
-    fn release(&self, leases: &[Lease]) -> impl Future<Output = Result<u64, StoreError>> + Send;
+    /// Gives leases back without an outcome, guarded by `(id, lock_token)`: the jobs become
+    /// `available` at once (keeping their place: `run_at` is not moved later) and the attempt
+    /// is not counted. A release of an execution that ran ([`Release::ran_for`]) appends an
+    /// entry of class `released` to the job's history. Returns how many were released.
+    fn release(&self, releases: &[Release])
+        -> impl Future<Output = Result<u64, StoreError>> + Send;
 
     /// Reads one job.
     fn get(&self, id: JobId) -> impl Future<Output = Result<Option<JobRow>, StoreError>> + Send;
+
+    /// A handle on the same database that shares no connection with `self` or with any
+    /// other handle: at most `connections` of its own, opened on first use on the Tokio
+    /// runtime this is called from, named `purpose` where the database shows it (PostgreSQL:
+    /// `application_name`). The worker runs its own statements through such handles, one for
+    /// its lease keeper (on a thread of its own) and one for the rest, so that nothing a
+    /// handler does with the application's connections can delay or corrupt them. A store
+    /// without connections of its own returns a clone, the default.
+    fn dedicated(&self, purpose: &str, connections: u32) -> Self {
+        let _ = (purpose, connections);
+        self.clone()
+    }
+
+    /// Closes the connections of a handle made by [`dedicated`](Self::dedicated), waiting for
+    /// them to be given back; does nothing on any other handle (the default).
+    fn close(&self) -> impl Future<Output = ()> + Send {
+        std::future::ready(())
+    }
 
     /// Subscribes to new-work notifications. Wake-ups are hints: a worker also polls, so a
     /// backend without notifications may return a receiver that never yields.

@@ -234,6 +234,14 @@ impl Admin for PgStore {
             .fetch_one(self.pool())
             .await
             .map_err(Error::query("stats_oldest"))?;
+        let stuck: i64 = sqlx::query_scalar(sql::STATS_STUCK)
+            .bind(&filter.kind)
+            .bind(&filter.queue)
+            .bind(&filter.tenant)
+            .bind(&filter.tag)
+            .fetch_one(self.pool())
+            .await
+            .map_err(Error::query("stats_stuck"))?;
         let counts = counts
             .into_iter()
             .map(|(queue, state, n)| {
@@ -248,6 +256,7 @@ impl Admin for PgStore {
             counts,
             oldest_available_age: oldest.map(|ms| Duration::from_millis(ms.unsigned_abs())),
             dead_letters: 0,
+            stuck: stuck.unsigned_abs(),
         };
         stats.dead_letters = stats.in_state(JobState::Discarded);
         Ok(stats)

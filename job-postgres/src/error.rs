@@ -53,9 +53,39 @@ impl Error {
     }
 }
 
+impl Error {
+    /// Whether the database refused what a statement was given, so that the same statement
+    /// with the same input fails again: a data exception (an invalid byte sequence such as a
+    /// NUL, a value out of range), an integrity or limit violation, a privilege, an exception
+    /// raised by a trigger. Lost connections, timeouts, deadlocks, serialization failures,
+    /// shortages and shutdowns are not refusals: they pass.
+    pub fn is_refusal(&self) -> bool {
+        let Error::Query { source, .. } = self else {
+            return false;
+        };
+        match source {
+            sqlx::Error::Encode(_) => true,
+            sqlx::Error::Database(db) => match db.code() {
+                Some(code) => !PASSING_CLASSES.iter().any(|c| code.starts_with(c)),
+                None => false,
+            },
+            _ => false,
+        }
+    }
+}
+
+/// SQLSTATE classes and codes of errors that pass: connection exception, transaction rollback
+/// (deadlock, serialization), insufficient resources, operator intervention (shutdown, a
+/// cancelled statement), system error, lock not available, internal error.
+const PASSING_CLASSES: &[&str] = &["08", "40", "53", "57", "58", "55P03", "XX"];
+
 impl From<Error> for job_core::StoreError {
     fn from(error: Error) -> Self {
-        job_core::StoreError::new(error)
+        if error.is_refusal() {
+            job_core::StoreError::refused(error)
+        } else {
+            job_core::StoreError::new(error)
+        }
     }
 }
 

@@ -2,11 +2,12 @@
 //! Each takes any executor, so a caller can run one inside its own transaction.
 
 use std::collections::HashSet;
+use std::time::Duration;
 
 use job_core::store::duration_millis;
 use job_core::{
-    ClaimRequest, ClaimedJob, Finalize, Finalized, HeartbeatReport, JobId, JobState, Lease,
-    Outcome, Renewal, Rescued,
+    storable_text, ClaimRequest, ClaimedJob, Finalize, Finalized, HeartbeatReport, JobId, JobState,
+    Lease, Outcome, Release, Renewal, Rescued, MAX_ERROR_MESSAGE,
 };
 use sqlx::{PgExecutor, PgPool, Row};
 use uuid::Uuid;
@@ -109,10 +110,12 @@ pub(crate) async fn heartbeat<'e, E: PgExecutor<'e>>(
         .iter()
         .map(|r| duration_millis(r.extend_by))
         .collect();
+    let stuck: Vec<bool> = renewals.iter().map(|r| r.stuck).collect();
     let renewed: Vec<(JobId, bool)> = sqlx::query_as(sql::HEARTBEAT)
         .bind(&ids)
         .bind(tokens)
         .bind(leases)
+        .bind(stuck)
         .fetch_all(executor)
         .await
         .map_err(Error::query("heartbeat"))?;
@@ -129,7 +132,11 @@ pub(crate) async fn heartbeat<'e, E: PgExecutor<'e>>(
     Ok(report)
 }
 
-/// One [`Finalize`] as the columns of `sql/finalize.sql`.
+/// The longest delay written: far beyond any backoff, and far inside what a timestamp holds
+/// (a `Duration::MAX` snooze would overflow `now() + interval` and be refused).
+const MAX_DELAY: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// One [`Finalize`] as the columns of `sql/finalize.sql`; every message made storable.
 struct Columns {
     ids: Vec<JobId>,
     tokens: Vec<Uuid>,
@@ -189,11 +196,13 @@ impl Columns {
             c.ids.push(item.lease.id);
             c.tokens.push(item.lease.token);
             c.states.push(state.as_str());
-            c.delays_ms.push(delay.map(duration_millis));
+            c.delays_ms
+                .push(delay.map(|d| duration_millis(d.min(MAX_DELAY))));
             c.snoozes.push(snooze);
             c.error_attempts.push(error.and_then(|e| e.0));
             c.error_classes.push(error.map(|e| e.1));
-            c.error_messages.push(error.map(|e| e.2.clone()));
+            c.error_messages
+                .push(error.map(|e| storable_text(e.2, MAX_ERROR_MESSAGE).into_owned()));
         }
         c
     }
@@ -253,16 +262,21 @@ pub(crate) async fn rescue_expired<'e, E: PgExecutor<'e>>(
 /// Gives leases back, guarded by (id, lock_token) and running.
 pub(crate) async fn release<'e, E: PgExecutor<'e>>(
     executor: E,
-    leases: &[Lease],
+    releases: &[Release],
 ) -> Result<u64, Error> {
-    if leases.is_empty() {
+    if releases.is_empty() {
         return Ok(0);
     }
-    let ids: Vec<JobId> = leases.iter().map(|l| l.id).collect();
-    let tokens: Vec<Uuid> = leases.iter().map(|l| l.token).collect();
+    let ids: Vec<JobId> = releases.iter().map(|r| r.lease.id).collect();
+    let tokens: Vec<Uuid> = releases.iter().map(|r| r.lease.token).collect();
+    let ran_ms: Vec<Option<i64>> = releases
+        .iter()
+        .map(|r| r.ran_for.map(duration_millis))
+        .collect();
     let (released, _woken): (i64, i64) = sqlx::query_as(sql::RELEASE)
         .bind(ids)
         .bind(tokens)
+        .bind(ran_ms)
         .fetch_one(executor)
         .await
         .map_err(Error::query("release"))?;

@@ -37,6 +37,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "steps",
         sql: include_str!("../migrations/0003_steps.sql"),
     },
+    Migration {
+        version: 4,
+        name: "isolation",
+        sql: include_str!("../migrations/0004_isolation.sql"),
+    },
 ];
 
 /// Brings the `job` schema up to date. Safe to run from many processes at once (an advisory

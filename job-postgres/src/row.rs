@@ -71,5 +71,6 @@ pub(crate) fn decode(id: JobId, row: &PgRow) -> Result<JobRow, Error> {
         unique_key: row.try_get("unique_key").map_err(column("unique_key"))?,
         tags: row.try_get("tags").map_err(column("tags"))?,
         tenant: row.try_get("tenant").map_err(column("tenant"))?,
+        stuck_since: row.try_get("stuck_since").map_err(column("stuck_since"))?,
     })
 }

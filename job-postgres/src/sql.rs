@@ -34,3 +34,5 @@ pub(crate) const MIGRATE_INSTALLED: &str = include_str!("sql/migrate_installed.s
 pub(crate) const MIGRATE_BOOTSTRAP: &str = include_str!("sql/migrate_bootstrap.sql");
 pub(crate) const MIGRATE_APPLIED: &str = include_str!("sql/migrate_applied.sql");
 pub(crate) const MIGRATE_RECORD: &str = include_str!("sql/migrate_record.sql");
+pub(crate) const POOL_IN_TRANSACTION: &str = include_str!("sql/pool_in_transaction.sql");
+pub(crate) const STATS_STUCK: &str = include_str!("sql/stats_stuck.sql");

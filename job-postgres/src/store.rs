@@ -2,9 +2,11 @@
 
 use job_core::{
     ClaimRequest, ClaimedJob, EnqueueError, Finalize, Finalized, HeartbeatReport, JobId, JobRow,
-    Lease, NewJob, Renewal, Rescued, Store, StoreError, Wakeups, DEFAULT_PAYLOAD_LIMIT,
+    Lease, NewJob, Release, Renewal, Rescued, Store, StoreError, Wakeups, DEFAULT_PAYLOAD_LIMIT,
 };
 use sqlx::PgPool;
+
+use crate::pool::pool_options;
 
 use crate::error::Error;
 use crate::{enqueue, lease, listen, migrate, row};
@@ -19,6 +21,8 @@ const ENQUEUE_CHUNK: usize = 10_000;
 pub struct PgStore {
     pool: PgPool,
     payload_limit: usize,
+    /// The pool was made by [`Store::dedicated`], so [`Store::close`] closes it.
+    dedicated: bool,
 }
 
 impl PgStore {
@@ -27,12 +31,14 @@ impl PgStore {
         PgStore {
             pool,
             payload_limit: DEFAULT_PAYLOAD_LIMIT,
+            dedicated: false,
         }
     }
 
-    /// Opens a pool to `url` (`postgres://user@host/db`) and wraps it.
+    /// Opens a pool to `url` (`postgres://user@host/db`), built with [`pool_options`]
+    /// (connections left inside a transaction are never reused), and wraps it.
     pub async fn connect(url: &str) -> Result<Self, Error> {
-        let pool = PgPool::connect(url).await.map_err(Error::Connect)?;
+        let pool = pool_options().connect(url).await.map_err(Error::Connect)?;
         Ok(PgStore::new(pool))
     }
 
@@ -118,8 +124,8 @@ impl Store for PgStore {
         Ok(lease::rescue_expired(&self.pool, limit).await?)
     }
 
-    async fn release(&self, leases: &[Lease]) -> Result<u64, StoreError> {
-        Ok(lease::release(&self.pool, leases).await?)
+    async fn release(&self, releases: &[Release]) -> Result<u64, StoreError> {
+        Ok(lease::release(&self.pool, releases).await?)
     }
 
     async fn get(&self, id: JobId) -> Result<Option<JobRow>, StoreError> {
@@ -128,6 +134,28 @@ impl Store for PgStore {
 
     async fn listen(&self) -> Result<Wakeups, StoreError> {
         Ok(listen::listen(&self.pool).await?)
+    }
+
+    fn dedicated(&self, purpose: &str, connections: u32) -> Self {
+        let options = (*self.pool.connect_options())
+            .clone()
+            .application_name(purpose);
+        let pool = pool_options()
+            .max_connections(connections.max(1))
+            .min_connections(0)
+            .idle_timeout(Some(std::time::Duration::from_secs(60)))
+            .connect_lazy_with(options);
+        PgStore {
+            pool,
+            payload_limit: self.payload_limit,
+            dedicated: true,
+        }
+    }
+
+    async fn close(&self) {
+        if self.dedicated {
+            self.pool.close().await;
+        }
     }
 
     // --- lifecycle: unique jobs, cancellation, dead letters, pausing, pruning, stats ---

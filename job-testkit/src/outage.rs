@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use job_core::{
     ClaimRequest, ClaimedJob, Finalize, Finalized, HeartbeatReport, JobId, JobRow, Lease, NewJob,
-    Renewal, Rescued, Store, StoreError, Wakeups,
+    Release, Renewal, Rescued, Store, StoreError, Wakeups,
 };
 use tokio::time::Instant;
 
@@ -143,8 +143,8 @@ impl<S: Store> Store for OutageStore<S> {
         self.call(self.inner.rescue_expired(limit)).await
     }
 
-    async fn release(&self, leases: &[Lease]) -> Result<u64, StoreError> {
-        self.call(self.inner.release(leases)).await
+    async fn release(&self, releases: &[Release]) -> Result<u64, StoreError> {
+        self.call(self.inner.release(releases)).await
     }
 
     async fn get(&self, id: JobId) -> Result<Option<JobRow>, StoreError> {
@@ -153,6 +153,19 @@ impl<S: Store> Store for OutageStore<S> {
 
     async fn listen(&self) -> Result<Wakeups, StoreError> {
         self.call(self.inner.listen()).await
+    }
+
+    /// The inner store's dedicated handle, under the same outage: a worker's lease keeper and
+    /// runtime lose the database together with everything else.
+    fn dedicated(&self, purpose: &str, connections: u32) -> Self {
+        OutageStore {
+            inner: self.inner.dedicated(purpose, connections),
+            state: self.state.clone(),
+        }
+    }
+
+    async fn close(&self) {
+        self.inner.close().await;
     }
 
     // --- lifecycle: unique jobs, cancellation, dead letters, pausing, pruning, stats ---

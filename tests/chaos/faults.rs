@@ -17,8 +17,7 @@ async fn crash_everyone_at(point: FaultPoint, job_ms: u64) -> (Chaos, Vec<job::J
         .unwrap()
         .start();
     let rows = chaos.all_terminal(&ids).await;
-    let stats = worker.stats();
-    worker.shutdown().await;
+    let stats = worker.shutdown().await.stats;
     assert_eq!(
         faults.crashes().len(),
         12,

@@ -28,8 +28,7 @@ async fn a_stalled_database_loses_no_job_and_applies_no_stale_outcome() {
     under_way(&worker).await;
     store.stall_for(Duration::from_millis(900));
     let rows = chaos.all_terminal(&ids).await;
-    let stats = worker.stats();
-    worker.shutdown().await;
+    let stats = worker.shutdown().await.stats;
     assert!(
         store.calls_refused() > 0,
         "the outage should have hit some calls"
@@ -52,8 +51,7 @@ async fn a_failing_database_loses_no_job_and_the_worker_recovers() {
     under_way(&worker).await;
     store.fail_for(Duration::from_millis(700));
     let rows = chaos.all_terminal(&ids).await;
-    let stats = worker.stats();
-    worker.shutdown().await;
+    let stats = worker.shutdown().await.stats;
     assert!(store.calls_refused() > 0);
     assert_each_completed(&rows);
     chaos.timeline.assert_never_concurrent();

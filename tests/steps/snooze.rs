@@ -36,8 +36,7 @@ async fn a_job_that_always_snoozes_is_discarded_once_it_reaches_the_snooze_limit
         .unwrap()
         .start();
     let row = h.reaches(id, JobState::Discarded).await;
-    let stats = worker.stats();
-    worker.shutdown().await;
+    let stats = worker.shutdown().await.stats;
     let snoozes: i32 = sqlx::query_scalar("SELECT snoozes FROM job.jobs WHERE id = $1")
         .bind(id)
         .fetch_one(h.store.pool())

@@ -103,8 +103,7 @@ async fn a_job_completed_in_the_handlers_transaction_commits_with_its_rows_and_n
         (worker.in_flight() == 0).then_some(())
     })
     .await;
-    let stats = worker.stats();
-    worker.shutdown().await;
+    let stats = worker.shutdown().await.stats;
     assert_eq!(shipments(h.store.pool(), id).await, [1]);
     assert_eq!((row.attempt, row.lock_token), (1, None));
     assert!(row.finalized_at.is_some() && row.errors.is_empty());
@@ -121,8 +120,7 @@ async fn a_crash_between_the_handlers_write_and_its_commit_leaves_neither_the_ro
 ) {
     let (h, _effects, id, worker) = ship(Then::PanicBeforeCommitOnce).await;
     let row = h.reaches(id, JobState::Completed).await;
-    let stats = worker.stats();
-    worker.shutdown().await;
+    let stats = worker.shutdown().await.stats;
     // Attempt 1's shipment and completion rolled back together, so the worker's own finalize
     // of the panic applied (a retry); attempt 2 committed both.
     assert_eq!(shipments(h.store.pool(), id).await, [2]);

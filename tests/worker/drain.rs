@@ -58,7 +58,15 @@ async fn shutdown_releases_unfinished_leases_for_another_worker() {
         );
         assert_eq!(row.attempt, 0, "a released attempt is not counted");
         assert_eq!(row.lock_token, None);
-        assert!(row.errors.is_empty());
+        assert_eq!(
+            row.errors.len(),
+            1,
+            "the stopped execution is in the history"
+        );
+        assert_eq!(
+            (row.errors[0].attempt, row.errors[0].class.as_str()),
+            (1, "released")
+        );
     }
     let gate = Gate::default();
     gate.open();

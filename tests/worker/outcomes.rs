@@ -16,9 +16,10 @@ async fn a_job_runs_and_completes() {
     assert_eq!(row.lock_token, None);
     assert_eq!(row.locked_until, None);
     assert!(row.errors.is_empty());
-    let stats = worker.stats();
+    let report = worker.shutdown().await;
+    assert!(report.finished_in_time);
+    let stats = report.stats;
     assert_eq!((stats.claimed, stats.completed), (1, 1));
-    assert!(worker.shutdown().await.finished_in_time);
 }
 
 #[tokio::test]

@@ -43,6 +43,56 @@ impl<S: Store> Worker<S> {
     pub fn id(&self) -> &str {
         &self.config.id
     }
+
+    /// The connections this worker opens of its own, besides the application's pool: the
+    /// lease keeper's, on its own thread, and the rest of the runtime's (claims, at most two
+    /// in flight per queue; the completer; releases; durable steps; maintenance; the LISTEN
+    /// connection), sized by [`WorkerConfig::connections`]. Handlers never use them, so
+    /// handlers holding every connection of the application's pool cannot delay a heartbeat,
+    /// a claim or an outcome; size the application's pool for the handlers alone.
+    pub fn connections(&self) -> ConnectionBudget {
+        ConnectionBudget {
+            lease_keeper: super::keeper::KEEPER_CONNECTIONS,
+            runtime: self
+                .config
+                .connections
+                .unwrap_or_else(|| default_connections(self.queues.len())),
+        }
+    }
+}
+
+/// The database connections a worker opens of its own (see [`Worker::connections`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ConnectionBudget {
+    /// The lease keeper's: 2.
+    pub lease_keeper: u32,
+    /// The rest of the runtime's.
+    pub runtime: u32,
+}
+
+impl ConnectionBudget {
+    /// Both together: the most connections the worker holds at once.
+    pub fn total(&self) -> u32 {
+        self.lease_keeper + self.runtime
+    }
+}
+
+/// The default runtime connections: two claims in flight per queue, plus the completer, the
+/// LISTEN connection, maintenance and one for steps and releases.
+fn default_connections(queues: usize) -> u32 {
+    u32::try_from(queues)
+        .unwrap_or(u32::MAX / 4)
+        .saturating_mul(2)
+        .saturating_add(4)
+}
+
+/// The fewest runtime connections a worker can work with: one claim per queue, the completer,
+/// the LISTEN connection and one for the rest.
+fn min_connections(queues: usize) -> u32 {
+    u32::try_from(queues)
+        .unwrap_or(u32::MAX / 4)
+        .saturating_add(3)
 }
 
 /// Builds a [`Worker`].
@@ -113,6 +163,13 @@ impl<S: Store> WorkerBuilder<S> {
     /// Sets how long shutdown waits for running jobs.
     pub fn drain_timeout(mut self, timeout: Duration) -> Self {
         self.config.drain_timeout = timeout;
+        self
+    }
+
+    /// Sets how many connections the worker opens for its own statements, apart from the
+    /// lease keeper's (see [`WorkerConfig::connections`]).
+    pub fn connections(mut self, connections: u32) -> Self {
+        self.config.connections = Some(connections);
         self
     }
 
@@ -188,6 +245,29 @@ impl<S: Store> WorkerBuilder<S> {
         }
         if c.prefetch_ttl.is_zero() {
             return Err(invalid("prefetch_ttl", "must be greater than zero".into()));
+        }
+        if c.shutdown_grace.is_zero() {
+            return Err(invalid(
+                "shutdown_grace",
+                "must be greater than zero".into(),
+            ));
+        }
+        if c.stuck_after.is_zero() {
+            return Err(invalid("stuck_after", "must be greater than zero".into()));
+        }
+        if let Some(n) = c.connections {
+            let least = min_connections(self.queues.len());
+            if n < least {
+                return Err(invalid(
+                    "connections",
+                    format!(
+                        "a worker with {} queue(s) needs at least {least} connections of its \
+                         own (one claim per queue, the completer, the LISTEN connection and \
+                         one for the rest), got {n}",
+                        self.queues.len()
+                    ),
+                ));
+            }
         }
         if c.finalize_batch == 0 {
             return Err(invalid("finalize_batch", "must be at least 1".into()));

@@ -1,6 +1,12 @@
 //! Writes outcomes in batches: whatever accumulated while the previous statement ran goes in
 //! the next one. Every write stays guarded by its lease token; an outcome is never dropped
 //! because of batching, only because its lease was lost.
+//!
+//! One outcome the database refuses (a value it cannot store, a constraint or trigger of the
+//! application's) never holds up the others: a refused batch is written again one outcome at
+//! a time, so the rest land at once; the refused outcome is tried alone a few times, then made
+//! storable ([`Outcome::made_storable`]), then replaced by a discard of class `unstorable`,
+//! and if even that is refused it is left to the rescuer (its lease is no longer renewed).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,12 +15,20 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::context::AttemptInfo;
+use crate::error::StoreError;
 use crate::fault::FaultPoint;
-use crate::outcome::Outcome;
+use crate::outcome::{ErrorClass, Failure, Outcome};
 use crate::store::{Finalize, Finalized, Store};
 
 use super::run::Shared;
 use super::stats::bump;
+
+/// How often an outcome refused alone is tried again as it is, before it is made storable.
+const REFUSED_TRIES: u32 = 3;
+/// The longest text of an outcome made storable after a refusal, in bytes.
+const STRICT_TEXT: usize = 1024;
+/// The longest delay of an outcome made storable after a refusal.
+const STRICT_DELAY: Duration = Duration::from_secs(30 * 24 * 3600);
 
 /// An outcome on its way to the store.
 pub(crate) struct Completion {
@@ -59,24 +73,12 @@ pub(crate) async fn run<S: Store>(
     }
 }
 
+/// Writes `batch`, retrying a statement that failed for a passing reason (outcomes are
+/// never dropped for that); a refused batch is written one outcome at a time.
 async fn flush<S: Store>(shared: &Shared<S>, batch: &mut Vec<Completion>) {
     let mut failures = 0u32;
     loop {
-        // An outcome whose lease this worker no longer holds (fenced while the store was
-        // unreachable) must not be written: another worker may own the job.
-        batch.retain(|c| {
-            let held = shared.inflight.holds(&c.finalize.lease);
-            if !held && c.finalized_by_handler {
-                shared.counters.applied(&Outcome::Complete);
-            } else if !held {
-                bump(&shared.counters.lease_lost, 1);
-                tracing::warn!(
-                    id = c.info.id,
-                    "outcome dropped: lease lost before it was written"
-                );
-            }
-            held
-        });
+        drop_lost(shared, batch);
         if batch.is_empty() {
             return;
         }
@@ -84,43 +86,147 @@ async fn flush<S: Store>(shared: &Shared<S>, batch: &mut Vec<Completion>) {
         match shared.store.finalize(&items).await {
             Ok(results) => {
                 for (c, result) in batch.drain(..).zip(results) {
-                    shared.inflight.remove(&c.finalize.lease);
-                    match result {
-                        Finalized::Applied => {
-                            shared.counters.applied(&c.finalize.outcome);
-                            tracing::debug!(
-                                id = c.info.id,
-                                outcome = c.finalize.outcome.name(),
-                                "finalized"
-                            );
-                        }
-                        Finalized::LeaseLost if c.finalized_by_handler => {
-                            // The handler's own transaction completed the job.
-                            shared.counters.applied(&Outcome::Complete);
-                            tracing::debug!(
-                                id = c.info.id,
-                                "finalized by the handler's own transaction"
-                            );
-                        }
-                        Finalized::LeaseLost => {
-                            bump(&shared.counters.lease_lost, 1);
-                            tracing::warn!(
-                                id = c.info.id,
-                                outcome = c.finalize.outcome.name(),
-                                "stale lease: outcome dropped, not applied"
-                            );
-                        }
-                    }
-                    shared.crashes_at(FaultPoint::AfterFinalize, &c.info);
+                    applied(shared, &c, result);
+                }
+                return;
+            }
+            Err(e) if e.is_refused() && batch.len() > 1 => {
+                tracing::warn!(
+                    error = %e,
+                    outcomes = batch.len(),
+                    "finalize refused: writing the outcomes one at a time"
+                );
+                for c in batch.drain(..) {
+                    write_alone(shared, c).await;
+                }
+                return;
+            }
+            Err(e) if e.is_refused() => {
+                if let Some(c) = batch.pop() {
+                    write_alone(shared, c).await;
                 }
                 return;
             }
             Err(e) => {
                 failures += 1;
-                tracing::warn!(error = %e, pending = batch.len(), "finalize failed; retrying");
-                let pause = Duration::from_millis(20) * failures.min(50);
-                tokio::time::sleep(pause).await;
+                pause_after(&e, failures, batch.len()).await;
             }
         }
     }
+}
+
+/// Writes one outcome alone: as it is (a few times), then made storable, then as a discard of
+/// class `unstorable`; refused even so, it is given up and its lease left to expire.
+async fn write_alone<S: Store>(shared: &Shared<S>, mut c: Completion) {
+    let mut refusals = 0u32;
+    let mut failures = 0u32;
+    loop {
+        if !shared.inflight.holds(&c.finalize.lease) {
+            let mut one = vec![c];
+            drop_lost(shared, &mut one);
+            return;
+        }
+        let error = match shared
+            .store
+            .finalize(std::slice::from_ref(&c.finalize))
+            .await
+        {
+            Ok(results) => {
+                let result = results.first().copied().unwrap_or(Finalized::LeaseLost);
+                applied(shared, &c, result);
+                return;
+            }
+            Err(e) if !e.is_refused() => {
+                failures += 1;
+                pause_after(&e, failures, 1).await;
+                continue;
+            }
+            Err(e) => e,
+        };
+        refusals += 1;
+        let id = c.info.id;
+        let outcome = c.finalize.outcome.name();
+        if refusals < REFUSED_TRIES {
+            tracing::warn!(id, outcome, error = %error, refusals, "outcome refused; trying it alone again");
+            tokio::time::sleep(Duration::from_millis(50) * refusals).await;
+        } else if refusals == REFUSED_TRIES {
+            tracing::warn!(id, outcome, error = %error, "outcome refused; writing it made storable");
+            c.finalize.outcome = c.finalize.outcome.made_storable(STRICT_TEXT, STRICT_DELAY);
+        } else if refusals == REFUSED_TRIES + 1 {
+            bump(&shared.counters.unstorable, 1);
+            tracing::error!(id, outcome, error = %error, "outcome refused even made storable; discarding the job");
+            c.finalize.outcome = Outcome::Discard {
+                failure: Failure {
+                    attempt: c.info.attempt,
+                    class: ErrorClass::Unstorable,
+                    message: format!(
+                        "the database refused this attempt's outcome (`{outcome}`) {refusals} \
+                         times, the last time with: {}",
+                        crate::text::storable_text(&error.to_string(), STRICT_TEXT)
+                    ),
+                },
+            };
+        } else {
+            tracing::error!(
+                id,
+                error = %error,
+                "even a discard of this job is refused: leaving it to the rescuer"
+            );
+            shared.inflight.remove(&c.finalize.lease);
+            return;
+        }
+    }
+}
+
+/// Logs a failed finalize and waits before the next try: 20 ms more per failure, up to 1 s.
+async fn pause_after(error: &StoreError, failures: u32, pending: usize) {
+    tracing::warn!(error = %error, pending, "finalize failed; retrying");
+    tokio::time::sleep(Duration::from_millis(20) * failures.min(50)).await;
+}
+
+/// Drops the outcomes whose lease this worker no longer holds (fenced while the store was
+/// unreachable): another worker may own the job, so they must not be written.
+fn drop_lost<S>(shared: &Shared<S>, batch: &mut Vec<Completion>) {
+    batch.retain(|c| {
+        let held = shared.inflight.holds(&c.finalize.lease);
+        if !held && c.finalized_by_handler {
+            shared.counters.applied(&Outcome::Complete);
+        } else if !held {
+            bump(&shared.counters.lease_lost, 1);
+            tracing::warn!(
+                id = c.info.id,
+                "outcome dropped: lease lost before it was written"
+            );
+        }
+        held
+    });
+}
+
+/// Counts and logs what the store did with one outcome, and forgets its execution.
+fn applied<S>(shared: &Shared<S>, c: &Completion, result: Finalized) {
+    match result {
+        Finalized::Applied => {
+            shared.counters.applied(&c.finalize.outcome);
+            tracing::debug!(
+                id = c.info.id,
+                outcome = c.finalize.outcome.name(),
+                "finalized"
+            );
+        }
+        Finalized::LeaseLost if c.finalized_by_handler => {
+            // The handler's own transaction completed the job.
+            shared.counters.applied(&Outcome::Complete);
+            tracing::debug!(id = c.info.id, "finalized by the handler's own transaction");
+        }
+        Finalized::LeaseLost => {
+            bump(&shared.counters.lease_lost, 1);
+            tracing::warn!(
+                id = c.info.id,
+                outcome = c.finalize.outcome.name(),
+                "stale lease: outcome dropped, not applied"
+            );
+        }
+    }
+    shared.inflight.remove(&c.finalize.lease);
+    shared.crashes_at(FaultPoint::AfterFinalize, &c.info);
 }

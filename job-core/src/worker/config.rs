@@ -31,12 +31,30 @@ pub struct WorkerConfig {
     pub prefetch_ttl: Duration,
     /// The most outcomes one finalize statement writes. Defaults to 1,000.
     pub finalize_batch: usize,
-    /// How long shutdown waits for running jobs before releasing their leases. Defaults to
-    /// 30 seconds.
+    /// How long shutdown waits for running jobs before stopping them. Defaults to 30 seconds.
     pub drain_timeout: Duration,
+    /// How long shutdown gives the executions it stopped after `drain_timeout` to end, and
+    /// the outcomes of those that did to be written. Stopped executions keep their leases
+    /// (renewed) until their code ends; those still running after this are abandoned: their
+    /// leases are neither released nor renewed and expire in the store. `shutdown()` returns
+    /// within `drain_timeout + shutdown_grace` plus the release of the leases left, itself
+    /// bounded by [`RELEASE_TIMEOUT`](crate::worker::RELEASE_TIMEOUT). Defaults to 10 seconds.
+    pub shutdown_grace: Duration,
+    /// How long an execution's code may run past its timeout, or past being told to stop (a
+    /// lost lease, a cancel, a shutdown), before it is reported stuck: logged at ERROR,
+    /// counted in [`WorkerStats::stuck`](crate::worker::WorkerStats::stuck) and recorded in
+    /// the job row's `stuck_since` (through `Admin`). A stuck execution keeps its slot and its
+    /// lease until its code returns. Defaults to 10 seconds.
+    pub stuck_after: Duration,
+    /// The most connections the worker opens for its own statements (claims, outcomes,
+    /// releases, durable steps, maintenance and the LISTEN connection), apart from the
+    /// application's pool and from the two connections of the lease keeper. `None` (the
+    /// default) takes 2 per queue + 4. See [`Worker::connections`](crate::worker::Worker::connections).
+    pub connections: Option<u32>,
     /// The heartbeat period. Defaults to a third of the shortest lease of the registered jobs.
     pub heartbeat_interval: Option<Duration>,
-    /// The rescuer of expired leases. Defaults to [`RescuerConfig::default`].
+    /// The rescuer of expired leases. Defaults to [`RescuerConfig::default`]; it runs at least
+    /// every half of the shortest registered lease.
     pub rescuer: RescuerConfig,
     /// The pruner of finished jobs and expirer of deadlines. Defaults to
     /// [`PrunerConfig::default`].
@@ -57,6 +75,9 @@ impl Default for WorkerConfig {
             prefetch_ttl: Duration::from_secs(5),
             finalize_batch: 1000,
             drain_timeout: Duration::from_secs(30),
+            shutdown_grace: Duration::from_secs(10),
+            stuck_after: Duration::from_secs(10),
+            connections: None,
             heartbeat_interval: None,
             rescuer: RescuerConfig::default(),
             pruner: PrunerConfig::default(),

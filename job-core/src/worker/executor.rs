@@ -1,21 +1,30 @@
 //! Runs one claimed job: decode, perform under its timeout, classify the result into an
 //! [`Outcome`] (snoozes bounded by [`DEFAULT_MAX_SNOOZES`]), hand it to the completer. A panic,
-//! a timeout or a lease loss never takes the worker down. The handler's context reaches the
-//! store for durable steps through [`Hooks`].
+//! a timeout or a lease loss never takes the worker down.
+//!
+//! An execution ends when its code ends: after a timeout, a lost lease or a shutdown the
+//! handler is aborted, and the executor waits until its code has really returned (and every
+//! closure it started through `JobContext::blocking`) before it writes the outcome or gives
+//! the lease back. Meanwhile the lease stays held and renewed (unless it was lost), and the
+//! slot stays taken. The handler's context reaches the store for durable steps through
+//! [`Hooks`].
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use tokio::sync::OwnedSemaphorePermit;
+use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::context::{AttemptInfo, JobContext};
 use crate::error::StoreError;
 use crate::fault::{Fault, FaultPoint};
-use crate::outcome::{run_attempt, AttemptEnd, ErrorClass, Failure, Outcome, DEFAULT_MAX_SNOOZES};
+use crate::outcome::{
+    run_task, AttemptEnd, ErrorClass, Failure, Outcome, StopCause, DEFAULT_MAX_SNOOZES,
+};
 use crate::step::{AttemptHooks, BoxFuture};
-use crate::store::{ClaimedJob, Finalize, Finalized, Lease, Store};
+use crate::store::{ClaimedJob, Finalize, Finalized, Lease, Release, Store};
 
 use super::completer::Completion;
 use super::inflight::{Abort, Signals};
@@ -56,13 +65,22 @@ async fn execute<S: Store>(
         // The claim only takes registered kinds; should a store hand over another, give it back
         // untouched for a worker that knows it.
         tracing::error!("claimed a kind this worker does not know; releasing it");
-        shared.inflight.remove(&lease);
-        if let Err(e) = shared.store.release(&[lease]).await {
-            tracing::warn!(error = %e, "release of unknown kind failed");
-        }
+        give_back_unstarted(&shared, lease).await;
         return;
     };
     let options = handler.options();
+    if !shared
+        .inflight
+        .start(&lease, options.timeout, Instant::now())
+    {
+        // The job waited so long for its start (a runtime whose threads were all busy, a long
+        // wait in the prefetch buffer) that its lease is lost or about to be: running it now
+        // could overlap its next owner.
+        bump(&shared.counters.fenced, 1);
+        tracing::warn!("lease too close to its expiry when the job could start: not running it");
+        give_back_unstarted(&shared, lease).await;
+        return;
+    }
     let hooks = Arc::new(Hooks {
         shared: shared.clone(),
         lease,
@@ -76,6 +94,7 @@ async fn execute<S: Store>(
         signals.cancel.clone(),
     )
     .with_hooks(hooks);
+    let work = ctx.work().clone();
     let outcome = match handler.start(&job.payload, job.payload_version, ctx) {
         Err(poison) => {
             tracing::error!(reason = %poison, "poison payload: discarding");
@@ -92,33 +111,61 @@ async fn execute<S: Store>(
                 shared.inflight.remove(&lease);
                 return;
             }
-            let ended = tokio::select! {
-                biased;
-                _ = signals.abort.cancelled() => None,
-                end = run_attempt(future, options.timeout) => Some(end),
-            };
-            // An attempt that ended because it was aborted (its lease is gone, or shutdown
-            // will release it) writes nothing, whatever the handler returned.
-            let ended = match ended {
-                Some(end) if !signals.abort.is_cancelled() => end,
-                _ => {
-                    match signals.reason.get().copied().unwrap_or(Abort::LeaseLost) {
-                        Abort::LeaseLost => {
-                            bump(&shared.counters.lease_lost, 1);
-                            tracing::warn!(
-                                "lease lost: execution stopped, nothing will be written"
-                            );
-                        }
-                        Abort::Finalized => shared.counters.applied(&Outcome::Complete),
-                        Abort::Shutdown | Abort::Crash => {}
+            let started = Instant::now();
+            let task = run_task(future, options.timeout, signals.abort.cancelled(), || {
+                shared.inflight.stopping(&lease, Instant::now())
+            })
+            .await;
+            // Blocking work the handler started through `JobContext::blocking` cannot be
+            // stopped: the execution is over only when it has returned too.
+            work.close();
+            if !work.is_empty() {
+                shared.inflight.stopping(&lease, Instant::now());
+                work.wait().await;
+            }
+            let ran_for = started.elapsed();
+            if task.stopped.is_some() {
+                tracing::debug!(?ran_for, "the stopped handler's code has ended");
+            }
+            if signals.abort.is_cancelled() {
+                match signals.reason.get().copied().unwrap_or(Abort::LeaseLost) {
+                    Abort::LeaseLost => {
+                        bump(&shared.counters.lease_lost, 1);
+                        tracing::warn!("lease lost: execution stopped, nothing will be written");
+                        shared.inflight.remove(&lease);
+                        return;
                     }
-                    return;
+                    Abort::Finalized => {
+                        shared.counters.applied(&Outcome::Complete);
+                        shared.inflight.remove(&lease);
+                        return;
+                    }
+                    Abort::Crash => {
+                        shared.inflight.remove(&lease);
+                        return;
+                    }
+                    // Stopped by the drain: the lease is released once every execution had its
+                    // chance, unless the code finished while being stopped; then what it
+                    // returned is written like any outcome.
+                    Abort::Shutdown if !task.ran_to_end() => {
+                        shared.inflight.ended_unfinished(&lease, ran_for);
+                        return;
+                    }
+                    Abort::Shutdown => {}
                 }
-            };
+            }
             if shared.crashes_at(FaultPoint::AfterPerform, &info) {
                 shared.inflight.remove(&lease);
                 return;
             }
+            if task.stopped == Some(StopCause::TimedOut) {
+                tracing::warn!(
+                    timeout = ?options.timeout,
+                    ?ran_for,
+                    "the attempt ran over its timeout; its code has ended: writing a retry"
+                );
+            }
+            let ended = task.into_attempt_end(options.timeout);
             match &ended {
                 AttemptEnd::Panicked(message) => {
                     bump(&shared.counters.panics, 1);
@@ -127,15 +174,26 @@ async fn execute<S: Store>(
                 AttemptEnd::TimedOut(_) => bump(&shared.counters.timeouts, 1),
                 AttemptEnd::Returned(_) => {}
             }
-            let mut rng = shared.rng.lock().unwrap_or_else(|e| e.into_inner());
-            Outcome::classify(
-                ended,
-                &info,
-                signals.cancel.is_cancelled(),
-                &options.backoff,
-                &mut rng,
-            )
-            .limit_snoozes(&info, job.snoozes, DEFAULT_MAX_SNOOZES)
+            match signals.unstorable_step.get() {
+                Some(message) => Outcome::Discard {
+                    failure: Failure {
+                        attempt: info.attempt,
+                        class: ErrorClass::StepUnstorable,
+                        message: message.clone(),
+                    },
+                },
+                None => {
+                    let mut rng = shared.rng.lock().unwrap_or_else(|e| e.into_inner());
+                    Outcome::classify(
+                        ended,
+                        &info,
+                        signals.cancel_requested(),
+                        &options.backoff,
+                        &mut rng,
+                    )
+                    .limit_snoozes(&info, job.snoozes, DEFAULT_MAX_SNOOZES)
+                }
+            }
         }
     };
     if shared.crashes_at(FaultPoint::BeforeFinalize, &info) {
@@ -143,7 +201,8 @@ async fn execute<S: Store>(
         return;
     }
     let finalized_by_handler = signals.finalized_by_handler();
-    if !shared.inflight.set_finalizing(&lease) {
+    if !shared.inflight.set_finalizing(&lease, Instant::now()) {
+        shared.inflight.remove(&lease);
         if signals.reason.get() == Some(&Abort::Finalized) {
             shared.counters.applied(&Outcome::Complete);
         } else {
@@ -157,6 +216,17 @@ async fn execute<S: Store>(
         info,
         finalized_by_handler,
     });
+}
+
+/// Gives back a claimed job whose handler did not start: available again at once, the attempt
+/// not counted. On failure the lease runs out in the store and the rescuer takes the job.
+async fn give_back_unstarted<S: Store>(shared: &Shared<S>, lease: Lease) {
+    if shared.inflight.remove(&lease) {
+        match shared.store.release(&[Release::unstarted(lease)]).await {
+            Ok(n) => shared.counters.released(n),
+            Err(e) => tracing::warn!(error = %e, "release of a job that did not start failed"),
+        }
+    }
 }
 
 /// What a [`JobContext`] asks of the worker: the job's steps from the store, step fault
@@ -201,6 +271,14 @@ impl<S: Store> AttemptHooks for Hooks<S> {
         self.shared
             .inflight
             .abort_lease(&self.lease, Abort::LeaseLost);
+    }
+
+    fn lease_held(&self) -> bool {
+        self.shared.inflight.holds(&self.lease)
+    }
+
+    fn step_unstorable(&self, _name: &str, message: &str) {
+        let _ = self.signals.unstorable_step.set(message.to_owned());
     }
 
     fn finalized_in_transaction(&self) {

@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::context::AttemptInfo;
 use crate::error::StoreError;
-use crate::store::{ClaimRequest, ClaimedJob, Lease, Store};
+use crate::store::{ClaimRequest, ClaimedJob, Release, Store};
 
 use super::executor;
 use super::inflight::Signals;
@@ -357,11 +357,14 @@ async fn dispatch<S: Store>(
 /// Releases the leases of claimed jobs that never started: back to `available`, the attempt
 /// not counted. Returns how many the store released, or the jobs when it failed.
 async fn release<S: Store>(shared: &Shared<S>, jobs: Vec<Claimed>) -> Result<u64, Vec<Claimed>> {
-    let leases: Vec<Lease> = jobs.iter().map(|c| c.job.lease).collect();
+    let leases: Vec<Release> = jobs
+        .iter()
+        .map(|c| Release::unstarted(c.job.lease))
+        .collect();
     match shared.store.release(&leases).await {
         Ok(n) => {
-            for lease in &leases {
-                shared.inflight.remove(lease);
+            for r in &leases {
+                shared.inflight.remove(&r.lease);
             }
             shared.counters.released(n);
             Ok(n)

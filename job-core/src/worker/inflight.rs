@@ -1,6 +1,8 @@
-//! The executions a worker holds leases for, shared by the fetchers, executors, the heartbeat
-//! and the completer. A job is in here from its claim until its outcome is written, its lease
-//! is lost, it crashes (fault injection) or it is released on shutdown.
+//! The executions of one worker, shared by the fetchers, the executors, the completer and the
+//! lease keeper (on its own thread). An entry lives from the claim until the execution is
+//! over: its outcome written, its lease released, or its code ended after the lease was
+//! lost. While the entry's lease is *held*, the keeper renews it; an execution told to stop
+//! (timeout, cancel, shutdown) keeps its lease held until its code has really returned.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -12,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::context::AttemptInfo;
 use crate::job::JobId;
-use crate::store::{Lease, Renewal};
+use crate::store::{Lease, Release, Renewal};
 
 /// Why the runtime stopped an execution from outside the handler.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,8 +39,13 @@ pub(crate) struct Signals {
     pub(crate) abort: CancellationToken,
     /// Why `abort` fired.
     pub(crate) reason: Arc<OnceLock<Abort>>,
+    /// Set when an operator asked for the job to be cancelled (`cancel` fires too).
+    pub(crate) cancel_requested: Arc<AtomicBool>,
     /// Set when the handler finalized the job in its own transaction.
     pub(crate) finalized_by_handler: Arc<AtomicBool>,
+    /// Set when a durable step's output could not be stored: the job's outcome is then a
+    /// discard with this message, whatever the handler returns.
+    pub(crate) unstorable_step: Arc<OnceLock<String>>,
 }
 
 impl Signals {
@@ -47,8 +54,15 @@ impl Signals {
             cancel: CancellationToken::new(),
             abort: CancellationToken::new(),
             reason: Arc::new(OnceLock::new()),
+            cancel_requested: Arc::new(AtomicBool::new(false)),
             finalized_by_handler: Arc::new(AtomicBool::new(false)),
+            unstorable_step: Arc::new(OnceLock::new()),
         }
+    }
+
+    /// Whether an operator asked for the job to be cancelled.
+    pub(crate) fn cancel_requested(&self) -> bool {
+        self.cancel_requested.load(Ordering::Acquire)
     }
 
     /// Whether the handler said it finalized the job in its own transaction.
@@ -65,26 +79,76 @@ impl Signals {
     }
 }
 
+/// Where an execution is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Claimed; its handler has not started (prefetched, or about to start).
+    Waiting,
+    /// Its handler's code runs.
+    Running {
+        since: Instant,
+        timeout: Duration,
+        /// When the runtime told it to stop (timeout, abort); the code may run on.
+        stopping_since: Option<Instant>,
+    },
+    /// Its code ended without an outcome to write (stopped by a shutdown): the lease waits to
+    /// be released.
+    Ended { ran_for: Duration },
+    /// Its outcome is with the completer; only the write remains.
+    Finalizing { ran_for: Duration },
+}
+
 #[derive(Debug)]
 struct Entry {
-    lease: Lease,
     info: Arc<AttemptInfo>,
     lease_len: Duration,
     /// Local instant before which the database cannot have expired the lease.
     valid_until: Instant,
     signals: Signals,
-    /// The outcome is with the completer; only the write remains.
-    finalizing: bool,
+    /// The lease is this worker's: renewed, and released or finalized by it. False once it
+    /// was lost or fenced while the code still runs.
+    held: bool,
+    phase: Phase,
+    /// Reported stuck (see [`InFlight::watch_stuck`]).
+    stuck: bool,
 }
 
-/// The leases this worker holds.
+impl Entry {
+    /// Whether code of this execution may still be running.
+    fn code_runs(&self) -> bool {
+        matches!(self.phase, Phase::Running { .. })
+    }
+}
+
+/// An execution reported stuck.
+#[derive(Debug)]
+pub(crate) struct Stuck {
+    pub(crate) info: Arc<AttemptInfo>,
+    /// How long its code has been running.
+    pub(crate) running_for: Duration,
+    /// Whether it was told to stop (else it ran over its timeout without being stopped yet).
+    pub(crate) told_to_stop: bool,
+}
+
+/// What is left for shutdown to do once the executions had their time.
+#[derive(Debug, Default)]
+pub(crate) struct Leftovers {
+    /// Leases to give back: jobs never started, executions stopped whose code ended, and
+    /// outcomes that could not be written.
+    pub(crate) releases: Vec<Release>,
+    /// Executions whose code is still running: their leases are neither released nor renewed
+    /// any more, and expire in the store.
+    pub(crate) abandoned: Vec<Arc<AttemptInfo>>,
+}
+
+/// The executions of this worker.
 #[derive(Debug, Default)]
 pub(crate) struct InFlight {
-    entries: Mutex<HashMap<JobId, Entry>>,
+    entries: Mutex<HashMap<Lease, Entry>>,
 }
 
 impl InFlight {
-    fn lock(&self) -> MutexGuard<'_, HashMap<JobId, Entry>> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<Lease, Entry>> {
         self.entries.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -99,161 +163,256 @@ impl InFlight {
     ) -> Signals {
         let signals = Signals::new();
         self.lock().insert(
-            lease.id,
+            lease,
             Entry {
-                lease,
                 info,
                 lease_len,
                 valid_until: sent + lease_len,
                 signals: signals.clone(),
-                finalizing: false,
+                held: true,
+                phase: Phase::Waiting,
+                stuck: false,
             },
         );
         signals
     }
 
+    /// The handler of `lease` is about to start with this `timeout`. Returns false, and
+    /// starts nothing, when the lease is not held any more or is so close to its expiry that
+    /// it would be fenced: the job waited too long for its start (a runtime whose threads were
+    /// all busy, a long wait in the prefetch buffer), and running it now could overlap the
+    /// job's next owner.
+    pub(crate) fn start(&self, lease: &Lease, timeout: Duration, now: Instant) -> bool {
+        match self.lock().get_mut(lease) {
+            Some(e) if e.held && now + e.lease_len / 3 < e.valid_until => {
+                e.phase = Phase::Running {
+                    since: now,
+                    timeout,
+                    stopping_since: None,
+                };
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The runtime told the execution of `lease` to stop (timeout, abort): from now on, its
+    /// code running past `stuck_after` is stuck.
+    pub(crate) fn stopping(&self, lease: &Lease, now: Instant) {
+        if let Some(e) = self.lock().get_mut(lease) {
+            if let Phase::Running { stopping_since, .. } = &mut e.phase {
+                stopping_since.get_or_insert(now);
+            }
+        }
+    }
+
     /// Whether `lease` is still held here.
     pub(crate) fn holds(&self, lease: &Lease) -> bool {
-        self.lock()
-            .get(&lease.id)
-            .is_some_and(|e| e.lease == *lease)
+        self.lock().get(lease).is_some_and(|e| e.held)
     }
 
-    /// The outcome of `lease` went to the completer.
-    pub(crate) fn set_finalizing(&self, lease: &Lease) -> bool {
-        match self.lock().get_mut(&lease.id) {
-            Some(e) if e.lease == *lease => {
-                e.finalizing = true;
+    /// The outcome of `lease` went to the completer. False when the lease is not held.
+    pub(crate) fn set_finalizing(&self, lease: &Lease, now: Instant) -> bool {
+        match self.lock().get_mut(lease) {
+            Some(e) if e.held => {
+                let ran_for = match e.phase {
+                    Phase::Running { since, .. } => now.saturating_duration_since(since),
+                    _ => Duration::ZERO,
+                };
+                e.phase = Phase::Finalizing { ran_for };
                 true
             }
             _ => false,
         }
     }
 
-    /// Forgets `lease` (outcome written, crash, or lease lost). Returns whether it was held.
+    /// The code of `lease`'s execution ended without an outcome to write (a shutdown stopped
+    /// it): its lease waits for the drain to release it.
+    pub(crate) fn ended_unfinished(&self, lease: &Lease, ran_for: Duration) {
+        if let Some(e) = self.lock().get_mut(lease) {
+            e.phase = Phase::Ended { ran_for };
+        }
+    }
+
+    /// Forgets `lease`: the execution is over (outcome written, released, crashed, or its
+    /// code ended after the lease was lost). Returns whether it was held.
     pub(crate) fn remove(&self, lease: &Lease) -> bool {
+        self.lock().remove(lease).is_some_and(|e| e.held)
+    }
+
+    /// Takes the lease away from the execution of `lease` with `reason` (it was lost, fenced,
+    /// or a crash was injected): fires its abort. An execution whose code still runs stays
+    /// listed, not held, until its executor sees the code end; any other is forgotten.
+    /// Returns whether the lease was held.
+    fn take_away(map: &mut HashMap<Lease, Entry>, lease: &Lease, reason: Abort) -> bool {
+        let Some(e) = map.get_mut(lease) else {
+            return false;
+        };
+        let was_held = e.held;
+        e.held = false;
+        e.signals.abort(reason);
+        if !e.code_runs() {
+            map.remove(lease);
+        }
+        was_held
+    }
+
+    /// The store reported `lease` lost. Takes the execution away with [`Abort::Finalized`]
+    /// when its handler finalized the job in its own transaction, else with
+    /// [`Abort::LeaseLost`]. Returns the reason, or `None` when the lease was not held.
+    pub(crate) fn lost(&self, lease: &Lease) -> Option<Abort> {
         let mut map = self.lock();
-        match map.get(&lease.id) {
-            Some(e) if e.lease == *lease => {
-                map.remove(&lease.id);
-                true
-            }
-            _ => false,
-        }
-    }
-
-    /// Takes an execution away: fires its abort with `reason` and forgets it.
-    pub(crate) fn abort(&self, id: JobId, reason: Abort) -> bool {
-        match self.lock().remove(&id) {
-            Some(entry) => {
-                entry.signals.abort(reason);
-                true
-            }
-            None => false,
-        }
-    }
-
-    /// The store reported `id` lost. Takes the execution away with [`Abort::Finalized`] when
-    /// its handler finalized the job in its own transaction, else with [`Abort::LeaseLost`].
-    /// Returns the reason, or `None` when `id` is not held.
-    pub(crate) fn lost(&self, id: JobId) -> Option<Abort> {
-        let finalized = self.lock().get(&id)?.signals.finalized_by_handler();
+        let finalized = map.get(lease)?.signals.finalized_by_handler();
         let reason = if finalized {
             Abort::Finalized
         } else {
             Abort::LeaseLost
         };
-        self.abort(id, reason).then_some(reason)
+        Self::take_away(&mut map, lease, reason).then_some(reason)
     }
 
     /// Takes the execution of exactly `lease` away (a crash, or a guarded write that found the
-    /// lease gone): fires its abort with `reason` and forgets it. Nothing more is written for
-    /// it; a lease still held in the store runs out there.
+    /// lease gone): fires its abort with `reason`. Nothing more is written for it; a lease
+    /// still held in the store runs out there.
     pub(crate) fn abort_lease(&self, lease: &Lease, reason: Abort) {
-        let mut map = self.lock();
-        if map.get(&lease.id).is_some_and(|e| e.lease == *lease) {
-            if let Some(entry) = map.remove(&lease.id) {
-                entry.signals.abort(reason);
-            }
-        }
+        Self::take_away(&mut self.lock(), lease, reason);
     }
 
-    /// The executions still running (not yet finalizing), for the heartbeat's fault point.
+    /// The executions holding a lease and not yet finalizing, for the heartbeat's fault point.
     pub(crate) fn running_infos(&self) -> Vec<(Lease, Arc<AttemptInfo>)> {
         self.lock()
-            .values()
-            .filter(|e| !e.finalizing)
-            .map(|e| (e.lease, e.info.clone()))
+            .iter()
+            .filter(|(_, e)| e.held && !matches!(e.phase, Phase::Finalizing { .. }))
+            .map(|(lease, e)| (*lease, e.info.clone()))
             .collect()
     }
 
-    /// Tells the handler of `id` that cancellation was requested.
-    pub(crate) fn request_cancel(&self, id: JobId) {
-        if let Some(e) = self.lock().get(&id) {
+    /// Tells the handler of `lease` that cancellation was requested.
+    pub(crate) fn request_cancel(&self, lease: &Lease) {
+        if let Some(e) = self.lock().get(lease) {
+            e.signals.cancel_requested.store(true, Ordering::Release);
             e.signals.cancel.cancel();
         }
     }
 
-    /// Every lease to renew.
+    /// Every held lease, to renew.
     pub(crate) fn renewals(&self) -> Vec<Renewal> {
         self.lock()
-            .values()
-            .map(|e| Renewal {
-                lease: e.lease,
+            .iter()
+            .filter(|(_, e)| e.held)
+            .map(|(lease, e)| Renewal {
+                lease: *lease,
                 extend_by: e.lease_len,
+                stuck: e.stuck,
             })
             .collect()
     }
 
-    /// The heartbeat sent at `sent` renewed these leases.
+    /// The heartbeat sent at `sent` renewed these leases (all but `lost`).
     pub(crate) fn renewed(&self, renewals: &[Renewal], lost: &[JobId], sent: Instant) {
         let mut map = self.lock();
         for r in renewals {
             if lost.contains(&r.lease.id) {
                 continue;
             }
-            if let Some(e) = map.get_mut(&r.lease.id) {
-                if e.lease == r.lease {
+            if let Some(e) = map.get_mut(&r.lease) {
+                if e.held {
                     e.valid_until = sent + r.extend_by;
                 }
             }
         }
     }
 
-    /// Self-fencing: takes away every execution whose lease may expire within a third of its
-    /// length, before another worker can claim it. Returns how many.
+    /// Self-fencing: takes away every held lease that may expire within a third of its
+    /// length, before another worker can claim it. Returns their job ids.
     pub(crate) fn fence(&self, now: Instant) -> Vec<JobId> {
         let mut map = self.lock();
-        let doomed: Vec<JobId> = map
-            .values()
-            .filter(|e| now + e.lease_len / 3 >= e.valid_until)
-            .map(|e| e.lease.id)
+        let doomed: Vec<Lease> = map
+            .iter()
+            .filter(|(_, e)| e.held && now + e.lease_len / 3 >= e.valid_until)
+            .map(|(lease, _)| *lease)
             .collect();
-        for id in &doomed {
-            if let Some(entry) = map.remove(id) {
-                entry.signals.abort(Abort::LeaseLost);
-            }
+        for lease in &doomed {
+            Self::take_away(&mut map, lease, Abort::LeaseLost);
         }
-        doomed
+        doomed.iter().map(|l| l.id).collect()
     }
 
-    /// On shutdown: aborts every execution that is still running, keeping their entries so
-    /// their leases can be released.
+    /// Marks as stuck, once each, every execution whose code has run `stuck_after` past its
+    /// timeout, or past being told to stop, and returns them. Stuck executions keep their slot
+    /// and, while held, their lease: the heartbeat records them as stuck in the store.
+    pub(crate) fn watch_stuck(&self, now: Instant, stuck_after: Duration) -> Vec<Stuck> {
+        let mut map = self.lock();
+        let mut found = Vec::new();
+        for e in map.values_mut().filter(|e| !e.stuck) {
+            let Phase::Running {
+                since,
+                timeout,
+                stopping_since,
+            } = e.phase
+            else {
+                continue;
+            };
+            let over_timeout = now.saturating_duration_since(since) > timeout + stuck_after;
+            let over_stop =
+                stopping_since.is_some_and(|s| now.saturating_duration_since(s) > stuck_after);
+            if over_timeout || over_stop {
+                e.stuck = true;
+                found.push(Stuck {
+                    info: e.info.clone(),
+                    running_for: now.saturating_duration_since(since),
+                    told_to_stop: stopping_since.is_some(),
+                });
+            }
+        }
+        found
+    }
+
+    /// Executions reported stuck whose code still runs.
+    pub(crate) fn stuck_now(&self) -> u64 {
+        self.lock()
+            .values()
+            .filter(|e| e.stuck && e.code_runs())
+            .count() as u64
+    }
+
+    /// On shutdown: aborts every execution whose code is running, keeping their leases held
+    /// (and renewed) until their code ends. Returns how many.
     pub(crate) fn abort_running(&self) -> usize {
         let map = self.lock();
         let mut n = 0;
-        for e in map.values().filter(|e| !e.finalizing) {
+        for e in map.values().filter(|e| e.held && e.code_runs()) {
             e.signals.abort(Abort::Shutdown);
             n += 1;
         }
         n
     }
 
-    /// Every lease still held, forgotten: what shutdown releases.
-    pub(crate) fn take_all(&self) -> Vec<Lease> {
-        self.lock().drain().map(|(_, e)| e.lease).collect()
+    /// At the end of shutdown: forgets every execution, and says which leases to give back
+    /// and which executions are abandoned with their code still running.
+    pub(crate) fn take_leftovers(&self) -> Leftovers {
+        let mut out = Leftovers::default();
+        for (lease, e) in self.lock().drain() {
+            match e.phase {
+                Phase::Running { .. } => {
+                    if e.held {
+                        out.abandoned.push(e.info);
+                    }
+                }
+                _ if !e.held => {}
+                Phase::Waiting => out.releases.push(Release::unstarted(lease)),
+                // Stopped by the shutdown, or an outcome that could not be written: the code
+                // ran, and the attempt is given back.
+                Phase::Ended { ran_for } | Phase::Finalizing { ran_for } => {
+                    out.releases.push(Release::interrupted(lease, ran_for))
+                }
+            }
+        }
+        out
     }
 
+    /// How many executions are not over yet: claimed, running, or waiting for their outcome
+    /// to be written, including those whose lease was lost while their code still runs.
     pub(crate) fn len(&self) -> usize {
         self.lock().len()
     }

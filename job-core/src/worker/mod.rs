@@ -1,18 +1,19 @@
-//! The worker runtime: fetchers claim jobs into free slots, executors run them, one heartbeat
-//! renews every lease, a completer writes outcomes in batches, and the rescuer recovers expired
-//! leases. Shutdown drains: stop claiming, wait, release what is left.
+//! The worker runtime: fetchers claim jobs into free slots, executors run them, the lease
+//! keeper (on a thread and connections of its own) renews every lease and fences, a completer
+//! writes outcomes in batches, and the rescuer recovers expired leases. Shutdown drains: stop
+//! claiming, wait, stop what is left and wait for its code to end, release.
 
 mod builder;
 mod completer;
 mod config;
 mod executor;
 mod fetcher;
-mod heartbeat;
 mod inflight;
+mod keeper;
 mod run;
 mod stats;
 
-pub use builder::{Worker, WorkerBuilder};
+pub use builder::{ConnectionBudget, Worker, WorkerBuilder};
 pub use config::WorkerConfig;
-pub use run::{DrainReport, WorkerHandle};
+pub use run::{DrainReport, WorkerHandle, RELEASE_TIMEOUT};
 pub use stats::WorkerStats;

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, Notify};
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -13,14 +14,15 @@ use crate::context::{AttemptInfo, Extensions};
 use crate::fault::{Fault, FaultInjector, FaultPoint};
 use crate::maintenance::{Periodic, Pruner, Rescuer, Scheduler};
 use crate::registry::Registry;
-use crate::store::Store;
+use crate::store::{Release, Store};
 
 use super::builder::Worker;
 use super::completer::{self, Completion};
 use super::config::WorkerConfig;
+use super::fetcher;
 use super::inflight::InFlight;
+use super::keeper::Keeper;
 use super::stats::{bump, Counters, WorkerStats};
-use super::{fetcher, heartbeat};
 
 /// What every task of one worker shares.
 pub(crate) struct Shared<S> {
@@ -58,9 +60,27 @@ impl<S> Shared<S> {
 pub struct DrainReport {
     /// Every running job finished before the drain deadline.
     pub finished_in_time: bool,
-    /// Leases given back because their jobs had not finished.
+    /// Leases given back: claimed jobs that never started, and executions stopped by the
+    /// drain deadline whose code then ended (each leaves a `released` entry in its history).
     pub released: u64,
+    /// Executions whose code was still running `shutdown_grace` after the drain deadline
+    /// (stuck in code that does not return): their leases were neither released nor renewed
+    /// any more, so they expire in the store and the rescuer takes the jobs. Exit the process
+    /// after `shutdown()` so that such code cannot overlap the job's next execution.
+    pub abandoned: u64,
+    /// The worker's counters once everything it could write was written: every outcome
+    /// applied is counted here, unlike a [`WorkerHandle::stats`] read while the completer may
+    /// still be counting one the database already shows.
+    pub stats: WorkerStats,
 }
+
+/// How long the last release of leases on shutdown may take, over all its tries. The drain
+/// returns within `drain_timeout + shutdown_grace + RELEASE_TIMEOUT` (and a moment to close
+/// the worker's connections).
+pub const RELEASE_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// How long shutdown waits for the worker's own connections to close.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// A running worker. Dropping it does not stop the worker; call [`shutdown`](Self::shutdown).
 pub struct WorkerHandle {
@@ -77,7 +97,7 @@ trait StatsSource: Send + Sync {
 
 impl<S: Send + Sync> StatsSource for Shared<S> {
     fn stats(&self) -> WorkerStats {
-        self.counters.snapshot()
+        self.counters.snapshot(self.inflight.stuck_now())
     }
 
     fn in_flight(&self) -> usize {
@@ -96,13 +116,19 @@ impl WorkerHandle {
         self.shared.stats()
     }
 
-    /// Leases currently held.
+    /// Executions not over yet: claimed (prefetched included), running, or waiting for their
+    /// outcome to be written, and those whose lease was lost while their code still runs. Its
+    /// counters ([`stats`](Self::stats)) include every execution that is over.
     pub fn in_flight(&self) -> usize {
         self.shared.in_flight()
     }
 
-    /// Drains: stops claiming, waits up to the drain timeout for running jobs, writes every
-    /// pending outcome, then releases the leases of jobs that did not finish.
+    /// Drains: stops claiming and gives back claimed jobs that never started, waits up to
+    /// `drain_timeout` for running jobs, then stops the rest and gives them up to
+    /// `shutdown_grace` to end (their leases stay held meanwhile), writes every pending
+    /// outcome, and releases the leases of the executions that did not finish. Returns within
+    /// `drain_timeout + shutdown_grace + RELEASE_TIMEOUT`, even when handlers never return or
+    /// the database is unreachable (see [`DrainReport::abandoned`]).
     pub async fn shutdown(self) -> DrainReport {
         self.shutdown.cancel();
         match self.task.await {
@@ -113,13 +139,18 @@ impl WorkerHandle {
 }
 
 impl<S: Store> Worker<S> {
-    /// Spawns the worker's tasks on the current Tokio runtime.
+    /// Spawns the worker's tasks on the current Tokio runtime, and its lease keeper on a
+    /// thread of its own. The worker runs its statements on connections of its own, made from
+    /// the store's ([`Store::dedicated`]; see [`Worker::connections`]), never on the
+    /// application's.
     pub fn start(self) -> WorkerHandle {
         let (tx, rx) = mpsc::unbounded_channel();
         let seed = self.config.rng_seed.unwrap_or_else(|| fastrand::u64(..));
         let id = self.config.id.clone();
+        let budget = self.connections();
+        let store = self.store.dedicated("job worker", budget.runtime);
         let shared = Arc::new(Shared {
-            store: self.store,
+            store,
             registry: self.registry,
             state: Arc::new(self.state),
             config: self.config,
@@ -130,14 +161,22 @@ impl<S: Store> Worker<S> {
             completions: tx,
             executors: TaskTracker::new(),
         });
+        let keeper = Keeper::start(shared.clone(), self.store);
         let shutdown = CancellationToken::new();
         let task = tokio::spawn(supervise(
             shared.clone(),
+            keeper,
             self.queues,
             self.periodic,
             rx,
             shutdown.clone(),
         ));
+        tracing::info!(
+            worker = %id,
+            connections = budget.runtime,
+            lease_keeper_connections = budget.lease_keeper,
+            "worker started"
+        );
         WorkerHandle {
             id,
             shared,
@@ -156,6 +195,7 @@ impl<S: Store> Worker<S> {
 
 async fn supervise<S: Store>(
     shared: Arc<Shared<S>>,
+    keeper: Keeper,
     queues: Vec<(String, usize)>,
     periodic: Vec<Periodic>,
     completions: mpsc::UnboundedReceiver<Completion>,
@@ -187,15 +227,16 @@ async fn supervise<S: Store>(
             ))
         })
         .collect();
-    let completer = tokio::spawn(completer::run(
+    let mut completer = tokio::spawn(completer::run(
         shared.clone(),
         completions,
         stop_completer.clone(),
     ));
-    let heartbeat = tokio::spawn(heartbeat::run(shared.clone(), stop_services.clone()));
-    let rescuer = tokio::spawn(
-        Rescuer::new(shared.store.clone(), shared.config.rescuer).run(stop_services.clone()),
-    );
+    // A rescued job comes back within half a lease of its expiry, whatever the interval.
+    let mut rescuer = shared.config.rescuer;
+    rescuer.interval = rescuer.interval.min(shortest_lease(&shared) / 2);
+    let rescuer =
+        tokio::spawn(Rescuer::new(shared.store.clone(), rescuer).run(stop_services.clone()));
     let pruner = tokio::spawn(
         Pruner::new(shared.store.clone(), shared.config.pruner).run(stop_services.clone()),
     );
@@ -203,7 +244,6 @@ async fn supervise<S: Store>(
         Scheduler::new(shared.store.clone(), periodic, shared.config.scheduler)
             .run(stop_services.clone()),
     );
-    tracing::info!(worker = %shared.config.id, "worker started");
 
     shutdown.cancelled().await;
     tracing::info!(worker = %shared.config.id, "worker draining");
@@ -220,22 +260,79 @@ async fn supervise<S: Store>(
         tokio::time::timeout(shared.config.drain_timeout, shared.executors.wait())
             .await
             .is_ok();
+    let grace_ends = Instant::now() + shared.config.shutdown_grace;
     if !finished_in_time {
         let n = shared.inflight.abort_running();
-        tracing::warn!(running = n, "drain deadline passed: stopping running jobs");
-        shared.executors.wait().await;
+        tracing::warn!(
+            running = n,
+            grace = ?shared.config.shutdown_grace,
+            "drain deadline passed: stopping running jobs and waiting for their code to end"
+        );
+        if tokio::time::timeout_at(grace_ends, shared.executors.wait())
+            .await
+            .is_err()
+        {
+            tracing::error!(
+                "executions still running after the shutdown grace: abandoning them (their \
+                 leases expire and the rescuer takes the jobs)"
+            );
+        }
     }
     stop_completer.cancel();
-    let _ = completer.await;
+    if tokio::time::timeout_at(
+        grace_ends.max(Instant::now() + Duration::from_millis(100)),
+        &mut completer,
+    )
+    .await
+    .is_err()
+    {
+        tracing::error!("pending outcomes could not be written in time: releasing those jobs");
+        completer.abort();
+    }
 
-    let leases = shared.inflight.take_all();
-    if !leases.is_empty() {
+    let leftovers = shared.inflight.take_leftovers();
+    for info in &leftovers.abandoned {
+        tracing::error!(
+            id = info.id,
+            kind = %info.kind,
+            attempt = info.attempt,
+            "abandoned on shutdown with its code still running: its lease will expire"
+        );
+    }
+    released += release(&shared, &leftovers.releases).await;
+    keeper.stop().await;
+    stop_services.cancel();
+    let _ = rescuer.await;
+    let _ = pruner.await;
+    let _ = scheduler.await;
+    if tokio::time::timeout(CLOSE_TIMEOUT, shared.store.close())
+        .await
+        .is_err()
+    {
+        tracing::warn!("the worker's connections did not close in time");
+    }
+    let abandoned = leftovers.abandoned.len() as u64;
+    tracing::info!(worker = %shared.config.id, released, abandoned, "worker stopped");
+    DrainReport {
+        finished_in_time,
+        released,
+        abandoned,
+        stats: shared.counters.snapshot(0),
+    }
+}
+
+/// Gives back the leases left at the end of shutdown, trying for at most
+/// [`RELEASE_TIMEOUT`]. Returns how many the store released.
+async fn release<S: Store>(shared: &Shared<S>, releases: &[Release]) -> u64 {
+    if releases.is_empty() {
+        return 0;
+    }
+    let tries = async {
         for attempt in 1..=3u32 {
-            match shared.store.release(&leases).await {
+            match shared.store.release(releases).await {
                 Ok(n) => {
-                    released += n;
                     shared.counters.released(n);
-                    break;
+                    return n;
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, attempt, "release on shutdown failed");
@@ -243,15 +340,26 @@ async fn supervise<S: Store>(
                 }
             }
         }
+        0
+    };
+    match tokio::time::timeout(RELEASE_TIMEOUT, tries).await {
+        Ok(n) => n,
+        Err(_) => {
+            tracing::warn!(
+                leases = releases.len(),
+                "release on shutdown timed out: those leases expire in the store"
+            );
+            0
+        }
     }
-    stop_services.cancel();
-    let _ = heartbeat.await;
-    let _ = rescuer.await;
-    let _ = pruner.await;
-    let _ = scheduler.await;
-    tracing::info!(worker = %shared.config.id, released, "worker stopped");
-    DrainReport {
-        finished_in_time,
-        released,
-    }
+}
+
+/// The shortest lease of the registered kinds.
+fn shortest_lease<S>(shared: &Shared<S>) -> Duration {
+    shared
+        .registry
+        .handlers()
+        .map(|h| h.options().lease)
+        .min()
+        .unwrap_or(Duration::from_secs(30))
 }

@@ -32,6 +32,15 @@ pub struct WorkerStats {
     pub crashed: u64,
     /// Leases given back on shutdown.
     pub released: u64,
+    /// Executions reported stuck: their code ran the worker's `stuck_after` past its timeout,
+    /// or past being told to stop, without returning.
+    pub stuck: u64,
+    /// Executions stuck now: reported stuck, their code still running (each holds its slot,
+    /// and its lease unless that was lost).
+    pub stuck_now: u64,
+    /// Outcomes the database refused even alone and made storable: written as a discard of
+    /// class `unstorable` instead, or, refused again, left for the rescuer.
+    pub unstorable: u64,
 }
 
 #[derive(Debug, Default)]
@@ -48,6 +57,8 @@ pub(crate) struct Counters {
     pub(crate) fenced: AtomicU64,
     pub(crate) crashed: AtomicU64,
     released: AtomicU64,
+    pub(crate) stuck: AtomicU64,
+    pub(crate) unstorable: AtomicU64,
 }
 
 pub(crate) fn bump(counter: &AtomicU64, by: u64) {
@@ -74,7 +85,8 @@ impl Counters {
         bump(counter, 1);
     }
 
-    pub(crate) fn snapshot(&self) -> WorkerStats {
+    /// The counters; `stuck_now` is the in-flight table's to tell.
+    pub(crate) fn snapshot(&self, stuck_now: u64) -> WorkerStats {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
         WorkerStats {
             claimed: get(&self.claimed),
@@ -89,6 +101,9 @@ impl Counters {
             fenced: get(&self.fenced),
             crashed: get(&self.crashed),
             released: get(&self.released),
+            stuck: get(&self.stuck),
+            stuck_now,
+            unstorable: get(&self.unstorable),
         }
     }
 }

@@ -7,6 +7,7 @@ SET state        = 'completed',
     finalized_at = now(),
     lock_token   = NULL,
     locked_until = NULL,
-    locked_by    = NULL
+    locked_by    = NULL,
+    stuck_since  = NULL
 WHERE id = $1 AND lock_token = $2 AND state = 'running'
 RETURNING id

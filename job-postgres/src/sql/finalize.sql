@@ -1,8 +1,9 @@
 -- Applies many outcomes, each guarded by (id, lock_token); a matching token implies running
 -- (the jobs_lease_check constraint). Per item: the target
 -- state; a delay in milliseconds from now for the next run (null keeps run_at); whether the
--- attempt is refunded (snooze); an error to append (null class appends nothing; a null attempt
--- means the current one). Terminal states get finalized_at; every lease is cleared.
+-- attempt is refunded (snooze); an error to append through job.push_error, which keeps the
+-- history bounded (null class appends nothing; a null attempt means the current one). Terminal
+-- states get finalized_at; every lease is cleared, and with it stuck_since.
 -- Returns the ordinality of each item applied; the others lost their lease.
 -- Rows are locked in id order first (the `locked` step), as heartbeat.sql and release.sql do, so
 -- a worker's heartbeat and its completer, whose batches overlap, never deadlock each other.
@@ -31,7 +32,7 @@ SET state        = u.state::job.job_state,
     attempt      = CASE WHEN u.snooze THEN j.attempt - 1 ELSE j.attempt END,
     snoozes      = CASE WHEN u.snooze THEN j.snoozes + 1 ELSE j.snoozes END,
     errors       = CASE WHEN u.error_class IS NULL THEN j.errors
-                        ELSE j.errors || jsonb_build_array(jsonb_build_object(
+                        ELSE job.push_error(j.errors, jsonb_build_object(
                             'attempt', coalesce(u.error_attempt, j.attempt),
                             'at', now(),
                             'class', u.error_class,
@@ -39,7 +40,8 @@ SET state        = u.state::job.job_state,
     finalized_at = CASE WHEN u.state IN ('completed', 'cancelled', 'discarded') THEN now() END,
     lock_token   = NULL,
     locked_until = NULL,
-    locked_by    = NULL
+    locked_by    = NULL,
+    stuck_since  = NULL
 FROM locked u
 WHERE j.id = u.id
 RETURNING u.ord

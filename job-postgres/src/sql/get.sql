@@ -1,6 +1,7 @@
 -- Reads one job by id.
 SELECT j.id, j.kind, j.queue, j.priority, j.state::text AS state, j.payload, j.payload_version, j.attempt,
        j.max_attempts, j.run_at, j.lock_token, j.locked_until, j.locked_by, j.cancel_requested,
-       j.errors, j.created_at, j.finalized_at, j.deadline, j.unique_key, j.tags, j.tenant
+       j.errors, j.created_at, j.finalized_at, j.deadline, j.unique_key, j.tags, j.tenant,
+       j.stuck_since
 FROM job.jobs j
 WHERE j.id = $1::bigint

@@ -3,7 +3,8 @@
 -- $5 tenant, $6 a tag the job carries, $7..$8 the finalized_at range [from, to); null: any.
 SELECT j.id, j.kind, j.queue, j.priority, j.state::text AS state, j.payload, j.payload_version, j.attempt,
        j.max_attempts, j.run_at, j.lock_token, j.locked_until, j.locked_by, j.cancel_requested,
-       j.errors, j.created_at, j.finalized_at, j.deadline, j.unique_key, j.tags, j.tenant
+       j.errors, j.created_at, j.finalized_at, j.deadline, j.unique_key, j.tags, j.tenant,
+       j.stuck_since
 FROM job.jobs j
 WHERE (cardinality($1::bigint[]) = 0 OR j.id = ANY ($1::bigint[]))
   AND (cardinality($2::text[]) = 0 OR j.state::text = ANY ($2::text[]))

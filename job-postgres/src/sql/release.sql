@@ -1,12 +1,15 @@
--- Gives leases back, each guarded by (id, lock_token) and running: available at once, the
--- attempt not counted, the lease cleared. Wakes the queues so another worker takes them now.
+-- Gives leases back, each guarded by (id, lock_token) and running: available at once, keeping
+-- its place (run_at is never moved later), the attempt not counted, the lease and stuck_since
+-- cleared. An execution that ran ($3: milliseconds it ran; null: never started) leaves an entry
+-- of class `released` in the history, through job.push_error, under the attempt it used.
+-- Wakes the queues so another worker takes them now.
 WITH u AS (
-    SELECT * FROM unnest($1::bigint[], $2::uuid[]) AS u(id, token)
+    SELECT * FROM unnest($1::bigint[], $2::uuid[], $3::bigint[]) AS u(id, token, ran_ms)
 ),
 locked AS MATERIALIZED (
     -- In id order, like heartbeat.sql and finalize.sql: no deadlock between them.
     -- The guard: a matching token implies running (jobs_lease_check).
-    SELECT j.id
+    SELECT j.id, u.ran_ms
     FROM job.jobs j
     JOIN u ON j.id = u.id AND j.lock_token = u.token
     ORDER BY j.id
@@ -17,9 +20,20 @@ released AS (
     SET state        = 'available',
         attempt      = j.attempt - 1,
         run_at       = least(j.run_at, now()),
+        errors       = CASE WHEN l.ran_ms IS NULL THEN j.errors
+                            ELSE job.push_error(j.errors, jsonb_build_object(
+                                'attempt', j.attempt,
+                                'at', now(),
+                                'class', 'released',
+                                'message', format('worker %s stopped this attempt after %s ms '
+                                                  'on shutdown and released it; the attempt '
+                                                  'is not counted',
+                                                  coalesce(j.locked_by, '(unknown)'),
+                                                  l.ran_ms))) END,
         lock_token   = NULL,
         locked_until = NULL,
-        locked_by    = NULL
+        locked_by    = NULL,
+        stuck_since  = NULL
     FROM locked l
     WHERE j.id = l.id
     RETURNING j.queue

@@ -1,7 +1,10 @@
 -- Recovers up to $1 expired leases (running and locked_until before the database's now), and
 -- only those, skipping rows someone holds (a heartbeat renewing one right now). Attempts
--- exhausted: discarded; else retryable and due now, the attempt counted. Appends a
--- lease_expired error naming the worker, clears the lease and wakes the queues it refilled.
+-- exhausted: discarded; else retryable, the attempt counted, keeping its run_at: it was due when
+-- it was claimed, so it is due now and keeps its place ahead of jobs that became due after it
+-- (a rescued job does not queue behind the backlog). Appends a lease_expired error naming the
+-- worker (through job.push_error), clears the lease and stuck_since, and wakes the queues it
+-- refilled.
 WITH expired AS (
     SELECT id
     FROM job.jobs
@@ -14,9 +17,8 @@ rescued AS (
     UPDATE job.jobs j
     SET state        = CASE WHEN j.attempt >= j.max_attempts THEN 'discarded'
                             ELSE 'retryable' END::job.job_state,
-        run_at       = CASE WHEN j.attempt >= j.max_attempts THEN j.run_at ELSE now() END,
         finalized_at = CASE WHEN j.attempt >= j.max_attempts THEN now() END,
-        errors       = j.errors || jsonb_build_array(jsonb_build_object(
+        errors       = job.push_error(j.errors, jsonb_build_object(
                            'attempt', j.attempt,
                            'at', now(),
                            'class', 'lease_expired',
@@ -24,7 +26,8 @@ rescued AS (
                                              coalesce(j.locked_by, '(unknown)'), j.locked_until))),
         lock_token   = NULL,
         locked_until = NULL,
-        locked_by    = NULL
+        locked_by    = NULL,
+        stuck_since  = NULL
     FROM expired
     WHERE j.id = expired.id AND j.state = 'running' AND j.locked_until < now()
     RETURNING j.state, j.queue

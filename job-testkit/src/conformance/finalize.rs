@@ -255,3 +255,76 @@ pub async fn a_duplicate_id_in_one_batch_is_applied_once_without_error<S: Store>
     assert_eq!(applied, 1, "{result:?}");
     assert_eq!(row(&store, job.lease.id).await.state, JobState::Completed);
 }
+
+/// Messages are stored as `storable_text` makes them: without NUL characters and cut to
+/// `MAX_ERROR_MESSAGE` bytes, so that no handler's message can make an outcome unwritable.
+pub async fn error_messages_are_stored_without_nul_and_cut_to_the_limit<S: Store>(store: S) {
+    let nul = running(&store).await;
+    let row = finalize_one(
+        &store,
+        nul.lease,
+        Outcome::Retry {
+            delay: Duration::from_secs(3600),
+            failure: failure(1, ErrorClass::Error, "bad\0byte"),
+        },
+    )
+    .await;
+    assert_eq!(row.errors[0].message, "badbyte");
+
+    let huge = running(&store).await;
+    let message = "x".repeat(12 * 1024 * 1024);
+    let row = finalize_one(
+        &store,
+        huge.lease,
+        Outcome::Discard {
+            failure: failure(1, ErrorClass::Panic, &message),
+        },
+    )
+    .await;
+    let stored = &row.errors[0].message;
+    assert!(
+        stored.len() <= job_core::MAX_ERROR_MESSAGE,
+        "{}",
+        stored.len()
+    );
+    assert_eq!(
+        stored,
+        &job_core::storable_text(&message, job_core::MAX_ERROR_MESSAGE)
+    );
+
+    let cancelled = running(&store).await;
+    let row = finalize_one(
+        &store,
+        cancelled.lease,
+        Outcome::Cancel {
+            reason: "stop\0".into(),
+        },
+    )
+    .await;
+    assert_eq!(row.errors[0].message, "stop");
+}
+
+/// The history keeps its first entry and the latest ones, `MAX_ERROR_HISTORY` in all, however
+/// often a job fails.
+pub async fn the_error_history_keeps_the_first_and_latest_entries<S: Store>(store: S) {
+    let first = running(&store).await;
+    let id = first.lease.id;
+    let mut lease = first.lease;
+    let attempts = job_core::MAX_ERROR_HISTORY as i32 + 7;
+    for attempt in 1..=attempts {
+        let retry = Outcome::Retry {
+            delay: Duration::ZERO,
+            failure: failure(attempt, ErrorClass::Error, &format!("failure {attempt}")),
+        };
+        finalize_one(&store, lease, retry).await;
+        if attempt < attempts {
+            lease = claim_one(&store, NOOP).await.lease;
+        }
+    }
+    let row = row(&store, id).await;
+    let kept: Vec<i32> = row.errors.iter().map(|e| e.attempt).collect();
+    let mut expected = vec![1];
+    expected.extend(attempts - job_core::MAX_ERROR_HISTORY as i32 + 2..=attempts);
+    assert_eq!(kept, expected);
+    assert_eq!(row.errors.len(), job_core::MAX_ERROR_HISTORY);
+}

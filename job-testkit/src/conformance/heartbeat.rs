@@ -5,10 +5,14 @@ use std::time::Duration;
 use job_core::{Finalize, JobState, Lease, Outcome, Renewal, Rescued, Store};
 use uuid::Uuid;
 
-use super::support::{new_job, outlive, request, row, short_lease, NOOP};
+use super::support::{finalize_one, new_job, outlive, request, row, running, short_lease, NOOP};
 
 fn renew(lease: Lease, extend_by: Duration) -> Renewal {
-    Renewal { lease, extend_by }
+    Renewal {
+        lease,
+        extend_by,
+        stuck: false,
+    }
 }
 
 /// A heartbeat extends held leases and reports finished and forged ones as lost, renewing
@@ -84,4 +88,29 @@ pub async fn a_renewed_lease_is_not_rescued_after_its_first_expiry<S: Store>(sto
         (row.state, row.lock_token, row.attempt),
         (JobState::Running, Some(lease.token), 1)
     );
+}
+
+/// A renewal that reports its execution stuck records since when (kept across renewals), and
+/// a renewal without it, or the job's outcome, clears it.
+pub async fn a_stuck_renewal_is_recorded_until_it_is_not<S: Store>(store: S) {
+    let job = running(&store).await;
+    let id = job.lease.id;
+    assert_eq!(row(&store, id).await.stuck_since, None);
+    let stuck = Renewal {
+        stuck: true,
+        ..renew(job.lease, Duration::from_secs(30))
+    };
+    assert!(store.heartbeat(&[stuck]).await.unwrap().lost.is_empty());
+    let since = row(&store, id).await.stuck_since;
+    assert!(since.is_some(), "stuck_since not recorded");
+    store.heartbeat(&[stuck]).await.unwrap();
+    assert_eq!(row(&store, id).await.stuck_since, since, "kept while stuck");
+    store
+        .heartbeat(&[renew(job.lease, Duration::from_secs(30))])
+        .await
+        .unwrap();
+    assert_eq!(row(&store, id).await.stuck_since, None, "cleared when not");
+    store.heartbeat(&[stuck]).await.unwrap();
+    let done = finalize_one(&store, job.lease, Outcome::Complete).await;
+    assert_eq!(done.stuck_since, None, "cleared with the lease");
 }

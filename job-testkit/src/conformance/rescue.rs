@@ -3,7 +3,9 @@
 use std::time::Duration;
 
 use job_core::maintenance::{Rescuer, RescuerConfig};
-use job_core::{Finalize, Finalized, JobState, Lease, NewJob, Outcome, Renewal, Rescued, Store};
+use job_core::{
+    Finalize, Finalized, JobState, Lease, NewJob, Outcome, Release, Renewal, Rescued, RunAt, Store,
+};
 use uuid::Uuid;
 
 use super::support::{
@@ -133,6 +135,7 @@ pub async fn an_expired_lease_that_was_rescued_cannot_finalize<S: Store>(store: 
     let renewal = Renewal {
         lease: claimed[0].lease,
         extend_by: Duration::from_secs(30),
+        stuck: false,
     };
     assert_eq!(store.heartbeat(&[renewal]).await.unwrap().lost, vec![id]);
     assert_eq!(row(&store, id).await, before);
@@ -144,7 +147,13 @@ pub async fn release_makes_a_job_available_at_once_with_the_attempt_not_counted<
 ) {
     let id = store.enqueue(new_job(NOOP)).await.unwrap();
     let job = claim_one(&store, NOOP).await;
-    assert_eq!(store.release(&[job.lease]).await.unwrap(), 1);
+    assert_eq!(
+        store
+            .release(&[Release::unstarted(job.lease)])
+            .await
+            .unwrap(),
+        1
+    );
     let row = row(&store, id).await;
     assert_eq!(row.state, JobState::Available);
     assert_eq!(row.attempt, 0);
@@ -172,7 +181,68 @@ pub async fn release_with_a_stale_token_changes_nothing<S: Store>(store: S) {
         id,
         token: Uuid::new_v4(),
     };
-    assert_eq!(store.release(&[stale]).await.unwrap(), 0);
+    assert_eq!(
+        store.release(&[Release::unstarted(stale)]).await.unwrap(),
+        0
+    );
+    assert_eq!(
+        store
+            .release(&[Release::interrupted(stale, Duration::from_secs(1))])
+            .await
+            .unwrap(),
+        0
+    );
     assert_eq!(store.release(&[]).await.unwrap(), 0);
     assert_eq!(row(&store, id).await, before);
+}
+
+/// Releasing an execution that ran leaves an entry of class `released` in the history, under
+/// the attempt it used, which is not counted: the next claim runs the same attempt number.
+pub async fn releasing_an_execution_that_ran_records_it_without_counting_the_attempt<S: Store>(
+    store: S,
+) {
+    let id = store.enqueue(new_job(NOOP)).await.unwrap();
+    let job = claim_one(&store, NOOP).await;
+    let release = Release::interrupted(job.lease, Duration::from_millis(1500));
+    assert_eq!(store.release(&[release]).await.unwrap(), 1);
+    let row = row(&store, id).await;
+    assert_eq!((row.state, row.attempt), (JobState::Available, 0));
+    assert_lease_cleared(&row);
+    assert_eq!(row.errors.len(), 1, "{:?}", row.errors);
+    let entry = &row.errors[0];
+    assert_eq!((entry.attempt, entry.class.as_str()), (1, "released"));
+    assert!(entry.message.contains("worker-1"), "{}", entry.message);
+    assert!(entry.message.contains("1500 ms"), "{}", entry.message);
+    let again = claim_one(&store, NOOP).await;
+    assert_eq!((again.lease.id, again.attempt), (id, 1));
+}
+
+/// A rescued job keeps its place: it was due when it was claimed, and it is claimed again
+/// before jobs that became due after it, however many wait.
+pub async fn a_rescued_job_is_claimed_before_jobs_due_after_it<S: Store>(store: S) {
+    let doomed = store.enqueue(new_job(NOOP)).await.unwrap();
+    assert_eq!(store.claim(&short_lease()).await.unwrap().len(), 1);
+    // A backlog that became due after the doomed job was claimed.
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let mut backlog = Vec::new();
+    for _ in 0..20 {
+        backlog.push(NewJob {
+            run_at: RunAt::Now,
+            ..new_job(NOOP)
+        });
+    }
+    store.enqueue_many(backlog).await.unwrap();
+    outlive(SHORT_LEASE).await;
+    assert_eq!(store.rescue_expired(100).await.unwrap().retried, 1);
+    let next = store
+        .claim(&super::support::request(&[NOOP], 1))
+        .await
+        .unwrap();
+    assert_eq!(
+        next.iter()
+            .map(|j| (j.lease.id, j.attempt))
+            .collect::<Vec<_>>(),
+        vec![(doomed, 2)],
+        "the rescued job must be claimed before the jobs due after it"
+    );
 }

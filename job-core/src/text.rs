@@ -1,0 +1,93 @@
+//! Bounds on the texts the framework stores for a job: error messages and their history. Every
+//! such text is made storable before it reaches a backend (no NUL character, which PostgreSQL
+//! refuses in `text` and `jsonb`; at most a documented number of bytes), so that no message a
+//! handler produces can make an outcome unwritable.
+
+use std::borrow::Cow;
+
+/// The longest error message stored in a job's history, in bytes. Longer messages (a handler's
+/// error, a panic, a poison payload's reason, a cancel reason) are cut at a character
+/// boundary and end with a note of how much was cut.
+pub const MAX_ERROR_MESSAGE: usize = 8 * 1024;
+
+/// The most entries a job's error history keeps: the first, and the latest
+/// `MAX_ERROR_HISTORY - 1`. An entry beyond that drops the oldest but the first, so a job that
+/// fails forever keeps a history of bounded size that still shows how it started.
+pub const MAX_ERROR_HISTORY: usize = 20;
+
+/// `text` as it can be stored: NUL characters removed, and cut to at most `max` bytes at a
+/// character boundary, ending with `… [N bytes cut]` when cut. Borrows when nothing changes.
+///
+/// ```
+/// use job_core::storable_text;
+/// assert_eq!(storable_text("fine", 100), "fine");
+/// assert_eq!(storable_text("a\0b", 100), "ab");
+/// let long = "x".repeat(1000);
+/// let cut = storable_text(&long, 100);
+/// assert!(cut.len() <= 100 && cut.ends_with("bytes cut]"));
+/// ```
+pub fn storable_text(text: &str, max: usize) -> Cow<'_, str> {
+    let text: Cow<'_, str> = if text.contains('\0') {
+        Cow::Owned(text.replace('\0', ""))
+    } else {
+        Cow::Borrowed(text)
+    };
+    if text.len() <= max {
+        return text;
+    }
+    // The note is at most this long: "… [" + 20 digits + " bytes cut]".
+    const NOTE_MAX: usize = 40;
+    let keep = floor_char_boundary(&text, max.saturating_sub(NOTE_MAX));
+    let note = format!("… [{} bytes cut]", text.len() - keep);
+    if keep + note.len() > max {
+        // `max` is too small for a note: cut without one.
+        return Cow::Owned(text[..floor_char_boundary(&text, max)].to_owned());
+    }
+    let mut out = String::with_capacity(keep + note.len());
+    out.push_str(&text[..keep]);
+    out.push_str(&note);
+    Cow::Owned(out)
+}
+
+/// The largest index at most `at` that is a character boundary of `s`.
+fn floor_char_boundary(s: &str, at: usize) -> usize {
+    if at >= s.len() {
+        return s.len();
+    }
+    (0..=at).rev().find(|&i| s.is_char_boundary(i)).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn short_clean_texts_are_borrowed_unchanged() {
+        assert!(matches!(storable_text("ok", 10), Cow::Borrowed("ok")));
+    }
+
+    #[test]
+    fn nul_characters_are_removed() {
+        assert_eq!(storable_text("\0a\0b\0", 10), "ab");
+    }
+
+    #[test]
+    fn long_texts_are_cut_at_a_char_boundary_with_a_note() {
+        let text = "é".repeat(10_000); // 2 bytes each
+        let cut = storable_text(&text, 1000);
+        assert!(cut.len() <= 1000, "{}", cut.len());
+        assert!(cut.starts_with("éé"));
+        assert!(cut.ends_with(" bytes cut]"), "{cut}");
+        let kept = cut.split('…').next().unwrap().len();
+        assert_eq!(
+            cut,
+            format!("{}… [{} bytes cut]", &text[..kept], 20_000 - kept)
+        );
+    }
+
+    #[test]
+    fn a_limit_too_small_for_the_note_cuts_without_one() {
+        assert_eq!(storable_text("abcdefgh", 3), "abc");
+        assert_eq!(storable_text("ééé", 3), "é");
+    }
+}

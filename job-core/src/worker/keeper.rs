@@ -1,0 +1,182 @@
+//! The lease keeper: one batched heartbeat per worker renews every held lease every third of
+//! the shortest lease, self-fencing stops executions whose leases could not be renewed in
+//! time, and the stuck watch reports code that outlives its timeout.
+//!
+//! It runs on a thread of its own, with a current-thread Tokio runtime and database
+//! connections of its own ([`Store::dedicated`]), so that handlers cannot starve it: blocking
+//! code on every thread of the application's runtime, a `current_thread` runtime busy in a
+//! handler, or an application pool held empty by handlers delay neither a heartbeat nor the
+//! fencing clock. It shares only the in-flight table (a mutex held for microseconds) with the
+//! rest of the worker.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::fault::FaultPoint;
+use crate::store::{Lease, Renewal, Store};
+
+use super::inflight::Abort;
+use super::run::Shared;
+use super::stats::bump;
+
+/// The connections the lease keeper opens: one for the heartbeat, and a spare so that a
+/// statement stuck on a broken connection never holds up the next heartbeat.
+pub(crate) const KEEPER_CONNECTIONS: u32 = 2;
+
+/// The heartbeat period: a third of the shortest lease of the registered jobs, unless set.
+pub(crate) fn interval<S>(shared: &Shared<S>) -> Duration {
+    shared.config.heartbeat_interval.unwrap_or_else(|| {
+        let shortest = shared
+            .registry
+            .handlers()
+            .map(|h| h.options().lease)
+            .min()
+            .unwrap_or(Duration::from_secs(30));
+        shortest / 3
+    })
+}
+
+/// A running lease keeper.
+pub(crate) struct Keeper {
+    stop: CancellationToken,
+    done: oneshot::Receiver<()>,
+}
+
+impl Keeper {
+    /// Starts the keeper on a thread of its own, with its own connections made from `store`.
+    pub(crate) fn start<S: Store>(shared: Arc<Shared<S>>, store: S) -> Keeper {
+        let stop = CancellationToken::new();
+        let (done_tx, done) = oneshot::channel();
+        let token = stop.clone();
+        let spawned = std::thread::Builder::new()
+            .name("job-lease-keeper".into())
+            .spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("the lease keeper cannot build its Tokio runtime");
+                runtime.block_on(async {
+                    let store = store.dedicated("job lease keeper", KEEPER_CONNECTIONS);
+                    run(&shared, &store, &token).await;
+                    store.close().await;
+                });
+                let _ = done_tx.send(());
+            });
+        if let Err(e) = spawned {
+            panic!("the lease keeper thread cannot start: {e}");
+        }
+        Keeper { stop, done }
+    }
+
+    /// Stops the keeper and waits for its thread to finish.
+    pub(crate) async fn stop(self) {
+        self.stop.cancel();
+        let _ = self.done.await;
+    }
+}
+
+async fn run<S: Store>(shared: &Shared<S>, store: &S, stop: &CancellationToken) {
+    let every = interval(shared);
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Fencing and the stuck watch do not wait for a heartbeat to return or time out: they
+    // check four times per period, so a stalled heartbeat or a late tick cannot eat the
+    // safety margin.
+    let mut watch_tick = tokio::time::interval(every / 4);
+    watch_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let beats = async {
+        loop {
+            tick.tick().await;
+            beat(shared, store, every).await;
+        }
+    };
+    let watches = async {
+        loop {
+            watch_tick.tick().await;
+            watch(shared);
+        }
+    };
+    tokio::select! {
+        _ = beats => {}
+        _ = watches => {}
+        _ = stop.cancelled() => {}
+    }
+}
+
+async fn beat<S: Store>(shared: &Shared<S>, store: &S, every: Duration) {
+    if shared.faults.is_some() {
+        crash_injected(shared);
+    }
+    let renewals = shared.inflight.renewals();
+    if !renewals.is_empty() {
+        let sent = Instant::now();
+        match tokio::time::timeout(every, store.heartbeat(&renewals)).await {
+            Ok(Ok(report)) => {
+                shared.inflight.renewed(&renewals, &report.lost, sent);
+                for id in &report.lost {
+                    let Some(lease) = lease_of(&renewals, *id) else {
+                        continue;
+                    };
+                    match shared.inflight.lost(&lease) {
+                        Some(Abort::Finalized) => tracing::debug!(
+                            id,
+                            "the handler's own transaction finalized the job: execution stopped"
+                        ),
+                        Some(_) => tracing::warn!(id, "lease lost: the job was taken over"),
+                        None => {}
+                    }
+                }
+                for id in report.cancel_requested {
+                    if let Some(lease) = lease_of(&renewals, id) {
+                        shared.inflight.request_cancel(&lease);
+                    }
+                }
+            }
+            Ok(Err(e)) => tracing::warn!(error = %e, "heartbeat failed"),
+            Err(_) => tracing::warn!(timeout = ?every, "heartbeat timed out"),
+        }
+    }
+    watch(shared);
+}
+
+fn lease_of(renewals: &[Renewal], id: crate::JobId) -> Option<Lease> {
+    renewals.iter().find(|r| r.lease.id == id).map(|r| r.lease)
+}
+
+/// Self-fencing, then the stuck watch.
+fn watch<S>(shared: &Shared<S>) {
+    let now = Instant::now();
+    let fenced = shared.inflight.fence(now);
+    if !fenced.is_empty() {
+        bump(&shared.counters.fenced, fenced.len() as u64);
+        tracing::error!(
+            jobs = ?fenced,
+            "leases could not be renewed in time: stopped those executions before they expire"
+        );
+    }
+    for stuck in shared.inflight.watch_stuck(now, shared.config.stuck_after) {
+        bump(&shared.counters.stuck, 1);
+        tracing::error!(
+            id = stuck.info.id,
+            kind = %stuck.info.kind,
+            attempt = stuck.info.attempt,
+            running_for = ?stuck.running_for,
+            told_to_stop = stuck.told_to_stop,
+            "execution stuck: its code runs past its timeout and does not return; it keeps \
+             its slot and lease until it does"
+        );
+    }
+}
+
+/// Fault point `Heartbeat`: a crash there kills the execution without a word to the store.
+fn crash_injected<S>(shared: &Shared<S>) {
+    for (lease, info) in shared.inflight.running_infos() {
+        if shared.crashes_at(FaultPoint::Heartbeat, &info) {
+            shared.inflight.abort_lease(&lease, Abort::Crash);
+        }
+    }
+}
