@@ -1,0 +1,16 @@
+//! The worker keeps its promises whatever its handlers do: block every thread of its runtime,
+//! spin past their timeout, hold every connection of the application's pool, cancel a
+//! `begin()`, return text or step outputs the database refuses, never return at all. Each test
+//! runs real workers against real PostgreSQL.
+#![allow(unreachable_pub)]
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod blocking;
+mod outcomes;
+mod pools;
+mod steps;
+mod stuck;
+mod support;
+mod timeouts;

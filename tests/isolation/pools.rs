@@ -1,0 +1,223 @@
+//! The application's pool is the application's: handlers that hold all of it, nest acquires
+//! through `ctx.step`, or leave a connection inside a transaction with a cancelled `begin()`
+//! delay and corrupt none of the worker's own statements, which run on connections of its own.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::task::Poll;
+use std::time::Duration;
+
+use job::{Job, JobContext, JobError, JobId, JobOptions, JobState};
+use serde::{Deserialize, Serialize};
+use sqlx::postgres::PgPoolOptions;
+use sqlx::{Acquire, Executor, PgPool, Row};
+
+use crate::common::{enqueue, Harness, FAST_BACKOFF};
+
+/// Executions per job, counted in the process.
+#[derive(Clone, Default)]
+pub struct Executions(Arc<Mutex<HashMap<JobId, u32>>>);
+
+impl Executions {
+    fn record(&self, id: JobId) {
+        *self.0.lock().unwrap().entry(id).or_default() += 1;
+    }
+
+    fn of(&self, id: JobId) -> u32 {
+        self.0.lock().unwrap().get(&id).copied().unwrap_or(0)
+    }
+}
+
+/// Holds a connection of the application's pool for `ms`, and records a durable step while it
+/// holds it (a second, nested need for a connection).
+#[derive(Debug, Serialize, Deserialize)]
+pub struct HoldsConnection {
+    pub ms: u64,
+}
+
+impl Job for HoldsConnection {
+    const KIND: &'static str = "isolation.holds_connection";
+    const OPTIONS: JobOptions = JobOptions {
+        lease: Duration::from_millis(400),
+        backoff: FAST_BACKOFF,
+        ..JobOptions::DEFAULT
+    };
+
+    async fn perform(self, ctx: JobContext) -> Result<(), JobError> {
+        ctx.state::<Executions>()?.record(ctx.id());
+        let mut held = ctx.state::<PgPool>()?.acquire().await?;
+        tokio::time::sleep(Duration::from_millis(self.ms)).await;
+        let conn: &mut sqlx::PgConnection = &mut held;
+        let n: i64 = ctx
+            .step("read", || async move {
+                Ok(sqlx::query_scalar("SELECT 1::bigint")
+                    .fetch_one(conn)
+                    .await?)
+            })
+            .await?;
+        assert_eq!(n, 1);
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handlers_holding_every_connection_of_a_tiny_pool_delay_no_lease() {
+    let h = Harness::new().await;
+    // The application's pool: two connections for sixteen slots of long holders.
+    let app = PgPoolOptions::new()
+        .max_connections(2)
+        .acquire_timeout(Duration::from_secs(120))
+        .connect_with((*h.store.pool().connect_options()).clone())
+        .await
+        .unwrap();
+    let executions = Executions::default();
+    let mut ids = Vec::new();
+    for _ in 0..200 {
+        ids.push(enqueue(&h.store, HoldsConnection { ms: 20 }).await);
+    }
+    let worker = job::Worker::builder(job::PgStore::new(app.clone()))
+        .register::<HoldsConnection>()
+        .queue("default", 16)
+        .poll_interval(Duration::from_millis(20))
+        .state(app.clone())
+        .state(executions.clone())
+        .build()
+        .unwrap()
+        .start();
+    for id in &ids {
+        let row = h.reaches(*id, JobState::Completed).await;
+        assert_eq!(row.attempt, 1, "job {id}: {:?}", row.errors);
+        assert!(row.errors.is_empty(), "job {id}: {:?}", row.errors);
+        assert_eq!(executions.of(*id), 1);
+    }
+    let stats = worker.shutdown().await.stats;
+    assert_eq!(
+        (stats.lease_lost, stats.fenced, stats.completed),
+        (0, 0, 200)
+    );
+    app.close().await;
+}
+
+/// Polls `future` once, then drops it: a `begin()` cancelled after its `BEGIN` was sent.
+async fn poll_once_and_drop<F: Future>(future: F) {
+    let mut future = std::pin::pin!(future);
+    std::future::poll_fn(|cx| {
+        let _ = future.as_mut().poll(cx);
+        Poll::Ready(())
+    })
+    .await;
+}
+
+/// Whether the session of `conn` is inside an open transaction block.
+async fn in_transaction(conn: &mut sqlx::PgConnection) -> bool {
+    conn.fetch_one(sqlx::raw_sql(
+        "SELECT statement_timestamp() <> transaction_timestamp()",
+    ))
+    .await
+    .unwrap()
+    .get(0)
+}
+
+/// Leaves one connection of the pool inside a transaction sqlx does not know of.
+async fn cancel_a_begin(pool: &PgPool) {
+    let mut conn = pool.acquire().await.unwrap();
+    poll_once_and_drop(conn.begin()).await;
+}
+
+#[tokio::test]
+async fn a_pool_from_pool_options_never_hands_out_a_connection_left_in_a_transaction() {
+    let h = Harness::new().await;
+    let options = (*h.store.pool().connect_options()).clone();
+    // Control: sqlx's own pool hands the connection on inside the transaction (issues 4385
+    // and 4393 upstream). Should this start to fail, sqlx fixed it and the guard can go.
+    let plain = PgPoolOptions::new()
+        .max_connections(1)
+        .connect_with(options.clone())
+        .await
+        .unwrap();
+    cancel_a_begin(&plain).await;
+    let mut conn = plain.acquire().await.unwrap();
+    assert!(
+        in_transaction(&mut conn).await,
+        "sqlx's pool no longer reuses a connection left in a transaction"
+    );
+    drop(conn);
+    plain.close().await;
+
+    let guarded = job::pool_options()
+        .max_connections(1)
+        .connect_with(options)
+        .await
+        .unwrap();
+    cancel_a_begin(&guarded).await;
+    let mut conn = guarded.acquire().await.unwrap();
+    assert!(!in_transaction(&mut conn).await);
+    drop(conn);
+    sqlx::query("CREATE TABLE written (n int)")
+        .execute(&guarded)
+        .await
+        .unwrap();
+    let seen: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM pg_tables WHERE tablename = 'written'")
+            .fetch_one(h.store.pool())
+            .await
+            .unwrap();
+    assert_eq!(seen, 1, "a write after the cancelled begin is committed");
+    guarded.close().await;
+}
+
+/// Cancels a `begin()` on the application's pool, as a handler aborted mid-`begin` would.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct CancelsBegin {}
+
+impl Job for CancelsBegin {
+    const KIND: &'static str = "isolation.cancels_begin";
+    const OPTIONS: JobOptions = JobOptions {
+        lease: Duration::from_millis(500),
+        backoff: FAST_BACKOFF,
+        ..JobOptions::DEFAULT
+    };
+
+    async fn perform(self, ctx: JobContext) -> Result<(), JobError> {
+        ctx.state::<Executions>()?.record(ctx.id());
+        cancel_a_begin(ctx.state::<PgPool>()?).await;
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handlers_that_leave_connections_in_a_transaction_corrupt_no_claim_or_outcome() {
+    let h = Harness::new().await;
+    // sqlx's plain pool, which hands such connections on.
+    let app = PgPoolOptions::new()
+        .max_connections(2)
+        .connect_with((*h.store.pool().connect_options()).clone())
+        .await
+        .unwrap();
+    let executions = Executions::default();
+    let mut ids = Vec::new();
+    for _ in 0..100 {
+        ids.push(enqueue(&h.store, CancelsBegin {}).await);
+    }
+    let worker = job::Worker::builder(job::PgStore::new(app.clone()))
+        .register::<CancelsBegin>()
+        .queue("default", 4)
+        .poll_interval(Duration::from_millis(20))
+        .state(app.clone())
+        .state(executions.clone())
+        .build()
+        .unwrap()
+        .start();
+    for id in &ids {
+        let row = h.reaches(*id, JobState::Completed).await;
+        assert_eq!(row.attempt, 1, "job {id}: {:?}", row.errors);
+        assert_eq!(executions.of(*id), 1, "job {id} ran more than once");
+    }
+    let stats = worker.shutdown().await.stats;
+    assert_eq!(
+        (stats.claimed, stats.completed, stats.lease_lost),
+        (100, 100, 0)
+    );
+    app.close().await;
+}

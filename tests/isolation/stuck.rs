@@ -1,0 +1,126 @@
+//! Code that will not end: reported stuck while it keeps its slot and lease, and abandoned by a
+//! shutdown that must return.
+
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use job::{Admin, Job, JobContext, JobError, JobFilter, JobOptions, JobState};
+use serde::{Deserialize, Serialize};
+
+use crate::common::{enqueue, eventually, Harness, FAST_BACKOFF};
+
+/// A latch a test opens; blocking code waits on it.
+#[derive(Clone, Default)]
+pub struct Latch(Arc<(Mutex<bool>, Condvar)>);
+
+impl Latch {
+    pub fn open(&self) {
+        *self.0 .0.lock().unwrap() = true;
+        self.0 .1.notify_all();
+    }
+
+    fn wait(&self) {
+        let mut open = self.0 .0.lock().unwrap();
+        while !*open {
+            open = self.0 .1.wait(open).unwrap();
+        }
+    }
+}
+
+/// Blocks in `ctx.blocking` until its latch opens, far past its 200 ms timeout.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct WaitsForLatch {}
+
+impl Job for WaitsForLatch {
+    const KIND: &'static str = "isolation.waits_for_latch";
+    const OPTIONS: JobOptions = JobOptions {
+        timeout: Duration::from_millis(200),
+        lease: Duration::from_millis(600),
+        max_attempts: 1,
+        backoff: FAST_BACKOFF,
+        ..JobOptions::DEFAULT
+    };
+
+    async fn perform(self, ctx: JobContext) -> Result<(), JobError> {
+        let latch = ctx.state::<Latch>()?.clone();
+        ctx.blocking(move || latch.wait()).await;
+        Ok(())
+    }
+}
+
+fn worker(h: &Harness, latch: &Latch) -> job::WorkerBuilder<job::PgStore> {
+    let mut config = job::WorkerConfig::default();
+    config.stuck_after = Duration::from_millis(300);
+    config.poll_interval = Duration::from_millis(20);
+    config.rescuer.interval = Duration::from_millis(100);
+    job::Worker::builder(h.store.clone())
+        .register::<WaitsForLatch>()
+        .queue("default", 1)
+        .config(config)
+        .state(latch.clone())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn code_that_outlives_its_timeout_is_reported_stuck_and_keeps_its_lease() {
+    let h = Harness::new().await;
+    let latch = Latch::default();
+    let id = enqueue(&h.store, WaitsForLatch {}).await;
+    let worker = worker(&h, &latch).build().unwrap().start();
+    let running = h.reaches(id, JobState::Running).await;
+    eventually("the execution to be reported stuck", || async {
+        (worker.stats().stuck == 1).then_some(())
+    })
+    .await;
+    let row = eventually("the row to say since when it is stuck", || async {
+        let row = h.row(id).await;
+        row.stuck_since.is_some().then_some(row)
+    })
+    .await;
+    assert_eq!(row.state, JobState::Running);
+    assert_eq!(
+        row.lock_token, running.lock_token,
+        "the same lease, renewed"
+    );
+    assert!(row.locked_until > running.locked_until, "renewed");
+    assert_eq!(h.store.stats(&JobFilter::default()).await.unwrap().stuck, 1);
+    assert_eq!((worker.stats().stuck_now, worker.in_flight()), (1, 1));
+
+    latch.open();
+    let row = h.reaches(id, JobState::Discarded).await;
+    assert_eq!(row.errors[0].class, "timeout");
+    assert_eq!(row.stuck_since, None);
+    let stats = worker.shutdown().await.stats;
+    assert_eq!((stats.stuck, stats.stuck_now, stats.lease_lost), (1, 0, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_returns_in_its_bound_and_abandons_code_that_will_not_end() {
+    let h = Harness::new().await;
+    let latch = Latch::default();
+    let id = enqueue(&h.store, WaitsForLatch {}).await;
+    let worker = worker(&h, &latch)
+        .drain_timeout(Duration::from_millis(100))
+        .config({
+            let mut config = job::WorkerConfig::default();
+            config.stuck_after = Duration::from_millis(300);
+            config.shutdown_grace = Duration::from_millis(300);
+            config.drain_timeout = Duration::from_millis(100);
+            config
+        })
+        .build()
+        .unwrap()
+        .start();
+    let running = h.reaches(id, JobState::Running).await;
+    let report = tokio::time::timeout(Duration::from_secs(10), worker.shutdown())
+        .await
+        .expect("shutdown returns although the handler never does");
+    assert!(!report.finished_in_time);
+    assert_eq!((report.abandoned, report.released), (1, 0));
+    let row = h.row(id).await;
+    assert_eq!(
+        (row.state, row.lock_token),
+        (JobState::Running, running.lock_token),
+        "an abandoned lease is not released while its code may run: it expires"
+    );
+    latch.open();
+}
