@@ -8,6 +8,8 @@
 --               the worker's clock at the drop, written after it (and printed at once, as
 --               the write may not make it: see ABORTED_LINE)
 -- A SIGKILLed worker writes neither finished_at nor aborted_at for what it was running.
+-- A worker paused (SIGSTOP) past its lease may write finished_at after its lease was taken
+-- over: code in a stopped process is the one thing nothing can stop; its effect cannot commit.
 CREATE SCHEMA chaos;
 
 CREATE TABLE chaos.executions (
@@ -21,4 +23,15 @@ CREATE TABLE chaos.executions (
     finished_at timestamptz,
     outcome     text CHECK (outcome IN ('ok', 'error')),
     aborted_at  timestamptz
+);
+
+-- The effects: one row per successful attempt whose transaction also completed the job
+-- (complete_in), so a job has exactly one effect if it completed, none if it was discarded.
+CREATE TABLE chaos.effects (
+    id         bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    job_id     bigint      NOT NULL,
+    attempt    integer     NOT NULL,
+    worker     text        NOT NULL,
+    lock_token uuid        NOT NULL,
+    at         timestamptz NOT NULL DEFAULT clock_timestamp()
 );

@@ -21,6 +21,9 @@ pub const LEASE: Duration = Duration::from_millis(1000);
 /// How often every worker's rescuer looks for expired leases.
 pub const RESCUE_EVERY: Duration = Duration::from_millis(150);
 
+/// How often an idle chaos worker looks for due jobs without a notification.
+pub const POLL_INTERVAL: Duration = Duration::from_millis(100);
+
 /// Attempts in all of a chaos job, unless the enqueue overrides it: many, so that kills alone
 /// never exhaust a job's attempts (a job killed this often would take minutes of chaos).
 pub const MAX_ATTEMPTS: i32 = 100;
@@ -28,10 +31,13 @@ pub const MAX_ATTEMPTS: i32 = 100;
 /// The ledger's schema, created by the test before any worker starts.
 pub const LEDGER_DDL: &str = include_str!("ledger.sql");
 
-/// One unit of chaos work: sleeps `work_ms`, and fails (retryably) while its attempt number is
+/// One unit of chaos work: sleeps `work_ms` (blocking its thread with `std::thread::sleep` when
+/// `blocking`, as careless handler code does), and fails (retryably) while its attempt number is
 /// at most `fail_first`. Its fate is therefore fixed by the payload: completed at the first
 /// attempt above `fail_first` that is not killed, or discarded when `fail_first` reaches the
-/// job's attempts.
+/// job's attempts. A successful attempt writes its effect (a row of `chaos.effects`) and
+/// completes the job in one transaction (`complete_in`), so the effect exists once per
+/// completed job or the audit finds it twice.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChaosWork {
     /// The job's number in its batch.
@@ -41,6 +47,9 @@ pub struct ChaosWork {
     /// Milliseconds of "work" (a sleep) of a successful attempt; a failing one gives up
     /// after at most [`FAIL_AFTER`].
     pub work_ms: u64,
+    /// The work blocks the runtime's thread instead of awaiting.
+    #[serde(default)]
+    pub blocking: bool,
 }
 
 /// The longest a failing attempt works before it fails.
@@ -87,6 +96,10 @@ const FINISH: &str =
     "UPDATE chaos.executions SET finished_at = clock_timestamp(), outcome = $2 WHERE id = $1";
 
 const ABORTED: &str = "UPDATE chaos.executions SET aborted_at = $2 WHERE id = $1";
+
+/// The effect of a successful attempt, written in the transaction that completes the job.
+const EFFECT: &str =
+    "INSERT INTO chaos.effects (job_id, attempt, worker, lock_token) VALUES ($1, $2, $3, $4)";
 
 /// The line a worker prints when a handler is dropped unfinished, before the ledger write
 /// (which a kill may prevent): `<RFC 3339 time> ledger: aborted execution <id> ...`.
@@ -157,7 +170,11 @@ impl Job for ChaosWork {
             done: false,
         };
         let fails = self.fails_at(ctx.attempt());
-        tokio::time::sleep(self.work(ctx.attempt())).await;
+        if self.blocking {
+            std::thread::sleep(self.work(ctx.attempt()));
+        } else {
+            tokio::time::sleep(self.work(ctx.attempt())).await;
+        }
         sqlx::query(FINISH)
             .bind(execution)
             .bind(if fails { "error" } else { "ok" })
@@ -172,12 +189,31 @@ impl Job for ChaosWork {
                 self.fail_first
             )));
         }
+        // The effect and the completion commit together, guarded by the lease: a worker that
+        // lost its lease (paused past it, say) commits neither.
+        let mut tx = ledger
+            .pool
+            .begin()
+            .await
+            .map_err(|e| JobError::retryable(format!("effect: begin: {e}")))?;
+        sqlx::query(EFFECT)
+            .bind(ctx.id())
+            .bind(ctx.attempt())
+            .bind(&ledger.worker)
+            .bind(ctx.lease().token)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| JobError::retryable(format!("effect: insert: {e}")))?;
+        job_postgres::complete_in(&mut tx, &ctx).await?;
+        tx.commit()
+            .await
+            .map_err(|e| JobError::retryable(format!("effect: commit: {e}")))?;
         Ok(())
     }
 }
 
 /// The chaos worker: [`ChaosWork`] on [`QUEUE`] with `concurrency` slots and `prefetch`
-/// claimed jobs held beyond them, polling every 100 ms, rescuing every [`RESCUE_EVERY`], its
+/// claimed jobs held beyond them, polling every [`POLL_INTERVAL`], rescuing every [`RESCUE_EVERY`], its
 /// backoff jitter seeded with `seed`.
 pub fn worker(
     store: PgStore,
@@ -189,7 +225,7 @@ pub fn worker(
     let mut config = WorkerConfig::default();
     config.prefetch = prefetch;
     config.id = id.to_owned();
-    config.poll_interval = Duration::from_millis(100);
+    config.poll_interval = POLL_INTERVAL;
     config.drain_timeout = Duration::from_secs(5);
     config.rescuer.interval = RESCUE_EVERY;
     config.rng_seed = Some(seed);

@@ -5,8 +5,11 @@
 //!
 //! ```text
 //! job-chaos --database-url URL --worker-id ID [--concurrency N] [--prefetch P] [--seed S]
-//!           [--watch-stdin]
+//!           [--current-thread] [--watch-stdin]
 //! ```
+//!
+//! `--current-thread` runs the worker on a current-thread Tokio runtime instead of the
+//! multi-thread one: a handler that blocks then blocks everything but the lease keeper.
 //!
 //! `DATABASE_URL`, `CHAOS_WORKER_ID`, `CHAOS_CONCURRENCY` and `CHAOS_SEED` stand in for
 //! missing flags. The runtime's log (INFO and above, timestamped) goes to stdout, one line
@@ -24,7 +27,7 @@ use tokio::sync::oneshot;
 mod trace;
 
 const USAGE: &str = "usage: job-chaos --database-url URL --worker-id ID [--concurrency N] \
-                     [--prefetch P] [--seed S] [--watch-stdin]";
+                     [--prefetch P] [--seed S] [--current-thread] [--watch-stdin]";
 
 struct Args {
     database_url: String,
@@ -32,6 +35,7 @@ struct Args {
     concurrency: usize,
     prefetch: usize,
     seed: u64,
+    current_thread: bool,
     watch_stdin: bool,
 }
 
@@ -43,6 +47,7 @@ impl Args {
         let mut seed = std::env::var("CHAOS_SEED").ok();
         let mut prefetch = None;
         let mut watch_stdin = false;
+        let mut current_thread = false;
         let mut args = std::env::args().skip(1);
         while let Some(arg) = args.next() {
             let mut value = || args.next().ok_or_else(|| format!("{arg} needs a value"));
@@ -53,6 +58,7 @@ impl Args {
                 "--seed" => seed = Some(value()?),
                 "--prefetch" => prefetch = Some(value()?),
                 "--watch-stdin" => watch_stdin = true,
+                "--current-thread" => current_thread = true,
                 other => return Err(format!("unknown argument {other:?}")),
             }
         }
@@ -82,13 +88,13 @@ impl Args {
             concurrency,
             prefetch,
             seed,
+            current_thread,
             watch_stdin,
         })
     }
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
     let args = match Args::parse() {
         Ok(args) => args,
         Err(e) => {
@@ -96,6 +102,23 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let runtime = if args.current_thread {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+    }
+    .enable_all()
+    .build();
+    match runtime {
+        Ok(runtime) => runtime.block_on(run(args)),
+        Err(e) => {
+            eprintln!("job-chaos: cannot build the Tokio runtime: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(args: Args) -> ExitCode {
     trace::install();
     // Before anything else, so that a SIGTERM arriving during startup drains instead of
     // killing the process with the default action.

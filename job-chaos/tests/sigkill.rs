@@ -1,7 +1,9 @@
 //! The real-process chaos test: worker processes (the `job-chaos` binary) are SIGKILLed at
-//! random moments while they work through thousands of jobs, and restarted, until every job
-//! is terminal. Then the database is audited against the ledger the handlers wrote
-//! (`chaos.executions`, see `src/ledger.sql`).
+//! random moments while they work through thousands of jobs, and restarted, or paused with
+//! SIGSTOP for longer than a lease and resumed, until every job is terminal. Some jobs block
+//! their runtime's threads instead of awaiting. Then the database is audited against the
+//! ledger the handlers wrote (`chaos.executions`, see `src/ledger.sql`) and the effects they
+//! committed with their completions (`chaos.effects`).
 //!
 //! Seeded: the seed is printed at the start and in every failure; `CHAOS_SEED=<n>` replays
 //! the same jobs and the same schedule of kills (the timing of the machine still varies).
@@ -21,7 +23,9 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, TimeDelta, Utc};
 use job_chaos::{ChaosWork, ABORTED_LINE, LEASE, LEDGER_DDL, MAX_ATTEMPTS};
-use job_core::{AttemptError, EnqueueOptions, NewJob, RunAt, Store, DEFAULT_PAYLOAD_LIMIT};
+use job_core::{
+    AttemptError, EnqueueOptions, NewJob, RunAt, Store, DEFAULT_PAYLOAD_LIMIT, MAX_ERROR_HISTORY,
+};
 use job_testkit::TestDb;
 use sqlx::types::Json;
 use sqlx::PgPool;
@@ -39,6 +43,11 @@ const SPREAD: Duration = Duration::from_secs(10);
 const KILL_EVERY_MS: std::ops::RangeInclusive<u64> = 100..=700;
 /// One kill in this many takes down every worker at once.
 const MASS_KILL_ONE_IN: u8 = 20;
+/// One chaos action in this many pauses a worker (SIGSTOP) instead of killing one.
+const PAUSE_ONE_IN: u8 = 4;
+/// How long a paused worker stays stopped, in milliseconds: more than a lease, so that its
+/// leases expire and other workers take its jobs over while it cannot run.
+const PAUSE_MS: std::ops::RangeInclusive<u64> = 1500..=2500;
 /// The run fails if the jobs are not all terminal by then.
 const DEADLINE: Duration = Duration::from_secs(120);
 /// How long a worker may take to drain and exit after SIGTERM.
@@ -95,10 +104,12 @@ async fn killed_workers_lose_no_job_and_never_run_one_twice_at_once() {
                 0 => Duration::ZERO,
                 _ => Duration::from_millis(rng.u64(..due_within.as_millis() as u64)),
             };
+            // One job in ten blocks its worker's runtime thread for its whole work.
             let work = ChaosWork {
                 n,
                 fail_first,
                 work_ms,
+                blocking: rng.u8(..10) == 0,
             };
             (work, max_attempts, due_in)
         })
@@ -132,6 +143,7 @@ async fn killed_workers_lose_no_job_and_never_run_one_twice_at_once() {
     }
     loop {
         tokio::time::sleep(Duration::from_millis(rng.u64(KILL_EVERY_MS))).await;
+        fleet.resume_due();
         fleet.check_alive();
         let counts = state_counts(&pool).await;
         let terminal: i64 = ["completed", "cancelled", "discarded"]
@@ -149,7 +161,10 @@ async fn killed_workers_lose_no_job_and_never_run_one_twice_at_once() {
                 fleet.dir.display()
             );
         }
-        if rng.u8(..MASS_KILL_ONE_IN) == 0 {
+        if rng.u8(..PAUSE_ONE_IN) == 0 {
+            let slot = rng.usize(..WORKERS);
+            fleet.pause(slot, Duration::from_millis(rng.u64(PAUSE_MS)));
+        } else if rng.u8(..MASS_KILL_ONE_IN) == 0 {
             fleet.mass_kills += 1;
             for slot in 0..WORKERS {
                 fleet.kill(slot);
@@ -168,30 +183,47 @@ async fn killed_workers_lose_no_job_and_never_run_one_twice_at_once() {
 
     let rows = load_jobs(&pool).await;
     let executions = load_executions(&pool, &logged_aborts(&fleet.incarnations)).await;
-    let audit = audit(&ids, &plan, &rows, &executions, &fleet.incarnations);
+    let effects = load_effects(&pool).await;
+    let audit = audit(
+        &ids,
+        &plan,
+        &rows,
+        &executions,
+        &effects,
+        &fleet.incarnations,
+    );
     let mut summary = format!(
         "sigkill chaos: seed {seed}: {jobs} jobs ({} completed, {} discarded) in {run_time:.1?}, \
-         {} kills ({} of all workers at once), {} worker processes, {} executions; \
+         {} kills ({} of all workers at once), {} pauses, {} worker processes, {} executions \
+         ({} of blocking jobs), {} effects; \
          {} attempts rescued after their lease expired ({} killed before the handler started, \
          {} finished but not finalized), {} leases lost by live workers, \
-         {} executions started without a live lease",
+         {} executions started without a live lease, {} executions overlapped by the next \
+         attempt after their worker was paused",
         audit.completed,
         audit.discarded,
         fleet.kills,
         fleet.mass_kills,
+        fleet.pauses,
         fleet.incarnations.len(),
         executions.len(),
+        audit.blocking_executions,
+        effects.len(),
         audit.rescued,
         audit.rescued_unstarted,
         audit.rescued_finished,
         audit.lost_by_live_workers.len(),
         audit.started_without_live_lease,
+        audit.overlaps_after_pause.len(),
     );
     for line in &last_words {
         let _ = write!(summary, "\n  {line}");
     }
     for lost in audit.lost_by_live_workers.iter().take(5) {
         let _ = write!(summary, "\n  lease lost by a live worker: {lost}");
+    }
+    for overlap in audit.overlaps_after_pause.iter().take(5) {
+        let _ = write!(summary, "\n  after a pause: {overlap}");
     }
     eprintln!("{summary}");
     let mut violations = audit.violations;
@@ -231,12 +263,26 @@ struct Incarnation {
     spawned_at: DateTime<Utc>,
     /// When the test saw it dead after its SIGKILL.
     killed_at: Option<DateTime<Utc>>,
+    /// When it was stopped with SIGSTOP (sent just before), and resumed with SIGCONT (sent
+    /// just after), if it was: it ran no code in between.
+    pauses: Vec<(DateTime<Utc>, Option<DateTime<Utc>>)>,
     log: PathBuf,
+}
+
+impl Incarnation {
+    /// Whether a pause of this worker began at or after `from` and no later than `to`.
+    fn paused_between(&self, from: DateTime<Utc>, to: DateTime<Utc>) -> bool {
+        self.pauses
+            .iter()
+            .any(|(stopped, _)| *stopped + ZOMBIE_SLACK >= from && *stopped <= to)
+    }
 }
 
 struct Running {
     child: Child,
     incarnation: usize,
+    /// Stopped with SIGSTOP until then.
+    paused_until: Option<Instant>,
 }
 
 /// The worker processes, one per slot, and every process ever started.
@@ -248,6 +294,7 @@ struct Fleet {
     incarnations: Vec<Incarnation>,
     kills: usize,
     mass_kills: usize,
+    pauses: usize,
 }
 
 impl Fleet {
@@ -264,6 +311,7 @@ impl Fleet {
             incarnations: Vec::new(),
             kills: 0,
             mass_kills: 0,
+            pauses: 0,
         }
     }
 
@@ -282,6 +330,12 @@ impl Fleet {
             // Slot 0 claims only free slots; the others prefetch, so that killed workers also
             // take claimed jobs that never started down with them.
             .args(["--prefetch", &(slot * CONCURRENCY).to_string()])
+            // Slot 1 runs on a current-thread runtime, which a blocking job blocks whole.
+            .args(if slot == 1 {
+                &["--current-thread"][..]
+            } else {
+                &[]
+            })
             .args(["--seed", &(self.seed ^ number as u64).to_string()])
             .arg("--watch-stdin")
             .env_remove("CHAOS_SEED")
@@ -294,12 +348,54 @@ impl Fleet {
             id,
             spawned_at,
             killed_at: None,
+            pauses: Vec::new(),
             log,
         });
         self.slots[slot] = Some(Running {
             child,
             incarnation: number,
+            paused_until: None,
         });
+    }
+
+    /// Stops the worker in `slot` with SIGSTOP for `how_long`, unless it is paused already.
+    fn pause(&mut self, slot: usize, how_long: Duration) {
+        let Some(running) = self.slots[slot].as_mut() else {
+            return;
+        };
+        if running.paused_until.is_some() {
+            return;
+        }
+        let stopped_at = Utc::now();
+        signal(&running.child, "-STOP", self.seed);
+        running.paused_until = Some(Instant::now() + how_long);
+        self.incarnations[running.incarnation]
+            .pauses
+            .push((stopped_at, None));
+        self.pauses += 1;
+    }
+
+    /// Resumes, with SIGCONT, every paused worker whose pause is over (or all, if `all`).
+    fn resume(&mut self, all: bool) {
+        for slot in 0..WORKERS {
+            let Some(running) = self.slots[slot].as_mut() else {
+                continue;
+            };
+            match running.paused_until {
+                Some(until) if all || Instant::now() >= until => {
+                    signal(&running.child, "-CONT", self.seed);
+                    running.paused_until = None;
+                    if let Some(pause) = self.incarnations[running.incarnation].pauses.last_mut() {
+                        pause.1 = Some(Utc::now());
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    fn resume_due(&mut self) {
+        self.resume(false);
     }
 
     /// SIGKILLs the worker in `slot` and waits until it is gone.
@@ -354,6 +450,7 @@ impl Fleet {
     /// SIGTERMs every worker and waits for each to drain and exit with code 0. Returns each
     /// one's last line of output.
     fn stop_all(&mut self) -> Vec<String> {
+        self.resume(true);
         let mut stopping = Vec::new();
         for slot in 0..WORKERS {
             if let Some(running) = self.slots[slot].take() {
@@ -420,6 +517,16 @@ impl Fleet {
     fn clean_up(&self) {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// Sends `signal` (`-STOP`, `-CONT`) to `child` with kill(1).
+fn signal(child: &Child, signal: &str, seed: u64) {
+    let pid = child.id().to_string();
+    let sent = Command::new("kill").args([signal, &pid]).status();
+    assert!(
+        sent.as_ref().is_ok_and(ExitStatus::success),
+        "[CHAOS_SEED={seed}] kill {signal} {pid} failed: {sent:?}"
+    );
 }
 
 impl Drop for Fleet {
@@ -573,6 +680,31 @@ async fn load_executions(pool: &PgPool, aborts: &HashMap<i64, DateTime<Utc>>) ->
     .collect()
 }
 
+/// One committed effect.
+struct Effect {
+    job_id: i64,
+    attempt: i32,
+    worker: String,
+    lock_token: Uuid,
+}
+
+async fn load_effects(pool: &PgPool) -> Vec<Effect> {
+    sqlx::query_as::<_, (i64, i32, String, Uuid)>(
+        "SELECT job_id, attempt, worker, lock_token FROM chaos.effects ORDER BY job_id, id",
+    )
+    .fetch_all(pool)
+    .await
+    .expect("loading the effects")
+    .into_iter()
+    .map(|(job_id, attempt, worker, lock_token)| Effect {
+        job_id,
+        attempt,
+        worker,
+        lock_token,
+    })
+    .collect()
+}
+
 /// Every `ledger: aborted execution` line of the workers' logs: execution id to time.
 fn logged_aborts(incarnations: &[Incarnation]) -> HashMap<i64, DateTime<Utc>> {
     let mut aborts = HashMap::new();
@@ -649,6 +781,24 @@ struct Audit {
     /// Allowed (a worker that cannot renew in time fences itself), but worth a look.
     lost_by_live_workers: Vec<String>,
     started_without_live_lease: usize,
+    /// Executions overlapped by the job's next attempt because their worker was paused
+    /// (SIGSTOP) past their lease and ran on when resumed: the one case nothing can stop.
+    /// Allowed, since the effect still commits once (its transaction is guarded by the lease).
+    overlaps_after_pause: Vec<String>,
+    blocking_executions: usize,
+}
+
+/// The attempts whose entries a history of `settled` attempts keeps: all of them, or the first
+/// and the latest `MAX_ERROR_HISTORY - 1`.
+fn kept_attempts(settled: i32) -> Vec<i32> {
+    let max = MAX_ERROR_HISTORY as i32;
+    if settled <= max {
+        (1..=settled).collect()
+    } else {
+        std::iter::once(1)
+            .chain(settled - max + 2..=settled)
+            .collect()
+    }
 }
 
 /// `lease of worker <id> expired at <timestamp>`, as the rescue writes it.
@@ -678,11 +828,16 @@ fn parse_lease_expired(message: &str) -> Option<(&str, DateTime<Utc>)> {
 /// - Never twice at once: a job's executions, by start, have increasing attempts, and each one
 ///   started only after every earlier one had ended (its last ledger write, or its worker's
 ///   death) and after the earlier attempt's lease had ended in the database (its error entry).
+///   The one exception is an execution whose worker was paused (SIGSTOP) while it ran: it
+///   ran on when resumed, after its lease was taken over.
+/// - Effects once: a completed job has exactly one effect, committed with its completion by
+///   its final attempt under that attempt's lease; a discarded job has none.
 fn audit(
     ids: &[i64],
     plan: &[(ChaosWork, i32, Duration)],
     rows: &[JobRow],
     executions: &[Execution],
+    effects: &[Effect],
     incarnations: &[Incarnation],
 ) -> Audit {
     let mut a = Audit::default();
@@ -707,6 +862,25 @@ fn audit(
     }
     let planned: HashMap<u32, (ChaosWork, i32)> =
         plan.iter().map(|p| (p.0.n, (p.0, p.1))).collect();
+
+    let mut effects_of: HashMap<i64, Vec<&Effect>> = HashMap::new();
+    for e in effects {
+        effects_of.entry(e.job_id).or_default().push(e);
+    }
+    let blocking: HashSet<u32> = plan
+        .iter()
+        .filter(|p| p.0.blocking)
+        .map(|p| p.0.n)
+        .collect();
+    let blocking_jobs: HashSet<i64> = rows
+        .iter()
+        .filter(|r| blocking.contains(&r.payload.n))
+        .map(|r| r.id)
+        .collect();
+    a.blocking_executions = executions
+        .iter()
+        .filter(|e| blocking_jobs.contains(&e.job_id))
+        .count();
 
     let mut tokens = HashSet::new();
     let mut by_job: HashMap<i64, Vec<&Execution>> = HashMap::new();
@@ -823,36 +997,54 @@ fn audit(
             );
         }
 
-        // Attempts counted: one error entry per attempt that did not complete, in order.
+        // Attempts counted: one error entry per attempt that did not complete, in order (the
+        // first and the latest, when there are more than the history keeps).
         let settled = if row.state == "completed" {
             row.attempt - 1
         } else {
             row.attempt
         };
-        if row.errors.len() as i32 != settled {
+        let kept = kept_attempts(settled);
+        let recorded: Vec<i32> = row.errors.iter().map(|e| e.attempt).collect();
+        if recorded != kept {
             v.push(
                 "attempts counted",
                 format!(
-                    "job {id}: {} after {} attempts but {} errors recorded: {:?}",
-                    row.state,
-                    row.attempt,
-                    row.errors.len(),
-                    row.errors
+                    "job {id}: {} after {} attempts, so errors for attempts {kept:?} expected, \
+                     but recorded: {:?}",
+                    row.state, row.attempt, row.errors
                 ),
             );
         }
-        for (i, err) in row.errors.iter().enumerate() {
-            if err.attempt != i as i32 + 1 {
-                v.push(
-                    "attempts counted",
-                    format!(
-                        "job {id}: error #{} is for attempt {}: {:?}",
-                        i + 1,
-                        err.attempt,
-                        row.errors
-                    ),
-                );
+
+        // Effects once.
+        let job_effects = effects_of.remove(&id).unwrap_or_default();
+        let effects_ok = match row.state.as_str() {
+            "completed" => {
+                job_effects.len() == 1
+                    && job_effects[0].attempt == row.attempt
+                    && executions.iter().any(|e| {
+                        e.job_id == id
+                            && e.attempt == row.attempt
+                            && e.lock_token == job_effects[0].lock_token
+                            && e.worker == job_effects[0].worker
+                    })
             }
+            _ => job_effects.is_empty(),
+        };
+        if !effects_ok {
+            v.push(
+                "effects once",
+                format!(
+                    "job {id}: {} after {} attempts with effects {:?}",
+                    row.state,
+                    row.attempt,
+                    job_effects
+                        .iter()
+                        .map(|e| (e.attempt, e.worker.as_str(), e.lock_token))
+                        .collect::<Vec<_>>()
+                ),
+            );
         }
 
         let mut execs = by_job.remove(&id).unwrap_or_default();
@@ -1022,9 +1214,8 @@ fn audit(
                         earlier.attempt, earlier.worker
                     ),
                     ),
-                    Some(end) if end >= later.started_at => v.push(
-                        "never twice at once",
-                        format!(
+                    Some(end) if end >= later.started_at => {
+                        let what = format!(
                             "job {id}: attempt {} on {} (execution {}) started at {} while \
                              attempt {} on {} (execution {}) ran until {end}",
                             later.attempt,
@@ -1034,17 +1225,27 @@ fn audit(
                             earlier.attempt,
                             earlier.worker,
                             earlier.id
-                        ),
-                    ),
+                        );
+                        let paused = workers.get(earlier.worker.as_str()).is_some_and(|w| {
+                            w.paused_between(earlier.started_at, later.started_at)
+                        });
+                        if paused && later.lease_live {
+                            a.overlaps_after_pause.push(what);
+                        } else {
+                            v.push("never twice at once", what);
+                        }
+                    }
                     Some(_) => {}
                 }
                 let lease_ended = row
                     .errors
-                    .get((earlier.attempt - 1) as usize)
-                    .filter(|e| e.attempt == earlier.attempt)
+                    .iter()
+                    .find(|e| e.attempt == earlier.attempt)
                     .map(|e| e.at);
                 match lease_ended {
                     Some(at) if at < later.started_at => {}
+                    // The history no longer keeps that attempt's entry.
+                    None if !kept.contains(&earlier.attempt) => {}
                     other => v.push(
                         "never twice at once",
                         format!(
@@ -1064,6 +1265,12 @@ fn audit(
                 format!("job {job}: {} executions but no row", execs.len()),
             );
         }
+    }
+    for (job, effects) in effects_of {
+        v.push(
+            "effects once",
+            format!("job {job}: {} effects but no row", effects.len()),
+        );
     }
     a
 }
