@@ -8,6 +8,7 @@
 mod common;
 
 mod blocking;
+mod keeper;
 mod outcomes;
 mod pools;
 mod steps;

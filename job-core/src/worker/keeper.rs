@@ -73,9 +73,18 @@ impl Keeper {
     }
 
     /// Stops the keeper and waits for its thread to finish.
-    pub(crate) async fn stop(self) {
+    pub(crate) async fn stop(mut self) {
         self.stop.cancel();
-        let _ = self.done.await;
+        let _ = (&mut self.done).await;
+    }
+}
+
+impl Drop for Keeper {
+    /// A worker whose supervisor is dropped (its runtime shut down without `shutdown()`) must
+    /// not leave a keeper renewing leases of executions that no longer exist: those jobs would
+    /// never be rescued.
+    fn drop(&mut self) {
+        self.stop.cancel();
     }
 }
 
