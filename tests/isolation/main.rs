@@ -8,6 +8,7 @@
 mod common;
 
 mod blocking;
+mod connections;
 mod keeper;
 mod outcomes;
 mod pools;
