@@ -89,27 +89,29 @@ SELECT $1, $2, $3, $4,
        EXISTS (SELECT 1 FROM job.jobs j
                WHERE j.id = $1 AND j.lock_token = $4 AND j.state = 'running'
                  AND j.locked_until > clock_timestamp()),
-       clock_timestamp()
-RETURNING id";
+       clock_timestamp()";
 
-const FINISH: &str =
-    "UPDATE chaos.executions SET finished_at = clock_timestamp(), outcome = $2 WHERE id = $1";
+/// Executions are found by their lease token, which is unique to each: an abort can be
+/// recorded even when the handler was dropped before its start was acknowledged.
+const FINISH: &str = "UPDATE chaos.executions SET finished_at = clock_timestamp(), outcome = $2 \
+                      WHERE lock_token = $1";
 
-const ABORTED: &str = "UPDATE chaos.executions SET aborted_at = $2 WHERE id = $1";
+const ABORTED: &str = "UPDATE chaos.executions SET aborted_at = $2 WHERE lock_token = $1";
 
 /// The effect of a successful attempt, written in the transaction that completes the job.
 const EFFECT: &str =
     "INSERT INTO chaos.effects (job_id, attempt, worker, lock_token) VALUES ($1, $2, $3, $4)";
 
 /// The line a worker prints when a handler is dropped unfinished, before the ledger write
-/// (which a kill may prevent): `<RFC 3339 time> ledger: aborted execution <id> ...`.
+/// (which a kill may prevent): `<RFC 3339 time> ledger: aborted execution <lease token> ...`.
 pub const ABORTED_LINE: &str = " ledger: aborted execution ";
 
 /// Writes `aborted_at` when the handler is dropped before its last ledger write completed,
-/// and says so on stdout at once.
+/// and says so on stdout at once. It exists from the handler's first statement, so a handler
+/// dropped while its start is being recorded is still known to have ended.
 struct Unfinished {
     pool: PgPool,
-    execution: i64,
+    execution: uuid::Uuid,
     job: i64,
     attempt: i32,
     done: bool,
@@ -154,14 +156,7 @@ impl Job for ChaosWork {
 
     async fn perform(self, ctx: JobContext) -> Result<(), JobError> {
         let ledger = ctx.state::<Ledger>()?;
-        let execution: i64 = sqlx::query_scalar(START)
-            .bind(ctx.id())
-            .bind(ctx.attempt())
-            .bind(&ledger.worker)
-            .bind(ctx.lease().token)
-            .fetch_one(&ledger.pool)
-            .await
-            .map_err(|e| JobError::retryable(format!("ledger: recording the start: {e}")))?;
+        let execution = ctx.lease().token;
         let mut unfinished = Unfinished {
             pool: ledger.pool.clone(),
             execution,
@@ -169,6 +164,14 @@ impl Job for ChaosWork {
             attempt: ctx.attempt(),
             done: false,
         };
+        sqlx::query(START)
+            .bind(ctx.id())
+            .bind(ctx.attempt())
+            .bind(&ledger.worker)
+            .bind(execution)
+            .execute(&ledger.pool)
+            .await
+            .map_err(|e| JobError::retryable(format!("ledger: recording the start: {e}")))?;
         let fails = self.fails_at(ctx.attempt());
         if self.blocking {
             std::thread::sleep(self.work(ctx.attempt()));

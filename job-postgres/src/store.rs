@@ -140,9 +140,12 @@ impl Store for PgStore {
         let options = (*self.pool.connect_options())
             .clone()
             .application_name(purpose);
+        // One connection is opened at once and kept open (reopened in the background when
+        // lost), so the first heartbeat or claim does not pay for a connect, which under load
+        // can take longer than a heartbeat period.
         let pool = pool_options()
             .max_connections(connections.max(1))
-            .min_connections(0)
+            .min_connections(1)
             .idle_timeout(Some(std::time::Duration::from_secs(60)))
             .connect_lazy_with(options);
         PgStore {
