@@ -40,6 +40,16 @@ pub struct Batch {
     started: Arc<AtomicUsize>,
 }
 
+impl Batch {
+    /// Counts this job as started, and waits until every job of the batch has.
+    async fn all_started(&self) {
+        self.started.fetch_add(1, Ordering::SeqCst);
+        while self.started.load(Ordering::SeqCst) < self.size {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+}
+
 impl Job for Refusable {
     const KIND: &'static str = "isolation.refusable";
     const OPTIONS: JobOptions = JobOptions {
@@ -49,11 +59,7 @@ impl Job for Refusable {
     };
 
     async fn perform(self, ctx: JobContext) -> Result<(), JobError> {
-        let batch = ctx.state::<Batch>()?;
-        batch.started.fetch_add(1, Ordering::SeqCst);
-        while batch.started.load(Ordering::SeqCst) < batch.size {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        ctx.state::<Batch>()?.all_started().await;
         match self.end {
             End::Ok => Ok(()),
             End::NulError => Err(JobError::retryable("smtp said \0\0 nothing")),
@@ -76,11 +82,7 @@ impl Job for Refused {
     };
 
     async fn perform(self, ctx: JobContext) -> Result<(), JobError> {
-        let batch = ctx.state::<Batch>()?;
-        batch.started.fetch_add(1, Ordering::SeqCst);
-        while batch.started.load(Ordering::SeqCst) < batch.size {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        ctx.state::<Batch>()?.all_started().await;
         Ok(())
     }
 }

@@ -29,6 +29,39 @@ impl Executions {
     }
 }
 
+/// Enqueues `n` jobs made by `make`, runs them with a worker over the application's pool `app`
+/// (which the handlers use too) with `concurrency` slots, and checks that each completed on
+/// its first attempt and ran once. Returns the worker's final counters.
+async fn run_all_once<J: Job>(
+    h: &Harness,
+    app: &PgPool,
+    n: usize,
+    concurrency: usize,
+    make: impl Fn() -> J,
+) -> job::WorkerStats {
+    let executions = Executions::default();
+    let mut ids = Vec::new();
+    for _ in 0..n {
+        ids.push(enqueue(&h.store, make()).await);
+    }
+    let worker = job::Worker::builder(job::PgStore::new(app.clone()))
+        .register::<J>()
+        .queue("default", concurrency)
+        .poll_interval(Duration::from_millis(20))
+        .state(app.clone())
+        .state(executions.clone())
+        .build()
+        .unwrap()
+        .start();
+    for id in &ids {
+        let row = h.reaches(*id, JobState::Completed).await;
+        assert_eq!(row.attempt, 1, "job {id}: {:?}", row.errors);
+        assert!(row.errors.is_empty(), "job {id}: {:?}", row.errors);
+        assert_eq!(executions.of(*id), 1, "job {id} ran more than once");
+    }
+    worker.shutdown().await.stats
+}
+
 /// Holds a connection of the application's pool for `ms`, and records a durable step while it
 /// holds it (a second, nested need for a connection).
 #[derive(Debug, Serialize, Deserialize)]
@@ -71,27 +104,7 @@ async fn handlers_holding_every_connection_of_a_tiny_pool_delay_no_lease() {
         .connect_with((*h.store.pool().connect_options()).clone())
         .await
         .unwrap();
-    let executions = Executions::default();
-    let mut ids = Vec::new();
-    for _ in 0..200 {
-        ids.push(enqueue(&h.store, HoldsConnection { ms: 20 }).await);
-    }
-    let worker = job::Worker::builder(job::PgStore::new(app.clone()))
-        .register::<HoldsConnection>()
-        .queue("default", 16)
-        .poll_interval(Duration::from_millis(20))
-        .state(app.clone())
-        .state(executions.clone())
-        .build()
-        .unwrap()
-        .start();
-    for id in &ids {
-        let row = h.reaches(*id, JobState::Completed).await;
-        assert_eq!(row.attempt, 1, "job {id}: {:?}", row.errors);
-        assert!(row.errors.is_empty(), "job {id}: {:?}", row.errors);
-        assert_eq!(executions.of(*id), 1);
-    }
-    let stats = worker.shutdown().await.stats;
+    let stats = run_all_once(&h, &app, 200, 16, || HoldsConnection { ms: 20 }).await;
     assert_eq!(
         (stats.lease_lost, stats.fenced, stats.completed),
         (0, 0, 200)
@@ -206,26 +219,7 @@ async fn handlers_that_leave_connections_in_a_transaction_corrupt_no_claim_or_ou
         .connect_with((*h.store.pool().connect_options()).clone())
         .await
         .unwrap();
-    let executions = Executions::default();
-    let mut ids = Vec::new();
-    for _ in 0..100 {
-        ids.push(enqueue(&h.store, CancelsBegin {}).await);
-    }
-    let worker = job::Worker::builder(job::PgStore::new(app.clone()))
-        .register::<CancelsBegin>()
-        .queue("default", 4)
-        .poll_interval(Duration::from_millis(20))
-        .state(app.clone())
-        .state(executions.clone())
-        .build()
-        .unwrap()
-        .start();
-    for id in &ids {
-        let row = h.reaches(*id, JobState::Completed).await;
-        assert_eq!(row.attempt, 1, "job {id}: {:?}", row.errors);
-        assert_eq!(executions.of(*id), 1, "job {id} ran more than once");
-    }
-    let stats = worker.shutdown().await.stats;
+    let stats = run_all_once(&h, &app, 100, 4, || CancelsBegin {}).await;
     assert_eq!(
         (stats.claimed, stats.completed, stats.lease_lost),
         (100, 100, 0)
