@@ -20,7 +20,6 @@ use std::time::Duration;
 use job::prelude::*;
 use job::{JobFilter, JobState, WorkerConfig};
 use job_testkit::Faults;
-use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
 
 /// Products per page.
@@ -256,7 +255,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let server = std::env::var("DATABASE_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
     let url = db::ensure_database(&server, "job_example_chunked_reindex").await?;
-    let pool = PgPoolOptions::new()
+    let pool = job::pool_options()
         .max_connections(5)
         .connect(&url)
         .await?;

@@ -17,7 +17,6 @@ use std::time::Duration;
 use job::prelude::*;
 use job::{JobState, WorkerConfig};
 use job_testkit::{Faults, Point};
-use sqlx::postgres::PgPoolOptions;
 use sqlx::{PgConnection, PgPool};
 
 /// The application's mailer. Every email it sends is a row of `sent_emails`, so sends can be
@@ -201,7 +200,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let server = std::env::var("DATABASE_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
     let url = db::ensure_database(&server, "job_example_invoice_email").await?;
-    let pool = PgPoolOptions::new()
+    let pool = job::pool_options()
         .max_connections(5)
         .connect(&url)
         .await?;

@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use job::prelude::*;
 use job::JobState;
-use sqlx::postgres::PgPoolOptions;
 
 /// Sends the welcome email of a new user.
 #[job(retry = 2, queue = "mail")]
@@ -50,7 +49,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let server = std::env::var("DATABASE_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
     let url = db::ensure_database(&server, "job_quickstart").await?;
-    let pool = PgPoolOptions::new()
+    let pool = job::pool_options()
         .max_connections(5)
         .connect(&url)
         .await?;

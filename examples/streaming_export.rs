@@ -28,7 +28,6 @@ use job::{EnqueueError, JobState, WorkerBuilder};
 use object_store::local::LocalFileSystem;
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, WriteMultipart};
-use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
 
@@ -337,7 +336,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let server = std::env::var("DATABASE_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
     let url = db::ensure_database(&server, "job_example_export").await?;
-    let pool = PgPoolOptions::new()
+    let pool = job::pool_options()
         .max_connections(5)
         .connect(&url)
         .await?;

@@ -81,7 +81,8 @@ impl TestDb {
             .unwrap_or_else(|e| panic!("could not create test database {name}: {e}"));
         let _ = conn.close().await;
         let options = admin.clone().database(&name);
-        let pool = PgPoolOptions::new()
+        // The application's pool as the README advises: never handed out inside a transaction.
+        let pool = job_postgres::pool_options()
             .max_connections(POOL_SIZE)
             .acquire_timeout(Duration::from_secs(30))
             .connect_lazy_with(options.clone());
