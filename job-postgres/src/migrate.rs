@@ -37,7 +37,27 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "steps",
         sql: include_str!("../migrations/0003_steps.sql"),
     },
+    Migration {
+        version: 5,
+        name: "rules",
+        sql: include_str!("../migrations/0005_rules.sql"),
+    },
+    Migration {
+        version: 6,
+        name: "validate_rules",
+        sql: include_str!("../migrations/0006_validate_rules.sql"),
+    },
+    Migration {
+        version: 7,
+        name: "sql_interface",
+        sql: include_str!("../migrations/0007_sql_interface.sql"),
+    },
 ];
+
+/// Numbers taken by migrations written on another branch at the same time, so that the
+/// numbering test allows their gap until they land. Empty once every one has.
+#[cfg(test)]
+const RESERVED: &[i32] = &[4];
 
 /// Brings the `job` schema up to date. Safe to run from many processes at once (an advisory
 /// lock serializes them) and again and again (a second run only reads). Each migration runs in
@@ -130,8 +150,13 @@ mod tests {
             .map(|m| format!("{:04}_{}.sql", m.version, m.name))
             .collect();
         assert_eq!(listed, files);
-        for (i, m) in MIGRATIONS.iter().enumerate() {
-            assert_eq!(m.version, i32::try_from(i).unwrap() + 1);
+        let mut expected = 1..;
+        for m in MIGRATIONS {
+            let next = expected.find(|v| !RESERVED.contains(v)).unwrap();
+            assert_eq!(
+                m.version, next,
+                "migrations are numbered from 1 without gaps"
+            );
         }
     }
 }

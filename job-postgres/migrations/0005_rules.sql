@@ -1,0 +1,187 @@
+-- 0005 rules: one set of rules for what a job row may hold, checked by the database at every
+-- door (the Rust helpers, `job.enqueue`, a raw INSERT), and the one place where the payload
+-- limit is configured. Append-only: change the schema in a new numbered file.
+--
+-- Two kinds of rules:
+--
+-- * Admission rules (names, payload, tags, tenant, unique key) are checked when a value is
+--   written: by the trigger `jobs_admission` on INSERT and on an UPDATE that sets one of those
+--   columns. Rows stored before this migration that break them (a payload over a limit that an
+--   older client allowed, a kind with a zero-width character, an array payload of a
+--   hand-written `Job`) were written by code that was allowed to write them: they stay as they
+--   are and run as before. A CHECK would not do here: PostgreSQL checks every CHECK on every
+--   UPDATE of a row, so each claim and finalize of such a row would fail, and with it the
+--   whole batch of the claim.
+-- * Row invariants (timestamps PostgreSQL, Rust, Python and JavaScript can all represent)
+--   must hold for every row, or reading the row fails: infinite and out-of-range times are
+--   clamped below (the meaning is kept: `infinity` was "never", `-infinity` "long ago"), then
+--   each column gets a CHECK, added NOT VALID here (the table is locked only for the clamp)
+--   and validated by migration 0006 in a transaction of its own, which lets writes go on.
+
+-- The payload limit, in bytes of the payload's JSON text as PostgreSQL prints it
+-- (`octet_length(payload::text)`). One row. Change it with
+-- `UPDATE job.settings SET payload_limit = 2097152;` (as the schema's owner): every door
+-- obeys it from the next statement on. Jobs already stored are not affected.
+CREATE TABLE job.settings (
+    singleton     boolean PRIMARY KEY DEFAULT true CHECK (singleton),
+    payload_limit integer NOT NULL DEFAULT 1048576
+                  CONSTRAINT settings_payload_limit_check CHECK (payload_limit BETWEEN 2 AND 268435455)
+);
+INSERT INTO job.settings DEFAULT VALUES;
+
+-- What is wrong with a kind, queue, tag, tenant or pause name, or NULL when nothing is.
+-- `job_core::new_job::name_problem` is the same rule with the same words, character for
+-- character (a test compares the two over every Unicode code point): 1 to `max_bytes` bytes,
+-- none of them whitespace, a control character or a format character (Unicode White_Space,
+-- Cc, Cf, Zs, Zl and Zp: tabs, newlines, no-break and zero-width spaces, bidirectional
+-- overrides, soft hyphens, tag characters). The list is explicit, so it does not depend on
+-- the database's locale.
+CREATE FUNCTION job.name_problem(name text, max_bytes integer DEFAULT 128) RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT CASE
+        WHEN name IS NULL THEN 'must not be null'
+        WHEN name = '' THEN 'must not be empty'
+        WHEN octet_length(name) > max_bytes
+            THEN format('must be at most %s bytes, got %s', max_bytes, octet_length(name))
+        WHEN name ~ '[\u0001-\u0020\u007f-\u00a0\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890-\u0891\u08e2\u1680\u180e\u2000-\u200f\u2028-\u202f\u205f-\u206f\u3000\ufeff\ufff9-\ufffb\U000110bd\U000110cd\U00013430-\U0001343f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0001\U000e0020-\U000e007f]'
+            THEN (
+                SELECT format('must not contain whitespace, control or format characters '
+                              '(U+%s at character %s)',
+                              upper(lpad(h, greatest(4, length(h)), '0')), position(c IN name))
+                FROM substring(name FROM '[\u0001-\u0020\u007f-\u00a0\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890-\u0891\u08e2\u1680\u180e\u2000-\u200f\u2028-\u202f\u205f-\u206f\u3000\ufeff\ufff9-\ufffb\U000110bd\U000110cd\U00013430-\U0001343f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0001\U000e0020-\U000e007f]') AS c,
+                     to_hex(ascii(c)) AS h
+            )
+    END
+$$;
+
+-- The first admission rule a job's values break, as (the column, what is wrong), or no row.
+-- Used by the trigger below and by `job.enqueue` / `job.enqueue_many` (migration 0007), so
+-- every door says the same thing. The Rust side checks the same rules before it sends a job
+-- (`job_core::NewJob::validate`).
+CREATE FUNCTION job.admission_problem(
+    kind       text,
+    queue      text,
+    payload    jsonb,
+    tags       text[],
+    tenant     text,
+    unique_key text,
+    OUT "column" text,
+    OUT problem  text
+)
+RETURNS SETOF record
+LANGUAGE sql STABLE PARALLEL SAFE
+AS $$
+    SELECT p.col, p.problem
+    FROM (
+        SELECT 1 AS ord, 'kind' AS col, job.name_problem(kind) AS problem
+        UNION ALL
+        SELECT 2, 'queue', job.name_problem(queue)
+        UNION ALL
+        SELECT 3, 'payload', CASE
+            WHEN payload IS NULL THEN 'must not be null'
+            WHEN jsonb_typeof(payload) <> 'object'
+                THEN format('must be a JSON object, got %s', CASE jsonb_typeof(payload)
+                                WHEN 'array' THEN 'an array' WHEN 'string' THEN 'a string'
+                                WHEN 'number' THEN 'a number' WHEN 'boolean' THEN 'a boolean'
+                                ELSE jsonb_typeof(payload) END)
+            ELSE (
+                SELECT format('is %s bytes, over the limit of %s bytes', n, s.payload_limit)
+                FROM job.settings s, octet_length(payload::text) AS n
+                WHERE n > s.payload_limit
+            )
+        END
+        UNION ALL
+        SELECT 4, 'tags', CASE
+            WHEN tags IS NULL THEN 'must not be null'
+            WHEN array_ndims(tags) > 1 THEN 'must be a one-dimensional array'
+            WHEN cardinality(tags) > 32
+                THEN format('at most 32 tags, got %s', cardinality(tags))
+            ELSE (
+                SELECT format('tag %s %s', t.n, coalesce(job.name_problem(t.tag), ''))
+                FROM unnest(tags) WITH ORDINALITY AS t(tag, n)
+                WHERE job.name_problem(t.tag) IS NOT NULL
+                ORDER BY t.n
+                LIMIT 1
+            )
+        END
+        UNION ALL
+        SELECT 5, 'tenant', CASE WHEN tenant IS NOT NULL THEN job.name_problem(tenant) END
+        UNION ALL
+        SELECT 6, 'unique_key', CASE
+            WHEN unique_key IS NOT NULL AND octet_length(unique_key) NOT BETWEEN 1 AND 512
+                THEN format('must be 1 to 512 bytes, got %s', octet_length(unique_key))
+        END
+    ) p
+    WHERE p.problem IS NOT NULL
+    ORDER BY p.ord
+    LIMIT 1
+$$;
+
+-- The admission rules on the table itself: whatever wrote the row, the database has the
+-- last word. Fires on INSERT and on an UPDATE that sets one of these columns (the replace of
+-- a waiting unique duplicate sets `payload`); the claim, heartbeat and finalize set none of
+-- them, so they never pay for it.
+-- The search_path is pinned, so that a writer cannot put operators of its own before
+-- pg_catalog's and have them answer for `~` or `>`.
+CREATE FUNCTION job.check_admission() RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    bad record;
+BEGIN
+    SELECT * INTO bad
+    FROM job.admission_problem(NEW.kind, NEW.queue, NEW.payload, NEW.tags, NEW.tenant,
+                               NEW.unique_key);
+    IF FOUND THEN
+        RAISE EXCEPTION 'job row refused: `%` %', bad."column", bad.problem
+            USING ERRCODE = 'check_violation', COLUMN = bad."column", TABLE = 'jobs',
+                  SCHEMA = 'job', CONSTRAINT = 'jobs_admission';
+    END IF;
+    RETURN NEW;
+END
+$$;
+
+CREATE TRIGGER jobs_admission
+    BEFORE INSERT OR UPDATE OF kind, queue, payload, tags, tenant, unique_key ON job.jobs
+    FOR EACH ROW
+    EXECUTE FUNCTION job.check_admission();
+
+-- Row invariants: every stored time is finite and within 0001-01-01 .. 9999-12-31 UTC, which
+-- PostgreSQL, chrono, Python's datetime and JavaScript's Date all represent. Constraints
+-- first (NOT VALID: no scan, and every row written from now on is checked), then the clamp
+-- under the lock the constraints took, so no writer slips a bad row in between.
+ALTER TABLE job.jobs
+    ADD CONSTRAINT jobs_run_at_check
+        CHECK (run_at >= '0001-01-01 00:00:00+00' AND run_at < '10000-01-01 00:00:00+00')
+        NOT VALID,
+    ADD CONSTRAINT jobs_deadline_check
+        CHECK (deadline >= '0001-01-01 00:00:00+00' AND deadline < '10000-01-01 00:00:00+00')
+        NOT VALID,
+    ADD CONSTRAINT jobs_created_at_check
+        CHECK (created_at >= '0001-01-01 00:00:00+00' AND created_at < '10000-01-01 00:00:00+00')
+        NOT VALID,
+    ADD CONSTRAINT jobs_finalized_at_check
+        CHECK (finalized_at >= '0001-01-01 00:00:00+00'
+               AND finalized_at < '10000-01-01 00:00:00+00')
+        NOT VALID,
+    ADD CONSTRAINT jobs_locked_until_check
+        CHECK (locked_until >= '0001-01-01 00:00:00+00'
+               AND locked_until < '10000-01-01 00:00:00+00')
+        NOT VALID;
+
+-- (least and greatest skip NULLs; a NULL stays NULL through the CASE.)
+UPDATE job.jobs
+SET run_at       = least(greatest(run_at, '0001-01-01 00:00:00+00'), '9999-12-31 23:59:59.999999+00'),
+    deadline     = CASE WHEN deadline IS NOT NULL THEN least(greatest(deadline, '0001-01-01 00:00:00+00'), '9999-12-31 23:59:59.999999+00') END,
+    created_at   = least(greatest(created_at, '0001-01-01 00:00:00+00'), '9999-12-31 23:59:59.999999+00'),
+    finalized_at = CASE WHEN finalized_at IS NOT NULL
+                        THEN least(greatest(finalized_at, '0001-01-01 00:00:00+00'), '9999-12-31 23:59:59.999999+00') END,
+    locked_until = CASE WHEN locked_until IS NOT NULL
+                        THEN least(greatest(locked_until, '0001-01-01 00:00:00+00'), '9999-12-31 23:59:59.999999+00') END
+WHERE NOT (run_at >= '0001-01-01 00:00:00+00' AND run_at <= '9999-12-31 23:59:59.999999+00')
+   OR NOT (deadline >= '0001-01-01 00:00:00+00' AND deadline <= '9999-12-31 23:59:59.999999+00')
+   OR NOT (created_at >= '0001-01-01 00:00:00+00' AND created_at <= '9999-12-31 23:59:59.999999+00')
+   OR NOT (finalized_at >= '0001-01-01 00:00:00+00' AND finalized_at <= '9999-12-31 23:59:59.999999+00')
+   OR NOT (locked_until >= '0001-01-01 00:00:00+00' AND locked_until <= '9999-12-31 23:59:59.999999+00');
