@@ -489,6 +489,76 @@ mod tests {
     }
 
     #[test]
+    fn the_forbidden_characters_are_unicode_whitespace_control_and_format_characters() {
+        use unicode_properties::{GeneralCategory as G, UnicodeGeneralCategory};
+        for c in (0..=0x10FFFFu32).filter_map(char::from_u32) {
+            let category = c.general_category();
+            let unicode = c.is_whitespace()
+                || matches!(
+                    category,
+                    G::Control
+                        | G::Format
+                        | G::SpaceSeparator
+                        | G::LineSeparator
+                        | G::ParagraphSeparator
+                );
+            // U+2065 is unassigned, kept inside its block of format characters.
+            let expected = unicode || c == '\u{2065}';
+            assert_eq!(
+                !allowed_in_name(c),
+                expected,
+                "U+{:04X} ({category:?})",
+                u32::from(c)
+            );
+        }
+    }
+
+    #[test]
+    fn name_problems_name_the_character_and_its_place() {
+        assert_eq!(name_problem("mail.send"), None);
+        assert_eq!(name_problem("очередь"), None);
+        assert_eq!(
+            name_problem("a\u{a0}b").as_deref(),
+            Some(
+                "must not contain whitespace, control or format characters (U+00A0 at character 2)"
+            )
+        );
+        assert_eq!(
+            name_problem("ab\u{e0041}").as_deref(),
+            Some("must not contain whitespace, control or format characters (U+E0041 at character 3)")
+        );
+        assert_eq!(name_problem("").as_deref(), Some("must not be empty"));
+    }
+
+    #[test]
+    fn payloads_are_json_objects_without_nul() {
+        assert_eq!(payload_problem(r#"{"a":1}"#), None);
+        assert_eq!(
+            payload_problem(r#" {"a":"\\u0000"}"#),
+            None,
+            "an escaped backslash"
+        );
+        for (json, got) in [
+            ("[77,true]", "an array"),
+            (r#""sk""#, "a string"),
+            ("null", "null"),
+            ("-1", "a number"),
+            ("true", "a boolean"),
+        ] {
+            assert_eq!(
+                payload_problem(json),
+                Some(format!("must be a JSON object, got {got}"))
+            );
+        }
+        assert!(payload_problem(r#"{"a":"\u0000"}"#)
+            .unwrap()
+            .contains("NUL"));
+        assert!(payload_problem(r#"{"a":"\\\u0000"}"#)
+            .unwrap()
+            .contains("NUL"));
+    }
+
+    #[test]
     fn oversized_payloads_are_rejected_with_their_size() {
         let err = NewJob::build(&Noop { n: 1 }, EnqueueOptions::default(), 4).unwrap_err();
         assert!(matches!(

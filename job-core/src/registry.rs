@@ -60,13 +60,18 @@ impl<J: Job> Handler for Typed<J> {
 }
 
 /// Turns a stored payload of `version` into `J`, through [`Job::upgrade`] for older versions.
+///
+/// A payload that does not decode is [`Poison`] whose message names the field's path and the
+/// type expected there, never a value from the payload: it is logged and kept in the job's
+/// error history, where a secret that slipped into a payload must not follow it.
 pub fn decode<J: Job>(payload: &str, version: i32) -> Result<J, Poison> {
     use std::cmp::Ordering;
     match version.cmp(&J::VERSION) {
         Ordering::Equal => serde_json::from_str(payload).map_err(|e| {
             Poison(format!(
-                "payload of `{}` (version {version}) does not decode: {e}",
-                J::KIND
+                "payload of `{}` (version {version}) does not decode: {}",
+                J::KIND,
+                crate::decode::explain::<J>(payload, &e)
             ))
         }),
         Ordering::Less => {
@@ -82,9 +87,13 @@ pub fn decode<J: Job>(payload: &str, version: i32) -> Result<J, Poison> {
                     J::KIND
                 ))
             })?;
-            serde_json::from_value(upgraded).map_err(|e| {
+            J::deserialize(&upgraded).map_err(|e| {
+                let why = crate::decode::explain_value::<J>(&upgraded).unwrap_or_else(|| {
+                    let _ = e; // serde_json's message may quote the value
+                    "a value does not fit its field".into()
+                });
                 Poison(format!(
-                    "payload of `{}` upgraded from version {version} does not decode: {e}",
+                    "payload of `{}` upgraded from version {version} does not decode: {why}",
                     J::KIND
                 ))
             })

@@ -10,3 +10,4 @@ mod support;
 mod legacy;
 mod names;
 mod rules;
+mod secrets;
