@@ -35,6 +35,15 @@ pub enum Error {
         /// The job's id.
         id: i64,
     },
+    /// A tenant-scoped handle ([`TenantAdmin`](crate::TenantAdmin)) was asked for an action
+    /// on whole queues or kinds, which would reach other tenants' jobs.
+    #[error("`{action}` acts on every tenant's jobs; a handle scoped to tenant `{tenant}` cannot")]
+    TenantScope {
+        /// The action refused (`pause`, `resume`).
+        action: &'static str,
+        /// The handle's tenant.
+        tenant: String,
+    },
     /// A stored job row could not be read back into its Rust type.
     #[error("job {id} has an undecodable `{column}`: {reason}")]
     Decode {

@@ -8,13 +8,15 @@ use sqlx::{PgExecutor, Row};
 use crate::error::Error;
 use crate::sql;
 
-/// Reads one job by id.
+/// Reads one job by id; with `tenant`, only a job of that tenant.
 pub(crate) async fn get<'e, E: PgExecutor<'e>>(
     executor: E,
     id: JobId,
+    tenant: Option<&str>,
 ) -> Result<Option<JobRow>, Error> {
     let row = sqlx::query(sql::GET)
         .bind(id)
+        .bind(tenant)
         .fetch_optional(executor)
         .await
         .map_err(Error::query("get"))?;

@@ -126,7 +126,7 @@ impl Store for PgStore {
     }
 
     async fn get(&self, id: JobId) -> Result<Option<JobRow>, StoreError> {
-        Ok(row::get(&self.pool, id).await?)
+        Ok(row::get(&self.pool, id, None).await?)
     }
 
     async fn listen(&self) -> Result<Wakeups, StoreError> {

@@ -11,3 +11,4 @@ mod legacy;
 mod names;
 mod rules;
 mod secrets;
+mod tenants;
