@@ -122,10 +122,12 @@ $$;
 -- last word. Fires on INSERT and on an UPDATE that sets one of these columns (the replace of
 -- a waiting unique duplicate sets `payload`); the claim, heartbeat and finalize set none of
 -- them, so they never pay for it.
--- The search_path is pinned, so that a writer cannot put operators of its own before
--- pg_catalog's and have them answer for `~` or `>`.
+-- SECURITY DEFINER, so that a writer needs no privilege on job.settings; the search_path is
+-- pinned, so that a writer cannot put operators of its own before pg_catalog's and have them
+-- answer for `~` or `>`. It reads NEW and job.settings, nothing else.
 CREATE FUNCTION job.check_admission() RETURNS trigger
 LANGUAGE plpgsql
+SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE

@@ -290,3 +290,18 @@ $$;
 REVOKE ALL ON FUNCTION job.enqueue(text, jsonb, text, integer, integer, timestamptz, integer,
                                    text, text, text, text[], text, timestamptz) FROM PUBLIC;
 REVOKE ALL ON FUNCTION job.enqueue_many(jsonb) FROM PUBLIC;
+
+-- Nothing else is anyone's to call unless granted: the helpers above are called by the
+-- functions and the trigger that own them; job.enqueue_unique (0002) is the Rust side's unique
+-- insert, granted to the roles that write with the typed helpers (see the README's roles).
+REVOKE ALL ON FUNCTION job.enqueue_unique(text, text, smallint, jsonb, integer, integer,
+                                          timestamptz, timestamptz, text, text, boolean,
+                                          text[], text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION job.name_problem(text, integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION job.admission_problem(text, text, jsonb, text[], text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION job.time_problem(timestamptz, boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION job.enqueue_problem(text, jsonb, text, integer, integer, timestamptz,
+                                           integer, text, text, text, text[], text,
+                                           timestamptz) FROM PUBLIC;
+REVOKE ALL ON FUNCTION job.check_admission() FROM PUBLIC;
+REVOKE ALL ON FUNCTION job.notify_insert() FROM PUBLIC;

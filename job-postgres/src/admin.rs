@@ -26,12 +26,17 @@ use crate::PgStore;
 const REDRIVE_TRIES: u32 = 3;
 
 /// Vacuums the job tables when autovacuum will not (see `sql/vacuum_needed.sql`). Returns
-/// whether it ran.
+/// whether it ran; [`Error::VacuumNotOwner`] when it should have and this role may not (a
+/// VACUUM would only warn and do nothing).
 pub(crate) async fn vacuum(pool: &sqlx::PgPool) -> Result<bool, Error> {
-    let needed: bool = sqlx::query_scalar(sql::VACUUM_NEEDED)
-        .fetch_one(pool)
-        .await
-        .map_err(Error::query("vacuum_needed"))?;
+    let (needed, allowed, role, owner): (bool, bool, String, String) =
+        sqlx::query_as(sql::VACUUM_NEEDED)
+            .fetch_one(pool)
+            .await
+            .map_err(Error::query("vacuum_needed"))?;
+    if needed && !allowed {
+        return Err(Error::VacuumNotOwner { role, owner });
+    }
     if needed {
         // VACUUM cannot be prepared into a transaction: the simple query protocol.
         sqlx::raw_sql(sql::VACUUM)

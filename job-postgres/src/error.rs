@@ -44,6 +44,19 @@ pub enum Error {
         /// The handle's tenant.
         tenant: String,
     },
+    /// The job tables need a VACUUM that autovacuum will not run (it is off), and this role
+    /// may not run it: only the tables' owner (or the database's) may. Nothing was vacuumed.
+    #[error(
+        "job.jobs needs a VACUUM (autovacuum is off) that role `{role}` may not run: only its \
+         owner `{owner}` may. Run `VACUUM (ANALYZE) job.jobs, job.steps` as `{owner}` \
+         regularly, turn autovacuum on, or run the workers as `{owner}`"
+    )]
+    VacuumNotOwner {
+        /// The role the store connects as.
+        role: String,
+        /// The tables' owner.
+        owner: String,
+    },
     /// A stored job row could not be read back into its Rust type.
     #[error("job {id} has an undecodable `{column}`: {reason}")]
     Decode {

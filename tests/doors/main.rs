@@ -9,6 +9,8 @@ mod support;
 
 mod legacy;
 mod names;
+mod roles;
 mod rules;
+mod schema;
 mod secrets;
 mod tenants;

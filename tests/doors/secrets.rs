@@ -1,7 +1,6 @@
 //! Payload values never reach the logs or the stored error history through decode errors:
 //! the path and the expected type are enough.
 
-use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use job::{Job, JobContext, JobError, JobState, Store, Worker};
@@ -22,64 +21,9 @@ impl Job for Charge {
     }
 }
 
-/// Every event logged in this process, as text: its target, level and fields.
-fn captured() -> &'static Arc<Mutex<Vec<String>>> {
-    static LINES: OnceLock<Arc<Mutex<Vec<String>>>> = OnceLock::new();
-    LINES.get_or_init(|| {
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        tracing::subscriber::set_global_default(Capture(lines.clone()))
-            .expect("no other subscriber in this test binary");
-        lines
-    })
-}
-
-/// A subscriber that keeps each event's text (no maintained crate of this workspace does, and
-/// tracing-subscriber would be a dependency for this one test).
-struct Capture(Arc<Mutex<Vec<String>>>);
-
-struct Fields(String);
-
-impl tracing::field::Visit for Fields {
-    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-        self.0.push_str(&format!(" {}={value:?}", field.name()));
-    }
-}
-
-impl tracing::Subscriber for Capture {
-    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
-        true
-    }
-    fn new_span(&self, span: &tracing::span::Attributes<'_>) -> tracing::span::Id {
-        let mut fields = Fields(String::new());
-        span.record(&mut fields);
-        self.0
-            .lock()
-            .unwrap()
-            .push(format!("span {}{}", span.metadata().name(), fields.0));
-        tracing::span::Id::from_u64(1)
-    }
-    fn record(&self, _: &tracing::span::Id, values: &tracing::span::Record<'_>) {
-        let mut fields = Fields(String::new());
-        values.record(&mut fields);
-        self.0.lock().unwrap().push(format!("record{}", fields.0));
-    }
-    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
-    fn event(&self, event: &tracing::Event<'_>) {
-        let mut fields = Fields(String::new());
-        event.record(&mut fields);
-        let m = event.metadata();
-        self.0
-            .lock()
-            .unwrap()
-            .push(format!("{} {}{}", m.level(), m.target(), fields.0));
-    }
-    fn enter(&self, _: &tracing::span::Id) {}
-    fn exit(&self, _: &tracing::span::Id) {}
-}
-
 #[tokio::test]
 async fn a_payload_that_does_not_decode_is_discarded_without_its_values_in_logs_or_history() {
-    let lines = captured();
+    let lines = crate::support::captured();
     let db = TestDb::new().await;
     let store = db.store();
     let id: i64 = sqlx::query_scalar("SELECT job.enqueue('doors.charge', $1::jsonb)")
