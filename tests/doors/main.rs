@@ -7,6 +7,7 @@ mod common;
 
 mod support;
 
+mod clients;
 mod legacy;
 mod names;
 mod roles;
