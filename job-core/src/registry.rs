@@ -10,6 +10,7 @@ use std::sync::Arc;
 use crate::context::JobContext;
 use crate::error::{BuildError, JobError};
 use crate::job::{Job, JobOptions};
+use crate::new_job::name_problem;
 use crate::store::ClaimKind;
 
 /// A handler's future, boxed so handlers of many types share one map.
@@ -110,6 +111,7 @@ pub fn decode<J: Job>(payload: &str, version: i32) -> Result<J, Poison> {
 #[derive(Default, Clone)]
 pub struct Registry {
     handlers: HashMap<&'static str, Arc<dyn Handler>>,
+    /// The first registration mistake: a kind registered twice, or a bad name.
     duplicate: Option<BuildError>,
 }
 
@@ -119,9 +121,18 @@ impl Registry {
         Self::default()
     }
 
-    /// Adds `J`. A second type under the same kind is remembered and reported by
-    /// [`Registry::check`], so the worker refuses to start.
+    /// Adds `J`. A second type under the same kind, or a kind or default queue that breaks
+    /// the name rule ([`name_problem`]: no enqueue could ever fill it), is remembered and
+    /// reported by [`Registry::check`], so the worker refuses to start.
     pub fn register<J: Job>(&mut self) {
+        for (option, name) in [("kind", J::KIND), ("queue", J::OPTIONS.queue)] {
+            if let Some(problem) = name_problem(name) {
+                self.duplicate.get_or_insert(BuildError::InvalidOption {
+                    option,
+                    reason: format!("{option} {name:?} of `{}` {problem}", type_name::<J>()),
+                });
+            }
+        }
         let handler: Arc<dyn Handler> = Arc::new(Typed::<J>(PhantomData));
         if let Some(existing) = self.handlers.get(J::KIND) {
             if self.duplicate.is_none() {

@@ -23,7 +23,12 @@ struct Sent(Arc<Mutex<BTreeMap<i64, Vec<bool>>>>);
 #[job(queue = "mail")]
 async fn send_invoice(ctx: JobContext, invoice_id: i64, resend: bool) -> Result<(), JobError> {
     let sent = ctx.state::<Sent>()?;
-    sent.0.lock().unwrap().entry(invoice_id).or_default().push(resend);
+    sent.0
+        .lock()
+        .unwrap()
+        .entry(invoice_id)
+        .or_default()
+        .push(resend);
     Ok(())
 }
 
@@ -81,7 +86,10 @@ async fn work(db: &TestDb) -> BTreeMap<i64, Vec<bool>> {
     .await;
     worker.shutdown().await;
     let discarded = crate::common::count_in(&store, JobState::Discarded).await;
-    assert_eq!(discarded, 0, "no job of the README is refused by its worker");
+    assert_eq!(
+        discarded, 0,
+        "no job of the README is refused by its worker"
+    );
     let sent = sent.0.lock().unwrap().clone();
     sent
 }
@@ -105,7 +113,13 @@ async fn the_readme_psql_example_enqueues_jobs_a_rust_worker_runs() {
     .unwrap();
     assert_eq!(
         options,
-        (1, vec!["billing".into(), "eu".into()], Some("acme".into()), true, Some("invoice:43".into()))
+        (
+            1,
+            vec!["billing".into(), "eu".into()],
+            Some("acme".into()),
+            true,
+            Some("invoice:43".into())
+        )
     );
     let sent = work(&db).await;
     assert_eq!(
@@ -135,7 +149,11 @@ async fn the_readme_python_example_enqueues_jobs_a_rust_worker_runs() {
     assert!(out.contains("already enqueued: existing job:"), "{out}");
     let sent = work(&db).await;
     assert_eq!(sent.keys().copied().collect::<Vec<_>>(), [46, 47, 48]);
-    assert_eq!(sent[&46], [false], "the duplicate was refused, the first kept");
+    assert_eq!(
+        sent[&46],
+        [false],
+        "the duplicate was refused, the first kept"
+    );
     db.close().await;
 }
 
@@ -149,7 +167,9 @@ async fn the_readme_node_example_enqueues_jobs_a_rust_worker_runs() {
     let db = TestDb::new().await;
     let out = run(&db, "node", &["--input-type=module"], &dir, "enqueue-node");
     assert!(
-        out.contains("22023 invalid enqueue argument `payload`: must be a JSON object, got an array"),
+        out.contains(
+            "22023 invalid enqueue argument `payload`: must be a JSON object, got an array"
+        ),
         "{out}"
     );
     let tenant: Option<String> = sqlx::query_scalar("SELECT tenant FROM job.jobs")

@@ -152,3 +152,34 @@ async fn names_of_any_script_and_the_longest_name_pass_every_door() {
     assert_eq!(rows(&pool).await, 12);
     db.close().await;
 }
+
+/// A hand-written job whose kind no door accepts any more.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct Invisible {}
+
+impl job::Job for Invisible {
+    const KIND: &'static str = "send\u{200b}mail";
+    async fn perform(self, _: job::JobContext) -> Result<(), job::JobError> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_worker_refuses_to_register_a_kind_no_enqueue_can_fill() {
+    let db = TestDb::new().await;
+    let built = job::Worker::builder(db.store())
+        .register::<Invisible>()
+        .queue("default", 1)
+        .build();
+    match built {
+        Err(job::BuildError::InvalidOption {
+            option: "kind",
+            reason,
+        }) => {
+            assert!(reason.contains("U+200B at character 5"), "{reason}")
+        }
+        Err(other) => panic!("expected a refused kind, got {other}"),
+        Ok(_) => panic!("expected a refused kind, the worker was built"),
+    }
+    db.close().await;
+}
