@@ -240,7 +240,7 @@ impl Resolve for GuardedResolver {
                 );
             }
             for ip in &ips {
-                rules.check(*ip).map_err(|e| Refused(e))?;
+                rules.check(*ip).map_err(Refused)?;
             }
             // The port is the URL's: reqwest sets it on each address.
             let addrs: Addrs = Box::new(ips.into_iter().map(|ip| SocketAddr::new(ip, 0)));

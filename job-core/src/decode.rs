@@ -396,7 +396,7 @@ mod tests {
                 "at `mode`: unknown variant, expected one of `Live`, `Test`",
             ),
             (
-                GOOD.replace(r#""Live""#, &format!(r#"{{"Test": {{"key": 7}}}}"#)),
+                GOOD.replace(r#""Live""#, r#"{"Test": {"key": 7}}"#),
                 "at `mode.Test.key`: invalid type: an integer, expected a string",
             ),
             (
