@@ -120,15 +120,34 @@ DECLARE
     bad     record;
     new_id  bigint;
     outcome text;
+    lim     integer;
 BEGIN
-    SELECT * INTO bad
-    FROM job.enqueue_problem(enqueue.kind, enqueue.payload, enqueue.queue, enqueue.priority,
-                             enqueue.max_attempts, enqueue.run_at, enqueue.payload_version,
-                             enqueue.unique_key, enqueue.unique_scope, enqueue.on_duplicate,
-                             enqueue.tags, enqueue.tenant, enqueue.deadline);
-    IF FOUND THEN
-        RAISE EXCEPTION 'invalid enqueue argument `%`: %', bad.argument, bad.problem
-            USING ERRCODE = 'invalid_parameter_value';
+    -- The quick test first (one expression, no query); the reason only when it fails.
+    -- (The limit in a variable: a sub-query among the arguments would keep the planner from
+    -- inlining the test, which then costs a plan per call.)
+    lim := (SELECT s.payload_limit FROM job.settings s);
+    IF (job.quickly_admissible(enqueue.kind, enqueue.queue, enqueue.payload, enqueue.tags,
+                               enqueue.tenant, enqueue.unique_key, lim)
+        AND enqueue.priority BETWEEN 0 AND 32767
+        AND enqueue.max_attempts >= 1
+        AND enqueue.payload_version >= 1
+        AND enqueue.run_at >= '0001-01-01 00:00:00+00' AND enqueue.run_at < '10000-01-01 00:00:00+00'
+        AND (enqueue.deadline IS NULL
+             OR (enqueue.deadline >= '0001-01-01 00:00:00+00'
+                 AND enqueue.deadline < '10000-01-01 00:00:00+00'))
+        AND enqueue.unique_scope IN ('finished', 'started', 'pruned')
+        AND enqueue.on_duplicate IN ('error', 'existing', 'replace')) IS NOT TRUE
+    THEN
+        SELECT * INTO bad
+        FROM job.enqueue_problem(enqueue.kind, enqueue.payload, enqueue.queue,
+                                 enqueue.priority, enqueue.max_attempts, enqueue.run_at,
+                                 enqueue.payload_version, enqueue.unique_key,
+                                 enqueue.unique_scope, enqueue.on_duplicate, enqueue.tags,
+                                 enqueue.tenant, enqueue.deadline);
+        IF FOUND THEN
+            RAISE EXCEPTION 'invalid enqueue argument `%`: %', bad.argument, bad.problem
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
     END IF;
 
     IF enqueue.unique_key IS NULL THEN
@@ -184,6 +203,18 @@ DECLARE
     want  text;
     bad   record;
     at    text;
+    lim   CONSTANT integer := (SELECT s.payload_limit FROM job.settings s);
+    -- one element's values
+    kind            text;
+    payload         jsonb;
+    queue           text;
+    priority        integer;
+    max_attempts    integer;
+    run_at          timestamptz;
+    payload_version integer;
+    tags            text[];
+    tenant          text;
+    deadline        timestamptz;
 BEGIN
     IF jobs IS NULL OR jsonb_typeof(jobs) <> 'array' THEN
         RAISE EXCEPTION 'invalid enqueue argument `jobs`: must be a JSON array of jobs, got %',
@@ -240,20 +271,32 @@ BEGIN
                 END;
             END IF;
         END LOOP;
-        SELECT * INTO bad
-        FROM job.enqueue_problem(
-            j ->> 'kind', j -> 'payload', coalesce(j ->> 'queue', 'default'),
-            coalesce((j ->> 'priority')::integer, 0),
-            coalesce((j ->> 'max_attempts')::integer, 25),
-            coalesce((j ->> 'run_at')::timestamptz, now()),
-            coalesce((j ->> 'payload_version')::integer, 1),
-            NULL, 'finished', 'error',
-            CASE WHEN jsonb_typeof(j -> 'tags') = 'array'
-                 THEN ARRAY(SELECT jsonb_array_elements_text(j -> 'tags')) ELSE '{}' END,
-            j ->> 'tenant', (j ->> 'deadline')::timestamptz);
-        IF FOUND THEN
-            RAISE EXCEPTION 'invalid enqueue argument `%.%`: %', at, bad.argument, bad.problem
-                USING ERRCODE = 'invalid_parameter_value';
+        kind := j ->> 'kind';
+        payload := j -> 'payload';
+        queue := coalesce(j ->> 'queue', 'default');
+        priority := coalesce((j ->> 'priority')::integer, 0);
+        max_attempts := coalesce((j ->> 'max_attempts')::integer, 25);
+        run_at := coalesce((j ->> 'run_at')::timestamptz, now());
+        payload_version := coalesce((j ->> 'payload_version')::integer, 1);
+        tags := CASE WHEN jsonb_typeof(j -> 'tags') = 'array'
+                     THEN ARRAY(SELECT jsonb_array_elements_text(j -> 'tags')) ELSE '{}' END;
+        tenant := j ->> 'tenant';
+        deadline := (j ->> 'deadline')::timestamptz;
+        -- The quick test first; the reason only when it fails.
+        IF (job.quickly_admissible(kind, queue, payload, tags, tenant, NULL, lim)
+            AND priority BETWEEN 0 AND 32767 AND max_attempts >= 1 AND payload_version >= 1
+            AND run_at >= '0001-01-01 00:00:00+00' AND run_at < '10000-01-01 00:00:00+00'
+            AND (deadline IS NULL OR (deadline >= '0001-01-01 00:00:00+00'
+                                      AND deadline < '10000-01-01 00:00:00+00'))) IS NOT TRUE
+        THEN
+            SELECT * INTO bad
+            FROM job.enqueue_problem(kind, payload, queue, priority, max_attempts, run_at,
+                                     payload_version, NULL, 'finished', 'error', tags, tenant,
+                                     deadline);
+            IF FOUND THEN
+                RAISE EXCEPTION 'invalid enqueue argument `%.%`: %', at, bad.argument, bad.problem
+                    USING ERRCODE = 'invalid_parameter_value';
+            END IF;
         END IF;
     END LOOP;
 
@@ -304,4 +347,8 @@ REVOKE ALL ON FUNCTION job.enqueue_problem(text, jsonb, text, integer, integer, 
                                            integer, text, text, text, text[], text,
                                            timestamptz) FROM PUBLIC;
 REVOKE ALL ON FUNCTION job.check_admission() FROM PUBLIC;
+REVOKE ALL ON FUNCTION job.check_admission_update() FROM PUBLIC;
+REVOKE ALL ON FUNCTION job.quickly_admissible(text, text, jsonb, text[], text, text, integer)
+    FROM PUBLIC;
+REVOKE ALL ON FUNCTION job.forbidden_in_names() FROM PUBLIC;
 REVOKE ALL ON FUNCTION job.notify_insert() FROM PUBLIC;

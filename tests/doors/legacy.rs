@@ -130,5 +130,7 @@ async fn rows_written_before_the_rules_survive_the_migration_and_still_run() {
     worker.shutdown().await;
     let zero = store.get(ids[4]).await.unwrap().unwrap();
     assert_eq!(zero.state, JobState::Available, "kept as it was");
+    // An update that does not set its kind is not refused for it.
+    assert_eq!(store.cancel(ids[4]).await.unwrap(), job::Cancelled::Now);
     db.close().await;
 }

@@ -279,3 +279,36 @@ async fn get_list_and_stats_read_every_row_the_table_can_hold() {
     assert!(stats.oldest_available_age.unwrap().as_secs() > 60 * 365 * 24 * 3600);
     db.close().await;
 }
+
+#[tokio::test]
+async fn an_update_that_sets_an_admitted_column_is_checked_and_others_are_not() {
+    let db = TestDb::new().await;
+    let pool = db.pool();
+    let id = Enqueue::new(AnyPayload(json!({ "n": 1 })))
+        .enqueue(&pool)
+        .await
+        .unwrap();
+    for (column, value) in [
+        ("payload", "'[1]'"),
+        ("queue", "E'a\\tb'"),
+        ("kind", "E'zero\\u200bwidth'"),
+        ("tags", "ARRAY['ok', NULL]"),
+        ("tenant", "''"),
+    ] {
+        refused_by_sql(
+            &pool,
+            &format!("UPDATE job.jobs SET {column} = {value} WHERE id = {id}"),
+            "23514",
+            column,
+        )
+        .await;
+    }
+    sqlx::query("UPDATE job.jobs SET priority = 3, payload = '{\"n\": 2}' WHERE id = $1")
+        .bind(id)
+        .execute(&pool)
+        .await
+        .unwrap();
+    let row = db.store().get(id).await.unwrap().unwrap();
+    assert_eq!((row.priority, row.payload), (3, json!({ "n": 2 })));
+    db.close().await;
+}
