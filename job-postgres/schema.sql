@@ -409,8 +409,8 @@ EXECUTE $job_migration_0005$
 -- Two kinds of rules:
 --
 -- * Admission rules (names, payload, tags, tenant, unique key) are checked when a value is
---   written: by the triggers `jobs_admission` (once per INSERT statement, over its new rows)
---   and `jobs_admission_update` (an UPDATE that sets one of those columns). Rows stored before this migration that break them (a payload over a limit that an
+--   written: by the trigger `jobs_admission`, on INSERT and on an UPDATE that sets one of
+--   those columns. Rows stored before this migration that break them (a payload over a limit that an
 --   older client allowed, a kind with a zero-width character, an array payload of a
 --   hand-written `Job`) were written by code that was allowed to write them: they stay as they
 --   are and run as before. A CHECK would not do here: PostgreSQL checks every CHECK on every
@@ -425,13 +425,13 @@ EXECUTE $job_migration_0005$
 -- The payload limit, in bytes of the payload's JSON text as PostgreSQL prints it
 -- (`octet_length(payload::text)`). One row. Change it with
 -- `UPDATE job.settings SET payload_limit = 2097152;` (as the schema's owner): every door
--- obeys it from the next statement on. Jobs already stored are not affected.
+-- obeys it from the next statement on (job.apply_settings, below). Jobs already stored are
+-- not affected.
 CREATE TABLE job.settings (
     singleton     boolean PRIMARY KEY DEFAULT true CHECK (singleton),
     payload_limit integer NOT NULL DEFAULT 1048576
                   CONSTRAINT settings_payload_limit_check CHECK (payload_limit BETWEEN 2 AND 268435455)
 );
-INSERT INTO job.settings DEFAULT VALUES;
 
 -- The characters no kind, queue, tag, tenant or pause name may contain, as a regular
 -- expression: whitespace, control and format characters (Unicode White_Space, Cc, Cf, Zs, Zl
@@ -528,123 +528,91 @@ AS $$
     LIMIT 1
 $$;
 
--- A quick test that a job's values break no admission rule: true only when
--- job.admission_problem would find nothing (with `payload_limit` the one of job.settings). One
--- expression without sub-queries, cheap to evaluate; when it is not true (a rule is broken, or
--- the tags are many or long), job.admission_problem decides.
-CREATE FUNCTION job.quickly_admissible(
-    kind          text,
-    queue         text,
-    payload       jsonb,
-    tags          text[],
-    tenant        text,
-    unique_key    text,
-    payload_limit integer
-)
-RETURNS boolean
+-- The admission rules as one boolean expression over the columns of a row (`r` is what comes
+-- before each column's name: 'NEW.' in a trigger, '' in a function of the columns), with the
+-- payload limit written in as a number: built-in operators and constants only, so that it
+-- costs no query and no plan wherever it is evaluated. True only when job.admission_problem
+-- would find nothing; when it is not true (a rule is broken, or the tags are many or long),
+-- job.admission_problem decides.
+CREATE FUNCTION job.admission_predicate(r text, payload_limit integer) RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$
-    SELECT octet_length(kind) BETWEEN 1 AND 128 AND kind !~ job.forbidden_in_names()
-       AND octet_length(queue) BETWEEN 1 AND 128 AND queue !~ job.forbidden_in_names()
-       AND jsonb_typeof(payload) = 'object'
-       AND octet_length(payload::text) <= payload_limit
-       AND (tenant IS NULL
-            OR (octet_length(tenant) BETWEEN 1 AND 128 AND tenant !~ job.forbidden_in_names()))
-       AND (unique_key IS NULL OR octet_length(unique_key) BETWEEN 1 AND 512)
-       AND (cardinality(tags) = 0
-            OR (array_ndims(tags) = 1 AND cardinality(tags) <= 32
-                AND array_position(tags, NULL) IS NULL AND NOT '' = ANY (tags)
-                -- every tag is short when all of them together are
-                AND octet_length(array_to_string(tags, '')) <= 128
-                AND array_to_string(tags, '') !~ job.forbidden_in_names()))
+    SELECT format(
+        $p$(octet_length(%1$skind) BETWEEN 1 AND 128 AND %1$skind !~ %2$L
+    AND octet_length(%1$squeue) BETWEEN 1 AND 128 AND %1$squeue !~ %2$L
+    AND jsonb_typeof(%1$spayload) = 'object'
+    AND octet_length(%1$spayload::text) <= %3$s
+    AND (%1$stenant IS NULL
+         OR (octet_length(%1$stenant) BETWEEN 1 AND 128 AND %1$stenant !~ %2$L))
+    AND (%1$sunique_key IS NULL OR octet_length(%1$sunique_key) BETWEEN 1 AND 512)
+    AND (cardinality(%1$stags) = 0
+         OR (array_ndims(%1$stags) = 1 AND cardinality(%1$stags) <= 32
+             AND array_position(%1$stags, NULL) IS NULL AND NOT '' = ANY (%1$stags)
+             AND octet_length(array_to_string(%1$stags, '')) <= 128
+             AND array_to_string(%1$stags, '') !~ %2$L)))$p$,
+        r, job.forbidden_in_names(), payload_limit)
 $$;
 
--- The admission rules on the table itself: whatever wrote the rows, the database has the last
--- word. Once per INSERT statement, over its new rows (a statement trigger with the transition
--- table, so a bulk insert pays one query, not one call per row); the refusal names the column.
--- The query over the transition table is planned again for every statement, so it spells out
--- the predicate of job.quickly_admissible instead of calling it (inlining a SQL function costs
--- a parse at each planning: +60 µs per single-row INSERT, where this costs about 5).
--- SECURITY DEFINER, so that a writer needs no privilege on the helper functions (0007 revokes
--- them from PUBLIC); the search_path is pinned, so that a writer cannot put operators of its
--- own before pg_catalog's and have them answer for `~` or `<=`. It reads the new rows and
--- job.settings, nothing else.
+-- Raises the refusal of a row that the trigger's quick test did not pass, naming the column,
+-- unless job.admission_problem finds nothing wrong after all. SECURITY DEFINER, so that a
+-- writer needs no privilege on the helper functions (0007 revokes them from PUBLIC); the
+-- search_path is pinned, so that a writer cannot put operators of its own before pg_catalog's.
 CREATE FUNCTION job.check_admission() RETURNS trigger
 LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    re  CONSTANT text    := job.forbidden_in_names();
-    lim CONSTANT integer := (SELECT s.payload_limit FROM job.settings s);
-    r   record;
     bad record;
 BEGIN
-    FOR r IN
-        SELECT i.kind, i.queue, i.payload, i.tags, i.tenant, i.unique_key
-        FROM inserted i
-        WHERE (octet_length(i.kind) BETWEEN 1 AND 128 AND i.kind !~ re
-               AND octet_length(i.queue) BETWEEN 1 AND 128 AND i.queue !~ re
-               AND jsonb_typeof(i.payload) = 'object'
-               AND octet_length(i.payload::text) <= lim
-               AND (i.tenant IS NULL
-                    OR (octet_length(i.tenant) BETWEEN 1 AND 128 AND i.tenant !~ re))
-               AND (i.unique_key IS NULL OR octet_length(i.unique_key) BETWEEN 1 AND 512)
-               AND (cardinality(i.tags) = 0
-                    OR (array_ndims(i.tags) = 1 AND cardinality(i.tags) <= 32
-                        AND array_position(i.tags, NULL) IS NULL AND NOT '' = ANY (i.tags)
-                        AND octet_length(array_to_string(i.tags, '')) <= 128
-                        AND array_to_string(i.tags, '') !~ re))) IS NOT TRUE
-    LOOP
-        SELECT * INTO bad
-        FROM job.admission_problem(r.kind, r.queue, r.payload, r.tags, r.tenant, r.unique_key);
-        IF FOUND THEN
-            RAISE EXCEPTION 'job row refused: `%` %', bad."column", bad.problem
-                USING ERRCODE = 'check_violation', COLUMN = bad."column", TABLE = 'jobs',
-                      SCHEMA = 'job', CONSTRAINT = 'jobs_admission';
-        END IF;
-    END LOOP;
-    RETURN NULL;
-END
-$$;
-
-CREATE TRIGGER jobs_admission
-    AFTER INSERT ON job.jobs
-    REFERENCING NEW TABLE AS inserted
-    FOR EACH STATEMENT
-    EXECUTE FUNCTION job.check_admission();
-
--- The same on an UPDATE that sets one of these columns (the replace of a waiting unique
--- duplicate sets `payload`); the claim, heartbeat and finalize set none of them, so they never
--- pay for it.
-CREATE FUNCTION job.check_admission_update() RETURNS trigger
-LANGUAGE plpgsql
-SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    lim CONSTANT integer := (SELECT s.payload_limit FROM job.settings s);
-    bad record;
-BEGIN
-    IF job.quickly_admissible(NEW.kind, NEW.queue, NEW.payload, NEW.tags, NEW.tenant,
-                              NEW.unique_key, lim) IS NOT TRUE THEN
-        SELECT * INTO bad
-        FROM job.admission_problem(NEW.kind, NEW.queue, NEW.payload, NEW.tags, NEW.tenant,
-                                   NEW.unique_key);
-        IF FOUND THEN
-            RAISE EXCEPTION 'job row refused: `%` %', bad."column", bad.problem
-                USING ERRCODE = 'check_violation', COLUMN = bad."column", TABLE = 'jobs',
-                      SCHEMA = 'job', CONSTRAINT = 'jobs_admission';
-        END IF;
+    SELECT * INTO bad
+    FROM job.admission_problem(NEW.kind, NEW.queue, NEW.payload, NEW.tags, NEW.tenant,
+                               NEW.unique_key);
+    IF FOUND THEN
+        RAISE EXCEPTION 'job row refused: `%` %', bad."column", bad.problem
+            USING ERRCODE = 'check_violation', COLUMN = bad."column", TABLE = 'jobs',
+                  SCHEMA = 'job', CONSTRAINT = 'jobs_admission';
     END IF;
     RETURN NEW;
 END
 $$;
 
-CREATE TRIGGER jobs_admission_update
-    BEFORE UPDATE OF kind, queue, payload, tags, tenant, unique_key ON job.jobs
+-- Puts the payload limit of job.settings into effect, at every door, from the next statement
+-- on: (re)defines job.quickly_admissible(kind, queue, payload, tags, tenant, unique_key), the
+-- test job.enqueue and job.enqueue_many make before they look for a reason, and the trigger
+-- `jobs_admission` on job.jobs: on INSERT, and on an UPDATE that sets one of the admitted
+-- columns (the claim, heartbeat and finalize set none of them). Its WHEN clause is the
+-- predicate itself, which PostgreSQL evaluates for each row without calling any function, so
+-- an admissible row costs next to nothing; job.check_admission runs only for the others.
+-- Recreating the trigger locks job.jobs against writes until the settings' transaction
+-- commits.
+CREATE FUNCTION job.apply_settings() RETURNS trigger
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    EXECUTE format(
+        'CREATE OR REPLACE FUNCTION job.quickly_admissible(kind text, queue text, payload jsonb, '
+        'tags text[], tenant text, unique_key text) RETURNS boolean '
+        'LANGUAGE sql IMMUTABLE PARALLEL SAFE AS %L',
+        'SELECT ' || job.admission_predicate('', NEW.payload_limit));
+    EXECUTE 'DROP TRIGGER IF EXISTS jobs_admission ON job.jobs';
+    EXECUTE format(
+        'CREATE TRIGGER jobs_admission '
+        'BEFORE INSERT OR UPDATE OF kind, queue, payload, tags, tenant, unique_key ON job.jobs '
+        'FOR EACH ROW WHEN (%s IS NOT TRUE) EXECUTE FUNCTION job.check_admission()',
+        job.admission_predicate('NEW.', NEW.payload_limit));
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER settings_apply
+    AFTER INSERT OR UPDATE ON job.settings
     FOR EACH ROW
-    EXECUTE FUNCTION job.check_admission_update();
+    EXECUTE FUNCTION job.apply_settings();
+
+INSERT INTO job.settings DEFAULT VALUES;
 
 -- Row invariants: every stored time is finite and within 0001-01-01 .. 9999-12-31 UTC, which
 -- PostgreSQL, chrono, Python's datetime and JavaScript's Date all represent. Constraints
@@ -843,14 +811,10 @@ DECLARE
     bad     record;
     new_id  bigint;
     outcome text;
-    lim     integer;
 BEGIN
     -- The quick test first (one expression, no query); the reason only when it fails.
-    -- (The limit in a variable: a sub-query among the arguments would keep the planner from
-    -- inlining the test, which then costs a plan per call.)
-    lim := (SELECT s.payload_limit FROM job.settings s);
     IF (job.quickly_admissible(enqueue.kind, enqueue.queue, enqueue.payload, enqueue.tags,
-                               enqueue.tenant, enqueue.unique_key, lim)
+                               enqueue.tenant, enqueue.unique_key)
         AND enqueue.priority BETWEEN 0 AND 32767
         AND enqueue.max_attempts >= 1
         AND enqueue.payload_version >= 1
@@ -926,7 +890,6 @@ DECLARE
     want  text;
     bad   record;
     at    text;
-    lim   CONSTANT integer := (SELECT s.payload_limit FROM job.settings s);
     -- one element's values
     kind            text;
     payload         jsonb;
@@ -1006,7 +969,7 @@ BEGIN
         tenant := j ->> 'tenant';
         deadline := (j ->> 'deadline')::timestamptz;
         -- The quick test first; the reason only when it fails.
-        IF (job.quickly_admissible(kind, queue, payload, tags, tenant, NULL, lim)
+        IF (job.quickly_admissible(kind, queue, payload, tags, tenant, NULL)
             AND priority BETWEEN 0 AND 32767 AND max_attempts >= 1 AND payload_version >= 1
             AND run_at >= '0001-01-01 00:00:00+00' AND run_at < '10000-01-01 00:00:00+00'
             AND (deadline IS NULL OR (deadline >= '0001-01-01 00:00:00+00'
@@ -1070,9 +1033,9 @@ REVOKE ALL ON FUNCTION job.enqueue_problem(text, jsonb, text, integer, integer, 
                                            integer, text, text, text, text[], text,
                                            timestamptz) FROM PUBLIC;
 REVOKE ALL ON FUNCTION job.check_admission() FROM PUBLIC;
-REVOKE ALL ON FUNCTION job.check_admission_update() FROM PUBLIC;
-REVOKE ALL ON FUNCTION job.quickly_admissible(text, text, jsonb, text[], text, text, integer)
-    FROM PUBLIC;
+REVOKE ALL ON FUNCTION job.quickly_admissible(text, text, jsonb, text[], text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION job.admission_predicate(text, integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION job.apply_settings() FROM PUBLIC;
 REVOKE ALL ON FUNCTION job.forbidden_in_names() FROM PUBLIC;
 REVOKE ALL ON FUNCTION job.notify_insert() FROM PUBLIC;
 $job_migration_0007$;

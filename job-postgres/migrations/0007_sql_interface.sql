@@ -120,14 +120,10 @@ DECLARE
     bad     record;
     new_id  bigint;
     outcome text;
-    lim     integer;
 BEGIN
     -- The quick test first (one expression, no query); the reason only when it fails.
-    -- (The limit in a variable: a sub-query among the arguments would keep the planner from
-    -- inlining the test, which then costs a plan per call.)
-    lim := (SELECT s.payload_limit FROM job.settings s);
     IF (job.quickly_admissible(enqueue.kind, enqueue.queue, enqueue.payload, enqueue.tags,
-                               enqueue.tenant, enqueue.unique_key, lim)
+                               enqueue.tenant, enqueue.unique_key)
         AND enqueue.priority BETWEEN 0 AND 32767
         AND enqueue.max_attempts >= 1
         AND enqueue.payload_version >= 1
@@ -203,7 +199,6 @@ DECLARE
     want  text;
     bad   record;
     at    text;
-    lim   CONSTANT integer := (SELECT s.payload_limit FROM job.settings s);
     -- one element's values
     kind            text;
     payload         jsonb;
@@ -283,7 +278,7 @@ BEGIN
         tenant := j ->> 'tenant';
         deadline := (j ->> 'deadline')::timestamptz;
         -- The quick test first; the reason only when it fails.
-        IF (job.quickly_admissible(kind, queue, payload, tags, tenant, NULL, lim)
+        IF (job.quickly_admissible(kind, queue, payload, tags, tenant, NULL)
             AND priority BETWEEN 0 AND 32767 AND max_attempts >= 1 AND payload_version >= 1
             AND run_at >= '0001-01-01 00:00:00+00' AND run_at < '10000-01-01 00:00:00+00'
             AND (deadline IS NULL OR (deadline >= '0001-01-01 00:00:00+00'
@@ -347,8 +342,8 @@ REVOKE ALL ON FUNCTION job.enqueue_problem(text, jsonb, text, integer, integer, 
                                            integer, text, text, text, text[], text,
                                            timestamptz) FROM PUBLIC;
 REVOKE ALL ON FUNCTION job.check_admission() FROM PUBLIC;
-REVOKE ALL ON FUNCTION job.check_admission_update() FROM PUBLIC;
-REVOKE ALL ON FUNCTION job.quickly_admissible(text, text, jsonb, text[], text, text, integer)
-    FROM PUBLIC;
+REVOKE ALL ON FUNCTION job.quickly_admissible(text, text, jsonb, text[], text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION job.admission_predicate(text, integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION job.apply_settings() FROM PUBLIC;
 REVOKE ALL ON FUNCTION job.forbidden_in_names() FROM PUBLIC;
 REVOKE ALL ON FUNCTION job.notify_insert() FROM PUBLIC;
