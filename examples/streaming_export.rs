@@ -336,10 +336,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let server = std::env::var("DATABASE_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
     let url = db::ensure_database(&server, "job_example_export").await?;
-    let pool = job::pool_options()
-        .max_connections(5)
-        .connect(&url)
-        .await?;
+    let pool = job::pool_options().max_connections(5).connect(&url).await?;
     let store = object_store_from_env()?;
     let report_id = 1;
     let summary = run(&pool, store, report_id, ROWS, |builder| builder).await?;

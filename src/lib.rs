@@ -23,7 +23,7 @@ pub use job_core::{
 pub use job_core::{AttemptHooks, DEFAULT_MAX_SNOOZES};
 pub use job_macros::job;
 pub use job_postgres::complete_in;
-pub use job_postgres::{pool_options, Enqueue, PgStore};
+pub use job_postgres::{pool_options, Enqueue, PgStore, TenantAdmin};
 
 /// The names most programs need: `use job::prelude::*;`.
 pub mod prelude {

@@ -4,6 +4,7 @@
 pub mod admin;
 pub mod backoff;
 pub mod context;
+mod decode;
 pub mod error;
 pub mod fault;
 pub mod job;

@@ -7,7 +7,9 @@ use chrono::{DateTime, Utc};
 use crate::error::EnqueueError;
 use crate::job::Job;
 
-/// The default payload size limit: 1 MiB of JSON.
+/// The default payload size limit: 1 MiB of JSON. The database's limit
+/// (`job.settings.payload_limit`, which every enqueue obeys) starts at this value; a store may
+/// also check a limit of its own before it sends a job.
 pub const DEFAULT_PAYLOAD_LIMIT: usize = 1024 * 1024;
 
 /// The longest queue or kind name accepted.
@@ -30,6 +32,85 @@ pub const MAX_UNIQUE_KEY_LEN: usize = 512;
 
 /// The most tags one job may carry.
 pub const MAX_TAGS: usize = 32;
+
+/// The characters no name may contain (kinds, queues, tags, tenants, pauses), as inclusive
+/// ranges of code points: whitespace, control and format characters (Unicode White_Space, Cc,
+/// Cf, Zs, Zl and Zp), which make names that look alike and are not, or that a log line or a
+/// terminal shows as something else (zero-width spaces, bidirectional overrides). The SQL side
+/// checks the very same list (`job.name_problem`, migration 0005); a test compares the two
+/// over every code point, and another this list with the Unicode database.
+pub const FORBIDDEN_IN_NAMES: &[(u32, u32)] = &[
+    (0x0000, 0x0020),
+    (0x007F, 0x00A0),
+    (0x00AD, 0x00AD),
+    (0x0600, 0x0605),
+    (0x061C, 0x061C),
+    (0x06DD, 0x06DD),
+    (0x070F, 0x070F),
+    (0x0890, 0x0891),
+    (0x08E2, 0x08E2),
+    (0x1680, 0x1680),
+    (0x180E, 0x180E),
+    (0x2000, 0x200F),
+    (0x2028, 0x202F),
+    (0x205F, 0x206F),
+    (0x3000, 0x3000),
+    (0xFEFF, 0xFEFF),
+    (0xFFF9, 0xFFFB),
+    (0x110BD, 0x110BD),
+    (0x110CD, 0x110CD),
+    (0x13430, 0x1343F),
+    (0x1BCA0, 0x1BCA3),
+    (0x1D173, 0x1D17A),
+    (0xE0001, 0xE0001),
+    (0xE0020, 0xE007F),
+];
+
+/// Whether `c` may appear in a name (see [`FORBIDDEN_IN_NAMES`]).
+pub fn allowed_in_name(c: char) -> bool {
+    let c = u32::from(c);
+    !FORBIDDEN_IN_NAMES
+        .iter()
+        .any(|&(from, to)| (from..=to).contains(&c))
+}
+
+/// What is wrong with a kind, queue, tag or tenant name, in the words the SQL side uses
+/// (`job.name_problem`), or `None`: 1 to [`MAX_NAME_LEN`] bytes, no character refused by
+/// [`allowed_in_name`].
+pub fn name_problem(name: &str) -> Option<String> {
+    if name.is_empty() {
+        return Some("must not be empty".into());
+    }
+    if name.len() > MAX_NAME_LEN {
+        return Some(format!(
+            "must be at most {MAX_NAME_LEN} bytes, got {}",
+            name.len()
+        ));
+    }
+    let (at, c) = name
+        .chars()
+        .enumerate()
+        .find(|&(_, c)| !allowed_in_name(c))?;
+    Some(format!(
+        "must not contain whitespace, control or format characters (U+{:04X} at character {})",
+        u32::from(c),
+        at + 1
+    ))
+}
+
+/// The earliest time a job may carry (`run_at`, `deadline`): 0001-01-01 UTC. With
+/// [`LATEST_TIME`], the range PostgreSQL, chrono, Python's `datetime` and JavaScript's `Date`
+/// all represent; the table's constraints refuse anything outside it, infinities included.
+pub const EARLIEST_TIME: &str = "0001-01-01T00:00:00Z";
+
+/// The latest time a job may carry: 9999-12-31 23:59:59.999999 UTC.
+pub const LATEST_TIME: &str = "9999-12-31T23:59:59.999999Z";
+
+fn time_problem(at: DateTime<Utc>) -> Option<String> {
+    use chrono::Datelike;
+    (!(1..=9999).contains(&at.year()))
+        .then(|| format!("must be between 0001-01-01 and 9999-12-31 UTC, got {at}"))
+}
 
 /// The latest instant a job may start; past it the job is never claimed and is discarded
 /// with class `expired`.
@@ -223,15 +304,27 @@ impl NewJob {
                 format!("must be at least 1, got {}", self.payload_version),
             ));
         }
-        if let RunAt::In(delay) = self.run_at {
-            if delay > Duration::from_secs(100 * 365 * 24 * 3600) {
+        match self.run_at {
+            RunAt::In(delay) if delay > Duration::from_secs(100 * 365 * 24 * 3600) => {
                 return Err(invalid("schedule_in", "must be under 100 years".into()));
             }
+            RunAt::At(at) => {
+                if let Some(reason) = time_problem(at) {
+                    return Err(invalid("run_at", reason));
+                }
+            }
+            _ => {}
         }
-        if let Some(Deadline::In(delay)) = self.deadline {
-            if delay > Duration::from_secs(100 * 365 * 24 * 3600) {
+        match self.deadline {
+            Some(Deadline::In(delay)) if delay > Duration::from_secs(100 * 365 * 24 * 3600) => {
                 return Err(invalid("deadline_in", "must be under 100 years".into()));
             }
+            Some(Deadline::At(at)) => {
+                if let Some(reason) = time_problem(at) {
+                    return Err(invalid("deadline", reason));
+                }
+            }
+            _ => {}
         }
         if let Some(unique) = &self.unique {
             let key = &unique.key;
@@ -241,6 +334,12 @@ impl NewJob {
                     format!("must be 1 to {MAX_UNIQUE_KEY_LEN} bytes, got {}", key.len()),
                 ));
             }
+            if key.contains('\0') {
+                return Err(invalid(
+                    "unique_key",
+                    "must not contain a NUL character (PostgreSQL text cannot hold one)".into(),
+                ));
+            }
         }
         if self.tags.len() > MAX_TAGS {
             return Err(invalid(
@@ -248,11 +347,16 @@ impl NewJob {
                 format!("at most {MAX_TAGS} tags, got {}", self.tags.len()),
             ));
         }
-        for tag in &self.tags {
-            check_name("tags", tag)?;
+        for (n, tag) in self.tags.iter().enumerate() {
+            if let Some(problem) = name_problem(tag) {
+                return Err(invalid("tags", format!("tag {} {problem}", n + 1)));
+            }
         }
         if let Some(tenant) = &self.tenant {
             check_name("tenant", tenant)?;
+        }
+        if let Some(reason) = payload_problem(&self.payload) {
+            return Err(invalid("payload", reason));
         }
         if self.payload.len() > payload_limit {
             return Err(EnqueueError::PayloadTooLarge {
@@ -270,22 +374,58 @@ fn invalid(option: &'static str, reason: String) -> EnqueueError {
 }
 
 fn check_name(option: &'static str, name: &str) -> Result<(), EnqueueError> {
-    if name.is_empty() {
-        return Err(invalid(option, "must not be empty".into()));
+    match name_problem(name) {
+        Some(reason) => Err(invalid(option, reason)),
+        None => Ok(()),
     }
-    if name.len() > MAX_NAME_LEN {
-        return Err(invalid(
-            option,
-            format!("must be at most {MAX_NAME_LEN} bytes, got {}", name.len()),
-        ));
+}
+
+/// What is wrong with a payload's JSON text, or `None`. Every payload is a JSON object (what a
+/// `#[job]` payload, a struct with named fields, serializes to; a hand-written [`Job`] must
+/// serialize to one too: a struct with named fields or a map, not a tuple, a newtype around a
+/// scalar, a unit struct or an enum), so that fields can be added and read by name, and no
+/// payload holds a NUL character (`\u0000`), which PostgreSQL's `jsonb` cannot store. The
+/// text itself is the serializer's: its JSON syntax is checked by the database.
+pub fn payload_problem(payload: &str) -> Option<String> {
+    let first = payload.trim_start().chars().next();
+    let got = match first {
+        Some('{') => None,
+        Some('[') => Some("an array"),
+        Some('"') => Some("a string"),
+        Some('t' | 'f') => Some("a boolean"),
+        Some('n') => Some("null"),
+        Some('-' | '0'..='9') => Some("a number"),
+        Some(_) => Some("not JSON"),
+        None => Some("nothing"),
+    };
+    if let Some(got) = got {
+        return Some(format!("must be a JSON object, got {got}"));
     }
-    if name.chars().any(|c| c.is_control() || c.is_whitespace()) {
-        return Err(invalid(
-            option,
-            format!("must not contain whitespace or control characters, got {name:?}"),
-        ));
+    if payload.contains('\0') || has_nul_escape(payload) {
+        return Some(
+            "must not contain a NUL character (\\u0000): PostgreSQL's jsonb cannot store one"
+                .into(),
+        );
     }
-    Ok(())
+    None
+}
+
+/// Whether JSON text holds the escape `\u0000`: a backslash that is not itself escaped,
+/// followed by `u0000`.
+fn has_nul_escape(json: &str) -> bool {
+    let bytes = json.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'\\' {
+            if bytes[i + 1..].starts_with(b"u0000") {
+                return true;
+            }
+            i += 2; // the escaped character, whatever it is
+        } else {
+            i += 1;
+        }
+    }
+    false
 }
 
 #[cfg(test)]
@@ -346,6 +486,76 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(rejected_option(build(attempts)), "max_attempts");
+    }
+
+    #[test]
+    fn the_forbidden_characters_are_unicode_whitespace_control_and_format_characters() {
+        use unicode_properties::{GeneralCategory as G, UnicodeGeneralCategory};
+        for c in (0..=0x10FFFFu32).filter_map(char::from_u32) {
+            let category = c.general_category();
+            let unicode = c.is_whitespace()
+                || matches!(
+                    category,
+                    G::Control
+                        | G::Format
+                        | G::SpaceSeparator
+                        | G::LineSeparator
+                        | G::ParagraphSeparator
+                );
+            // U+2065 is unassigned, kept inside its block of format characters.
+            let expected = unicode || c == '\u{2065}';
+            assert_eq!(
+                !allowed_in_name(c),
+                expected,
+                "U+{:04X} ({category:?})",
+                u32::from(c)
+            );
+        }
+    }
+
+    #[test]
+    fn name_problems_name_the_character_and_its_place() {
+        assert_eq!(name_problem("mail.send"), None);
+        assert_eq!(name_problem("очередь"), None);
+        assert_eq!(
+            name_problem("a\u{a0}b").as_deref(),
+            Some(
+                "must not contain whitespace, control or format characters (U+00A0 at character 2)"
+            )
+        );
+        assert_eq!(
+            name_problem("ab\u{e0041}").as_deref(),
+            Some("must not contain whitespace, control or format characters (U+E0041 at character 3)")
+        );
+        assert_eq!(name_problem("").as_deref(), Some("must not be empty"));
+    }
+
+    #[test]
+    fn payloads_are_json_objects_without_nul() {
+        assert_eq!(payload_problem(r#"{"a":1}"#), None);
+        assert_eq!(
+            payload_problem(r#" {"a":"\\u0000"}"#),
+            None,
+            "an escaped backslash"
+        );
+        for (json, got) in [
+            ("[77,true]", "an array"),
+            (r#""sk""#, "a string"),
+            ("null", "null"),
+            ("-1", "a number"),
+            ("true", "a boolean"),
+        ] {
+            assert_eq!(
+                payload_problem(json),
+                Some(format!("must be a JSON object, got {got}"))
+            );
+        }
+        assert!(payload_problem(r#"{"a":"\u0000"}"#)
+            .unwrap()
+            .contains("NUL"));
+        assert!(payload_problem(r#"{"a":"\\\u0000"}"#)
+            .unwrap()
+            .contains("NUL"));
     }
 
     #[test]

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use crate::context::JobContext;
 use crate::error::{BuildError, JobError};
 use crate::job::{Job, JobOptions};
+use crate::new_job::name_problem;
 use crate::store::ClaimKind;
 
 /// A handler's future, boxed so handlers of many types share one map.
@@ -60,13 +61,18 @@ impl<J: Job> Handler for Typed<J> {
 }
 
 /// Turns a stored payload of `version` into `J`, through [`Job::upgrade`] for older versions.
+///
+/// A payload that does not decode is [`Poison`] whose message names the field's path and the
+/// type expected there, never a value from the payload: it is logged and kept in the job's
+/// error history, where a secret that slipped into a payload must not follow it.
 pub fn decode<J: Job>(payload: &str, version: i32) -> Result<J, Poison> {
     use std::cmp::Ordering;
     match version.cmp(&J::VERSION) {
         Ordering::Equal => serde_json::from_str(payload).map_err(|e| {
             Poison(format!(
-                "payload of `{}` (version {version}) does not decode: {e}",
-                J::KIND
+                "payload of `{}` (version {version}) does not decode: {}",
+                J::KIND,
+                crate::decode::explain::<J>(payload, &e)
             ))
         }),
         Ordering::Less => {
@@ -82,9 +88,13 @@ pub fn decode<J: Job>(payload: &str, version: i32) -> Result<J, Poison> {
                     J::KIND
                 ))
             })?;
-            serde_json::from_value(upgraded).map_err(|e| {
+            J::deserialize(&upgraded).map_err(|e| {
+                let why = crate::decode::explain_value::<J>(&upgraded).unwrap_or_else(|| {
+                    let _ = e; // serde_json's message may quote the value
+                    "a value does not fit its field".into()
+                });
                 Poison(format!(
-                    "payload of `{}` upgraded from version {version} does not decode: {e}",
+                    "payload of `{}` upgraded from version {version} does not decode: {why}",
                     J::KIND
                 ))
             })
@@ -101,6 +111,7 @@ pub fn decode<J: Job>(payload: &str, version: i32) -> Result<J, Poison> {
 #[derive(Default, Clone)]
 pub struct Registry {
     handlers: HashMap<&'static str, Arc<dyn Handler>>,
+    /// The first registration mistake: a kind registered twice, or a bad name.
     duplicate: Option<BuildError>,
 }
 
@@ -110,9 +121,18 @@ impl Registry {
         Self::default()
     }
 
-    /// Adds `J`. A second type under the same kind is remembered and reported by
-    /// [`Registry::check`], so the worker refuses to start.
+    /// Adds `J`. A second type under the same kind, or a kind or default queue that breaks
+    /// the name rule ([`name_problem`]: no enqueue could ever fill it), is remembered and
+    /// reported by [`Registry::check`], so the worker refuses to start.
     pub fn register<J: Job>(&mut self) {
+        for (option, name) in [("kind", J::KIND), ("queue", J::OPTIONS.queue)] {
+            if let Some(problem) = name_problem(name) {
+                self.duplicate.get_or_insert(BuildError::InvalidOption {
+                    option,
+                    reason: format!("{option} {name:?} of `{}` {problem}", type_name::<J>()),
+                });
+            }
+        }
         let handler: Arc<dyn Handler> = Arc::new(Typed::<J>(PhantomData));
         if let Some(existing) = self.handlers.get(J::KIND) {
             if self.duplicate.is_none() {

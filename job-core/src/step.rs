@@ -134,10 +134,12 @@ impl JobContext {
             return f().await;
         };
         if let Some(recorded) = self.recorded_step(hooks, name).await? {
+            // Explained without quoting the output, which may hold what the effect returned.
             return serde_json::from_str(&recorded).map_err(|e| {
                 JobError::terminal(format!(
-                    "the recorded output of step `{name}` does not decode as `{}`: {e}",
-                    std::any::type_name::<T>()
+                    "the recorded output of step `{name}` does not decode as `{}`: {}",
+                    std::any::type_name::<T>(),
+                    crate::decode::explain::<T>(&recorded, &e)
                 ))
             });
         }
@@ -248,8 +250,9 @@ fn storable_output<T: Serialize + DeserializeOwned>(output: &T) -> Result<String
     // the step returned.
     if let Err(e) = serde_json::from_str::<T>(&json) {
         return Err(format!(
-            "it does not read back as `{}`: {e}",
-            std::any::type_name::<T>()
+            "it does not read back as `{}`: {}",
+            std::any::type_name::<T>(),
+            crate::decode::explain::<T>(&json, &e)
         ));
     }
     Ok(json)

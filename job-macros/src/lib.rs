@@ -58,6 +58,7 @@ use proc_macro::TokenStream;
 ///   `Clone`, `Serialize` and `Deserialize`, so every parameter type must implement those and
 ///   be `Send + Sync + 'static`. A parameter's doc comments and `#[serde(..)]` attributes move
 ///   to its field: `#[serde(default)] resend: bool` lets older payloads without the field decode.
+///   It serializes to a JSON object, the only payload shape every door accepts.
 /// - **`impl Job`** for the payload: `KIND` (the function's name unless `kind` is given),
 ///   `VERSION` and `upgrade` when given, `OPTIONS` with the keys given over
 ///   `JobOptions::DEFAULT`, and `perform`, which calls the function with the context and the
@@ -81,6 +82,47 @@ use proc_macro::TokenStream;
 ///   `std::io::Result<()>` and `std::fmt::Result` work) whose error converts into `JobError`:
 ///   `JobError` itself, or any `std::error::Error + Send + Sync + 'static`, which makes a
 ///   failed attempt retryable.
+///
+/// # Secrets stay out of payloads
+///
+/// A payload is stored as plain JSON in `job.jobs`, returned by `Admin::list`, kept with the
+/// dead letters and shown in `Debug` output, so it carries ids, not secrets: the handler looks
+/// the secret up (application state through `ctx.state::<T>()`, a vault) by what the payload
+/// names. Two aids:
+///
+/// - A parameter whose type is a known secret wrapper is a compile error: any path ending in
+///   `Secret`, `SecretString`, `SecretBox`, `SecretSlice`, `SecretVec`, `SecretBytesMut`,
+///   `SecretKey`, `PrivateKey`, `SigningKey`, `Zeroizing`, `SecStr`, `SecUtf8`, `SecVec` or
+///   `Password`, also inside `Option<..>`, `Vec<..>`, tuples and arrays. (A macro sees names,
+///   not types: an alias of such a type goes unnoticed.)
+/// - `#[redact]` on a parameter makes the payload's `Debug` show `<redacted>` for it, for
+///   personal data that may be stored but should not reach logs, panic messages or test
+///   output. The value is still stored and decoded as usual.
+///
+/// ```
+/// use job::prelude::*;
+///
+/// #[job]
+/// async fn send_receipt(
+///     _ctx: JobContext,
+///     order_id: i64,
+///     #[redact] email: String,
+/// ) -> Result<(), JobError> {
+///     Ok(())
+/// }
+///
+/// let job = SendReceipt { order_id: 7, email: "ada@example.com".into() };
+/// assert_eq!(format!("{job:?}"), "SendReceipt { order_id: 7, email: <redacted> }");
+/// ```
+///
+/// ```compile_fail
+/// # use job::prelude::*;
+/// # mod secrecy { pub struct SecretString(String); }
+/// #[job]
+/// async fn charge(_ctx: JobContext, api_key: secrecy::SecretString) -> Result<(), JobError> {
+///     Ok(())
+/// }
+/// ```
 ///
 /// # Keys
 ///

@@ -1,6 +1,7 @@
 //! Checks the function under `#[job]` and takes from it what the payload is made of.
 
 use proc_macro2::Span;
+use syn::ext::IdentExt;
 use syn::spanned::Spanned;
 use syn::{
     Attribute, FnArg, GenericArgument, Ident, ItemFn, Pat, PathArguments, ReturnType, Type,
@@ -31,7 +32,28 @@ pub(crate) struct Field {
     pub(crate) attrs: Vec<Attribute>,
     pub(crate) name: Ident,
     pub(crate) ty: Type,
+    /// `#[redact]`: the payload's `Debug` shows `<redacted>` instead of the value.
+    pub(crate) redact: bool,
 }
+
+/// Types that hold a secret, by the last segment of their path (`secrecy::SecretString`,
+/// `zeroize::Zeroizing<..>`, `ed25519_dalek::SigningKey`, ...): none may be a payload field.
+const SECRET_WRAPPERS: &[&str] = &[
+    "Secret",
+    "SecretString",
+    "SecretBox",
+    "SecretSlice",
+    "SecretVec",
+    "SecretBytesMut",
+    "SecretKey",
+    "PrivateKey",
+    "SigningKey",
+    "Zeroizing",
+    "SecStr",
+    "SecUtf8",
+    "SecVec",
+    "Password",
+];
 
 /// Checks `item`, recording every mistake in `errors`. The parameters' `#[serde(..)]` and doc
 /// attributes are moved out of `item` in any case, so the function alone still compiles.
@@ -114,11 +136,38 @@ pub(crate) fn check(item: &mut ItemFn, errors: &mut Errors) -> Option<JobFn> {
         if let Err(message) = owned {
             errors.push(syn::Error::new_spanned(&arg.ty, message));
         }
+        if let (Some(name), Some(wrapper)) = (&name, secret_wrapper(&arg.ty)) {
+            errors.push(syn::Error::new_spanned(
+                wrapper,
+                format!(
+                    "`{}` would store a secret (`{}`) in the payload: a payload is plain JSON \
+                     in `job.jobs`, listed by `Admin::list` and kept with dead letters. Pass \
+                     what the handler can look the secret up by (a key id, a vault path) and \
+                     read the secret from application state (`ctx.state::<Secrets>()`)",
+                    name.unraw(),
+                    wrapper.ident
+                ),
+            ));
+        }
+        let (redacts, attrs): (Vec<Attribute>, Vec<Attribute>) =
+            attrs.into_iter().partition(|a| a.path().is_ident("redact"));
+        for extra in redacts.iter().skip(1) {
+            errors.push(syn::Error::new_spanned(extra, "`#[redact]` given twice"));
+        }
+        if let Some(redact) = redacts.first() {
+            if !matches!(redact.meta, syn::Meta::Path(_)) {
+                errors.push(syn::Error::new_spanned(
+                    redact,
+                    "`#[redact]` takes no arguments",
+                ));
+            }
+        }
         if let Some(name) = name {
             fields.push(Field {
                 attrs,
                 name,
                 ty: (*arg.ty).clone(),
+                redact: !redacts.is_empty(),
             });
         }
     }
@@ -193,6 +242,33 @@ fn check_context(item: &ItemFn, errors: &mut Errors) {
     }
 }
 
+/// The first secret wrapper in `ty`, looking through references, tuples, arrays and generic
+/// arguments (`Option<SecretString>`, `Vec<Zeroizing<String>>`), by the last segment of each
+/// path: a macro sees names, not types, so `type Key = SecretString;` goes unnoticed.
+fn secret_wrapper(ty: &Type) -> Option<&syn::PathSegment> {
+    match ty {
+        Type::Path(p) => p.path.segments.iter().find_map(|segment| {
+            if SECRET_WRAPPERS.iter().any(|w| segment.ident == w) {
+                return Some(segment);
+            }
+            match &segment.arguments {
+                PathArguments::AngleBracketed(args) => args.args.iter().find_map(|a| match a {
+                    GenericArgument::Type(t) => secret_wrapper(t),
+                    _ => None,
+                }),
+                _ => None,
+            }
+        }),
+        Type::Reference(r) => secret_wrapper(&r.elem),
+        Type::Paren(p) => secret_wrapper(&p.elem),
+        Type::Group(g) => secret_wrapper(&g.elem),
+        Type::Array(a) => secret_wrapper(&a.elem),
+        Type::Slice(s) => secret_wrapper(&s.elem),
+        Type::Tuple(t) => t.elems.iter().find_map(secret_wrapper),
+        _ => None,
+    }
+}
+
 /// Any path type whose last segment is `JobContext`: `JobContext`, `job::JobContext`, ...
 fn is_context(ty: &Type) -> bool {
     match ty {
@@ -244,8 +320,8 @@ fn check_output(output: &ReturnType, close_paren: Span, errors: &mut Errors) -> 
     ty.span()
 }
 
-/// Moves each payload parameter's doc comments and `#[serde(..)]` attributes out of the
-/// function: they are the field's, and rustc refuses both on a parameter. One entry per
+/// Moves each payload parameter's doc comments, `#[serde(..)]` and `#[redact]` attributes out
+/// of the function: they are the field's, and rustc refuses them on a parameter. One entry per
 /// parameter, in order.
 fn take_field_attrs(item: &mut ItemFn) -> Vec<Vec<Attribute>> {
     item.sig
@@ -253,9 +329,11 @@ fn take_field_attrs(item: &mut ItemFn) -> Vec<Vec<Attribute>> {
         .iter_mut()
         .map(|arg| match arg {
             FnArg::Typed(arg) => {
-                let (moved, kept) = std::mem::take(&mut arg.attrs)
-                    .into_iter()
-                    .partition(|a| a.path().is_ident("doc") || a.path().is_ident("serde"));
+                let (moved, kept) = std::mem::take(&mut arg.attrs).into_iter().partition(|a| {
+                    a.path().is_ident("doc")
+                        || a.path().is_ident("serde")
+                        || a.path().is_ident("redact")
+                });
                 arg.attrs = kept;
                 moved
             }
@@ -353,6 +431,51 @@ mod tests {
         assert!(
             messages(quote! { async fn f(&self, c: JobContext) -> Result<(), E> {} })[0]
                 .contains("cannot take `self`")
+        );
+    }
+
+    #[test]
+    fn secret_wrappers_are_refused_wherever_they_hide() {
+        for ty in [
+            quote!(SecretString),
+            quote!(secrecy::SecretBox<str>),
+            quote!(Option<secrecy::SecretString>),
+            quote!(Vec<zeroize::Zeroizing<String>>),
+            quote!((i64, ed25519_dalek::SigningKey)),
+            quote!([Secret<String>; 2]),
+        ] {
+            let found =
+                messages(quote! { async fn f(c: JobContext, key: #ty) -> Result<(), E> {} });
+            assert_eq!(found.len(), 1, "{ty}: {found:?}");
+            assert!(
+                found[0].starts_with("`key` would store a secret"),
+                "{ty}: {found:?}"
+            );
+        }
+        let fine = messages(quote! {
+            async fn f(c: JobContext, key_id: String, secret_version: u32, s: MySecretive) -> Result<(), E> {}
+        });
+        assert!(fine.is_empty(), "{fine:?}");
+    }
+
+    #[test]
+    fn redact_marks_a_field_and_takes_no_arguments() {
+        let mut item: ItemFn = syn::parse2(quote! {
+            async fn f(c: JobContext, id: i64, #[redact] email: String) -> Result<(), E> {}
+        })
+        .unwrap();
+        let mut errors = Errors::default();
+        let job = check(&mut item, &mut errors).unwrap();
+        assert_eq!(
+            job.fields.iter().map(|f| f.redact).collect::<Vec<_>>(),
+            [false, true]
+        );
+        assert!(job.fields[1].attrs.is_empty(), "`redact` is not passed on");
+        assert_eq!(
+            messages(
+                quote! { async fn f(c: JobContext, #[redact(all)] e: String) -> Result<(), E> {} }
+            ),
+            ["`#[redact]` takes no arguments"]
         );
     }
 

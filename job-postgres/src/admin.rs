@@ -1,5 +1,5 @@
-//! Operator actions ([`Admin`] on [`PgStore`]) and the maintenance statements behind the
-//! pruner ([`Store::prune`], [`Store::expire`], [`Store::vacuum`]).
+//! Operator actions ([`Admin`] on [`PgStore`], and on [`TenantAdmin`] for one tenant's jobs)
+//! and the maintenance statements behind the pruner ([`Store::prune`], [`Store::expire`], [`Store::vacuum`]).
 //!
 //! [`Store::prune`]: job_core::Store::prune
 //! [`Store::expire`]: job_core::Store::expire
@@ -26,12 +26,17 @@ use crate::PgStore;
 const REDRIVE_TRIES: u32 = 3;
 
 /// Vacuums the job tables when autovacuum will not (see `sql/vacuum_needed.sql`). Returns
-/// whether it ran.
+/// whether it ran; [`Error::VacuumNotOwner`] when it should have and this role may not (a
+/// VACUUM would only warn and do nothing).
 pub(crate) async fn vacuum(pool: &sqlx::PgPool) -> Result<bool, Error> {
-    let needed: bool = sqlx::query_scalar(sql::VACUUM_NEEDED)
-        .fetch_one(pool)
-        .await
-        .map_err(Error::query("vacuum_needed"))?;
+    let (needed, allowed, role, owner): (bool, bool, String, String) =
+        sqlx::query_as(sql::VACUUM_NEEDED)
+            .fetch_one(pool)
+            .await
+            .map_err(Error::query("vacuum_needed"))?;
+    if needed && !allowed {
+        return Err(Error::VacuumNotOwner { role, owner });
+    }
     if needed {
         // VACUUM cannot be prepared into a transaction: the simple query protocol.
         sqlx::raw_sql(sql::VACUUM)
@@ -73,11 +78,13 @@ pub(crate) async fn expire<'e, E: PgExecutor<'e>>(
     })
 }
 
-/// Binds a [`JobFilter`] as `$1..$9` of list.sql, redrive.sql and purge.sql.
+/// Binds a [`JobFilter`] as `$1..$9` of list.sql, redrive.sql and purge.sql, and the tenant
+/// scope as `$10`.
 fn bind_filter<'q>(
     query: Query<'q, Postgres, PgArguments>,
     filter: &'q JobFilter,
     states: Vec<&'static str>,
+    scope: Option<&'q str>,
 ) -> Query<'q, Postgres, PgArguments> {
     query
         .bind(&filter.ids)
@@ -89,6 +96,7 @@ fn bind_filter<'q>(
         .bind(filter.finalized_from)
         .bind(filter.finalized_to)
         .bind(i32::try_from(filter.effective_limit()).unwrap_or(i32::MAX))
+        .bind(scope)
 }
 
 fn is_unique_violation(error: &sqlx::Error) -> bool {
@@ -105,11 +113,73 @@ fn parse_state(id: JobId, state: &str) -> Result<JobState, Error> {
         })
 }
 
-impl Admin for PgStore {
-    async fn cancel(&self, id: JobId) -> Result<Cancelled, StoreError> {
+/// An [`Admin`] handle that sees and touches the jobs of one tenant only, for an operator or
+/// a tenant's own dashboard. [`list`](Admin::list), [`get`](TenantAdmin::get),
+/// [`cancel`](Admin::cancel), [`redrive`](Admin::redrive), [`purge`](Admin::purge) and
+/// [`stats`](Admin::stats) add `tenant = <its tenant>` to whatever filter they are given:
+/// another tenant's job is [`Cancelled::NotFound`] and in no listing, count, redrive or purge,
+/// and so are jobs without a tenant. Pausing and resuming act on whole queues and kinds, across
+/// tenants, so this handle refuses them ([`Error::TenantScope`]); [`paused`](Admin::paused)
+/// shows what is paused.
+///
+/// It scopes what this handle does; the database still lets the role behind the pool read
+/// every row (see the README's roles for what the database itself enforces).
+///
+/// ```no_run
+/// # async fn demo(store: job_postgres::PgStore) -> Result<(), job_core::StoreError> {
+/// use job_core::{Admin, JobFilter};
+/// let acme = store.for_tenant("acme");
+/// let dead = acme.list(&JobFilter::dead_letters()).await?; // acme's only
+/// # let _ = dead; Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct TenantAdmin {
+    store: PgStore,
+    tenant: String,
+}
+
+impl PgStore {
+    /// An [`Admin`] handle scoped to `tenant`: see [`TenantAdmin`].
+    pub fn for_tenant(&self, tenant: impl Into<String>) -> TenantAdmin {
+        TenantAdmin {
+            store: self.clone(),
+            tenant: tenant.into(),
+        }
+    }
+}
+
+impl TenantAdmin {
+    /// The tenant this handle is scoped to.
+    pub fn tenant(&self) -> &str {
+        &self.tenant
+    }
+
+    /// Reads one job of this tenant; another tenant's job is `None`, as a missing one is.
+    pub async fn get(&self, id: JobId) -> Result<Option<JobRow>, StoreError> {
+        Ok(row::get(self.store.pool(), id, Some(&self.tenant)).await?)
+    }
+
+    fn scope(&self) -> Scope<'_> {
+        Scope {
+            pool: self.store.pool(),
+            tenant: Some(&self.tenant),
+        }
+    }
+}
+
+/// The operator's statements, on every job (`tenant: None`) or on one tenant's.
+#[derive(Clone, Copy)]
+struct Scope<'a> {
+    pool: &'a sqlx::PgPool,
+    tenant: Option<&'a str>,
+}
+
+impl Scope<'_> {
+    async fn cancel(self, id: JobId) -> Result<Cancelled, StoreError> {
         let after: Option<String> = sqlx::query_scalar(sql::CANCEL)
             .bind(id)
-            .fetch_optional(self.pool())
+            .bind(self.tenant)
+            .fetch_optional(self.pool)
             .await
             .map_err(Error::query("cancel"))?;
         if let Some(state) = after {
@@ -120,7 +190,8 @@ impl Admin for PgStore {
         }
         let state: Option<String> = sqlx::query_scalar(sql::STATE)
             .bind(id)
-            .fetch_optional(self.pool())
+            .bind(self.tenant)
+            .fetch_optional(self.pool)
             .await
             .map_err(Error::query("state"))?;
         Ok(match state {
@@ -129,29 +200,42 @@ impl Admin for PgStore {
         })
     }
 
-    async fn pause(&self, what: &Pause) -> Result<bool, StoreError> {
+    async fn pause(self, what: &Pause) -> Result<bool, StoreError> {
+        self.whole_queues("pause")?;
         let row = sqlx::query(sql::PAUSE)
             .bind(what.scope())
             .bind(what.name())
-            .fetch_optional(self.pool())
+            .fetch_optional(self.pool)
             .await
             .map_err(Error::query("pause"))?;
         Ok(row.is_some())
     }
 
-    async fn resume(&self, what: &Pause) -> Result<bool, StoreError> {
+    async fn resume(self, what: &Pause) -> Result<bool, StoreError> {
+        self.whole_queues("resume")?;
         let row = sqlx::query(sql::RESUME)
             .bind(what.scope())
             .bind(what.name())
-            .fetch_optional(self.pool())
+            .fetch_optional(self.pool)
             .await
             .map_err(Error::query("resume"))?;
         Ok(row.is_some())
     }
 
-    async fn paused(&self) -> Result<Vec<Pause>, StoreError> {
+    /// Refuses an action on whole queues or kinds from a tenant-scoped handle.
+    fn whole_queues(self, action: &'static str) -> Result<(), Error> {
+        match self.tenant {
+            Some(tenant) => Err(Error::TenantScope {
+                action,
+                tenant: tenant.to_owned(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    async fn paused(self) -> Result<Vec<Pause>, StoreError> {
         let rows: Vec<(String, String)> = sqlx::query_as(sql::PAUSED)
-            .fetch_all(self.pool())
+            .fetch_all(self.pool)
             .await
             .map_err(Error::query("paused"))?;
         Ok(rows
@@ -163,10 +247,10 @@ impl Admin for PgStore {
             .collect())
     }
 
-    async fn list(&self, filter: &JobFilter) -> Result<Vec<JobRow>, StoreError> {
+    async fn list(self, filter: &JobFilter) -> Result<Vec<JobRow>, StoreError> {
         let states = filter.states.iter().map(|s| s.as_str()).collect();
-        let rows = bind_filter(sqlx::query(sql::LIST), filter, states)
-            .fetch_all(self.pool())
+        let rows = bind_filter(sqlx::query(sql::LIST), filter, states, self.tenant)
+            .fetch_all(self.pool)
             .await
             .map_err(Error::query("list"))?;
         let jobs = rows
@@ -179,16 +263,16 @@ impl Admin for PgStore {
         Ok(jobs)
     }
 
-    async fn redrive(&self, filter: &JobFilter) -> Result<Redriven, StoreError> {
+    async fn redrive(self, filter: &JobFilter) -> Result<Redriven, StoreError> {
         let mut tries = 0;
         let rows: Vec<(JobId, bool, Option<JobId>, i64)> = loop {
             tries += 1;
             let states = vec![JobState::Discarded.as_str()];
-            let result = bind_filter(sqlx::query(sql::REDRIVE), filter, states)
+            let result = bind_filter(sqlx::query(sql::REDRIVE), filter, states, self.tenant)
                 .try_map(|r: sqlx::postgres::PgRow| {
                     Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?, r.try_get(3)?))
                 })
-                .fetch_all(self.pool())
+                .fetch_all(self.pool)
                 .await;
             match result {
                 Ok(rows) => break rows,
@@ -208,22 +292,23 @@ impl Admin for PgStore {
         Ok(out)
     }
 
-    async fn purge(&self, filter: &JobFilter) -> Result<u64, StoreError> {
+    async fn purge(self, filter: &JobFilter) -> Result<u64, StoreError> {
         let states = vec![JobState::Discarded.as_str()];
-        let ids = bind_filter(sqlx::query(sql::PURGE), filter, states)
-            .fetch_all(self.pool())
+        let ids = bind_filter(sqlx::query(sql::PURGE), filter, states, self.tenant)
+            .fetch_all(self.pool)
             .await
             .map_err(Error::query("purge"))?;
         Ok(ids.len() as u64)
     }
 
-    async fn stats(&self, filter: &JobFilter) -> Result<Stats, StoreError> {
+    async fn stats(self, filter: &JobFilter) -> Result<Stats, StoreError> {
         let counts: Vec<(String, String, i64)> = sqlx::query_as(sql::STATS_COUNTS)
             .bind(&filter.kind)
             .bind(&filter.queue)
             .bind(&filter.tenant)
             .bind(&filter.tag)
-            .fetch_all(self.pool())
+            .bind(self.tenant)
+            .fetch_all(self.pool)
             .await
             .map_err(Error::query("stats_counts"))?;
         let oldest: Option<i64> = sqlx::query_scalar(sql::STATS_OLDEST)
@@ -231,7 +316,8 @@ impl Admin for PgStore {
             .bind(&filter.queue)
             .bind(&filter.tenant)
             .bind(&filter.tag)
-            .fetch_one(self.pool())
+            .bind(self.tenant)
+            .fetch_one(self.pool)
             .await
             .map_err(Error::query("stats_oldest"))?;
         let stuck: i64 = sqlx::query_scalar(sql::STATS_STUCK)
@@ -239,7 +325,8 @@ impl Admin for PgStore {
             .bind(&filter.queue)
             .bind(&filter.tenant)
             .bind(&filter.tag)
-            .fetch_one(self.pool())
+            .bind(self.tenant)
+            .fetch_one(self.pool)
             .await
             .map_err(Error::query("stats_stuck"))?;
         let counts = counts
@@ -260,5 +347,84 @@ impl Admin for PgStore {
         };
         stats.dead_letters = stats.in_state(JobState::Discarded);
         Ok(stats)
+    }
+}
+
+/// Every job, of every tenant and none.
+impl Admin for PgStore {
+    async fn cancel(&self, id: JobId) -> Result<Cancelled, StoreError> {
+        self.all().cancel(id).await
+    }
+
+    async fn pause(&self, what: &Pause) -> Result<bool, StoreError> {
+        self.all().pause(what).await
+    }
+
+    async fn resume(&self, what: &Pause) -> Result<bool, StoreError> {
+        self.all().resume(what).await
+    }
+
+    async fn paused(&self) -> Result<Vec<Pause>, StoreError> {
+        self.all().paused().await
+    }
+
+    async fn list(&self, filter: &JobFilter) -> Result<Vec<JobRow>, StoreError> {
+        self.all().list(filter).await
+    }
+
+    async fn redrive(&self, filter: &JobFilter) -> Result<Redriven, StoreError> {
+        self.all().redrive(filter).await
+    }
+
+    async fn purge(&self, filter: &JobFilter) -> Result<u64, StoreError> {
+        self.all().purge(filter).await
+    }
+
+    async fn stats(&self, filter: &JobFilter) -> Result<Stats, StoreError> {
+        self.all().stats(filter).await
+    }
+}
+
+impl PgStore {
+    fn all(&self) -> Scope<'_> {
+        Scope {
+            pool: self.pool(),
+            tenant: None,
+        }
+    }
+}
+
+/// One tenant's jobs only.
+impl Admin for TenantAdmin {
+    async fn cancel(&self, id: JobId) -> Result<Cancelled, StoreError> {
+        self.scope().cancel(id).await
+    }
+
+    async fn pause(&self, what: &Pause) -> Result<bool, StoreError> {
+        self.scope().pause(what).await
+    }
+
+    async fn resume(&self, what: &Pause) -> Result<bool, StoreError> {
+        self.scope().resume(what).await
+    }
+
+    async fn paused(&self) -> Result<Vec<Pause>, StoreError> {
+        self.scope().paused().await
+    }
+
+    async fn list(&self, filter: &JobFilter) -> Result<Vec<JobRow>, StoreError> {
+        self.scope().list(filter).await
+    }
+
+    async fn redrive(&self, filter: &JobFilter) -> Result<Redriven, StoreError> {
+        self.scope().redrive(filter).await
+    }
+
+    async fn purge(&self, filter: &JobFilter) -> Result<u64, StoreError> {
+        self.scope().purge(filter).await
+    }
+
+    async fn stats(&self, filter: &JobFilter) -> Result<Stats, StoreError> {
+        self.scope().stats(filter).await
     }
 }

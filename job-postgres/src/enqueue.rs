@@ -8,15 +8,18 @@ use chrono::{DateTime, Utc};
 use job_core::store::duration_millis;
 use job_core::{
     Deadline, EnqueueError, EnqueueOptions, Job, JobId, NewJob, OnDuplicate, RunAt, UniqueScope,
-    DEFAULT_PAYLOAD_LIMIT,
 };
+use sqlx::postgres::PgDatabaseError;
 use sqlx::PgExecutor;
 
 use crate::error::Error;
 use crate::sql;
 
 /// Inserts one job through `executor` and returns its id. The job is not checked here: build
-/// it with [`NewJob::build`] or check it with [`NewJob::validate`].
+/// it with [`NewJob::build`] or check it with [`NewJob::validate`]. The database checks it in
+/// any case (the payload limit of `job.settings`, names, the payload's shape, times): what it
+/// refuses comes back as [`EnqueueError::PayloadTooLarge`] or [`EnqueueError::InvalidOption`]
+/// naming the field, and nothing is written.
 ///
 /// Pass `&pool`, `&mut *tx` (a [`sqlx::Transaction`]) or `&mut conn`; inside a transaction the
 /// job exists only if the transaction commits.
@@ -59,7 +62,7 @@ pub async fn enqueue<'e, E: PgExecutor<'e>>(
     let (id, outcome) = query
         .fetch_one(executor)
         .await
-        .map_err(Error::query("enqueue"))?;
+        .map_err(|e| refused(Some(&job.kind), "enqueue", e))?;
     match (&job.unique, outcome.as_deref()) {
         (Some(unique), Some("duplicate")) => Err(EnqueueError::Duplicate {
             kind: job.kind.clone(),
@@ -135,11 +138,80 @@ pub async fn enqueue_many<'e, E: PgExecutor<'e>>(
         .bind(tenants)
         .fetch_all(executor)
         .await
-        .map_err(Error::query("enqueue_many"))?;
+        .map_err(|e| refused(None, "enqueue_many", e))?;
     // Rows are inserted in input order, so their identity ids ascend in input order; sorting
     // makes the answer independent of the order RETURNING happens to emit them in.
     ids.sort_unstable();
     Ok(ids)
+}
+
+/// What the database said when it refused a job: a refusal of the table's rules (the
+/// `jobs_admission` trigger and the `jobs_*_check` constraints, SQLSTATE 23514) names its
+/// column, and becomes the same error the Rust-side check gives; anything else is a storage
+/// error. `kind` is the job's, when there is one job.
+fn refused(kind: Option<&str>, statement: &'static str, error: sqlx::Error) -> EnqueueError {
+    let pg = match &error {
+        sqlx::Error::Database(db) => db.try_downcast_ref::<PgDatabaseError>(),
+        _ => None,
+    };
+    // A time outside PostgreSQL's own range does not even bind: the parameter is named.
+    if let Some(pg) = pg.filter(|pg| pg.code() == "22008") {
+        let option = match pg.r#where() {
+            Some(w) if w.ends_with("parameter $7") => Some("run_at"),
+            Some(w) if w.ends_with("parameter $9") => Some("deadline"),
+            _ => None,
+        };
+        if let Some(option) = option {
+            return EnqueueError::InvalidOption {
+                option,
+                reason: format!("{} (PostgreSQL's own range)", pg.message()),
+            };
+        }
+    }
+    let Some(pg) = pg.filter(|pg| pg.code() == "23514") else {
+        return Error::query(statement)(error).into();
+    };
+    let column = pg.column().map(str::to_owned).or_else(|| {
+        pg.constraint()
+            .and_then(|c| c.strip_prefix("jobs_")?.strip_suffix("_check"))
+            .map(str::to_owned)
+    });
+    let option = match column.as_deref() {
+        Some("kind") => "kind",
+        Some("queue") => "queue",
+        Some("payload") => "payload",
+        Some("tags") => "tags",
+        Some("tenant") => "tenant",
+        Some("unique_key") => "unique_key",
+        Some("run_at") => "run_at",
+        Some("deadline") => "deadline",
+        Some("priority") => "priority",
+        Some("max_attempts") => "max_attempts",
+        Some("payload_version") => "payload_version",
+        _ => return Error::query(statement)(error).into(),
+    };
+    // "job row refused: `payload` is 5 bytes, over the limit of 4 bytes"
+    let message = pg.message();
+    let reason = message
+        .split_once(&format!("`{option}` "))
+        .map_or(message, |(_, reason)| reason);
+    if let (Some(kind), "payload") = (kind, option) {
+        let numbers: Vec<usize> = reason
+            .split(|c: char| !c.is_ascii_digit())
+            .filter_map(|n| n.parse().ok())
+            .collect();
+        if let ([size, limit], true) = (numbers.as_slice(), reason.contains("over the limit")) {
+            return EnqueueError::PayloadTooLarge {
+                kind: kind.to_owned(),
+                size: *size,
+                limit: *limit,
+            };
+        }
+    }
+    EnqueueError::InvalidOption {
+        option,
+        reason: reason.to_owned(),
+    }
 }
 
 /// `run_at` as the two binds of the insert statements: an absolute time, or a delay in
@@ -190,7 +262,7 @@ fn split_deadline(deadline: Option<Deadline>) -> (Option<DateTime<Utc>>, Option<
 pub struct Enqueue<J: Job> {
     job: J,
     options: EnqueueOptions,
-    payload_limit: usize,
+    payload_limit: Option<usize>,
 }
 
 impl<J: Job> Enqueue<J> {
@@ -199,7 +271,7 @@ impl<J: Job> Enqueue<J> {
         Enqueue {
             job,
             options: EnqueueOptions::default(),
-            payload_limit: DEFAULT_PAYLOAD_LIMIT,
+            payload_limit: None,
         }
     }
 
@@ -233,10 +305,11 @@ impl<J: Job> Enqueue<J> {
         self
     }
 
-    /// Refuses payloads over `limit` bytes of JSON. Defaults to
-    /// [`DEFAULT_PAYLOAD_LIMIT`].
+    /// Refuses payloads over `limit` bytes of compact JSON before anything is sent. The
+    /// database's limit (`job.settings.payload_limit`, 1 MiB unless changed there) applies in
+    /// any case; this one can only be tighter. None by default.
     pub fn payload_limit(mut self, limit: usize) -> Self {
-        self.payload_limit = limit;
+        self.payload_limit = Some(limit);
         self
     }
 
@@ -292,7 +365,11 @@ impl<J: Job> Enqueue<J> {
 
     /// The row this enqueue would insert, checked.
     pub fn build(&self) -> Result<NewJob, EnqueueError> {
-        NewJob::build(&self.job, self.options.clone(), self.payload_limit)
+        NewJob::build(
+            &self.job,
+            self.options.clone(),
+            self.payload_limit.unwrap_or(usize::MAX),
+        )
     }
 
     /// Checks the options and inserts the job through `executor` (`&pool`, `&mut *tx` or
@@ -318,7 +395,7 @@ impl<J: Job> Enqueue<J> {
 #[must_use = "an EnqueueMany does nothing until `.enqueue(executor, jobs)` is awaited"]
 pub struct EnqueueMany<J: Job> {
     options: EnqueueOptions,
-    payload_limit: usize,
+    payload_limit: Option<usize>,
     _job: PhantomData<fn(J)>,
 }
 
@@ -333,7 +410,7 @@ impl<J: Job> EnqueueMany<J> {
     pub fn new() -> Self {
         EnqueueMany {
             options: EnqueueOptions::default(),
-            payload_limit: DEFAULT_PAYLOAD_LIMIT,
+            payload_limit: None,
             _job: PhantomData,
         }
     }
@@ -344,9 +421,10 @@ impl<J: Job> EnqueueMany<J> {
         self
     }
 
-    /// Refuses payloads over `limit` bytes of JSON. Defaults to [`DEFAULT_PAYLOAD_LIMIT`].
+    /// Refuses payloads over `limit` bytes of compact JSON before anything is sent (see
+    /// [`Enqueue::payload_limit`]). None by default: the database's limit decides.
     pub fn payload_limit(mut self, limit: usize) -> Self {
-        self.payload_limit = limit;
+        self.payload_limit = Some(limit);
         self
     }
 
@@ -358,7 +436,10 @@ impl<J: Job> EnqueueMany<J> {
     {
         let rows = jobs
             .into_iter()
-            .map(|job| NewJob::build(&job, self.options.clone(), self.payload_limit))
+            .map(|job| {
+                let limit = self.payload_limit.unwrap_or(usize::MAX);
+                NewJob::build(&job, self.options.clone(), limit)
+            })
             .collect::<Result<Vec<_>, _>>()?;
         enqueue_many(executor, &rows).await
     }

@@ -35,6 +35,28 @@ pub enum Error {
         /// The job's id.
         id: i64,
     },
+    /// A tenant-scoped handle ([`TenantAdmin`](crate::TenantAdmin)) was asked for an action
+    /// on whole queues or kinds, which would reach other tenants' jobs.
+    #[error("`{action}` acts on every tenant's jobs; a handle scoped to tenant `{tenant}` cannot")]
+    TenantScope {
+        /// The action refused (`pause`, `resume`).
+        action: &'static str,
+        /// The handle's tenant.
+        tenant: String,
+    },
+    /// The job tables need a VACUUM that autovacuum will not run (it is off), and this role
+    /// may not run it: only the tables' owner (or the database's) may. Nothing was vacuumed.
+    #[error(
+        "job.jobs needs a VACUUM (autovacuum is off) that role `{role}` may not run: only its \
+         owner `{owner}` may. Run `VACUUM (ANALYZE) job.jobs, job.steps` as `{owner}` \
+         regularly, turn autovacuum on, or run the workers as `{owner}`"
+    )]
+    VacuumNotOwner {
+        /// The role the store connects as.
+        role: String,
+        /// The tables' owner.
+        owner: String,
+    },
     /// A stored job row could not be read back into its Rust type.
     #[error("job {id} has an undecodable `{column}`: {reason}")]
     Decode {

@@ -18,6 +18,7 @@ mod sql;
 mod steps;
 mod store;
 
+pub use admin::TenantAdmin;
 pub use complete::complete_in;
 pub use enqueue::{enqueue, enqueue_many, Enqueue, EnqueueMany};
 pub use error::Error;

@@ -42,7 +42,66 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "isolation",
         sql: include_str!("../migrations/0004_isolation.sql"),
     },
+    Migration {
+        version: 5,
+        name: "rules",
+        sql: include_str!("../migrations/0005_rules.sql"),
+    },
+    Migration {
+        version: 6,
+        name: "validate_rules",
+        sql: include_str!("../migrations/0006_validate_rules.sql"),
+    },
+    Migration {
+        version: 7,
+        name: "sql_interface",
+        sql: include_str!("../migrations/0007_sql_interface.sql"),
+    },
 ];
+
+/// The whole schema as one plain SQL script, for a DBA or a team without Rust:
+/// `psql -v ON_ERROR_STOP=1 -f job-postgres/schema.sql` installs it, and run again after an
+/// upgrade applies only the migrations a database lacks. It keeps the same books as
+/// [`migrate`] (`job.schema_migrations`, the same advisory lock, one transaction per
+/// migration), so either may follow the other. `job-postgres/schema.sql` is this text; a test
+/// fails when the two differ (`JOB_SCHEMA_OVERWRITE=1 cargo test -p job-postgres --lib`
+/// rewrites the file).
+pub fn script() -> String {
+    // The migrator's lock (sql/migrate_lock.sql), taken without printing a row.
+    let lock = "DO $lock$ BEGIN PERFORM pg_advisory_xact_lock(\
+                hashtextextended('job.schema_migrations', 0)); END $lock$;";
+    let mut out = String::from(
+        "-- The `job` schema, generated from job-postgres/migrations/ by\n\
+         -- job_postgres::migrate::script(): do not edit; change a migration and regenerate\n\
+         -- (JOB_SCHEMA_OVERWRITE=1 cargo test -p job-postgres --lib).\n\
+         --\n\
+         -- Install or upgrade: psql -v ON_ERROR_STOP=1 -f schema.sql (as the role that is to\n\
+         -- own the schema). Each migration not yet recorded in job.schema_migrations is applied\n\
+         -- in a transaction of its own and recorded, as the Rust migrator does.\n\n",
+    );
+    out.push_str(&format!("BEGIN;\n{lock}\n"));
+    out.push_str(sql::MIGRATE_BOOTSTRAP);
+    out.push_str("COMMIT;\n");
+    for m in MIGRATIONS {
+        let tag = format!("$job_migration_{:04}$", m.version);
+        assert!(
+            !m.sql.contains(&tag),
+            "migration {} contains {tag}",
+            m.version
+        );
+        out.push_str(&format!(
+            "\n-- {version:04} {name}\nBEGIN;\n{lock}\nDO $apply$\nBEGIN\n    \
+             IF NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = {version}) THEN\n\
+        EXECUTE {tag}\n{sql}{tag};\n        \
+             INSERT INTO job.schema_migrations (version, name) VALUES ({version}, '{name}');\n    \
+             END IF;\nEND\n$apply$;\nCOMMIT;\n",
+            version = m.version,
+            name = m.name,
+            sql = m.sql,
+        ));
+    }
+    out
+}
 
 /// Brings the `job` schema up to date. Safe to run from many processes at once (an advisory
 /// lock serializes them) and again and again (a second run only reads). Each migration runs in
@@ -123,6 +182,21 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_schema_script_is_generated_from_the_migrations() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("schema.sql");
+        if std::env::var_os("JOB_SCHEMA_OVERWRITE").is_some() {
+            std::fs::write(&path, script()).unwrap();
+        }
+        let file = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            file == script(),
+            "{} is not the script of the migrations: regenerate it with \
+             `JOB_SCHEMA_OVERWRITE=1 cargo test -p job-postgres --lib` and commit it",
+            path.display()
+        );
+    }
+
+    #[test]
     fn migrations_are_numbered_from_one_without_gaps_and_match_their_files() {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations");
         let mut files: Vec<String> = std::fs::read_dir(dir)
@@ -135,8 +209,11 @@ mod tests {
             .map(|m| format!("{:04}_{}.sql", m.version, m.name))
             .collect();
         assert_eq!(listed, files);
-        for (i, m) in MIGRATIONS.iter().enumerate() {
-            assert_eq!(m.version, i32::try_from(i).unwrap() + 1);
+        for (m, expected) in MIGRATIONS.iter().zip(1..) {
+            assert_eq!(
+                m.version, expected,
+                "migrations are numbered from 1 without gaps"
+            );
         }
     }
 }

@@ -8,13 +8,15 @@ use sqlx::{PgExecutor, Row};
 use crate::error::Error;
 use crate::sql;
 
-/// Reads one job by id.
+/// Reads one job by id; with `tenant`, only a job of that tenant.
 pub(crate) async fn get<'e, E: PgExecutor<'e>>(
     executor: E,
     id: JobId,
+    tenant: Option<&str>,
 ) -> Result<Option<JobRow>, Error> {
     let row = sqlx::query(sql::GET)
         .bind(id)
+        .bind(tenant)
         .fetch_optional(executor)
         .await
         .map_err(Error::query("get"))?;
@@ -38,7 +40,26 @@ pub(crate) fn decode(id: JobId, row: &PgRow) -> Result<JobRow, Error> {
                 column: "state",
                 reason: e.to_string(),
             })?;
-    let Json(errors): Json<Vec<AttemptError>> = row.try_get("errors").map_err(column("errors"))?;
+    // Leniently: an entry that does not read as an `AttemptError` (a raw INSERT may write any
+    // JSON array there) is shown as such rather than making the whole row, or a listing,
+    // unreadable.
+    let Json(errors): Json<Vec<serde_json::Value>> =
+        row.try_get("errors").map_err(column("errors"))?;
+    let created_at = row.try_get("created_at").map_err(column("created_at"))?;
+    let errors = errors
+        .into_iter()
+        .map(|entry| {
+            serde_json::from_value(entry).unwrap_or_else(|_| AttemptError {
+                attempt: 0,
+                at: created_at,
+                class: "unreadable".into(),
+                message: "this entry of the error history is not {attempt, at, class, message}"
+                    .into(),
+            })
+        })
+        .collect();
+    // Likewise a NULL among the tags, which no door lets in any more.
+    let tags: Vec<Option<String>> = row.try_get("tags").map_err(column("tags"))?;
     Ok(JobRow {
         id: row.try_get("id").map_err(column("id"))?,
         kind: row.try_get("kind").map_err(column("kind"))?,
@@ -63,13 +84,13 @@ pub(crate) fn decode(id: JobId, row: &PgRow) -> Result<JobRow, Error> {
             .try_get("cancel_requested")
             .map_err(column("cancel_requested"))?,
         errors,
-        created_at: row.try_get("created_at").map_err(column("created_at"))?,
+        created_at,
         finalized_at: row
             .try_get("finalized_at")
             .map_err(column("finalized_at"))?,
         deadline: row.try_get("deadline").map_err(column("deadline"))?,
         unique_key: row.try_get("unique_key").map_err(column("unique_key"))?,
-        tags: row.try_get("tags").map_err(column("tags"))?,
+        tags: tags.into_iter().flatten().collect(),
         tenant: row.try_get("tenant").map_err(column("tenant"))?,
         stuck_since: row.try_get("stuck_since").map_err(column("stuck_since"))?,
     })

@@ -2,7 +2,7 @@
 
 use job_core::{
     ClaimRequest, ClaimedJob, EnqueueError, Finalize, Finalized, HeartbeatReport, JobId, JobRow,
-    Lease, NewJob, Release, Renewal, Rescued, Store, StoreError, Wakeups, DEFAULT_PAYLOAD_LIMIT,
+    Lease, NewJob, Release, Renewal, Rescued, Store, StoreError, Wakeups,
 };
 use sqlx::PgPool;
 
@@ -15,7 +15,8 @@ use crate::{enqueue, lease, listen, migrate, row};
 /// statements inside one transaction.
 const ENQUEUE_CHUNK: usize = 10_000;
 
-/// The PostgreSQL store: a connection pool and the payload limit enqueues are checked against.
+/// The PostgreSQL store: a connection pool, and the payload limit enqueues are checked against
+/// before they are sent (none unless set: the database's `job.settings.payload_limit` decides).
 /// Cloning is cheap (the pool is shared).
 #[derive(Debug, Clone)]
 pub struct PgStore {
@@ -30,7 +31,7 @@ impl PgStore {
     pub fn new(pool: PgPool) -> Self {
         PgStore {
             pool,
-            payload_limit: DEFAULT_PAYLOAD_LIMIT,
+            payload_limit: usize::MAX,
             dedicated: false,
         }
     }
@@ -42,14 +43,16 @@ impl PgStore {
         Ok(PgStore::new(pool))
     }
 
-    /// Refuses enqueued payloads over `limit` bytes of JSON. Defaults to
-    /// [`DEFAULT_PAYLOAD_LIMIT`].
+    /// Refuses enqueued payloads over `limit` bytes of compact JSON before they are sent. The
+    /// database's limit ([`DEFAULT_PAYLOAD_LIMIT`](job_core::DEFAULT_PAYLOAD_LIMIT) unless
+    /// changed in `job.settings`) applies in any case; this one can only be tighter. None by
+    /// default.
     pub fn with_payload_limit(mut self, limit: usize) -> Self {
         self.payload_limit = limit;
         self
     }
 
-    /// The payload limit in bytes.
+    /// The payload limit checked before sending, in bytes (`usize::MAX`: none).
     pub fn payload_limit(&self) -> usize {
         self.payload_limit
     }
@@ -129,7 +132,7 @@ impl Store for PgStore {
     }
 
     async fn get(&self, id: JobId) -> Result<Option<JobRow>, StoreError> {
-        Ok(row::get(&self.pool, id).await?)
+        Ok(row::get(&self.pool, id, None).await?)
     }
 
     async fn listen(&self) -> Result<Wakeups, StoreError> {

@@ -27,7 +27,9 @@ pub struct PrunerConfig {
     /// How often the pruner asks the store to vacuum the job tables ([`Store::vacuum`]), which
     /// it does only where the database would not (PostgreSQL with autovacuum off) and enough
     /// rows changed: without vacuum, every claim steps over the dead row versions of all jobs
-    /// run since, and slows down. `None` never asks. Defaults to 10 seconds.
+    /// run since, and slows down. A store whose role may not vacuum (PostgreSQL: not the
+    /// tables' owner) reports it, and the pruner logs it at WARN once. `None` never asks.
+    /// Defaults to 10 seconds.
     pub vacuum_interval: Option<Duration>,
 }
 
@@ -116,14 +118,31 @@ impl<S: Store> Pruner<S> {
     pub async fn run(self, stop: CancellationToken) {
         let mut ticker = super::Ticker::new(self.config.interval, stop);
         let mut vacuumed = Instant::now();
+        // A vacuum that keeps failing the same way (the worker's role does not own the
+        // tables) is reported at WARN once, then at DEBUG until it changes or succeeds.
+        let mut last_failure: Option<String> = None;
         while ticker.next().await {
             if let Some(every) = self.config.vacuum_interval {
                 if vacuumed.elapsed() >= every {
                     vacuumed = Instant::now();
                     match self.store.vacuum().await {
-                        Ok(true) => tracing::debug!("vacuumed the job tables"),
-                        Ok(false) => {}
-                        Err(e) => tracing::warn!(error = %e, "vacuum failed"),
+                        Ok(ran) => {
+                            if ran {
+                                tracing::debug!("vacuumed the job tables");
+                            }
+                            if last_failure.take().is_some() {
+                                tracing::info!("the job tables can be vacuumed again");
+                            }
+                        }
+                        Err(e) => {
+                            let failure = e.to_string();
+                            if last_failure.as_ref() == Some(&failure) {
+                                tracing::debug!(error = %failure, "vacuum failed again");
+                            } else {
+                                tracing::warn!(error = %failure, "vacuum failed");
+                                last_failure = Some(failure);
+                            }
+                        }
                     }
                 }
             }

@@ -8,7 +8,7 @@ use crate::error::BuildError;
 use crate::fault::FaultInjector;
 use crate::job::Job;
 use crate::maintenance::{Periodic, PrunerConfig};
-use crate::new_job::MAX_NAME_LEN;
+use crate::new_job::name_problem;
 use crate::registry::Registry;
 use crate::store::Store;
 
@@ -208,11 +208,9 @@ impl<S: Store> WorkerBuilder<S> {
             return Err(BuildError::NoQueues);
         }
         for (i, (queue, concurrency)) in self.queues.iter().enumerate() {
-            if queue.is_empty() || queue.len() > MAX_NAME_LEN {
-                return Err(invalid(
-                    "queue",
-                    format!("queue names are 1 to {MAX_NAME_LEN} bytes, got {queue:?}"),
-                ));
+            // The rule every door applies: a queue no enqueue can fill is a mistake.
+            if let Some(problem) = name_problem(queue) {
+                return Err(invalid("queue", format!("queue {queue:?} {problem}")));
             }
             if *concurrency == 0 || *concurrency > MAX_CONCURRENCY {
                 return Err(invalid(
@@ -228,8 +226,9 @@ impl<S: Store> WorkerBuilder<S> {
             }
         }
         let c = &self.config;
-        if c.id.is_empty() {
-            return Err(invalid("id", "must not be empty".into()));
+        // Stored as `locked_by` and named in lease_expired messages.
+        if let Some(problem) = name_problem(&c.id) {
+            return Err(invalid("id", format!("worker id {:?} {problem}", c.id)));
         }
         if c.poll_interval.is_zero() {
             return Err(invalid("poll_interval", "must be greater than zero".into()));

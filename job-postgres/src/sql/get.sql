@@ -1,7 +1,7 @@
--- Reads one job by id.
+-- Reads one job by id, unless it belongs to another tenant than $2 (null: any).
 SELECT j.id, j.kind, j.queue, j.priority, j.state::text AS state, j.payload, j.payload_version, j.attempt,
        j.max_attempts, j.run_at, j.lock_token, j.locked_until, j.locked_by, j.cancel_requested,
        j.errors, j.created_at, j.finalized_at, j.deadline, j.unique_key, j.tags, j.tenant,
        j.stuck_since
 FROM job.jobs j
-WHERE j.id = $1::bigint
+WHERE j.id = $1::bigint AND ($2::text IS NULL OR j.tenant = $2::text)

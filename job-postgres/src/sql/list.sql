@@ -1,6 +1,7 @@
 -- Lists jobs matching a filter, oldest (lowest id) first, at most $9. Filter binds, shared by
 -- list, redrive and purge: $1 ids (empty: any), $2 states (empty: any), $3 kind, $4 queue,
--- $5 tenant, $6 a tag the job carries, $7..$8 the finalized_at range [from, to); null: any.
+-- $5 tenant, $6 a tag the job carries, $7..$8 the finalized_at range [from, to); null: any;
+-- $10 the tenant an Admin handle is scoped to (null: every tenant), which no filter widens.
 SELECT j.id, j.kind, j.queue, j.priority, j.state::text AS state, j.payload, j.payload_version, j.attempt,
        j.max_attempts, j.run_at, j.lock_token, j.locked_until, j.locked_by, j.cancel_requested,
        j.errors, j.created_at, j.finalized_at, j.deadline, j.unique_key, j.tags, j.tenant,
@@ -14,5 +15,6 @@ WHERE (cardinality($1::bigint[]) = 0 OR j.id = ANY ($1::bigint[]))
   AND ($6::text IS NULL OR $6::text = ANY (j.tags))
   AND ($7::timestamptz IS NULL OR j.finalized_at >= $7::timestamptz)
   AND ($8::timestamptz IS NULL OR j.finalized_at < $8::timestamptz)
+  AND ($10::text IS NULL OR j.tenant = $10::text)
 ORDER BY j.id
 LIMIT $9::integer

@@ -1,4 +1,5 @@
--- Deletes up to $9 dead letters (discarded jobs) matching the filter of list.sql, skipping
+-- Deletes up to $9 dead letters (discarded jobs) matching the filter of list.sql (with its
+-- tenant scope $10), skipping
 -- rows someone holds. Returns the ids deleted.
 DELETE FROM job.jobs
 WHERE id IN (
@@ -13,6 +14,7 @@ WHERE id IN (
   AND ($6::text IS NULL OR $6::text = ANY (j.tags))
   AND ($7::timestamptz IS NULL OR j.finalized_at >= $7::timestamptz)
   AND ($8::timestamptz IS NULL OR j.finalized_at < $8::timestamptz)
+  AND ($10::text IS NULL OR j.tenant = $10::text)
     ORDER BY j.id
     LIMIT $9::integer
     FOR UPDATE SKIP LOCKED

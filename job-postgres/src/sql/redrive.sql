@@ -1,4 +1,4 @@
--- Puts up to $9 dead letters matching the filter of list.sql back to available with fresh
+-- Puts up to $9 dead letters matching the filter of list.sql (with its tenant scope $10) back to available with fresh
 -- attempts (attempt 0, snoozes 0, due now, no deadline, cancellation cleared; errors kept).
 -- Through the unique guard: a dead letter whose key an active job holds (any row inside
 -- jobs_unique_idx's predicate) is skipped and reported with that job's id; of several dead
@@ -18,6 +18,7 @@ WITH dead AS (
   AND ($6::text IS NULL OR $6::text = ANY (j.tags))
   AND ($7::timestamptz IS NULL OR j.finalized_at >= $7::timestamptz)
   AND ($8::timestamptz IS NULL OR j.finalized_at < $8::timestamptz)
+  AND ($10::text IS NULL OR j.tenant = $10::text)
     ORDER BY j.id
     LIMIT $9::integer
     FOR UPDATE SKIP LOCKED

@@ -1,0 +1,1096 @@
+-- The `job` schema, generated from job-postgres/migrations/ by
+-- job_postgres::migrate::script(): do not edit; change a migration and regenerate
+-- (JOB_SCHEMA_OVERWRITE=1 cargo test -p job-postgres --lib).
+--
+-- Install or upgrade: psql -v ON_ERROR_STOP=1 -f schema.sql (as the role that is to
+-- own the schema). Each migration not yet recorded in job.schema_migrations is applied
+-- in a transaction of its own and recorded, as the Rust migrator does.
+
+BEGIN;
+DO $lock$ BEGIN PERFORM pg_advisory_xact_lock(hashtextextended('job.schema_migrations', 0)); END $lock$;
+-- Creates the schema and the table recording applied migrations (simple protocol: two statements).
+CREATE SCHEMA IF NOT EXISTS job;
+CREATE TABLE IF NOT EXISTS job.schema_migrations (
+    version    integer PRIMARY KEY,
+    name       text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+);
+COMMIT;
+
+-- 0001 init
+BEGIN;
+DO $lock$ BEGIN PERFORM pg_advisory_xact_lock(hashtextextended('job.schema_migrations', 0)); END $lock$;
+DO $apply$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = 1) THEN
+EXECUTE $job_migration_0001$
+-- 0001 init: the job table, its states, the claim and rescue indexes, insert notifications and
+-- the `job.enqueue` SQL function. Append-only: change the schema in a new numbered file.
+
+CREATE TYPE job.job_state AS ENUM (
+    'scheduled',  -- run_at in the future
+    'available',  -- ready to be claimed
+    'running',    -- claimed; a worker holds its lease
+    'retryable',  -- failed an attempt, waiting out its backoff
+    'completed',  -- terminal
+    'cancelled',  -- terminal
+    'discarded'   -- terminal: dead letter
+);
+
+CREATE TABLE job.jobs (
+    id               bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    kind             text          NOT NULL,
+    queue            text          NOT NULL DEFAULT 'default',
+    priority         smallint      NOT NULL DEFAULT 0,
+    payload          jsonb         NOT NULL DEFAULT '{}',
+    payload_version  integer       NOT NULL DEFAULT 1,
+    attempt          integer       NOT NULL DEFAULT 0,
+    max_attempts     integer       NOT NULL DEFAULT 25,
+    run_at           timestamptz   NOT NULL DEFAULT now(),
+    deadline         timestamptz,
+    unique_key       text,
+    state            job.job_state NOT NULL DEFAULT 'available',
+    lock_token       uuid,
+    locked_until     timestamptz,
+    locked_by        text,
+    cancel_requested boolean       NOT NULL DEFAULT false,
+    snoozes          integer       NOT NULL DEFAULT 0,
+    -- attempt history, oldest first: [{attempt, at, class, message}, ...]
+    errors           jsonb         NOT NULL DEFAULT '[]',
+    created_at       timestamptz   NOT NULL DEFAULT now(),
+    finalized_at     timestamptz,
+
+    CONSTRAINT jobs_kind_check CHECK (octet_length(kind) BETWEEN 1 AND 128),
+    CONSTRAINT jobs_queue_check CHECK (octet_length(queue) BETWEEN 1 AND 128),
+    CONSTRAINT jobs_priority_check CHECK (priority >= 0),
+    CONSTRAINT jobs_payload_version_check CHECK (payload_version >= 1),
+    CONSTRAINT jobs_attempt_check CHECK (attempt >= 0),
+    CONSTRAINT jobs_max_attempts_check CHECK (max_attempts >= 1),
+    CONSTRAINT jobs_snoozes_check CHECK (snoozes >= 0),
+    CONSTRAINT jobs_errors_check CHECK (jsonb_typeof(errors) = 'array'),
+    -- a lease (token and expiry) exists exactly while running; locked_by only with a lease
+    CONSTRAINT jobs_lease_check CHECK (
+        (state = 'running') = (lock_token IS NOT NULL)
+        AND (lock_token IS NULL) = (locked_until IS NULL)
+        AND (locked_by IS NULL OR lock_token IS NOT NULL)
+    ),
+    CONSTRAINT jobs_finalized_check CHECK (
+        (state IN ('completed', 'cancelled', 'discarded')) = (finalized_at IS NOT NULL)
+    )
+)
+-- Every claim, heartbeat and finalize rewrites the row: leave room on each page for the new
+-- version, and vacuum this high-churn table sooner than the defaults would.
+WITH (
+    fillfactor = 90,
+    autovacuum_vacuum_scale_factor = 0.05,
+    autovacuum_analyze_scale_factor = 0.05
+);
+
+-- The claim path: only waiting rows are indexed, so its cost does not grow with finished jobs.
+-- Its order is the claim's order.
+CREATE INDEX jobs_claim_idx ON job.jobs (queue, priority, run_at, id)
+    WHERE state IN ('available', 'scheduled', 'retryable');
+
+-- The rescuer: only running rows, by lease expiry. The predicate says `locked_until IS NOT NULL`
+-- (the same rows, by jobs_lease_check) rather than `state = 'running'`: the rescue's
+-- `locked_until < now()` implies it, but the `state = 'running'` guard of heartbeat, finalize
+-- and release does not, so their plans look their batch up by primary key instead of walking
+-- every running row.
+CREATE INDEX jobs_rescue_idx ON job.jobs (locked_until)
+    WHERE locked_until IS NOT NULL;
+
+-- Pruning finished jobs by age; keeps the pruner off the whole table.
+CREATE INDEX jobs_finalized_idx ON job.jobs (finalized_at)
+    WHERE finalized_at IS NOT NULL;
+
+-- One notification per distinct queue that received due work, whatever inserted the rows (the
+-- Rust store, bulk inserts, `job.enqueue`, raw SQL). NOTIFY is delivered at commit, so a
+-- rolled-back enqueue wakes nobody.
+CREATE FUNCTION job.notify_insert() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('job_insert', q.queue)
+    FROM (
+        SELECT DISTINCT i.queue
+        FROM inserted i
+        WHERE i.state IN ('available', 'scheduled', 'retryable') AND i.run_at <= now()
+    ) q;
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER jobs_notify_insert
+    AFTER INSERT ON job.jobs
+    REFERENCING NEW TABLE AS inserted
+    FOR EACH STATEMENT
+    EXECUTE FUNCTION job.notify_insert();
+
+-- Enqueue from any language:
+--   SELECT job.enqueue('mail.send', '{"to": "a@example.com"}', queue => 'mail');
+-- Checks its arguments as the Rust side does and raises `invalid_parameter_value` naming the
+-- bad one. `priority` is an integer (not smallint) so that plain literals resolve.
+CREATE FUNCTION job.enqueue(
+    kind            text,
+    payload         jsonb,
+    queue           text        DEFAULT 'default',
+    priority        integer     DEFAULT 0,
+    max_attempts    integer     DEFAULT 25,
+    run_at          timestamptz DEFAULT now(),
+    payload_version integer     DEFAULT 1
+) RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    arg  text;
+    val  text;
+    new_id bigint;
+BEGIN
+    FOREACH arg IN ARRAY ARRAY['kind', 'queue'] LOOP
+        val := CASE arg WHEN 'kind' THEN enqueue.kind ELSE enqueue.queue END;
+        IF val IS NULL OR val = '' THEN
+            RAISE EXCEPTION 'invalid enqueue argument `%`: must not be empty', arg
+                USING ERRCODE = 'invalid_parameter_value';
+        ELSIF octet_length(val) > 128 THEN
+            RAISE EXCEPTION 'invalid enqueue argument `%`: must be at most 128 bytes, got %',
+                arg, octet_length(val)
+                USING ERRCODE = 'invalid_parameter_value';
+        ELSIF val ~ '[[:space:][:cntrl:]]' THEN
+            RAISE EXCEPTION 'invalid enqueue argument `%`: must not contain whitespace or control characters, got %',
+                arg, quote_literal(val)
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+    END LOOP;
+    IF enqueue.payload IS NULL THEN
+        RAISE EXCEPTION 'invalid enqueue argument `payload`: must not be null'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF enqueue.priority IS NULL OR enqueue.priority NOT BETWEEN 0 AND 32767 THEN
+        RAISE EXCEPTION 'invalid enqueue argument `priority`: must be between 0 and 32767, got %',
+            coalesce(enqueue.priority::text, 'null')
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF enqueue.max_attempts IS NULL OR enqueue.max_attempts < 1 THEN
+        RAISE EXCEPTION 'invalid enqueue argument `max_attempts`: must be at least 1, got %',
+            coalesce(enqueue.max_attempts::text, 'null')
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF enqueue.run_at IS NULL THEN
+        RAISE EXCEPTION 'invalid enqueue argument `run_at`: must not be null'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF enqueue.payload_version IS NULL OR enqueue.payload_version < 1 THEN
+        RAISE EXCEPTION 'invalid enqueue argument `payload_version`: must be at least 1, got %',
+            coalesce(enqueue.payload_version::text, 'null')
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+
+    INSERT INTO job.jobs (kind, queue, priority, payload, payload_version, max_attempts, run_at, state)
+    VALUES (
+        enqueue.kind,
+        enqueue.queue,
+        enqueue.priority::smallint,
+        enqueue.payload,
+        enqueue.payload_version,
+        enqueue.max_attempts,
+        enqueue.run_at,
+        CASE WHEN enqueue.run_at > now() THEN 'scheduled' ELSE 'available' END::job.job_state
+    )
+    RETURNING id INTO new_id;
+    RETURN new_id;
+END
+$$;
+$job_migration_0001$;
+        INSERT INTO job.schema_migrations (version, name) VALUES (1, 'init');
+    END IF;
+END
+$apply$;
+COMMIT;
+
+-- 0002 lifecycle
+BEGIN;
+DO $lock$ BEGIN PERFORM pg_advisory_xact_lock(hashtextextended('job.schema_migrations', 0)); END $lock$;
+DO $apply$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = 2) THEN
+EXECUTE $job_migration_0002$
+-- 0002 lifecycle: unique jobs, metadata (tags, tenant), deadlines, pauses. Append-only.
+
+-- How long a job's unique key holds (null when the job has no key):
+--   'finished' while scheduled, available, running or retryable;
+--   'started'  while scheduled, available or retryable, until its first claim: the claim
+--              turns it into 'spent', so a started job never takes its key back (a retry,
+--              snooze or release of it cannot collide with the newer job its start let in);
+--   'spent'    a 'started' job that has started: holds nothing;
+--   'pruned'   in every state, until the row is deleted (periodic jobs: a period that already
+--              ran never fires again, whichever worker's scheduler comes late).
+ALTER TABLE job.jobs
+    ADD COLUMN unique_scope text,
+    ADD COLUMN tags         text[] NOT NULL DEFAULT '{}',
+    ADD COLUMN tenant       text,
+    ADD CONSTRAINT jobs_unique_scope_check CHECK (
+        (unique_key IS NULL) = (unique_scope IS NULL)
+        AND unique_scope IN ('finished', 'started', 'spent', 'pruned')
+    ),
+    ADD CONSTRAINT jobs_unique_key_check CHECK (octet_length(unique_key) BETWEEN 1 AND 512),
+    ADD CONSTRAINT jobs_tenant_check CHECK (octet_length(tenant) BETWEEN 1 AND 128);
+
+-- The one guard of unique jobs: a duplicate insert fails here, or is turned into a
+-- `ON CONFLICT (kind, unique_key) WHERE <this predicate>` by the enqueue. Every statement that
+-- infers this index must repeat the predicate exactly (see sql/enqueue_unique.sql).
+CREATE UNIQUE INDEX jobs_unique_idx ON job.jobs (kind, unique_key)
+    WHERE unique_key IS NOT NULL AND (
+        unique_scope = 'pruned'
+        OR (unique_scope = 'finished'
+            AND state IN ('scheduled', 'available', 'running', 'retryable'))
+        OR (unique_scope = 'started'
+            AND state IN ('scheduled', 'available', 'retryable'))
+    );
+
+-- The deadline pass: waiting jobs that have a deadline.
+CREATE INDEX jobs_deadline_idx ON job.jobs (deadline)
+    WHERE deadline IS NOT NULL AND state IN ('available', 'scheduled', 'retryable');
+
+-- Dead letters by time, for listing, redriving and purging.
+CREATE INDEX jobs_discarded_idx ON job.jobs (finalized_at, id)
+    WHERE state = 'discarded';
+
+-- Paused queues and kinds: the claim takes nothing that matches a row here. Small by nature.
+CREATE TABLE job.pauses (
+    scope     text        NOT NULL CHECK (scope IN ('queue', 'kind')),
+    name      text        NOT NULL CHECK (octet_length(name) BETWEEN 1 AND 128),
+    paused_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (scope, name)
+);
+
+-- Inserts one job with a unique key, deciding duplicates by jobs_unique_idx and never by a
+-- pre-check. Returns the job's id and what happened: 'inserted'; 'replaced' (the waiting
+-- duplicate's payload, run time and deadline were overwritten: `replace`, and never a running
+-- one); or 'duplicate' (the existing job's id, left alone). A function, so that the fallback
+-- read of the existing row is a statement of its own with a fresh snapshot: a duplicate
+-- committed by a concurrent enqueue while this one waited on the index is visible to it.
+CREATE FUNCTION job.enqueue_unique(
+    p_kind            text,
+    p_queue           text,
+    p_priority        smallint,
+    p_payload         jsonb,
+    p_payload_version integer,
+    p_max_attempts    integer,
+    p_run_at          timestamptz,
+    p_deadline        timestamptz,
+    p_unique_key      text,
+    p_unique_scope    text,
+    p_replace         boolean,
+    p_tags            text[],
+    p_tenant          text,
+    OUT id            bigint,
+    OUT outcome       text
+)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    v_state job.job_state := CASE WHEN p_run_at > now() THEN 'scheduled' ELSE 'available' END;
+BEGIN
+    FOR i IN 1..100 LOOP
+        IF p_replace THEN
+            INSERT INTO job.jobs AS j (kind, queue, priority, payload, payload_version,
+                                       max_attempts, run_at, state, deadline, unique_key,
+                                       unique_scope, tags, tenant)
+            VALUES (p_kind, p_queue, p_priority, p_payload, p_payload_version, p_max_attempts,
+                    p_run_at, v_state, p_deadline, p_unique_key, p_unique_scope, p_tags,
+                    p_tenant)
+            ON CONFLICT (kind, unique_key)
+                WHERE unique_key IS NOT NULL AND (
+                    unique_scope = 'pruned'
+                    OR (unique_scope = 'finished'
+                        AND state IN ('scheduled', 'available', 'running', 'retryable'))
+                    OR (unique_scope = 'started'
+                        AND state IN ('scheduled', 'available', 'retryable')))
+            DO UPDATE SET payload         = excluded.payload,
+                          payload_version = excluded.payload_version,
+                          run_at          = excluded.run_at,
+                          deadline        = excluded.deadline,
+                          state           = CASE WHEN j.state = 'retryable' THEN j.state
+                                                 ELSE excluded.state END
+                -- Only a waiting row is replaced: the lock taken by ON CONFLICT makes this
+                -- test see a claim that moved the row to running an instant ago.
+                WHERE j.state IN ('scheduled', 'available', 'retryable')
+            RETURNING j.id, CASE WHEN j.xmax = 0 THEN 'inserted' ELSE 'replaced' END
+            INTO enqueue_unique.id, enqueue_unique.outcome;
+        ELSE
+            INSERT INTO job.jobs (kind, queue, priority, payload, payload_version,
+                                  max_attempts, run_at, state, deadline, unique_key,
+                                  unique_scope, tags, tenant)
+            VALUES (p_kind, p_queue, p_priority, p_payload, p_payload_version, p_max_attempts,
+                    p_run_at, v_state, p_deadline, p_unique_key, p_unique_scope, p_tags,
+                    p_tenant)
+            ON CONFLICT (kind, unique_key)
+                WHERE unique_key IS NOT NULL AND (
+                    unique_scope = 'pruned'
+                    OR (unique_scope = 'finished'
+                        AND state IN ('scheduled', 'available', 'running', 'retryable'))
+                    OR (unique_scope = 'started'
+                        AND state IN ('scheduled', 'available', 'retryable')))
+            DO NOTHING
+            RETURNING job.jobs.id, 'inserted' INTO enqueue_unique.id, enqueue_unique.outcome;
+        END IF;
+        IF enqueue_unique.id IS NOT NULL THEN
+            RETURN;
+        END IF;
+        -- A duplicate holds the key: read it with this statement's fresh snapshot.
+        SELECT j.id, 'duplicate' INTO enqueue_unique.id, enqueue_unique.outcome
+        FROM job.jobs j
+        WHERE j.kind = p_kind AND j.unique_key = p_unique_key AND (
+            j.unique_scope = 'pruned'
+            OR (j.unique_scope = 'finished'
+                AND j.state IN ('scheduled', 'available', 'running', 'retryable'))
+            OR (j.unique_scope = 'started'
+                AND j.state IN ('scheduled', 'available', 'retryable')));
+        IF enqueue_unique.id IS NOT NULL THEN
+            RETURN;
+        END IF;
+        -- The duplicate finished between the insert and the read: try again.
+    END LOOP;
+    RAISE EXCEPTION 'enqueue of `%` with unique key % kept racing a finishing duplicate',
+        p_kind, quote_literal(p_unique_key);
+END
+$$;
+
+-- The expire pass's other half: waiting jobs whose cancellation was requested while they ran.
+CREATE INDEX jobs_cancel_requested_idx ON job.jobs (id)
+    WHERE cancel_requested AND state IN ('available', 'scheduled', 'retryable');
+$job_migration_0002$;
+        INSERT INTO job.schema_migrations (version, name) VALUES (2, 'lifecycle');
+    END IF;
+END
+$apply$;
+COMMIT;
+
+-- 0003 steps
+BEGIN;
+DO $lock$ BEGIN PERFORM pg_advisory_xact_lock(hashtextextended('job.schema_migrations', 0)); END $lock$;
+DO $apply$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = 3) THEN
+EXECUTE $job_migration_0003$
+-- 0003 steps: durable step outputs (receipts), one row per job and step name, written by
+-- `JobContext::step` under the attempt's lease. A row goes with its job (ON DELETE CASCADE), so
+-- pruning a job prunes its steps; the primary key serves both the per-attempt load by job and
+-- the cascade. Append-only: change the schema in a new numbered file.
+
+CREATE TABLE job.steps (
+    job_id      bigint      NOT NULL REFERENCES job.jobs (id) ON DELETE CASCADE,
+    name        text        NOT NULL,
+    -- the step's output as the handler serialized it
+    output      jsonb       NOT NULL,
+    -- the attempt that ran the step
+    attempt     integer     NOT NULL,
+    recorded_at timestamptz NOT NULL DEFAULT now(),
+
+    PRIMARY KEY (job_id, name),
+    CONSTRAINT steps_name_check CHECK (octet_length(name) BETWEEN 1 AND 128)
+);
+$job_migration_0003$;
+        INSERT INTO job.schema_migrations (version, name) VALUES (3, 'steps');
+    END IF;
+END
+$apply$;
+COMMIT;
+
+-- 0004 isolation
+BEGIN;
+DO $lock$ BEGIN PERFORM pg_advisory_xact_lock(hashtextextended('job.schema_migrations', 0)); END $lock$;
+DO $apply$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = 4) THEN
+EXECUTE $job_migration_0004$
+-- 0004 isolation: what a worker needs to keep its promises whatever its handlers do.
+--
+-- `stuck_since`: set by the heartbeat while a running execution's code has outlived its timeout
+-- (or being told to stop) by the worker's `stuck_after`; the execution keeps its lease. Every
+-- statement that clears a lease clears it too, and the CHECK makes that a rule.
+--
+-- `job.push_error(history, entry)`: appends one entry to an error history and keeps it bounded:
+-- the first entry and the latest 19 (20 in all; MAX_ERROR_HISTORY in job-core). finalize.sql,
+-- rescue_expired.sql and release.sql append through it, so no job's history grows without
+-- bound (a job retried forever with 10 MiB messages once made a 262 MB row). A history longer
+-- than that (written before this migration) is cut the first time an entry is appended.
+-- Append-only: change the schema in a new numbered file.
+
+ALTER TABLE job.jobs ADD COLUMN stuck_since timestamptz;
+
+ALTER TABLE job.jobs ADD CONSTRAINT jobs_stuck_check
+    CHECK (stuck_since IS NULL OR lock_token IS NOT NULL) NOT VALID;
+ALTER TABLE job.jobs VALIDATE CONSTRAINT jobs_stuck_check;
+
+CREATE FUNCTION job.push_error(history jsonb, entry jsonb) RETURNS jsonb
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    SET search_path = pg_catalog
+AS $$
+    SELECT CASE
+        WHEN jsonb_array_length(history) < 20 THEN history || jsonb_build_array(entry)
+        ELSE jsonb_build_array(history -> 0)
+             || coalesce((SELECT jsonb_agg(e.value ORDER BY e.ordinality)
+                          FROM jsonb_array_elements(history) WITH ORDINALITY AS e
+                          WHERE e.ordinality > jsonb_array_length(history) - 18),
+                         '[]'::jsonb)
+             || jsonb_build_array(entry)
+    END
+$$;
+
+COMMENT ON FUNCTION job.push_error(jsonb, jsonb) IS
+    'Appends entry to an error history, keeping the first entry and the latest 19.';
+$job_migration_0004$;
+        INSERT INTO job.schema_migrations (version, name) VALUES (4, 'isolation');
+    END IF;
+END
+$apply$;
+COMMIT;
+
+-- 0005 rules
+BEGIN;
+DO $lock$ BEGIN PERFORM pg_advisory_xact_lock(hashtextextended('job.schema_migrations', 0)); END $lock$;
+DO $apply$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = 5) THEN
+EXECUTE $job_migration_0005$
+-- 0005 rules: one set of rules for what a job row may hold, checked by the database at every
+-- door (the Rust helpers, `job.enqueue`, a raw INSERT), and the one place where the payload
+-- limit is configured. Append-only: change the schema in a new numbered file.
+--
+-- Two kinds of rules:
+--
+-- * Admission rules (names, payload, tags, tenant, unique key) are checked when a value is
+--   written: by the trigger `jobs_admission`, on INSERT and on an UPDATE that sets one of
+--   those columns. Rows stored before this migration that break them (a payload over a limit that an
+--   older client allowed, a kind with a zero-width character, an array payload of a
+--   hand-written `Job`) were written by code that was allowed to write them: they stay as they
+--   are and run as before. A CHECK would not do here: PostgreSQL checks every CHECK on every
+--   UPDATE of a row, so each claim and finalize of such a row would fail, and with it the
+--   whole batch of the claim.
+-- * Row invariants (timestamps PostgreSQL, Rust, Python and JavaScript can all represent)
+--   must hold for every row, or reading the row fails: infinite and out-of-range times are
+--   clamped below (the meaning is kept: `infinity` was "never", `-infinity` "long ago"), then
+--   each column gets a CHECK, added NOT VALID here (the table is locked only for the clamp)
+--   and validated by migration 0006 in a transaction of its own, which lets writes go on.
+
+-- The payload limit, in bytes of the payload's JSON text as PostgreSQL prints it
+-- (`octet_length(payload::text)`). One row. Change it with
+-- `UPDATE job.settings SET payload_limit = 2097152;` (as the schema's owner): every door
+-- obeys it from the next statement on (job.apply_settings, below). Jobs already stored are
+-- not affected.
+CREATE TABLE job.settings (
+    singleton     boolean PRIMARY KEY DEFAULT true CHECK (singleton),
+    payload_limit integer NOT NULL DEFAULT 1048576
+                  CONSTRAINT settings_payload_limit_check CHECK (payload_limit BETWEEN 2 AND 268435455)
+);
+
+-- The characters no kind, queue, tag, tenant or pause name may contain, as a regular
+-- expression: whitespace, control and format characters (Unicode White_Space, Cc, Cf, Zs, Zl
+-- and Zp: tabs, newlines, no-break and zero-width spaces, bidirectional overrides, soft
+-- hyphens, tag characters). The list is explicit, so it does not depend on the database's
+-- locale; `job_core::new_job::FORBIDDEN_IN_NAMES` is the same list (a test compares the two
+-- over every Unicode code point).
+CREATE FUNCTION job.forbidden_in_names() RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$ SELECT '[\u0001-\u0020\u007f-\u00a0\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890-\u0891\u08e2\u1680\u180e\u2000-\u200f\u2028-\u202f\u205f-\u206f\u3000\ufeff\ufff9-\ufffb\U000110bd\U000110cd\U00013430-\U0001343f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0001\U000e0020-\U000e007f]'::text $$;
+
+-- What is wrong with a kind, queue, tag, tenant or pause name, or NULL when nothing is.
+-- `job_core::new_job::name_problem` is the same rule with the same words: 1 to `max_bytes`
+-- bytes, none of them in job.forbidden_in_names().
+CREATE FUNCTION job.name_problem(name text, max_bytes integer DEFAULT 128) RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT CASE
+        WHEN name IS NULL THEN 'must not be null'
+        WHEN name = '' THEN 'must not be empty'
+        WHEN octet_length(name) > max_bytes
+            THEN format('must be at most %s bytes, got %s', max_bytes, octet_length(name))
+        WHEN name ~ job.forbidden_in_names()
+            THEN (
+                SELECT format('must not contain whitespace, control or format characters '
+                              '(U+%s at character %s)',
+                              upper(lpad(h, greatest(4, length(h)), '0')), position(c IN name))
+                FROM substring(name FROM job.forbidden_in_names()) AS c,
+                     to_hex(ascii(c)) AS h
+            )
+    END
+$$;
+
+-- The first admission rule a job's values break, as (the column, what is wrong), or no row.
+-- Used by the triggers below and by `job.enqueue` / `job.enqueue_many` (migration 0007), so
+-- every door says the same thing. The Rust side checks the same rules before it sends a job
+-- (`job_core::NewJob::validate`).
+CREATE FUNCTION job.admission_problem(
+    kind       text,
+    queue      text,
+    payload    jsonb,
+    tags       text[],
+    tenant     text,
+    unique_key text,
+    OUT "column" text,
+    OUT problem  text
+)
+RETURNS SETOF record
+LANGUAGE sql STABLE PARALLEL SAFE
+AS $$
+    SELECT p.col, p.problem
+    FROM (
+        SELECT 1 AS ord, 'kind' AS col, job.name_problem(kind) AS problem
+        UNION ALL
+        SELECT 2, 'queue', job.name_problem(queue)
+        UNION ALL
+        SELECT 3, 'payload', CASE
+            WHEN payload IS NULL THEN 'must not be null'
+            WHEN jsonb_typeof(payload) <> 'object'
+                THEN format('must be a JSON object, got %s', CASE jsonb_typeof(payload)
+                                WHEN 'array' THEN 'an array' WHEN 'string' THEN 'a string'
+                                WHEN 'number' THEN 'a number' WHEN 'boolean' THEN 'a boolean'
+                                ELSE jsonb_typeof(payload) END)
+            ELSE (
+                SELECT format('is %s bytes, over the limit of %s bytes', n, s.payload_limit)
+                FROM job.settings s, octet_length(payload::text) AS n
+                WHERE n > s.payload_limit
+            )
+        END
+        UNION ALL
+        SELECT 4, 'tags', CASE
+            WHEN tags IS NULL THEN 'must not be null'
+            WHEN array_ndims(tags) > 1 THEN 'must be a one-dimensional array'
+            WHEN cardinality(tags) > 32
+                THEN format('at most 32 tags, got %s', cardinality(tags))
+            ELSE (
+                SELECT format('tag %s %s', t.n, coalesce(job.name_problem(t.tag), ''))
+                FROM unnest(tags) WITH ORDINALITY AS t(tag, n)
+                WHERE job.name_problem(t.tag) IS NOT NULL
+                ORDER BY t.n
+                LIMIT 1
+            )
+        END
+        UNION ALL
+        SELECT 5, 'tenant', CASE WHEN tenant IS NOT NULL THEN job.name_problem(tenant) END
+        UNION ALL
+        SELECT 6, 'unique_key', CASE
+            WHEN unique_key IS NOT NULL AND octet_length(unique_key) NOT BETWEEN 1 AND 512
+                THEN format('must be 1 to 512 bytes, got %s', octet_length(unique_key))
+        END
+    ) p
+    WHERE p.problem IS NOT NULL
+    ORDER BY p.ord
+    LIMIT 1
+$$;
+
+-- The admission rules as one boolean expression over the columns of a row (`r` is what comes
+-- before each column's name: 'NEW.' in a trigger, '' in a function of the columns), with the
+-- payload limit written in as a number: built-in operators and constants only, so that it
+-- costs no query and no plan wherever it is evaluated. True only when job.admission_problem
+-- would find nothing; when it is not true (a rule is broken, or the tags are many or long),
+-- job.admission_problem decides.
+CREATE FUNCTION job.admission_predicate(r text, payload_limit integer) RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT format(
+        $p$(octet_length(%1$skind) BETWEEN 1 AND 128 AND %1$skind !~ %2$L
+    AND octet_length(%1$squeue) BETWEEN 1 AND 128 AND %1$squeue !~ %2$L
+    AND jsonb_typeof(%1$spayload) = 'object'
+    AND octet_length(%1$spayload::text) <= %3$s
+    AND (%1$stenant IS NULL
+         OR (octet_length(%1$stenant) BETWEEN 1 AND 128 AND %1$stenant !~ %2$L))
+    AND (%1$sunique_key IS NULL OR octet_length(%1$sunique_key) BETWEEN 1 AND 512)
+    AND (cardinality(%1$stags) = 0
+         OR (array_ndims(%1$stags) = 1 AND cardinality(%1$stags) <= 32
+             AND array_position(%1$stags, NULL) IS NULL AND NOT '' = ANY (%1$stags)
+             AND octet_length(array_to_string(%1$stags, '')) <= 128
+             AND array_to_string(%1$stags, '') !~ %2$L)))$p$,
+        r, job.forbidden_in_names(), payload_limit)
+$$;
+
+-- Raises the refusal of a row that the trigger's quick test did not pass, naming the column,
+-- unless job.admission_problem finds nothing wrong after all. SECURITY DEFINER, so that a
+-- writer needs no privilege on the helper functions (0007 revokes them from PUBLIC); the
+-- search_path is pinned, so that a writer cannot put operators of its own before pg_catalog's.
+CREATE FUNCTION job.check_admission() RETURNS trigger
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    bad record;
+BEGIN
+    SELECT * INTO bad
+    FROM job.admission_problem(NEW.kind, NEW.queue, NEW.payload, NEW.tags, NEW.tenant,
+                               NEW.unique_key);
+    IF FOUND THEN
+        RAISE EXCEPTION 'job row refused: `%` %', bad."column", bad.problem
+            USING ERRCODE = 'check_violation', COLUMN = bad."column", TABLE = 'jobs',
+                  SCHEMA = 'job', CONSTRAINT = 'jobs_admission';
+    END IF;
+    RETURN NEW;
+END
+$$;
+
+-- Puts the payload limit of job.settings into effect, at every door, from the next statement
+-- on: (re)defines job.quickly_admissible(kind, queue, payload, tags, tenant, unique_key), the
+-- test job.enqueue and job.enqueue_many make before they look for a reason, and the trigger
+-- `jobs_admission` on job.jobs: on INSERT, and on an UPDATE that sets one of the admitted
+-- columns (the claim, heartbeat and finalize set none of them). Its WHEN clause is the
+-- predicate itself, which PostgreSQL evaluates for each row without calling any function, so
+-- an admissible row costs next to nothing; job.check_admission runs only for the others.
+-- Recreating the trigger locks job.jobs against writes until the settings' transaction
+-- commits.
+CREATE FUNCTION job.apply_settings() RETURNS trigger
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    EXECUTE format(
+        'CREATE OR REPLACE FUNCTION job.quickly_admissible(kind text, queue text, payload jsonb, '
+        'tags text[], tenant text, unique_key text) RETURNS boolean '
+        'LANGUAGE sql IMMUTABLE PARALLEL SAFE AS %L',
+        'SELECT ' || job.admission_predicate('', NEW.payload_limit));
+    EXECUTE 'DROP TRIGGER IF EXISTS jobs_admission ON job.jobs';
+    EXECUTE format(
+        'CREATE TRIGGER jobs_admission '
+        'BEFORE INSERT OR UPDATE OF kind, queue, payload, tags, tenant, unique_key ON job.jobs '
+        'FOR EACH ROW WHEN (%s IS NOT TRUE) EXECUTE FUNCTION job.check_admission()',
+        job.admission_predicate('NEW.', NEW.payload_limit));
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER settings_apply
+    AFTER INSERT OR UPDATE ON job.settings
+    FOR EACH ROW
+    EXECUTE FUNCTION job.apply_settings();
+
+INSERT INTO job.settings DEFAULT VALUES;
+
+-- Row invariants: every stored time is finite and within 0001-01-01 .. 9999-12-31 UTC, which
+-- PostgreSQL, chrono, Python's datetime and JavaScript's Date all represent. Constraints
+-- first (NOT VALID: no scan, and every row written from now on is checked), then the clamp
+-- under the lock the constraints took, so no writer slips a bad row in between.
+ALTER TABLE job.jobs
+    ADD CONSTRAINT jobs_run_at_check
+        CHECK (run_at >= '0001-01-01 00:00:00+00' AND run_at < '10000-01-01 00:00:00+00')
+        NOT VALID,
+    ADD CONSTRAINT jobs_deadline_check
+        CHECK (deadline >= '0001-01-01 00:00:00+00' AND deadline < '10000-01-01 00:00:00+00')
+        NOT VALID,
+    ADD CONSTRAINT jobs_created_at_check
+        CHECK (created_at >= '0001-01-01 00:00:00+00' AND created_at < '10000-01-01 00:00:00+00')
+        NOT VALID,
+    ADD CONSTRAINT jobs_finalized_at_check
+        CHECK (finalized_at >= '0001-01-01 00:00:00+00'
+               AND finalized_at < '10000-01-01 00:00:00+00')
+        NOT VALID,
+    ADD CONSTRAINT jobs_locked_until_check
+        CHECK (locked_until >= '0001-01-01 00:00:00+00'
+               AND locked_until < '10000-01-01 00:00:00+00')
+        NOT VALID;
+
+-- (least and greatest skip NULLs; a NULL stays NULL through the CASE.)
+UPDATE job.jobs
+SET run_at       = least(greatest(run_at, '0001-01-01 00:00:00+00'), '9999-12-31 23:59:59.999999+00'),
+    deadline     = CASE WHEN deadline IS NOT NULL THEN least(greatest(deadline, '0001-01-01 00:00:00+00'), '9999-12-31 23:59:59.999999+00') END,
+    created_at   = least(greatest(created_at, '0001-01-01 00:00:00+00'), '9999-12-31 23:59:59.999999+00'),
+    finalized_at = CASE WHEN finalized_at IS NOT NULL
+                        THEN least(greatest(finalized_at, '0001-01-01 00:00:00+00'), '9999-12-31 23:59:59.999999+00') END,
+    locked_until = CASE WHEN locked_until IS NOT NULL
+                        THEN least(greatest(locked_until, '0001-01-01 00:00:00+00'), '9999-12-31 23:59:59.999999+00') END
+WHERE NOT (run_at >= '0001-01-01 00:00:00+00' AND run_at <= '9999-12-31 23:59:59.999999+00')
+   OR NOT (deadline >= '0001-01-01 00:00:00+00' AND deadline <= '9999-12-31 23:59:59.999999+00')
+   OR NOT (created_at >= '0001-01-01 00:00:00+00' AND created_at <= '9999-12-31 23:59:59.999999+00')
+   OR NOT (finalized_at >= '0001-01-01 00:00:00+00' AND finalized_at <= '9999-12-31 23:59:59.999999+00')
+   OR NOT (locked_until >= '0001-01-01 00:00:00+00' AND locked_until <= '9999-12-31 23:59:59.999999+00');
+$job_migration_0005$;
+        INSERT INTO job.schema_migrations (version, name) VALUES (5, 'rules');
+    END IF;
+END
+$apply$;
+COMMIT;
+
+-- 0006 validate_rules
+BEGIN;
+DO $lock$ BEGIN PERFORM pg_advisory_xact_lock(hashtextextended('job.schema_migrations', 0)); END $lock$;
+DO $apply$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = 6) THEN
+EXECUTE $job_migration_0006$
+-- 0006 validate rules: checks every stored row against the time constraints that 0005 added
+-- NOT VALID (after clamping the rows that broke them). In a transaction of its own, VALIDATE
+-- takes only a SHARE UPDATE EXCLUSIVE lock: workers and producers go on writing while the
+-- table is scanned. Append-only: change the schema in a new numbered file.
+
+ALTER TABLE job.jobs VALIDATE CONSTRAINT jobs_run_at_check;
+ALTER TABLE job.jobs VALIDATE CONSTRAINT jobs_deadline_check;
+ALTER TABLE job.jobs VALIDATE CONSTRAINT jobs_created_at_check;
+ALTER TABLE job.jobs VALIDATE CONSTRAINT jobs_finalized_at_check;
+ALTER TABLE job.jobs VALIDATE CONSTRAINT jobs_locked_until_check;
+$job_migration_0006$;
+        INSERT INTO job.schema_migrations (version, name) VALUES (6, 'validate_rules');
+    END IF;
+END
+$apply$;
+COMMIT;
+
+-- 0007 sql_interface
+BEGIN;
+DO $lock$ BEGIN PERFORM pg_advisory_xact_lock(hashtextextended('job.schema_migrations', 0)); END $lock$;
+DO $apply$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = 7) THEN
+EXECUTE $job_migration_0007$
+-- 0007 sql interface: enqueue from any language with everything the Rust side can say (unique
+-- key and scope, tags, tenant, deadline, priority, scheduling, bulk), through functions that a
+-- role without any table privilege may be allowed to call. Append-only: change the schema in
+-- a new numbered file.
+--
+-- `job.enqueue` and `job.enqueue_many` are SECURITY DEFINER: they run with the rights of the
+-- schema's owner (the role that ran the migrations), so an enqueue-only role needs EXECUTE on
+-- them and USAGE on the schema, nothing else. Their search_path is pinned to pg_catalog (and
+-- pg_temp last), every object they use is schema-qualified, they build no dynamic SQL, and
+-- EXECUTE is revoked from PUBLIC: only the roles the owner grants it to may call them.
+-- Upgrading from 0001's `job.enqueue`: its grants go with it; grant EXECUTE on the new one to
+-- the roles that called the old one.
+
+DROP FUNCTION job.enqueue(text, jsonb, text, integer, integer, timestamptz, integer);
+
+-- What is wrong with a time, or NULL: finite and within 0001-01-01 .. 9999-12-31 UTC, as the
+-- jobs_*_check constraints of 0005 require.
+CREATE FUNCTION job.time_problem(t timestamptz, nullable boolean) RETURNS text
+LANGUAGE sql STABLE PARALLEL SAFE
+AS $$
+    SELECT CASE
+        WHEN t IS NULL THEN CASE WHEN NOT nullable THEN 'must not be null' END
+        WHEN t >= '0001-01-01 00:00:00+00' AND t < '10000-01-01 00:00:00+00' THEN NULL
+        ELSE format('must be between 0001-01-01 and 9999-12-31 UTC, got %s', t)
+    END
+$$;
+
+-- The first argument of an enqueue that is refused, as (argument, problem), or no row: the
+-- admission rules of 0005 and the rest of what `job_core::NewJob::validate` checks.
+CREATE FUNCTION job.enqueue_problem(
+    kind            text,
+    payload         jsonb,
+    queue           text,
+    priority        integer,
+    max_attempts    integer,
+    run_at          timestamptz,
+    payload_version integer,
+    unique_key      text,
+    unique_scope    text,
+    on_duplicate    text,
+    tags            text[],
+    tenant          text,
+    deadline        timestamptz,
+    OUT argument    text,
+    OUT problem     text
+)
+RETURNS SETOF record
+LANGUAGE sql STABLE PARALLEL SAFE
+AS $$
+    SELECT x.arg, x.problem
+    FROM (
+        SELECT 0 AS ord, a."column" AS arg, a.problem
+        FROM job.admission_problem(kind, queue, payload, tags, tenant, unique_key) a
+        UNION ALL
+        SELECT 1, 'priority', CASE WHEN priority IS NULL OR priority NOT BETWEEN 0 AND 32767
+            THEN format('must be between 0 and 32767, got %s', coalesce(priority::text, 'null'))
+        END
+        UNION ALL
+        SELECT 2, 'max_attempts', CASE WHEN max_attempts IS NULL OR max_attempts < 1
+            THEN format('must be at least 1, got %s', coalesce(max_attempts::text, 'null'))
+        END
+        UNION ALL
+        SELECT 3, 'payload_version', CASE WHEN payload_version IS NULL OR payload_version < 1
+            THEN format('must be at least 1, got %s', coalesce(payload_version::text, 'null'))
+        END
+        UNION ALL
+        SELECT 4, 'run_at', job.time_problem(run_at, false)
+        UNION ALL
+        SELECT 5, 'deadline', job.time_problem(deadline, true)
+        UNION ALL
+        SELECT 6, 'unique_scope', CASE
+            WHEN unique_scope IS NULL OR unique_scope NOT IN ('finished', 'started', 'pruned')
+            THEN format('must be ''finished'', ''started'' or ''pruned'', got %s',
+                        coalesce(quote_literal(unique_scope), 'null'))
+        END
+        UNION ALL
+        SELECT 7, 'on_duplicate', CASE
+            WHEN on_duplicate IS NULL OR on_duplicate NOT IN ('error', 'existing', 'replace')
+            THEN format('must be ''error'', ''existing'' or ''replace'', got %s',
+                        coalesce(quote_literal(on_duplicate), 'null'))
+        END
+    ) x
+    WHERE x.problem IS NOT NULL
+    ORDER BY x.ord
+    LIMIT 1
+$$;
+
+-- Enqueue one job from any language, with the options of the Rust builder:
+--
+--   SELECT job.enqueue('send_invoice', '{"invoice_id": 42}', queue => 'mail',
+--                      unique_key => 'invoice:42', tags => ARRAY['billing'],
+--                      tenant => 'acme', deadline => now() + interval '1 hour');
+--
+-- Refuses a bad argument with SQLSTATE 22023 (invalid_parameter_value) and a message naming
+-- it. A unique key is decided by the unique index jobs_unique_idx, as for the Rust side:
+-- `on_duplicate` 'error' (the default) refuses a duplicate with SQLSTATE 23505
+-- (unique_violation), the holder's id in the message and the detail; 'existing' returns the
+-- holder's id instead; 'replace' replaces a waiting holder's payload, run time and deadline and
+-- returns its id (a running holder is still refused). Listening workers are woken on commit.
+CREATE FUNCTION job.enqueue(
+    kind            text,
+    payload         jsonb,
+    queue           text        DEFAULT 'default',
+    priority        integer     DEFAULT 0,
+    max_attempts    integer     DEFAULT 25,
+    run_at          timestamptz DEFAULT now(),
+    payload_version integer     DEFAULT 1,
+    unique_key      text        DEFAULT NULL,
+    unique_scope    text        DEFAULT 'finished',
+    on_duplicate    text        DEFAULT 'error',
+    tags            text[]      DEFAULT '{}',
+    tenant          text        DEFAULT NULL,
+    deadline        timestamptz DEFAULT NULL
+) RETURNS bigint
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    bad     record;
+    new_id  bigint;
+    outcome text;
+BEGIN
+    -- The quick test first (one expression, no query); the reason only when it fails.
+    IF (job.quickly_admissible(enqueue.kind, enqueue.queue, enqueue.payload, enqueue.tags,
+                               enqueue.tenant, enqueue.unique_key)
+        AND enqueue.priority BETWEEN 0 AND 32767
+        AND enqueue.max_attempts >= 1
+        AND enqueue.payload_version >= 1
+        AND enqueue.run_at >= '0001-01-01 00:00:00+00' AND enqueue.run_at < '10000-01-01 00:00:00+00'
+        AND (enqueue.deadline IS NULL
+             OR (enqueue.deadline >= '0001-01-01 00:00:00+00'
+                 AND enqueue.deadline < '10000-01-01 00:00:00+00'))
+        AND enqueue.unique_scope IN ('finished', 'started', 'pruned')
+        AND enqueue.on_duplicate IN ('error', 'existing', 'replace')) IS NOT TRUE
+    THEN
+        SELECT * INTO bad
+        FROM job.enqueue_problem(enqueue.kind, enqueue.payload, enqueue.queue,
+                                 enqueue.priority, enqueue.max_attempts, enqueue.run_at,
+                                 enqueue.payload_version, enqueue.unique_key,
+                                 enqueue.unique_scope, enqueue.on_duplicate, enqueue.tags,
+                                 enqueue.tenant, enqueue.deadline);
+        IF FOUND THEN
+            RAISE EXCEPTION 'invalid enqueue argument `%`: %', bad.argument, bad.problem
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+    END IF;
+
+    IF enqueue.unique_key IS NULL THEN
+        INSERT INTO job.jobs (kind, queue, priority, payload, payload_version, max_attempts,
+                              run_at, state, deadline, tags, tenant)
+        VALUES (enqueue.kind, enqueue.queue, enqueue.priority::smallint, enqueue.payload,
+                enqueue.payload_version, enqueue.max_attempts, enqueue.run_at,
+                CASE WHEN enqueue.run_at > now() THEN 'scheduled'
+                     ELSE 'available' END::job.job_state,
+                enqueue.deadline, enqueue.tags, enqueue.tenant)
+        RETURNING id INTO new_id;
+        RETURN new_id;
+    END IF;
+
+    SELECT u.id, u.outcome INTO new_id, outcome
+    FROM job.enqueue_unique(enqueue.kind, enqueue.queue, enqueue.priority::smallint,
+                            enqueue.payload, enqueue.payload_version, enqueue.max_attempts,
+                            enqueue.run_at, enqueue.deadline, enqueue.unique_key,
+                            enqueue.unique_scope, enqueue.on_duplicate = 'replace',
+                            enqueue.tags, enqueue.tenant) u;
+    IF outcome = 'duplicate' AND enqueue.on_duplicate <> 'existing' THEN
+        RAISE EXCEPTION 'a job of `%` with unique key `%` is already active (job %)',
+                enqueue.kind, enqueue.unique_key, new_id
+            USING ERRCODE = 'unique_violation', CONSTRAINT = 'jobs_unique_idx',
+                  DETAIL = format('existing job: %s', new_id),
+                  HINT = 'on_duplicate => ''existing'' returns its id instead';
+    END IF;
+    RETURN new_id;
+END
+$$;
+
+-- Enqueue many jobs in one statement and one round trip: `jobs` is a JSON array of objects
+-- whose fields are job.enqueue's arguments (`kind` and `payload` required; `queue`,
+-- `priority`, `max_attempts`, `run_at`, `payload_version`, `tags`, `tenant`, `deadline`
+-- optional, with the same defaults). Returns the ids in input order. Refuses the whole batch,
+-- naming the element and the field (`jobs[3].queue`), when any element is wrong; a field it
+-- does not know is refused too, so that a misspelt option is never silently dropped. Unique
+-- keys are refused, as in the Rust `enqueue_many`: each duplicate needs its own answer, so
+-- enqueue those one by one.
+CREATE FUNCTION job.enqueue_many(jobs jsonb) RETURNS SETOF bigint
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    known CONSTANT text[] := ARRAY['kind', 'payload', 'queue', 'priority', 'max_attempts',
+                                   'run_at', 'payload_version', 'tags', 'tenant', 'deadline'];
+    types CONSTANT text[] := ARRAY['string', NULL, 'string', 'number', 'number',
+                                   'string', 'number', 'array', 'string', 'string'];
+    j     jsonb;
+    i     integer;
+    field text;
+    want  text;
+    bad   record;
+    at    text;
+    -- one element's values
+    kind            text;
+    payload         jsonb;
+    queue           text;
+    priority        integer;
+    max_attempts    integer;
+    run_at          timestamptz;
+    payload_version integer;
+    tags            text[];
+    tenant          text;
+    deadline        timestamptz;
+BEGIN
+    IF jobs IS NULL OR jsonb_typeof(jobs) <> 'array' THEN
+        RAISE EXCEPTION 'invalid enqueue argument `jobs`: must be a JSON array of jobs, got %',
+                coalesce(jsonb_typeof(jobs), 'null')
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    FOR j, i IN SELECT e.value, e.n - 1 FROM jsonb_array_elements(jobs) WITH ORDINALITY e(value, n)
+    LOOP
+        at := format('jobs[%s]', i);
+        IF jsonb_typeof(j) <> 'object' THEN
+            RAISE EXCEPTION 'invalid enqueue argument `%`: must be a JSON object, got %',
+                    at, jsonb_typeof(j)
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        FOR field IN SELECT k FROM jsonb_object_keys(j) k ORDER BY k LOOP
+            IF field = 'unique_key' THEN
+                RAISE EXCEPTION 'invalid enqueue argument `%.unique_key`: jobs with unique keys '
+                                'cannot be enqueued in bulk; call job.enqueue for each', at
+                    USING ERRCODE = 'invalid_parameter_value';
+            ELSIF NOT field = ANY (known) THEN
+                RAISE EXCEPTION 'invalid enqueue argument `%.%`: unknown field; the fields are %',
+                        at, field, array_to_string(known, ', ')
+                    USING ERRCODE = 'invalid_parameter_value';
+            END IF;
+            want := types[array_position(known, field)];
+            IF want IS NOT NULL AND jsonb_typeof(j -> field) NOT IN (want, 'null') THEN
+                RAISE EXCEPTION 'invalid enqueue argument `%.%`: must be a JSON %, got %',
+                        at, field, want, jsonb_typeof(j -> field)
+                    USING ERRCODE = 'invalid_parameter_value';
+            END IF;
+        END LOOP;
+        FOREACH field IN ARRAY ARRAY['priority', 'max_attempts', 'payload_version'] LOOP
+            IF jsonb_typeof(j -> field) = 'number'
+               AND ((j ->> field)::numeric NOT BETWEEN -2147483648 AND 2147483647
+                    OR (j ->> field)::numeric <> trunc((j ->> field)::numeric)) THEN
+                RAISE EXCEPTION 'invalid enqueue argument `%.%`: must be an integer, got %',
+                        at, field, j ->> field
+                    USING ERRCODE = 'invalid_parameter_value';
+            END IF;
+        END LOOP;
+        IF j ? 'tags' AND jsonb_typeof(j -> 'tags') = 'array'
+           AND jsonb_path_exists(j -> 'tags', '$[*] ? (@.type() != "string")') THEN
+            RAISE EXCEPTION 'invalid enqueue argument `%.tags`: must be an array of strings', at
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        FOREACH field IN ARRAY ARRAY['run_at', 'deadline'] LOOP
+            IF jsonb_typeof(j -> field) = 'string' THEN
+                BEGIN
+                    PERFORM (j ->> field)::timestamptz;
+                EXCEPTION WHEN data_exception THEN
+                    RAISE EXCEPTION 'invalid enqueue argument `%.%`: not a timestamp: %',
+                            at, field, SQLERRM
+                        USING ERRCODE = 'invalid_parameter_value';
+                END;
+            END IF;
+        END LOOP;
+        kind := j ->> 'kind';
+        payload := j -> 'payload';
+        queue := coalesce(j ->> 'queue', 'default');
+        priority := coalesce((j ->> 'priority')::integer, 0);
+        max_attempts := coalesce((j ->> 'max_attempts')::integer, 25);
+        run_at := coalesce((j ->> 'run_at')::timestamptz, now());
+        payload_version := coalesce((j ->> 'payload_version')::integer, 1);
+        tags := CASE WHEN jsonb_typeof(j -> 'tags') = 'array'
+                     THEN ARRAY(SELECT jsonb_array_elements_text(j -> 'tags')) ELSE '{}' END;
+        tenant := j ->> 'tenant';
+        deadline := (j ->> 'deadline')::timestamptz;
+        -- The quick test first; the reason only when it fails.
+        IF (job.quickly_admissible(kind, queue, payload, tags, tenant, NULL)
+            AND priority BETWEEN 0 AND 32767 AND max_attempts >= 1 AND payload_version >= 1
+            AND run_at >= '0001-01-01 00:00:00+00' AND run_at < '10000-01-01 00:00:00+00'
+            AND (deadline IS NULL OR (deadline >= '0001-01-01 00:00:00+00'
+                                      AND deadline < '10000-01-01 00:00:00+00'))) IS NOT TRUE
+        THEN
+            SELECT * INTO bad
+            FROM job.enqueue_problem(kind, payload, queue, priority, max_attempts, run_at,
+                                     payload_version, NULL, 'finished', 'error', tags, tenant,
+                                     deadline);
+            IF FOUND THEN
+                RAISE EXCEPTION 'invalid enqueue argument `%.%`: %', at, bad.argument, bad.problem
+                    USING ERRCODE = 'invalid_parameter_value';
+            END IF;
+        END IF;
+    END LOOP;
+
+    -- Rows go in in array order, so their identity ids ascend in input order (INSERT never
+    -- runs in parallel); sorting the ids gives the input order back.
+    RETURN QUERY
+    WITH inserted AS (
+        INSERT INTO job.jobs (kind, queue, priority, payload, payload_version, max_attempts,
+                              run_at, state, deadline, tags, tenant)
+        SELECT e.value ->> 'kind',
+               coalesce(e.value ->> 'queue', 'default'),
+               coalesce((e.value ->> 'priority')::smallint, 0),
+               e.value -> 'payload',
+               coalesce((e.value ->> 'payload_version')::integer, 1),
+               coalesce((e.value ->> 'max_attempts')::integer, 25),
+               t.run_at,
+               CASE WHEN t.run_at > now() THEN 'scheduled' ELSE 'available' END::job.job_state,
+               (e.value ->> 'deadline')::timestamptz,
+               CASE WHEN jsonb_typeof(e.value -> 'tags') = 'array'
+                    THEN ARRAY(SELECT jsonb_array_elements_text(e.value -> 'tags'))
+                    ELSE '{}' END,
+               e.value ->> 'tenant'
+        FROM jsonb_array_elements(jobs) WITH ORDINALITY AS e(value, n)
+        CROSS JOIN LATERAL (
+            SELECT coalesce((e.value ->> 'run_at')::timestamptz, now()) AS run_at
+        ) t
+        ORDER BY e.n
+        RETURNING job.jobs.id
+    )
+    SELECT inserted.id FROM inserted ORDER BY inserted.id;
+END
+$$;
+
+REVOKE ALL ON FUNCTION job.enqueue(text, jsonb, text, integer, integer, timestamptz, integer,
+                                   text, text, text, text[], text, timestamptz) FROM PUBLIC;
+REVOKE ALL ON FUNCTION job.enqueue_many(jsonb) FROM PUBLIC;
+
+-- Nothing else is anyone's to call unless granted: the helpers above are called by the
+-- functions and the trigger that own them; job.enqueue_unique (0002) is the Rust side's unique
+-- insert, granted to the roles that write with the typed helpers (see the README's roles).
+REVOKE ALL ON FUNCTION job.enqueue_unique(text, text, smallint, jsonb, integer, integer,
+                                          timestamptz, timestamptz, text, text, boolean,
+                                          text[], text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION job.name_problem(text, integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION job.admission_problem(text, text, jsonb, text[], text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION job.time_problem(timestamptz, boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION job.enqueue_problem(text, jsonb, text, integer, integer, timestamptz,
+                                           integer, text, text, text, text[], text,
+                                           timestamptz) FROM PUBLIC;
+REVOKE ALL ON FUNCTION job.check_admission() FROM PUBLIC;
+REVOKE ALL ON FUNCTION job.quickly_admissible(text, text, jsonb, text[], text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION job.admission_predicate(text, integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION job.apply_settings() FROM PUBLIC;
+REVOKE ALL ON FUNCTION job.forbidden_in_names() FROM PUBLIC;
+REVOKE ALL ON FUNCTION job.notify_insert() FROM PUBLIC;
+$job_migration_0007$;
+        INSERT INTO job.schema_migrations (version, name) VALUES (7, 'sql_interface');
+    END IF;
+END
+$apply$;
+COMMIT;

@@ -1,0 +1,283 @@
+//! Least-privilege roles, as the README sets them up: an owner that migrates, a worker with
+//! table privileges only, and an enqueue-only role that can call the enqueue functions and
+//! nothing else. Each test makes roles with names of its own and drops them at the end.
+
+use std::time::Duration;
+
+use job::{Job, JobContext, JobError, JobState, PgStore, Store, Worker};
+use job_testkit::TestDb;
+use serde::{Deserialize, Serialize};
+use sqlx::postgres::PgPoolOptions;
+use sqlx::PgPool;
+
+use crate::support::{db_error, readme_block, Roles};
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Ping {
+    n: i64,
+}
+
+impl Job for Ping {
+    const KIND: &'static str = "doors.ping";
+    async fn perform(self, _: JobContext) -> Result<(), JobError> {
+        Ok(())
+    }
+}
+
+/// The README's statements with the roles' names and the database put in.
+fn readme_sql(block: &str, names: &[(&str, &str)], database: &str) -> String {
+    let mut sql = readme_block(block);
+    for (from, to) in names {
+        sql = sql.replace(from, to);
+    }
+    sql.replace("DATABASE app", &format!("DATABASE {database}"))
+}
+
+async fn pool_as(db: &TestDb, role: &str) -> PgPool {
+    PgPoolOptions::new()
+        .max_connections(4)
+        .connect_with(db.connect_options().username(role))
+        .await
+        .unwrap()
+}
+
+/// Asserts that `statement` run as this pool's role is refused for lack of privilege.
+async fn denied(pool: &PgPool, statement: &str) {
+    let error = sqlx::raw_sql(statement)
+        .execute(pool)
+        .await
+        .map(|_| ())
+        .expect_err(statement);
+    let (code, message) = db_error(error);
+    assert!(
+        code == "42501" || message.contains("must be owner"),
+        "{statement}: expected a privilege error, got {code} {message}"
+    );
+}
+
+#[tokio::test]
+async fn an_owner_a_worker_and_an_enqueue_only_role_each_do_what_they_need_and_no_more() {
+    let mut roles: Roles; // dropped after the database, which holds the roles' privileges
+    let db = TestDb::new().await;
+    roles = Roles::new(&db);
+    let (owner, worker, producer) = (
+        roles.name("job_owner"),
+        roles.name("job_worker"),
+        roles.name("job_enqueue"),
+    );
+    let names = [
+        ("job_owner", owner.as_str()),
+        ("job_worker", worker.as_str()),
+        ("job_enqueue", producer.as_str()),
+    ];
+    // A database without the schema, and the README's roles.
+    let admin = db.pool();
+    sqlx::raw_sql("DROP SCHEMA job CASCADE")
+        .execute(&admin)
+        .await
+        .unwrap();
+    sqlx::raw_sql(&readme_sql("roles-create", &names, db.name()))
+        .execute(&admin)
+        .await
+        .unwrap();
+
+    // The owner migrates, with the Rust migrator, and grants.
+    let as_owner = pool_as(&db, &owner).await;
+    let owner_store = PgStore::new(as_owner.clone());
+    owner_store.migrate().await.unwrap();
+    sqlx::raw_sql(&readme_sql("roles-grants", &names, db.name()))
+        .execute(&as_owner)
+        .await
+        .unwrap();
+    let schema_owner: String = sqlx::query_scalar(
+        "SELECT nspowner::regrole::text FROM pg_namespace WHERE nspname = 'job'",
+    )
+    .fetch_one(&admin)
+    .await
+    .unwrap();
+    assert_eq!(schema_owner, owner);
+
+    // The enqueue-only role enqueues through the functions, and can do nothing else.
+    let as_producer = pool_as(&db, &producer).await;
+    let id: i64 = sqlx::query_scalar("SELECT job.enqueue('doors.ping', '{\"n\": 1}')")
+        .fetch_one(&as_producer)
+        .await
+        .unwrap();
+    let many: Vec<i64> = sqlx::query_scalar(
+        "SELECT * FROM job.enqueue_many('[{\"kind\": \"doors.ping\", \"payload\": {\"n\": 2}}]')",
+    )
+    .fetch_all(&as_producer)
+    .await
+    .unwrap();
+    let unique: i64 = sqlx::query_scalar(
+        "SELECT job.enqueue('doors.ping', '{\"n\": 3}', unique_key => 'ping:3')",
+    )
+    .fetch_one(&as_producer)
+    .await
+    .unwrap();
+    for statement in [
+        "SELECT * FROM job.jobs",
+        "SELECT count(*) FROM job.steps",
+        "INSERT INTO job.jobs (kind) VALUES ('doors.ping')",
+        "UPDATE job.jobs SET priority = 9",
+        "DELETE FROM job.jobs",
+        "SELECT * FROM job.settings",
+        "UPDATE job.settings SET payload_limit = 999999999",
+        "INSERT INTO job.pauses (scope, name) VALUES ('queue', 'default')",
+        "SELECT * FROM job.enqueue_unique('doors.ping', 'default', 0::smallint, '{}', 1, 25, now(), NULL, 'k', 'finished', false, '{}', NULL)",
+        "SELECT job.name_problem('x')",
+        "SELECT * FROM job.admission_problem('a', 'b', '{}', '{}', NULL, NULL)",
+        "CREATE TABLE job.mine (x int)",
+        "CREATE FUNCTION job.enqueue(x int) RETURNS int LANGUAGE sql AS 'SELECT 1'",
+        "TRUNCATE job.jobs",
+    ] {
+        denied(&as_producer, statement).await;
+    }
+
+    // The worker runs the jobs with table privileges only.
+    let as_worker = pool_as(&db, &worker).await;
+    let store = PgStore::new(as_worker.clone());
+    let running = Worker::builder(store.clone())
+        .register::<Ping>()
+        .queue("default", 2)
+        .poll_interval(Duration::from_millis(50))
+        .build()
+        .unwrap()
+        .start();
+    for id in [id, many[0], unique] {
+        crate::common::reaches(&store, id, JobState::Completed).await;
+    }
+    running.shutdown().await;
+    // ... enqueues with the typed helper (the Rust producer's statements), unique ones too ...
+    job::Enqueue::new(Ping { n: 4 })
+        .unique_key("ping:4")
+        .enqueue(&as_worker)
+        .await
+        .unwrap();
+    // ... and changes nothing it does not need to.
+    for statement in [
+        "UPDATE job.settings SET payload_limit = 999999999",
+        "INSERT INTO job.pauses (scope, name) VALUES ('queue', 'default')",
+        "CREATE TABLE job.mine (x int)",
+        "DROP TABLE job.steps",
+        "ALTER TABLE job.jobs DISABLE TRIGGER jobs_admission",
+        "TRUNCATE job.jobs",
+        "INSERT INTO job.schema_migrations (version, name) VALUES (99, 'x')",
+    ] {
+        denied(&as_worker, statement).await;
+    }
+    // The rules hold for it as for anyone: the trigger runs as the owner.
+    let (code, _) = db_error(
+        sqlx::query("INSERT INTO job.jobs (kind, payload) VALUES ('doors.ping', '[1]')")
+            .execute(&as_worker)
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(code, "23514");
+
+    // The owner migrates again (nothing to do), and can change the payload limit.
+    owner_store.migrate().await.unwrap();
+    sqlx::query("UPDATE job.settings SET payload_limit = 2097152")
+        .execute(&as_owner)
+        .await
+        .unwrap();
+
+    for pool in [as_owner, as_producer, as_worker] {
+        pool.close().await;
+    }
+    db.close().await;
+    roles.drop_all().await;
+}
+
+#[tokio::test]
+async fn a_worker_that_may_not_vacuum_says_so_instead_of_doing_nothing() {
+    let mut roles: Roles; // dropped after the database, which holds the roles' privileges
+    let db = TestDb::new().await;
+    roles = Roles::new(&db);
+    let (owner, worker) = (roles.name("job_owner"), roles.name("job_worker"));
+    let names = [
+        ("job_owner", owner.as_str()),
+        ("job_worker", worker.as_str()),
+        ("job_enqueue", worker.as_str()),
+    ];
+    let admin = db.pool();
+    sqlx::raw_sql("DROP SCHEMA job CASCADE")
+        .execute(&admin)
+        .await
+        .unwrap();
+    let create = readme_sql("roles-create", &names, db.name()).replace(
+        &format!("CREATE ROLE {worker} LOGIN;\nCREATE ROLE {worker} LOGIN;"),
+        &format!("CREATE ROLE {worker} LOGIN;"),
+    );
+    sqlx::raw_sql(&create).execute(&admin).await.unwrap();
+    let as_owner = pool_as(&db, &owner).await;
+    let owner_store = PgStore::new(as_owner.clone());
+    owner_store.migrate().await.unwrap();
+    sqlx::raw_sql(&readme_sql("roles-grants", &names, db.name()))
+        .execute(&as_owner)
+        .await
+        .unwrap();
+    let as_worker = pool_as(&db, &worker).await;
+    let store = PgStore::new(as_worker.clone());
+    // Autovacuum is off on this table (whatever the server says), and enough rows changed.
+    sqlx::raw_sql(
+        "ALTER TABLE job.jobs SET (autovacuum_enabled = false);
+         SELECT count(*) FROM job.enqueue_many(
+             (SELECT jsonb_agg(jsonb_build_object('kind', 'doors.ping', 'payload', '{}'::jsonb))
+              FROM generate_series(1, 1500)));",
+    )
+    .execute(&as_owner)
+    .await
+    .unwrap();
+    // The statistics reach the views within a second or so.
+    let refused = crate::common::eventually("the vacuum to be needed", || async {
+        store.vacuum().await.err()
+    })
+    .await;
+    let message = refused.to_string();
+    assert!(
+        message.contains(&format!("role `{worker}` may not run"))
+            && message.contains(&format!("only its owner `{owner}`")),
+        "{message}"
+    );
+    // The pruner logs it at WARN once, not every interval.
+    let lines = crate::support::captured();
+    let running = Worker::builder(store.clone())
+        .register::<Ping>()
+        .queue("default", 1)
+        .pruner(job::PrunerConfig {
+            interval: Duration::from_millis(20),
+            vacuum_interval: Some(Duration::from_millis(20)),
+            ..job::PrunerConfig::default()
+        })
+        .build()
+        .unwrap()
+        .start();
+    crate::common::eventually("the pruner to try again", || async {
+        let tries = lines
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|l| l.contains(&format!("role `{worker}` may not run")))
+            .count();
+        (tries >= 3).then_some(())
+    })
+    .await;
+    running.shutdown().await;
+    let warned: Vec<String> = lines
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|l| l.starts_with("WARN") && l.contains(&format!("role `{worker}`")))
+        .cloned()
+        .collect();
+    assert_eq!(warned.len(), 1, "{warned:?}");
+    assert!(warned[0].contains("vacuum failed"), "{warned:?}");
+
+    assert!(owner_store.vacuum().await.unwrap(), "the owner vacuums");
+    for pool in [as_owner, as_worker] {
+        pool.close().await;
+    }
+    db.close().await;
+    roles.drop_all().await;
+}

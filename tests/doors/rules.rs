@@ -1,0 +1,314 @@
+//! One set of rules at every door: the typed Rust helper (checked before sending, and by the
+//! database when the check is skipped), `job.enqueue`, and a raw INSERT. Each bad input is
+//! refused at each door with an error naming it, and nothing is written.
+
+use chrono::{DateTime, TimeZone, Utc};
+use job::{Admin, Enqueue, EnqueueError, JobFilter, Store};
+use job_core::{NewJob, RunAt};
+use job_testkit::TestDb;
+use serde_json::json;
+
+use crate::support::*;
+
+/// A payload of `{"pad": "xx…"}` whose JSON text, as PostgreSQL prints it
+/// (`{"pad": "…"}`), is `bytes` long.
+fn padded(bytes: usize) -> serde_json::Value {
+    json!({ "pad": "x".repeat(bytes - r#"{"pad": ""}"#.len()) })
+}
+
+#[tokio::test]
+async fn a_payload_that_is_not_a_json_object_is_refused_at_every_door() {
+    let db = TestDb::new().await;
+    let pool = db.pool();
+    let store = db.store();
+    for value in [
+        json!([77, true]),
+        json!("sk_live_123"),
+        json!(null),
+        json!(42),
+        json!(true),
+    ] {
+        let text = value.to_string();
+        let typed = Enqueue::new(AnyPayload(value.clone())).enqueue(&pool).await;
+        assert_eq!(named(typed), "payload", "typed helper, {text}");
+        let raw = NewJob::new("doors.any", text.clone());
+        assert_eq!(named_by_store(&store, raw.clone()).await, "payload");
+        // Unchecked on the Rust side: the database refuses, and the error still names it.
+        let unchecked = job_postgres::enqueue(&pool, &raw).await;
+        assert_eq!(named(unchecked), "payload", "unchecked, {text}");
+        let quoted = literal(&text);
+        refused_by_sql(
+            &pool,
+            &format!("SELECT job.enqueue('doors.any', {quoted}::jsonb)"),
+            "22023",
+            "payload",
+        )
+        .await;
+        refused_by_sql(
+            &pool,
+            &format!("INSERT INTO job.jobs (kind, payload) VALUES ('doors.any', {quoted}::jsonb)"),
+            "23514",
+            "payload",
+        )
+        .await;
+    }
+    assert_eq!(rows(&pool).await, 0, "nothing was written");
+    db.close().await;
+}
+
+#[tokio::test]
+async fn payloads_over_the_limit_are_refused_at_every_door_and_the_limit_itself_is_not() {
+    let db = TestDb::new().await;
+    let pool = db.pool();
+    const MIB: usize = 1024 * 1024;
+    for bytes in [MIB + 1, 2 * MIB, 20 * MIB, 50 * MIB] {
+        let value = padded(bytes);
+        match Enqueue::new(AnyPayload(value.clone())).enqueue(&pool).await {
+            Err(EnqueueError::PayloadTooLarge { size, limit, .. }) => {
+                assert_eq!(
+                    (size, limit),
+                    (bytes, MIB),
+                    "the database's measure and limit"
+                )
+            }
+            other => panic!("{bytes} bytes: expected PayloadTooLarge, got {other:?}"),
+        }
+        let text = value.to_string();
+        for statement in [
+            "SELECT job.enqueue('doors.any', $1::text::jsonb)",
+            "INSERT INTO job.jobs (kind, payload) VALUES ('doors.any', $1::text::jsonb)",
+        ] {
+            let error = sqlx::query(statement)
+                .bind(&text)
+                .execute(&pool)
+                .await
+                .expect_err(statement);
+            let (code, message) = db_error(error);
+            assert!(code == "22023" || code == "23514", "{statement}: {code}");
+            assert!(
+                message.contains("`payload`")
+                    && message.contains(&format!("is {bytes} bytes, over the limit of {MIB}")),
+                "{statement}: {message}"
+            );
+        }
+    }
+    assert_eq!(rows(&pool).await, 0, "nothing was written");
+
+    // Exactly the limit is fine, at every door.
+    let at_limit = padded(MIB);
+    Enqueue::new(AnyPayload(at_limit.clone()))
+        .enqueue(&pool)
+        .await
+        .unwrap();
+    for statement in [
+        "SELECT job.enqueue('doors.any', $1::text::jsonb)",
+        "INSERT INTO job.jobs (kind, payload) VALUES ('doors.any', $1::text::jsonb)",
+    ] {
+        sqlx::query(statement)
+            .bind(at_limit.to_string())
+            .execute(&pool)
+            .await
+            .unwrap();
+    }
+    assert_eq!(rows(&pool).await, 3);
+    db.close().await;
+}
+
+#[tokio::test]
+async fn the_payload_limit_is_configured_once_for_every_door() {
+    let db = TestDb::new().await;
+    let pool = db.pool();
+    sqlx::query("UPDATE job.settings SET payload_limit = 2097152")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let big = padded(1536 * 1024);
+    Enqueue::new(AnyPayload(big.clone()))
+        .enqueue(&pool)
+        .await
+        .expect("the typed helper follows the database's limit");
+    sqlx::query("SELECT job.enqueue('doors.any', $1::text::jsonb)")
+        .bind(big.to_string())
+        .execute(&pool)
+        .await
+        .unwrap();
+    sqlx::query("UPDATE job.settings SET payload_limit = 100")
+        .execute(&pool)
+        .await
+        .unwrap();
+    match Enqueue::new(AnyPayload(padded(101))).enqueue(&pool).await {
+        Err(EnqueueError::PayloadTooLarge { size, limit, .. }) => {
+            assert_eq!((size, limit), (101, 100))
+        }
+        other => panic!("expected PayloadTooLarge, got {other:?}"),
+    }
+    refused_by_sql(
+        &pool,
+        &format!(
+            "INSERT INTO job.jobs (kind, payload) VALUES ('doors.any', '{}')",
+            padded(101)
+        ),
+        "23514",
+        "payload",
+    )
+    .await;
+    // A tighter limit of the client's own is checked before sending.
+    let client = Enqueue::new(AnyPayload(padded(50)))
+        .payload_limit(40)
+        .enqueue(&pool)
+        .await;
+    assert!(matches!(
+        client,
+        Err(EnqueueError::PayloadTooLarge { limit: 40, .. })
+    ));
+    assert_eq!(rows(&pool).await, 2);
+    db.close().await;
+}
+
+#[tokio::test]
+async fn a_nul_in_a_payload_is_refused_naming_the_payload() {
+    let db = TestDb::new().await;
+    let pool = db.pool();
+    let typed = Enqueue::new(AnyPayload(json!({ "note": "a\u{0}b" })))
+        .enqueue(&pool)
+        .await;
+    assert_eq!(named(typed), "payload");
+    let raw = NewJob::new("doors.any", r#"{"note": "a\u0000b"}"#);
+    assert_eq!(named_by_store(&db.store(), raw).await, "payload");
+    // An escaped backslash before `u0000` is no NUL.
+    Enqueue::new(AnyPayload(json!({ "note": "a\\u0000b" })))
+        .enqueue(&pool)
+        .await
+        .unwrap();
+    // PostgreSQL's jsonb cannot hold one: the other doors never get as far as a row.
+    for statement in [
+        r#"SELECT job.enqueue('doors.any', '{"note": "a\u0000b"}')"#,
+        r#"INSERT INTO job.jobs (kind, payload) VALUES ('doors.any', '{"note": "a\u0000b"}')"#,
+    ] {
+        let (code, _) = db_error(sqlx::query(statement).execute(&pool).await.unwrap_err());
+        assert_eq!(code, "22P05", "{statement}");
+    }
+    assert_eq!(rows(&pool).await, 1);
+    db.close().await;
+}
+
+#[tokio::test]
+async fn infinite_and_out_of_range_times_are_refused_at_every_door() {
+    let db = TestDb::new().await;
+    let pool = db.pool();
+    let far = Utc.with_ymd_and_hms(10000, 1, 1, 0, 0, 0).unwrap();
+    for at in [DateTime::<Utc>::MAX_UTC, DateTime::<Utc>::MIN_UTC, far] {
+        let run_at = Enqueue::new(AnyPayload(json!({})))
+            .run_at(at)
+            .enqueue(&pool)
+            .await;
+        assert_eq!(named(run_at), "run_at", "{at}");
+        let deadline = Enqueue::new(AnyPayload(json!({})))
+            .deadline(at)
+            .enqueue(&pool)
+            .await;
+        assert_eq!(named(deadline), "deadline", "{at}");
+        let mut unchecked = NewJob::new("doors.any", "{}");
+        unchecked.run_at = RunAt::At(at);
+        assert_eq!(
+            named(job_postgres::enqueue(&pool, &unchecked).await),
+            "run_at"
+        );
+    }
+    for time in [
+        "infinity",
+        "-infinity",
+        "10000-01-01 00:00:00+00",
+        "0001-01-01 00:00:00+00 BC",
+    ] {
+        for argument in ["run_at", "deadline"] {
+            refused_by_sql(
+                &pool,
+                &format!("SELECT job.enqueue('doors.any', '{{}}', {argument} => '{time}')"),
+                "22023",
+                argument,
+            )
+            .await;
+        }
+        for column in ["run_at", "deadline", "created_at"] {
+            refused_by_sql(
+                &pool,
+                &format!(
+                    "INSERT INTO job.jobs (kind, payload, {column}) VALUES ('doors.any', '{{}}', '{time}')"
+                ),
+                "23514",
+                column,
+            )
+            .await;
+        }
+    }
+    assert_eq!(rows(&pool).await, 0, "nothing was written");
+    db.close().await;
+}
+
+#[tokio::test]
+async fn get_list_and_stats_read_every_row_the_table_can_hold() {
+    let db = TestDb::new().await;
+    let pool = db.pool();
+    let store = db.store();
+    // The extremes the constraints allow, and what a raw INSERT can still put in the error
+    // history.
+    sqlx::raw_sql(
+        r#"INSERT INTO job.jobs (kind, payload, run_at, deadline, created_at) VALUES
+             ('doors.any', '{}', '0001-01-01 00:00:00+00', '9999-12-31 23:59:59.999999+00',
+              '0001-01-01 00:00:00+00'),
+             ('doors.any', '{}', '9999-12-31 23:59:59.999999+00', '0001-01-01 00:00:00+00',
+              '9999-12-31 23:59:59.999999+00');
+           INSERT INTO job.jobs (kind, payload, errors) VALUES
+             ('doors.any', '{}', '[1, {"attempt": "x"}, {"attempt": 1, "at": "2026-01-01T00:00:00Z", "class": "error", "message": "m"}]');"#,
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let listed = store.list(&JobFilter::default()).await.unwrap();
+    assert_eq!(listed.len(), 3);
+    for row in &listed {
+        assert_eq!(store.get(row.id).await.unwrap().as_ref(), Some(row));
+    }
+    let history = &listed[2].errors;
+    assert_eq!(history.len(), 3);
+    assert_eq!(history[0].class, "unreadable");
+    assert_eq!(history[2].message, "m");
+    let stats = store.stats(&JobFilter::default()).await.unwrap();
+    assert_eq!(stats.in_state(job::JobState::Available), 3);
+    assert!(stats.oldest_available_age.unwrap().as_secs() > 60 * 365 * 24 * 3600);
+    db.close().await;
+}
+
+#[tokio::test]
+async fn an_update_that_sets_an_admitted_column_is_checked_and_others_are_not() {
+    let db = TestDb::new().await;
+    let pool = db.pool();
+    let id = Enqueue::new(AnyPayload(json!({ "n": 1 })))
+        .enqueue(&pool)
+        .await
+        .unwrap();
+    for (column, value) in [
+        ("payload", "'[1]'"),
+        ("queue", "E'a\\tb'"),
+        ("kind", "E'zero\\u200bwidth'"),
+        ("tags", "ARRAY['ok', NULL]"),
+        ("tenant", "''"),
+    ] {
+        refused_by_sql(
+            &pool,
+            &format!("UPDATE job.jobs SET {column} = {value} WHERE id = {id}"),
+            "23514",
+            column,
+        )
+        .await;
+    }
+    sqlx::query("UPDATE job.jobs SET priority = 3, payload = '{\"n\": 2}' WHERE id = $1")
+        .bind(id)
+        .execute(&pool)
+        .await
+        .unwrap();
+    let row = db.store().get(id).await.unwrap().unwrap();
+    assert_eq!((row.priority, row.payload), (3, json!({ "n": 2 })));
+    db.close().await;
+}
