@@ -330,8 +330,22 @@ async fn ensure_template(conn: &mut PgConnection, admin: &PgConnectOptions) -> S
             let migrated = job_postgres::migrate(&pool).await;
             pool.close().await;
             migrated?;
-            conn.execute(format!("ALTER DATABASE {building} RENAME TO {template}").as_str())
-                .await?;
+            // The server ends a closed connection's session a moment after the client has
+            // gone, and a database with a session left cannot be renamed (55006): wait for it.
+            let rename = format!("ALTER DATABASE {building} RENAME TO {template}");
+            let mut tries = 0;
+            loop {
+                match conn.execute(rename.as_str()).await {
+                    Ok(_) => break,
+                    Err(sqlx::Error::Database(e))
+                        if e.code().as_deref() == Some("55006") && tries < 100 =>
+                    {
+                        tries += 1;
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
             Ok::<_, Box<dyn std::error::Error>>(())
         };
         build.await.unwrap_or_else(|e| fail("build", &*e));

@@ -11,9 +11,15 @@ use serde::{Deserialize, Serialize};
 use crate::common::{enqueue, Harness, FAST_BACKOFF};
 use crate::support::Timeline;
 
-/// How attempt 1 overruns its 300 ms timeout; attempt 2 completes at once.
+/// Overruns its 300 ms timeout on attempt 1, as `how` says; attempt 2 completes at once.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Overrun {
+    pub how: How,
+}
+
+/// How an [`Overrun`] outlives its timeout.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
-pub enum Overrun {
+pub enum How {
     /// A busy loop without `.await` for 1.5 s.
     Spin,
     /// `ctx.blocking(..)` of a 1.5 s sleep.
@@ -36,15 +42,15 @@ impl Job for Overrun {
             timeline.end(run);
             return Ok(());
         }
-        match self {
-            Overrun::Spin => {
+        match self.how {
+            How::Spin => {
                 let until = Instant::now() + Duration::from_millis(1500);
                 while Instant::now() < until {
                     std::hint::spin_loop();
                 }
                 timeline.end(run);
             }
-            Overrun::Blocking => {
+            How::Blocking => {
                 ctx.blocking(move || {
                     std::thread::sleep(Duration::from_millis(1500));
                     timeline.end(run);
@@ -61,13 +67,8 @@ async fn work_past_its_timeout_holds_the_job_until_it_ends_and_the_retry_comes_a
     let h = Harness::new().await;
     let timeline = Timeline::default();
     let mut ids = Vec::new();
-    for how in [
-        Overrun::Spin,
-        Overrun::Blocking,
-        Overrun::Spin,
-        Overrun::Blocking,
-    ] {
-        ids.push(enqueue(&h.store, how).await);
+    for how in [How::Spin, How::Blocking, How::Spin, How::Blocking] {
+        ids.push(enqueue(&h.store, Overrun { how }).await);
     }
     let worker = |name: &str| {
         job::Worker::builder(h.store.clone())
