@@ -1,5 +1,5 @@
 -- The `job` schema, generated from job-postgres/migrations/ by
--- job_postgres::migrate::script(): do not edit; change a migration and regenerate
+-- job_postgres::schema_script(): do not edit; change a migration and regenerate
 -- (JOB_SCHEMA_OVERWRITE=1 cargo test -p job-postgres --lib).
 --
 -- Install or upgrade: psql -v ON_ERROR_STOP=1 -f schema.sql (as the role that is to

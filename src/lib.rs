@@ -1,34 +1,90 @@
 //! `job`: durable background jobs on PostgreSQL.
 //!
-//! Annotate an async function with `#[job(...)]`, enqueue it through the generated typed helper
-//! (inside your own transaction when you want), and run a [`Worker`] that claims jobs with
-//! fenced leases. See the README for the guarantees and the concepts.
+//! Annotate an async function with [`#[job(...)]`](macro@job), enqueue it through the
+//! generated typed helper inside your own transaction, and run a [`Worker`] that claims jobs
+//! with fenced leases: a job survives crashes of the worker, of its process and of its
+//! database connection, runs at least once and never twice at once, and is never finalized by
+//! a worker that lost its lease.
 //!
-//! This crate holds no logic: it re-exports `job-core`, `job-macros` and `job-postgres`.
+//! ```toml
+//! [dependencies]
+//! job = "0.1"
+//! serde = { version = "1", features = ["derive"] }
+//! tokio = { version = "1", features = ["macros", "rt-multi-thread"] }
+//! ```
+//!
+//! ```no_run
+//! use job::prelude::*;
+//!
+//! /// Sends an invoice email; `?` on any error makes the attempt retryable.
+//! #[job(retry = 5, timeout = "2m", queue = "mail")]
+//! async fn send_invoice(ctx: JobContext, invoice_id: i64) -> Result<(), JobError> {
+//!     let _ = (ctx, invoice_id);
+//!     Ok(())
+//! }
+//!
+//! #[tokio::main]
+//! async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     let pool = job::pool_options().connect("postgres://postgres@127.0.0.1/app").await?;
+//!     let store = PgStore::new(pool.clone());
+//!     // Creates or upgrades the `job` schema (or install it with `psql -f`, see the README).
+//!     store.migrate().await?;
+//!
+//!     // Enqueue inside your own transaction: the job exists only if it commits.
+//!     let mut tx = pool.begin().await?;
+//!     SendInvoice { invoice_id: 42 }.enqueue(&mut *tx).await?;
+//!     tx.commit().await?;
+//!
+//!     // Run a worker until ctrl-c, then drain: finish or release what is running.
+//!     let worker = Worker::builder(store).register::<SendInvoice>().queue("mail", 10).build()?;
+//!     worker.run_until(async { tokio::signal::ctrl_c().await.unwrap() }).await;
+//!     Ok(())
+//! }
+//! ```
+//!
+//! The README covers the guarantees, writing handlers, the exactly-once tools (unique jobs,
+//! completing in your transaction, durable steps), the testkit (`job-testkit`), operations and
+//! performance. This crate holds no logic: it re-exports `job-core`, `job-macros` and
+//! `job-postgres`, so that every type a program touches is named `job::…`.
 
-pub use job_core::maintenance::{Periodic, PrunerConfig, SchedulerConfig};
-pub use job_core::worker::{
-    ConnectionBudget, Worker, WorkerBuilder, WorkerConfig, WorkerHandle, WorkerStats,
-};
+// Jobs, their options and what can happen to them.
 pub use job_core::{
-    Admin, Cancelled, Deadline, JobFilter, OnDuplicate, Pause, Redriven, StateCount, Stats,
-    UniqueScope,
+    AttemptError, AttemptInfo, Backoff, Deadline, EnqueueOptions, ErrorClass, Extensions, Failure,
+    Job, JobContext, JobError, JobId, JobOptions, JobRow, JobState, NewJob, OnDuplicate, Outcome,
+    RunAt, StopReason, Unique, UniqueScope, DEFAULT_MAX_SNOOZES, DEFAULT_PAYLOAD_LIMIT,
+    MAX_ERROR_HISTORY, MAX_ERROR_MESSAGE, MAX_NAME_LEN, MAX_STEP_NAME, MAX_STEP_OUTPUT, MAX_TAGS,
+    MAX_UNIQUE_KEY_LEN,
 };
+// Errors.
+pub use job_core::{BoxError, BuildError, EnqueueError, StoreError};
+// The worker and its maintenance services.
 pub use job_core::{
-    AttemptError, AttemptInfo, Backoff, BuildError, EnqueueError, EnqueueOptions, ErrorClass,
-    Extensions, Failure, Fault, FaultInjector, FaultPoint, Job, JobContext, JobError, JobId,
-    JobOptions, JobRow, JobState, Lease, NewJob, Outcome, Release, RunAt, StopReason, Store,
-    StoreError, MAX_ERROR_HISTORY, MAX_ERROR_MESSAGE, MAX_STEP_OUTPUT,
+    ConnectionBudget, DrainReport, Periodic, Pruned, Pruner, PrunerConfig, Rescuer, RescuerConfig,
+    Scheduled, Scheduler, SchedulerConfig, Worker, WorkerBuilder, WorkerConfig, WorkerHandle,
+    WorkerStats, RELEASE_TIMEOUT,
 };
-pub use job_core::{AttemptHooks, DEFAULT_MAX_SNOOZES};
+// Operating on stored jobs.
+pub use job_core::{Admin, Cancelled, JobFilter, Pause, Redriven, StateCount, Stats};
+// The storage contract, for stores and wrappers of stores.
+pub use job_core::{
+    AttemptHooks, BoxFuture, ClaimKind, ClaimRequest, ClaimedJob, Expired, Finalize, Finalized,
+    HeartbeatReport, Lease, PruneRequest, Release, Renewal, Rescued, Store, Wakeups,
+};
+// Fault injection (see `job-testkit`).
+pub use job_core::{Fault, FaultInjector, FaultPoint};
 pub use job_macros::job;
-pub use job_postgres::complete_in;
-pub use job_postgres::{pool_options, Enqueue, PgStore, TenantAdmin};
+pub use job_postgres::{
+    complete_in, enqueue, enqueue_many, pool_options, schema_script, Enqueue, EnqueueMany,
+    Error as PgError, PgStore, TenantAdmin,
+};
+/// The PostgreSQL connection pool the store and your handlers use (sqlx's).
+pub use sqlx::PgPool;
 
-/// The names most programs need: `use job::prelude::*;`.
+/// The names most programs and their tests need: `use job::prelude::*;`.
 pub mod prelude {
     pub use crate::{
-        job, Admin, Enqueue, Job, JobContext, JobError, JobId, PgStore, Store, Worker,
+        job, Admin, Enqueue, EnqueueError, Job, JobContext, JobError, JobFilter, JobId, JobState,
+        Outcome, PgPool, PgStore, Store, Worker,
     };
 }
 

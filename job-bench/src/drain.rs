@@ -322,7 +322,7 @@ impl RawClaim {
             params,
             kinds: vec![kind],
             versions: vec![version],
-            leases: vec![job_core::store::duration_millis(lease)],
+            leases: vec![job_core::duration_millis(lease)],
             caps: vec![None],
         })
     }

@@ -153,14 +153,11 @@ impl<S: Store> Store for MeteredStore<S> {
         self.inner.close().await;
     }
 
-    async fn prune(
-        &self,
-        request: &job_core::maintenance::PruneRequest,
-    ) -> Result<u64, StoreError> {
+    async fn prune(&self, request: &job_core::PruneRequest) -> Result<u64, StoreError> {
         self.inner.prune(request).await
     }
 
-    async fn expire(&self, limit: u32) -> Result<job_core::maintenance::Expired, StoreError> {
+    async fn expire(&self, limit: u32) -> Result<job_core::Expired, StoreError> {
         self.inner.expire(limit).await
     }
 

@@ -6,8 +6,8 @@
 use std::time::Duration;
 
 use chrono::{SecondsFormat, Utc};
-use job_core::worker::{Worker, WorkerConfig};
 use job_core::{Backoff, BuildError, Job, JobContext, JobError, JobOptions};
+use job_core::{Worker, WorkerConfig};
 use job_postgres::PgStore;
 use serde::{Deserialize, Serialize};
 use sqlx::PgPool;

@@ -20,7 +20,6 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use job_postgres::PgStore;
-use sqlx::postgres::PgPoolOptions;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::oneshot;
 
@@ -135,7 +134,10 @@ async fn run(args: Args) -> ExitCode {
     let stdin_closed = stdin_closed(args.watch_stdin);
     let id = &args.worker_id;
 
-    let pool = match PgPoolOptions::new()
+    // The application's pool as the README advises: handlers are dropped mid-begin() by
+    // timeouts, fences and shutdowns, and a plain sqlx pool would hand such connections on
+    // inside a stale transaction.
+    let pool = match job_postgres::pool_options()
         .max_connections((args.concurrency / 2 + 4) as u32)
         .acquire_timeout(Duration::from_secs(10))
         .connect(&args.database_url)

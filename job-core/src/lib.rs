@@ -1,39 +1,55 @@
 //! The core of `job`: the job model, the storage contract and the worker runtime. It knows no
 //! SQL; a backend such as `job-postgres` implements [`Store`].
+//!
+//! The crate is in layers, each module private and every public item re-exported here, at
+//! one path:
+//!
+//! | layer | modules | what |
+//! |---|---|---|
+//! | model | `model/` | what a job is and what can happen to it: [`Job`], [`JobState`], [`Outcome`], [`JobError`], [`NewJob`], [`Backoff`] |
+//! | contract | `contract/` | what a backend implements: [`Store`], [`Admin`] and their types |
+//! | attempt | `attempt/` | running one attempt: [`Registry`], [`JobContext`], durable steps, fault points, the one attempt pipeline ([`perform_attempt`]) |
+//! | runtime | `worker/`, `maintenance/` | the [`Worker`] and its maintenance services ([`Rescuer`], [`Pruner`], [`Scheduler`]) |
+//!
+//! Each layer uses only the ones above it in this table.
 
-pub mod admin;
-pub mod backoff;
-pub mod context;
-mod decode;
-pub mod error;
-pub mod fault;
-pub mod job;
-pub mod new_job;
-pub mod outcome;
-pub mod registry;
-pub mod state;
-pub mod step;
-pub mod store;
-mod text;
+mod attempt;
+mod contract;
+mod maintenance;
+mod model;
+mod worker;
 
-pub use admin::{Admin, Cancelled, JobFilter, Pause, Redriven, StateCount, Stats};
-pub use backoff::Backoff;
-pub use context::{AttemptInfo, Extensions, JobContext, StopReason};
-pub use error::{BoxError, BuildError, EnqueueError, JobError, StoreError};
-pub use fault::{Fault, FaultInjector, FaultPoint};
-pub use job::{Job, JobId, JobOptions};
-pub use new_job::{
-    Deadline, EnqueueOptions, NewJob, OnDuplicate, RunAt, Unique, UniqueScope,
-    DEFAULT_PAYLOAD_LIMIT,
+pub use model::attempt_info::{AttemptInfo, StopReason};
+pub use model::backoff::Backoff;
+pub use model::error::{BoxError, BuildError, EnqueueError, JobError, StoreError};
+pub use model::job::{Job, JobId, JobOptions};
+pub use model::new_job::{
+    allowed_in_name, name_problem, payload_problem, Deadline, EnqueueOptions, NewJob, OnDuplicate,
+    RunAt, Unique, UniqueScope, DEFAULT_PAYLOAD_LIMIT, EARLIEST_TIME, FORBIDDEN_IN_NAMES,
+    LATEST_TIME, MAX_NAME_LEN, MAX_TAGS, MAX_UNIQUE_KEY_LEN,
 };
-pub use outcome::{run_attempt, AttemptEnd, ErrorClass, Failure, Outcome, DEFAULT_MAX_SNOOZES};
-pub use registry::Registry;
-pub use state::JobState;
-pub use step::{AttemptHooks, BoxFuture, MAX_STEP_NAME, MAX_STEP_OUTPUT};
-pub use store::{
-    AttemptError, ClaimKind, ClaimRequest, ClaimedJob, Finalize, Finalized, HeartbeatReport,
-    JobRow, Lease, Release, Renewal, Rescued, Store, Wakeups,
+pub use model::outcome::{AttemptEnd, ErrorClass, Failure, Outcome, DEFAULT_MAX_SNOOZES};
+pub use model::state::{JobState, UnknownState};
+pub use model::text::{storable_text, MAX_ERROR_HISTORY, MAX_ERROR_MESSAGE};
+
+pub use contract::admin::{Admin, Cancelled, JobFilter, Pause, Redriven, StateCount, Stats};
+pub use contract::store::{
+    duration_millis, AttemptError, ClaimKind, ClaimRequest, ClaimedJob, Expired, Finalize,
+    Finalized, HeartbeatReport, JobRow, Lease, PruneRequest, Release, Renewal, Rescued, Store,
+    Wakeups,
 };
-pub use text::{storable_text, MAX_ERROR_HISTORY, MAX_ERROR_MESSAGE};
-pub mod maintenance;
-pub mod worker;
+
+pub use attempt::context::{Extensions, JobContext};
+pub use attempt::fault::{Fault, FaultInjector, FaultPoint};
+pub use attempt::pipeline::{conclude, perform_attempt, run_attempt, start_attempt};
+pub use attempt::registry::{decode, BoxJobFuture, Handler, Poison, Registry};
+pub use attempt::step::{AttemptHooks, BoxFuture, StoreSteps, MAX_STEP_NAME, MAX_STEP_OUTPUT};
+
+pub use maintenance::{
+    Periodic, Pruned, Pruner, PrunerConfig, Rescuer, RescuerConfig, Scheduled, Scheduler,
+    SchedulerConfig,
+};
+pub use worker::{
+    ConnectionBudget, DrainReport, Worker, WorkerBuilder, WorkerConfig, WorkerHandle, WorkerStats,
+    RELEASE_TIMEOUT,
+};

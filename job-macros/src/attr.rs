@@ -33,7 +33,7 @@ mod kw {
 const KEYS: &str = "`kind`, `version`, `upgrade`, `queue`, `priority`, `retry`, `timeout`, \
                     `lease`, `backoff`, `unique`, `concurrency`";
 
-/// The longest queue or kind name the store accepts (`job_core::new_job::MAX_NAME_LEN`).
+/// The longest queue or kind name the store accepts (`job_core::MAX_NAME_LEN`).
 pub(crate) const MAX_NAME_LEN: usize = 128;
 
 /// The most retries `retry` allows.

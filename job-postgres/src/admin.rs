@@ -7,12 +7,12 @@
 
 use std::time::Duration;
 
-use job_core::maintenance::{Expired, PruneRequest};
-use job_core::store::duration_millis;
+use job_core::duration_millis;
 use job_core::{
     Admin, Cancelled, JobFilter, JobId, JobRow, JobState, Pause, Redriven, StateCount, Stats,
     StoreError,
 };
+use job_core::{Expired, PruneRequest};
 use sqlx::postgres::PgArguments;
 use sqlx::query::Query;
 use sqlx::{PgExecutor, Postgres, Row};
@@ -106,7 +106,7 @@ fn is_unique_violation(error: &sqlx::Error) -> bool {
 fn parse_state(id: JobId, state: &str) -> Result<JobState, Error> {
     state
         .parse()
-        .map_err(|e: job_core::state::UnknownState| Error::Decode {
+        .map_err(|e: job_core::UnknownState| Error::Decode {
             id,
             column: "state",
             reason: e.to_string(),

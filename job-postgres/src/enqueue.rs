@@ -5,7 +5,7 @@ use std::marker::PhantomData;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use job_core::store::duration_millis;
+use job_core::duration_millis;
 use job_core::{
     Deadline, EnqueueError, EnqueueOptions, Job, JobId, NewJob, OnDuplicate, RunAt, UniqueScope,
 };

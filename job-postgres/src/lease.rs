@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use job_core::store::duration_millis;
+use job_core::duration_millis;
 use job_core::{
     storable_text, ClaimRequest, ClaimedJob, Finalize, Finalized, HeartbeatReport, JobId, JobState,
     Lease, Outcome, Release, Renewal, Rescued, MAX_ERROR_MESSAGE,

@@ -72,7 +72,7 @@ pub fn script() -> String {
                 hashtextextended('job.schema_migrations', 0)); END $lock$;";
     let mut out = String::from(
         "-- The `job` schema, generated from job-postgres/migrations/ by\n\
-         -- job_postgres::migrate::script(): do not edit; change a migration and regenerate\n\
+         -- job_postgres::schema_script(): do not edit; change a migration and regenerate\n\
          -- (JOB_SCHEMA_OVERWRITE=1 cargo test -p job-postgres --lib).\n\
          --\n\
          -- Install or upgrade: psql -v ON_ERROR_STOP=1 -f schema.sql (as the role that is to\n\

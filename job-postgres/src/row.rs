@@ -32,14 +32,13 @@ pub(crate) fn decode(id: JobId, row: &PgRow) -> Result<JobRow, Error> {
         }
     };
     let state: String = row.try_get("state").map_err(column("state"))?;
-    let state: JobState =
-        state
-            .parse()
-            .map_err(|e: job_core::state::UnknownState| Error::Decode {
-                id,
-                column: "state",
-                reason: e.to_string(),
-            })?;
+    let state: JobState = state
+        .parse()
+        .map_err(|e: job_core::UnknownState| Error::Decode {
+            id,
+            column: "state",
+            reason: e.to_string(),
+        })?;
     // Leniently: an entry that does not read as an `AttemptError` (a raw INSERT may write any
     // JSON array there) is shown as such rather than making the whole row, or a listing,
     // unreadable.

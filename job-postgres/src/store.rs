@@ -167,14 +167,11 @@ impl Store for PgStore {
     // --- lifecycle: unique jobs, cancellation, dead letters, pausing, pruning, stats ---
     // (cancel, pause, dead letters and stats are `job_core::Admin`, in admin.rs)
 
-    async fn prune(
-        &self,
-        request: &job_core::maintenance::PruneRequest,
-    ) -> Result<u64, StoreError> {
+    async fn prune(&self, request: &job_core::PruneRequest) -> Result<u64, StoreError> {
         Ok(crate::admin::prune(&self.pool, request).await?)
     }
 
-    async fn expire(&self, limit: u32) -> Result<job_core::maintenance::Expired, StoreError> {
+    async fn expire(&self, limit: u32) -> Result<job_core::Expired, StoreError> {
         Ok(crate::admin::expire(&self.pool, limit).await?)
     }
 

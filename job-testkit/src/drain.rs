@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use job_core::{
-    run_attempt, AttemptInfo, ClaimRequest, ErrorClass, Extensions, Failure, Finalize, Finalized,
-    Job, JobContext, JobId, Outcome, Registry, Store,
+    perform_attempt, AttemptInfo, ClaimRequest, Extensions, Finalize, Finalized, Job, JobContext,
+    JobId, Outcome, Registry, Store, StoreSteps,
 };
 use job_postgres::PgStore;
 use tokio_util::sync::CancellationToken;
@@ -155,21 +155,18 @@ impl Drain {
                     job.lease,
                     self.state.clone(),
                     CancellationToken::new(),
-                );
-                let options = handler.options();
-                let outcome = match handler.start(&job.payload, job.payload_version, ctx) {
-                    Ok(future) => {
-                        let end = run_attempt(future, options.timeout).await;
-                        Outcome::classify(end, &info, false, &options.backoff, &mut rng)
-                    }
-                    Err(poison) => Outcome::Discard {
-                        failure: Failure {
-                            attempt: info.attempt,
-                            class: ErrorClass::Poison,
-                            message: poison.0,
-                        },
-                    },
-                };
+                )
+                .with_hooks(Arc::new(StoreSteps::new(store.clone(), job.lease)));
+                // The worker's own pipeline, the snooze bound included.
+                let outcome = perform_attempt(
+                    &**handler,
+                    &job.payload,
+                    job.payload_version,
+                    ctx,
+                    job.snoozes,
+                    &mut rng,
+                )
+                .await;
                 let written = store
                     .finalize(&[Finalize {
                         lease: job.lease,

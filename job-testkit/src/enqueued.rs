@@ -37,7 +37,7 @@ pub async fn enqueued<J: Job>(pool: &PgPool) -> Vec<EnqueuedJob<J>> {
             id,
             queue,
             priority,
-            job: job_core::registry::decode::<J>(&payload, version)
+            job: job_core::decode::<J>(&payload, version)
                 .unwrap_or_else(|e| panic!("enqueued job {id}: {e}")),
             payload: serde_json::from_str(&payload).expect("jsonb text is JSON"),
         })

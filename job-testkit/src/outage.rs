@@ -170,14 +170,11 @@ impl<S: Store> Store for OutageStore<S> {
 
     // --- lifecycle: unique jobs, cancellation, dead letters, pausing, pruning, stats ---
 
-    async fn prune(
-        &self,
-        request: &job_core::maintenance::PruneRequest,
-    ) -> Result<u64, StoreError> {
+    async fn prune(&self, request: &job_core::PruneRequest) -> Result<u64, StoreError> {
         self.call(self.inner.prune(request)).await
     }
 
-    async fn expire(&self, limit: u32) -> Result<job_core::maintenance::Expired, StoreError> {
+    async fn expire(&self, limit: u32) -> Result<job_core::Expired, StoreError> {
         self.call(self.inner.expire(limit)).await
     }
 

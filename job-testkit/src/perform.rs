@@ -4,10 +4,9 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use job_core::registry::decode;
 use job_core::{
-    run_attempt, AttemptHooks, AttemptInfo, BoxFuture, Extensions, Finalized, Job, JobContext,
-    JobId, Lease, Outcome, StoreError, DEFAULT_MAX_SNOOZES,
+    perform_attempt, AttemptHooks, AttemptInfo, BoxFuture, Extensions, Finalized, Job, JobContext,
+    JobId, Lease, Outcome, Registry, StoreError,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -168,7 +167,7 @@ impl Inline {
     }
 
     /// Pretends the job already snoozed `n` times, for the snooze bound
-    /// ([`DEFAULT_MAX_SNOOZES`]).
+    /// ([`DEFAULT_MAX_SNOOZES`](job_core::DEFAULT_MAX_SNOOZES)).
     pub fn snoozes(mut self, n: i32) -> Self {
         self.snoozes = n;
         self
@@ -198,36 +197,44 @@ impl Inline {
             attempt: self.attempt,
             max_attempts: self.max_attempts.unwrap_or(J::OPTIONS.max_attempts),
         };
-        let decoded = serde_json::to_string(&job)
-            .map_err(|e| job_core::registry::Poison(format!("payload does not serialize: {e}")))
-            .and_then(|json| decode::<J>(&json, J::VERSION));
-        let job = match decoded {
-            Ok(job) => job,
-            Err(poison) => {
+        let payload = match serde_json::to_string(&job) {
+            Ok(payload) => payload,
+            Err(e) => {
                 return Outcome::Discard {
                     failure: job_core::Failure {
                         attempt: info.attempt,
                         class: job_core::ErrorClass::Poison,
-                        message: poison.0,
+                        message: format!("payload does not serialize: {e}"),
                     },
                 }
             }
         };
+        let mut registry = Registry::new();
+        registry.register::<J>();
+        let handler = registry.get(J::KIND).expect("just registered");
         let lease = Lease {
             id: self.id,
             token: uuid::Uuid::nil(),
         };
-        let cancel = CancellationToken::new();
         let steps = self.steps.clone().unwrap_or_default();
-        let ctx = JobContext::new(info.clone(), lease, Arc::new(self.state.clone()), cancel)
-            .with_hooks(Arc::new(steps));
-        let end = run_attempt(Box::pin(job.perform(ctx)), J::OPTIONS.timeout).await;
-        let mut rng = fastrand::Rng::with_seed(self.seed);
-        Outcome::classify(end, &info, false, &J::OPTIONS.backoff, &mut rng).limit_snoozes(
-            &info,
-            self.snoozes,
-            DEFAULT_MAX_SNOOZES,
+        let ctx = JobContext::new(
+            info,
+            lease,
+            Arc::new(self.state.clone()),
+            CancellationToken::new(),
         )
+        .with_hooks(Arc::new(steps));
+        let mut rng = fastrand::Rng::with_seed(self.seed);
+        // The worker's own pipeline: decode, run under the timeout, conclude.
+        perform_attempt(
+            &**handler,
+            &payload,
+            J::VERSION,
+            ctx,
+            self.snoozes,
+            &mut rng,
+        )
+        .await
     }
 }
 

@@ -6,8 +6,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use job::{Backoff, Job, JobContext, JobError, JobId, JobOptions, JobState, PgStore, Store};
-use job_core::maintenance::RescuerConfig;
-use job_core::worker::WorkerBuilder;
+use job_core::RescuerConfig;
+use job_core::WorkerBuilder;
 use job_core::{EnqueueOptions, NewJob, DEFAULT_PAYLOAD_LIMIT};
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;

@@ -9,7 +9,7 @@ use std::time::Duration;
 use job::{
     Backoff, Job, JobContext, JobError, JobId, JobOptions, JobRow, JobState, PgStore, Store,
 };
-use job_core::worker::WorkerBuilder;
+use job_core::WorkerBuilder;
 use job_core::{EnqueueOptions, NewJob, DEFAULT_PAYLOAD_LIMIT};
 use serde::{Deserialize, Serialize};
 

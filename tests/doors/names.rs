@@ -2,8 +2,8 @@
 //! every door: no whitespace, control or format characters.
 
 use job::Enqueue;
-use job_core::new_job::{allowed_in_name, name_problem};
 use job_core::NewJob;
+use job_core::{allowed_in_name, name_problem};
 use job_testkit::TestDb;
 use serde_json::json;
 

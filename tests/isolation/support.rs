@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use job::PgStore;
 use job::{JobContext, JobId, WorkerStats};
-use job_core::worker::WorkerBuilder;
+use job_core::WorkerBuilder;
 use tokio::sync::oneshot;
 
 /// One execution of a handler, on the process's monotonic clock.

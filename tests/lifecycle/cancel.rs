@@ -86,7 +86,7 @@ async fn a_cancel_requested_job_that_went_back_to_waiting_is_cancelled_by_the_pr
         .execute(h.store.pool())
         .await
         .unwrap();
-    let pruner = job_core::maintenance::Pruner::new(h.store.clone(), Default::default());
+    let pruner = job_core::Pruner::new(h.store.clone(), Default::default());
     let pass = pruner.run_once().await.unwrap();
     assert_eq!(pass.expired.cancelled, 1);
     assert_eq!(h.row(id).await.state, JobState::Cancelled);

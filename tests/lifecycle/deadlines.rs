@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use job::{Enqueue, JobState};
-use job_core::maintenance::Pruner;
+use job_core::Pruner;
 
 use crate::common::*;
 
@@ -58,7 +58,7 @@ async fn the_workers_pruner_expires_deadlines_by_itself() {
         .unwrap();
     let worker = h
         .worker()
-        .pruner(job_core::maintenance::PrunerConfig {
+        .pruner(job_core::PrunerConfig {
             interval: Duration::from_millis(50),
             ..Default::default()
         })

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use job::JobState;
-use job_core::maintenance::{Pruner, PrunerConfig};
+use job_core::{Pruner, PrunerConfig};
 
 use crate::common::*;
 use crate::support::*;

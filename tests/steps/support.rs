@@ -5,8 +5,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use job::{Job, JobContext, JobError, JobId, JobOptions, PgStore};
-use job_core::maintenance::RescuerConfig;
-use job_core::worker::WorkerBuilder;
+use job_core::RescuerConfig;
+use job_core::WorkerBuilder;
 use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
 

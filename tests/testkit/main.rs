@@ -13,6 +13,8 @@ use job_testkit::{
 };
 use serde_json::json;
 
+mod pipeline;
+
 /// Counts emails "sent", as an application's mailer would.
 #[derive(Default)]
 struct Mailer {

@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use job::{JobState, Store};
-use job_core::maintenance::{Rescuer, RescuerConfig};
 use job_core::{ClaimKind, ClaimRequest, ClaimedJob, Finalize, Finalized, Outcome};
+use job_core::{Rescuer, RescuerConfig};
 
 use crate::common::*;
 

@@ -1,11 +1,46 @@
-//! Background services every worker runs beside its fetchers.
+//! Background services every worker runs beside its fetchers, each one file: the rescuer of
+//! expired leases, the pruner (and expirer, and vacuum), the scheduler of periodic jobs.
+//! [`services`] is the list the supervisor runs; a new service is a file with its config
+//! (`Default` and `validate`), its `run_once` and its [`Service`] impl, plus one entry there.
 
 mod pruner;
 mod rescuer;
 mod scheduler;
+mod service;
 mod ticker;
 
-pub use pruner::{Expired, PruneRequest, Pruned, Pruner, PrunerConfig};
+pub use pruner::{Pruned, Pruner, PrunerConfig};
 pub use rescuer::{Rescuer, RescuerConfig};
 pub use scheduler::{Periodic, Scheduled, Scheduler, SchedulerConfig};
+pub(crate) use service::{run, Service};
 pub(crate) use ticker::Ticker;
+
+use std::time::Duration;
+
+use crate::contract::store::Store;
+use crate::worker::WorkerConfig;
+
+/// Every maintenance service of a worker over `store`: one entry per service. `shortest_lease`
+/// is the shortest lease of the worker's kinds (the rescuer runs at least every half of it).
+pub(crate) fn services<S: Store>(
+    store: &S,
+    config: &WorkerConfig,
+    periodic: &[Periodic],
+    shortest_lease: Duration,
+) -> Vec<Box<dyn Service>> {
+    let mut rescuer = config.rescuer;
+    // A rescued job comes back within half a lease of its expiry, whatever the interval.
+    rescuer.interval = rescuer
+        .interval
+        .min(shortest_lease / 2)
+        .max(Duration::from_millis(1));
+    vec![
+        Box::new(Rescuer::new(store.clone(), rescuer)),
+        Box::new(Pruner::new(store.clone(), config.pruner)),
+        Box::new(Scheduler::new(
+            store.clone(),
+            periodic.to_vec(),
+            config.scheduler,
+        )),
+    ]
+}

@@ -7,10 +7,12 @@
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
-use crate::error::StoreError;
-use crate::store::Store;
+use crate::attempt::step::BoxFuture;
+use crate::contract::store::{Expired, PruneRequest, Store};
+use crate::model::error::{BuildError, StoreError};
+
+use super::service::{invalid, Service};
 
 /// Pruner settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,26 +47,6 @@ impl Default for PrunerConfig {
     }
 }
 
-/// One bounded prune statement: see [`Store::prune`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PruneRequest {
-    /// Completed jobs finished longer ago than this are deleted.
-    pub completed_retention: Duration,
-    /// Cancelled jobs finished longer ago than this are deleted.
-    pub cancelled_retention: Duration,
-    /// At most this many rows.
-    pub batch: u32,
-}
-
-/// What one expire statement did: see [`Store::expire`].
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Expired {
-    /// Waiting jobs past their deadline, now `discarded`.
-    pub discarded: u64,
-    /// Waiting jobs whose cancellation was requested, now `cancelled`.
-    pub cancelled: u64,
-}
-
 /// What a pruner pass did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Pruned {
@@ -79,12 +61,52 @@ pub struct Pruned {
 pub struct Pruner<S> {
     store: S,
     config: PrunerConfig,
+    /// When the store was last asked to vacuum.
+    vacuumed: Instant,
+    /// The last vacuum failure reported at WARN: one that keeps failing the same way (the
+    /// worker's role does not own the tables) is reported once, then at DEBUG.
+    vacuum_failure: Option<String>,
 }
 
 impl<S: Store> Pruner<S> {
     /// A pruner over `store`.
     pub fn new(store: S, config: PrunerConfig) -> Self {
-        Pruner { store, config }
+        Pruner {
+            store,
+            config,
+            vacuumed: Instant::now(),
+            vacuum_failure: None,
+        }
+    }
+
+    /// Asks the store to vacuum when `vacuum_interval` has passed since the last time.
+    async fn vacuum_when_due(&mut self) {
+        let Some(every) = self.config.vacuum_interval else {
+            return;
+        };
+        if self.vacuumed.elapsed() < every {
+            return;
+        }
+        self.vacuumed = Instant::now();
+        match self.store.vacuum().await {
+            Ok(ran) => {
+                if ran {
+                    tracing::debug!("vacuumed the job tables");
+                }
+                if self.vacuum_failure.take().is_some() {
+                    tracing::info!("the job tables can be vacuumed again");
+                }
+            }
+            Err(e) => {
+                let failure = e.to_string();
+                if self.vacuum_failure.as_ref() == Some(&failure) {
+                    tracing::debug!(error = %failure, "vacuum failed again");
+                } else {
+                    tracing::warn!(error = %failure, "vacuum failed");
+                    self.vacuum_failure = Some(failure);
+                }
+            }
+        }
     }
 
     /// One pass: expires, then prunes, each in batches until a batch comes back short.
@@ -112,52 +134,55 @@ impl<S: Store> Pruner<S> {
             }
         }
     }
+}
 
-    /// Runs a pass every `interval` until `stop` fires, and asks the store to vacuum every
-    /// `vacuum_interval` (at the first pass that far from the last one).
-    pub async fn run(self, stop: CancellationToken) {
-        let mut ticker = super::Ticker::new(self.config.interval, stop);
-        let mut vacuumed = Instant::now();
-        // A vacuum that keeps failing the same way (the worker's role does not own the
-        // tables) is reported at WARN once, then at DEBUG until it changes or succeeds.
-        let mut last_failure: Option<String> = None;
-        while ticker.next().await {
-            if let Some(every) = self.config.vacuum_interval {
-                if vacuumed.elapsed() >= every {
-                    vacuumed = Instant::now();
-                    match self.store.vacuum().await {
-                        Ok(ran) => {
-                            if ran {
-                                tracing::debug!("vacuumed the job tables");
-                            }
-                            if last_failure.take().is_some() {
-                                tracing::info!("the job tables can be vacuumed again");
-                            }
-                        }
-                        Err(e) => {
-                            let failure = e.to_string();
-                            if last_failure.as_ref() == Some(&failure) {
-                                tracing::debug!(error = %failure, "vacuum failed again");
-                            } else {
-                                tracing::warn!(error = %failure, "vacuum failed");
-                                last_failure = Some(failure);
-                            }
-                        }
-                    }
-                }
-            }
-            match self.run_once().await {
-                Ok(p) if p.deleted + p.expired.discarded + p.expired.cancelled > 0 => {
-                    tracing::info!(
-                        deleted = p.deleted,
-                        expired = p.expired.discarded,
-                        cancelled = p.expired.cancelled,
-                        "pruned jobs"
-                    )
-                }
-                Ok(_) => {}
-                Err(e) => tracing::warn!(error = %e, "prune pass failed"),
-            }
+impl PrunerConfig {
+    /// Whether the pruner can run with these settings.
+    pub fn validate(&self) -> Result<(), BuildError> {
+        if self.interval.is_zero() || self.batch == 0 {
+            return Err(invalid(
+                "pruner",
+                "interval and batch must be greater than zero",
+            ));
         }
+        if self.vacuum_interval.is_some_and(|v| v.is_zero()) {
+            return Err(invalid(
+                "pruner",
+                "vacuum_interval must be greater than zero",
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl<S: Store> Service for Pruner<S> {
+    fn name(&self) -> &'static str {
+        "pruner"
+    }
+
+    fn validate(&self) -> Result<(), BuildError> {
+        self.config.validate()
+    }
+
+    fn interval(&self) -> Duration {
+        self.config.interval
+    }
+
+    /// Vacuums every `vacuum_interval` (at the first pass that far from the last one), then
+    /// expires and prunes.
+    fn tick(&mut self) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(async move {
+            self.vacuum_when_due().await;
+            let p = self.run_once().await?;
+            if p.deleted + p.expired.discarded + p.expired.cancelled > 0 {
+                tracing::info!(
+                    deleted = p.deleted,
+                    expired = p.expired.discarded,
+                    cancelled = p.expired.cancelled,
+                    "pruned jobs"
+                );
+            }
+            Ok(())
+        })
     }
 }

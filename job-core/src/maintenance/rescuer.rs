@@ -4,10 +4,11 @@
 
 use std::time::Duration;
 
-use tokio_util::sync::CancellationToken;
+use crate::attempt::step::BoxFuture;
+use crate::contract::store::{Rescued, Store};
+use crate::model::error::{BuildError, StoreError};
 
-use crate::error::StoreError;
-use crate::store::{Rescued, Store};
+use super::service::{invalid, Service};
 
 /// Rescuer settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,20 +54,45 @@ impl<S: Store> Rescuer<S> {
             }
         }
     }
+}
 
-    /// Runs a pass every `interval` until `stop` fires.
-    pub async fn run(self, stop: CancellationToken) {
-        let mut ticker = super::Ticker::new(self.config.interval, stop);
-        while ticker.next().await {
-            match self.run_once().await {
-                Ok(r) if r.retried + r.discarded > 0 => tracing::info!(
+impl RescuerConfig {
+    /// Whether the rescuer can run with these settings.
+    pub fn validate(&self) -> Result<(), BuildError> {
+        if self.interval.is_zero() || self.batch == 0 {
+            return Err(invalid(
+                "rescuer",
+                "interval and batch must be greater than zero",
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl<S: Store> Service for Rescuer<S> {
+    fn name(&self) -> &'static str {
+        "rescuer"
+    }
+
+    fn validate(&self) -> Result<(), BuildError> {
+        self.config.validate()
+    }
+
+    fn interval(&self) -> Duration {
+        self.config.interval
+    }
+
+    fn tick(&mut self) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(async move {
+            let r = self.run_once().await?;
+            if r.retried + r.discarded > 0 {
+                tracing::info!(
                     retried = r.retried,
                     discarded = r.discarded,
                     "rescued jobs with expired leases"
-                ),
-                Ok(_) => {}
-                Err(e) => tracing::warn!(error = %e, "rescue pass failed"),
+                );
             }
-        }
+            Ok(())
+        })
     }
 }

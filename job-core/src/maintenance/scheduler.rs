@@ -10,14 +10,16 @@ use std::time::Duration;
 use chrono::{DateTime, SecondsFormat, Utc};
 use croner::parser::{CronParser, Seconds};
 use croner::Cron;
-use tokio_util::sync::CancellationToken;
 
-use crate::error::{BuildError, EnqueueError, StoreError};
-use crate::job::Job;
-use crate::new_job::{
+use crate::attempt::step::BoxFuture;
+use crate::contract::store::Store;
+use crate::model::error::{BuildError, EnqueueError, StoreError};
+use crate::model::job::Job;
+use crate::model::new_job::{
     EnqueueOptions, NewJob, OnDuplicate, RunAt, UniqueScope, DEFAULT_PAYLOAD_LIMIT,
 };
-use crate::store::Store;
+
+use super::service::{invalid, Service};
 
 /// Scheduler settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -174,17 +176,38 @@ impl<S: Store> Scheduler<S> {
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Option<DateTime<Utc>>>> {
         self.last.lock().unwrap_or_else(|e| e.into_inner())
     }
+}
 
-    /// Looks every `interval` until `stop` fires. Does nothing without schedules.
-    pub async fn run(self, stop: CancellationToken) {
-        if self.entries.is_empty() {
-            return;
+impl SchedulerConfig {
+    /// Whether the scheduler can run with these settings.
+    pub fn validate(&self) -> Result<(), BuildError> {
+        if self.interval.is_zero() {
+            return Err(invalid("scheduler", "interval must be greater than zero"));
         }
-        let mut ticker = super::Ticker::new(self.config.interval, stop);
-        while ticker.next().await {
-            if let Err(e) = self.run_once(Utc::now()).await {
-                tracing::warn!(error = %e, "periodic scheduling failed");
+        Ok(())
+    }
+}
+
+impl<S: Store> Service for Scheduler<S> {
+    fn name(&self) -> &'static str {
+        "scheduler"
+    }
+
+    fn validate(&self) -> Result<(), BuildError> {
+        self.config.validate()
+    }
+
+    fn interval(&self) -> Duration {
+        self.config.interval
+    }
+
+    /// One look at the clock; nothing to do without schedules.
+    fn tick(&mut self) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(async move {
+            if !self.entries.is_empty() {
+                self.run_once(Utc::now()).await?;
             }
-        }
+            Ok(())
+        })
     }
 }

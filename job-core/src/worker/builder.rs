@@ -3,14 +3,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::context::Extensions;
-use crate::error::BuildError;
-use crate::fault::FaultInjector;
-use crate::job::Job;
-use crate::maintenance::{Periodic, PrunerConfig};
-use crate::new_job::name_problem;
-use crate::registry::Registry;
-use crate::store::Store;
+use crate::attempt::context::Extensions;
+use crate::attempt::fault::FaultInjector;
+use crate::attempt::registry::Registry;
+use crate::contract::store::Store;
+use crate::maintenance::{self, Periodic, PrunerConfig};
+use crate::model::error::BuildError;
+use crate::model::job::Job;
+use crate::model::new_job::name_problem;
 
 use super::config::WorkerConfig;
 
@@ -98,7 +98,7 @@ fn min_connections(queues: usize) -> u32 {
 /// Builds a [`Worker`].
 ///
 /// ```no_run
-/// # use job_core::{Job, Store, worker::Worker};
+/// # use job_core::{Job, Store, Worker};
 /// # fn demo<S: Store, SendInvoice: Job>(store: S) -> Result<(), job_core::BuildError> {
 /// let worker = Worker::builder(store)
 ///     .register::<SendInvoice>()
@@ -271,18 +271,7 @@ impl<S: Store> WorkerBuilder<S> {
         if c.finalize_batch == 0 {
             return Err(invalid("finalize_batch", "must be at least 1".into()));
         }
-        if c.rescuer.interval.is_zero() || c.rescuer.batch == 0 {
-            return Err(invalid(
-                "rescuer",
-                "interval and batch must be greater than zero".into(),
-            ));
-        }
-        let shortest = self
-            .registry
-            .handlers()
-            .map(|h| h.options().lease)
-            .min()
-            .unwrap_or(Duration::MAX);
+        let shortest = self.registry.shortest_lease().unwrap_or(Duration::MAX);
         if shortest < Duration::from_millis(30) {
             return Err(invalid(
                 "lease",
@@ -297,18 +286,6 @@ impl<S: Store> WorkerBuilder<S> {
                 ));
             }
         }
-        if c.pruner.interval.is_zero() || c.pruner.batch == 0 {
-            return Err(invalid(
-                "pruner",
-                "interval and batch must be greater than zero".into(),
-            ));
-        }
-        if c.scheduler.interval.is_zero() {
-            return Err(invalid(
-                "scheduler",
-                "interval must be greater than zero".into(),
-            ));
-        }
         for h in self.registry.handlers() {
             if h.options().concurrency == Some(0) {
                 return Err(invalid(
@@ -318,6 +295,10 @@ impl<S: Store> WorkerBuilder<S> {
             }
         }
         let periodic = self.periodic.into_iter().collect::<Result<Vec<_>, _>>()?;
+        // Each maintenance service checks its own settings.
+        for service in maintenance::services(&self.store, c, &periodic, shortest) {
+            service.validate()?;
+        }
         Ok(Worker {
             periodic,
             store: self.store,

@@ -14,13 +14,13 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::context::AttemptInfo;
-use crate::error::StoreError;
-use crate::fault::FaultPoint;
-use crate::outcome::{ErrorClass, Failure, Outcome};
-use crate::store::{Finalize, Finalized, Store};
+use crate::attempt::fault::FaultPoint;
+use crate::contract::store::{Finalize, Finalized, Store};
+use crate::model::attempt_info::AttemptInfo;
+use crate::model::error::StoreError;
+use crate::model::outcome::{ErrorClass, Failure, Outcome};
 
-use super::run::Shared;
+use super::shared::Shared;
 use super::stats::bump;
 
 /// How often an outcome refused alone is tried again as it is, before it is made storable.
@@ -162,7 +162,7 @@ async fn write_alone<S: Store>(shared: &Shared<S>, mut c: Completion) {
                     message: format!(
                         "the database refused this attempt's outcome (`{outcome}`) {refusals} \
                          times, the last time with: {}",
-                        crate::text::storable_text(&error.to_string(), STRICT_TEXT)
+                        crate::model::text::storable_text(&error.to_string(), STRICT_TEXT)
                     ),
                 },
             };

@@ -1,6 +1,7 @@
-//! Runs one claimed job: decode, perform under its timeout, classify the result into an
-//! [`Outcome`] (snoozes bounded by [`DEFAULT_MAX_SNOOZES`]), hand it to the completer. A panic,
-//! a timeout or a lease loss never takes the worker down.
+//! Runs one claimed job through the attempt pipeline (`attempt/pipeline.rs`: start, run
+//! under the timeout, conclude), with the worker's fault points and stop signals between the
+//! stages, and hands the outcome to the completer. A panic, a timeout or a lease loss never
+//! takes the worker down.
 //!
 //! An execution ends when its code ends: after a timeout, a lost lease or a shutdown the
 //! handler is aborted, and the executor waits until its code has really returned (and every
@@ -17,18 +18,20 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::context::{AttemptInfo, JobContext};
-use crate::error::StoreError;
-use crate::fault::{Fault, FaultPoint};
-use crate::outcome::{
-    run_task, AttemptEnd, ErrorClass, Failure, Outcome, StopCause, DEFAULT_MAX_SNOOZES,
-};
-use crate::step::{AttemptHooks, BoxFuture};
-use crate::store::{ClaimedJob, Finalize, Finalized, Lease, Release, Store};
+use tokio_util::sync::CancellationToken;
+
+use crate::attempt::context::JobContext;
+use crate::attempt::fault::{Fault, FaultPoint};
+use crate::attempt::pipeline::{conclude, run_task, start_attempt, StopCause};
+use crate::attempt::step::{AttemptHooks, BoxFuture, StoreSteps};
+use crate::contract::store::{ClaimedJob, Finalize, Finalized, Lease, Release, Store};
+use crate::model::attempt_info::{AttemptInfo, StopReason};
+use crate::model::error::StoreError;
+use crate::model::outcome::{AttemptEnd, Outcome};
 
 use super::completer::Completion;
 use super::inflight::{Abort, Signals};
-use super::run::Shared;
+use super::shared::Shared;
 use super::stats::bump;
 
 pub(crate) async fn run<S: Store>(
@@ -83,6 +86,7 @@ async fn execute<S: Store>(
     }
     let hooks = Arc::new(Hooks {
         shared: shared.clone(),
+        steps: StoreSteps::new(shared.store.clone(), lease),
         lease,
         info: info.clone(),
         signals: signals.clone(),
@@ -91,33 +95,34 @@ async fn execute<S: Store>(
         (*info).clone(),
         lease,
         shared.state.clone(),
-        signals.cancel.clone(),
+        CancellationToken::new(),
     )
+    .with_stop(signals.stop.clone())
     .with_hooks(hooks);
-    let work = ctx.work().clone();
-    let outcome = match handler.start(&job.payload, job.payload_version, ctx) {
-        Err(poison) => {
-            tracing::error!(reason = %poison, "poison payload: discarding");
-            Outcome::Discard {
-                failure: Failure {
-                    attempt: info.attempt,
-                    class: ErrorClass::Poison,
-                    message: poison.0,
-                },
-            }
-        }
+    let view = ctx.clone();
+    let outcome = match start_attempt(&*handler, &job.payload, job.payload_version, ctx) {
+        Err(poison) => poison,
         Ok(future) => {
             if shared.crashes_at(FaultPoint::BeforePerform, &info) {
                 shared.inflight.remove(&lease);
                 return;
             }
             let started = Instant::now();
-            let task = run_task(future, options.timeout, signals.abort.cancelled(), || {
-                shared.inflight.stopping(&lease, Instant::now())
-            })
+            let task = run_task(
+                future,
+                options.timeout,
+                signals.abort.cancelled(),
+                |cause| {
+                    if cause == StopCause::TimedOut {
+                        signals.stop.stop(StopReason::TimedOut);
+                    }
+                    shared.inflight.stopping(&lease, Instant::now());
+                },
+            )
             .await;
             // Blocking work the handler started through `JobContext::blocking` cannot be
             // stopped: the execution is over only when it has returned too.
+            let work = view.work();
             work.close();
             if !work.is_empty() {
                 shared.inflight.stopping(&lease, Instant::now());
@@ -165,8 +170,8 @@ async fn execute<S: Store>(
                     "the attempt ran over its timeout; its code has ended: writing a retry"
                 );
             }
-            let ended = task.into_attempt_end(options.timeout);
-            match &ended {
+            let end = task.into_attempt_end(options.timeout);
+            match &end {
                 AttemptEnd::Panicked(message) => {
                     bump(&shared.counters.panics, 1);
                     tracing::error!(panic = %message, "handler panicked");
@@ -174,26 +179,15 @@ async fn execute<S: Store>(
                 AttemptEnd::TimedOut(_) => bump(&shared.counters.timeouts, 1),
                 AttemptEnd::Returned(_) => {}
             }
-            match signals.unstorable_step.get() {
-                Some(message) => Outcome::Discard {
-                    failure: Failure {
-                        attempt: info.attempt,
-                        class: ErrorClass::StepUnstorable,
-                        message: message.clone(),
-                    },
-                },
-                None => {
-                    let mut rng = shared.rng.lock().unwrap_or_else(|e| e.into_inner());
-                    Outcome::classify(
-                        ended,
-                        &info,
-                        signals.cancel_requested(),
-                        &options.backoff,
-                        &mut rng,
-                    )
-                    .limit_snoozes(&info, job.snoozes, DEFAULT_MAX_SNOOZES)
-                }
-            }
+            let mut rng = shared.rng.lock().unwrap_or_else(|e| e.into_inner());
+            conclude(
+                end,
+                &view,
+                signals.cancel_requested(),
+                &options.backoff,
+                job.snoozes,
+                &mut rng,
+            )
         }
     };
     if shared.crashes_at(FaultPoint::BeforeFinalize, &info) {
@@ -233,6 +227,7 @@ async fn give_back_unstarted<S: Store>(shared: &Shared<S>, lease: Lease) {
 /// points, and stopping the execution when a step finds its lease gone.
 struct Hooks<S> {
     shared: Arc<Shared<S>>,
+    steps: StoreSteps<S>,
     lease: Lease,
     info: Arc<AttemptInfo>,
     signals: Signals,
@@ -240,7 +235,7 @@ struct Hooks<S> {
 
 impl<S: Store> AttemptHooks for Hooks<S> {
     fn load_steps(&self) -> BoxFuture<'_, Result<HashMap<String, String>, StoreError>> {
-        Box::pin(self.shared.store.load_steps(&self.lease))
+        self.steps.load_steps()
     }
 
     fn save_step<'a>(
@@ -248,7 +243,7 @@ impl<S: Store> AttemptHooks for Hooks<S> {
         name: &'a str,
         output: &'a str,
     ) -> BoxFuture<'a, Result<Finalized, StoreError>> {
-        Box::pin(self.shared.store.save_step(&self.lease, name, output))
+        self.steps.save_step(name, output)
     }
 
     fn crash_at(&self, point: FaultPoint, name: &str) -> bool {
@@ -275,10 +270,6 @@ impl<S: Store> AttemptHooks for Hooks<S> {
 
     fn lease_held(&self) -> bool {
         self.shared.inflight.holds(&self.lease)
-    }
-
-    fn step_unstorable(&self, _name: &str, message: &str) {
-        let _ = self.signals.unstorable_step.set(message.to_owned());
     }
 
     fn finalized_in_transaction(&self) {

@@ -23,13 +23,13 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::context::AttemptInfo;
-use crate::error::StoreError;
-use crate::store::{ClaimRequest, ClaimedJob, Release, Store};
+use crate::contract::store::{ClaimRequest, ClaimedJob, Release, Store};
+use crate::model::attempt_info::AttemptInfo;
+use crate::model::error::StoreError;
 
 use super::executor;
 use super::inflight::Signals;
-use super::run::Shared;
+use super::shared::Shared;
 
 /// A claimed job on its way to an execution slot, with the permit it holds in the claimer.
 struct Claimed {

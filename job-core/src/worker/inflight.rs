@@ -12,9 +12,10 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::context::AttemptInfo;
-use crate::job::JobId;
-use crate::store::{Lease, Release, Renewal};
+use crate::attempt::context::StopSignal;
+use crate::contract::store::{Lease, Release, Renewal};
+use crate::model::attempt_info::{AttemptInfo, StopReason};
+use crate::model::job::JobId;
 
 /// Why the runtime stopped an execution from outside the handler.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,8 +34,9 @@ pub(crate) enum Abort {
 /// The signals of one execution.
 #[derive(Debug, Clone)]
 pub(crate) struct Signals {
-    /// Fired for every stop (cancel requested included): what the handler sees in its context.
-    pub(crate) cancel: CancellationToken,
+    /// Fired for every stop (cancel requested, timeout included), with why: what the handler
+    /// sees in its context.
+    pub(crate) stop: StopSignal,
     /// Fired when the runtime takes the execution away; the executor drops the handler.
     pub(crate) abort: CancellationToken,
     /// Why `abort` fired.
@@ -43,20 +45,16 @@ pub(crate) struct Signals {
     pub(crate) cancel_requested: Arc<AtomicBool>,
     /// Set when the handler finalized the job in its own transaction.
     pub(crate) finalized_by_handler: Arc<AtomicBool>,
-    /// Set when a durable step's output could not be stored: the job's outcome is then a
-    /// discard with this message, whatever the handler returns.
-    pub(crate) unstorable_step: Arc<OnceLock<String>>,
 }
 
 impl Signals {
     fn new() -> Self {
         Signals {
-            cancel: CancellationToken::new(),
+            stop: StopSignal::default(),
             abort: CancellationToken::new(),
             reason: Arc::new(OnceLock::new()),
             cancel_requested: Arc::new(AtomicBool::new(false)),
             finalized_by_handler: Arc::new(AtomicBool::new(false)),
-            unstorable_step: Arc::new(OnceLock::new()),
         }
     }
 
@@ -75,7 +73,10 @@ impl Signals {
     fn abort(&self, reason: Abort) {
         let _ = self.reason.set(reason);
         self.abort.cancel();
-        self.cancel.cancel();
+        self.stop.stop(match reason {
+            Abort::Shutdown => StopReason::Shutdown,
+            Abort::LeaseLost | Abort::Crash | Abort::Finalized => StopReason::LeaseLost,
+        });
     }
 }
 
@@ -291,7 +292,7 @@ impl InFlight {
     pub(crate) fn request_cancel(&self, lease: &Lease) {
         if let Some(e) = self.lock().get(lease) {
             e.signals.cancel_requested.store(true, Ordering::Release);
-            e.signals.cancel.cancel();
+            e.signals.stop.stop(StopReason::CancelRequested);
         }
     }
 

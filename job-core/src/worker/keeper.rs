@@ -16,11 +16,11 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::fault::FaultPoint;
-use crate::store::{Lease, Renewal, Store};
+use crate::attempt::fault::FaultPoint;
+use crate::contract::store::{Lease, Renewal, Store};
 
 use super::inflight::Abort;
-use super::run::Shared;
+use super::shared::Shared;
 use super::stats::bump;
 
 /// The connections the lease keeper opens: one for the heartbeat, and a spare so that a
@@ -30,13 +30,11 @@ pub(crate) const KEEPER_CONNECTIONS: u32 = 2;
 /// The heartbeat period: a third of the shortest lease of the registered jobs, unless set.
 pub(crate) fn interval<S>(shared: &Shared<S>) -> Duration {
     shared.config.heartbeat_interval.unwrap_or_else(|| {
-        let shortest = shared
+        shared
             .registry
-            .handlers()
-            .map(|h| h.options().lease)
-            .min()
-            .unwrap_or(Duration::from_secs(30));
-        shortest / 3
+            .shortest_lease()
+            .unwrap_or(Duration::from_secs(30))
+            / 3
     })
 }
 

@@ -11,6 +11,7 @@ mod fetcher;
 mod inflight;
 mod keeper;
 mod run;
+mod shared;
 mod stats;
 
 pub use builder::{ConnectionBudget, Worker, WorkerBuilder};

@@ -10,49 +10,16 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::context::{AttemptInfo, Extensions};
-use crate::fault::{Fault, FaultInjector, FaultPoint};
-use crate::maintenance::{Periodic, Pruner, Rescuer, Scheduler};
-use crate::registry::Registry;
-use crate::store::{Release, Store};
+use crate::contract::store::{Release, Store};
+use crate::maintenance::{self, Periodic};
 
 use super::builder::Worker;
 use super::completer::{self, Completion};
-use super::config::WorkerConfig;
 use super::fetcher;
 use super::inflight::InFlight;
 use super::keeper::Keeper;
-use super::stats::{bump, Counters, WorkerStats};
-
-/// What every task of one worker shares.
-pub(crate) struct Shared<S> {
-    pub(crate) store: S,
-    pub(crate) registry: Registry,
-    pub(crate) state: Arc<Extensions>,
-    pub(crate) config: WorkerConfig,
-    pub(crate) inflight: InFlight,
-    pub(crate) counters: Counters,
-    pub(crate) faults: Option<Arc<dyn FaultInjector>>,
-    pub(crate) rng: Mutex<fastrand::Rng>,
-    pub(crate) completions: mpsc::UnboundedSender<Completion>,
-    /// Tracks executor tasks so shutdown can wait for them.
-    pub(crate) executors: TaskTracker,
-}
-
-impl<S> Shared<S> {
-    /// Asks the injector, if any, whether the execution crashes at `point`; counts crashes.
-    pub(crate) fn crashes_at(&self, point: FaultPoint, job: &AttemptInfo) -> bool {
-        let crashed = self
-            .faults
-            .as_ref()
-            .is_some_and(|f| f.at(point, job) == Fault::Crash);
-        if crashed {
-            bump(&self.counters.crashed, 1);
-            tracing::warn!(%point, id = job.id, kind = %job.kind, "injected crash");
-        }
-        crashed
-    }
-}
+use super::shared::Shared;
+use super::stats::{Counters, WorkerStats};
 
 /// What shutdown did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -232,18 +199,15 @@ async fn supervise<S: Store>(
         completions,
         stop_completer.clone(),
     ));
-    // A rescued job comes back within half a lease of its expiry, whatever the interval.
-    let mut rescuer = shared.config.rescuer;
-    rescuer.interval = rescuer.interval.min(shortest_lease(&shared) / 2);
-    let rescuer =
-        tokio::spawn(Rescuer::new(shared.store.clone(), rescuer).run(stop_services.clone()));
-    let pruner = tokio::spawn(
-        Pruner::new(shared.store.clone(), shared.config.pruner).run(stop_services.clone()),
-    );
-    let scheduler = tokio::spawn(
-        Scheduler::new(shared.store.clone(), periodic, shared.config.scheduler)
-            .run(stop_services.clone()),
-    );
+    let services: Vec<_> = maintenance::services(
+        &shared.store,
+        &shared.config,
+        &periodic,
+        shortest_lease(&shared),
+    )
+    .into_iter()
+    .map(|service| tokio::spawn(maintenance::run(service, stop_services.clone())))
+    .collect();
 
     shutdown.cancelled().await;
     tracing::info!(worker = %shared.config.id, "worker draining");
@@ -302,9 +266,9 @@ async fn supervise<S: Store>(
     released += release(&shared, &leftovers.releases).await;
     keeper.stop().await;
     stop_services.cancel();
-    let _ = rescuer.await;
-    let _ = pruner.await;
-    let _ = scheduler.await;
+    for service in services {
+        let _ = service.await;
+    }
     if tokio::time::timeout(CLOSE_TIMEOUT, shared.store.close())
         .await
         .is_err()
@@ -358,8 +322,6 @@ async fn release<S: Store>(shared: &Shared<S>, releases: &[Release]) -> u64 {
 fn shortest_lease<S>(shared: &Shared<S>) -> Duration {
     shared
         .registry
-        .handlers()
-        .map(|h| h.options().lease)
-        .min()
+        .shortest_lease()
         .unwrap_or(Duration::from_secs(30))
 }

@@ -2,7 +2,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::outcome::Outcome;
+use crate::model::outcome::Outcome;
 
 /// A snapshot of a worker's counters since it started.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -2,10 +2,10 @@
 
 use std::time::Duration;
 
-use job_core::maintenance::{Rescuer, RescuerConfig};
 use job_core::{
     Finalize, Finalized, JobState, Lease, NewJob, Outcome, Release, Renewal, Rescued, RunAt, Store,
 };
+use job_core::{Rescuer, RescuerConfig};
 use uuid::Uuid;
 
 use super::support::{

@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use job_core::worker::{Worker, WorkerBuilder};
 use job_core::{Job, JobState, NewJob, Store};
+use job_core::{Worker, WorkerBuilder};
 
 use super::jobs::{Greet, Person, Seen};
 use super::support::{reaches, row};

@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use crate::error::EnqueueError;
-use crate::job::Job;
+use crate::model::error::EnqueueError;
+use crate::model::job::Job;
 
 /// The default payload size limit: 1 MiB of JSON. The database's limit
 /// (`job.settings.payload_limit`, which every enqueue obeys) starts at this value; a store may

@@ -9,11 +9,11 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 use uuid::Uuid;
 
-use crate::error::StoreError;
-use crate::job::JobId;
-use crate::new_job::NewJob;
-use crate::outcome::Outcome;
-use crate::state::JobState;
+use crate::model::error::StoreError;
+use crate::model::job::JobId;
+use crate::model::new_job::NewJob;
+use crate::model::outcome::Outcome;
+use crate::model::state::JobState;
 
 /// The proof that a worker holds a job: its id and the token written by the claim.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -163,6 +163,26 @@ pub struct AttemptError {
     pub message: String,
 }
 
+/// One bounded prune statement: see [`Store::prune`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PruneRequest {
+    /// Completed jobs finished longer ago than this are deleted.
+    pub completed_retention: Duration,
+    /// Cancelled jobs finished longer ago than this are deleted.
+    pub cancelled_retention: Duration,
+    /// At most this many rows.
+    pub batch: u32,
+}
+
+/// What one expire statement did: see [`Store::expire`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Expired {
+    /// Waiting jobs past their deadline, now `discarded`.
+    pub discarded: u64,
+    /// Waiting jobs whose cancellation was requested, now `cancelled`.
+    pub cancelled: u64,
+}
+
 /// A job row as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobRow {
@@ -303,18 +323,13 @@ pub trait Store: Clone + Send + Sync + 'static {
 
     /// Deletes up to `request.batch` jobs finished longer ago than their state's retention
     /// (`completed`, `cancelled`; never `discarded`, kept until purged). Returns how many.
-    fn prune(
-        &self,
-        request: &crate::maintenance::PruneRequest,
-    ) -> impl Future<Output = Result<u64, StoreError>> + Send;
+    fn prune(&self, request: &PruneRequest)
+        -> impl Future<Output = Result<u64, StoreError>> + Send;
 
     /// Ends up to `limit` waiting jobs that must not run: past their deadline → `discarded`
     /// with an `expired` error naming it; cancellation requested (a running job that was then
     /// retried, snoozed or rescued) → `cancelled`. Never touches a running job.
-    fn expire(
-        &self,
-        limit: u32,
-    ) -> impl Future<Output = Result<crate::maintenance::Expired, StoreError>> + Send;
+    fn expire(&self, limit: u32) -> impl Future<Output = Result<Expired, StoreError>> + Send;
 
     /// Reclaims the dead row versions that claims, finalizes and prunes leave behind, when the
     /// database would not do it by itself (PostgreSQL: autovacuum off for the server or the

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::job::JobId;
+use crate::model::job::JobId;
 
 /// A boxed error from a handler or a backend.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
@@ -173,7 +173,7 @@ pub enum EnqueueError {
         source: serde_json::Error,
     },
     /// An active job of this kind already holds this unique key: nothing was inserted (and,
-    /// with [`OnDuplicate::Replace`](crate::new_job::OnDuplicate::Replace), the existing job
+    /// with [`OnDuplicate::Replace`](crate::model::new_job::OnDuplicate::Replace), the existing job
     /// was running, so it was not replaced either). A web handler answers 409 Conflict with
     /// `existing`.
     #[error("a job of `{kind}` with unique key `{key}` is already active (job {existing})")]

@@ -13,10 +13,10 @@ use std::time::Duration;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::context::JobContext;
-use crate::error::{JobError, StoreError};
-use crate::fault::FaultPoint;
-use crate::store::Finalized;
+use crate::attempt::context::JobContext;
+use crate::attempt::fault::FaultPoint;
+use crate::contract::store::{Finalized, Lease, Store};
+use crate::model::error::{JobError, StoreError};
 
 /// A boxed, sendable future, for the object-safe [`AttemptHooks`].
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -65,17 +65,40 @@ pub trait AttemptHooks: Send + Sync + 'static {
         true
     }
 
-    /// The output of step `name` cannot be stored: the runtime must end the job as discarded
-    /// with class `step_unstorable` and `message`, whatever the handler then returns, since
-    /// the step's effect may have happened. Defaults to doing nothing.
-    fn step_unstorable(&self, name: &str, message: &str) {
-        let _ = (name, message);
-    }
-
     /// The handler finalized the job in its own transaction (or is about to commit one that
     /// does): the runtime's own finalize finding the lease gone is then expected, not a loss.
     /// Defaults to doing nothing.
     fn finalized_in_transaction(&self) {}
+}
+
+/// Durable steps recorded in a [`Store`](crate::Store) under one attempt's lease: the hooks
+/// the testkit's `Drain` gives its contexts, so their steps are recorded (and checked) as a
+/// worker records them.
+#[derive(Debug, Clone)]
+pub struct StoreSteps<S> {
+    store: S,
+    lease: Lease,
+}
+
+impl<S: Store> StoreSteps<S> {
+    /// The steps of the job of `lease`, in `store`.
+    pub fn new(store: S, lease: Lease) -> Self {
+        StoreSteps { store, lease }
+    }
+}
+
+impl<S: Store> AttemptHooks for StoreSteps<S> {
+    fn load_steps(&self) -> BoxFuture<'_, Result<HashMap<String, String>, StoreError>> {
+        Box::pin(self.store.load_steps(&self.lease))
+    }
+
+    fn save_step<'a>(
+        &'a self,
+        name: &'a str,
+        output: &'a str,
+    ) -> BoxFuture<'a, Result<Finalized, StoreError>> {
+        Box::pin(self.store.save_step(&self.lease, name, output))
+    }
 }
 
 impl JobContext {
@@ -139,7 +162,7 @@ impl JobContext {
                 JobError::terminal(format!(
                     "the recorded output of step `{name}` does not decode as `{}`: {}",
                     std::any::type_name::<T>(),
-                    crate::decode::explain::<T>(&recorded, &e)
+                    crate::model::decode::explain::<T>(&recorded, &e)
                 ))
             });
         }
@@ -149,7 +172,7 @@ impl JobContext {
         let output = f().await?;
         let json = match storable_output(&output) {
             Ok(json) => json,
-            Err(reason) => return Err(unstorable(hooks, name, &reason)),
+            Err(reason) => return Err(unstorable(self, name, &reason)),
         };
         let mut pause = RECORD_RETRY_FIRST;
         loop {
@@ -163,7 +186,7 @@ impl JobContext {
                 }
                 Err(e) if e.is_refused() => {
                     return Err(unstorable(
-                        hooks,
+                        self,
                         name,
                         &format!("the database refused it: {e}"),
                     ))
@@ -252,7 +275,7 @@ fn storable_output<T: Serialize + DeserializeOwned>(output: &T) -> Result<String
         return Err(format!(
             "it does not read back as `{}`: {}",
             std::any::type_name::<T>(),
-            crate::decode::explain::<T>(&json, &e)
+            crate::model::decode::explain::<T>(&json, &e)
         ));
     }
     Ok(json)
@@ -277,14 +300,15 @@ fn has_escaped_nul(json: &str) -> bool {
     false
 }
 
-/// Tells the runtime that step `name` cannot be stored, and returns the step's error.
-fn unstorable(hooks: &dyn AttemptHooks, name: &str, reason: &str) -> JobError {
+/// Marks the attempt as ended by step `name`, whose output cannot be stored, and returns the
+/// step's error.
+fn unstorable(ctx: &JobContext, name: &str, reason: &str) -> JobError {
     let message = format!(
         "the output of step `{name}` cannot be stored: {reason}; the step's effect may have \
          happened, so the job is not retried (redrive it once the step is fixed)"
     );
     tracing::error!(step = name, %message, "step output cannot be stored: ending the job");
-    hooks.step_unstorable(name, &message);
+    ctx.mark_step_unstorable(message.clone());
     JobError::terminal(message)
 }
 
@@ -296,8 +320,9 @@ mod tests {
     use tokio_util::sync::CancellationToken;
 
     use super::*;
-    use crate::context::{AttemptInfo, Extensions};
-    use crate::store::Lease;
+    use crate::attempt::context::Extensions;
+    use crate::contract::store::Lease;
+    use crate::model::attempt_info::AttemptInfo;
 
     /// Steps in memory, counting loads and saves; `lost` makes every save find its lease gone.
     #[derive(Default)]

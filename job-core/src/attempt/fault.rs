@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use crate::context::AttemptInfo;
+use crate::model::attempt_info::AttemptInfo;
 
 /// A place in an execution where a fault can be injected.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -6,9 +6,9 @@ use std::time::Duration;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::backoff::Backoff;
-use crate::context::JobContext;
-use crate::error::JobError;
+use crate::attempt::context::JobContext;
+use crate::model::backoff::Backoff;
+use crate::model::error::JobError;
 
 /// A job row's id.
 pub type JobId = i64;

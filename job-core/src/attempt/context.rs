@@ -3,15 +3,16 @@
 use std::any::{type_name, Any, TypeId};
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::error::JobError;
-use crate::job::JobId;
-use crate::step::AttemptHooks;
-use crate::store::Lease;
+use crate::attempt::step::AttemptHooks;
+use crate::contract::store::Lease;
+use crate::model::attempt_info::{AttemptInfo, StopReason};
+use crate::model::error::JobError;
+use crate::model::job::JobId;
 
 /// The recorded steps of a job, loaded at an attempt's first step.
 type StepCache = tokio::sync::OnceCell<std::sync::Mutex<HashMap<String, String>>>;
@@ -49,31 +50,19 @@ impl fmt::Debug for Extensions {
     }
 }
 
-/// Why an execution was told to stop.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum StopReason {
-    /// An operator asked for the job to be cancelled.
-    CancelRequested,
-    /// The lease was lost or could not be renewed in time: another worker may take the job.
-    LeaseLost,
-    /// The worker is shutting down and its drain deadline passed.
-    Shutdown,
+/// What tells an execution to stop, and why: shared by its context and the runtime.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct StopSignal {
+    token: CancellationToken,
+    reason: Arc<OnceLock<StopReason>>,
 }
 
-/// The facts of one attempt.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AttemptInfo {
-    /// The job's id.
-    pub id: JobId,
-    /// Its kind.
-    pub kind: String,
-    /// Its queue.
-    pub queue: String,
-    /// This attempt's number, counting from 1.
-    pub attempt: i32,
-    /// Attempts in all.
-    pub max_attempts: i32,
+impl StopSignal {
+    /// Tells the execution to stop, for `reason` unless an earlier stop gave one.
+    pub(crate) fn stop(&self, reason: StopReason) {
+        let _ = self.reason.set(reason);
+        self.token.cancel();
+    }
 }
 
 /// Handed to every handler: the job's identity, a cancellation signal and application state.
@@ -82,11 +71,14 @@ pub struct JobContext {
     info: Arc<AttemptInfo>,
     lease: Lease,
     state: Arc<Extensions>,
-    cancel: CancellationToken,
+    stop: StopSignal,
     hooks: Option<Arc<dyn AttemptHooks>>,
     steps: Arc<StepCache>,
     /// Blocking work started through [`JobContext::blocking`], which the execution outlasts.
     work: TaskTracker,
+    /// Set when a durable step's output could not be stored: the attempt's outcome is then a
+    /// discard of class `step_unstorable` with this message, whatever the handler returns.
+    unstorable_step: Arc<OnceLock<String>>,
 }
 
 impl JobContext {
@@ -102,11 +94,42 @@ impl JobContext {
             info: Arc::new(info),
             lease,
             state,
-            cancel,
+            stop: StopSignal {
+                token: cancel,
+                reason: Arc::default(),
+            },
             hooks: None,
             steps: Arc::new(StepCache::new()),
             work: TaskTracker::new(),
+            unstorable_step: Arc::default(),
         }
+    }
+
+    /// Shares `stop` with the runtime, which fires it (with a reason) to stop the execution.
+    pub(crate) fn with_stop(mut self, stop: StopSignal) -> Self {
+        self.stop = stop;
+        self
+    }
+
+    /// The facts of this attempt.
+    pub(crate) fn info(&self) -> &AttemptInfo {
+        &self.info
+    }
+
+    /// The signal that stops this execution, for the runtime to fire.
+    pub(crate) fn stop_signal(&self) -> &StopSignal {
+        &self.stop
+    }
+
+    /// Ends the attempt, whatever the handler returns, as a discard of class
+    /// `step_unstorable` with `message` (the first one given counts).
+    pub(crate) fn mark_step_unstorable(&self, message: String) {
+        let _ = self.unstorable_step.set(message);
+    }
+
+    /// The message of a step whose output could not be stored, if one could not.
+    pub(crate) fn unstorable_step(&self) -> Option<&str> {
+        self.unstorable_step.get().map(String::as_str)
     }
 
     /// Connects the context to the runtime: where durable steps are recorded, fault points,
@@ -222,15 +245,23 @@ impl JobContext {
         })
     }
 
-    /// Whether this execution has been told to stop (cancel requested, lease lost, shutdown).
-    /// Check it before each expensive step.
+    /// Whether this execution has been told to stop (cancel requested, timeout, lease lost,
+    /// shutdown). Check it before each expensive step, and between pieces of work inside
+    /// [`blocking`](Self::blocking) closures, which nothing else can stop.
     pub fn is_cancelled(&self) -> bool {
-        self.cancel.is_cancelled()
+        self.stop.token.is_cancelled()
     }
 
     /// Completes when this execution is told to stop.
     pub async fn cancelled(&self) {
-        self.cancel.cancelled().await
+        self.stop.token.cancelled().await
+    }
+
+    /// Why this execution was told to stop, once it was: an operator's cancel request, its
+    /// timeout, a lost lease or a shutdown. `None` while it runs on, or when the stop came
+    /// from outside the runtime (a context built by hand).
+    pub fn stop_reason(&self) -> Option<StopReason> {
+        self.stop.reason.get().copied()
     }
 }
 

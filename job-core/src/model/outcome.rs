@@ -117,7 +117,7 @@ impl Outcome {
                 .chars()
                 .filter(|c| !c.is_control() || *c == '\n' || *c == '\t')
                 .collect();
-            crate::text::storable_text(&clean, max_text).into_owned()
+            crate::model::text::storable_text(&clean, max_text).into_owned()
         };
         let failure = |f: &Failure| Failure {
             attempt: f.attempt,
@@ -229,105 +229,6 @@ impl Outcome {
             },
             other => other,
         }
-    }
-}
-
-/// Runs a handler's future in its own task, so a panic is caught and reported instead of
-/// unwinding into the caller, under a time limit. When the limit passes the task is aborted,
-/// and this returns only once the handler's code has really stopped: a handler inside
-/// synchronous code (a blocking call, a loop without `.await`) is dropped at its next
-/// `.await`, or returns, and not before. Dropping the returned future aborts the handler
-/// without waiting.
-pub async fn run_attempt(future: crate::registry::BoxJobFuture, timeout: Duration) -> AttemptEnd {
-    let ended = run_task(future, timeout, std::future::pending(), || {}).await;
-    ended.into_attempt_end(timeout)
-}
-
-/// Why the runtime stopped a handler's task.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum StopCause {
-    /// The attempt ran over its timeout.
-    TimedOut,
-    /// The runtime told it to stop (lease lost, shutdown, injected crash).
-    Told,
-}
-
-/// How a handler's task ended.
-pub(crate) struct TaskEnd {
-    /// What the task gave back: its result, or why it has none (a panic, or the abort).
-    pub(crate) joined: Result<Result<(), crate::JobError>, tokio::task::JoinError>,
-    /// Set when the runtime stopped the task before it ended by itself.
-    pub(crate) stopped: Option<StopCause>,
-}
-
-impl TaskEnd {
-    /// The attempt's end: a task stopped for its timeout timed out, whatever it returned
-    /// while being stopped; otherwise what it returned, or its panic.
-    pub(crate) fn into_attempt_end(self, timeout: Duration) -> AttemptEnd {
-        if self.stopped == Some(StopCause::TimedOut) {
-            return AttemptEnd::TimedOut(timeout);
-        }
-        match self.joined {
-            Ok(result) => AttemptEnd::Returned(result),
-            Err(e) if e.is_panic() => AttemptEnd::Panicked(panic_message(e.into_panic())),
-            Err(_) => AttemptEnd::Panicked("handler task was cancelled".into()),
-        }
-    }
-
-    /// Whether the handler's code ran to its end (returned or panicked) rather than being
-    /// dropped by the abort.
-    pub(crate) fn ran_to_end(&self) -> bool {
-        match &self.joined {
-            Ok(_) => true,
-            Err(e) => e.is_panic(),
-        }
-    }
-}
-
-/// Runs `future` in its own task until it ends, `timeout` passes or `stop` completes; in the
-/// last two cases calls `stopping` (the execution is now on its way out, for the stuck
-/// watch), aborts the task and waits until its code has really stopped. Dropping this future
-/// aborts the task without waiting.
-pub(crate) async fn run_task(
-    future: crate::registry::BoxJobFuture,
-    timeout: Duration,
-    stop: impl std::future::Future<Output = ()>,
-    stopping: impl FnOnce(),
-) -> TaskEnd {
-    struct AbortOnDrop(tokio::task::AbortHandle);
-    impl Drop for AbortOnDrop {
-        fn drop(&mut self) {
-            self.0.abort();
-        }
-    }
-    let mut task = tokio::spawn(tracing::Instrument::in_current_span(future));
-    let _abort = AbortOnDrop(task.abort_handle());
-    tokio::pin!(stop);
-    let cause = tokio::select! {
-        biased;
-        joined = &mut task => return TaskEnd { joined, stopped: None },
-        () = &mut stop => StopCause::Told,
-        () = tokio::time::sleep(timeout) => StopCause::TimedOut,
-    };
-    task.abort();
-    stopping();
-    // An aborted task ends when its future is dropped, at its next `.await`; code that does
-    // not await (blocking, spinning) runs on until it returns. Either way, only then is the
-    // execution over.
-    let joined = (&mut task).await;
-    TaskEnd {
-        joined,
-        stopped: Some(cause),
-    }
-}
-
-fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
-    match payload.downcast::<String>() {
-        Ok(s) => *s,
-        Err(payload) => match payload.downcast::<&'static str>() {
-            Ok(s) => (*s).to_owned(),
-            Err(_) => "handler panicked with a non-string payload".to_owned(),
-        },
     }
 }
 
@@ -448,19 +349,5 @@ mod tests {
             Outcome::Complete.limit_snoozes(&info, 500, 100),
             Outcome::Complete
         );
-    }
-
-    #[tokio::test]
-    async fn run_attempt_catches_panics_and_enforces_the_timeout() {
-        let panics: crate::registry::BoxJobFuture = Box::pin(async { panic!("inside") });
-        match run_attempt(panics, Duration::from_secs(5)).await {
-            AttemptEnd::Panicked(m) => assert_eq!(m, "inside"),
-            other => panic!("expected a panic, got {other:?}"),
-        }
-        let hangs: crate::registry::BoxJobFuture = Box::pin(std::future::pending());
-        assert!(matches!(
-            run_attempt(hangs, Duration::from_millis(5)).await,
-            AttemptEnd::TimedOut(_)
-        ));
     }
 }

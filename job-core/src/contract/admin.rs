@@ -9,10 +9,10 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use crate::error::StoreError;
-use crate::job::JobId;
-use crate::state::JobState;
-use crate::store::JobRow;
+use crate::contract::store::JobRow;
+use crate::model::error::StoreError;
+use crate::model::job::JobId;
+use crate::model::state::JobState;
 
 /// What [`Admin::cancel`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -7,11 +7,11 @@ use std::marker::PhantomData;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use crate::context::JobContext;
-use crate::error::{BuildError, JobError};
-use crate::job::{Job, JobOptions};
-use crate::new_job::name_problem;
-use crate::store::ClaimKind;
+use crate::attempt::context::JobContext;
+use crate::contract::store::ClaimKind;
+use crate::model::error::{BuildError, JobError};
+use crate::model::job::{Job, JobOptions};
+use crate::model::new_job::name_problem;
 
 /// A handler's future, boxed so handlers of many types share one map.
 pub type BoxJobFuture = Pin<Box<dyn Future<Output = Result<(), JobError>> + Send + 'static>>;
@@ -72,7 +72,7 @@ pub fn decode<J: Job>(payload: &str, version: i32) -> Result<J, Poison> {
             Poison(format!(
                 "payload of `{}` (version {version}) does not decode: {}",
                 J::KIND,
-                crate::decode::explain::<J>(payload, &e)
+                crate::model::decode::explain::<J>(payload, &e)
             ))
         }),
         Ordering::Less => {
@@ -89,10 +89,11 @@ pub fn decode<J: Job>(payload: &str, version: i32) -> Result<J, Poison> {
                 ))
             })?;
             J::deserialize(&upgraded).map_err(|e| {
-                let why = crate::decode::explain_value::<J>(&upgraded).unwrap_or_else(|| {
-                    let _ = e; // serde_json's message may quote the value
-                    "a value does not fit its field".into()
-                });
+                let why =
+                    crate::model::decode::explain_value::<J>(&upgraded).unwrap_or_else(|| {
+                        let _ = e; // serde_json's message may quote the value
+                        "a value does not fit its field".into()
+                    });
                 Poison(format!(
                     "payload of `{}` upgraded from version {version} does not decode: {why}",
                     J::KIND
@@ -119,6 +120,11 @@ impl Registry {
     /// An empty registry.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// The shortest lease of the registered kinds, if any is registered.
+    pub fn shortest_lease(&self) -> Option<std::time::Duration> {
+        self.handlers().map(|h| h.options().lease).min()
     }
 
     /// Adds `J`. A second type under the same kind, or a kind or default queue that breaks

@@ -1,0 +1,233 @@
+//! The one attempt pipeline, shared by the worker, the testkit's `perform` and its `Drain`:
+//! decode the payload (upgrading older versions; poison → discard), run the handler under its
+//! timeout until its code has really ended, then conclude: the outcome of the end, a step
+//! that could not be stored, the snooze bound. The worker calls the three stages one by one,
+//! with its fault points and stop signals between them; [`perform_attempt`] calls them in a
+//! row.
+
+use std::future::Future;
+use std::time::Duration;
+
+use crate::attempt::context::JobContext;
+use crate::attempt::registry::{BoxJobFuture, Handler};
+use crate::model::attempt_info::StopReason;
+use crate::model::backoff::Backoff;
+use crate::model::error::JobError;
+use crate::model::outcome::{AttemptEnd, ErrorClass, Failure, Outcome, DEFAULT_MAX_SNOOZES};
+
+/// Stage one: decodes `payload` (written at `version`, upgraded through the job's
+/// [`upgrade`](crate::Job::upgrade) when older) and starts the handler with `ctx`. A payload
+/// that cannot become the job is poison: the `Err` is its discard, never retried.
+pub fn start_attempt(
+    handler: &dyn Handler,
+    payload: &str,
+    version: i32,
+    ctx: JobContext,
+) -> Result<BoxJobFuture, Outcome> {
+    let attempt = ctx.attempt();
+    handler.start(payload, version, ctx).map_err(|poison| {
+        tracing::error!(reason = %poison, "poison payload: discarding");
+        Outcome::Discard {
+            failure: Failure {
+                attempt,
+                class: ErrorClass::Poison,
+                message: poison.0,
+            },
+        }
+    })
+}
+
+/// Stage three: the outcome an attempt's `end` leads to. A step whose output could not be
+/// stored ends the job as `step_unstorable`, whatever the handler returned; otherwise the
+/// end is classified ([`Outcome::classify`]) and a snooze past [`DEFAULT_MAX_SNOOZES`]
+/// (`snoozes` so far) becomes a `snooze_limit` discard.
+pub fn conclude(
+    end: AttemptEnd,
+    ctx: &JobContext,
+    cancel_requested: bool,
+    backoff: &Backoff,
+    snoozes: i32,
+    rng: &mut fastrand::Rng,
+) -> Outcome {
+    let info = ctx.info();
+    if let Some(message) = ctx.unstorable_step() {
+        return Outcome::Discard {
+            failure: Failure {
+                attempt: info.attempt,
+                class: ErrorClass::StepUnstorable,
+                message: message.to_owned(),
+            },
+        };
+    }
+    Outcome::classify(end, info, cancel_requested, backoff, rng).limit_snoozes(
+        info,
+        snoozes,
+        DEFAULT_MAX_SNOOZES,
+    )
+}
+
+/// The whole pipeline in a row, for callers without fault points or stop signals (the
+/// testkit): start, run under the handler's timeout (telling the context when it passes),
+/// wait for the attempt's blocking work, conclude. `snoozes` is how often the job snoozed.
+pub async fn perform_attempt(
+    handler: &dyn Handler,
+    payload: &str,
+    version: i32,
+    ctx: JobContext,
+    snoozes: i32,
+    rng: &mut fastrand::Rng,
+) -> Outcome {
+    let options = handler.options();
+    let view = ctx.clone();
+    let future = match start_attempt(handler, payload, version, ctx) {
+        Ok(future) => future,
+        Err(poison) => return poison,
+    };
+    let stop = view.stop_signal().clone();
+    let task = run_task(future, options.timeout, std::future::pending(), |_| {
+        stop.stop(StopReason::TimedOut)
+    })
+    .await;
+    view.work().close();
+    view.work().wait().await;
+    let end = task.into_attempt_end(options.timeout);
+    conclude(end, &view, false, &options.backoff, snoozes, rng)
+}
+
+/// Runs a handler's future in its own task, so a panic is caught and reported instead of
+/// unwinding into the caller, under a time limit. When the limit passes the task is aborted,
+/// and this returns only once the handler's code has really stopped: a handler inside
+/// synchronous code (a blocking call, a loop without `.await`) is dropped at its next
+/// `.await`, or returns, and not before. Dropping the returned future aborts the handler
+/// without waiting.
+pub async fn run_attempt(future: BoxJobFuture, timeout: Duration) -> AttemptEnd {
+    let ended = run_task(future, timeout, std::future::pending(), |_| {}).await;
+    ended.into_attempt_end(timeout)
+}
+
+/// Why the runtime stopped a handler's task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StopCause {
+    /// The attempt ran over its timeout.
+    TimedOut,
+    /// The runtime told it to stop (lease lost, shutdown, injected crash).
+    Told,
+}
+
+/// How a handler's task ended.
+pub(crate) struct TaskEnd {
+    /// What the task gave back: its result, or why it has none (a panic, or the abort).
+    pub(crate) joined: Result<Result<(), JobError>, tokio::task::JoinError>,
+    /// Set when the runtime stopped the task before it ended by itself.
+    pub(crate) stopped: Option<StopCause>,
+}
+
+impl TaskEnd {
+    /// The attempt's end: a task stopped for its timeout timed out, whatever it returned
+    /// while being stopped; otherwise what it returned, or its panic.
+    pub(crate) fn into_attempt_end(self, timeout: Duration) -> AttemptEnd {
+        if self.stopped == Some(StopCause::TimedOut) {
+            return AttemptEnd::TimedOut(timeout);
+        }
+        match self.joined {
+            Ok(result) => AttemptEnd::Returned(result),
+            Err(e) if e.is_panic() => AttemptEnd::Panicked(panic_message(e.into_panic())),
+            Err(_) => AttemptEnd::Panicked("handler task was cancelled".into()),
+        }
+    }
+
+    /// Whether the handler's code ran to its end (returned or panicked) rather than being
+    /// dropped by the abort.
+    pub(crate) fn ran_to_end(&self) -> bool {
+        match &self.joined {
+            Ok(_) => true,
+            Err(e) => e.is_panic(),
+        }
+    }
+}
+
+/// Runs `future` in its own task until it ends, `timeout` passes or `stop` completes; in the
+/// last two cases calls `stopping` with the cause (the execution is now on its way out: tell
+/// the handler, start the stuck watch), aborts the task and waits until its code has really
+/// stopped. Dropping this future aborts the task without waiting.
+pub(crate) async fn run_task(
+    future: BoxJobFuture,
+    timeout: Duration,
+    stop: impl Future<Output = ()>,
+    stopping: impl FnOnce(StopCause),
+) -> TaskEnd {
+    struct AbortOnDrop(tokio::task::AbortHandle);
+    impl Drop for AbortOnDrop {
+        fn drop(&mut self) {
+            self.0.abort();
+        }
+    }
+    let mut task = tokio::spawn(tracing::Instrument::in_current_span(future));
+    let _abort = AbortOnDrop(task.abort_handle());
+    tokio::pin!(stop);
+    let cause = tokio::select! {
+        biased;
+        joined = &mut task => return TaskEnd { joined, stopped: None },
+        () = &mut stop => StopCause::Told,
+        () = tokio::time::sleep(timeout) => StopCause::TimedOut,
+    };
+    task.abort();
+    stopping(cause);
+    // An aborted task ends when its future is dropped, at its next `.await`; code that does
+    // not await (blocking, spinning) runs on until it returns. Either way, only then is the
+    // execution over.
+    let joined = (&mut task).await;
+    TaskEnd {
+        joined,
+        stopped: Some(cause),
+    }
+}
+
+fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
+    match payload.downcast::<String>() {
+        Ok(s) => *s,
+        Err(payload) => match payload.downcast::<&'static str>() {
+            Ok(s) => (*s).to_owned(),
+            Err(_) => "handler panicked with a non-string payload".to_owned(),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn run_attempt_catches_panics_and_enforces_the_timeout() {
+        let panics: crate::attempt::registry::BoxJobFuture = Box::pin(async { panic!("inside") });
+        match run_attempt(panics, Duration::from_secs(5)).await {
+            AttemptEnd::Panicked(m) => assert_eq!(m, "inside"),
+            other => panic!("expected a panic, got {other:?}"),
+        }
+        let hangs: crate::attempt::registry::BoxJobFuture = Box::pin(std::future::pending());
+        assert!(matches!(
+            run_attempt(hangs, Duration::from_millis(5)).await,
+            AttemptEnd::TimedOut(_)
+        ));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn run_attempt_returns_only_once_code_that_does_not_await_has_ended() {
+        let ended = Arc::new(AtomicBool::new(false));
+        let flag = ended.clone();
+        let blocks: BoxJobFuture = Box::pin(async move {
+            std::thread::sleep(Duration::from_millis(300));
+            flag.store(true, Ordering::SeqCst);
+            Ok(())
+        });
+        let end = run_attempt(blocks, Duration::from_millis(10)).await;
+        assert!(matches!(end, AttemptEnd::TimedOut(_)), "{end:?}");
+        assert!(
+            ended.load(Ordering::SeqCst),
+            "returned before the blocked code ended"
+        );
+    }
+}

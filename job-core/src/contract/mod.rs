@@ -1,0 +1,5 @@
+//! The storage contract a backend implements ([`Store`](crate::Store)) and the operator's
+//! interface over it ([`Admin`](crate::Admin)). Above the model; knows no SQL.
+
+pub(crate) mod admin;
+pub(crate) mod store;

@@ -1,0 +1,47 @@
+//! What every maintenance service is to the worker that runs it: a config that validates
+//! itself, one pass (`tick`) and the time between passes. The worker's supervisor runs each
+//! service of [`services`](super::services) in a task of its own on the shared ticker loop.
+
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::attempt::step::BoxFuture;
+use crate::model::error::{BuildError, StoreError};
+
+use super::Ticker;
+
+/// A maintenance service (River's maintenance services): a pass every `interval`.
+pub(crate) trait Service: Send + Sync + 'static {
+    /// Its name, in logs.
+    fn name(&self) -> &'static str;
+
+    /// Whether its configuration is usable; `WorkerBuilder::build` asks before start.
+    fn validate(&self) -> Result<(), BuildError>;
+
+    /// Time between passes.
+    fn interval(&self) -> Duration;
+
+    /// One pass. Logs what it did; an error is logged by the loop, and the next pass comes
+    /// at the next interval.
+    fn tick(&mut self) -> BoxFuture<'_, Result<(), StoreError>>;
+}
+
+/// Runs `service` until `stop` fires: a pass every interval (a slow pass delays the next
+/// rather than bunching them).
+pub(crate) async fn run(mut service: Box<dyn Service>, stop: CancellationToken) {
+    let mut ticker = Ticker::new(service.interval(), stop);
+    while ticker.next().await {
+        if let Err(e) = service.tick().await {
+            tracing::warn!(service = service.name(), error = %e, "maintenance pass failed");
+        }
+    }
+}
+
+/// A `BuildError` naming the config `option` of a service.
+pub(crate) fn invalid(option: &'static str, reason: &str) -> BuildError {
+    BuildError::InvalidOption {
+        option,
+        reason: reason.to_owned(),
+    }
+}

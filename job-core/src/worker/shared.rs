@@ -1,0 +1,47 @@
+//! What every task of one worker shares: the store handle, the registry, the in-flight table,
+//! the counters, the completer's inbox. The keeper reaches it from its own thread.
+
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::mpsc;
+use tokio_util::task::TaskTracker;
+
+use crate::attempt::context::Extensions;
+use crate::attempt::fault::{Fault, FaultInjector, FaultPoint};
+use crate::attempt::registry::Registry;
+use crate::model::attempt_info::AttemptInfo;
+
+use super::completer::Completion;
+use super::config::WorkerConfig;
+use super::inflight::InFlight;
+use super::stats::{bump, Counters};
+
+/// What every task of one worker shares.
+pub(crate) struct Shared<S> {
+    pub(crate) store: S,
+    pub(crate) registry: Registry,
+    pub(crate) state: Arc<Extensions>,
+    pub(crate) config: WorkerConfig,
+    pub(crate) inflight: InFlight,
+    pub(crate) counters: Counters,
+    pub(crate) faults: Option<Arc<dyn FaultInjector>>,
+    pub(crate) rng: Mutex<fastrand::Rng>,
+    pub(crate) completions: mpsc::UnboundedSender<Completion>,
+    /// Tracks executor tasks so shutdown can wait for them.
+    pub(crate) executors: TaskTracker,
+}
+
+impl<S> Shared<S> {
+    /// Asks the injector, if any, whether the execution crashes at `point`; counts crashes.
+    pub(crate) fn crashes_at(&self, point: FaultPoint, job: &AttemptInfo) -> bool {
+        let crashed = self
+            .faults
+            .as_ref()
+            .is_some_and(|f| f.at(point, job) == Fault::Crash);
+        if crashed {
+            bump(&self.counters.crashed, 1);
+            tracing::warn!(%point, id = job.id, kind = %job.kind, "injected crash");
+        }
+        crashed
+    }
+}
