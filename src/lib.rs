@@ -67,8 +67,9 @@ pub use job_core::{
 pub use job_core::{Admin, Cancelled, JobFilter, Pause, Redriven, StateCount, Stats};
 // The storage contract, for stores and wrappers of stores.
 pub use job_core::{
-    AttemptHooks, BoxFuture, ClaimKind, ClaimRequest, ClaimedJob, Expired, Finalize, Finalized,
-    HeartbeatReport, Lease, PruneRequest, Release, Renewal, Rescued, Store, Wakeups,
+    AttemptHooks, BoxFuture, Call, ClaimKind, ClaimRequest, ClaimedJob, Expired, Finalize,
+    Finalized, HeartbeatReport, Layered, Lease, PruneRequest, Release, Renewal, Rescued, Returned,
+    Store, StoreLayer, StoreSteps, Wakeups,
 };
 // Fault injection (see `job-testkit`).
 pub use job_core::{Fault, FaultInjector, FaultPoint};

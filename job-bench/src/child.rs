@@ -32,9 +32,9 @@ pub(crate) async fn worker_main(args: &Args) -> Result<()> {
     let pool = crate::db::pool(options.application_name(WORKER_APP), WORKER_POOL).await?;
     #[cfg(feature = "meter")]
     {
-        let store = crate::meter::MeteredStore::new(PgStore::new(pool.clone()));
-        let meters = store.clone();
-        run_worker(store, args, move || meters.report()).await?;
+        let meter = crate::meter::Meter::default();
+        let store = job::Layered::new(PgStore::new(pool.clone()), meter.clone());
+        run_worker(store, args, move || meter.report()).await?;
     }
     #[cfg(not(feature = "meter"))]
     run_worker(PgStore::new(pool.clone()), args, || Value::Null).await?;

@@ -121,7 +121,10 @@ pub(crate) fn proc_cpu_s(pid: Option<u32>) -> Option<f64> {
 /// database (they must be on this machine), and how many there are.
 pub(crate) async fn backend_cpu_s(pool: &sqlx::PgPool, app: &str) -> crate::Result<(f64, usize)> {
     let pids: Vec<i32> = sqlx::query_scalar(
-        "SELECT pid FROM pg_stat_activity WHERE application_name = $1 AND datname = current_database()",
+        // The worker's own pools are named after its application name (`<app>: job worker`).
+        "SELECT pid FROM pg_stat_activity \
+         WHERE (application_name = $1 OR application_name LIKE $1 || ': %') \
+           AND datname = current_database()",
     )
     .bind(app)
     .fetch_all(pool)

@@ -33,6 +33,7 @@ pub use model::state::{JobState, UnknownState};
 pub use model::text::{storable_text, MAX_ERROR_HISTORY, MAX_ERROR_MESSAGE};
 
 pub use contract::admin::{Admin, Cancelled, JobFilter, Pause, Redriven, StateCount, Stats};
+pub use contract::layer::{BoxFuture, Call, Layered, Returned, StoreLayer};
 pub use contract::store::{
     duration_millis, AttemptError, ClaimKind, ClaimRequest, ClaimedJob, Expired, Finalize,
     Finalized, HeartbeatReport, JobRow, Lease, PruneRequest, Release, Renewal, Rescued, Store,
@@ -43,7 +44,7 @@ pub use attempt::context::{Extensions, JobContext};
 pub use attempt::fault::{Fault, FaultInjector, FaultPoint};
 pub use attempt::pipeline::{conclude, perform_attempt, run_attempt, start_attempt};
 pub use attempt::registry::{decode, BoxJobFuture, Handler, Poison, Registry};
-pub use attempt::step::{AttemptHooks, BoxFuture, StoreSteps, MAX_STEP_NAME, MAX_STEP_OUTPUT};
+pub use attempt::step::{AttemptHooks, StoreSteps, MAX_STEP_NAME, MAX_STEP_OUTPUT};
 
 pub use maintenance::{
     Periodic, Pruned, Pruner, PrunerConfig, Rescuer, RescuerConfig, Scheduled, Scheduler,

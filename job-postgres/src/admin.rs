@@ -249,7 +249,7 @@ impl Scope<'_> {
 
     async fn list(self, filter: &JobFilter) -> Result<Vec<JobRow>, StoreError> {
         let states = filter.states.iter().map(|s| s.as_str()).collect();
-        let rows = bind_filter(sqlx::query(sql::LIST), filter, states, self.tenant)
+        let rows = bind_filter(sqlx::query(sql::LIST.as_str()), filter, states, self.tenant)
             .fetch_all(self.pool)
             .await
             .map_err(Error::query("list"))?;
@@ -268,12 +268,17 @@ impl Scope<'_> {
         let rows: Vec<(JobId, bool, Option<JobId>, i64)> = loop {
             tries += 1;
             let states = vec![JobState::Discarded.as_str()];
-            let result = bind_filter(sqlx::query(sql::REDRIVE), filter, states, self.tenant)
-                .try_map(|r: sqlx::postgres::PgRow| {
-                    Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?, r.try_get(3)?))
-                })
-                .fetch_all(self.pool)
-                .await;
+            let result = bind_filter(
+                sqlx::query(sql::REDRIVE.as_str()),
+                filter,
+                states,
+                self.tenant,
+            )
+            .try_map(|r: sqlx::postgres::PgRow| {
+                Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?, r.try_get(3)?))
+            })
+            .fetch_all(self.pool)
+            .await;
             match result {
                 Ok(rows) => break rows,
                 Err(e) if is_unique_violation(&e) && tries < REDRIVE_TRIES => continue,
@@ -294,15 +299,20 @@ impl Scope<'_> {
 
     async fn purge(self, filter: &JobFilter) -> Result<u64, StoreError> {
         let states = vec![JobState::Discarded.as_str()];
-        let ids = bind_filter(sqlx::query(sql::PURGE), filter, states, self.tenant)
-            .fetch_all(self.pool)
-            .await
-            .map_err(Error::query("purge"))?;
+        let ids = bind_filter(
+            sqlx::query(sql::PURGE.as_str()),
+            filter,
+            states,
+            self.tenant,
+        )
+        .fetch_all(self.pool)
+        .await
+        .map_err(Error::query("purge"))?;
         Ok(ids.len() as u64)
     }
 
     async fn stats(self, filter: &JobFilter) -> Result<Stats, StoreError> {
-        let counts: Vec<(String, String, i64)> = sqlx::query_as(sql::STATS_COUNTS)
+        let counts: Vec<(String, String, i64)> = sqlx::query_as(sql::STATS_COUNTS.as_str())
             .bind(&filter.kind)
             .bind(&filter.queue)
             .bind(&filter.tenant)
@@ -311,7 +321,7 @@ impl Scope<'_> {
             .fetch_all(self.pool)
             .await
             .map_err(Error::query("stats_counts"))?;
-        let oldest: Option<i64> = sqlx::query_scalar(sql::STATS_OLDEST)
+        let oldest: Option<i64> = sqlx::query_scalar(sql::STATS_OLDEST.as_str())
             .bind(&filter.kind)
             .bind(&filter.queue)
             .bind(&filter.tenant)
@@ -320,7 +330,7 @@ impl Scope<'_> {
             .fetch_one(self.pool)
             .await
             .map_err(Error::query("stats_oldest"))?;
-        let stuck: i64 = sqlx::query_scalar(sql::STATS_STUCK)
+        let stuck: i64 = sqlx::query_scalar(sql::STATS_STUCK.as_str())
             .bind(&filter.kind)
             .bind(&filter.queue)
             .bind(&filter.tenant)
@@ -350,40 +360,50 @@ impl Scope<'_> {
     }
 }
 
-/// Every job, of every tenant and none.
-impl Admin for PgStore {
-    async fn cancel(&self, id: JobId) -> Result<Cancelled, StoreError> {
-        self.all().cancel(id).await
-    }
+/// Implements [`Admin`] for `$handle` by running every operation in the scope `$scope`
+/// returns: one list of operations for the store (every job) and a tenant's handle.
+macro_rules! admin_in_scope {
+    ($handle:ty, $scope:ident) => {
+        impl Admin for $handle {
+            async fn cancel(&self, id: JobId) -> Result<Cancelled, StoreError> {
+                self.$scope().cancel(id).await
+            }
 
-    async fn pause(&self, what: &Pause) -> Result<bool, StoreError> {
-        self.all().pause(what).await
-    }
+            async fn pause(&self, what: &Pause) -> Result<bool, StoreError> {
+                self.$scope().pause(what).await
+            }
 
-    async fn resume(&self, what: &Pause) -> Result<bool, StoreError> {
-        self.all().resume(what).await
-    }
+            async fn resume(&self, what: &Pause) -> Result<bool, StoreError> {
+                self.$scope().resume(what).await
+            }
 
-    async fn paused(&self) -> Result<Vec<Pause>, StoreError> {
-        self.all().paused().await
-    }
+            async fn paused(&self) -> Result<Vec<Pause>, StoreError> {
+                self.$scope().paused().await
+            }
 
-    async fn list(&self, filter: &JobFilter) -> Result<Vec<JobRow>, StoreError> {
-        self.all().list(filter).await
-    }
+            async fn list(&self, filter: &JobFilter) -> Result<Vec<JobRow>, StoreError> {
+                self.$scope().list(filter).await
+            }
 
-    async fn redrive(&self, filter: &JobFilter) -> Result<Redriven, StoreError> {
-        self.all().redrive(filter).await
-    }
+            async fn redrive(&self, filter: &JobFilter) -> Result<Redriven, StoreError> {
+                self.$scope().redrive(filter).await
+            }
 
-    async fn purge(&self, filter: &JobFilter) -> Result<u64, StoreError> {
-        self.all().purge(filter).await
-    }
+            async fn purge(&self, filter: &JobFilter) -> Result<u64, StoreError> {
+                self.$scope().purge(filter).await
+            }
 
-    async fn stats(&self, filter: &JobFilter) -> Result<Stats, StoreError> {
-        self.all().stats(filter).await
-    }
+            async fn stats(&self, filter: &JobFilter) -> Result<Stats, StoreError> {
+                self.$scope().stats(filter).await
+            }
+        }
+    };
 }
+
+// Every job, of every tenant and none.
+admin_in_scope!(PgStore, all);
+// One tenant's jobs only.
+admin_in_scope!(TenantAdmin, scope);
 
 impl PgStore {
     fn all(&self) -> Scope<'_> {
@@ -391,40 +411,5 @@ impl PgStore {
             pool: self.pool(),
             tenant: None,
         }
-    }
-}
-
-/// One tenant's jobs only.
-impl Admin for TenantAdmin {
-    async fn cancel(&self, id: JobId) -> Result<Cancelled, StoreError> {
-        self.scope().cancel(id).await
-    }
-
-    async fn pause(&self, what: &Pause) -> Result<bool, StoreError> {
-        self.scope().pause(what).await
-    }
-
-    async fn resume(&self, what: &Pause) -> Result<bool, StoreError> {
-        self.scope().resume(what).await
-    }
-
-    async fn paused(&self) -> Result<Vec<Pause>, StoreError> {
-        self.scope().paused().await
-    }
-
-    async fn list(&self, filter: &JobFilter) -> Result<Vec<JobRow>, StoreError> {
-        self.scope().list(filter).await
-    }
-
-    async fn redrive(&self, filter: &JobFilter) -> Result<Redriven, StoreError> {
-        self.scope().redrive(filter).await
-    }
-
-    async fn purge(&self, filter: &JobFilter) -> Result<u64, StoreError> {
-        self.scope().purge(filter).await
-    }
-
-    async fn stats(&self, filter: &JobFilter) -> Result<Stats, StoreError> {
-        self.scope().stats(filter).await
     }
 }

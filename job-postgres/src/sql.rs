@@ -1,5 +1,22 @@
 //! Every SQL statement the store runs, one file each under `src/sql/` (River's rule: no ad-hoc
 //! SQL). Each file's header comment says what the statement does and which guard it applies.
+//! Two predicates that several statements share live in fragments of their own
+//! (`job_filter.sql`, `stats_filter.sql`), spliced once where a statement says
+//! `-- @job_filter` or `-- @stats_filter`.
+
+use std::sync::LazyLock;
+
+/// The `JobFilter` predicate of list, purge and redrive.
+const JOB_FILTER: &str = include_str!("sql/job_filter.sql");
+/// The filter of the stats statements.
+const STATS_FILTER: &str = include_str!("sql/stats_filter.sql");
+
+/// `statement` with its fragments spliced in.
+fn splice(statement: &str) -> String {
+    statement
+        .replace("-- @job_filter\n", JOB_FILTER)
+        .replace("-- @stats_filter\n", STATS_FILTER)
+}
 
 pub(crate) const ENQUEUE: &str = include_str!("sql/enqueue.sql");
 pub(crate) const ENQUEUE_MANY: &str = include_str!("sql/enqueue_many.sql");
@@ -16,15 +33,18 @@ pub(crate) const STATE: &str = include_str!("sql/state.sql");
 pub(crate) const PAUSE: &str = include_str!("sql/pause.sql");
 pub(crate) const RESUME: &str = include_str!("sql/resume.sql");
 pub(crate) const PAUSED: &str = include_str!("sql/paused.sql");
-pub(crate) const LIST: &str = include_str!("sql/list.sql");
-pub(crate) const REDRIVE: &str = include_str!("sql/redrive.sql");
-pub(crate) const PURGE: &str = include_str!("sql/purge.sql");
+pub(crate) static LIST: LazyLock<String> = LazyLock::new(|| splice(include_str!("sql/list.sql")));
+pub(crate) static REDRIVE: LazyLock<String> =
+    LazyLock::new(|| splice(include_str!("sql/redrive.sql")));
+pub(crate) static PURGE: LazyLock<String> = LazyLock::new(|| splice(include_str!("sql/purge.sql")));
 pub(crate) const PRUNE: &str = include_str!("sql/prune.sql");
 pub(crate) const EXPIRE: &str = include_str!("sql/expire.sql");
 pub(crate) const VACUUM_NEEDED: &str = include_str!("sql/vacuum_needed.sql");
 pub(crate) const VACUUM: &str = include_str!("sql/vacuum.sql");
-pub(crate) const STATS_COUNTS: &str = include_str!("sql/stats_counts.sql");
-pub(crate) const STATS_OLDEST: &str = include_str!("sql/stats_oldest.sql");
+pub(crate) static STATS_COUNTS: LazyLock<String> =
+    LazyLock::new(|| splice(include_str!("sql/stats_counts.sql")));
+pub(crate) static STATS_OLDEST: LazyLock<String> =
+    LazyLock::new(|| splice(include_str!("sql/stats_oldest.sql")));
 pub(crate) const STEP_LOAD: &str = include_str!("sql/step_load.sql");
 pub(crate) const STEP_SAVE: &str = include_str!("sql/step_save.sql");
 pub(crate) const COMPLETE_IN: &str = include_str!("sql/complete_in.sql");
@@ -35,4 +55,25 @@ pub(crate) const MIGRATE_BOOTSTRAP: &str = include_str!("sql/migrate_bootstrap.s
 pub(crate) const MIGRATE_APPLIED: &str = include_str!("sql/migrate_applied.sql");
 pub(crate) const MIGRATE_RECORD: &str = include_str!("sql/migrate_record.sql");
 pub(crate) const POOL_IN_TRANSACTION: &str = include_str!("sql/pool_in_transaction.sql");
-pub(crate) const STATS_STUCK: &str = include_str!("sql/stats_stuck.sql");
+pub(crate) static STATS_STUCK: LazyLock<String> =
+    LazyLock::new(|| splice(include_str!("sql/stats_stuck.sql")));
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spliced_statements_hold_their_fragments_and_no_marker() {
+        for (statement, fragment) in [
+            (&*LIST, JOB_FILTER),
+            (&*PURGE, JOB_FILTER),
+            (&*REDRIVE, JOB_FILTER),
+            (&*STATS_COUNTS, STATS_FILTER),
+            (&*STATS_OLDEST, STATS_FILTER),
+            (&*STATS_STUCK, STATS_FILTER),
+        ] {
+            assert!(statement.contains(fragment), "{statement}");
+            assert!(!statement.contains("-- @"), "{statement}");
+        }
+    }
+}

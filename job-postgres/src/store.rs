@@ -140,9 +140,14 @@ impl Store for PgStore {
     }
 
     fn dedicated(&self, purpose: &str, connections: u32) -> Self {
-        let options = (*self.pool.connect_options())
-            .clone()
-            .application_name(purpose);
+        // Named after the application's own name when it has one, so that its connections
+        // are told apart and still found under the application's name.
+        let base = (*self.pool.connect_options()).clone();
+        let name = match base.get_application_name() {
+            Some(app) => format!("{app}: {purpose}"),
+            None => purpose.to_owned(),
+        };
+        let options = base.application_name(&name);
         // One connection is opened at once and kept open (reopened in the background when
         // lost), so the first heartbeat or claim does not pay for a connect, which under load
         // can take longer than a heartbeat period.

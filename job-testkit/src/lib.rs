@@ -22,5 +22,5 @@ pub use db::{PgFactory, TestDb};
 pub use drain::{Drain, Drained};
 pub use enqueued::{assert_enqueued, enqueued, refute_enqueued, EnqueuedJob};
 pub use faults::{Crash, Faults, Point};
-pub use outage::OutageStore;
+pub use outage::{Outage, OutageStore};
 pub use perform::{perform, Inline, StepMemory};

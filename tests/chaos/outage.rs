@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use job_testkit::OutageStore;
+use job_testkit::{Outage, OutageStore};
 
 use crate::support::*;
 
@@ -22,15 +22,15 @@ async fn under_way(worker: &job::WorkerHandle) {
 async fn a_stalled_database_loses_no_job_and_applies_no_stale_outcome() {
     let chaos = Chaos::new().await;
     let ids = chaos.enqueue(60, 100).await;
-    let store = OutageStore::new(chaos.store.clone());
+    let store = OutageStore::new(chaos.store.clone(), Outage::default());
     let worker = chaos.worker(store.clone()).build().unwrap().start();
     // Once work is under way, stall the store for three leases.
     under_way(&worker).await;
-    store.stall_for(Duration::from_millis(900));
+    store.layer().stall_for(Duration::from_millis(900));
     let rows = chaos.all_terminal(&ids).await;
     let stats = worker.shutdown().await.stats;
     assert!(
-        store.calls_refused() > 0,
+        store.layer().calls_refused() > 0,
         "the outage should have hit some calls"
     );
     assert!(
@@ -46,13 +46,13 @@ async fn a_stalled_database_loses_no_job_and_applies_no_stale_outcome() {
 async fn a_failing_database_loses_no_job_and_the_worker_recovers() {
     let chaos = Chaos::new().await;
     let ids = chaos.enqueue(60, 20).await;
-    let store = OutageStore::new(chaos.store.clone());
+    let store = OutageStore::new(chaos.store.clone(), Outage::default());
     let worker = chaos.worker(store.clone()).build().unwrap().start();
     under_way(&worker).await;
-    store.fail_for(Duration::from_millis(700));
+    store.layer().fail_for(Duration::from_millis(700));
     let rows = chaos.all_terminal(&ids).await;
     let stats = worker.shutdown().await.stats;
-    assert!(store.calls_refused() > 0);
+    assert!(store.layer().calls_refused() > 0);
     assert_each_completed(&rows);
     chaos.timeline.assert_never_concurrent();
     assert_eq!(stats.completed, 60);

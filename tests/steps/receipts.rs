@@ -2,7 +2,7 @@
 //! unrecorded one does, and a step whose lease is gone records nothing.
 
 use job::{JobState, Store};
-use job_testkit::{Faults, OutageStore, Point};
+use job_testkit::{Faults, Outage, OutageStore, Point};
 
 use crate::common::*;
 use crate::support::*;
@@ -165,7 +165,9 @@ impl job::Job for ChargeThenOutage {
         ctx.step("charge", || async {
             effects.happen(id, "charge");
             if ctx.attempt() == 1 {
-                outage.fail_for(std::time::Duration::from_millis(200));
+                outage
+                    .layer()
+                    .fail_for(std::time::Duration::from_millis(200));
             }
             Ok(())
         })
@@ -177,7 +179,7 @@ impl job::Job for ChargeThenOutage {
 async fn a_step_output_the_store_cannot_record_for_a_moment_is_recorded_once_it_is_back() {
     let h = Harness::new().await;
     let effects = Effects::default();
-    let outage = OutageStore::new(h.store.clone());
+    let outage = OutageStore::new(h.store.clone(), Outage::default());
     let id = enqueue(&h.store, ChargeThenOutage {}).await;
     let worker = steps_worker_over(outage.clone(), &h.store, &effects)
         .register::<ChargeThenOutage>()
@@ -187,7 +189,10 @@ async fn a_step_output_the_store_cannot_record_for_a_moment_is_recorded_once_it_
         .start();
     let row = h.reaches(id, JobState::Completed).await;
     let stats = worker.shutdown().await.stats;
-    assert!(outage.calls_refused() > 0, "the record met the outage");
+    assert!(
+        outage.layer().calls_refused() > 0,
+        "the record met the outage"
+    );
     assert_eq!(row.attempt, 1, "the attempt was not abandoned");
     assert_eq!(row.errors, vec![]);
     assert_eq!(

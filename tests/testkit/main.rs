@@ -8,8 +8,8 @@ use std::time::Duration;
 use job::prelude::*;
 use job::{JobState, Outcome};
 use job_testkit::{
-    assert_enqueued, enqueued, perform, refute_enqueued, Drain, Faults, Inline, OutageStore, Point,
-    TestDb,
+    assert_enqueued, enqueued, perform, refute_enqueued, Drain, Faults, Inline, Outage,
+    OutageStore, Point, TestDb,
 };
 use serde_json::json;
 
@@ -190,7 +190,7 @@ async fn faults_crash_an_execution_where_a_killed_process_would_stop() {
 #[tokio::test]
 async fn an_outage_store_cuts_the_worker_off_and_nothing_is_lost() {
     let db = TestDb::new().await;
-    let store = OutageStore::new(db.store());
+    let store = OutageStore::new(db.store(), Outage::default());
     let mailer = Arc::new(Mailer::default());
     let worker = Worker::builder(store.clone())
         .register::<SendReceipt>()
@@ -200,7 +200,7 @@ async fn an_outage_store_cuts_the_worker_off_and_nothing_is_lost() {
         .build()
         .unwrap()
         .start();
-    store.fail_for(Duration::from_millis(300));
+    store.layer().fail_for(Duration::from_millis(300));
     let id = SendReceipt {
         order_id: 5,
         flaky: false,

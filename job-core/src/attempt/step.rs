@@ -7,7 +7,6 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::pin::Pin;
 use std::time::Duration;
 
 use serde::de::DeserializeOwned;
@@ -18,8 +17,7 @@ use crate::attempt::fault::FaultPoint;
 use crate::contract::store::{Finalized, Lease, Store};
 use crate::model::error::{JobError, StoreError};
 
-/// A boxed, sendable future, for the object-safe [`AttemptHooks`].
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+pub(crate) use crate::contract::layer::BoxFuture;
 
 /// A step name's longest length in bytes.
 pub const MAX_STEP_NAME: usize = 128;

@@ -2,4 +2,5 @@
 //! interface over it ([`Admin`](crate::Admin)). Above the model; knows no SQL.
 
 pub(crate) mod admin;
+pub(crate) mod layer;
 pub(crate) mod store;

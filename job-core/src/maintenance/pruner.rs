@@ -12,7 +12,7 @@ use crate::attempt::step::BoxFuture;
 use crate::contract::store::{Expired, PruneRequest, Store};
 use crate::model::error::{BuildError, StoreError};
 
-use super::service::{invalid, Service};
+use super::service::{invalid, Service, ServiceConfig};
 
 /// Pruner settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -155,17 +155,23 @@ impl PrunerConfig {
     }
 }
 
+impl ServiceConfig for PrunerConfig {
+    fn validate(&self) -> Result<(), BuildError> {
+        PrunerConfig::validate(self)
+    }
+
+    fn interval(&self) -> Duration {
+        self.interval
+    }
+}
+
 impl<S: Store> Service for Pruner<S> {
     fn name(&self) -> &'static str {
         "pruner"
     }
 
-    fn validate(&self) -> Result<(), BuildError> {
-        self.config.validate()
-    }
-
-    fn interval(&self) -> Duration {
-        self.config.interval
+    fn config(&self) -> &dyn ServiceConfig {
+        &self.config
     }
 
     /// Vacuums every `vacuum_interval` (at the first pass that far from the last one), then

@@ -8,7 +8,7 @@ use crate::attempt::step::BoxFuture;
 use crate::contract::store::{Rescued, Store};
 use crate::model::error::{BuildError, StoreError};
 
-use super::service::{invalid, Service};
+use super::service::{invalid, Service, ServiceConfig};
 
 /// Rescuer settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,17 +69,23 @@ impl RescuerConfig {
     }
 }
 
+impl ServiceConfig for RescuerConfig {
+    fn validate(&self) -> Result<(), BuildError> {
+        RescuerConfig::validate(self)
+    }
+
+    fn interval(&self) -> Duration {
+        self.interval
+    }
+}
+
 impl<S: Store> Service for Rescuer<S> {
     fn name(&self) -> &'static str {
         "rescuer"
     }
 
-    fn validate(&self) -> Result<(), BuildError> {
-        self.config.validate()
-    }
-
-    fn interval(&self) -> Duration {
-        self.config.interval
+    fn config(&self) -> &dyn ServiceConfig {
+        &self.config
     }
 
     fn tick(&mut self) -> BoxFuture<'_, Result<(), StoreError>> {

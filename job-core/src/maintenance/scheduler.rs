@@ -19,7 +19,7 @@ use crate::model::new_job::{
     EnqueueOptions, NewJob, OnDuplicate, RunAt, UniqueScope, DEFAULT_PAYLOAD_LIMIT,
 };
 
-use super::service::{invalid, Service};
+use super::service::{invalid, Service, ServiceConfig};
 
 /// Scheduler settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -188,17 +188,23 @@ impl SchedulerConfig {
     }
 }
 
+impl ServiceConfig for SchedulerConfig {
+    fn validate(&self) -> Result<(), BuildError> {
+        SchedulerConfig::validate(self)
+    }
+
+    fn interval(&self) -> Duration {
+        self.interval
+    }
+}
+
 impl<S: Store> Service for Scheduler<S> {
     fn name(&self) -> &'static str {
         "scheduler"
     }
 
-    fn validate(&self) -> Result<(), BuildError> {
-        self.config.validate()
-    }
-
-    fn interval(&self) -> Duration {
-        self.config.interval
+    fn config(&self) -> &dyn ServiceConfig {
+        &self.config
     }
 
     /// One look at the clock; nothing to do without schedules.

@@ -11,16 +11,22 @@ use crate::model::error::{BuildError, StoreError};
 
 use super::Ticker;
 
+/// A maintenance service's settings.
+pub(crate) trait ServiceConfig {
+    /// Whether the settings are usable; `WorkerBuilder::build` asks before start.
+    fn validate(&self) -> Result<(), BuildError>;
+
+    /// Time between passes.
+    fn interval(&self) -> Duration;
+}
+
 /// A maintenance service (River's maintenance services): a pass every `interval`.
 pub(crate) trait Service: Send + Sync + 'static {
     /// Its name, in logs.
     fn name(&self) -> &'static str;
 
-    /// Whether its configuration is usable; `WorkerBuilder::build` asks before start.
-    fn validate(&self) -> Result<(), BuildError>;
-
-    /// Time between passes.
-    fn interval(&self) -> Duration;
+    /// Its settings.
+    fn config(&self) -> &dyn ServiceConfig;
 
     /// One pass. Logs what it did; an error is logged by the loop, and the next pass comes
     /// at the next interval.
@@ -30,7 +36,7 @@ pub(crate) trait Service: Send + Sync + 'static {
 /// Runs `service` until `stop` fires: a pass every interval (a slow pass delays the next
 /// rather than bunching them).
 pub(crate) async fn run(mut service: Box<dyn Service>, stop: CancellationToken) {
-    let mut ticker = Ticker::new(service.interval(), stop);
+    let mut ticker = Ticker::new(service.config().interval(), stop);
     while ticker.next().await {
         if let Err(e) = service.tick().await {
             tracing::warn!(service = service.name(), error = %e, "maintenance pass failed");

@@ -297,7 +297,7 @@ impl<S: Store> WorkerBuilder<S> {
         let periodic = self.periodic.into_iter().collect::<Result<Vec<_>, _>>()?;
         // Each maintenance service checks its own settings.
         for service in maintenance::services(&self.store, c, &periodic, shortest) {
-            service.validate()?;
+            service.config().validate()?;
         }
         Ok(Worker {
             periodic,

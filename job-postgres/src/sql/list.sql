@@ -1,20 +1,11 @@
--- Lists jobs matching a filter, oldest (lowest id) first, at most $9. Filter binds, shared by
--- list, redrive and purge: $1 ids (empty: any), $2 states (empty: any), $3 kind, $4 queue,
--- $5 tenant, $6 a tag the job carries, $7..$8 the finalized_at range [from, to); null: any;
--- $10 the tenant an Admin handle is scoped to (null: every tenant), which no filter widens.
+-- Lists jobs matching a filter (job_filter.sql: $1..$8, $10), oldest (lowest id) first, at most
+-- $9.
 SELECT j.id, j.kind, j.queue, j.priority, j.state::text AS state, j.payload, j.payload_version, j.attempt,
        j.max_attempts, j.run_at, j.lock_token, j.locked_until, j.locked_by, j.cancel_requested,
        j.errors, j.created_at, j.finalized_at, j.deadline, j.unique_key, j.tags, j.tenant,
        j.stuck_since
 FROM job.jobs j
-WHERE (cardinality($1::bigint[]) = 0 OR j.id = ANY ($1::bigint[]))
-  AND (cardinality($2::text[]) = 0 OR j.state::text = ANY ($2::text[]))
-  AND ($3::text IS NULL OR j.kind = $3::text)
-  AND ($4::text IS NULL OR j.queue = $4::text)
-  AND ($5::text IS NULL OR j.tenant = $5::text)
-  AND ($6::text IS NULL OR $6::text = ANY (j.tags))
-  AND ($7::timestamptz IS NULL OR j.finalized_at >= $7::timestamptz)
-  AND ($8::timestamptz IS NULL OR j.finalized_at < $8::timestamptz)
-  AND ($10::text IS NULL OR j.tenant = $10::text)
+WHERE
+-- @job_filter
 ORDER BY j.id
 LIMIT $9::integer

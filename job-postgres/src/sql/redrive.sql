@@ -1,4 +1,4 @@
--- Puts up to $9 dead letters matching the filter of list.sql (with its tenant scope $10) back to available with fresh
+-- Puts up to $9 dead letters matching the filter of job_filter.sql ($1..$8, $10) back to available with fresh
 -- attempts (attempt 0, snoozes 0, due now, no deadline, cancellation cleared; errors kept).
 -- Through the unique guard: a dead letter whose key an active job holds (any row inside
 -- jobs_unique_idx's predicate) is skipped and reported with that job's id; of several dead
@@ -10,15 +10,8 @@ WITH dead AS (
     SELECT j.id, j.kind, j.unique_key
     FROM job.jobs j
     WHERE j.state = 'discarded'
-      AND (cardinality($1::bigint[]) = 0 OR j.id = ANY ($1::bigint[]))
-  AND (cardinality($2::text[]) = 0 OR j.state::text = ANY ($2::text[]))
-  AND ($3::text IS NULL OR j.kind = $3::text)
-  AND ($4::text IS NULL OR j.queue = $4::text)
-  AND ($5::text IS NULL OR j.tenant = $5::text)
-  AND ($6::text IS NULL OR $6::text = ANY (j.tags))
-  AND ($7::timestamptz IS NULL OR j.finalized_at >= $7::timestamptz)
-  AND ($8::timestamptz IS NULL OR j.finalized_at < $8::timestamptz)
-  AND ($10::text IS NULL OR j.tenant = $10::text)
+      AND
+-- @job_filter
     ORDER BY j.id
     LIMIT $9::integer
     FOR UPDATE SKIP LOCKED

@@ -1,0 +1,248 @@
+//! Wrapping a store: [`Layered`] implements every [`Store`] method once, passing each call of
+//! the inner store through a [`StoreLayer`]. A wrapper that injects outages or meters calls
+//! writes what it does to a call, never the list of methods again.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+
+use crate::contract::store::{
+    ClaimRequest, ClaimedJob, Expired, Finalize, Finalized, HeartbeatReport, JobRow, Lease,
+    PruneRequest, Release, Renewal, Rescued, Store, Wakeups,
+};
+use crate::model::error::StoreError;
+use crate::model::job::JobId;
+use crate::model::new_job::NewJob;
+
+/// A boxed, sendable future.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// One call of a wrapped store, as its layer sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Call {
+    /// The [`Store`] method, by name (`claim`, `finalize`, ...).
+    pub name: &'static str,
+    /// How many items it sends: the claim's limit, the finalize batch, the renewals, the
+    /// jobs enqueued; 1 for a call about one thing, 0 for one about none.
+    pub sent: usize,
+}
+
+/// What a call returned, counted: claimed jobs, outcomes applied, leases lost, rows changed.
+pub trait Returned {
+    /// How many rows the call returned or changed.
+    fn rows(&self) -> usize;
+}
+
+/// What a [`Layered`] store does around each call of the store it wraps.
+pub trait StoreLayer: Clone + Send + Sync + 'static {
+    /// Runs `run`, the call `call` of the inner store: pass it through, delay it, fail it,
+    /// time it. `T` is what the call returns.
+    fn call<'a, T: Returned + Send + 'a>(
+        &'a self,
+        call: Call,
+        run: BoxFuture<'a, Result<T, StoreError>>,
+    ) -> BoxFuture<'a, Result<T, StoreError>>;
+}
+
+/// A store whose every call goes through `layer` on its way to `inner`.
+#[derive(Debug, Clone)]
+pub struct Layered<S, L> {
+    inner: S,
+    layer: L,
+}
+
+impl<S: Store, L: StoreLayer> Layered<S, L> {
+    /// `inner`, wrapped by `layer`.
+    pub fn new(inner: S, layer: L) -> Self {
+        Layered { inner, layer }
+    }
+
+    /// The wrapped store, which the layer does not see.
+    pub fn inner(&self) -> &S {
+        &self.inner
+    }
+
+    /// The layer.
+    pub fn layer(&self) -> &L {
+        &self.layer
+    }
+
+    fn through<'a, T: Returned + Send + 'a>(
+        &'a self,
+        name: &'static str,
+        sent: usize,
+        run: impl Future<Output = Result<T, StoreError>> + Send + 'a,
+    ) -> BoxFuture<'a, Result<T, StoreError>> {
+        self.layer.call(Call { name, sent }, Box::pin(run))
+    }
+}
+
+impl<S: Store, L: StoreLayer> Store for Layered<S, L> {
+    async fn enqueue(&self, job: NewJob) -> Result<JobId, StoreError> {
+        self.through("enqueue", 1, self.inner.enqueue(job)).await
+    }
+
+    async fn enqueue_many(&self, jobs: Vec<NewJob>) -> Result<Vec<JobId>, StoreError> {
+        let sent = jobs.len();
+        self.through("enqueue_many", sent, self.inner.enqueue_many(jobs))
+            .await
+    }
+
+    async fn claim(&self, request: &ClaimRequest) -> Result<Vec<ClaimedJob>, StoreError> {
+        let sent = request.limit as usize;
+        self.through("claim", sent, self.inner.claim(request)).await
+    }
+
+    async fn heartbeat(&self, renewals: &[Renewal]) -> Result<HeartbeatReport, StoreError> {
+        self.through("heartbeat", renewals.len(), self.inner.heartbeat(renewals))
+            .await
+    }
+
+    async fn finalize(&self, batch: &[Finalize]) -> Result<Vec<Finalized>, StoreError> {
+        self.through("finalize", batch.len(), self.inner.finalize(batch))
+            .await
+    }
+
+    async fn rescue_expired(&self, limit: u32) -> Result<Rescued, StoreError> {
+        self.through(
+            "rescue_expired",
+            limit as usize,
+            self.inner.rescue_expired(limit),
+        )
+        .await
+    }
+
+    async fn release(&self, releases: &[Release]) -> Result<u64, StoreError> {
+        self.through("release", releases.len(), self.inner.release(releases))
+            .await
+    }
+
+    async fn get(&self, id: JobId) -> Result<Option<JobRow>, StoreError> {
+        self.through("get", 1, self.inner.get(id)).await
+    }
+
+    fn dedicated(&self, purpose: &str, connections: u32) -> Self {
+        Layered {
+            inner: self.inner.dedicated(purpose, connections),
+            layer: self.layer.clone(),
+        }
+    }
+
+    async fn close(&self) {
+        self.inner.close().await;
+    }
+
+    async fn listen(&self) -> Result<Wakeups, StoreError> {
+        self.through("listen", 0, self.inner.listen()).await
+    }
+
+    async fn prune(&self, request: &PruneRequest) -> Result<u64, StoreError> {
+        let sent = request.batch as usize;
+        self.through("prune", sent, self.inner.prune(request)).await
+    }
+
+    async fn expire(&self, limit: u32) -> Result<Expired, StoreError> {
+        self.through("expire", limit as usize, self.inner.expire(limit))
+            .await
+    }
+
+    async fn vacuum(&self) -> Result<bool, StoreError> {
+        self.through("vacuum", 0, self.inner.vacuum()).await
+    }
+
+    async fn load_steps(&self, lease: &Lease) -> Result<HashMap<String, String>, StoreError> {
+        self.through("load_steps", 1, self.inner.load_steps(lease))
+            .await
+    }
+
+    async fn save_step(
+        &self,
+        lease: &Lease,
+        name: &str,
+        output: &str,
+    ) -> Result<Finalized, StoreError> {
+        self.through("save_step", 1, self.inner.save_step(lease, name, output))
+            .await
+    }
+}
+
+impl Returned for JobId {
+    fn rows(&self) -> usize {
+        1
+    }
+}
+
+impl Returned for Vec<JobId> {
+    fn rows(&self) -> usize {
+        self.len()
+    }
+}
+
+impl Returned for Vec<ClaimedJob> {
+    fn rows(&self) -> usize {
+        self.len()
+    }
+}
+
+impl Returned for Vec<Finalized> {
+    /// The outcomes applied.
+    fn rows(&self) -> usize {
+        self.iter().filter(|f| **f == Finalized::Applied).count()
+    }
+}
+
+impl Returned for Finalized {
+    fn rows(&self) -> usize {
+        usize::from(*self == Finalized::Applied)
+    }
+}
+
+impl Returned for HeartbeatReport {
+    /// The leases lost.
+    fn rows(&self) -> usize {
+        self.lost.len()
+    }
+}
+
+impl Returned for Rescued {
+    fn rows(&self) -> usize {
+        (self.retried + self.discarded) as usize
+    }
+}
+
+impl Returned for Expired {
+    fn rows(&self) -> usize {
+        (self.discarded + self.cancelled) as usize
+    }
+}
+
+impl Returned for u64 {
+    fn rows(&self) -> usize {
+        *self as usize
+    }
+}
+
+impl Returned for bool {
+    fn rows(&self) -> usize {
+        usize::from(*self)
+    }
+}
+
+impl Returned for Option<JobRow> {
+    fn rows(&self) -> usize {
+        usize::from(self.is_some())
+    }
+}
+
+impl Returned for Wakeups {
+    fn rows(&self) -> usize {
+        0
+    }
+}
+
+impl<K, V> Returned for HashMap<K, V> {
+    fn rows(&self) -> usize {
+        self.len()
+    }
+}
