@@ -1,5 +1,5 @@
 -- A fragment, not a statement: the JobFilter predicate over `job.jobs j` that list.sql, purge.sql
--- and redrive.sql share, spliced (sql.rs) where they say `-- @job_filter`. $1 ids (empty: any),
+-- and redrive.sql share, spliced (sql.rs) at their `@job_filter` marker line. $1 ids (empty: any),
 -- $2 states (empty: any), $3 kind, $4 queue, $5 tenant, $6 a tag the job carries, $7..$8 the
 -- finalized_at range [from, to); null: any; $10 the tenant an Admin handle is scoped to (null:
 -- every tenant), which no filter widens.

@@ -1,5 +1,6 @@
 -- A fragment, not a statement: the filter of the stats statements over `job.jobs j`, spliced
--- (sql.rs) where stats_counts.sql, stats_oldest.sql and stats_stuck.sql say `-- @stats_filter`:
+-- (sql.rs) at the `@stats_filter` marker line of stats_counts.sql, stats_oldest.sql and
+-- stats_stuck.sql:
 -- $1 kind, $2 queue, $3 tenant, $4 a tag (null: any), within the tenant scope $5 (null: every
 -- tenant).
 ($1::text IS NULL OR j.kind = $1::text)
