@@ -254,8 +254,11 @@ pub async fn run(
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let server = std::env::var("DATABASE_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
-    let url = db::ensure_database(&server, "job_example_chunked_reindex").await?;
-    let pool = job::pool_options().max_connections(5).connect(&url).await?;
+    let options = db::ensure_database(&server, "job_example_chunked_reindex").await?;
+    let pool = job::pool_options()
+        .max_connections(5)
+        .connect_with(options)
+        .await?;
     PgStore::new(pool.clone()).migrate().await?;
     // This demo starts over on every run: page jobs an interrupted earlier run left behind
     // would otherwise resume against the freshly seeded table.

@@ -36,7 +36,6 @@ use job::prelude::*;
 use job::JobState;
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use reqwest::{redirect, Url};
-use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
@@ -563,10 +562,10 @@ mod db;
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let server = std::env::var("DATABASE_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
-    let url = db::ensure_database(&server, "job_example_ingest").await?;
-    let pool = PgPoolOptions::new()
+    let options = db::ensure_database(&server, "job_example_ingest").await?;
+    let pool = job::pool_options()
         .max_connections(5)
-        .connect(&url)
+        .connect_with(options)
         .await?;
     let cases = run(&pool, Arc::new(System)).await?;
     let stored: i64 = sqlx::query_scalar("SELECT count(*) FROM ingested_documents WHERE body = $1")

@@ -199,8 +199,11 @@ pub async fn run(pool: &PgPool, faults: Faults) -> Result<Report, Box<dyn std::e
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let server = std::env::var("DATABASE_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
-    let url = db::ensure_database(&server, "job_example_invoice_email").await?;
-    let pool = job::pool_options().max_connections(5).connect(&url).await?;
+    let options = db::ensure_database(&server, "job_example_invoice_email").await?;
+    let pool = job::pool_options()
+        .max_connections(5)
+        .connect_with(options)
+        .await?;
     PgStore::new(pool.clone()).migrate().await?;
 
     // The worker "dies" once, right after the handler sent the email and before the job's

@@ -48,8 +48,11 @@ async fn charge(_ctx: JobContext, cents: i64) -> Result<(), JobError> {
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let server = std::env::var("DATABASE_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
-    let url = db::ensure_database(&server, "job_quickstart").await?;
-    let pool = job::pool_options().max_connections(5).connect(&url).await?;
+    let options = db::ensure_database(&server, "job_quickstart").await?;
+    let pool = job::pool_options()
+        .max_connections(5)
+        .connect_with(options)
+        .await?;
     let store = PgStore::new(pool.clone());
     store.migrate().await?;
 

@@ -62,14 +62,18 @@ pub(crate) fn object_key(report_id: i64) -> ObjectPath {
 pub(crate) async fn export_report(ctx: JobContext, report_id: i64) -> Result<(), JobError> {
     let exporter = ctx.state::<Exporter>()?.clone();
     // A fresh temporary file per attempt, removed when the attempt ends however it ends.
-    let temp = TempFile(std::env::temp_dir().join(format!(
-        "job-export-{report_id}-{}-{}.csv",
-        ctx.id(),
-        ctx.attempt()
-    )));
+    let temp = tempfile::Builder::new()
+        .prefix(&format!(
+            "job-export-{report_id}-{}-{}-",
+            ctx.id(),
+            ctx.attempt()
+        ))
+        .suffix(".csv")
+        .tempfile()?
+        .into_temp_path();
 
     // 1. Stream the rows into the file, one row at a time.
-    let mut out = BufWriter::new(tokio::fs::File::create(&temp.0).await?);
+    let mut out = BufWriter::new(tokio::fs::File::create(&temp).await?);
     out.write_all(b"n,digest\n").await?;
     let mut rows = sqlx::query_as::<_, (i64, String)>(
         "SELECT n, digest FROM report_rows WHERE report_id = $1 ORDER BY n",
@@ -96,7 +100,7 @@ pub(crate) async fn export_report(ctx: JobContext, report_id: i64) -> Result<(),
         .put_multipart_opts(&key, Default::default())
         .await?;
     let mut writer = WriteMultipart::new_with_chunk_size(upload, PART_SIZE);
-    let mut file = tokio::fs::File::open(&temp.0).await?;
+    let mut file = tokio::fs::File::open(&temp).await?;
     let mut buf = vec![0u8; 1024 * 1024];
     let sent: Result<(), JobError> = async {
         loop {
@@ -123,15 +127,6 @@ pub(crate) async fn export_report(ctx: JobContext, report_id: i64) -> Result<(),
             let _ = writer.abort().await;
             Err(e)
         }
-    }
-}
-
-/// Removes its file when dropped.
-struct TempFile(PathBuf);
-
-impl Drop for TempFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
     }
 }
 
@@ -335,8 +330,11 @@ mod db;
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let server = std::env::var("DATABASE_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
-    let url = db::ensure_database(&server, "job_example_export").await?;
-    let pool = job::pool_options().max_connections(5).connect(&url).await?;
+    let options = db::ensure_database(&server, "job_example_export").await?;
+    let pool = job::pool_options()
+        .max_connections(5)
+        .connect_with(options)
+        .await?;
     let store = object_store_from_env()?;
     let report_id = 1;
     let summary = run(&pool, store, report_id, ROWS, |builder| builder).await?;

@@ -1,12 +1,10 @@
-//! Command-line arguments. Hand-rolled: a handful of `--flag value` pairs.
-
-use std::str::FromStr;
+//! Command-line arguments, parsed by clap.
 
 /// The server used when neither `--database-url` nor `DATABASE_URL` is given.
 pub(crate) const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
 
 /// What the backlog's waiting rows are.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub(crate) enum WaitingKind {
     /// Same queue, kind and priority as the drained jobs, scheduled 30 days ahead: in the
     /// claim index, never due during the run.
@@ -25,137 +23,129 @@ impl WaitingKind {
     }
 }
 
-/// Parsed arguments; `None` means the workload's default.
-#[derive(Debug, Clone)]
+/// The benchmark's command line (`job-bench --help`); `None` means the workload's default.
+#[derive(Debug, Clone, clap::Parser)]
+#[command(
+    name = "job-bench",
+    about = "Throughput and latency benchmarks of the job framework against a real PostgreSQL",
+    after_help = WORKLOADS
+)]
 pub(crate) struct Args {
+    /// What to measure: drain, enqueue, enqueue_bulk, latency, backlog or soak (see below).
     pub(crate) workload: String,
+    /// The server (else DATABASE_URL, else postgres://postgres@127.0.0.1:5432/test).
+    #[arg(long, env = "DATABASE_URL", default_value = DEFAULT_URL)]
     pub(crate) database_url: String,
+    /// Jobs to run or insert.
+    #[arg(long, value_parser = at_least_one)]
     pub(crate) jobs: Option<usize>,
+    /// Worker concurrency (10), or producer connections for enqueue (1).
+    #[arg(long, value_parser = at_least_one)]
     pub(crate) concurrency: Option<usize>,
+    /// WorkerConfig::claim_batch of the worker (library default).
+    #[arg(long)]
     pub(crate) claim_batch: Option<u32>,
+    /// WorkerConfig::finalize_batch of the worker (library default).
+    #[arg(long)]
     pub(crate) finalize_batch: Option<usize>,
+    /// WorkerConfig::prefetch of the worker (library default: 0).
+    #[arg(long)]
     pub(crate) prefetch: Option<usize>,
-    /// Seconds the worker's pruner keeps completed jobs (else a year; soak: twice the interval).
+    /// Seconds the worker's pruner keeps completed jobs (a year; soak: twice --interval, so
+    /// that the pruner works during the soak).
+    #[arg(long, value_parser = non_negative)]
     pub(crate) retention: Option<f64>,
+    /// Use (and create when missing) database NAME and do not drop it.
+    #[arg(long, value_name = "NAME")]
     pub(crate) keep_db: Option<String>,
+    /// Repeat the measurement K times, one line each (drain, backlog).
+    #[arg(long, default_value_t = 1, value_parser = at_least_one)]
     pub(crate) runs: usize,
+    /// Latency: milliseconds between enqueues.
+    #[arg(long, default_value_t = 20.0)]
     pub(crate) gap_ms: f64,
+    /// Backlog: completed rows.
+    #[arg(long, default_value_t = 1_000_000)]
     pub(crate) completed: usize,
+    /// Backlog: waiting rows.
+    #[arg(long, default_value_t = 1_000_000)]
     pub(crate) waiting: usize,
+    /// Backlog: `future` (same queue and kind, scheduled in 30 days) or `other-kind` (due
+    /// now, of a kind the worker does not run, same queue).
+    #[arg(long, value_enum, default_value_t = WaitingKind::Future)]
     pub(crate) waiting_kind: WaitingKind,
+    /// Backlog: skip the empty-table drain it is compared with.
+    #[arg(long = "no-baseline", action = clap::ArgAction::SetFalse)]
     pub(crate) baseline: bool,
+    /// Soak: jobs per second to produce (else 70% of a quick drain).
+    #[arg(long)]
     pub(crate) rate: Option<f64>,
+    /// Soak: duration in seconds.
+    #[arg(long, default_value_t = 600.0, value_parser = positive)]
     pub(crate) seconds: f64,
+    /// Soak: seconds per report line.
+    #[arg(long, default_value_t = 60.0, value_parser = positive)]
     pub(crate) interval: f64,
+    /// Soak: run VACUUM (ANALYZE) job.jobs every S seconds (0: never).
+    #[arg(long, default_value_t = 0.0)]
     pub(crate) vacuum_every: f64,
-    /// Experiments on drain's raw loop: another claim or finalize statement, a fixed claim
-    /// size, and skipping the worker.
+    /// Experiment: claim with this statement instead of claim.sql (same parameters).
+    #[arg(long, value_name = "FILE")]
     pub(crate) raw_claim_sql: Option<String>,
+    /// Experiment: finalize with this statement instead of finalize.sql.
+    #[arg(long, value_name = "FILE")]
     pub(crate) raw_finalize_sql: Option<String>,
+    /// Experiment: ask for L jobs per claim whatever the free slots.
+    #[arg(long, value_name = "L")]
     pub(crate) raw_claim_limit: Option<usize>,
+    /// Experiment: run only drain's raw loop.
+    #[arg(long)]
     pub(crate) raw_only: bool,
+    /// Experiment: a session setting NAME=VALUE on the raw loop's connections (repeatable).
+    #[arg(long = "raw-set", value_name = "NAME=VALUE")]
     pub(crate) raw_settings: Vec<String>,
+    /// Experiment: run this SQL in the benchmark's database first (e.g. a function the
+    /// experiment's claim calls).
+    #[arg(long, value_name = "FILE")]
     pub(crate) raw_setup_sql: Option<String>,
 }
 
-fn parse<T: FromStr>(flag: &str, value: &str) -> Result<T, String> {
-    value
-        .parse()
-        .map_err(|_| format!("{flag}: cannot parse {value:?}"))
+/// What each workload does, after the options in `--help`.
+const WORKLOADS: &str = "\
+Workloads:
+  drain         pre-enqueue N (20000) no-op jobs in bulk, time one worker until all are
+                finalized; also the bare claim + finalize SQL in the same loop (raw_jobs_per_s)
+  enqueue       N (5000) single enqueues, each its own transaction, through the typed helper,
+                interleaved with plain single-row INSERTs into a scratch table
+  enqueue_bulk  N (100000) jobs through the bulk API
+  latency       an idle worker; N (200) jobs enqueued one at a time --gap-ms apart; enqueue
+                commit to handler start
+  backlog       drain with --completed completed and --waiting waiting rows already in the
+                table; reports the worker's peak RSS
+  soak          a producer at --rate for --seconds, one line per --interval seconds";
+
+fn at_least_one(value: &str) -> Result<usize, String> {
+    match value.parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!("must be at least 1, got {value:?}")),
+    }
+}
+
+fn non_negative(value: &str) -> Result<f64, String> {
+    match value.parse::<f64>() {
+        Ok(x) if x >= 0.0 => Ok(x),
+        _ => Err(format!("must be zero or more, got {value:?}")),
+    }
+}
+
+fn positive(value: &str) -> Result<f64, String> {
+    match value.parse::<f64>() {
+        Ok(x) if x > 0.0 => Ok(x),
+        _ => Err(format!("must be positive, got {value:?}")),
+    }
 }
 
 impl Args {
-    pub(crate) fn parse(args: impl IntoIterator<Item = String>) -> Result<Args, String> {
-        let mut args = args.into_iter();
-        let workload = args.next().ok_or("no workload given")?;
-        let mut parsed = Args {
-            workload,
-            database_url: std::env::var("DATABASE_URL").unwrap_or_else(|_| DEFAULT_URL.into()),
-            jobs: None,
-            concurrency: None,
-            claim_batch: None,
-            finalize_batch: None,
-            prefetch: None,
-            retention: None,
-            keep_db: None,
-            runs: 1,
-            gap_ms: 20.0,
-            completed: 1_000_000,
-            waiting: 1_000_000,
-            waiting_kind: WaitingKind::Future,
-            baseline: true,
-            rate: None,
-            seconds: 600.0,
-            interval: 60.0,
-            vacuum_every: 0.0,
-            raw_claim_sql: None,
-            raw_finalize_sql: None,
-            raw_claim_limit: None,
-            raw_only: false,
-            raw_settings: Vec::new(),
-            raw_setup_sql: None,
-        };
-        while let Some(flag) = args.next() {
-            if flag == "--no-baseline" {
-                parsed.baseline = false;
-                continue;
-            }
-            if flag == "--raw-only" {
-                parsed.raw_only = true;
-                continue;
-            }
-            let value = args.next().ok_or_else(|| format!("{flag} needs a value"))?;
-            let v = value.as_str();
-            match flag.as_str() {
-                "--jobs" => parsed.jobs = Some(parse(&flag, v)?),
-                "--concurrency" => parsed.concurrency = Some(parse(&flag, v)?),
-                "--claim-batch" => parsed.claim_batch = Some(parse(&flag, v)?),
-                "--finalize-batch" => parsed.finalize_batch = Some(parse(&flag, v)?),
-                "--prefetch" => parsed.prefetch = Some(parse(&flag, v)?),
-                "--retention" => parsed.retention = Some(parse(&flag, v)?),
-                "--keep-db" => parsed.keep_db = Some(value),
-                "--database-url" => parsed.database_url = value,
-                "--runs" => parsed.runs = parse(&flag, v)?,
-                "--gap-ms" => parsed.gap_ms = parse(&flag, v)?,
-                "--completed" => parsed.completed = parse(&flag, v)?,
-                "--waiting" => parsed.waiting = parse(&flag, v)?,
-                "--waiting-kind" => {
-                    parsed.waiting_kind = match v {
-                        "future" => WaitingKind::Future,
-                        "other-kind" => WaitingKind::OtherKind,
-                        _ => return Err(format!("{flag}: `future` or `other-kind`, got {v:?}")),
-                    }
-                }
-                "--rate" => parsed.rate = Some(parse(&flag, v)?),
-                "--seconds" => parsed.seconds = parse(&flag, v)?,
-                "--interval" => parsed.interval = parse(&flag, v)?,
-                "--vacuum-every" => parsed.vacuum_every = parse(&flag, v)?,
-                "--raw-claim-sql" => parsed.raw_claim_sql = Some(value),
-                "--raw-finalize-sql" => parsed.raw_finalize_sql = Some(value),
-                "--raw-setup-sql" => parsed.raw_setup_sql = Some(value),
-                "--raw-set" => parsed.raw_settings.push(value),
-                "--raw-claim-limit" => parsed.raw_claim_limit = Some(parse(&flag, v)?),
-                _ => return Err(format!("unknown argument {flag:?}")),
-            }
-        }
-        if parsed.concurrency == Some(0) {
-            return Err("--concurrency must be at least 1".into());
-        }
-        if parsed.jobs == Some(0) {
-            return Err("--jobs must be at least 1".into());
-        }
-        if parsed.runs == 0 {
-            return Err("--runs must be at least 1".into());
-        }
-        if parsed.retention.is_some_and(|r| r.is_nan() || r < 0.0) {
-            return Err("--retention must be zero or more seconds".into());
-        }
-        if parsed.interval <= 0.0 || parsed.seconds <= 0.0 {
-            return Err("--seconds and --interval must be positive".into());
-        }
-        Ok(parsed)
-    }
-
     pub(crate) fn jobs_or(&self, default: usize) -> usize {
         self.jobs.unwrap_or(default)
     }
