@@ -139,6 +139,8 @@ use proc_macro::TokenStream;
 /// | `kind = "billing.send_invoice"` | name | the stored kind; defaults to the function's name |
 /// | `version = N` | `1..` | the payload's version; defaults to 1 |
 /// | `upgrade = path` | a function | turns older payloads into the current version; needs `version >= 2` |
+/// | `unique = "invoice:{invoice_id}"` | a template of `{parameter}` names | each job's unique key, from its payload: at most one active job per key (see the README's unique jobs) |
+/// | `concurrency = N` | `1..` | at most `N` running jobs of the kind across every worker, enforced by the claim |
 ///
 /// Durations are [humantime](https://docs.rs/humantime) text, parsed at compile time:
 /// `"500ms"`, `"30s"`, `"2m"`, `"1h 30m"`, `"2 minutes"`; zero, negative and over 100 years
