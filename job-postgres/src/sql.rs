@@ -1,19 +1,22 @@
 //! Every SQL statement the store runs, one file each under `src/sql/` (River's rule: no ad-hoc
 //! SQL). Each file's header comment says what the statement does and which guard it applies.
 //! Two predicates that several statements share live in fragments of their own
-//! (`job_filter.sql`, `stats_filter.sql`), spliced once where a statement says
-//! `-- @job_filter` or `-- @stats_filter`.
+//! (`job_filter.sql`, `dead_letters.sql`, `stats_filter.sql`), spliced once where a statement
+//! has the fragment's marker line (`-- @job_filter`, ...).
 
 use std::sync::LazyLock;
 
 /// The `JobFilter` predicate of list, purge and redrive.
 const JOB_FILTER: &str = include_str!("sql/job_filter.sql");
+/// The dead letters purge and redrive act on (itself holding the `JobFilter` predicate).
+const DEAD_LETTERS: &str = include_str!("sql/dead_letters.sql");
 /// The filter of the stats statements.
 const STATS_FILTER: &str = include_str!("sql/stats_filter.sql");
 
 /// `statement` with its fragments spliced in.
 fn splice(statement: &str) -> String {
     statement
+        .replace("-- @dead_letters\n", DEAD_LETTERS)
         .replace("-- @job_filter\n", JOB_FILTER)
         .replace("-- @stats_filter\n", STATS_FILTER)
 }
@@ -68,6 +71,8 @@ mod tests {
             (&*LIST, JOB_FILTER),
             (&*PURGE, JOB_FILTER),
             (&*REDRIVE, JOB_FILTER),
+            (&*PURGE, "WHERE j.state = 'discarded'"),
+            (&*REDRIVE, "WHERE j.state = 'discarded'"),
             (&*STATS_COUNTS, STATS_FILTER),
             (&*STATS_OLDEST, STATS_FILTER),
             (&*STATS_STUCK, STATS_FILTER),

@@ -8,13 +8,7 @@
 -- runs it again. Returns per dead letter (id, redriven, existing), and wakes the queues.
 WITH dead AS (
     SELECT j.id, j.kind, j.unique_key
-    FROM job.jobs j
-    WHERE j.state = 'discarded'
-      AND
--- @job_filter
-    ORDER BY j.id
-    LIMIT $9::integer
-    FOR UPDATE SKIP LOCKED
+-- @dead_letters
 ),
 ranked AS (
     SELECT d.id, d.unique_key,
