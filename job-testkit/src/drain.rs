@@ -136,6 +136,9 @@ impl Drain {
             }
             let claimed = store.claim(&request).await.expect("claim");
             if claimed.is_empty() {
+                if report.is_empty() {
+                    self.warn_if_jobs_wait_elsewhere(store, queue).await;
+                }
                 break;
             }
             for job in claimed {
@@ -184,5 +187,40 @@ impl Drain {
             }
         }
         report
+    }
+
+    /// Says on stderr where jobs of the registered kinds wait, when a drain found nothing due
+    /// in its queue: a test draining the wrong queue, or a job scheduled for later, learns it
+    /// here rather than from an empty report.
+    async fn warn_if_jobs_wait_elsewhere(&self, store: &PgStore, queue: &str) {
+        let kinds: Vec<String> = self
+            .registry
+            .claim_kinds()
+            .into_iter()
+            .map(|k| k.kind)
+            .collect();
+        let waiting: Vec<(String, String, bool, i64)> = sqlx::query_as(
+            "SELECT queue, state::text, run_at <= now(), count(*) FROM job.jobs
+             WHERE kind = ANY ($1) AND state IN ('scheduled', 'available', 'retryable')
+             GROUP BY 1, 2, 3 ORDER BY 1, 2, 3",
+        )
+        .bind(&kinds)
+        .fetch_all(store.pool())
+        .await
+        .unwrap_or_default();
+        if !waiting.is_empty() {
+            let found: Vec<String> = waiting
+                .iter()
+                .map(|(q, state, due, n)| {
+                    let when = if *due { "due" } else { "not due yet" };
+                    format!("{n} {state} ({when}) in queue `{q}`")
+                })
+                .collect();
+            eprintln!(
+                "job-testkit Drain: nothing was due in queue `{queue}`, but jobs of the \
+                 registered kinds wait: {} (drain their queue, or use .with_scheduled(true))",
+                found.join(", ")
+            );
+        }
     }
 }

@@ -1,51 +1,188 @@
-//! Assertions on what an application enqueued, read straight from the `job.jobs` table.
+//! Assertions on what an application enqueued, read straight from the `job.jobs` table,
+//! through any executor: the pool, or the test's own open transaction.
 
+use std::panic::Location;
+
+use chrono::{DateTime, Utc};
 use job_core::{Job, JobId};
 use serde_json::Value;
-use sqlx::PgPool;
+use sqlx::PgExecutor;
 
-/// A waiting job of kind `J` as stored.
+/// A job of kind `J` as stored.
 #[derive(Debug, Clone, PartialEq)]
 pub struct EnqueuedJob<J> {
     /// Its id.
     pub id: JobId,
+    /// Its state (`scheduled`, `available`, ... as text).
+    pub state: String,
     /// Its queue.
     pub queue: String,
     /// Its priority.
     pub priority: i16,
+    /// When it may run.
+    pub run_at: DateTime<Utc>,
+    /// Its tags.
+    pub tags: Vec<String>,
     /// Its payload, decoded (through `Job::upgrade` for older versions).
     pub job: J,
     /// Its payload as stored.
     pub payload: Value,
 }
 
-/// Every job of kind `J` waiting to run (`scheduled`, `available` or `retryable`), oldest first.
-///
-/// # Panics
-/// When the query fails or a payload does not decode: a test should hear about either.
-pub async fn enqueued<J: Job>(pool: &PgPool) -> Vec<EnqueuedJob<J>> {
-    let rows: Vec<(JobId, String, i16, String, i32)> = sqlx::query_as(
-        "SELECT id, queue, priority, payload::text, payload_version FROM job.jobs \
-         WHERE kind = $1 AND state IN ('scheduled', 'available', 'retryable') ORDER BY id",
+impl<J> EnqueuedJob<J> {
+    fn waiting(&self) -> bool {
+        matches!(self.state.as_str(), "scheduled" | "available" | "retryable")
+    }
+}
+
+type Row = (JobId, String, String, i16, DateTime<Utc>, Vec<String>, String, i32);
+
+/// Every job of kind `J`, in any state, oldest first.
+async fn all<'e, J: Job>(executor: impl PgExecutor<'e>, at: &Location<'_>) -> Vec<EnqueuedJob<J>> {
+    let rows: Vec<Row> = sqlx::query_as(
+        "SELECT id, state::text, queue, priority, run_at, coalesce(tags, '{}'), payload::text,
+                payload_version
+         FROM job.jobs WHERE kind = $1 ORDER BY id",
     )
     .bind(J::KIND)
-    .fetch_all(pool)
+    .fetch_all(executor)
     .await
-    .unwrap_or_else(|e| panic!("cannot read enqueued `{}` jobs: {e}", J::KIND));
+    .unwrap_or_else(|e| panic!("{at}: cannot read `{}` jobs: {e}", J::KIND));
     rows.into_iter()
-        .map(|(id, queue, priority, payload, version)| EnqueuedJob {
+        .map(|(id, state, queue, priority, run_at, tags, payload, version)| EnqueuedJob {
             id,
+            state,
             queue,
             priority,
+            run_at,
+            tags,
             job: job_core::decode::<J>(&payload, version)
-                .unwrap_or_else(|e| panic!("enqueued job {id}: {e}")),
+                .unwrap_or_else(|e| panic!("{at}: job {id}: {e}")),
             payload: serde_json::from_str(&payload).expect("jsonb text is JSON"),
         })
         .collect()
 }
 
-/// Asserts that a job of kind `J` is waiting whose payload contains `fields` (every key of
-/// `fields` present with an equal value; other keys are ignored). Returns its id.
+/// Every job of kind `J` waiting to run (`scheduled`, `available` or `retryable`), oldest
+/// first, as `executor` sees them (`&pool`, or `&mut *tx` to look inside an open
+/// transaction).
+///
+/// # Panics
+/// When the query fails or a payload does not decode: a test should hear about either.
+#[track_caller]
+pub fn enqueued<'e, J: Job>(
+    executor: impl PgExecutor<'e> + 'e,
+) -> impl std::future::Future<Output = Vec<EnqueuedJob<J>>> + 'e {
+    let at = Location::caller();
+    async move {
+        let mut jobs = all::<J>(executor, at).await;
+        jobs.retain(EnqueuedJob::waiting);
+        jobs
+    }
+}
+
+/// What a waiting job must be like: payload fields, and optionally its queue, priority, run
+/// time and tags (Oban.Testing's `assert_enqueued` options).
+///
+/// ```no_run
+/// # async fn demo(pool: sqlx::PgPool) {
+/// # #[derive(serde::Serialize, serde::Deserialize)] struct SendInvoice { invoice_id: i64 }
+/// # impl job_core::Job for SendInvoice { const KIND: &'static str = "send_invoice";
+/// #   async fn perform(self, _: job_core::JobContext) -> Result<(), job_core::JobError> { Ok(()) } }
+/// use job_testkit::{assert_enqueued_with, Expect};
+/// use serde_json::json;
+///
+/// let expected = Expect::args(json!({ "invoice_id": 42 })).queue("mail").tags(["billing"]);
+/// let id = assert_enqueued_with::<SendInvoice>(&pool, expected).await;
+/// # let _ = id; }
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct Expect {
+    fields: Option<Value>,
+    queue: Option<String>,
+    priority: Option<i16>,
+    run_at: Option<(DateTime<Utc>, chrono::Duration)>,
+    tags: Option<Vec<String>>,
+}
+
+impl Expect {
+    /// A job whose payload contains `fields` (every key present with an equal value,
+    /// recursively; other keys are ignored).
+    pub fn args(fields: Value) -> Self {
+        Expect {
+            fields: Some(fields),
+            ..Expect::default()
+        }
+    }
+
+    /// ... on `queue`.
+    pub fn queue(mut self, queue: impl Into<String>) -> Self {
+        self.queue = Some(queue.into());
+        self
+    }
+
+    /// ... with `priority`.
+    pub fn priority(mut self, priority: i16) -> Self {
+        self.priority = Some(priority);
+        self
+    }
+
+    /// ... due at `at`, give or take a second (the database's clock set it).
+    pub fn scheduled_at(mut self, at: DateTime<Utc>) -> Self {
+        self.run_at = Some((at, chrono::Duration::seconds(1)));
+        self
+    }
+
+    /// ... carrying every one of `tags` (others may be there too).
+    pub fn tags<T: Into<String>>(mut self, tags: impl IntoIterator<Item = T>) -> Self {
+        self.tags = Some(tags.into_iter().map(Into::into).collect());
+        self
+    }
+
+    fn matches<J>(&self, job: &EnqueuedJob<J>) -> bool {
+        self.fields
+            .as_ref()
+            .is_none_or(|f| contains(&job.payload, f))
+            && self.queue.as_ref().is_none_or(|q| *q == job.queue)
+            && self.priority.is_none_or(|p| p == job.priority)
+            && self
+                .run_at
+                .is_none_or(|(at, slack)| (job.run_at - at).abs() <= slack)
+            && self
+                .tags
+                .as_ref()
+                .is_none_or(|tags| tags.iter().all(|t| job.tags.contains(t)))
+    }
+}
+
+impl std::fmt::Display for Expect {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut parts = Vec::new();
+        if let Some(fields) = &self.fields {
+            parts.push(format!("args {fields}"));
+        }
+        if let Some(q) = &self.queue {
+            parts.push(format!("queue `{q}`"));
+        }
+        if let Some(p) = self.priority {
+            parts.push(format!("priority {p}"));
+        }
+        if let Some((at, _)) = self.run_at {
+            parts.push(format!("scheduled at {at}"));
+        }
+        if let Some(tags) = &self.tags {
+            parts.push(format!("tags {tags:?}"));
+        }
+        if parts.is_empty() {
+            parts.push("anything".into());
+        }
+        f.write_str(&parts.join(", "))
+    }
+}
+
+/// Asserts that a job of kind `J` waits whose payload contains `fields` (every key of `fields`
+/// present with an equal value; other keys are ignored), and returns its id. Reads through
+/// `executor`: `&pool`, or `&mut *tx` to look inside the test's open transaction.
 ///
 /// ```no_run
 /// # async fn demo(pool: sqlx::PgPool) {
@@ -62,43 +199,92 @@ pub async fn enqueued<J: Job>(pool: &PgPool) -> Vec<EnqueuedJob<J>> {
 /// ```
 ///
 /// # Panics
-/// When no such job waits; the message lists the payloads that do.
-pub async fn assert_enqueued<J: Job>(pool: &PgPool, fields: Value) -> JobId {
-    let jobs = enqueued::<J>(pool).await;
-    match jobs.iter().find(|j| contains(&j.payload, &fields)) {
+/// At the caller's line, when no such job waits; the message lists the waiting jobs of the
+/// kind and those in other states.
+#[track_caller]
+pub fn assert_enqueued<'e, J: Job>(
+    executor: impl PgExecutor<'e> + 'e,
+    fields: Value,
+) -> impl std::future::Future<Output = JobId> + 'e {
+    assert_enqueued_at::<J>(executor, Expect::args(fields), Location::caller())
+}
+
+/// Asserts that a job of kind `J` waits as `expected` says (see [`Expect`]), and returns its
+/// id; see [`assert_enqueued`].
+#[track_caller]
+pub fn assert_enqueued_with<'e, J: Job>(
+    executor: impl PgExecutor<'e> + 'e,
+    expected: Expect,
+) -> impl std::future::Future<Output = JobId> + 'e {
+    assert_enqueued_at::<J>(executor, expected, Location::caller())
+}
+
+async fn assert_enqueued_at<'e, J: Job>(
+    executor: impl PgExecutor<'e>,
+    expected: Expect,
+    at: &'static Location<'static>,
+) -> JobId {
+    let jobs = all::<J>(executor, at).await;
+    match jobs.iter().find(|j| j.waiting() && expected.matches(j)) {
         Some(found) => found.id,
         None => panic!(
-            "expected a `{}` job enqueued with {fields}, found {}",
+            "{at}: expected a `{}` job enqueued with {expected}; {}",
             J::KIND,
             describe(&jobs)
         ),
     }
 }
 
-/// Asserts that no job of kind `J` waits whose payload contains `fields`.
+/// Asserts that no job of kind `J` waits whose payload contains `fields`; see
+/// [`assert_enqueued`].
 ///
 /// # Panics
-/// When one does; the message shows it.
-pub async fn refute_enqueued<J: Job>(pool: &PgPool, fields: Value) {
-    let jobs = enqueued::<J>(pool).await;
-    if let Some(found) = jobs.iter().find(|j| contains(&j.payload, &fields)) {
-        panic!(
-            "expected no `{}` job enqueued with {fields}, found job {} with {}",
-            J::KIND,
-            found.id,
-            found.payload
-        );
+/// At the caller's line, when one does; the message shows it.
+#[track_caller]
+pub fn refute_enqueued<'e, J: Job>(
+    executor: impl PgExecutor<'e> + 'e,
+    fields: Value,
+) -> impl std::future::Future<Output = ()> + 'e {
+    let at = Location::caller();
+    async move {
+        let expected = Expect::args(fields);
+        let jobs = all::<J>(executor, at).await;
+        if let Some(found) = jobs.iter().find(|j| j.waiting() && expected.matches(j)) {
+            panic!(
+                "{at}: expected no `{}` job enqueued with {expected}, found job {} ({}, queue \
+                 `{}`) with {}",
+                J::KIND,
+                found.id,
+                found.state,
+                found.queue,
+                found.payload
+            );
+        }
     }
 }
 
+/// The jobs of a kind, waiting ones first, then the others with their states.
 fn describe<J>(jobs: &[EnqueuedJob<J>]) -> String {
-    if jobs.is_empty() {
-        return "none".to_owned();
-    }
-    jobs.iter()
-        .map(|j| format!("job {}: {}", j.id, j.payload))
-        .collect::<Vec<_>>()
-        .join("; ")
+    let line = |j: &EnqueuedJob<J>| {
+        format!(
+            "job {} ({}, queue `{}`, priority {}, run at {}, tags {:?}): {}",
+            j.id, j.state, j.queue, j.priority, j.run_at, j.tags, j.payload
+        )
+    };
+    let waiting: Vec<String> = jobs.iter().filter(|j| j.waiting()).map(line).collect();
+    let others: Vec<String> = jobs.iter().filter(|j| !j.waiting()).map(line).collect();
+    let list = |v: &[String]| {
+        if v.is_empty() {
+            "none".to_owned()
+        } else {
+            v.join("; ")
+        }
+    };
+    format!(
+        "waiting: {}; in other states: {}",
+        list(&waiting),
+        list(&others)
+    )
 }
 
 /// Whether `actual` holds every key of `expected` (recursively for objects) with equal values.

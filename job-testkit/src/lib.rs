@@ -6,8 +6,13 @@
 //! - [`Faults`]: crash an execution at a named point (after claim, before or after perform,
 //!   before or after a durable step, before or after finalize, at heartbeat) as a killed
 //!   process would.
-//! - [`enqueued`], [`assert_enqueued`], [`refute_enqueued`]: what the code under test enqueued.
+//! - [`enqueued`], [`assert_enqueued`], [`assert_enqueued_with`] ([`Expect`]: args, queue,
+//!   priority, run time, tags), [`refute_enqueued`]: what the code under test enqueued, through
+//!   the pool or inside its open transaction.
 //! - [`Drain`]: run every due job of a queue in the test's own task and get each outcome.
+//! - [`TestWorker::for_tests`]: short leases and fast rescues for a worker a test starts, and
+//!   [`rescue_now`].
+//! - [`wait_for`] a job's state, [`wait_until_idle`] for a queue.
 //! - [`OutageStore`]: make every store call fail or stall for a while (a database outage).
 
 pub mod conformance;
@@ -17,10 +22,25 @@ mod enqueued;
 mod faults;
 mod outage;
 mod perform;
+mod wait;
+mod worker;
 
 pub use db::{PgFactory, TestDb};
 pub use drain::{Drain, Drained};
-pub use enqueued::{assert_enqueued, enqueued, refute_enqueued, EnqueuedJob};
+pub use enqueued::{
+    assert_enqueued, assert_enqueued_with, enqueued, refute_enqueued, EnqueuedJob, Expect,
+};
 pub use faults::{Crash, Faults, Point};
 pub use outage::{Outage, OutageStore};
 pub use perform::{perform, Inline, StepMemory};
+pub use wait::{wait_for, wait_until_idle, WAIT};
+pub use worker::{rescue_now, TestWorker, TEST_LEASE};
+
+/// The names most application tests use: `use job_testkit::prelude::*;`.
+pub mod prelude {
+    pub use crate::{
+        assert_enqueued, assert_enqueued_with, enqueued, perform, refute_enqueued, rescue_now,
+        wait_for, wait_until_idle, Drain, Expect, Faults, Inline, Outage, OutageStore, Point,
+        StepMemory, TestDb, TestWorker,
+    };
+}

@@ -96,6 +96,31 @@ impl AttemptHooks for StepMemory {
 
 /// Settings for inline execution: application state and the attempt to pretend it is.
 ///
+/// One `Inline` plays one job's life: the durable steps its performs record are kept (in
+/// memory, shared by its clones), so performing attempt 2 after attempt 1 skips the steps
+/// attempt 1 recorded, as a worker's retry would. Use a new `Inline` for another job.
+///
+/// ```
+/// # use job_core::{Job, JobContext, JobError, Outcome};
+/// # use std::sync::atomic::{AtomicU32, Ordering};
+/// # static SENT: AtomicU32 = AtomicU32::new(0);
+/// # #[derive(serde::Serialize, serde::Deserialize)] struct Confirm { order: i64 }
+/// # impl Job for Confirm { const KIND: &'static str = "confirm";
+/// #   async fn perform(self, ctx: JobContext) -> Result<(), JobError> {
+/// #     ctx.step("email", || async { SENT.fetch_add(1, Ordering::SeqCst); Ok(()) }).await?;
+/// #     if ctx.attempt() == 1 { return Err(JobError::retryable("crm down")); }
+/// #     Ok(()) } }
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// use job_testkit::Inline;
+///
+/// let job = Inline::new();
+/// assert_eq!(job.perform(Confirm { order: 7 }).await.name(), "retry");
+/// let retry = job.clone().attempt(2).perform(Confirm { order: 7 }).await;
+/// assert_eq!(retry, Outcome::Complete);
+/// assert_eq!(SENT.load(Ordering::SeqCst), 1, "the email step ran once");
+/// # }
+/// ```
+///
 /// ```
 /// # use job_core::{Job, JobContext, JobError, Outcome};
 /// # #[derive(serde::Serialize, serde::Deserialize)] struct SendInvoice { invoice_id: i64 }
@@ -118,7 +143,7 @@ pub struct Inline {
     attempt: i32,
     max_attempts: Option<i32>,
     snoozes: i32,
-    steps: Option<StepMemory>,
+    steps: StepMemory,
     seed: u64,
 }
 
@@ -130,7 +155,7 @@ impl Default for Inline {
             attempt: 1,
             max_attempts: None,
             snoozes: 0,
-            steps: None,
+            steps: StepMemory::new(),
             seed: 0,
         }
     }
@@ -173,11 +198,16 @@ impl Inline {
         self
     }
 
-    /// Records durable steps in `memory` (and skips those already there). Without it each
-    /// run starts from a fresh, empty memory.
+    /// Records durable steps in `memory` (and skips those already there), instead of this
+    /// `Inline`'s own memory.
     pub fn steps(mut self, memory: StepMemory) -> Self {
-        self.steps = Some(memory);
+        self.steps = memory;
         self
+    }
+
+    /// The durable steps its performs recorded.
+    pub fn recorded_steps(&self) -> &StepMemory {
+        &self.steps
     }
 
     /// Seeds the backoff jitter of a retry outcome.
@@ -216,7 +246,7 @@ impl Inline {
             id: self.id,
             token: uuid::Uuid::nil(),
         };
-        let steps = self.steps.clone().unwrap_or_default();
+        let steps = self.steps.clone();
         let ctx = JobContext::new(
             info,
             lease,

@@ -72,7 +72,7 @@ pub struct HoldsConnection {
 impl Job for HoldsConnection {
     const KIND: &'static str = "isolation.holds_connection";
     const OPTIONS: JobOptions = JobOptions {
-        lease: Duration::from_millis(400),
+        lease: Duration::from_secs(1),
         backoff: FAST_BACKOFF,
         ..JobOptions::DEFAULT
     };

@@ -54,12 +54,15 @@ async fn a_retry_with_the_same_step_memory_skips_the_recorded_steps() {
 }
 
 #[tokio::test]
-async fn without_shared_memory_every_inline_run_starts_afresh() {
+async fn one_inline_keeps_its_steps_across_performs_and_a_new_one_starts_afresh() {
     let effects = Effects::default();
     let inline = Inline::new().state(effects.clone()).attempt(2);
     assert_eq!(inline.perform(Bounce {}).await, Outcome::Complete);
     assert_eq!(inline.perform(Bounce {}).await, Outcome::Complete);
-    assert_eq!(effects.count(1, "charge"), 2);
+    assert_eq!(effects.count(1, "charge"), 1, "one job's life: its steps are kept");
+    let another = Inline::new().state(effects.clone()).attempt(2);
+    assert_eq!(another.perform(Bounce {}).await, Outcome::Complete);
+    assert_eq!(effects.count(1, "charge"), 2, "a new Inline is a new job");
 }
 
 #[tokio::test]

@@ -30,7 +30,9 @@ pub struct Ship {
 impl Job for Ship {
     const KIND: &'static str = "steps.ship";
     const OPTIONS: JobOptions = JobOptions {
-        lease: Duration::from_millis(300),
+        // Long enough that a loaded machine never lets it expire by accident; heartbeats
+        // still come every 100 ms (see `ship`).
+        lease: Duration::from_secs(1),
         backoff: FAST_BACKOFF,
         ..JobOptions::DEFAULT
     };
@@ -88,6 +90,7 @@ async fn ship(then: Then) -> (Harness, Effects, JobId, job::WorkerHandle) {
     let (h, effects) = setup().await;
     let id = enqueue(&h.store, Ship { then }).await;
     let worker = steps_worker(&h.store, &effects)
+        .configure(|c| c.heartbeat_interval = Some(Duration::from_millis(100)))
         .register::<Ship>()
         .build()
         .unwrap()
@@ -140,7 +143,7 @@ async fn a_stale_lease_commits_nothing_of_the_handlers_transaction() {
         (worker.stats().lease_lost == 1).then_some(())
     })
     .await;
-    // Nothing more happens under the stale lease: shut down before the 300 ms lease runs out
+    // Nothing more happens under the stale lease: shut down before the 1 s lease runs out
     // and the rescuer gives the job to a new attempt.
     worker.shutdown().await;
     assert!(

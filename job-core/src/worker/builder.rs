@@ -141,6 +141,13 @@ impl<S: Store> WorkerBuilder<S> {
         self
     }
 
+    /// Changes some settings in place, keeping the others:
+    /// `.configure(|c| c.drain_timeout = Duration::from_secs(5))`.
+    pub fn configure(mut self, change: impl FnOnce(&mut WorkerConfig)) -> Self {
+        change(&mut self.config);
+        self
+    }
+
     /// Sets the worker's id (`locked_by`).
     pub fn id(mut self, id: impl Into<String>) -> Self {
         self.config.id = id.into();
@@ -271,7 +278,7 @@ impl<S: Store> WorkerBuilder<S> {
         if c.finalize_batch == 0 {
             return Err(invalid("finalize_batch", "must be at least 1".into()));
         }
-        let shortest = self.registry.shortest_lease().unwrap_or(Duration::MAX);
+        let shortest = c.shortest_lease(&self.registry).unwrap_or(Duration::MAX);
         if shortest < Duration::from_millis(30) {
             return Err(invalid(
                 "lease",

@@ -53,6 +53,11 @@ pub struct WorkerConfig {
     pub connections: Option<u32>,
     /// The heartbeat period. Defaults to a third of the shortest lease of the registered jobs.
     pub heartbeat_interval: Option<Duration>,
+    /// A lease for every kind this worker runs, in place of each kind's own (`#[job(lease)]`).
+    /// Tests set it short, so that a crashed execution comes back in a fraction of a second
+    /// without changing the job's production lease (`job-testkit`'s `TestWorker::for_tests`).
+    /// Defaults to `None`: each kind's own lease.
+    pub lease: Option<Duration>,
     /// The rescuer of expired leases. Defaults to [`RescuerConfig::default`]; it runs at least
     /// every half of the shortest registered lease.
     pub rescuer: RescuerConfig,
@@ -79,10 +84,23 @@ impl Default for WorkerConfig {
             stuck_after: Duration::from_secs(10),
             connections: None,
             heartbeat_interval: None,
+            lease: None,
             rescuer: RescuerConfig::default(),
             pruner: PrunerConfig::default(),
             scheduler: SchedulerConfig::default(),
             rng_seed: None,
         }
+    }
+}
+
+impl WorkerConfig {
+    /// The lease a claim of `kind_lease` takes on this worker: [`lease`](Self::lease) when set.
+    pub(crate) fn lease_of(&self, kind_lease: Duration) -> Duration {
+        self.lease.unwrap_or(kind_lease)
+    }
+
+    /// The shortest lease this worker's claims take, of the registered kinds.
+    pub(crate) fn shortest_lease(&self, registry: &crate::Registry) -> Option<Duration> {
+        registry.shortest_lease().map(|l| self.lease_of(l))
     }
 }

@@ -102,7 +102,10 @@ async fn claim_loop<S: Store>(
     wake: &Notify,
     stop: &CancellationToken,
 ) {
-    let kinds = shared.registry.claim_kinds();
+    let mut kinds = shared.registry.claim_kinds();
+    for kind in &mut kinds {
+        kind.lease = shared.config.lease_of(kind.lease);
+    }
     let leases: HashMap<String, Duration> =
         kinds.iter().map(|k| (k.kind.clone(), k.lease)).collect();
     let request = Arc::new(ClaimRequest {

@@ -31,8 +31,8 @@ pub(crate) const KEEPER_CONNECTIONS: u32 = 2;
 pub(crate) fn interval<S>(shared: &Shared<S>) -> Duration {
     shared.config.heartbeat_interval.unwrap_or_else(|| {
         shared
-            .registry
-            .shortest_lease()
+            .config
+            .shortest_lease(&shared.registry)
             .unwrap_or(Duration::from_secs(30))
             / 3
     })

@@ -321,7 +321,7 @@ async fn release<S: Store>(shared: &Shared<S>, releases: &[Release]) -> u64 {
 /// The shortest lease of the registered kinds.
 fn shortest_lease<S>(shared: &Shared<S>) -> Duration {
     shared
-        .registry
-        .shortest_lease()
+        .config
+        .shortest_lease(&shared.registry)
         .unwrap_or(Duration::from_secs(30))
 }

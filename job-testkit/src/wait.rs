@@ -1,0 +1,96 @@
+//! Waiting for jobs: until one reaches a state, until a queue has nothing left to run. Bounded,
+//! and a timeout says what was seen.
+
+use std::panic::Location;
+use std::time::Duration;
+
+use job_core::{JobId, JobRow, JobState, Store};
+use job_postgres::PgStore;
+use tokio::time::Instant;
+
+/// How long the waits wait unless told otherwise.
+pub const WAIT: Duration = Duration::from_secs(10);
+
+/// Waits until job `id` of `store` is in `state` (at most [`WAIT`]) and returns its row.
+///
+/// ```no_run
+/// # async fn demo(store: job_postgres::PgStore, id: i64) {
+/// use job_core::JobState;
+/// let row = job_testkit::wait_for(&store, id, JobState::Completed).await;
+/// assert_eq!(row.attempt, 2);
+/// # }
+/// ```
+///
+/// # Panics
+/// When the job does not get there in time, with the row last seen (state, attempt, errors)
+/// and the caller's line; or when it does not exist.
+#[track_caller]
+pub fn wait_for<'a, S: Store>(
+    store: &'a S,
+    id: JobId,
+    state: JobState,
+) -> impl std::future::Future<Output = JobRow> + 'a {
+    let at = Location::caller();
+    async move {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let row = store
+                .get(id)
+                .await
+                .unwrap_or_else(|e| panic!("{at}: reading job {id}: {e}"))
+                .unwrap_or_else(|| panic!("{at}: job {id} does not exist"));
+            if row.state == state {
+                return row;
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "{at}: job {id} did not become {state} within {WAIT:?}; it is {} at attempt \
+                     {} of {}, errors {:?}",
+                    row.state,
+                    row.attempt,
+                    row.max_attempts,
+                    row.errors
+                        .iter()
+                        .map(|e| format!("#{} {}: {}", e.attempt, e.class, e.message))
+                        .collect::<Vec<_>>()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+/// Waits until `queue` of `store` is idle (at most [`WAIT`]): no job running, none due. Jobs
+/// scheduled for later, or retrying after a backoff that has not run out, do not count.
+///
+/// # Panics
+/// When the queue stays busy, with what it still holds per state and the caller's line.
+#[track_caller]
+pub fn wait_until_idle<'a>(
+    store: &'a PgStore,
+    queue: &'a str,
+) -> impl std::future::Future<Output = ()> + 'a {
+    let at = Location::caller();
+    async move {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let busy: Vec<(String, i64)> = sqlx::query_as(
+                "SELECT state::text, count(*) FROM job.jobs
+                 WHERE queue = $1 AND (state = 'running'
+                       OR (state IN ('available', 'scheduled', 'retryable') AND run_at <= now()))
+                 GROUP BY state ORDER BY state",
+            )
+            .bind(queue)
+            .fetch_all(store.pool())
+            .await
+            .unwrap_or_else(|e| panic!("{at}: reading queue `{queue}`: {e}"));
+            if busy.is_empty() {
+                return;
+            }
+            if Instant::now() > deadline {
+                panic!("{at}: queue `{queue}` was not idle within {WAIT:?}: still {busy:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
