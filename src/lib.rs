@@ -84,8 +84,8 @@ pub use sqlx::PgPool;
 /// The names most programs and their tests need: `use job::prelude::*;`.
 pub mod prelude {
     pub use crate::{
-        job, Admin, Enqueue, EnqueueError, Job, JobContext, JobError, JobFilter, JobId, JobState,
-        Outcome, PgPool, PgStore, Store, Worker,
+        complete_in, job, Admin, Enqueue, EnqueueError, Job, JobContext, JobError, JobFilter,
+        JobId, JobRow, JobState, Outcome, PgPool, PgStore, Store, Worker, WorkerConfig,
     };
 }
 

@@ -35,7 +35,16 @@ impl<J> EnqueuedJob<J> {
     }
 }
 
-type Row = (JobId, String, String, i16, DateTime<Utc>, Vec<String>, String, i32);
+type Row = (
+    JobId,
+    String,
+    String,
+    i16,
+    DateTime<Utc>,
+    Vec<String>,
+    String,
+    i32,
+);
 
 /// Every job of kind `J`, in any state, oldest first.
 async fn all<'e, J: Job>(executor: impl PgExecutor<'e>, at: &Location<'_>) -> Vec<EnqueuedJob<J>> {
@@ -49,17 +58,19 @@ async fn all<'e, J: Job>(executor: impl PgExecutor<'e>, at: &Location<'_>) -> Ve
     .await
     .unwrap_or_else(|e| panic!("{at}: cannot read `{}` jobs: {e}", J::KIND));
     rows.into_iter()
-        .map(|(id, state, queue, priority, run_at, tags, payload, version)| EnqueuedJob {
-            id,
-            state,
-            queue,
-            priority,
-            run_at,
-            tags,
-            job: job_core::decode::<J>(&payload, version)
-                .unwrap_or_else(|e| panic!("{at}: job {id}: {e}")),
-            payload: serde_json::from_str(&payload).expect("jsonb text is JSON"),
-        })
+        .map(
+            |(id, state, queue, priority, run_at, tags, payload, version)| EnqueuedJob {
+                id,
+                state,
+                queue,
+                priority,
+                run_at,
+                tags,
+                job: job_core::decode::<J>(&payload, version)
+                    .unwrap_or_else(|e| panic!("{at}: job {id}: {e}")),
+                payload: serde_json::from_str(&payload).expect("jsonb text is JSON"),
+            },
+        )
         .collect()
 }
 

@@ -55,6 +55,8 @@ impl<S: Store> TestWorker for WorkerBuilder<S> {
 /// When the store fails: a test should hear about it.
 pub async fn rescue_now<S: Store>(store: &S) -> Rescued {
     let rescued: Result<Rescued, StoreError> =
-        Rescuer::new(store.clone(), RescuerConfig::default()).run_once().await;
+        Rescuer::new(store.clone(), RescuerConfig::default())
+            .run_once()
+            .await;
     rescued.unwrap_or_else(|e| panic!("rescue pass failed: {e}"))
 }

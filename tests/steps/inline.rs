@@ -59,7 +59,11 @@ async fn one_inline_keeps_its_steps_across_performs_and_a_new_one_starts_afresh(
     let inline = Inline::new().state(effects.clone()).attempt(2);
     assert_eq!(inline.perform(Bounce {}).await, Outcome::Complete);
     assert_eq!(inline.perform(Bounce {}).await, Outcome::Complete);
-    assert_eq!(effects.count(1, "charge"), 1, "one job's life: its steps are kept");
+    assert_eq!(
+        effects.count(1, "charge"),
+        1,
+        "one job's life: its steps are kept"
+    );
     let another = Inline::new().state(effects.clone()).attempt(2);
     assert_eq!(another.perform(Bounce {}).await, Outcome::Complete);
     assert_eq!(effects.count(1, "charge"), 2, "a new Inline is a new job");

@@ -239,8 +239,10 @@ impl JobContext {
     pub fn state<T: Send + Sync + 'static>(&self) -> Result<&T, JobError> {
         self.state.get::<T>().ok_or_else(|| {
             JobError::terminal(format!(
-                "no state of type `{}` is registered on this worker",
-                type_name::<T>()
+                "no state of type `{}` is registered on this worker: add one with \
+                 `.state(value)` on the worker's builder (in tests: `Inline::state`, \
+                 `Drain::state`)",
+                readable_type_name(type_name::<T>())
             ))
         })
     }
@@ -265,6 +267,29 @@ impl JobContext {
     }
 }
 
+/// A type's name without its module paths (`sqlx_core::pool::Pool<sqlx_postgres::..::Postgres>`
+/// is `Pool<Postgres>`), and the name a program writes for the common ones (`PgPool`).
+fn readable_type_name(full: &str) -> String {
+    let mut out = String::with_capacity(full.len());
+    let mut word = String::new();
+    for c in full.chars().chain(std::iter::once('\0')) {
+        if c.is_alphanumeric() || c == '_' || c == ':' {
+            word.push(c);
+            continue;
+        }
+        out.push_str(word.rsplit("::").next().unwrap_or(&word));
+        word.clear();
+        if c != '\0' {
+            out.push(c);
+        }
+    }
+    match out.as_str() {
+        "Pool<Postgres>" => "PgPool".to_owned(),
+        "Arc<Pool<Postgres>>" => "Arc<PgPool>".to_owned(),
+        _ => out,
+    }
+}
+
 impl fmt::Debug for JobContext {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("JobContext")
@@ -273,5 +298,26 @@ impl fmt::Debug for JobContext {
             .field("queue", &self.info.queue)
             .field("attempt", &self.info.attempt)
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::readable_type_name;
+
+    #[test]
+    fn type_names_are_shown_as_a_program_writes_them() {
+        assert_eq!(
+            readable_type_name("sqlx_core::pool::Pool<sqlx_postgres::database::Postgres>"),
+            "PgPool"
+        );
+        assert_eq!(
+            readable_type_name("alloc::sync::Arc<shop::Mailer>"),
+            "Arc<Mailer>"
+        );
+        assert_eq!(
+            readable_type_name("core::option::Option<(u8, alloc::string::String)>"),
+            "Option<(u8, String)>"
+        );
     }
 }
