@@ -20,6 +20,11 @@ async fn shutdown_waits_for_running_jobs_to_finish() {
         .unwrap()
         .start();
     h.reaches(id, JobState::Running).await;
+    // Claimed is not started: a job still on its way to a slot is released by the drain.
+    eventually("the handler to start", || async {
+        (h.ledger.runs(id) == 1).then_some(())
+    })
+    .await;
     let draining = tokio::spawn(worker.shutdown());
     // The drain is under way and waiting; let the job finish.
     gate.open();
