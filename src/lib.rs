@@ -11,7 +11,7 @@ pub use job_core::worker::{
     ConnectionBudget, Worker, WorkerBuilder, WorkerConfig, WorkerHandle, WorkerStats,
 };
 pub use job_core::{
-    Admin, Cancelled, Deadline, JobFilter, OnDuplicate, Pause, Redriven, StateCount, Stats,
+    Admin, Cancelled, Deadline, JobFilter, OnDuplicate, Pause, Redriven, StateCount, Stats, Unique,
     UniqueScope,
 };
 pub use job_core::{

@@ -90,6 +90,9 @@ pub struct QueueOverview {
     pub recent_discarded: u64,
     /// Jobs cancelled within [`Overview::window`].
     pub recent_cancelled: u64,
+    /// Whether its waiting jobs reached [`Overview::cap`]: `scheduled`, `available` and
+    /// `retryable` (counted in claim order) are then lower bounds.
+    pub waiting_capped: bool,
 }
 
 /// The queues at a glance: [`PgStore::overview`].
@@ -98,10 +101,11 @@ pub struct Overview {
     /// One entry per queue that has waiting, running or dead jobs or finished some within the
     /// window, by name.
     pub queues: Vec<QueueOverview>,
-    /// The rows each part (waiting, running, dead letters, recently finished) reads at most.
+    /// The rows each part (waiting jobs of each queue, running, dead letters, recently
+    /// finished) reads at most.
     pub cap: u32,
-    /// Parts that reached `cap` (`waiting`, `running`, `discarded`, `recent`): their counts
-    /// are lower bounds.
+    /// Parts that reached `cap` in all (`running`, `discarded`, `recent`): their counts are
+    /// lower bounds. Waiting jobs are capped per queue ([`QueueOverview::waiting_capped`]).
     pub capped: Vec<&'static str>,
     /// How far back "recent" reaches.
     pub window: Duration,
@@ -252,17 +256,29 @@ impl Reader<'_> {
     }
 
     async fn overview(self, cap: u32, window: Duration) -> Result<Overview, Error> {
+        let mut tx = self
+            .pool
+            .begin()
+            .await
+            .map_err(Error::query("inspect_overview"))?;
+        sqlx::query(sql::JIT_OFF)
+            .execute(&mut *tx)
+            .await
+            .map_err(Error::query("jit_off"))?;
         let rows: Vec<(String, String, String, i64, Option<i64>)> =
             sqlx::query_as(sql::INSPECT_OVERVIEW)
                 .persistent(false)
                 .bind(self.tenant)
                 .bind(i32::try_from(cap).unwrap_or(i32::MAX))
                 .bind(window.as_secs_f64())
-                .fetch_all(self.pool)
+                .fetch_all(&mut *tx)
                 .await
                 .map_err(Error::query("inspect_overview"))?;
+        tx.commit()
+            .await
+            .map_err(Error::query("inspect_overview"))?;
         let mut queues: Vec<QueueOverview> = Vec::new();
-        let mut totals = [0u64; 4];
+        let mut totals = [0u64; 3];
         for (section, queue, state, n, oldest_ms) in rows {
             let n = n.unsigned_abs();
             let at = match queues.binary_search_by(|q| q.queue.as_str().cmp(&queue)) {
@@ -292,10 +308,9 @@ impl Reader<'_> {
                 _ => {}
             }
             match (section.as_str(), state.as_str()) {
-                ("now", "scheduled" | "available" | "retryable") => totals[0] += n,
-                ("now", "running") => totals[1] += n,
-                ("now", "discarded") => totals[2] += n,
-                ("recent", _) => totals[3] += n,
+                ("now", "running") => totals[0] += n,
+                ("now", "discarded") => totals[1] += n,
+                ("recent", _) => totals[2] += n,
                 _ => {}
             }
             if let Some(ms) = oldest_ms {
@@ -303,7 +318,10 @@ impl Reader<'_> {
                 q.oldest_due = Some(q.oldest_due.map_or(age, |a| a.max(age)));
             }
         }
-        let capped = ["waiting", "running", "discarded", "recent"]
+        for q in &mut queues {
+            q.waiting_capped = q.scheduled + q.available + q.retryable >= u64::from(cap);
+        }
+        let capped = ["running", "discarded", "recent"]
             .into_iter()
             .zip(totals)
             .filter(|(_, total)| *total >= u64::from(cap))
@@ -390,17 +408,25 @@ impl TenantAdmin {
 }
 
 async fn check(pool: &PgPool, lease: Duration) -> Result<Check, Error> {
+    let mut tx = pool.begin().await.map_err(Error::query("check_counts"))?;
+    sqlx::query(sql::JIT_OFF)
+        .execute(&mut *tx)
+        .await
+        .map_err(Error::query("jit_off"))?;
     let counts: Vec<(String, i64)> = sqlx::query_as(sql::CHECK_COUNTS)
-        .fetch_all(pool)
+        .fetch_all(&mut *tx)
         .await
         .map_err(Error::query("check_counts"))?;
+    tx.commit().await.map_err(Error::query("check_counts"))?;
     let leases = sqlx::query(sql::CHECK_LEASES)
         .bind(i64::try_from(lease.as_millis()).unwrap_or(i64::MAX) as f64)
         .fetch_one(pool)
         .await
         .map_err(Error::query("check_leases"))?;
     let n = |column: &str| -> Result<u64, Error> {
-        let v: i64 = leases.try_get(column).map_err(Error::query("check_leases"))?;
+        let v: i64 = leases
+            .try_get(column)
+            .map_err(Error::query("check_leases"))?;
         Ok(v.unsigned_abs())
     };
     let orphan_steps: i64 = sqlx::query_scalar(sql::CHECK_ORPHAN_STEPS)

@@ -46,3 +46,4 @@ pub(crate) const CHECK_COUNTS: &str = include_str!("sql/check_counts.sql");
 pub(crate) const CHECK_LEASES: &str = include_str!("sql/check_leases.sql");
 pub(crate) const CHECK_ORPHAN_STEPS: &str = include_str!("sql/check_orphan_steps.sql");
 pub(crate) const CHECK_DEAD_CLASSES: &str = include_str!("sql/check_dead_classes.sql");
+pub(crate) const JIT_OFF: &str = include_str!("sql/jit_off.sql");

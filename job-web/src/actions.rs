@@ -86,7 +86,9 @@ pub(crate) async fn cancel(
     Form(form): Form<ActionForm>,
 ) -> Result<Response, WebError> {
     authorize(&app, &headers, &form)?;
-    let id = form.id.ok_or_else(|| WebError::bad_request("`id` is required"))?;
+    let id = form
+        .id
+        .ok_or_else(|| WebError::bad_request("`id` is required"))?;
     let done = match app.scope.cancel(id).await? {
         Cancelled::Now => "cancelled",
         Cancelled::Requested => "cancel_requested",
@@ -183,7 +185,11 @@ pub(crate) async fn resume(
 
 fn session_cookie(app: &App, base: &Base, value: &str, max_age: u64) -> String {
     let path = if base.0.is_empty() { "/" } else { &base.0 };
-    let secure = if app.config.secure_cookie { "; Secure" } else { "" };
+    let secure = if app.config.secure_cookie {
+        "; Secure"
+    } else {
+        ""
+    };
     format!("{COOKIE}={value}; Path={path}; Max-Age={max_age}; HttpOnly; SameSite=Strict{secure}")
 }
 
@@ -203,9 +209,10 @@ pub(crate) async fn login(
     }
     let cookie = session_cookie(&app, &base, &operator.new_session(), 12 * 3600);
     let mut response = redirect(&base, "/", &[("done", "logged_in")]);
-    response
-        .headers_mut()
-        .insert(header::SET_COOKIE, cookie.parse().expect("a valid cookie header"));
+    response.headers_mut().insert(
+        header::SET_COOKIE,
+        cookie.parse().expect("a valid cookie header"),
+    );
     Ok(response)
 }
 
@@ -225,4 +232,3 @@ pub(crate) async fn logout(
     );
     Ok(response)
 }
-

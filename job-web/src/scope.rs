@@ -41,7 +41,11 @@ impl Scope {
         }
     }
 
-    pub(crate) async fn overview(&self, cap: u32, window: Duration) -> Result<Overview, StoreError> {
+    pub(crate) async fn overview(
+        &self,
+        cap: u32,
+        window: Duration,
+    ) -> Result<Overview, StoreError> {
         match self {
             Scope::All(s) => s.overview(cap, window).await,
             Scope::Tenant(t) => t.overview(cap, window).await,

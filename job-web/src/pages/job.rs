@@ -36,7 +36,9 @@ pub(crate) async fn page(
         (steps_section(&steps))
     };
     let title = format!("Job {id}");
-    Ok(Html(layout::page(&ctx, Nav::None, &title, &notice, body).into_string()))
+    Ok(Html(
+        layout::page(&ctx, Nav::None, &title, &notice, body).into_string(),
+    ))
 }
 
 fn actions(ctx: &Ctx, job: &JobRow) -> Markup {

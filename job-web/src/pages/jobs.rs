@@ -29,7 +29,11 @@ pub(crate) struct ListQuery {
 }
 
 fn set(value: &Option<String>) -> Option<String> {
-    value.as_deref().map(str::trim).filter(|v| !v.is_empty()).map(str::to_owned)
+    value
+        .as_deref()
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+        .map(str::to_owned)
 }
 
 impl ListQuery {
@@ -74,14 +78,19 @@ pub(crate) async fn page(
 ) -> Result<Html<String>, WebError> {
     let ctx = app.ctx(base, &headers);
     let filter = query.filter(None)?;
-    let page = app.scope.page(&request(&app.config, filter, query.before)).await?;
+    let page = app
+        .scope
+        .page(&request(&app.config, filter, query.before))
+        .await?;
     let body = html! {
         h1 { "Jobs" }
         (filter_form(&ctx, "/jobs", &query, true))
         (table(&ctx, &page, false))
         (pager(&ctx, "/jobs", &query, &page))
     };
-    Ok(Html(layout::page(&ctx, Nav::Jobs, "Jobs", &query.notice, body).into_string()))
+    Ok(Html(
+        layout::page(&ctx, Nav::Jobs, "Jobs", &query.notice, body).into_string(),
+    ))
 }
 
 pub(crate) async fn dead_letters(
@@ -92,7 +101,10 @@ pub(crate) async fn dead_letters(
 ) -> Result<Html<String>, WebError> {
     let ctx = app.ctx(base, &headers);
     let filter = query.filter(Some(JobState::Discarded))?;
-    let page = app.scope.page(&request(&app.config, filter, query.before)).await?;
+    let page = app
+        .scope
+        .page(&request(&app.config, filter, query.before))
+        .await?;
     let mut filter_fields = query.pairs();
     filter_fields.retain(|(k, _)| *k != "state");
     let body = html! {
@@ -119,7 +131,10 @@ pub(crate) async fn dead_letters(
     ))
 }
 
-fn with(fields: &[(&'static str, String)], extra: (&'static str, &str)) -> Vec<(&'static str, String)> {
+fn with(
+    fields: &[(&'static str, String)],
+    extra: (&'static str, &str),
+) -> Vec<(&'static str, String)> {
     let mut out = fields.to_vec();
     out.push((extra.0, extra.1.to_owned()));
     out

@@ -104,7 +104,13 @@ pub(crate) fn page(ctx: &Ctx, nav: Nav, title: &str, notice: &Notice, body: Mark
 
 /// A POST form with the session's CSRF token, hidden `fields` and one button; nothing when the
 /// visitor may not act.
-pub(crate) fn form(ctx: &Ctx, path: &str, fields: &[(&str, String)], label: &str, class: &str) -> Markup {
+pub(crate) fn form(
+    ctx: &Ctx,
+    path: &str,
+    fields: &[(&str, String)],
+    label: &str,
+    class: &str,
+) -> Markup {
     let Some(csrf) = &ctx.csrf else {
         return html! {};
     };
@@ -152,8 +158,8 @@ pub(crate) fn age(d: Duration) -> String {
 /// A count, with `+` when it is a lower bound.
 pub(crate) fn count(n: u64, capped: bool) -> Markup {
     html! {
-        @if n == 0 { span.muted { "0" } }
-        @else if capped { (n) "+" }
+        @if capped { (n) "+" }
+        @else if n == 0 { span.muted { "0" } }
         @else { (n) }
     }
 }

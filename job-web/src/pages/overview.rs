@@ -26,8 +26,11 @@ pub(crate) async fn page(
         .overview(app.config.count_cap, app.config.recent_window)
         .await?;
     let paused = app.scope.paused().await?;
-    let queue_paused =
-        |name: &str| paused.iter().any(|p| matches!(p, Pause::Queue(q) if q == name));
+    let queue_paused = |name: &str| {
+        paused
+            .iter()
+            .any(|p| matches!(p, Pause::Queue(q) if q == name))
+    };
     // Paused queues with no job to count still get a row, so they can be resumed.
     let mut names: Vec<&str> = overview.queues.iter().map(|q| q.queue.as_str()).collect();
     for p in &paused {
@@ -40,7 +43,6 @@ pub(crate) async fn page(
     names.sort_unstable();
     let minutes = app.config.recent_window.as_secs_f64() / 60.0;
     let can_pause = ctx.can_act() && ctx.tenant.is_none();
-    let waiting = overview.is_capped("waiting");
     let running = overview.is_capped("running");
     let dead = overview.is_capped("discarded");
     let recent = overview.is_capped("recent");
@@ -77,12 +79,12 @@ pub(crate) async fn page(
                                 a href=(ctx.base.at(&href("/jobs", &[("queue", name)]))) { (name) }
                                 @if is_paused { " " span.state.paused { "paused" } }
                             }
-                            td.num { a href=(ctx.base.at(&href("/jobs", &[("state", "available"), ("queue", name)]))) { (count(q.available, waiting)) } }
-                            td.num { a href=(ctx.base.at(&href("/jobs", &[("state", "scheduled"), ("queue", name)]))) { (count(q.scheduled, waiting)) } }
-                            td.num { a href=(ctx.base.at(&href("/jobs", &[("state", "retryable"), ("queue", name)]))) { (count(q.retryable, waiting)) } }
+                            td.num { a href=(ctx.base.at(&href("/jobs", &[("state", "available"), ("queue", name)]))) { (count(q.available, q.waiting_capped)) } }
+                            td.num { a href=(ctx.base.at(&href("/jobs", &[("state", "scheduled"), ("queue", name)]))) { (count(q.scheduled, q.waiting_capped)) } }
+                            td.num { a href=(ctx.base.at(&href("/jobs", &[("state", "retryable"), ("queue", name)]))) { (count(q.retryable, q.waiting_capped)) } }
                             td.num { a href=(ctx.base.at(&href("/jobs", &[("state", "running"), ("queue", name)]))) { (count(q.running, running)) } }
-                            td.num class=[(q.stuck > 0).then_some("alert")] { (count(q.stuck, running)) }
-                            td.num class=[(q.discarded > 0).then_some("alert")] { a href=(ctx.base.at(&href("/dead", &[("queue", name)]))) { (count(q.discarded, dead)) } }
+                            td class=(num_class(q.stuck)) { (count(q.stuck, running)) }
+                            td class=(num_class(q.discarded)) { a href=(ctx.base.at(&href("/dead", &[("queue", name)]))) { (count(q.discarded, dead)) } }
                             td.num { @match q.oldest_due { Some(d) => (age(d)), None => span.muted { "—" } } }
                             td.num { (count(q.recent_completed, recent)) }
                             td.num { (format!("{:.1}", q.recent_completed as f64 / minutes)) }
@@ -100,8 +102,8 @@ pub(crate) async fn page(
                     }
                 }
             }
-            @if !overview.capped.is_empty() {
-                p.muted { "Counts with + stopped at " (overview.cap) " rows: each part of this page reads at most that many." }
+            @if !overview.capped.is_empty() || overview.queues.iter().any(|q| q.waiting_capped) {
+                p.muted { "Counts with + are lower bounds: this page reads at most " (overview.cap) " waiting jobs per queue, and as many running, dead and recently finished ones in all." }
             }
         }
         h2 { "Paused" }
@@ -127,6 +129,15 @@ pub(crate) async fn page(
     Ok(Html(
         layout::page(&ctx, Nav::Queues, "Queues", &notice, body).into_string(),
     ))
+}
+
+/// A number cell, marked when it counts trouble.
+fn num_class(n: u64) -> &'static str {
+    if n > 0 {
+        "num alert"
+    } else {
+        "num"
+    }
 }
 
 /// Pause a queue or a kind by name (one that has no job yet, too).
