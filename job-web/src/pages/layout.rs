@@ -149,6 +149,7 @@ pub(crate) fn age(d: Duration) -> String {
     let s = d.as_secs();
     match s {
         0..60 => format!("{s}s"),
+        60..3600 if s % 60 == 0 => format!("{}m", s / 60),
         60..3600 => format!("{}m {}s", s / 60, s % 60),
         3600..86400 => format!("{}h {}m", s / 3600, s % 3600 / 60),
         _ => format!("{}d {}h", s / 86400, s % 86400 / 3600),
