@@ -229,9 +229,8 @@ fn pager(ctx: &Ctx, path: &str, query: &ListQuery, page: &Page) -> Markup {
                 a href=(ctx.base.at(&href(path, &base))) { "« Newest" }
             }
             @if let Some(next) = page.next {
-                @let mut older = base.clone();
                 @let next = next.to_string();
-                @let _ = older.push(("before", next.as_str()));
+                @let older: Vec<(&str, &str)> = base.iter().copied().chain([("before", next.as_str())]).collect();
                 a.older href=(ctx.base.at(&href(path, &older))) { "Older »" }
             }
             @if let Some(low) = page.scanned_down_to {
