@@ -11,6 +11,13 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
+    // Rust ignores SIGPIPE, so printing to a closed pipe (`job list | head`) would panic; a
+    // command-line tool should end quietly instead, as `ls` does.
+    #[cfg(unix)]
+    // SAFETY: setting a signal's disposition to its default before any thread is started.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let cli = cli::Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
