@@ -234,7 +234,7 @@ fn pager(ctx: &Ctx, path: &str, query: &ListQuery, page: &Page) -> Markup {
                 a.older href=(ctx.base.at(&href(path, &older))) { "Older »" }
             }
             @if let Some(low) = page.scanned_down_to {
-                span.muted { "looked at ids from " (low) @if let Some(b) = query.before { " to " (b - 1) } @else { " up" } }
+                span.muted { "looked at ids " (low) " to " @if let Some(b) = query.before { (b - 1) } @else { "the newest" } }
             }
         }
     }
