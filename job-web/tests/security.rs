@@ -272,6 +272,9 @@ async fn redrive_purge_pause_and_resume_from_the_pages() {
     .await;
     assert_eq!(ticked.location.as_deref(), Some("/dead?done=purged&n=1"));
     assert_eq!(state(&db, c).await, None);
+    let shown = get(&router, "/dead?done=purged&n=1", Some(&op)).await;
+    assert_eq!(shown.status, StatusCode::OK, "{}", shown.body);
+    assert!(shown.body.contains("Purged 1 dead letter(s)."));
 
     let answer = post(
         &router,

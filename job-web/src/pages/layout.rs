@@ -23,12 +23,14 @@ pub(crate) enum Nav {
 #[derive(Debug, Default, Deserialize)]
 pub(crate) struct Notice {
     done: Option<String>,
-    n: Option<u64>,
+    /// A string, parsed here: inside a `#[serde(flatten)]` (the listing's query) the query
+    /// string's values reach serde as strings only.
+    n: Option<String>,
 }
 
 impl Notice {
     fn text(&self) -> Option<String> {
-        let n = self.n.unwrap_or(0);
+        let n: u64 = self.n.as_deref().and_then(|n| n.parse().ok()).unwrap_or(0);
         Some(match self.done.as_deref()? {
             "cancelled" => "Cancelled.".to_owned(),
             "cancel_requested" => {
