@@ -66,7 +66,8 @@ pub(crate) async fn page(
                             "completed / " (age(app.config.recent_window))
                         }
                         th.num { "per min" }
-                        th.num { "failed / " (age(app.config.recent_window)) }
+                        th.num { "discarded / " (age(app.config.recent_window)) }
+                        th.num { "cancelled / " (age(app.config.recent_window)) }
                         th { "" }
                     }
                 }
@@ -88,7 +89,8 @@ pub(crate) async fn page(
                             td.num { @match q.oldest_due { Some(d) => (age(d)), None => span.muted { "—" } } }
                             td.num { (count(q.recent_completed, recent)) }
                             td.num { (format!("{:.1}", q.recent_completed as f64 / minutes)) }
-                            td.num { (count(q.recent_discarded + q.recent_cancelled, recent)) }
+                            td.num { (count(q.recent_discarded, recent)) }
+                            td.num { (count(q.recent_cancelled, recent)) }
                             td {
                                 @if can_pause {
                                     @if is_paused {
