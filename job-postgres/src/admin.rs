@@ -154,6 +154,11 @@ impl TenantAdmin {
         &self.tenant
     }
 
+    /// The store behind this handle, for the scoped reads of `inspect.rs`.
+    pub(crate) fn store(&self) -> &PgStore {
+        &self.store
+    }
+
     /// Reads one job of this tenant; another tenant's job is `None`, as a missing one is.
     pub async fn get(&self, id: JobId) -> Result<Option<JobRow>, StoreError> {
         Ok(row::get(self.store.pool(), id, Some(&self.tenant)).await?)

@@ -61,6 +61,17 @@ pub(crate) const POOL_IN_TRANSACTION: &str = include_str!("sql/pool_in_transacti
 pub(crate) static STATS_STUCK: LazyLock<String> =
     LazyLock::new(|| splice(include_str!("sql/stats_stuck.sql")));
 
+// Operator reads (inspect.rs): steps, listing pages, the queues at a glance, the reconcile.
+pub(crate) const INSPECT_STEPS: &str = include_str!("sql/inspect_steps.sql");
+pub(crate) const INSPECT_WINDOW: &str = include_str!("sql/inspect_window.sql");
+pub(crate) const INSPECT_PAGE: &str = include_str!("sql/inspect_page.sql");
+pub(crate) const INSPECT_OVERVIEW: &str = include_str!("sql/inspect_overview.sql");
+pub(crate) const CHECK_COUNTS: &str = include_str!("sql/check_counts.sql");
+pub(crate) const CHECK_LEASES: &str = include_str!("sql/check_leases.sql");
+pub(crate) const CHECK_ORPHAN_STEPS: &str = include_str!("sql/check_orphan_steps.sql");
+pub(crate) const CHECK_DEAD_CLASSES: &str = include_str!("sql/check_dead_classes.sql");
+pub(crate) const JIT_OFF: &str = include_str!("sql/jit_off.sql");
+
 #[cfg(test)]
 mod tests {
     use super::*;

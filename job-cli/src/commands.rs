@@ -1,0 +1,541 @@
+//! What each verb does, through the framework's public API only (`Admin`, `PgStore`'s operator
+//! reads, `job_postgres::enqueue`, the migrations).
+
+use std::io::{BufRead, Write};
+use std::process::ExitCode;
+
+use job::{Admin, Cancelled, JobFilter, JobState, NewJob, Pause, RunAt, Store};
+use job_postgres::{Check, PgStore};
+use serde_json::json;
+
+use crate::cli::{Cli, Command, DeadArgs, EnqueueArgs, PauseArgs};
+use crate::output::{self, json, numeric, table, when, JobView, StepView};
+
+type Error = Box<dyn std::error::Error + Send + Sync>;
+
+/// Runs one command; the exit code says how it went (0 fine, 1 failed or not found, 2 `check`
+/// found something wrong).
+pub(crate) async fn run(cli: Cli) -> Result<ExitCode, Error> {
+    if let Command::Migrate { print: true } = cli.command {
+        print!("{}", job_postgres::schema_script());
+        return Ok(ExitCode::SUCCESS);
+    }
+    let url = cli
+        .database_url
+        .clone()
+        .ok_or("no database: give --database-url or set DATABASE_URL")?;
+    let store = PgStore::connect(&url).await?;
+    let json_out = cli.json;
+    match cli.command {
+        Command::Migrate { .. } => {
+            store.migrate().await?;
+            say(
+                json_out,
+                json!({"migrated": true}),
+                "the job schema is up to date",
+            );
+        }
+        Command::Stats(filter) => stats(&store, &filter.filter(), json_out).await?,
+        Command::List {
+            filter,
+            states,
+            ids,
+            finalized_from,
+            finalized_to,
+            limit,
+        } => {
+            let filter = JobFilter {
+                states,
+                ids,
+                finalized_from,
+                finalized_to,
+                limit: Some(limit),
+                ..filter.filter()
+            };
+            let jobs = store.list(&filter).await?;
+            if json_out {
+                let views: Vec<JobView> = jobs.iter().map(JobView::from).collect();
+                println!("{}", json(&views));
+            } else if jobs.is_empty() {
+                println!("no matching jobs");
+            } else {
+                println!("{}", output::jobs_table(&jobs));
+            }
+        }
+        Command::Show { id } => return show(&store, id, json_out).await,
+        Command::Cancel { id } => {
+            let outcome = store.cancel(id).await?;
+            let (text, code) = match outcome {
+                Cancelled::Now => ("cancelled".to_owned(), 0),
+                Cancelled::Requested => (
+                    "cancellation requested: it stops at its worker's next heartbeat".to_owned(),
+                    0,
+                ),
+                Cancelled::AlreadyFinished(s) => (format!("already finished: {s}"), 0),
+                Cancelled::NotFound => (format!("no job {id}"), 1),
+            };
+            let key = match outcome {
+                Cancelled::Now => "cancelled",
+                Cancelled::Requested => "requested",
+                Cancelled::AlreadyFinished(_) => "already_finished",
+                Cancelled::NotFound => "not_found",
+            };
+            say(json_out, json!({"id": id, "outcome": key}), &text);
+            return Ok(ExitCode::from(code));
+        }
+        Command::Redrive(dead) => redrive(&store, &dead, json_out).await?,
+        Command::Purge { dead, yes } => return purge(&store, &dead, yes, json_out).await,
+        Command::Pause(what) => {
+            let what = pause_target(what);
+            let changed = store.pause(&what).await?;
+            let text = if changed { "paused" } else { "already paused" };
+            say(
+                json_out,
+                json!({"scope": what.scope(), "name": what.name(), "changed": changed}),
+                &format!("{} {}: {text}", what.scope(), what.name()),
+            );
+        }
+        Command::Resume(what) => {
+            let what = pause_target(what);
+            let changed = store.resume(&what).await?;
+            let text = if changed { "resumed" } else { "was not paused" };
+            say(
+                json_out,
+                json!({"scope": what.scope(), "name": what.name(), "changed": changed}),
+                &format!("{} {}: {text}", what.scope(), what.name()),
+            );
+        }
+        Command::Paused => {
+            let paused = store.paused().await?;
+            if json_out {
+                let list: Vec<_> = paused
+                    .iter()
+                    .map(|p| json!({"scope": p.scope(), "name": p.name()}))
+                    .collect();
+                println!("{}", json(&list));
+            } else if paused.is_empty() {
+                println!("nothing is paused");
+            } else {
+                let mut t = table(["scope", "name"]);
+                for p in &paused {
+                    t.add_row([p.scope(), p.name()]);
+                }
+                println!("{t}");
+            }
+        }
+        Command::Enqueue(args) => {
+            let id = enqueue(&store, args).await?;
+            say(json_out, json!({"id": id}), &id.to_string());
+        }
+        Command::Check { lease } => {
+            let check = store.check(lease).await?;
+            print_check(&check, json_out);
+            if !check.problems().is_empty() {
+                return Ok(ExitCode::from(2));
+            }
+        }
+        Command::Web {
+            listen,
+            tenant,
+            operator_token_file,
+        } => web(store, listen, tenant, operator_token_file).await?,
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Prints `value` with `--json`, else `text`.
+fn say(json_out: bool, value: serde_json::Value, text: &str) {
+    if json_out {
+        println!("{}", json(&value));
+    } else {
+        println!("{text}");
+    }
+}
+
+fn pause_target(args: PauseArgs) -> Pause {
+    match (args.queue, args.kind) {
+        (Some(q), _) => Pause::Queue(q),
+        (None, Some(k)) => Pause::Kind(k),
+        // clap's group makes one of them required.
+        (None, None) => unreachable!("clap requires --queue or --kind"),
+    }
+}
+
+async fn stats(store: &PgStore, filter: &JobFilter, json_out: bool) -> Result<(), Error> {
+    let stats = store.stats(filter).await?;
+    let paused = store.paused().await?;
+    if json_out {
+        let counts: Vec<_> = stats
+            .counts
+            .iter()
+            .map(|c| json!({"queue": c.queue, "state": c.state.as_str(), "count": c.count}))
+            .collect();
+        let paused: Vec<_> = paused
+            .iter()
+            .map(|p| json!({"scope": p.scope(), "name": p.name()}))
+            .collect();
+        println!(
+            "{}",
+            json(&json!({
+                "counts": counts,
+                "oldest_available_age_ms": stats.oldest_available_age.map(|d| d.as_millis() as u64),
+                "dead_letters": stats.dead_letters,
+                "stuck": stats.stuck,
+                "paused": paused,
+            }))
+        );
+        return Ok(());
+    }
+    let mut queues: Vec<&str> = stats.counts.iter().map(|c| c.queue.as_str()).collect();
+    queues.dedup();
+    let mut header = vec!["queue".to_owned()];
+    header.extend(JobState::ALL.iter().map(|s| s.to_string()));
+    let mut t = table(header);
+    for q in &queues {
+        let mut row = vec![q.to_string()];
+        if paused.contains(&Pause::Queue(q.to_string())) {
+            row[0].push_str(" (paused)");
+        }
+        for s in JobState::ALL {
+            let n = stats
+                .counts
+                .iter()
+                .find(|c| c.queue == *q && c.state == s)
+                .map_or(0, |c| c.count);
+            row.push(n.to_string());
+        }
+        t.add_row(row);
+    }
+    numeric(&mut t, &[1, 2, 3, 4, 5, 6, 7]);
+    if queues.is_empty() {
+        println!("no jobs");
+    } else {
+        println!("{t}");
+    }
+    let oldest = stats
+        .oldest_available_age
+        .map(|d| {
+            humantime::format_duration(std::time::Duration::from_secs(d.as_secs())).to_string()
+        })
+        .unwrap_or_else(|| "none due".to_owned());
+    println!(
+        "oldest due job waiting: {oldest}; dead letters: {}; stuck: {}",
+        stats.dead_letters, stats.stuck
+    );
+    for p in paused.iter().filter(|p| matches!(p, Pause::Kind(_))) {
+        println!("kind {} is paused", p.name());
+    }
+    Ok(())
+}
+
+async fn show(store: &PgStore, id: i64, json_out: bool) -> Result<ExitCode, Error> {
+    let Some(job) = store.get(id).await? else {
+        eprintln!("job: no job {id}");
+        return Ok(ExitCode::FAILURE);
+    };
+    let steps = store.steps(id).await?;
+    if json_out {
+        let steps: Vec<StepView> = steps.iter().map(StepView::from).collect();
+        println!(
+            "{}",
+            json(&json!({"job": JobView::from(&job), "steps": steps}))
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut t = table(["field", "value"]);
+    let state = match job.stuck_since {
+        Some(since) => format!("{} (stuck since {})", job.state, when(Some(since))),
+        None => job.state.to_string(),
+    };
+    let rows: Vec<(&str, String)> = vec![
+        ("id", job.id.to_string()),
+        ("state", state),
+        (
+            "kind",
+            format!("{} (payload v{})", job.kind, job.payload_version),
+        ),
+        (
+            "queue",
+            format!("{} (priority {})", job.queue, job.priority),
+        ),
+        ("tenant", job.tenant.clone().unwrap_or_default()),
+        ("tags", job.tags.join(", ")),
+        (
+            "attempt",
+            format!("{} of {}", job.attempt, job.max_attempts),
+        ),
+        ("enqueued", when(Some(job.created_at))),
+        ("run at", when(Some(job.run_at))),
+        ("deadline", when(job.deadline)),
+        ("finished", when(job.finalized_at)),
+        ("unique key", job.unique_key.clone().unwrap_or_default()),
+        (
+            "lease",
+            match &job.locked_by {
+                Some(by) => format!("{by} until {}", when(job.locked_until)),
+                None => String::new(),
+            },
+        ),
+        (
+            "cancel requested",
+            if job.cancel_requested { "yes" } else { "" }.to_owned(),
+        ),
+    ];
+    for (k, v) in rows.into_iter().filter(|(_, v)| !v.is_empty()) {
+        t.add_row([k.to_owned(), v]);
+    }
+    println!("{t}");
+    println!("payload:");
+    println!("{}", json(&job.payload));
+    if job.errors.is_empty() {
+        println!("error history: none");
+    } else {
+        println!("error history:");
+        let mut t = table(["attempt", "at", "class", "message"]);
+        for e in &job.errors {
+            t.add_row([
+                e.attempt.to_string(),
+                when(Some(e.at)),
+                e.class.clone(),
+                e.message.clone(),
+            ]);
+        }
+        numeric(&mut t, &[0]);
+        println!("{t}");
+    }
+    if steps.is_empty() {
+        println!("steps: none recorded");
+    } else {
+        println!("steps:");
+        let mut t = table(["step", "attempt", "recorded", "output"]);
+        for s in &steps {
+            t.add_row([
+                s.name.clone(),
+                s.attempt.to_string(),
+                when(Some(s.recorded_at)),
+                s.output.to_string(),
+            ]);
+        }
+        numeric(&mut t, &[1]);
+        println!("{t}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn redrive(store: &PgStore, dead: &DeadArgs, json_out: bool) -> Result<(), Error> {
+    let filter = dead.filter()?;
+    let out = store.redrive(&filter).await?;
+    if json_out {
+        let skipped: Vec<_> = out
+            .skipped
+            .iter()
+            .map(|(id, holder)| json!({"id": id, "held_by": holder}))
+            .collect();
+        println!(
+            "{}",
+            json(&json!({"redriven": out.redriven, "skipped": skipped}))
+        );
+        return Ok(());
+    }
+    println!("redriven: {} job(s) {:?}", out.redriven.len(), out.redriven);
+    for (id, holder) in &out.skipped {
+        println!("skipped {id}: active job {holder} holds its unique key");
+    }
+    Ok(())
+}
+
+async fn purge(
+    store: &PgStore,
+    dead: &DeadArgs,
+    yes: bool,
+    json_out: bool,
+) -> Result<ExitCode, Error> {
+    let filter = dead.filter()?;
+    if !yes {
+        let matching = store
+            .list(&JobFilter {
+                states: vec![JobState::Discarded],
+                ..filter.clone()
+            })
+            .await?;
+        if matching.is_empty() {
+            say(json_out, json!({"purged": 0}), "no matching dead letters");
+            return Ok(ExitCode::SUCCESS);
+        }
+        eprint!(
+            "Delete {} dead letter(s) for good (ids {}..{})? [y/N] ",
+            matching.len(),
+            matching[0].id,
+            matching[matching.len() - 1].id
+        );
+        std::io::stderr().flush()?;
+        let mut answer = String::new();
+        std::io::stdin().lock().read_line(&mut answer)?;
+        if !matches!(answer.trim(), "y" | "Y" | "yes") {
+            eprintln!("job: nothing purged");
+            return Ok(ExitCode::FAILURE);
+        }
+    }
+    let n = store.purge(&filter).await?;
+    say(
+        json_out,
+        json!({"purged": n}),
+        &format!("purged {n} dead letter(s)"),
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn enqueue(store: &PgStore, args: EnqueueArgs) -> Result<i64, Error> {
+    let payload: serde_json::Value =
+        serde_json::from_str(&args.payload).map_err(|e| format!("the payload is not JSON: {e}"))?;
+    let mut job = NewJob::new(args.kind, payload.to_string());
+    if let Some(q) = args.queue {
+        job.queue = q;
+    }
+    if let Some(p) = args.priority {
+        job.priority = p;
+    }
+    if let Some(n) = args.max_attempts {
+        job.max_attempts = n;
+    }
+    if let Some(v) = args.payload_version {
+        job.payload_version = v;
+    }
+    job.run_at = match (args.delay, args.run_at) {
+        (Some(d), _) => RunAt::In(d),
+        (None, Some(at)) => RunAt::At(at),
+        (None, None) => RunAt::Now,
+    };
+    if let Some(d) = args.deadline_in {
+        job.deadline = Some(job::Deadline::In(d));
+    }
+    if let Some(key) = args.unique_key {
+        job.unique = Some(job::Unique {
+            key,
+            scope: job::UniqueScope::default(),
+            on_duplicate: job::OnDuplicate::default(),
+        });
+    }
+    job.tags = args.tags;
+    job.tenant = args.tenant;
+    job.validate(store.payload_limit())?;
+    Ok(job_postgres::enqueue(store.pool(), &job).await?)
+}
+
+fn print_check(check: &Check, json_out: bool) {
+    let problems = check.problems();
+    if json_out {
+        let counts: serde_json::Map<String, serde_json::Value> = check
+            .counts
+            .iter()
+            .map(|(s, n)| (s.as_str().to_owned(), json!(n)))
+            .collect();
+        let classes: serde_json::Map<String, serde_json::Value> = check
+            .dead_letters_by_class
+            .iter()
+            .map(|(c, n)| (c.clone(), json!(n)))
+            .collect();
+        println!(
+            "{}",
+            json(&json!({
+                "ok": problems.is_empty(),
+                "counts": counts,
+                "leases": {
+                    "held": check.leases_held,
+                    "expired": check.leases_expired,
+                    "overdue": check.leases_overdue,
+                    "not_running": check.leases_not_running,
+                    "oldest_expiry": check.oldest_expiry,
+                },
+                "stuck": check.stuck,
+                "orphan_steps": check.orphan_steps,
+                "dead_letters_by_class": classes,
+                "problems": problems,
+            }))
+        );
+        return;
+    }
+    let mut t = table(["state", "jobs"]);
+    for (s, n) in &check.counts {
+        t.add_row([s.to_string(), n.to_string()]);
+    }
+    numeric(&mut t, &[1]);
+    println!("{t}");
+    let mut t = table(["check", "count"]);
+    t.add_row(["leases held".to_owned(), check.leases_held.to_string()]);
+    t.add_row([
+        "running without a live lease (expired, the rescuer's to take)".to_owned(),
+        check.leases_expired.to_string(),
+    ]);
+    t.add_row([
+        "leases expired for more than a lease".to_owned(),
+        check.leases_overdue.to_string(),
+    ]);
+    t.add_row([
+        "leases on rows that are not running".to_owned(),
+        check.leases_not_running.to_string(),
+    ]);
+    t.add_row(["stuck executions".to_owned(), check.stuck.to_string()]);
+    t.add_row([
+        "steps without a job".to_owned(),
+        check.orphan_steps.to_string(),
+    ]);
+    numeric(&mut t, &[1]);
+    println!("{t}");
+    if !check.dead_letters_by_class.is_empty() {
+        let mut t = table(["dead letters by last error class", "jobs"]);
+        for (c, n) in &check.dead_letters_by_class {
+            t.add_row([c.clone(), n.to_string()]);
+        }
+        numeric(&mut t, &[1]);
+        println!("{t}");
+    }
+    if problems.is_empty() {
+        println!("ok: the queue reconciles");
+    } else {
+        for p in problems {
+            println!("PROBLEM: {p}");
+        }
+    }
+}
+
+async fn web(
+    store: PgStore,
+    listen: std::net::SocketAddr,
+    tenant: Option<String>,
+    token_file: Option<std::path::PathBuf>,
+) -> Result<(), Error> {
+    let token = match token_file {
+        Some(path) => Some(
+            std::fs::read_to_string(&path)
+                .map_err(|e| format!("cannot read {}: {e}", path.display()))?
+                .trim()
+                .to_owned(),
+        ),
+        None => std::env::var("JOB_OPERATOR_TOKEN").ok(),
+    };
+    let mut dashboard = match tenant {
+        Some(t) => job_web::Dashboard::for_tenant(store.for_tenant(t)),
+        None => job_web::Dashboard::new(store),
+    };
+    let read_only = token.as_deref().is_none_or(str::is_empty);
+    if let Some(token) = token {
+        dashboard = dashboard.operator_token(token);
+    }
+    let listener = tokio::net::TcpListener::bind(listen).await?;
+    let addr = listener.local_addr()?;
+    eprintln!(
+        "job web: serving on http://{addr}/{}",
+        if read_only {
+            " (read-only: no operator token)"
+        } else {
+            ""
+        }
+    );
+    axum::serve(listener, dashboard.router())
+        .with_graceful_shutdown(async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+        .await?;
+    Ok(())
+}

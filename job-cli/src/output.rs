@@ -1,0 +1,161 @@
+//! How results are printed: tables (comfy-table) for people, JSON (serde_json) for scripts.
+
+use chrono::{DateTime, Utc};
+use comfy_table::presets::UTF8_FULL_CONDENSED;
+use comfy_table::{CellAlignment, ContentArrangement, Table};
+use job::{AttemptError, JobRow};
+use job_postgres::StepRecord;
+use serde::Serialize;
+
+/// A table with the house style: condensed borders, wrapped to the terminal when it is one.
+pub(crate) fn table<I, S>(header: I) -> Table
+where
+    I: IntoIterator<Item = S>,
+    S: Into<comfy_table::Cell>,
+{
+    let mut table = Table::new();
+    table
+        .load_style(UTF8_FULL_CONDENSED)
+        .set_content_arrangement(ContentArrangement::Dynamic)
+        .set_header(header);
+    table
+}
+
+/// Right-aligns the given columns (numbers).
+pub(crate) fn numeric(table: &mut Table, columns: &[usize]) {
+    for &c in columns {
+        if let Some(column) = table.column_mut(c) {
+            column.set_cell_alignment(CellAlignment::Right);
+        }
+    }
+}
+
+pub(crate) fn json<T: Serialize>(value: &T) -> String {
+    serde_json::to_string_pretty(value).expect("plain data serializes")
+}
+
+pub(crate) fn when(at: Option<DateTime<Utc>>) -> String {
+    at.map(|t| t.format("%Y-%m-%d %H:%M:%S").to_string())
+        .unwrap_or_default()
+}
+
+/// At most `max` characters of one line of `text`, with an ellipsis when cut.
+pub(crate) fn clip(text: &str, max: usize) -> String {
+    let line = text.lines().next().unwrap_or_default();
+    match line.char_indices().nth(max) {
+        Some((at, _)) => format!("{}…", &line[..at]),
+        None if line.len() < text.len() => format!("{line}…"),
+        None => line.to_owned(),
+    }
+}
+
+/// A job as JSON: every column of its row.
+#[derive(Debug, Serialize)]
+pub(crate) struct JobView<'a> {
+    id: i64,
+    kind: &'a str,
+    queue: &'a str,
+    priority: i16,
+    state: &'static str,
+    payload: &'a serde_json::Value,
+    payload_version: i32,
+    attempt: i32,
+    max_attempts: i32,
+    run_at: DateTime<Utc>,
+    locked_until: Option<DateTime<Utc>>,
+    locked_by: Option<&'a str>,
+    cancel_requested: bool,
+    errors: &'a [AttemptError],
+    created_at: DateTime<Utc>,
+    finalized_at: Option<DateTime<Utc>>,
+    deadline: Option<DateTime<Utc>>,
+    unique_key: Option<&'a str>,
+    tags: &'a [String],
+    tenant: Option<&'a str>,
+    stuck_since: Option<DateTime<Utc>>,
+}
+
+impl<'a> From<&'a JobRow> for JobView<'a> {
+    fn from(j: &'a JobRow) -> Self {
+        JobView {
+            id: j.id,
+            kind: &j.kind,
+            queue: &j.queue,
+            priority: j.priority,
+            state: j.state.as_str(),
+            payload: &j.payload,
+            payload_version: j.payload_version,
+            attempt: j.attempt,
+            max_attempts: j.max_attempts,
+            run_at: j.run_at,
+            locked_until: j.locked_until,
+            locked_by: j.locked_by.as_deref(),
+            cancel_requested: j.cancel_requested,
+            errors: &j.errors,
+            created_at: j.created_at,
+            finalized_at: j.finalized_at,
+            deadline: j.deadline,
+            unique_key: j.unique_key.as_deref(),
+            tags: &j.tags,
+            tenant: j.tenant.as_deref(),
+            stuck_since: j.stuck_since,
+        }
+    }
+}
+
+/// A recorded step as JSON.
+#[derive(Debug, Serialize)]
+pub(crate) struct StepView<'a> {
+    name: &'a str,
+    attempt: i32,
+    recorded_at: DateTime<Utc>,
+    output: &'a serde_json::Value,
+}
+
+impl<'a> From<&'a StepRecord> for StepView<'a> {
+    fn from(s: &'a StepRecord) -> Self {
+        StepView {
+            name: &s.name,
+            attempt: s.attempt,
+            recorded_at: s.recorded_at,
+            output: &s.output,
+        }
+    }
+}
+
+/// The one-line table of jobs `list` prints.
+pub(crate) fn jobs_table(jobs: &[JobRow]) -> Table {
+    let mut t = table([
+        "id",
+        "state",
+        "kind",
+        "queue",
+        "tenant",
+        "attempt",
+        "run at / finished",
+        "last error",
+    ]);
+    for j in jobs {
+        let state = match j.stuck_since {
+            Some(_) => format!("{} (stuck)", j.state),
+            None => j.state.to_string(),
+        };
+        let last = j
+            .errors
+            .last()
+            .map(|e| format!("{}: {}", e.class, clip(&e.message, 60)))
+            .unwrap_or_default();
+        t.add_row([
+            j.id.to_string(),
+            state,
+            j.kind.clone(),
+            j.queue.clone(),
+            j.tenant.clone().unwrap_or_default(),
+            format!("{}/{}", j.attempt, j.max_attempts),
+            when(j.finalized_at.or(Some(j.run_at))),
+            last,
+        ]);
+    }
+    numeric(&mut t, &[0, 5]);
+    t
+}

@@ -1,0 +1,276 @@
+//! The `job` binary against a real PostgreSQL: each test makes its own database (`TestDb`)
+//! and runs the built binary with `DATABASE_URL` pointing at it.
+
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+
+use job_testkit::TestDb;
+use serde_json::Value;
+
+fn job(db: &TestDb, args: &[&str]) -> Output {
+    job_with_input(db, args, "")
+}
+
+fn job_with_input(db: &TestDb, args: &[&str], input: &str) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_job"))
+        .args(args)
+        .env("DATABASE_URL", db.url())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the job binary runs");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+fn ok(output: &Output) -> String {
+    assert!(
+        output.status.success(),
+        "job failed ({}): {}{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout.clone()).unwrap()
+}
+
+fn json(output: &Output) -> Value {
+    serde_json::from_str(&ok(output)).expect("--json prints JSON")
+}
+
+/// Makes job `id` a dead letter as a worker would (discarded, one `terminal` error).
+async fn discard(db: &TestDb, id: i64, message: &str) {
+    sqlx::query(
+        "UPDATE job.jobs SET state = 'discarded', attempt = 1, finalized_at = now(),
+                errors = jsonb_build_array(jsonb_build_object('attempt', 1, 'at', now(),
+                         'class', 'terminal', 'message', $2::text))
+         WHERE id = $1",
+    )
+    .bind(id)
+    .bind(message)
+    .execute(&db.pool())
+    .await
+    .unwrap();
+}
+
+fn enqueue(db: &TestDb, args: &[&str]) -> i64 {
+    let mut all = vec!["--json", "enqueue"];
+    all.extend_from_slice(args);
+    json(&job(db, &all))["id"].as_i64().unwrap()
+}
+
+#[test]
+fn migrate_print_writes_the_schema_script_without_a_database() {
+    let out = Command::new(env!("CARGO_BIN_EXE_job"))
+        .args(["migrate", "--print"])
+        .env_remove("DATABASE_URL")
+        .output()
+        .unwrap();
+    let script = ok(&out);
+    assert_eq!(script, job_postgres::schema_script());
+}
+
+#[test]
+fn without_a_database_url_it_says_how_to_give_one() {
+    let out = Command::new(env!("CARGO_BIN_EXE_job"))
+        .arg("stats")
+        .env_remove("DATABASE_URL")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--database-url"));
+}
+
+#[tokio::test]
+async fn migrate_enqueue_list_show_and_cancel() {
+    let db = TestDb::new().await;
+    ok(&job(&db, &["migrate"]));
+    let id = enqueue(
+        &db,
+        &[
+            "send_invoice",
+            r#"{"invoice_id": 42}"#,
+            "--queue",
+            "mail",
+            "--tag",
+            "billing",
+            "--tenant",
+            "acme",
+            "--in",
+            "1h",
+        ],
+    );
+    let listed = json(&job(&db, &["--json", "list", "--queue", "mail"]));
+    assert_eq!(listed.as_array().unwrap().len(), 1);
+    assert_eq!(listed[0]["id"], id);
+    assert_eq!(listed[0]["state"], "scheduled");
+    assert_eq!(listed[0]["tags"][0], "billing");
+    let table = ok(&job(&db, &["list", "--tag", "billing"]));
+    assert!(
+        table.contains("send_invoice") && table.contains("acme"),
+        "{table}"
+    );
+    assert!(ok(&job(&db, &["list", "--kind", "other"])).contains("no matching jobs"));
+
+    let shown = json(&job(&db, &["--json", "show", &id.to_string()]));
+    assert_eq!(shown["job"]["payload"]["invoice_id"], 42);
+    assert_eq!(shown["steps"].as_array().unwrap().len(), 0);
+    let human = ok(&job(&db, &["show", &id.to_string()]));
+    assert!(human.contains("\"invoice_id\": 42") && human.contains("error history: none"));
+
+    let cancelled = json(&job(&db, &["--json", "cancel", &id.to_string()]));
+    assert_eq!(cancelled["outcome"], "cancelled");
+    let again = ok(&job(&db, &["cancel", &id.to_string()]));
+    assert!(again.contains("already finished: cancelled"), "{again}");
+    let missing = job(&db, &["cancel", "999999"]);
+    assert_eq!(missing.status.code(), Some(1));
+    assert_eq!(job(&db, &["show", "999999"]).status.code(), Some(1));
+
+    let refused = job(&db, &["enqueue", "k", "[1, 2]"]);
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("payload"));
+    db.close().await;
+}
+
+#[tokio::test]
+async fn show_prints_the_error_history_and_recorded_steps() {
+    let db = TestDb::new().await;
+    let id = enqueue(&db, &["charge", r#"{"cents": 5}"#]);
+    discard(&db, id, "card declined").await;
+    sqlx::query("INSERT INTO job.steps (job_id, name, output, attempt) VALUES ($1, 'charge', '\"ch_1\"', 1)")
+        .bind(id)
+        .execute(&db.pool())
+        .await
+        .unwrap();
+    let human = ok(&job(&db, &["show", &id.to_string()]));
+    assert!(
+        human.contains("terminal") && human.contains("card declined"),
+        "{human}"
+    );
+    assert!(
+        human.contains("charge") && human.contains("\"ch_1\""),
+        "{human}"
+    );
+    let shown = json(&job(&db, &["--json", "show", &id.to_string()]));
+    assert_eq!(shown["job"]["errors"][0]["class"], "terminal");
+    assert_eq!(shown["steps"][0]["name"], "charge");
+    assert_eq!(shown["steps"][0]["output"], "ch_1");
+    db.close().await;
+}
+
+#[tokio::test]
+async fn redrive_and_purge_dead_letters_purge_asking_first() {
+    let db = TestDb::new().await;
+    let a = enqueue(&db, &["charge", r#"{"cents": 1}"#]);
+    let b = enqueue(&db, &["charge", r#"{"cents": 2}"#]);
+    let c = enqueue(&db, &["charge", r#"{"cents": 3}"#, "--queue", "other"]);
+    for id in [a, b, c] {
+        discard(&db, id, "boom").await;
+    }
+    // Nothing named: refused rather than acting on every dead letter.
+    assert!(!job(&db, &["redrive"]).status.success());
+
+    let out = json(&job(&db, &["--json", "redrive", &a.to_string()]));
+    assert_eq!(out["redriven"][0], a);
+    let listed = json(&job(&db, &["--json", "list", "--id", &a.to_string()]));
+    assert_eq!(listed[0]["state"], "available");
+
+    // Asked, and answered no: nothing purged.
+    let no = job_with_input(&db, &["purge", "--queue", "default"], "n\n");
+    assert_eq!(no.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&no.stderr).contains("Delete 1 dead letter(s)"));
+    let dead = json(&job(&db, &["--json", "list", "--state", "discarded"]));
+    assert_eq!(dead.as_array().unwrap().len(), 2);
+    // No answer at all (no terminal): nothing purged either.
+    assert_eq!(job(&db, &["purge", "--all"]).status.code(), Some(1));
+
+    let yes = job_with_input(&db, &["purge", "--queue", "default"], "y\n");
+    assert!(ok(&yes).contains("purged 1"));
+    let all = json(&job(&db, &["--json", "purge", "--all", "--yes"]));
+    assert_eq!(all["purged"], 1);
+    let dead = json(&job(&db, &["--json", "list", "--state", "discarded"]));
+    assert_eq!(dead.as_array().unwrap().len(), 0);
+    db.close().await;
+}
+
+#[tokio::test]
+async fn pause_resume_paused_and_stats() {
+    let db = TestDb::new().await;
+    enqueue(&db, &["send_invoice", "{}", "--queue", "mail"]);
+    enqueue(&db, &["send_invoice", "{}", "--queue", "mail"]);
+    enqueue(&db, &["build_report", "{}"]);
+    assert!(ok(&job(&db, &["pause", "--queue", "mail"])).contains("queue mail: paused"));
+    assert!(ok(&job(&db, &["pause", "--queue", "mail"])).contains("already paused"));
+    ok(&job(&db, &["pause", "--kind", "build_report"]));
+    assert!(
+        !job(&db, &["pause"]).status.success(),
+        "--queue or --kind is required"
+    );
+    let paused = json(&job(&db, &["--json", "paused"]));
+    assert_eq!(paused.as_array().unwrap().len(), 2);
+
+    let stats = json(&job(&db, &["--json", "stats"]));
+    let mail = stats["counts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["queue"] == "mail")
+        .unwrap();
+    assert_eq!(mail["state"], "available");
+    assert_eq!(mail["count"], 2);
+    assert_eq!(stats["dead_letters"], 0);
+    let table = ok(&job(&db, &["stats"]));
+    assert!(table.contains("mail (paused)"), "{table}");
+    assert!(table.contains("kind build_report is paused"), "{table}");
+    let only = json(&job(&db, &["--json", "stats", "--kind", "build_report"]));
+    assert_eq!(only["counts"].as_array().unwrap().len(), 1);
+
+    ok(&job(&db, &["resume", "--queue", "mail"]));
+    assert!(ok(&job(&db, &["resume", "--queue", "mail"])).contains("was not paused"));
+    ok(&job(&db, &["resume", "--kind", "build_report"]));
+    assert!(ok(&job(&db, &["paused"])).contains("nothing is paused"));
+    db.close().await;
+}
+
+#[tokio::test]
+async fn check_reconciles_and_flags_leases_no_rescuer_takes() {
+    let db = TestDb::new().await;
+    let id = enqueue(&db, &["charge", "{}"]);
+    let dead = enqueue(&db, &["charge", "{}"]);
+    discard(&db, dead, "boom").await;
+    let clean = json(&job(&db, &["--json", "check"]));
+    assert_eq!(clean["ok"], true);
+    assert_eq!(clean["counts"]["available"], 1);
+    assert_eq!(clean["dead_letters_by_class"]["terminal"], 1);
+    assert!(ok(&job(&db, &["check"])).contains("ok: the queue reconciles"));
+
+    // A running row whose lease expired ten minutes ago: no rescuer is running.
+    sqlx::query(
+        "UPDATE job.jobs SET state = 'running', attempt = 1, lock_token = gen_random_uuid(),
+                locked_by = 'gone', locked_until = now() - interval '10 minutes' WHERE id = $1",
+    )
+    .bind(id)
+    .execute(&db.pool())
+    .await
+    .unwrap();
+    let out = job(&db, &["check", "--lease", "30s"]);
+    assert_eq!(out.status.code(), Some(2));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("PROBLEM: 1 running job(s) hold a lease that expired"),
+        "{text}"
+    );
+    let report = serde_json::from_slice::<Value>(&job(&db, &["--json", "check"]).stdout).unwrap();
+    assert_eq!(report["leases"]["expired"], 1);
+    assert_eq!(report["leases"]["overdue"], 1);
+    // With a lease longer than the expiry's age it is only expired: the rescuer's to take.
+    let long = job(&db, &["--json", "check", "--lease", "1h"]);
+    assert!(long.status.success());
+    db.close().await;
+}

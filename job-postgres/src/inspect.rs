@@ -1,0 +1,459 @@
+//! Reads for operator tools (a CLI, a dashboard): a job's recorded steps, listing pages that
+//! read a bounded number of rows whatever their filter, the queues at a glance from the partial
+//! indexes, and a reconcile check. On [`PgStore`] (every job) and [`TenantAdmin`] (one
+//! tenant's jobs; no [`check`](PgStore::check), which is about the whole table).
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use job_core::{JobFilter, JobId, JobRow, JobState, StoreError};
+use sqlx::{PgPool, Row};
+
+use crate::error::Error;
+use crate::{row, sql, PgStore, TenantAdmin};
+
+/// One recorded durable step of a job (`ctx.step`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepRecord {
+    /// The step's name.
+    pub name: String,
+    /// Its recorded output, as the handler serialized it.
+    pub output: serde_json::Value,
+    /// The attempt that ran it.
+    pub attempt: i32,
+    /// When it was recorded (database time).
+    pub recorded_at: DateTime<Utc>,
+}
+
+/// Which listing page to read: [`PgStore::page`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PageRequest {
+    /// What to show. Its `states`, `kind`, `queue`, `tenant`, `tag` and `ids` apply; its
+    /// `limit` and `finalized_*` do not (see `size`).
+    pub filter: JobFilter,
+    /// Only jobs with a lower id than this (the previous page's [`Page::next`]); `None`: from
+    /// the newest.
+    pub before: Option<JobId>,
+    /// Jobs on a page at most. Defaults to 50.
+    pub size: u32,
+    /// Rows a page looks at, at most: the `scan` newest ids below `before`, whatever the
+    /// filter matches among them. Defaults to 20,000.
+    pub scan: u32,
+}
+
+impl Default for PageRequest {
+    fn default() -> Self {
+        PageRequest {
+            filter: JobFilter::default(),
+            before: None,
+            size: 50,
+            scan: 20_000,
+        }
+    }
+}
+
+/// A listing page, newest first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Page {
+    /// The matching jobs, highest id first.
+    pub jobs: Vec<JobRow>,
+    /// Where the next page starts (its [`PageRequest::before`]); `None` when the page reached
+    /// the oldest row.
+    pub next: Option<JobId>,
+    /// The lowest id this page looked at: jobs below it were not looked at yet. Below
+    /// [`Page::next`] only when the page filled up before its scan window ended.
+    pub scanned_down_to: Option<JobId>,
+}
+
+/// How many jobs of a queue are in each state, from [`PgStore::overview`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct QueueOverview {
+    /// The queue.
+    pub queue: String,
+    /// Jobs due later (`scheduled`).
+    pub scheduled: u64,
+    /// Jobs ready to run (`available`).
+    pub available: u64,
+    /// Jobs waiting out a backoff (`retryable`).
+    pub retryable: u64,
+    /// Jobs running (holding a lease).
+    pub running: u64,
+    /// Running jobs reported stuck (`JobRow::stuck_since`).
+    pub stuck: u64,
+    /// Dead letters (`discarded`).
+    pub discarded: u64,
+    /// How long its oldest due waiting job has been due.
+    pub oldest_due: Option<Duration>,
+    /// Jobs completed within [`Overview::window`].
+    pub recent_completed: u64,
+    /// Jobs discarded within [`Overview::window`].
+    pub recent_discarded: u64,
+    /// Jobs cancelled within [`Overview::window`].
+    pub recent_cancelled: u64,
+    /// Whether its waiting jobs reached [`Overview::cap`]: `scheduled`, `available` and
+    /// `retryable` (counted in claim order) are then lower bounds.
+    pub waiting_capped: bool,
+}
+
+/// The queues at a glance: [`PgStore::overview`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Overview {
+    /// One entry per queue that has waiting, running or dead jobs or finished some within the
+    /// window, by name.
+    pub queues: Vec<QueueOverview>,
+    /// The rows each part (waiting jobs of each queue, running, dead letters, recently
+    /// finished) reads at most.
+    pub cap: u32,
+    /// Parts that reached `cap` in all (`running`, `discarded`, `recent`): their counts are
+    /// lower bounds. Waiting jobs are capped per queue ([`QueueOverview::waiting_capped`]).
+    pub capped: Vec<&'static str>,
+    /// How far back "recent" reaches.
+    pub window: Duration,
+}
+
+impl Overview {
+    /// Whether the counts of `part` are lower bounds.
+    pub fn is_capped(&self, part: &str) -> bool {
+        self.capped.contains(&part)
+    }
+}
+
+/// What [`PgStore::check`] found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Check {
+    /// Every job per state, exactly.
+    pub counts: Vec<(JobState, u64)>,
+    /// Rows holding a lease.
+    pub leases_held: u64,
+    /// Running rows whose lease has expired (the rescuer's to take).
+    pub leases_expired: u64,
+    /// Running rows whose lease expired more than one lease ago: no rescuer is taking them.
+    pub leases_overdue: u64,
+    /// The oldest lease expiry, if any lease is held.
+    pub oldest_expiry: Option<DateTime<Utc>>,
+    /// Running jobs reported stuck.
+    pub stuck: u64,
+    /// Rows holding a lease that are not running (the table's constraint forbids it).
+    pub leases_not_running: u64,
+    /// Recorded steps whose job row is gone.
+    pub orphan_steps: u64,
+    /// Dead letters per class of their last error, most first.
+    pub dead_letters_by_class: Vec<(String, u64)>,
+}
+
+impl Check {
+    /// What is wrong, one line each: leases expired for over a lease, leases on rows that are
+    /// not running, steps without a job. Empty when the queue reconciles.
+    pub fn problems(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.leases_overdue > 0 {
+            out.push(format!(
+                "{} running job(s) hold a lease that expired more than a lease ago: is any \
+                 worker (rescuer) running?",
+                self.leases_overdue
+            ));
+        }
+        if self.leases_not_running > 0 {
+            out.push(format!(
+                "{} job(s) hold a lease without running",
+                self.leases_not_running
+            ));
+        }
+        if self.orphan_steps > 0 {
+            out.push(format!(
+                "{} recorded step(s) belong to no job",
+                self.orphan_steps
+            ));
+        }
+        out
+    }
+}
+
+/// The scope an operator read runs in: every job, or one tenant's.
+#[derive(Clone, Copy)]
+struct Reader<'a> {
+    pool: &'a PgPool,
+    tenant: Option<&'a str>,
+}
+
+impl Reader<'_> {
+    async fn steps(self, id: JobId) -> Result<Vec<StepRecord>, Error> {
+        let rows = sqlx::query(sql::INSPECT_STEPS)
+            .bind(id)
+            .bind(self.tenant)
+            .fetch_all(self.pool)
+            .await
+            .map_err(Error::query("inspect_steps"))?;
+        rows.iter()
+            .map(|r| {
+                Ok(StepRecord {
+                    name: r.try_get("name")?,
+                    output: r.try_get("output")?,
+                    attempt: r.try_get("attempt")?,
+                    recorded_at: r.try_get("recorded_at")?,
+                })
+            })
+            .collect::<Result<_, sqlx::Error>>()
+            .map_err(Error::query("inspect_steps"))
+    }
+
+    async fn page(self, request: &PageRequest) -> Result<Page, Error> {
+        let size = request.size.max(1);
+        let scan = request.scan.max(size);
+        let (low, n): (Option<JobId>, i64) = sqlx::query_as(sql::INSPECT_WINDOW)
+            .bind(request.before)
+            .bind(i32::try_from(scan).unwrap_or(i32::MAX))
+            .fetch_one(self.pool)
+            .await
+            .map_err(Error::query("inspect_window"))?;
+        let Some(low) = low else {
+            return Ok(Page {
+                jobs: Vec::new(),
+                next: None,
+                scanned_down_to: None,
+            });
+        };
+        let window_full = n >= i64::from(scan);
+        let filter = &request.filter;
+        let states: Vec<&str> = filter.states.iter().map(|s| s.as_str()).collect();
+        // Not a prepared statement kept for reuse: a generic plan could not see which of the
+        // optional filters are set.
+        let rows = sqlx::query(sql::INSPECT_PAGE)
+            .persistent(false)
+            .bind(states)
+            .bind(&filter.kind)
+            .bind(&filter.queue)
+            .bind(&filter.tenant)
+            .bind(&filter.tag)
+            .bind(&filter.ids)
+            .bind(low)
+            .bind(request.before)
+            .bind(i32::try_from(size + 1).unwrap_or(i32::MAX))
+            .bind(self.tenant)
+            .fetch_all(self.pool)
+            .await
+            .map_err(Error::query("inspect_page"))?;
+        let mut jobs = rows
+            .iter()
+            .map(|r| {
+                let id: JobId = r.try_get("id").map_err(Error::query("inspect_page"))?;
+                row::decode(id, r)
+            })
+            .collect::<Result<Vec<_>, Error>>()?;
+        let next = if jobs.len() > size as usize {
+            jobs.truncate(size as usize);
+            jobs.last().map(|j| j.id)
+        } else if window_full {
+            Some(low)
+        } else {
+            None
+        };
+        Ok(Page {
+            jobs,
+            next,
+            scanned_down_to: Some(low),
+        })
+    }
+
+    async fn overview(self, cap: u32, window: Duration) -> Result<Overview, Error> {
+        let mut tx = self
+            .pool
+            .begin()
+            .await
+            .map_err(Error::query("inspect_overview"))?;
+        sqlx::query(sql::JIT_OFF)
+            .execute(&mut *tx)
+            .await
+            .map_err(Error::query("jit_off"))?;
+        let rows: Vec<(String, String, String, i64, Option<i64>)> =
+            sqlx::query_as(sql::INSPECT_OVERVIEW)
+                .persistent(false)
+                .bind(self.tenant)
+                .bind(i32::try_from(cap).unwrap_or(i32::MAX))
+                .bind(window.as_secs_f64())
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(Error::query("inspect_overview"))?;
+        tx.commit()
+            .await
+            .map_err(Error::query("inspect_overview"))?;
+        let mut queues: Vec<QueueOverview> = Vec::new();
+        let mut totals = [0u64; 3];
+        for (section, queue, state, n, oldest_ms) in rows {
+            let n = n.unsigned_abs();
+            let at = match queues.binary_search_by(|q| q.queue.as_str().cmp(&queue)) {
+                Ok(at) => at,
+                Err(at) => {
+                    queues.insert(
+                        at,
+                        QueueOverview {
+                            queue: queue.clone(),
+                            ..QueueOverview::default()
+                        },
+                    );
+                    at
+                }
+            };
+            let q = &mut queues[at];
+            match (section.as_str(), state.as_str()) {
+                ("now", "scheduled") => q.scheduled = n,
+                ("now", "available") => q.available = n,
+                ("now", "retryable") => q.retryable = n,
+                ("now", "running") => q.running = n,
+                ("now", "stuck") => q.stuck = n,
+                ("now", "discarded") => q.discarded = n,
+                ("recent", "completed") => q.recent_completed = n,
+                ("recent", "discarded") => q.recent_discarded = n,
+                ("recent", "cancelled") => q.recent_cancelled = n,
+                _ => {}
+            }
+            match (section.as_str(), state.as_str()) {
+                ("now", "running") => totals[0] += n,
+                ("now", "discarded") => totals[1] += n,
+                ("recent", _) => totals[2] += n,
+                _ => {}
+            }
+            if let Some(ms) = oldest_ms {
+                let age = Duration::from_millis(ms.unsigned_abs());
+                q.oldest_due = Some(q.oldest_due.map_or(age, |a| a.max(age)));
+            }
+        }
+        for q in &mut queues {
+            q.waiting_capped = q.scheduled + q.available + q.retryable >= u64::from(cap);
+        }
+        let capped = ["running", "discarded", "recent"]
+            .into_iter()
+            .zip(totals)
+            .filter(|(_, total)| *total >= u64::from(cap))
+            .map(|(part, _)| part)
+            .collect();
+        Ok(Overview {
+            queues,
+            cap,
+            capped,
+            window,
+        })
+    }
+}
+
+fn parse_state(state: &str) -> Result<JobState, Error> {
+    state
+        .parse()
+        .map_err(|e: job_core::UnknownState| Error::Decode {
+            id: 0,
+            column: "state",
+            reason: e.to_string(),
+        })
+}
+
+impl PgStore {
+    fn reader(&self) -> Reader<'_> {
+        Reader {
+            pool: self.pool(),
+            tenant: None,
+        }
+    }
+
+    /// The recorded durable steps of job `id`, in the order they were recorded (none when the
+    /// job has none, or does not exist).
+    pub async fn steps(&self, id: JobId) -> Result<Vec<StepRecord>, StoreError> {
+        Ok(self.reader().steps(id).await?)
+    }
+
+    /// One listing page, newest first, keyset-paginated by id. It reads at most
+    /// [`PageRequest::scan`] rows, whatever its filter: a filter that matches few jobs gives
+    /// short (even empty) pages with a [`Page::next`] to go on from.
+    pub async fn page(&self, request: &PageRequest) -> Result<Page, StoreError> {
+        Ok(self.reader().page(request).await?)
+    }
+
+    /// The queues at a glance, each part read through its partial index and capped at `cap`
+    /// rows (counts at the cap are lower bounds: [`Overview::capped`]); "recent" is the last
+    /// `window`. Never a count over the whole table.
+    pub async fn overview(&self, cap: u32, window: Duration) -> Result<Overview, StoreError> {
+        Ok(self.reader().overview(cap, window).await?)
+    }
+
+    /// Reconciles the queue: exact counts per state (one pass over the table), leases expired
+    /// and expired for longer than `lease` (from the rescue index), leases on rows that do not
+    /// run, steps without a job, dead letters per class. [`Check::problems`] says what is
+    /// wrong.
+    pub async fn check(&self, lease: Duration) -> Result<Check, StoreError> {
+        Ok(check(self.pool(), lease).await?)
+    }
+}
+
+impl TenantAdmin {
+    fn reader(&self) -> Reader<'_> {
+        Reader {
+            pool: self.store().pool(),
+            tenant: Some(self.tenant()),
+        }
+    }
+
+    /// The recorded steps of job `id` if it is this tenant's (see [`PgStore::steps`]).
+    pub async fn steps(&self, id: JobId) -> Result<Vec<StepRecord>, StoreError> {
+        Ok(self.reader().steps(id).await?)
+    }
+
+    /// A listing page of this tenant's jobs (see [`PgStore::page`]).
+    pub async fn page(&self, request: &PageRequest) -> Result<Page, StoreError> {
+        Ok(self.reader().page(request).await?)
+    }
+
+    /// The queues at a glance, counting this tenant's jobs only (see [`PgStore::overview`]).
+    pub async fn overview(&self, cap: u32, window: Duration) -> Result<Overview, StoreError> {
+        Ok(self.reader().overview(cap, window).await?)
+    }
+}
+
+async fn check(pool: &PgPool, lease: Duration) -> Result<Check, Error> {
+    let mut tx = pool.begin().await.map_err(Error::query("check_counts"))?;
+    sqlx::query(sql::JIT_OFF)
+        .execute(&mut *tx)
+        .await
+        .map_err(Error::query("jit_off"))?;
+    let counts: Vec<(String, i64)> = sqlx::query_as(sql::CHECK_COUNTS)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(Error::query("check_counts"))?;
+    tx.commit().await.map_err(Error::query("check_counts"))?;
+    let leases = sqlx::query(sql::CHECK_LEASES)
+        .bind(i64::try_from(lease.as_millis()).unwrap_or(i64::MAX) as f64)
+        .fetch_one(pool)
+        .await
+        .map_err(Error::query("check_leases"))?;
+    let n = |column: &str| -> Result<u64, Error> {
+        let v: i64 = leases
+            .try_get(column)
+            .map_err(Error::query("check_leases"))?;
+        Ok(v.unsigned_abs())
+    };
+    let orphan_steps: i64 = sqlx::query_scalar(sql::CHECK_ORPHAN_STEPS)
+        .fetch_one(pool)
+        .await
+        .map_err(Error::query("check_orphan_steps"))?;
+    let classes: Vec<(String, i64)> = sqlx::query_as(sql::CHECK_DEAD_CLASSES)
+        .fetch_all(pool)
+        .await
+        .map_err(Error::query("check_dead_classes"))?;
+    Ok(Check {
+        counts: counts
+            .into_iter()
+            .map(|(s, n)| Ok((parse_state(&s)?, n.unsigned_abs())))
+            .collect::<Result<_, Error>>()?,
+        leases_held: n("held")?,
+        leases_expired: n("expired")?,
+        leases_overdue: n("overdue")?,
+        oldest_expiry: leases
+            .try_get("oldest_expiry")
+            .map_err(Error::query("check_leases"))?,
+        stuck: n("stuck")?,
+        leases_not_running: n("not_running")?,
+        orphan_steps: orphan_steps.unsigned_abs(),
+        dead_letters_by_class: classes
+            .into_iter()
+            .map(|(c, n)| (c, n.unsigned_abs()))
+            .collect(),
+    })
+}

@@ -1,0 +1,65 @@
+-- The queues at a glance, within the tenant scope $1 (null: every tenant): per queue, the jobs
+-- waiting (by state, with how long the oldest due one has been due), running, reported stuck,
+-- the dead letters, and the jobs finished in the last $3 seconds (by state). Each part reads
+-- at most $2 rows (waiting: $2 per queue), each through the partial index that holds only its
+-- rows (jobs_claim_idx, jobs_rescue_idx, jobs_discarded_idx, jobs_finalized_idx), in that
+-- index's order so that the plan is a bounded index scan: a part that reaches $2 rows is a
+-- lower bound (the caller marks it), and no part reads the table.
+WITH RECURSIVE queues AS (
+    -- The queues that have waiting jobs, one index probe each (a loose scan of jobs_claim_idx).
+    (SELECT j.queue FROM job.jobs j
+     WHERE j.state IN ('scheduled', 'available', 'retryable')
+     ORDER BY j.queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.queue FROM job.jobs j
+            WHERE j.state IN ('scheduled', 'available', 'retryable') AND j.queue > q.queue
+            ORDER BY j.queue LIMIT 1)
+    FROM queues q
+    WHERE q.queue IS NOT NULL
+), waiting AS (
+    -- Per queue, at most $2 of its waiting jobs.
+    SELECT q.queue, w.state, w.run_at
+    FROM queues q
+    CROSS JOIN LATERAL (
+        SELECT j.state::text AS state, j.run_at
+        FROM job.jobs j
+        WHERE j.queue = q.queue AND j.state IN ('scheduled', 'available', 'retryable')
+          AND ($1::text IS NULL OR j.tenant = $1::text)
+        ORDER BY j.priority, j.run_at, j.id
+        LIMIT $2::integer
+    ) w
+    WHERE q.queue IS NOT NULL
+), running AS (
+    SELECT j.queue, j.stuck_since, j.locked_until
+    FROM job.jobs j
+    WHERE j.locked_until IS NOT NULL
+      AND ($1::text IS NULL OR j.tenant = $1::text)
+    ORDER BY j.locked_until
+    LIMIT $2::integer
+), dead AS (
+    SELECT j.queue
+    FROM job.jobs j
+    WHERE j.state = 'discarded'
+      AND ($1::text IS NULL OR j.tenant = $1::text)
+    ORDER BY j.finalized_at, j.id
+    LIMIT $2::integer
+), recent AS (
+    SELECT j.queue, j.state::text AS state
+    FROM job.jobs j
+    WHERE j.finalized_at >= now() - make_interval(secs => $3::double precision)
+      AND ($1::text IS NULL OR j.tenant = $1::text)
+    ORDER BY j.finalized_at
+    LIMIT $2::integer
+)
+SELECT 'now' AS section, w.queue, w.state, count(*) AS n,
+       (extract(epoch FROM now() - min(w.run_at) FILTER (WHERE w.run_at <= now())) * 1000)::bigint AS oldest_ms
+FROM waiting w GROUP BY w.queue, w.state
+UNION ALL
+SELECT 'now', r.queue, 'running', count(*), NULL FROM running r GROUP BY r.queue
+UNION ALL
+SELECT 'now', r.queue, 'stuck', count(*), NULL FROM running r WHERE r.stuck_since IS NOT NULL GROUP BY r.queue
+UNION ALL
+SELECT 'now', d.queue, 'discarded', count(*), NULL FROM dead d GROUP BY d.queue
+UNION ALL
+SELECT 'recent', r.queue, r.state, count(*), NULL FROM recent r GROUP BY r.queue, r.state
+ORDER BY 2, 1, 3

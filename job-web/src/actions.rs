@@ -1,0 +1,234 @@
+//! The actions: every one a POST from a logged-in operator carrying the session's CSRF token,
+//! answered with a redirect to a page that shows the outcome (post/redirect/get).
+
+use axum::extract::Form;
+use axum::http::{header, HeaderMap};
+use axum::response::{IntoResponse, Redirect, Response};
+use job::{Cancelled, JobFilter, Pause};
+use serde::Deserialize;
+
+use crate::auth::COOKIE;
+use crate::base::Base;
+use crate::dashboard::{App, AppState};
+use crate::error::WebError;
+use crate::pages::layout::href;
+
+/// Every field any action form sends; each action reads its own.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct ActionForm {
+    #[serde(default)]
+    csrf: String,
+    id: Option<i64>,
+    scope: Option<String>,
+    name: Option<String>,
+    /// Set by the bulk forms: act on every dead letter matching the filter fields.
+    all: Option<String>,
+    /// The bulk purge's confirmation box.
+    confirm: Option<String>,
+    kind: Option<String>,
+    queue: Option<String>,
+    tenant: Option<String>,
+    tag: Option<String>,
+    token: Option<String>,
+}
+
+/// Refuses the request unless it comes from a logged-in operator with the session's CSRF token.
+fn authorize(app: &App, headers: &HeaderMap, form: &ActionForm) -> Result<(), WebError> {
+    let Some(operator) = &app.operator else {
+        return Err(WebError::forbidden(
+            "this dashboard is read-only: no operator token is configured",
+        ));
+    };
+    let Some(session) = operator.session(headers) else {
+        return Err(WebError::forbidden("log in as operator to act"));
+    };
+    if !operator.csrf_matches(&session, &form.csrf) {
+        return Err(WebError::forbidden(
+            "the form's CSRF token does not match this session: reload the page and try again",
+        ));
+    }
+    Ok(())
+}
+
+fn redirect(base: &Base, path: &str, pairs: &[(&str, &str)]) -> Response {
+    Redirect::to(&base.at(&href(path, pairs))).into_response()
+}
+
+fn set(value: &Option<String>) -> Option<String> {
+    value
+        .as_deref()
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+        .map(str::to_owned)
+}
+
+/// The dead letters an action is about: one job (`id`), or with `all`, every dead letter
+/// matching the filter fields, up to 1,000.
+fn target(form: &ActionForm) -> Result<JobFilter, WebError> {
+    match (form.id, form.all.is_some()) {
+        (Some(id), _) => Ok(JobFilter::ids([id])),
+        (None, true) => Ok(JobFilter {
+            kind: set(&form.kind),
+            queue: set(&form.queue),
+            tenant: set(&form.tenant),
+            tag: set(&form.tag),
+            limit: Some(1000),
+            ..JobFilter::dead_letters()
+        }),
+        (None, false) => Err(WebError::bad_request("name a job (`id`) or `all`")),
+    }
+}
+
+pub(crate) async fn cancel(
+    axum::extract::State(app): AppState,
+    base: Base,
+    headers: HeaderMap,
+    Form(form): Form<ActionForm>,
+) -> Result<Response, WebError> {
+    authorize(&app, &headers, &form)?;
+    let id = form
+        .id
+        .ok_or_else(|| WebError::bad_request("`id` is required"))?;
+    let done = match app.scope.cancel(id).await? {
+        Cancelled::Now => "cancelled",
+        Cancelled::Requested => "cancel_requested",
+        Cancelled::AlreadyFinished(_) => "already_finished",
+        Cancelled::NotFound => "not_found",
+    };
+    Ok(redirect(&base, &format!("/jobs/{id}"), &[("done", done)]))
+}
+
+pub(crate) async fn redrive(
+    axum::extract::State(app): AppState,
+    base: Base,
+    headers: HeaderMap,
+    Form(form): Form<ActionForm>,
+) -> Result<Response, WebError> {
+    authorize(&app, &headers, &form)?;
+    let filter = target(&form)?;
+    let out = app.scope.redrive(&filter).await?;
+    let n = out.redriven.len().to_string();
+    let done = if out.skipped.is_empty() {
+        "redriven"
+    } else {
+        "redrive_skipped"
+    };
+    Ok(match form.id {
+        Some(id) => redirect(&base, &format!("/jobs/{id}"), &[("done", done), ("n", &n)]),
+        None => redirect(&base, "/dead", &[("done", done), ("n", &n)]),
+    })
+}
+
+pub(crate) async fn purge(
+    axum::extract::State(app): AppState,
+    base: Base,
+    headers: HeaderMap,
+    Form(form): Form<ActionForm>,
+) -> Result<Response, WebError> {
+    authorize(&app, &headers, &form)?;
+    let filter = target(&form)?;
+    if form.id.is_none() && form.confirm.as_deref() != Some("yes") {
+        return Err(WebError::bad_request(
+            "purging every matching dead letter needs the confirmation box ticked",
+        ));
+    }
+    let n = app.scope.purge(&filter).await?.to_string();
+    Ok(redirect(&base, "/dead", &[("done", "purged"), ("n", &n)]))
+}
+
+fn pause_target(form: &ActionForm) -> Result<Pause, WebError> {
+    let name = set(&form.name).ok_or_else(|| WebError::bad_request("`name` is required"))?;
+    match form.scope.as_deref() {
+        Some("queue") => Ok(Pause::Queue(name)),
+        Some("kind") => Ok(Pause::Kind(name)),
+        _ => Err(WebError::bad_request("`scope` is `queue` or `kind`")),
+    }
+}
+
+async fn set_paused(app: &App, form: &ActionForm, pause: bool) -> Result<&'static str, WebError> {
+    if app.scope.tenant().is_some() {
+        return Err(WebError::forbidden(
+            "pausing and resuming act on every tenant's jobs: not from a tenant's dashboard",
+        ));
+    }
+    let what = pause_target(form)?;
+    let changed = app.scope.set_paused(&what, pause).await?;
+    Ok(match (pause, changed) {
+        (true, true) => "paused",
+        (true, false) => "already_paused",
+        (false, true) => "resumed",
+        (false, false) => "not_paused",
+    })
+}
+
+pub(crate) async fn pause(
+    axum::extract::State(app): AppState,
+    base: Base,
+    headers: HeaderMap,
+    Form(form): Form<ActionForm>,
+) -> Result<Response, WebError> {
+    authorize(&app, &headers, &form)?;
+    let done = set_paused(&app, &form, true).await?;
+    Ok(redirect(&base, "/", &[("done", done)]))
+}
+
+pub(crate) async fn resume(
+    axum::extract::State(app): AppState,
+    base: Base,
+    headers: HeaderMap,
+    Form(form): Form<ActionForm>,
+) -> Result<Response, WebError> {
+    authorize(&app, &headers, &form)?;
+    let done = set_paused(&app, &form, false).await?;
+    Ok(redirect(&base, "/", &[("done", done)]))
+}
+
+fn session_cookie(app: &App, base: &Base, value: &str, max_age: u64) -> String {
+    let path = if base.0.is_empty() { "/" } else { &base.0 };
+    let secure = if app.config.secure_cookie {
+        "; Secure"
+    } else {
+        ""
+    };
+    format!("{COOKIE}={value}; Path={path}; Max-Age={max_age}; HttpOnly; SameSite=Strict{secure}")
+}
+
+pub(crate) async fn login(
+    axum::extract::State(app): AppState,
+    base: Base,
+    Form(form): Form<ActionForm>,
+) -> Result<Response, WebError> {
+    let Some(operator) = &app.operator else {
+        return Err(WebError::forbidden(
+            "this dashboard is read-only: no operator token is configured",
+        ));
+    };
+    if !operator.accepts(form.token.as_deref().unwrap_or_default()) {
+        tracing::warn!("job-web: a login with a wrong operator token");
+        return Err(WebError::forbidden("wrong operator token"));
+    }
+    let cookie = session_cookie(&app, &base, &operator.new_session(), 12 * 3600);
+    let mut response = redirect(&base, "/", &[("done", "logged_in")]);
+    response.headers_mut().insert(
+        header::SET_COOKIE,
+        cookie.parse().expect("a valid cookie header"),
+    );
+    Ok(response)
+}
+
+pub(crate) async fn logout(
+    axum::extract::State(app): AppState,
+    base: Base,
+    headers: HeaderMap,
+    Form(form): Form<ActionForm>,
+) -> Result<Response, WebError> {
+    authorize(&app, &headers, &form)?;
+    let mut response = redirect(&base, "/", &[("done", "logged_out")]);
+    response.headers_mut().insert(
+        header::SET_COOKIE,
+        session_cookie(&app, &base, "", 0)
+            .parse()
+            .expect("a valid cookie header"),
+    );
+    Ok(response)
+}

@@ -1,0 +1,197 @@
+//! [`Dashboard`]: the configuration and the router.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::http::{header, HeaderMap, HeaderValue};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use job_postgres::{PgStore, TenantAdmin};
+
+use crate::auth::{Operator, Session};
+use crate::base::Base;
+use crate::scope::Scope;
+use crate::{actions, pages};
+
+/// How the dashboard reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DashboardConfig {
+    /// Jobs on a listing page. Defaults to 50.
+    pub page_size: u32,
+    /// Rows a listing page looks at, at most, whatever its filter matches (see
+    /// `job_postgres::PageRequest::scan`). Defaults to 20,000.
+    pub page_scan: u32,
+    /// Rows each part of the queues page (waiting, running, dead letters, recently finished)
+    /// reads at most; counts at the cap show as `N+`. Defaults to 10,000.
+    pub count_cap: u32,
+    /// How far back the queues page counts finished jobs as its throughput. Defaults to 5
+    /// minutes.
+    pub recent_window: Duration,
+    /// Marks the session cookie `Secure` (sent over HTTPS only). Defaults to false, so that a
+    /// dashboard on `http://127.0.0.1` works; set it behind HTTPS.
+    pub secure_cookie: bool,
+}
+
+impl Default for DashboardConfig {
+    fn default() -> Self {
+        DashboardConfig {
+            page_size: 50,
+            page_scan: 20_000,
+            count_cap: 10_000,
+            recent_window: Duration::from_secs(300),
+            secure_cookie: false,
+        }
+    }
+}
+
+/// The operator dashboard: build it, then mount [`Dashboard::router`] (see the crate docs).
+#[derive(Debug, Clone)]
+pub struct Dashboard {
+    scope: Scope,
+    operator: Option<Operator>,
+    config: DashboardConfig,
+}
+
+impl Dashboard {
+    /// A dashboard over every job of `store`, read-only until an operator token is set.
+    pub fn new(store: PgStore) -> Dashboard {
+        Dashboard {
+            scope: Scope::All(store),
+            operator: None,
+            config: DashboardConfig::default(),
+        }
+    }
+
+    /// A dashboard over one tenant's jobs only: every listing, count, page and action goes
+    /// through `admin`, which adds the tenant to whatever it is asked; pausing and resuming
+    /// (which act on every tenant's jobs) are not offered.
+    pub fn for_tenant(admin: TenantAdmin) -> Dashboard {
+        Dashboard {
+            scope: Scope::Tenant(admin),
+            operator: None,
+            config: DashboardConfig::default(),
+        }
+    }
+
+    /// Lets an operator who logs in with `token` act (cancel, redrive, purge, pause, resume).
+    /// Without it the dashboard is read-only. An empty token is ignored.
+    pub fn operator_token(mut self, token: impl AsRef<str>) -> Dashboard {
+        let token = token.as_ref();
+        self.operator = (!token.is_empty()).then(|| Operator::new(token));
+        self
+    }
+
+    /// Replaces the configuration.
+    pub fn config(mut self, config: DashboardConfig) -> Dashboard {
+        self.config = config;
+        self
+    }
+
+    /// The dashboard's routes, to serve or to `nest` into an application's router.
+    pub fn router(self) -> Router {
+        let app = Arc::new(App {
+            scope: self.scope,
+            operator: self.operator,
+            config: self.config,
+        });
+        Router::new()
+            .route("/", get(pages::overview::page))
+            .route("/jobs", get(pages::jobs::page))
+            .route("/dead", get(pages::jobs::dead_letters))
+            .route("/jobs/{id}", get(pages::job::page))
+            .route("/login", get(pages::login::page).post(actions::login))
+            .route("/logout", post(actions::logout))
+            .route("/actions/cancel", post(actions::cancel))
+            .route("/actions/redrive", post(actions::redrive))
+            .route("/actions/purge", post(actions::purge))
+            .route("/actions/pause", post(actions::pause))
+            .route("/actions/resume", post(actions::resume))
+            .route("/assets/dashboard.css", get(stylesheet))
+            .layer(axum::middleware::map_response(secure_headers))
+            .with_state(app)
+    }
+}
+
+/// The dashboard's shared state.
+#[derive(Debug)]
+pub(crate) struct App {
+    pub(crate) scope: Scope,
+    pub(crate) operator: Option<Operator>,
+    pub(crate) config: DashboardConfig,
+}
+
+pub(crate) type AppState = axum::extract::State<Arc<App>>;
+
+/// What a page needs to know about the request: where it is mounted, and whether (and with
+/// which CSRF token) the visitor may act.
+#[derive(Debug, Clone)]
+pub(crate) struct Ctx {
+    pub(crate) base: Base,
+    /// The CSRF token to put in forms; `Some` only for a logged-in operator.
+    pub(crate) csrf: Option<String>,
+    /// Whether an operator token is configured (so that logging in is possible).
+    pub(crate) has_operator: bool,
+    /// The tenant the dashboard is limited to.
+    pub(crate) tenant: Option<String>,
+}
+
+impl Ctx {
+    pub(crate) fn can_act(&self) -> bool {
+        self.csrf.is_some()
+    }
+}
+
+impl App {
+    pub(crate) fn session(&self, headers: &HeaderMap) -> Option<(&Operator, Session)> {
+        let operator = self.operator.as_ref()?;
+        Some((operator, operator.session(headers)?))
+    }
+
+    pub(crate) fn ctx(&self, base: Base, headers: &HeaderMap) -> Ctx {
+        Ctx {
+            base,
+            csrf: self
+                .session(headers)
+                .map(|(operator, session)| operator.csrf(&session)),
+            has_operator: self.operator.is_some(),
+            tenant: self.scope.tenant().map(str::to_owned),
+        }
+    }
+}
+
+/// Headers on every answer: no script may run (the pages have none), no framing, no caching
+/// of pages that show payloads.
+async fn secure_headers(mut response: Response) -> Response {
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(
+            "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; \
+             frame-ancestors 'none'; base-uri 'none'",
+        ),
+    );
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    headers.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("same-origin"),
+    );
+    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    if !headers.contains_key(header::CACHE_CONTROL) {
+        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    }
+    response
+}
+
+async fn stylesheet() -> impl IntoResponse {
+    (
+        [
+            (header::CONTENT_TYPE, "text/css; charset=utf-8"),
+            (header::CACHE_CONTROL, "max-age=3600"),
+        ],
+        include_str!("../assets/dashboard.css"),
+    )
+}

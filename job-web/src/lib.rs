@@ -1,0 +1,35 @@
+//! A server-rendered operator dashboard for the `job` framework: the queues with their counts
+//! and recent throughput, jobs filtered by state, kind, queue, tenant and tag, a page per job
+//! (payload, error history, steps), dead letters with redrive and purge, cancel, pause and
+//! resume. An application mounts [`Dashboard::router`] into its own axum router; `job web`
+//! serves it standalone.
+//!
+//! It is read-only unless an operator token is configured ([`Dashboard::operator_token`]):
+//! then an operator logs in with the token (compared in constant time) and every action is a
+//! POST carrying a CSRF token tied to the operator's session. Every value shown from a payload,
+//! an error or a step output is escaped, and the pages need no JavaScript. Mounted with a
+//! [`TenantAdmin`](job_postgres::TenantAdmin) ([`Dashboard::for_tenant`]), it shows and touches
+//! that tenant's jobs only.
+//!
+//! ```no_run
+//! # async fn demo(store: job::PgStore) -> std::io::Result<()> {
+//! let app = axum::Router::new().nest(
+//!     "/jobs",
+//!     job_web::Dashboard::new(store)
+//!         .operator_token(std::env::var("JOB_OPERATOR_TOKEN").unwrap())
+//!         .router(),
+//! );
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
+//! axum::serve(listener, app).await
+//! # }
+//! ```
+
+mod actions;
+mod auth;
+mod base;
+mod dashboard;
+mod error;
+mod pages;
+mod scope;
+
+pub use dashboard::{Dashboard, DashboardConfig};

@@ -1,0 +1,140 @@
+//! A job's page: what it is, its payload, its error history, its recorded steps, and the
+//! actions its state allows. Two statements by primary key (`get.sql`, `inspect_steps.sql`).
+//! The page is a list of sections, so that one more (the job's progress, once jobs record it)
+//! is one more function in that list.
+
+use axum::extract::{Path, Query};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Html;
+use job::{JobRow, JobState};
+use job_postgres::StepRecord;
+use maud::{html, Markup};
+
+use super::layout::{self, form, opt_time, pretty, state_badge, time, Nav, Notice};
+use crate::base::Base;
+use crate::dashboard::{AppState, Ctx};
+use crate::error::WebError;
+
+pub(crate) async fn page(
+    axum::extract::State(app): AppState,
+    base: Base,
+    headers: HeaderMap,
+    Path(id): Path<i64>,
+    Query(notice): Query<Notice>,
+) -> Result<Html<String>, WebError> {
+    let ctx = app.ctx(base, &headers);
+    let Some(job) = app.scope.get(id).await? else {
+        return Err(WebError::new(StatusCode::NOT_FOUND, format!("no job {id}")));
+    };
+    let steps = app.scope.steps(id).await?;
+    let body = html! {
+        h1 { "Job " (job.id) " " (state_badge(job.state, job.stuck_since.is_some())) }
+        (actions(&ctx, &job))
+        (summary(&job))
+        (payload(&job))
+        (errors(&job))
+        (steps_section(&steps))
+    };
+    let title = format!("Job {id}");
+    Ok(Html(
+        layout::page(&ctx, Nav::None, &title, &notice, body).into_string(),
+    ))
+}
+
+fn actions(ctx: &Ctx, job: &JobRow) -> Markup {
+    let id = [("id", job.id.to_string())];
+    html! {
+        @if ctx.can_act() {
+            div.actions {
+                @if !job.state.is_terminal() && !job.cancel_requested {
+                    (form(ctx, "/actions/cancel", &id, "Cancel", "cancel"))
+                }
+                @if job.state == JobState::Discarded {
+                    (form(ctx, "/actions/redrive", &id, "Redrive", "redrive"))
+                    (form(ctx, "/actions/purge", &id, "Purge", "purge"))
+                }
+            }
+        }
+    }
+}
+
+fn summary(job: &JobRow) -> Markup {
+    html! {
+        dl.summary {
+            dt { "kind" } dd { code { (job.kind) } " v" (job.payload_version) }
+            dt { "queue" } dd { (job.queue) " · priority " (job.priority) }
+            @if let Some(t) = &job.tenant { dt { "tenant" } dd { (t) } }
+            @if !job.tags.is_empty() { dt { "tags" } dd { @for t in &job.tags { span.tag { (t) } " " } } }
+            dt { "attempt" } dd { (job.attempt) " of " (job.max_attempts) }
+            dt { "enqueued" } dd { (time(job.created_at)) }
+            dt { "run at" } dd { (time(job.run_at)) }
+            @if job.deadline.is_some() { dt { "deadline" } dd { (opt_time(job.deadline)) } }
+            @if job.finalized_at.is_some() { dt { "finished" } dd { (opt_time(job.finalized_at)) } }
+            @if let Some(key) = &job.unique_key { dt { "unique key" } dd { code { (key) } } }
+            @if let Some(by) = &job.locked_by {
+                dt { "lease" } dd { "held by " code { (by) } " until " (opt_time(job.locked_until)) }
+            }
+            @if job.stuck_since.is_some() { dt { "stuck since" } dd.alert { (opt_time(job.stuck_since)) } }
+            @if job.cancel_requested { dt { "cancel" } dd { "requested" } }
+        }
+    }
+}
+
+fn payload(job: &JobRow) -> Markup {
+    html! {
+        section.payload {
+            h2 { "Payload" }
+            pre { (pretty(&job.payload)) }
+        }
+    }
+}
+
+fn errors(job: &JobRow) -> Markup {
+    html! {
+        section.errors {
+            h2 { "Error history" }
+            @if job.errors.is_empty() {
+                p.muted { "No error recorded." }
+            } @else {
+                table.history {
+                    thead { tr { th.num { "attempt" } th { "at" } th { "class" } th { "message" } } }
+                    tbody {
+                        @for e in &job.errors {
+                            tr {
+                                td.num { (e.attempt) }
+                                td { (time(e.at)) }
+                                td { span.class { (e.class) } }
+                                td { pre { (e.message) } }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn steps_section(steps: &[StepRecord]) -> Markup {
+    html! {
+        section.steps {
+            h2 { "Steps" }
+            @if steps.is_empty() {
+                p.muted { "No step recorded." }
+            } @else {
+                table.steps {
+                    thead { tr { th { "step" } th.num { "attempt" } th { "recorded" } th { "output" } } }
+                    tbody {
+                        @for s in steps {
+                            tr {
+                                td { code { (s.name) } }
+                                td.num { (s.attempt) }
+                                td { (time(s.recorded_at)) }
+                                td { pre { (pretty(&s.output)) } }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,189 @@
+//! The frame of every page, the action forms and the formatting shared by the pages.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use job::JobState;
+use maud::{html, Markup, DOCTYPE};
+use serde::Deserialize;
+
+use crate::dashboard::Ctx;
+
+/// Which navigation entry is current.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Nav {
+    Queues,
+    Jobs,
+    Dead,
+    None,
+}
+
+/// The outcome of the last action, from the redirect's query (`?done=..&n=..`): fixed codes,
+/// so that a link cannot make the page say anything it chooses.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct Notice {
+    done: Option<String>,
+    /// A string, parsed here: inside a `#[serde(flatten)]` (the listing's query) the query
+    /// string's values reach serde as strings only.
+    n: Option<String>,
+}
+
+impl Notice {
+    fn text(&self) -> Option<String> {
+        let n: u64 = self.n.as_deref().and_then(|n| n.parse().ok()).unwrap_or(0);
+        Some(match self.done.as_deref()? {
+            "cancelled" => "Cancelled.".to_owned(),
+            "cancel_requested" => {
+                "Cancellation requested: the job stops at its worker's next heartbeat.".to_owned()
+            }
+            "already_finished" => "The job had already finished: nothing changed.".to_owned(),
+            "not_found" => "No such job.".to_owned(),
+            "redriven" => format!("Redriven: {n} job(s) available again."),
+            "redrive_skipped" => format!(
+                "Redriven: {n} job(s); others were skipped because an active job holds their unique key."
+            ),
+            "purged" => format!("Purged {n} dead letter(s)."),
+            "paused" => "Paused: workers take no more of its jobs.".to_owned(),
+            "already_paused" => "It was paused already.".to_owned(),
+            "resumed" => "Resumed.".to_owned(),
+            "not_paused" => "It was not paused.".to_owned(),
+            "logged_in" => "Logged in as operator.".to_owned(),
+            "logged_out" => "Logged out: read-only.".to_owned(),
+            _ => return None,
+        })
+    }
+}
+
+/// A whole page.
+pub(crate) fn page(ctx: &Ctx, nav: Nav, title: &str, notice: &Notice, body: Markup) -> Markup {
+    let link = |target: Nav, path: &str, label: &str| {
+        html! {
+            a href=(ctx.base.at(path)) class=[(nav == target).then_some("current")] { (label) }
+        }
+    };
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (title) " · job" }
+                link rel="stylesheet" href=(ctx.base.at("/assets/dashboard.css"));
+            }
+            body {
+                header {
+                    span.brand { "job" }
+                    nav {
+                        (link(Nav::Queues, "/", "Queues"))
+                        (link(Nav::Jobs, "/jobs", "Jobs"))
+                        (link(Nav::Dead, "/dead", "Dead letters"))
+                    }
+                    span.who {
+                        @if let Some(tenant) = &ctx.tenant {
+                            span.badge.tenant { "tenant " (tenant) }
+                        }
+                        @if ctx.can_act() {
+                            span.badge.operator { "operator" }
+                            (form(ctx, "/logout", &[], "Log out", "link"))
+                        } @else if ctx.has_operator {
+                            span.badge.readonly { "read-only" }
+                            a href=(ctx.base.at("/login")) { "Log in" }
+                        } @else {
+                            span.badge.readonly title="no operator token is configured" { "read-only" }
+                        }
+                    }
+                }
+                main {
+                    @if let Some(text) = notice.text() {
+                        p.notice role="status" { (text) }
+                    }
+                    (body)
+                }
+            }
+        }
+    }
+}
+
+/// A POST form with the session's CSRF token, hidden `fields` and one button; nothing when the
+/// visitor may not act.
+pub(crate) fn form(
+    ctx: &Ctx,
+    path: &str,
+    fields: &[(&str, String)],
+    label: &str,
+    class: &str,
+) -> Markup {
+    let Some(csrf) = &ctx.csrf else {
+        return html! {};
+    };
+    html! {
+        form.inline method="post" action=(ctx.base.at(path)) {
+            input type="hidden" name="csrf" value=(csrf);
+            @for (name, value) in fields {
+                input type="hidden" name=(name) value=(value);
+            }
+            button type="submit" class=(class) { (label) }
+        }
+    }
+}
+
+/// The CSS class of a state's badge.
+pub(crate) fn state_badge(state: JobState, stuck: bool) -> Markup {
+    html! {
+        span class={ "state " (state.as_str()) } { (state.as_str()) }
+        @if stuck { " " span class="state stuck" { "stuck" } }
+    }
+}
+
+pub(crate) fn time(at: DateTime<Utc>) -> Markup {
+    html! { time datetime=(at.to_rfc3339()) { (at.format("%Y-%m-%d %H:%M:%S")) } }
+}
+
+pub(crate) fn opt_time(at: Option<DateTime<Utc>>) -> Markup {
+    match at {
+        Some(at) => time(at),
+        None => html! { span.muted { "—" } },
+    }
+}
+
+/// A duration for people: `45s`, `12m 3s`, `3h 2m`, `2d 4h`.
+pub(crate) fn age(d: Duration) -> String {
+    let s = d.as_secs();
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 if s % 60 == 0 => format!("{}m", s / 60),
+        60..3600 => format!("{}m {}s", s / 60, s % 60),
+        3600..86400 => format!("{}h {}m", s / 3600, s % 3600 / 60),
+        _ => format!("{}d {}h", s / 86400, s % 86400 / 3600),
+    }
+}
+
+/// A count, with `+` when it is a lower bound.
+pub(crate) fn count(n: u64, capped: bool) -> Markup {
+    html! {
+        @if capped { (n) "+" }
+        @else if n == 0 { span.muted { "0" } }
+        @else { (n) }
+    }
+}
+
+/// At most `max` characters of `text`, with an ellipsis when cut.
+pub(crate) fn clip(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((at, _)) => format!("{}…", &text[..at]),
+        None => text.to_owned(),
+    }
+}
+
+/// Pretty JSON for a `<pre>` (escaped by the caller's template).
+pub(crate) fn pretty(value: &serde_json::Value) -> String {
+    serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string())
+}
+
+/// `path?k=v&..` with the values percent-encoded (names may hold `&`, `#`, `+`, non-ASCII).
+pub(crate) fn href(path: &str, pairs: &[(&str, &str)]) -> String {
+    match serde_urlencoded::to_string(pairs) {
+        Ok(query) if !query.is_empty() => format!("{path}?{query}"),
+        _ => path.to_owned(),
+    }
+}

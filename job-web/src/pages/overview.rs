@@ -1,0 +1,157 @@
+//! The queues page: per queue, the jobs waiting (by state, with the oldest due one's age),
+//! running, stuck, dead, and finished within the recent window; what is paused; pause and
+//! resume. One statement for the counts (`inspect_overview.sql`, each part capped and read
+//! through its partial index) and one for the pauses.
+
+use axum::extract::Query;
+use axum::http::HeaderMap;
+use axum::response::Html;
+use job::Pause;
+use maud::html;
+
+use super::layout::{self, age, count, form, href, Nav, Notice};
+use crate::base::Base;
+use crate::dashboard::{AppState, Ctx};
+use crate::error::WebError;
+
+pub(crate) async fn page(
+    axum::extract::State(app): AppState,
+    base: Base,
+    headers: HeaderMap,
+    Query(notice): Query<Notice>,
+) -> Result<Html<String>, WebError> {
+    let ctx = app.ctx(base, &headers);
+    let overview = app
+        .scope
+        .overview(app.config.count_cap, app.config.recent_window)
+        .await?;
+    let paused = app.scope.paused().await?;
+    let queue_paused = |name: &str| {
+        paused
+            .iter()
+            .any(|p| matches!(p, Pause::Queue(q) if q == name))
+    };
+    // Paused queues with no job to count still get a row, so they can be resumed.
+    let mut names: Vec<&str> = overview.queues.iter().map(|q| q.queue.as_str()).collect();
+    for p in &paused {
+        if let Pause::Queue(q) = p {
+            if !names.contains(&q.as_str()) {
+                names.push(q);
+            }
+        }
+    }
+    names.sort_unstable();
+    let minutes = app.config.recent_window.as_secs_f64() / 60.0;
+    let can_pause = ctx.can_act() && ctx.tenant.is_none();
+    let running = overview.is_capped("running");
+    let dead = overview.is_capped("discarded");
+    let recent = overview.is_capped("recent");
+    let body = html! {
+        h1 { "Queues" }
+        @if names.is_empty() {
+            p.empty { "No jobs waiting, running or dead, and none finished in the last " (age(app.config.recent_window)) "." }
+        } @else {
+            table.queues {
+                thead {
+                    tr {
+                        th { "queue" }
+                        th.num { "available" }
+                        th.num { "scheduled" }
+                        th.num { "retryable" }
+                        th.num { "running" }
+                        th.num { "stuck" }
+                        th.num { "dead letters" }
+                        th.num { "oldest due" }
+                        th.num title={ "jobs finished in the last " (age(app.config.recent_window)) } {
+                            "completed / " (age(app.config.recent_window))
+                        }
+                        th.num { "per min" }
+                        th.num { "discarded / " (age(app.config.recent_window)) }
+                        th.num { "cancelled / " (age(app.config.recent_window)) }
+                        th { "" }
+                    }
+                }
+                tbody {
+                    @for name in &names {
+                        @let q = overview.queues.iter().find(|q| q.queue == *name).cloned().unwrap_or_default();
+                        @let is_paused = queue_paused(name);
+                        tr data-queue=(name) {
+                            td {
+                                a href=(ctx.base.at(&href("/jobs", &[("queue", name)]))) { (name) }
+                                @if is_paused { " " span.state.paused { "paused" } }
+                            }
+                            td.num { a href=(ctx.base.at(&href("/jobs", &[("state", "available"), ("queue", name)]))) { (count(q.available, q.waiting_capped)) } }
+                            td.num { a href=(ctx.base.at(&href("/jobs", &[("state", "scheduled"), ("queue", name)]))) { (count(q.scheduled, q.waiting_capped)) } }
+                            td.num { a href=(ctx.base.at(&href("/jobs", &[("state", "retryable"), ("queue", name)]))) { (count(q.retryable, q.waiting_capped)) } }
+                            td.num { a href=(ctx.base.at(&href("/jobs", &[("state", "running"), ("queue", name)]))) { (count(q.running, running)) } }
+                            td class=(num_class(q.stuck)) { (count(q.stuck, running)) }
+                            td class=(num_class(q.discarded)) { a href=(ctx.base.at(&href("/dead", &[("queue", name)]))) { (count(q.discarded, dead)) } }
+                            td.num { @match q.oldest_due { Some(d) => (age(d)), None => span.muted { "—" } } }
+                            td.num { (count(q.recent_completed, recent)) }
+                            td.num { (format!("{:.1}", q.recent_completed as f64 / minutes)) }
+                            td.num { (count(q.recent_discarded, recent)) }
+                            td.num { (count(q.recent_cancelled, recent)) }
+                            td {
+                                @if can_pause {
+                                    @if is_paused {
+                                        (form(&ctx, "/actions/resume", &[("scope", "queue".into()), ("name", name.to_string())], "Resume", "resume"))
+                                    } @else {
+                                        (form(&ctx, "/actions/pause", &[("scope", "queue".into()), ("name", name.to_string())], "Pause", "pause"))
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            @if !overview.capped.is_empty() || overview.queues.iter().any(|q| q.waiting_capped) {
+                p.muted { "Counts with + are lower bounds: this page reads at most " (overview.cap) " waiting jobs per queue, and as many running, dead and recently finished ones in all." }
+            }
+        }
+        h2 { "Paused" }
+        @if paused.is_empty() {
+            p.muted { "Nothing is paused." }
+        } @else {
+            ul.paused {
+                @for p in &paused {
+                    li {
+                        (p.scope()) " " code { (p.name()) }
+                        " "
+                        @if can_pause {
+                            (form(&ctx, "/actions/resume", &[("scope", p.scope().into()), ("name", p.name().to_owned())], "Resume", "resume"))
+                        }
+                    }
+                }
+            }
+        }
+        @if can_pause {
+            (pause_form(&ctx))
+        }
+    };
+    Ok(Html(
+        layout::page(&ctx, Nav::Queues, "Queues", &notice, body).into_string(),
+    ))
+}
+
+/// A number cell, marked when it counts trouble.
+fn num_class(n: u64) -> &'static str {
+    if n > 0 {
+        "num alert"
+    } else {
+        "num"
+    }
+}
+
+/// Pause a queue or a kind by name (one that has no job yet, too).
+fn pause_form(ctx: &Ctx) -> maud::Markup {
+    html! {
+        form.pause method="post" action=(ctx.base.at("/actions/pause")) {
+            input type="hidden" name="csrf" value=(ctx.csrf.clone().unwrap_or_default());
+            label { "Pause " select name="scope" { option value="queue" { "queue" } option value="kind" { "kind" } } }
+            " "
+            input type="text" name="name" placeholder="name" required;
+            " "
+            button type="submit" class="pause" { "Pause" }
+        }
+    }
+}

@@ -1,0 +1,93 @@
+//! What the dashboard reaches: every job (a [`PgStore`]) or one tenant's ([`TenantAdmin`]).
+
+use std::time::Duration;
+
+use job::{Admin, Cancelled, JobFilter, JobId, JobRow, Pause, Redriven, Store, StoreError};
+use job_postgres::{Overview, Page, PageRequest, PgStore, StepRecord, TenantAdmin};
+
+#[derive(Debug, Clone)]
+pub(crate) enum Scope {
+    All(PgStore),
+    Tenant(TenantAdmin),
+}
+
+impl Scope {
+    /// The tenant the dashboard is limited to, if any.
+    pub(crate) fn tenant(&self) -> Option<&str> {
+        match self {
+            Scope::All(_) => None,
+            Scope::Tenant(t) => Some(t.tenant()),
+        }
+    }
+
+    pub(crate) async fn get(&self, id: JobId) -> Result<Option<JobRow>, StoreError> {
+        match self {
+            Scope::All(s) => s.get(id).await,
+            Scope::Tenant(t) => t.get(id).await,
+        }
+    }
+
+    pub(crate) async fn steps(&self, id: JobId) -> Result<Vec<StepRecord>, StoreError> {
+        match self {
+            Scope::All(s) => s.steps(id).await,
+            Scope::Tenant(t) => t.steps(id).await,
+        }
+    }
+
+    pub(crate) async fn page(&self, request: &PageRequest) -> Result<Page, StoreError> {
+        match self {
+            Scope::All(s) => s.page(request).await,
+            Scope::Tenant(t) => t.page(request).await,
+        }
+    }
+
+    pub(crate) async fn overview(
+        &self,
+        cap: u32,
+        window: Duration,
+    ) -> Result<Overview, StoreError> {
+        match self {
+            Scope::All(s) => s.overview(cap, window).await,
+            Scope::Tenant(t) => t.overview(cap, window).await,
+        }
+    }
+
+    pub(crate) async fn paused(&self) -> Result<Vec<Pause>, StoreError> {
+        match self {
+            Scope::All(s) => s.paused().await,
+            Scope::Tenant(t) => t.paused().await,
+        }
+    }
+
+    pub(crate) async fn cancel(&self, id: JobId) -> Result<Cancelled, StoreError> {
+        match self {
+            Scope::All(s) => s.cancel(id).await,
+            Scope::Tenant(t) => t.cancel(id).await,
+        }
+    }
+
+    pub(crate) async fn redrive(&self, filter: &JobFilter) -> Result<Redriven, StoreError> {
+        match self {
+            Scope::All(s) => s.redrive(filter).await,
+            Scope::Tenant(t) => t.redrive(filter).await,
+        }
+    }
+
+    pub(crate) async fn purge(&self, filter: &JobFilter) -> Result<u64, StoreError> {
+        match self {
+            Scope::All(s) => s.purge(filter).await,
+            Scope::Tenant(t) => t.purge(filter).await,
+        }
+    }
+
+    /// Pauses (`pause`) or resumes a queue or kind; a tenant's dashboard refuses, as its
+    /// handle does.
+    pub(crate) async fn set_paused(&self, what: &Pause, pause: bool) -> Result<bool, StoreError> {
+        match (self, pause) {
+            (Scope::All(s), true) => s.pause(what).await,
+            (Scope::All(s), false) => s.resume(what).await,
+            (Scope::Tenant(t), true) => t.pause(what).await,
+            (Scope::Tenant(t), false) => t.resume(what).await,
+        }
+    }
+}

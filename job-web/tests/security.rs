@@ -1,0 +1,484 @@
+//! The dashboard's guarantees, each against a real database: values from payloads and errors
+//! are escaped, it is read-only without an operator token, every action needs the session's
+//! CSRF token, the token is checked, and a tenant's dashboard reaches that tenant only.
+
+mod support;
+
+use axum::http::StatusCode;
+use job_testkit::TestDb;
+use job_web::Dashboard;
+use support::{csrf, discard, enqueue, get, login, post, state};
+
+const SCRIPT: &str = "<script>alert('owned')</script>";
+
+#[tokio::test]
+async fn payloads_errors_and_steps_are_escaped_on_every_page() {
+    let db = TestDb::new().await;
+    let payload = serde_json::json!({ "note": SCRIPT, "html": "<img src=x onerror=alert(1)>" });
+    let id = enqueue(&db, "<b>kind</b>", &payload.to_string(), "mail", None).await;
+    discard(&db, id, "terminal", &format!("failed: {SCRIPT}")).await;
+    sqlx::query(
+        "INSERT INTO job.steps (job_id, name, output, attempt) VALUES ($1, '<i>step</i>', $2, 1)",
+    )
+    .bind(id)
+    .bind(serde_json::json!(SCRIPT))
+    .execute(&db.pool())
+    .await
+    .unwrap();
+    let router = Dashboard::new(db.store()).operator_token("t0ken").router();
+    let cookie = login(&router, "t0ken").await;
+    for path in [
+        format!("/jobs/{id}"),
+        "/dead".to_owned(),
+        "/jobs".to_owned(),
+        "/jobs?kind=%3Cscript%3E".to_owned(),
+        "/".to_owned(),
+    ] {
+        let page = get(&router, &path, Some(&cookie)).await;
+        assert_eq!(page.status, StatusCode::OK, "{path}");
+        assert!(
+            !page.body.contains("<script"),
+            "{path} holds a raw <script>: {}",
+            page.body
+        );
+        assert!(!page.body.contains("<img"), "{path} holds a raw <img>");
+        assert!(!page.body.contains("<b>kind"), "{path} holds a raw <b>");
+        assert!(!page.body.contains("<i>step"), "{path} holds a raw <i>");
+    }
+    let job = get(&router, &format!("/jobs/{id}"), Some(&cookie))
+        .await
+        .body;
+    assert!(
+        job.contains("&lt;script&gt;alert('owned')&lt;/script&gt;"),
+        "{job}"
+    );
+    assert!(
+        job.contains("failed: &lt;script&gt;"),
+        "the error message is shown, escaped"
+    );
+    assert!(
+        job.contains("&lt;i&gt;step&lt;/i&gt;"),
+        "the step is shown, escaped"
+    );
+    db.close().await;
+}
+
+#[tokio::test]
+async fn pages_forbid_scripts_and_framing() {
+    let db = TestDb::new().await;
+    let router = Dashboard::new(db.store()).router();
+    let response = tower::ServiceExt::oneshot(
+        router,
+        axum::http::Request::get("/")
+            .body(axum::body::Body::empty())
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    let csp = response.headers()["content-security-policy"]
+        .to_str()
+        .unwrap();
+    assert!(csp.contains("default-src 'none'") && !csp.contains("script-src"));
+    assert_eq!(response.headers()["x-frame-options"], "DENY");
+    db.close().await;
+}
+
+#[tokio::test]
+async fn without_an_operator_token_it_is_read_only() {
+    let db = TestDb::new().await;
+    let id = enqueue(&db, "charge", "{}", "mail", None).await;
+    let dead = enqueue(&db, "charge", "{}", "mail", None).await;
+    discard(&db, dead, "terminal", "boom").await;
+    let router = Dashboard::new(db.store()).router();
+    for path in ["/", "/jobs", "/dead", &format!("/jobs/{dead}")] {
+        let page = get(&router, path, None).await;
+        assert_eq!(page.status, StatusCode::OK);
+        assert!(
+            !page.body.contains("method=\"post\""),
+            "{path} offers an action"
+        );
+        assert!(page.body.contains("read-only"));
+    }
+    // Even a forged session cookie and any CSRF value act on nothing.
+    let forged = Some("job_operator=abc.1.00");
+    let idstr = id.to_string();
+    let deadstr = dead.to_string();
+    for (path, form) in [
+        (
+            "/actions/cancel",
+            vec![("id", idstr.as_str()), ("csrf", "x")],
+        ),
+        (
+            "/actions/redrive",
+            vec![("id", deadstr.as_str()), ("csrf", "x")],
+        ),
+        (
+            "/actions/purge",
+            vec![("id", deadstr.as_str()), ("csrf", "x")],
+        ),
+        (
+            "/actions/pause",
+            vec![("scope", "queue"), ("name", "mail"), ("csrf", "x")],
+        ),
+    ] {
+        let answer = post(&router, path, &form, forged).await;
+        assert_eq!(answer.status, StatusCode::FORBIDDEN, "{path}");
+    }
+    assert_eq!(
+        post(&router, "/login", &[("token", "")], None).await.status,
+        StatusCode::FORBIDDEN
+    );
+    assert_eq!(state(&db, id).await.as_deref(), Some("available"));
+    assert_eq!(state(&db, dead).await.as_deref(), Some("discarded"));
+    let paused: i64 = sqlx::query_scalar("SELECT count(*) FROM job.pauses")
+        .fetch_one(&db.pool())
+        .await
+        .unwrap();
+    assert_eq!(paused, 0);
+    db.close().await;
+}
+
+#[tokio::test]
+async fn the_operator_token_is_checked() {
+    let db = TestDb::new().await;
+    let router = Dashboard::new(db.store())
+        .operator_token("right-token")
+        .router();
+    for wrong in ["", "right", "right-token ", "RIGHT-TOKEN"] {
+        let answer = post(&router, "/login", &[("token", wrong)], None).await;
+        assert_eq!(answer.status, StatusCode::FORBIDDEN, "{wrong:?}");
+        assert!(answer.set_cookie.is_none());
+    }
+    let cookie = login(&router, "right-token").await;
+    let page = get(&router, "/", Some(&cookie)).await.body;
+    assert!(page.contains("operator"));
+    // A session made by another token's dashboard is nobody here.
+    let other = Dashboard::new(db.store()).operator_token("other").router();
+    let foreign = login(&other, "other").await;
+    assert!(get(&router, "/", Some(&foreign))
+        .await
+        .body
+        .contains("Log in"));
+    db.close().await;
+}
+
+#[tokio::test]
+async fn every_action_needs_the_sessions_csrf_token() {
+    let db = TestDb::new().await;
+    let id = enqueue(&db, "charge", "{}", "mail", None).await;
+    let router = Dashboard::new(db.store()).operator_token("t0ken").router();
+    let alice = login(&router, "t0ken").await;
+    let bob = login(&router, "t0ken").await;
+    let page = get(&router, &format!("/jobs/{id}"), Some(&alice))
+        .await
+        .body;
+    let alice_csrf = csrf(&page);
+    let bob_csrf = csrf(&get(&router, "/", Some(&bob)).await.body);
+    assert_ne!(alice_csrf, bob_csrf);
+    let idstr = id.to_string();
+    for (form, why) in [
+        (vec![("id", idstr.as_str())], "no token"),
+        (vec![("id", idstr.as_str()), ("csrf", "")], "an empty token"),
+        (
+            vec![("id", idstr.as_str()), ("csrf", "00ff")],
+            "a made-up token",
+        ),
+        (
+            vec![("id", idstr.as_str()), ("csrf", bob_csrf.as_str())],
+            "another session's token",
+        ),
+    ] {
+        let answer = post(&router, "/actions/cancel", &form, Some(&alice)).await;
+        assert_eq!(answer.status, StatusCode::FORBIDDEN, "{why}");
+    }
+    // The right token without the session cookie: not an operator.
+    let answer = post(
+        &router,
+        "/actions/cancel",
+        &[("id", &idstr), ("csrf", &alice_csrf)],
+        None,
+    )
+    .await;
+    assert_eq!(answer.status, StatusCode::FORBIDDEN);
+    assert_eq!(state(&db, id).await.as_deref(), Some("available"));
+
+    let answer = post(
+        &router,
+        "/actions/cancel",
+        &[("id", &idstr), ("csrf", &alice_csrf)],
+        Some(&alice),
+    )
+    .await;
+    assert_eq!(answer.status, StatusCode::SEE_OTHER);
+    assert_eq!(
+        answer.location.as_deref(),
+        Some(format!("/jobs/{id}?done=cancelled").as_str())
+    );
+    assert_eq!(state(&db, id).await.as_deref(), Some("cancelled"));
+    let shown = get(&router, answer.location.as_deref().unwrap(), Some(&alice))
+        .await
+        .body;
+    assert!(shown.contains("Cancelled."));
+    db.close().await;
+}
+
+#[tokio::test]
+async fn redrive_purge_pause_and_resume_from_the_pages() {
+    let db = TestDb::new().await;
+    let a = enqueue(&db, "charge", "{}", "mail", None).await;
+    let b = enqueue(&db, "charge", "{}", "mail", None).await;
+    let c = enqueue(&db, "charge", "{}", "other", None).await;
+    for id in [a, b, c] {
+        discard(&db, id, "terminal", "boom").await;
+    }
+    let router = Dashboard::new(db.store()).operator_token("t0ken").router();
+    let op = login(&router, "t0ken").await;
+    let token = csrf(&get(&router, "/dead", Some(&op)).await.body);
+    let (astr, bstr) = (a.to_string(), b.to_string());
+    let answer = post(
+        &router,
+        "/actions/redrive",
+        &[("id", &astr), ("csrf", &token)],
+        Some(&op),
+    )
+    .await;
+    assert_eq!(answer.status, StatusCode::SEE_OTHER);
+    assert_eq!(state(&db, a).await.as_deref(), Some("available"));
+    let answer = post(
+        &router,
+        "/actions/purge",
+        &[("id", &bstr), ("csrf", &token)],
+        Some(&op),
+    )
+    .await;
+    assert_eq!(answer.status, StatusCode::SEE_OTHER);
+    assert_eq!(state(&db, b).await, None);
+    // Purging everything matching needs the box ticked.
+    let unticked = post(
+        &router,
+        "/actions/purge",
+        &[("all", "1"), ("csrf", &token)],
+        Some(&op),
+    )
+    .await;
+    assert_eq!(unticked.status, StatusCode::BAD_REQUEST);
+    assert_eq!(state(&db, c).await.as_deref(), Some("discarded"));
+    let ticked = post(
+        &router,
+        "/actions/purge",
+        &[("all", "1"), ("confirm", "yes"), ("csrf", &token)],
+        Some(&op),
+    )
+    .await;
+    assert_eq!(ticked.location.as_deref(), Some("/dead?done=purged&n=1"));
+    assert_eq!(state(&db, c).await, None);
+    let shown = get(&router, "/dead?done=purged&n=1", Some(&op)).await;
+    assert_eq!(shown.status, StatusCode::OK, "{}", shown.body);
+    assert!(shown.body.contains("Purged 1 dead letter(s)."));
+
+    let answer = post(
+        &router,
+        "/actions/pause",
+        &[("scope", "queue"), ("name", "mail"), ("csrf", &token)],
+        Some(&op),
+    )
+    .await;
+    assert_eq!(answer.location.as_deref(), Some("/?done=paused"));
+    let page = get(&router, "/", Some(&op)).await.body;
+    assert!(page.contains("paused"), "{page}");
+    let answer = post(
+        &router,
+        "/actions/resume",
+        &[("scope", "queue"), ("name", "mail"), ("csrf", &token)],
+        Some(&op),
+    )
+    .await;
+    assert_eq!(answer.location.as_deref(), Some("/?done=resumed"));
+    db.close().await;
+}
+
+#[tokio::test]
+async fn a_tenants_dashboard_shows_and_touches_that_tenant_only() {
+    let db = TestDb::new().await;
+    let mine = enqueue(&db, "charge", r#"{"who": "acme"}"#, "mail", Some("acme")).await;
+    let theirs = enqueue(
+        &db,
+        "charge",
+        r#"{"who": "globex-secret"}"#,
+        "mail",
+        Some("globex"),
+    )
+    .await;
+    let nobodys = enqueue(&db, "charge", r#"{"who": "untenanted"}"#, "mail", None).await;
+    for id in [mine, theirs, nobodys] {
+        discard(&db, id, "terminal", "boom").await;
+    }
+    let router = Dashboard::for_tenant(db.store().for_tenant("acme"))
+        .operator_token("t0ken")
+        .router();
+    let op = login(&router, "t0ken").await;
+    for path in [
+        "/",
+        "/jobs",
+        "/dead",
+        "/jobs?tenant=globex",
+        "/dead?tenant=globex",
+    ] {
+        let page = get(&router, path, Some(&op)).await.body;
+        assert!(
+            !page.contains("globex-secret") && !page.contains("untenanted"),
+            "{path}"
+        );
+        assert!(!page.contains(&format!("data-id=\"{theirs}\"")), "{path}");
+        assert!(!page.contains(&format!("data-id=\"{nobodys}\"")), "{path}");
+    }
+    assert!(get(&router, "/dead", Some(&op))
+        .await
+        .body
+        .contains(&format!("data-id=\"{mine}\"")));
+    assert_eq!(
+        get(&router, &format!("/jobs/{theirs}"), Some(&op))
+            .await
+            .status,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        get(&router, &format!("/jobs/{nobodys}"), Some(&op))
+            .await
+            .status,
+        StatusCode::NOT_FOUND
+    );
+    let page = get(&router, "/", Some(&op)).await.body;
+    assert!(page.contains("tenant acme"));
+    assert!(
+        !page.contains("/actions/pause"),
+        "a tenant's dashboard offers no pause"
+    );
+
+    let token = csrf(&get(&router, "/dead", Some(&op)).await.body);
+    let theirs_str = theirs.to_string();
+    for path in ["/actions/redrive", "/actions/purge", "/actions/cancel"] {
+        post(
+            &router,
+            path,
+            &[("id", &theirs_str), ("csrf", &token)],
+            Some(&op),
+        )
+        .await;
+    }
+    post(
+        &router,
+        "/actions/redrive",
+        &[("all", "1"), ("csrf", &token)],
+        Some(&op),
+    )
+    .await;
+    post(
+        &router,
+        "/actions/purge",
+        &[
+            ("all", "1"),
+            ("confirm", "yes"),
+            ("tenant", "globex"),
+            ("csrf", &token),
+        ],
+        Some(&op),
+    )
+    .await;
+    assert_eq!(state(&db, theirs).await.as_deref(), Some("discarded"));
+    assert_eq!(state(&db, nobodys).await.as_deref(), Some("discarded"));
+    assert_eq!(
+        state(&db, mine).await.as_deref(),
+        Some("available"),
+        "its own dead letter was redriven"
+    );
+    let pause = post(
+        &router,
+        "/actions/pause",
+        &[("scope", "queue"), ("name", "mail"), ("csrf", &token)],
+        Some(&op),
+    )
+    .await;
+    assert_eq!(pause.status, StatusCode::FORBIDDEN);
+    db.close().await;
+}
+
+#[tokio::test]
+async fn links_and_cookies_follow_the_mount_point() {
+    let db = TestDb::new().await;
+    let id = enqueue(&db, "charge", "{}", "mail", None).await;
+    let app = axum::Router::new().nest(
+        "/ops/jobs",
+        Dashboard::new(db.store()).operator_token("t").router(),
+    );
+    let answer = post(&app, "/ops/jobs/login", &[("token", "t")], None).await;
+    assert_eq!(
+        answer.location.as_deref(),
+        Some("/ops/jobs/?done=logged_in")
+    );
+    assert!(answer
+        .set_cookie
+        .as_deref()
+        .unwrap()
+        .contains("Path=/ops/jobs;"));
+    assert!(answer
+        .set_cookie
+        .as_deref()
+        .unwrap()
+        .contains("HttpOnly; SameSite=Strict"));
+    let cookie = answer
+        .set_cookie
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned();
+    let page = get(&app, "/ops/jobs", Some(&cookie)).await.body;
+    assert!(page.contains(r#"href="/ops/jobs/assets/dashboard.css""#));
+    assert!(
+        page.contains(r#"href="/ops/jobs/jobs?queue=mail""#),
+        "{page}"
+    );
+    let list = get(&app, "/ops/jobs/jobs", Some(&cookie)).await.body;
+    assert!(list.contains(&format!(r#"href="/ops/jobs/jobs/{id}""#)));
+    assert!(list.contains(r#"action="/ops/jobs/logout""#));
+    db.close().await;
+}
+
+#[tokio::test]
+async fn listing_pages_go_back_in_bounded_windows() {
+    let db = TestDb::new().await;
+    let mut ids = Vec::new();
+    for n in 0..7 {
+        ids.push(
+            enqueue(
+                &db,
+                if n % 3 == 0 { "rare" } else { "common" },
+                "{}",
+                "mail",
+                None,
+            )
+            .await,
+        );
+    }
+    let config = job_web::DashboardConfig {
+        page_size: 2,
+        page_scan: 3,
+        ..Default::default()
+    };
+    let router = Dashboard::new(db.store()).config(config).router();
+    // Newest first, two per page.
+    let first = get(&router, "/jobs", None).await.body;
+    assert!(
+        first.contains(&format!("data-id=\"{}\"", ids[6]))
+            && first.contains(&format!("data-id=\"{}\"", ids[5]))
+    );
+    assert!(!first.contains(&format!("data-id=\"{}\"", ids[4])));
+    assert!(first.contains(&format!("before={}", ids[5])), "{first}");
+    // A rare kind: each page looks at three ids at most, and says where to go on.
+    let rare = get(&router, "/jobs?kind=rare", None).await.body;
+    assert!(rare.contains(&format!("data-id=\"{}\"", ids[6])));
+    assert!(!rare.contains(&format!("data-id=\"{}\"", ids[3])));
+    assert!(rare.contains(&format!("before={}", ids[4])), "{rare}");
+    db.close().await;
+}

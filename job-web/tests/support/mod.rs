@@ -1,0 +1,122 @@
+//! Requests to a dashboard router in process, and the database rows the tests need.
+
+#![allow(dead_code, unreachable_pub)]
+
+use axum::body::Body;
+use axum::http::{header, Request, StatusCode};
+use axum::Router;
+use job_testkit::TestDb;
+use tower::ServiceExt;
+
+/// An answer: status, `Location`, `Set-Cookie`, body.
+#[derive(Debug)]
+pub struct Answer {
+    pub status: StatusCode,
+    pub location: Option<String>,
+    pub set_cookie: Option<String>,
+    pub body: String,
+}
+
+async fn send(router: &Router, request: Request<Body>) -> Answer {
+    let response = router.clone().oneshot(request).await.unwrap();
+    let header = |name| {
+        response
+            .headers()
+            .get(name)
+            .map(|v: &axum::http::HeaderValue| v.to_str().unwrap().to_owned())
+    };
+    let location = header(header::LOCATION);
+    let set_cookie = header(header::SET_COOKIE);
+    let status = response.status();
+    let body = axum::body::to_bytes(response.into_body(), 16 << 20)
+        .await
+        .unwrap();
+    Answer {
+        status,
+        location,
+        set_cookie,
+        body: String::from_utf8(body.to_vec()).unwrap(),
+    }
+}
+
+pub async fn get(router: &Router, path: &str, cookie: Option<&str>) -> Answer {
+    let mut request = Request::get(path);
+    if let Some(c) = cookie {
+        request = request.header(header::COOKIE, c);
+    }
+    send(router, request.body(Body::empty()).unwrap()).await
+}
+
+pub async fn post(
+    router: &Router,
+    path: &str,
+    form: &[(&str, &str)],
+    cookie: Option<&str>,
+) -> Answer {
+    let mut request =
+        Request::post(path).header(header::CONTENT_TYPE, "application/x-www-form-urlencoded");
+    if let Some(c) = cookie {
+        request = request.header(header::COOKIE, c);
+    }
+    let body = serde_urlencoded::to_string(form).unwrap();
+    send(router, request.body(Body::from(body)).unwrap()).await
+}
+
+/// Logs in with `token` and returns the session cookie (`name=value`).
+pub async fn login(router: &Router, token: &str) -> String {
+    let answer = post(router, "/login", &[("token", token)], None).await;
+    assert_eq!(answer.status, StatusCode::SEE_OTHER, "{}", answer.body);
+    let cookie = answer.set_cookie.expect("a session cookie");
+    cookie.split(';').next().unwrap().to_owned()
+}
+
+/// The CSRF token in a page's forms.
+pub fn csrf(page: &str) -> String {
+    let at = page
+        .find(r#"name="csrf" value=""#)
+        .expect("a form with a CSRF token")
+        + 19;
+    page[at..at + page[at..].find('"').unwrap()].to_owned()
+}
+
+/// Makes job `id` a dead letter as a worker would: discarded with one error of `class`.
+pub async fn discard(db: &TestDb, id: i64, class: &str, message: &str) {
+    sqlx::query(
+        "UPDATE job.jobs SET state = 'discarded', attempt = 1, finalized_at = now(),
+                errors = jsonb_build_array(jsonb_build_object('attempt', 1, 'at', now(),
+                         'class', $2::text, 'message', $3::text))
+         WHERE id = $1",
+    )
+    .bind(id)
+    .bind(class)
+    .bind(message)
+    .execute(&db.pool())
+    .await
+    .unwrap();
+}
+
+/// Enqueues a job through the SQL interface.
+pub async fn enqueue(
+    db: &TestDb,
+    kind: &str,
+    payload: &str,
+    queue: &str,
+    tenant: Option<&str>,
+) -> i64 {
+    sqlx::query_scalar("SELECT job.enqueue($1, $2::jsonb, queue => $3, tenant => $4)")
+        .bind(kind)
+        .bind(payload)
+        .bind(queue)
+        .bind(tenant)
+        .fetch_one(&db.pool())
+        .await
+        .unwrap()
+}
+
+pub async fn state(db: &TestDb, id: i64) -> Option<String> {
+    sqlx::query_scalar("SELECT state::text FROM job.jobs WHERE id = $1")
+        .bind(id)
+        .fetch_optional(&db.pool())
+        .await
+        .unwrap()
+}
