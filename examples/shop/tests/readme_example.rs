@@ -24,7 +24,10 @@ async fn an_order_commits_with_its_confirmation_and_the_email_goes_out_once() {
     // A real worker, crashed once after the handler ran: the retry finds the email's step
     // recorded and sends nothing. `for_tests` makes the lease 300 ms, so this takes ~1 s.
     let mailer = Mailer::default();
-    let faults = Faults::new().crash_after(Point::Perform).times(1);
+    let faults = Faults::new()
+        .crash_after(Point::Perform)
+        .kind::<SendConfirmation>()
+        .times(1);
     let worker = shop::worker(store.clone(), &pool, &mailer, &Payments::default())
         .faults(faults)
         .for_tests()
