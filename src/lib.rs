@@ -59,9 +59,9 @@ pub use job_core::{
 pub use job_core::{BoxError, BuildError, EnqueueError, StoreError};
 // The worker and its maintenance services.
 pub use job_core::{
-    ConnectionBudget, DrainReport, Periodic, Pruned, Pruner, PrunerConfig, Rescuer, RescuerConfig,
-    Scheduled, Scheduler, SchedulerConfig, Worker, WorkerBuilder, WorkerConfig, WorkerHandle,
-    WorkerStats, RELEASE_TIMEOUT,
+    ConnectionBudget, DrainReport, Periodic, Prefetch, Pruned, Pruner, PrunerConfig, Rescuer,
+    RescuerConfig, Scheduled, Scheduler, SchedulerConfig, Worker, WorkerBuilder, WorkerConfig,
+    WorkerHandle, WorkerStats, RELEASE_TIMEOUT,
 };
 // Operating on stored jobs.
 pub use job_core::{Admin, Cancelled, JobFilter, Pause, Redriven, StateCount, Stats};

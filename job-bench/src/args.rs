@@ -48,7 +48,7 @@ pub(crate) struct Args {
     /// WorkerConfig::finalize_batch of the worker (library default).
     #[arg(long)]
     pub(crate) finalize_batch: Option<usize>,
-    /// WorkerConfig::prefetch of the worker (library default: 0).
+    /// A fixed WorkerConfig::prefetch for the worker (library default: measured, up to 1,000).
     #[arg(long)]
     pub(crate) prefetch: Option<usize>,
     /// Seconds the worker's pruner keeps completed jobs (a year; soak: twice --interval, so
@@ -167,7 +167,7 @@ impl Args {
             config.finalize_batch = b;
         }
         if let Some(p) = self.prefetch {
-            config.prefetch = p;
+            config.prefetch = p.into();
         }
         if let Some(r) = self.retention {
             config.pruner.completed_retention = std::time::Duration::from_secs_f64(r.max(0.0));

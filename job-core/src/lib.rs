@@ -51,6 +51,6 @@ pub use maintenance::{
     SchedulerConfig,
 };
 pub use worker::{
-    ConnectionBudget, DrainReport, Worker, WorkerBuilder, WorkerConfig, WorkerHandle, WorkerStats,
-    RELEASE_TIMEOUT,
+    ConnectionBudget, DrainReport, Prefetch, Worker, WorkerBuilder, WorkerConfig, WorkerHandle,
+    WorkerStats, RELEASE_TIMEOUT,
 };

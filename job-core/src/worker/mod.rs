@@ -15,6 +15,6 @@ mod shared;
 mod stats;
 
 pub use builder::{ConnectionBudget, Worker, WorkerBuilder};
-pub use config::WorkerConfig;
+pub use config::{Prefetch, WorkerConfig};
 pub use run::{DrainReport, WorkerHandle, RELEASE_TIMEOUT};
 pub use stats::WorkerStats;
