@@ -48,7 +48,7 @@ pub use attempt::step::{AttemptHooks, StoreSteps, MAX_STEP_NAME, MAX_STEP_OUTPUT
 
 pub use maintenance::{
     Periodic, Pruned, Pruner, PrunerConfig, Rescuer, RescuerConfig, Scheduled, Scheduler,
-    SchedulerConfig,
+    SchedulerConfig, Stager, StagerConfig,
 };
 pub use worker::{
     ConnectionBudget, DrainReport, Prefetch, Worker, WorkerBuilder, WorkerConfig, WorkerHandle,

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::maintenance::{PrunerConfig, RescuerConfig, SchedulerConfig};
+use crate::maintenance::{PrunerConfig, RescuerConfig, SchedulerConfig, StagerConfig};
 
 /// How many claimed jobs a queue holds beyond its running ones: [`WorkerConfig::prefetch`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -113,6 +113,9 @@ pub struct WorkerConfig {
     /// without changing the job's production lease (`job-testkit`'s `TestWorker::for_tests`).
     /// Defaults to `None`: each kind's own lease.
     pub lease: Option<Duration>,
+    /// The stager of due jobs. Defaults to [`StagerConfig::default`]; it runs at least every
+    /// [`poll_interval`](Self::poll_interval).
+    pub stager: StagerConfig,
     /// The rescuer of expired leases. Defaults to [`RescuerConfig::default`]; it runs at least
     /// every half of the shortest registered lease.
     pub rescuer: RescuerConfig,
@@ -140,6 +143,7 @@ impl Default for WorkerConfig {
             connections: None,
             heartbeat_interval: None,
             lease: None,
+            stager: StagerConfig::default(),
             rescuer: RescuerConfig::default(),
             pruner: PrunerConfig::default(),
             scheduler: SchedulerConfig::default(),
