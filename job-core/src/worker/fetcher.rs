@@ -200,8 +200,6 @@ async fn claim_loop<S: Store>(
     let max_batch = shared.config.claim_batch as usize;
     let held_total = held.available_permits();
     let mut target = Target::new(shared.config.prefetch, concurrency);
-    // A second claim waits for enough room to be worth a statement of its own.
-    let second_claim_min = (max_batch.min(concurrency) / 2).max(1);
     let mut claims: JoinSet<ClaimResult> = JoinSet::new();
     let mut failures = 0u32;
     // Set when a claim found fewer due jobs than it asked for: no new claim until a
@@ -214,7 +212,9 @@ async fn claim_loop<S: Store>(
         let want = if claims.is_empty() {
             1
         } else {
-            second_claim_min.min(cap.max(1))
+            // A second claim waits for enough room to be worth a statement of its own: half
+            // a batch, or half the queue's slots and prefetch when that is less.
+            (max_batch.min(concurrency + target.get()) / 2).max(1)
         };
         let ready = claims.len() < CLAIMS_IN_FLIGHT && idle_until.is_none();
         let may_claim = ready && cap >= want;
