@@ -93,7 +93,7 @@ pub(crate) struct Args {
     /// Soak: jobs per second to produce (else 70% of a quick drain).
     #[arg(long)]
     pub(crate) rate: Option<f64>,
-    /// Soak: duration in seconds.
+    /// Soak and idle: duration in seconds.
     #[arg(long, default_value_t = 600.0, value_parser = positive)]
     pub(crate) seconds: f64,
     /// Soak: seconds per report line.
@@ -138,7 +138,9 @@ Workloads:
   soak          a producer at --rate for --seconds, one line per --interval seconds
   compare       --rounds rounds of: drain (library defaults) and graphile-worker tuned's W1,
                 latency and graphile-worker tuned's W3, and a pgbench claim-100 ceiling;
-                one line per round and a summary of medians and ratios (needs --graphile DIR)";
+                one line per round and a summary of medians and ratios (needs --graphile DIR)
+  idle          one worker with nothing due for it (over --keep-db's backlog) for --seconds:
+                the CPU of its process and of its server backends, as % of one core";
 
 fn at_least_one(value: &str) -> Result<usize, String> {
     match value.parse::<usize>() {
