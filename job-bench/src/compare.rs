@@ -229,3 +229,26 @@ pub(crate) async fn compare(args: &Args) -> Result<()> {
     }));
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn another_database_on_the_same_server() {
+        assert_eq!(
+            database_url("postgres://postgres@127.0.0.1:5432/test", GRAPHILE_DB).unwrap(),
+            "postgres://postgres@127.0.0.1:5432/job_bench_graphile"
+        );
+    }
+
+    #[test]
+    fn the_last_json_object_a_process_printed() {
+        let mut cmd = Command::new("sh");
+        cmd.args([
+            "-c",
+            "echo '{\"a\":1}'; echo noise; echo '{\"a\":2}'; echo 3",
+        ]);
+        assert_eq!(last_json(&mut cmd, "sh").unwrap()["a"], 2);
+    }
+}
