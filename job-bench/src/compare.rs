@@ -111,7 +111,6 @@ CREATE TABLE ceiling (id bigserial PRIMARY KEY, priority int NOT NULL DEFAULT 0,
                       run_at timestamptz NOT NULL DEFAULT now(), payload jsonb NOT NULL);
 INSERT INTO ceiling (payload) SELECT jsonb_build_object('n', g) FROM generate_series(1, 2000000) g;
 CREATE INDEX ceiling_claim ON ceiling (priority, run_at, id);
-VACUUM ANALYZE ceiling;
 ";
 
 const CEILING_SCRIPT: &str = "WITH c AS (SELECT id FROM ceiling ORDER BY priority, run_at, id \
@@ -123,6 +122,8 @@ async fn ceiling(args: &Args) -> Result<f64> {
     let url = database_url(&args.database_url, CEILING_DB)?;
     let mut conn = url.parse::<PgConnectOptions>()?.connect().await?;
     conn.execute(CEILING_SETUP).await?;
+    // Outside the setup's implicit transaction, where VACUUM cannot run.
+    conn.execute("VACUUM ANALYZE ceiling").await?;
     conn.close().await?;
     let script = tempfile::Builder::new().suffix(".sql").tempfile()?;
     std::fs::write(script.path(), CEILING_SCRIPT)?;
