@@ -57,6 +57,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "sql_interface",
         sql: include_str!("../migrations/0007_sql_interface.sql"),
     },
+    Migration {
+        version: 9,
+        name: "telemetry",
+        sql: include_str!("../migrations/0009_telemetry.sql"),
+    },
 ];
 
 /// The whole schema as one plain SQL script, for a DBA or a team without Rust:

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::maintenance::{PrunerConfig, RescuerConfig, SchedulerConfig};
+use crate::maintenance::{PrunerConfig, ReporterConfig, RescuerConfig, SchedulerConfig};
 
 /// How a worker runs. Every field has a default suited to production.
 #[derive(Debug, Clone)]
@@ -66,6 +66,9 @@ pub struct WorkerConfig {
     pub pruner: PrunerConfig,
     /// The scheduler of periodic jobs. Defaults to [`SchedulerConfig::default`].
     pub scheduler: SchedulerConfig,
+    /// The reporter of the database-derived gauges (one worker at a time reports). Defaults
+    /// to [`ReporterConfig::default`].
+    pub reporter: ReporterConfig,
     /// Seeds the backoff jitter, for deterministic tests. Defaults to a random seed.
     pub rng_seed: Option<u64>,
 }
@@ -88,6 +91,7 @@ impl Default for WorkerConfig {
             rescuer: RescuerConfig::default(),
             pruner: PrunerConfig::default(),
             scheduler: SchedulerConfig::default(),
+            reporter: ReporterConfig::default(),
             rng_seed: None,
         }
     }

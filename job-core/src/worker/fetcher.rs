@@ -28,6 +28,7 @@ use crate::model::attempt_info::AttemptInfo;
 use crate::model::error::StoreError;
 
 use super::executor;
+use super::gauges::{Slot, SlotGauges};
 use super::inflight::Signals;
 use super::shared::Shared;
 
@@ -48,6 +49,8 @@ struct Lanes {
     /// Prefetched jobs waited out `prefetch_ttl` and were given back: claim no more than the
     /// free slots until the dispatcher next finds a slot free with nothing waiting.
     suspended: AtomicBool,
+    /// The queue's saturation gauges.
+    gauges: Arc<SlotGauges>,
 }
 
 impl Lanes {
@@ -71,14 +74,19 @@ pub(crate) async fn run<S: Store>(
 ) -> u64 {
     let (tx, rx) = mpsc::unbounded_channel();
     let held = Arc::new(Semaphore::new(concurrency + shared.config.prefetch));
+    let slots = Arc::new(Semaphore::new(concurrency));
     let lanes = Lanes {
-        slots: Arc::new(Semaphore::new(concurrency)),
+        gauges: SlotGauges::new(&queue, concurrency, slots.clone()),
+        slots,
         suspended: AtomicBool::new(false),
     };
     let claimer = claim_loop(&shared, queue, held, &lanes, tx, &wake, &stop);
     let dispatcher = dispatch(&shared, &lanes, rx, &stop);
     let ((), unstarted) = tokio::join!(claimer, dispatcher);
-    give_back(&shared, unstarted).await
+    let n = unstarted.len();
+    let released = give_back(&shared, unstarted).await;
+    lanes.gauges.left(n);
+    released
 }
 
 /// The most claim statements of one queue in flight at once. A claim's cost grows with the
@@ -140,6 +148,7 @@ async fn claim_loop<S: Store>(
                 let asked = result.permits.len();
                 match accept(shared, &leases, &tx, result) {
                     Ok(got) => {
+                        lanes.gauges.claimed(got);
                         failures = 0;
                         if got < asked && idle_until.is_none() {
                             idle_until = Some(Instant::now() + shared.config.poll_interval);
@@ -194,7 +203,9 @@ async fn claim_loop<S: Store>(
     // Stopping: a claim in flight may have taken rows; hand them over so they are released.
     while let Some(done) = claims.join_next().await {
         if let Ok(result) = done {
-            let _ = accept(shared, &leases, &tx, result);
+            if let Ok(got) = accept(shared, &leases, &tx, result) {
+                lanes.gauges.claimed(got);
+            }
         }
     }
 }
@@ -313,8 +324,10 @@ async fn dispatch<S: Store>(
                         while let Ok(c) = rx.try_recv() {
                             stale.push(c);
                         }
+                        let n = stale.len();
                         match release(shared, stale).await {
                             Ok(released) => {
+                                lanes.gauges.left(n);
                                 lanes.suspended.store(true, Ordering::Release);
                                 retry_at = None;
                                 tracing::info!(
@@ -341,6 +354,7 @@ async fn dispatch<S: Store>(
             held,
             claimed_at: _,
         } = next;
+        let slot = Slot::new(slot, lanes.gauges.clone());
         shared.executors.spawn(executor::run(
             shared.clone(),
             job,
@@ -348,6 +362,7 @@ async fn dispatch<S: Store>(
             signals,
             (slot, held),
         ));
+        lanes.gauges.left(1);
     }
     unstarted.extend(waiting);
     // The claimer stops too; what it claimed before it saw the stop comes through here.
