@@ -135,3 +135,49 @@ async fn an_enqueue_outside_any_trace_stores_none_and_a_bad_traceparent_is_refus
     assert!(raw.is_err());
     db.close().await;
 }
+
+#[tokio::test]
+async fn every_rust_enqueue_stores_the_trace_unique_and_bulk_alike() {
+    spans();
+    let db = TestDb::new().await;
+    let pool = db.pool();
+    let store = db.store();
+    let request = tracing::info_span!("request");
+    let (unique, many) = async {
+        let unique = Enqueue::new(TtTraced {})
+            .unique_key("k")
+            .enqueue(&pool)
+            .await
+            .unwrap();
+        let many = Enqueue::many(&pool, [TtTraced {}, TtTraced {}])
+            .await
+            .unwrap();
+        (unique, many)
+    }
+    .instrument(request.clone())
+    .await;
+    let parent = request.context().span().span_context().clone();
+    let expected = format!("00-{:032x}-{:016x}-01", parent.trace_id(), parent.span_id());
+    for id in std::iter::once(unique).chain(many) {
+        let row = store.get(id).await.unwrap().unwrap();
+        assert_eq!(
+            row.traceparent.as_deref(),
+            Some(expected.as_str()),
+            "job {id}"
+        );
+    }
+    // A duplicate changes nothing of the job it found.
+    let other = tracing::info_span!("another request");
+    let duplicate = Enqueue::new(TtTraced {})
+        .unique_key("k")
+        .enqueue(&pool)
+        .instrument(other)
+        .await;
+    assert!(matches!(
+        duplicate,
+        Err(job::EnqueueError::Duplicate { .. })
+    ));
+    let row = store.get(unique).await.unwrap().unwrap();
+    assert_eq!(row.traceparent.as_deref(), Some(expected.as_str()));
+    db.close().await;
+}
