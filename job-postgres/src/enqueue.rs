@@ -374,6 +374,14 @@ impl<J: Job> Enqueue<J> {
         self
     }
 
+    /// Joins the job's attempts to the trace of this W3C `traceparent` (from an incoming
+    /// request's header, say) instead of the current span's (see
+    /// [`job_core::current_traceparent`]).
+    pub fn traceparent(mut self, traceparent: impl Into<String>) -> Self {
+        self.options.traceparent = Some(traceparent.into());
+        self
+    }
+
     /// The row this enqueue would insert, checked.
     pub fn build(&self) -> Result<NewJob, EnqueueError> {
         NewJob::build(
