@@ -238,3 +238,87 @@ async fn slot_gauges_show_a_saturated_queue_and_its_prefetched_jobs() {
     worker.shutdown().await;
     db.close().await;
 }
+
+#[job(kind = "tm.fence", queue = "tm-fence", owner = "ops")]
+async fn tm_fence(ctx: JobContext) -> Result<(), JobError> {
+    let gate = ctx.state::<Gate>()?.0.clone();
+    let _pass = gate
+        .acquire()
+        .await
+        .map_err(|e| JobError::retryable(e.to_string()))?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_fenced_execution_counts_as_fenced_and_lost_with_its_labels() {
+    recorder();
+    let db = TestDb::new().await;
+    let id = TmFence {}.enqueue(&db.pool()).await.unwrap();
+    let store = OutageStore::new(db.store(), Outage::default());
+    let gate = Gate(Arc::new(Semaphore::new(0)));
+    let worker = Worker::builder(store.clone())
+        .register::<TmFence>()
+        .state(gate.clone())
+        .queue("tm-fence", 1)
+        .for_tests()
+        .build()
+        .unwrap()
+        .start();
+    let labels = job("tm.fence", "ops");
+    let labels = [("queue", "tm-fence"), labels[1], labels[2]];
+    until("the handler started", || {
+        sample("job_started_total", &labels) == Some(1.0)
+    })
+    .await;
+    // Heartbeats fail for five leases: the worker stops the execution before its lease can
+    // expire, and the rescuer gives the job to the next attempt afterwards.
+    store.layer().fail_for(Duration::from_millis(1500));
+    until("the execution fenced", || {
+        sample("job_fenced_total", &labels) == Some(1.0)
+            && sample("job_lease_lost_total", &labels) == Some(1.0)
+    })
+    .await;
+    gate.0.add_permits(10);
+    assert_eq!(
+        finished_row(&db.store(), id).await.state,
+        JobState::Completed
+    );
+    worker.shutdown().await;
+    assert_eq!(sample("job_fenced_total", &labels), Some(1.0));
+    assert_eq!(sample("job_started_total", &labels), Some(2.0));
+    db.close().await;
+}
+
+#[job(kind = "tm.stuck", queue = "tm-stuck", retry = 0, timeout = "50ms")]
+async fn tm_stuck(ctx: JobContext) -> Result<(), JobError> {
+    // Blocking work outlives the timeout by more than `stuck_after` (1 s for tests).
+    ctx.blocking(|| std::thread::sleep(Duration::from_millis(1400)))
+        .await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn code_running_past_its_timeout_counts_as_stuck_then_as_a_timeout() {
+    recorder();
+    let db = TestDb::new().await;
+    let store = db.store();
+    let id = TmStuck {}.enqueue(&db.pool()).await.unwrap();
+    let worker = Worker::builder(store.clone())
+        .register::<TmStuck>()
+        .queue("tm-stuck", 1)
+        .for_tests()
+        .build()
+        .unwrap()
+        .start();
+    let row = finished_row(&store, id).await;
+    worker.shutdown().await;
+    assert_eq!(row.state, JobState::Discarded);
+    let labels = [
+        ("queue", "tm-stuck"),
+        ("kind", "tm.stuck"),
+        ("owner", "none"),
+    ];
+    assert_eq!(sample("job_stuck_total", &labels), Some(1.0));
+    let finished = with(labels, &[("outcome", "discarded"), ("class", "timeout")]);
+    assert_eq!(sample("job_finished_total", &finished), Some(1.0));
+}

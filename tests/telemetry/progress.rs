@@ -139,3 +139,54 @@ async fn progress_is_written_with_the_heartbeat_and_read_through_admin() {
     worker.shutdown().await;
     db.close().await;
 }
+
+#[tokio::test]
+async fn progress_is_recorded_only_under_the_jobs_lease() {
+    use job::{ClaimKind, ClaimRequest, Finalize, Lease, Outcome};
+    let db = TestDb::new().await;
+    let store = db.store();
+    let id = TmProgress {}.enqueue(&db.pool()).await.unwrap();
+    let request = ClaimRequest {
+        queue: "tm-progress".into(),
+        kinds: vec![ClaimKind {
+            kind: "tm.progress".into(),
+            max_version: 1,
+            lease: Duration::from_secs(30),
+            concurrency: None,
+        }],
+        limit: 1,
+        worker_id: "test".into(),
+    };
+    let lease = store.claim(&request).await.unwrap()[0].lease;
+    assert_eq!(lease.id, id);
+    let report = |lease: Lease, fraction: f64| (lease, json!({ "fraction": fraction }).to_string());
+    assert_eq!(
+        store.save_progress(&[report(lease, 0.25)]).await.unwrap(),
+        1
+    );
+    let stale = Lease {
+        id,
+        token: uuid::Uuid::new_v4(),
+    };
+    assert_eq!(
+        store.save_progress(&[report(stale, 0.75)]).await.unwrap(),
+        0
+    );
+    let row = store.get(id).await.unwrap().unwrap();
+    assert_eq!(row.progress, Some(json!({ "fraction": 0.25 })));
+    store
+        .finalize(&[Finalize {
+            lease,
+            outcome: Outcome::Complete,
+        }])
+        .await
+        .unwrap();
+    assert_eq!(
+        store.save_progress(&[report(lease, 1.0)]).await.unwrap(),
+        0,
+        "a finished job's lease is gone"
+    );
+    let row = store.get(id).await.unwrap().unwrap();
+    assert_eq!(row.progress, Some(json!({ "fraction": 0.25 })));
+    db.close().await;
+}
