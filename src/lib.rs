@@ -65,9 +65,10 @@ pub use job_core::{
 pub use job_core::{BoxError, BuildError, EnqueueError, StoreError};
 // The worker and its maintenance services.
 pub use job_core::{
-    shutdown_signal, ConnectionBudget, DrainReport, Periodic, Pruned, Pruner, PrunerConfig,
-    Reporter, ReporterConfig, Rescuer, RescuerConfig, Scheduled, Scheduler, SchedulerConfig,
-    Worker, WorkerBuilder, WorkerConfig, WorkerHandle, WorkerStats, RELEASE_TIMEOUT,
+    shutdown_signal, ConnectionBudget, DrainReport, Periodic, Prefetch, Pruned, Pruner,
+    PrunerConfig, Reporter, ReporterConfig, Rescuer, RescuerConfig, Scheduled, Scheduler,
+    SchedulerConfig, Worker, WorkerBuilder, WorkerConfig, WorkerHandle, WorkerStats,
+    RELEASE_TIMEOUT,
 };
 // Operating on stored jobs.
 pub use job_core::{Admin, Cancelled, JobFilter, Pause, Redriven, StateCount, Stats};

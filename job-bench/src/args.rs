@@ -12,6 +12,8 @@ pub(crate) enum WaitingKind {
     /// Due now (and older than the drained jobs), same queue and priority, of a kind the worker
     /// does not register: the claim has to step over them.
     OtherKind,
+    /// Both: --waiting future rows and a tenth as many due rows of the other kind.
+    Mixed,
 }
 
 impl WaitingKind {
@@ -19,6 +21,7 @@ impl WaitingKind {
         match self {
             WaitingKind::Future => "future",
             WaitingKind::OtherKind => "other-kind",
+            WaitingKind::Mixed => "mixed",
         }
     }
 }
@@ -48,7 +51,7 @@ pub(crate) struct Args {
     /// WorkerConfig::finalize_batch of the worker (library default).
     #[arg(long)]
     pub(crate) finalize_batch: Option<usize>,
-    /// WorkerConfig::prefetch of the worker (library default: 0).
+    /// A fixed WorkerConfig::prefetch for the worker (library default: measured, up to 1,000).
     #[arg(long)]
     pub(crate) prefetch: Option<usize>,
     /// Seconds the worker's pruner keeps completed jobs (a year; soak: twice --interval, so
@@ -58,6 +61,15 @@ pub(crate) struct Args {
     /// Use (and create when missing) database NAME and do not drop it.
     #[arg(long, value_name = "NAME")]
     pub(crate) keep_db: Option<String>,
+    /// Drain: worker processes sharing the queue, each with --concurrency slots.
+    #[arg(long, default_value_t = 1, value_parser = at_least_one)]
+    pub(crate) workers: usize,
+    /// Compare: rounds, each running every system once per workload.
+    #[arg(long, default_value_t = 5, value_parser = at_least_one)]
+    pub(crate) rounds: usize,
+    /// Compare: an installed copy of ../shared/bench-peers/graphile (`npm ci` done in it).
+    #[arg(long, value_name = "DIR", env = "JOB_BENCH_GRAPHILE")]
+    pub(crate) graphile: Option<String>,
     /// Repeat the measurement K times, one line each (drain, backlog).
     #[arg(long, default_value_t = 1, value_parser = at_least_one)]
     pub(crate) runs: usize,
@@ -70,8 +82,9 @@ pub(crate) struct Args {
     /// Backlog: waiting rows.
     #[arg(long, default_value_t = 1_000_000)]
     pub(crate) waiting: usize,
-    /// Backlog: `future` (same queue and kind, scheduled in 30 days) or `other-kind` (due
-    /// now, of a kind the worker does not run, same queue).
+    /// Backlog: `future` (same queue and kind, scheduled in 30 days), `other-kind` (due now,
+    /// of a kind the worker does not run, same queue) or `mixed` (both: --waiting future rows
+    /// and a tenth as many of the other kind).
     #[arg(long, value_enum, default_value_t = WaitingKind::Future)]
     pub(crate) waiting_kind: WaitingKind,
     /// Backlog: skip the empty-table drain it is compared with.
@@ -80,7 +93,7 @@ pub(crate) struct Args {
     /// Soak: jobs per second to produce (else 70% of a quick drain).
     #[arg(long)]
     pub(crate) rate: Option<f64>,
-    /// Soak: duration in seconds.
+    /// Soak and idle: duration in seconds.
     #[arg(long, default_value_t = 600.0, value_parser = positive)]
     pub(crate) seconds: f64,
     /// Soak: seconds per report line.
@@ -113,7 +126,7 @@ pub(crate) struct Args {
 /// What each workload does, after the options in `--help`.
 const WORKLOADS: &str = "\
 Workloads:
-  drain         pre-enqueue N (20000) no-op jobs in bulk, time one worker until all are
+  drain         pre-enqueue N (20000) no-op jobs in bulk, time --workers worker processes until all are
                 finalized; also the bare claim + finalize SQL in the same loop (raw_jobs_per_s)
   enqueue       N (5000) single enqueues, each its own transaction, through the typed helper,
                 interleaved with plain single-row INSERTs into a scratch table
@@ -122,7 +135,12 @@ Workloads:
                 commit to handler start
   backlog       drain with --completed completed and --waiting waiting rows already in the
                 table; reports the worker's peak RSS
-  soak          a producer at --rate for --seconds, one line per --interval seconds";
+  soak          a producer at --rate for --seconds, one line per --interval seconds
+  compare       --rounds rounds of: drain (library defaults) and graphile-worker tuned's W1,
+                latency and graphile-worker tuned's W3, and a pgbench claim-100 ceiling;
+                one line per round and a summary of medians and ratios (needs --graphile DIR)
+  idle          one worker with nothing due for it (over --keep-db's backlog) for --seconds:
+                the CPU of its process and of its server backends, as % of one core";
 
 fn at_least_one(value: &str) -> Result<usize, String> {
     match value.parse::<usize>() {
@@ -167,7 +185,7 @@ impl Args {
             config.finalize_batch = b;
         }
         if let Some(p) = self.prefetch {
-            config.prefetch = p;
+            config.prefetch = p.into();
         }
         if let Some(r) = self.retention {
             config.pruner.completed_retention = std::time::Duration::from_secs_f64(r.max(0.0));

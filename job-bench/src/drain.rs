@@ -165,14 +165,27 @@ pub(crate) async fn worker_drain(
     args: &Args,
 ) -> Result<WorkerDrain> {
     let mut poller = db::connect(pool).await?;
-    let mut child = ChildWorker::spawn(&db.url(), concurrency, args)?;
-    child.started().await?;
+    let mut children = Vec::with_capacity(args.workers);
+    for _ in 0..args.workers {
+        children.push(ChildWorker::spawn(&db.url(), concurrency, args)?);
+    }
+    for child in &mut children {
+        child.started().await?;
+    }
     let start = Instant::now();
     let polled = wait_done(&mut poller, batch, deadline(batch.n)).await?;
     let seconds = start.elapsed().as_secs_f64();
     let (pg_cpu, backends) = backend_cpu_s(pool, WORKER_APP).await?;
-    let worker_cpu = proc_cpu_s(Some(child.pid())).unwrap_or(0.0);
-    let report = child.stop().await?;
+    let worker_cpu: f64 = children
+        .iter()
+        .map(|c| proc_cpu_s(Some(c.pid())).unwrap_or(0.0))
+        .sum();
+    let mut reports = Vec::with_capacity(children.len());
+    for child in &mut children {
+        reports.push(child.stop().await?);
+    }
+    // The first worker's report (with several workers, each reports its own).
+    let report = reports.swap_remove(0);
     let completed = completed(pool, batch).await?;
     let n = batch.n as f64;
     let cpu = json!({
@@ -218,7 +231,7 @@ impl RawSpec {
             claim_sql: read(&args.raw_claim_sql, CLAIM_SQL)?,
             finalize_sql: read(&args.raw_finalize_sql, FINALIZE_SQL)?,
             concurrency,
-            prefetch: config.prefetch,
+            prefetch: config.prefetch.max(),
             claim_batch: config.claim_batch as usize,
             claim_limit: args.raw_claim_limit,
             finalize_batch: config.finalize_batch,
@@ -498,8 +511,9 @@ pub(crate) async fn drain(args: &Args) -> Result<()> {
                 "run": run,
                 "jobs": n,
                 "concurrency": c,
+                "workers": args.workers,
                 "claim_batch": args.worker_config().claim_batch,
-                "prefetch": args.worker_config().prefetch,
+                "prefetch": args.worker_config().prefetch.to_string(),
                 "seconds": round(w.seconds, 3),
                 "jobs_per_s": jobs_per_s,
                 "completed": w.completed,
@@ -590,20 +604,47 @@ async fn ensure_backlog(pool: &PgPool, db: &BenchDb, args: &Args) -> Result<i64>
     .bind(QUEUE)
     .execute(pool)
     .await?;
-    let (kind, state, from) = match args.waiting_kind {
-        WaitingKind::Future => (Noop::KIND, "scheduled", "now() + interval '30 days'"),
-        WaitingKind::OtherKind => (OTHER_KIND, "available", "now() - interval '1 day'"),
+    // (rows, kind, state, first run_at) of each part of the waiting rows.
+    let parts: Vec<(usize, &str, &str, &str)> = match args.waiting_kind {
+        WaitingKind::Future => vec![(
+            args.waiting,
+            Noop::KIND,
+            "scheduled",
+            "now() + interval '30 days'",
+        )],
+        WaitingKind::OtherKind => vec![(
+            args.waiting,
+            OTHER_KIND,
+            "available",
+            "now() - interval '1 day'",
+        )],
+        WaitingKind::Mixed => vec![
+            (
+                args.waiting,
+                Noop::KIND,
+                "scheduled",
+                "now() + interval '30 days'",
+            ),
+            (
+                args.waiting / 10,
+                OTHER_KIND,
+                "available",
+                "now() - interval '1 day'",
+            ),
+        ],
     };
-    sqlx::query(&format!(
-        "INSERT INTO job.jobs (kind, queue, priority, payload, state, run_at)
-         SELECT $2, $3, 0, '{{}}', '{state}', {from} + g * interval '1 millisecond'
-         FROM generate_series(1, $1::bigint) g"
-    ))
-    .bind(args.waiting as i64)
-    .bind(kind)
-    .bind(QUEUE)
-    .execute(pool)
-    .await?;
+    for (rows, kind, state, from) in parts {
+        sqlx::query(&format!(
+            "INSERT INTO job.jobs (kind, queue, priority, payload, state, run_at)
+             SELECT $2, $3, 0, '{{}}', '{state}', {from} + g * interval '1 millisecond'
+             FROM generate_series(1, $1::bigint) g"
+        ))
+        .bind(rows as i64)
+        .bind(kind)
+        .bind(QUEUE)
+        .execute(pool)
+        .await?;
+    }
     pool.execute("VACUUM ANALYZE job.jobs").await?;
     let _ = pool.execute("CHECKPOINT").await;
     let max_id: i64 = sqlx::query_scalar("SELECT coalesce(max(id), 0) FROM job.jobs")
@@ -669,8 +710,9 @@ pub(crate) async fn backlog(args: &Args) -> Result<()> {
                 "run": run,
                 "jobs": n,
                 "concurrency": c,
+                "workers": args.workers,
                 "claim_batch": args.worker_config().claim_batch,
-                "prefetch": args.worker_config().prefetch,
+                "prefetch": args.worker_config().prefetch.to_string(),
                 "completed_rows": args.completed,
                 "waiting_rows": args.waiting,
                 "waiting_kind": args.waiting_kind.as_str(),

@@ -5,7 +5,7 @@
 //! cargo run --release -p job-bench -- WORKLOAD [--jobs N] [--concurrency C] [options]
 //! ```
 //!
-//! Workloads: `drain`, `enqueue`, `enqueue_bulk`, `latency`, `backlog`, `soak` (see
+//! Workloads: `drain`, `enqueue`, `enqueue_bulk`, `latency`, `backlog`, `soak`, `compare`, `idle` (see
 //! `--help`). The server is `DATABASE_URL`, else `postgres://postgres@127.0.0.1:5432/test`;
 //! that database is only the admin connection: every run creates a database of its own and
 //! drops it at the end (`--keep-db NAME` keeps one, for the backlog that is slow to build).
@@ -13,9 +13,11 @@
 
 mod args;
 mod child;
+mod compare;
 mod db;
 mod drain;
 mod enqueue;
+mod idle;
 mod jobs;
 mod latency;
 #[cfg(feature = "meter")]
@@ -63,6 +65,8 @@ async fn run(args: Args) -> Result<()> {
         "enqueue_bulk" => enqueue::enqueue_bulk(&args).await,
         "latency" => latency::latency(&args).await,
         "soak" => soak::soak(&args).await,
+        "compare" => compare::compare(&args).await,
+        "idle" => idle::idle(&args).await,
         other => Err(format!("unknown workload {other:?} (see --help)").into()),
     }
 }

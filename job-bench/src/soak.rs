@@ -242,7 +242,7 @@ pub(crate) async fn soak(args: &Args) -> Result<()> {
             "final_total_mib": last_line["total_mib"],
             "vacuum_every_s": vacuum_every.map(|d| d.as_secs_f64()),
             "retention_s": args.retention,
-            "prefetch": args.worker_config().prefetch,
+            "prefetch": args.worker_config().prefetch.to_string(),
             "claim_batch": args.worker_config().claim_batch,
             "vacuum_busy_s": vacuum_s,
             "peak_rss_mib": report["peak_rss_mib"],

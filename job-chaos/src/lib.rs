@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use chrono::{SecondsFormat, Utc};
 use job_core::{Backoff, BuildError, Job, JobContext, JobError, JobOptions};
-use job_core::{Worker, WorkerConfig};
+use job_core::{Prefetch, Worker, WorkerConfig};
 use job_postgres::PgStore;
 use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
@@ -215,14 +215,13 @@ impl Job for ChaosWork {
     }
 }
 
-/// The chaos worker: [`ChaosWork`] on [`QUEUE`] with `concurrency` slots and `prefetch`
-/// claimed jobs held beyond them, polling every [`POLL_INTERVAL`], rescuing every [`RESCUE_EVERY`], its
+/// The chaos worker: [`ChaosWork`] on [`QUEUE`] with `concurrency` slots and its `prefetch`, polling every [`POLL_INTERVAL`], rescuing every [`RESCUE_EVERY`], its
 /// backoff jitter seeded with `seed`.
 pub fn worker(
     store: PgStore,
     id: &str,
     concurrency: usize,
-    prefetch: usize,
+    prefetch: Prefetch,
     seed: u64,
 ) -> Result<Worker<PgStore>, BuildError> {
     let mut config = WorkerConfig::default();

@@ -8,6 +8,8 @@
 //!           [--current-thread] [--watch-stdin]
 //! ```
 //!
+//! Without `--prefetch` the worker prefetches as measured (the library default).
+//!
 //! `--current-thread` runs the worker on a current-thread Tokio runtime instead of the
 //! multi-thread one: a handler that blocks then blocks everything but the lease keeper.
 //!
@@ -32,7 +34,7 @@ struct Args {
     database_url: String,
     worker_id: String,
     concurrency: usize,
-    prefetch: usize,
+    prefetch: job_core::Prefetch,
     seed: u64,
     current_thread: bool,
     watch_stdin: bool,
@@ -70,10 +72,11 @@ impl Args {
                 .ok_or_else(|| format!("concurrency must be a positive integer, got {c:?}"))?,
         };
         let prefetch = match prefetch {
-            None => 0,
-            Some(p) => p
-                .parse()
-                .map_err(|_| format!("prefetch must be an unsigned integer, got {p:?}"))?,
+            None => job_core::Prefetch::default(),
+            Some(p) => job_core::Prefetch::Fixed(
+                p.parse()
+                    .map_err(|_| format!("prefetch must be an unsigned integer, got {p:?}"))?,
+            ),
         };
         let seed = match seed {
             None => 0,

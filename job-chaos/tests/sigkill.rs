@@ -327,9 +327,14 @@ impl Fleet {
         let child = Command::new(env!("CARGO_BIN_EXE_job-chaos"))
             .args(["--database-url", &self.url, "--worker-id", &id])
             .args(["--concurrency", &CONCURRENCY.to_string()])
-            // Slot 0 claims only free slots; the others prefetch, so that killed workers also
-            // take claimed jobs that never started down with them.
-            .args(["--prefetch", &(slot * CONCURRENCY).to_string()])
+            // Slot 0 claims only free slots; slot 1 prefetches as measured (the default) and
+            // slot 2 a fixed number, so that killed workers also take claimed jobs that never
+            // started down with them.
+            .args(match slot {
+                0 => vec!["--prefetch".to_owned(), "0".to_owned()],
+                1 => vec![],
+                _ => vec!["--prefetch".to_owned(), (slot * CONCURRENCY).to_string()],
+            })
             // Slot 1 runs on a current-thread runtime, which a blocking job blocks whole.
             .args(if slot == 1 {
                 &["--current-thread"][..]

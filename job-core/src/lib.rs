@@ -55,9 +55,9 @@ pub use attempt::step::{AttemptHooks, StoreSteps, MAX_STEP_NAME, MAX_STEP_OUTPUT
 
 pub use maintenance::{
     Periodic, Pruned, Pruner, PrunerConfig, Reporter, ReporterConfig, Rescuer, RescuerConfig,
-    Scheduled, Scheduler, SchedulerConfig,
+    Scheduled, Scheduler, SchedulerConfig, Stager, StagerConfig,
 };
 pub use worker::{
-    shutdown_signal, ConnectionBudget, DrainReport, Worker, WorkerBuilder, WorkerConfig,
-    WorkerHandle, WorkerStats, RELEASE_TIMEOUT,
+    shutdown_signal, ConnectionBudget, DrainReport, Prefetch, Worker, WorkerBuilder,
+    WorkerConfig, WorkerHandle, WorkerStats, RELEASE_TIMEOUT,
 };

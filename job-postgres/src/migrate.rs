@@ -58,6 +58,11 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../migrations/0007_sql_interface.sql"),
     },
     Migration {
+        version: 8,
+        name: "staging",
+        sql: include_str!("../migrations/0008_staging.sql"),
+    },
+    Migration {
         version: 9,
         name: "telemetry",
         sql: include_str!("../migrations/0009_telemetry.sql"),

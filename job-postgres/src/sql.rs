@@ -27,6 +27,7 @@ pub(crate) const CLAIM: &str = include_str!("sql/claim.sql");
 pub(crate) const HEARTBEAT: &str = include_str!("sql/heartbeat.sql");
 pub(crate) const FINALIZE: &str = include_str!("sql/finalize.sql");
 pub(crate) const RESCUE_EXPIRED: &str = include_str!("sql/rescue_expired.sql");
+pub(crate) const STAGE: &str = include_str!("sql/stage.sql");
 pub(crate) const RELEASE: &str = include_str!("sql/release.sql");
 pub(crate) const GET: &str = include_str!("sql/get.sql");
 pub(crate) const ENQUEUE_UNIQUE: &str = include_str!("sql/enqueue_unique.sql");

@@ -127,6 +127,10 @@ impl Store for PgStore {
         Ok(lease::rescue_expired(&self.pool, limit).await?)
     }
 
+    async fn stage_due(&self, limit: u32) -> Result<u64, StoreError> {
+        Ok(lease::stage_due(&self.pool, limit).await?)
+    }
+
     async fn release(&self, releases: &[Release]) -> Result<u64, StoreError> {
         Ok(lease::release(&self.pool, releases).await?)
     }

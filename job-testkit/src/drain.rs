@@ -134,6 +134,8 @@ impl Drain {
                 .await
                 .expect("make scheduled jobs due");
             }
+            // Due scheduled jobs and retries become claimable, as a worker's stager does.
+            store.stage_due(u32::MAX).await.expect("stage due jobs");
             let claimed = store.claim(&request).await.expect("claim");
             if claimed.is_empty() {
                 if report.is_empty() {

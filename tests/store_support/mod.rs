@@ -35,6 +35,8 @@ pub fn new_job(kind: &str) -> NewJob {
 
 /// Claims exactly one job of `kind`, panicking when there is not exactly one to claim.
 pub async fn claim_one(store: &PgStore, kind: &str) -> ClaimedJob {
+    // Due scheduled and retryable jobs first become available, as a worker's stager does.
+    store.stage_due(1000).await.unwrap();
     let mut claimed = store.claim(&request(&[kind], 10)).await.unwrap();
     assert_eq!(
         claimed.len(),

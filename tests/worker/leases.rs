@@ -11,6 +11,8 @@ use crate::common::*;
 
 /// Claims like a worker that then dies: nothing renews or finalizes the lease.
 async fn claim_and_die(h: &Harness, kind: &str, lease: Duration) -> ClaimedJob {
+    // A rescued job is retryable: it becomes available through the stager.
+    h.store.stage_due(1000).await.unwrap();
     let mut jobs = h
         .store
         .claim(&ClaimRequest {

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use job::{BuildError, JobId, JobState, WorkerHandle};
+use job::{BuildError, JobId, JobState, Prefetch, Store, WorkerHandle};
 
 use crate::common::*;
 
@@ -33,7 +33,7 @@ async fn all_claimed(
         ids.push(enqueue(&h.store, Parked { n }).await);
     }
     let mut config = job::WorkerConfig::default();
-    config.prefetch = ids.len() - 1;
+    config.prefetch = Prefetch::Fixed(ids.len() - 1);
     config.prefetch_ttl = ttl;
     config.poll_interval = Duration::from_millis(20);
     config.drain_timeout = Duration::from_secs(60);
@@ -208,4 +208,71 @@ async fn prefetched_jobs_that_wait_out_their_ttl_go_back_for_other_workers() {
     assert_eq!(second.stats().claimed, 2);
     first.shutdown().await;
     second.shutdown().await;
+}
+
+/// A worker on the default prefetch, `concurrency` slots on `default`.
+fn auto_worker(h: &Harness, concurrency: usize) -> WorkerHandle {
+    job::Worker::builder(h.store.clone())
+        .register::<Noop>()
+        .register::<Sleepy>()
+        .queue("default", concurrency)
+        .poll_interval(Duration::from_millis(50))
+        .state(h.ledger.clone())
+        .build()
+        .unwrap()
+        .start()
+}
+
+#[tokio::test]
+async fn by_default_workers_sharing_slow_jobs_hold_none_waiting() {
+    // Jobs far longer than a claim round trip, on four workers of two slots: the measured
+    // prefetch stays at zero, so each worker claims only its free slots and no job waits in
+    // one worker's buffer while another worker has a free slot.
+    let h = Harness::new().await;
+    let mut ids = Vec::new();
+    for _ in 0..24 {
+        ids.push(enqueue(&h.store, Sleepy { ms: 400 }).await);
+    }
+    let workers: Vec<WorkerHandle> = (0..4).map(|_| auto_worker(&h, 2)).collect();
+    for id in &ids {
+        let row = h.reaches(*id, JobState::Completed).await;
+        assert_eq!(row.attempt, 1);
+        assert_eq!(h.ledger.runs(*id), 1);
+    }
+    let mut claimed = Vec::new();
+    for worker in workers {
+        let stats = worker.stats();
+        assert_eq!(
+            stats.waited, 0,
+            "a worker held a job waiting for its own slot: {stats:?}"
+        );
+        claimed.push(stats.claimed);
+        worker.shutdown().await;
+    }
+    assert_eq!(claimed.iter().sum::<u64>(), 24, "{claimed:?}");
+}
+
+#[tokio::test]
+async fn by_default_a_queue_of_short_jobs_prefetches() {
+    // The other half of the measured prefetch: jobs much shorter than a claim round trip are
+    // claimed ahead of the free slots (they wait for one), which is what makes the default
+    // fast; a test that only ever saw zero would not tell the two apart.
+    let h = Harness::new().await;
+    let jobs: Vec<Noop> = (0..3_000).map(|n| Noop { n }).collect();
+    let news: Vec<_> = jobs
+        .iter()
+        .map(|j| {
+            job_core::NewJob::build(j, Default::default(), job_core::DEFAULT_PAYLOAD_LIMIT).unwrap()
+        })
+        .collect();
+    h.store.enqueue_many(news).await.unwrap();
+    let worker = auto_worker(&h, 2);
+    eventually("every job to complete", || async {
+        (count_in(&h.store, JobState::Completed).await == 3_000).then_some(())
+    })
+    .await;
+    let stats = worker.stats();
+    assert_eq!(stats.completed, 3_000);
+    assert!(stats.waited > 0, "nothing was prefetched: {stats:?}");
+    worker.shutdown().await;
 }

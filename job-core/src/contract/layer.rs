@@ -114,6 +114,11 @@ impl<S: Store, L: StoreLayer> Store for Layered<S, L> {
         .await
     }
 
+    async fn stage_due(&self, limit: u32) -> Result<u64, StoreError> {
+        self.through("stage_due", limit as usize, self.inner.stage_due(limit))
+            .await
+    }
+
     async fn release(&self, releases: &[Release]) -> Result<u64, StoreError> {
         self.through("release", releases.len(), self.inner.release(releases))
             .await

@@ -271,7 +271,9 @@ pub trait Store: Clone + Send + Sync + 'static {
 
     /// Claims up to `request.limit` due jobs of the given kinds in one statement, ordered by
     /// priority, run time and id, skipping rows other claimers hold. Each claim counts an
-    /// attempt and writes a fresh lease token.
+    /// attempt and writes a fresh lease token. A `scheduled` or `retryable` job is due once
+    /// its run time has come and, in a store that stages ([`stage_due`](Store::stage_due)),
+    /// once it has been staged; an `available` job is due at once.
     fn claim(
         &self,
         request: &ClaimRequest,
@@ -304,6 +306,17 @@ pub trait Store: Clone + Send + Sync + 'static {
         &self,
         limit: u32,
     ) -> impl Future<Output = Result<Rescued, StoreError>> + Send;
+
+    /// Makes up to `limit` due jobs claimable: `scheduled` and `retryable` jobs whose run time
+    /// has come become `available`, keeping their run time (their place in the claim's
+    /// order), and the queues they are in are woken. Returns how many it staged. A store
+    /// whose claim reads only `available` jobs (so that what a claim reads follows what it
+    /// returns) does this here; every worker calls it every poll interval (the stager). The
+    /// default stages nothing, for a store whose claim takes due jobs of every waiting state.
+    fn stage_due(&self, limit: u32) -> impl Future<Output = Result<u64, StoreError>> + Send {
+        let _ = limit;
+        async { Ok(0) }
+    }
 
     /// Gives leases back without an outcome, guarded by `(id, lock_token)`: the jobs become
     /// `available` at once (keeping their place: `run_at` is not moved later) and the attempt

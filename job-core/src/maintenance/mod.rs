@@ -1,5 +1,6 @@
-//! Background services every worker runs beside its fetchers, each one file: the rescuer of
-//! expired leases, the pruner (and expirer, and vacuum), the scheduler of periodic jobs.
+//! Background services every worker runs beside its fetchers, each one file: the stager of due
+//! jobs, the rescuer of expired leases, the pruner (and expirer, and vacuum), the scheduler of
+//! periodic jobs.
 //! [`services`] is the list the supervisor runs; a new service is a file with its config
 //! (`Default` and `validate`), its `run_once` and its [`Service`] impl, plus one entry there.
 
@@ -8,6 +9,7 @@ mod reporter;
 mod rescuer;
 mod scheduler;
 mod service;
+mod stager;
 mod ticker;
 
 pub use pruner::{Pruned, Pruner, PrunerConfig};
@@ -15,6 +17,7 @@ pub use reporter::{Reporter, ReporterConfig};
 pub use rescuer::{Rescuer, RescuerConfig};
 pub use scheduler::{Periodic, Scheduled, Scheduler, SchedulerConfig};
 pub(crate) use service::{run, Service};
+pub use stager::{Stager, StagerConfig};
 pub(crate) use ticker::Ticker;
 
 use std::time::Duration;
@@ -42,7 +45,14 @@ pub(crate) fn services<S: Store>(
         .interval
         .min(shortest_lease / 2)
         .max(Duration::from_millis(1));
+    let mut stager = config.stager;
+    // A due job becomes claimable within a poll interval, as it did when claims read it.
+    stager.interval = stager
+        .interval
+        .min(config.poll_interval)
+        .max(Duration::from_millis(1));
     vec![
+        Box::new(Stager::new(store.clone(), stager)),
         Box::new(Rescuer::new(store.clone(), rescuer)),
         Box::new(Pruner::new(store.clone(), config.pruner)),
         Box::new(Scheduler::new(

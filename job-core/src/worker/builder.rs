@@ -160,10 +160,11 @@ impl<S: Store> WorkerBuilder<S> {
         self
     }
 
-    /// Sets how many claimed jobs each queue may hold beyond its running ones (see
-    /// [`WorkerConfig::prefetch`]).
-    pub fn prefetch(mut self, jobs: usize) -> Self {
-        self.config.prefetch = jobs;
+    /// Sets how many claimed jobs each queue may hold beyond its running ones: a number for
+    /// a fixed prefetch (`0` claims only free slots), or a [`Prefetch`](crate::Prefetch) (see
+    /// [`WorkerConfig::prefetch`]; the default is [`Prefetch::AUTO`](crate::Prefetch::AUTO)).
+    pub fn prefetch(mut self, jobs: impl Into<crate::worker::Prefetch>) -> Self {
+        self.config.prefetch = jobs.into();
         self
     }
 
@@ -243,10 +244,10 @@ impl<S: Store> WorkerBuilder<S> {
         if c.claim_batch == 0 {
             return Err(invalid("claim_batch", "must be at least 1".into()));
         }
-        if c.prefetch > MAX_PREFETCH {
+        if c.prefetch.max() > MAX_PREFETCH {
             return Err(invalid(
                 "prefetch",
-                format!("must be at most {MAX_PREFETCH}, got {}", c.prefetch),
+                format!("must be at most {MAX_PREFETCH}, got {}", c.prefetch.max()),
             ));
         }
         if c.prefetch_ttl.is_zero() {

@@ -2,7 +2,60 @@
 
 use std::time::Duration;
 
-use crate::maintenance::{PrunerConfig, ReporterConfig, RescuerConfig, SchedulerConfig};
+use crate::maintenance::{
+    PrunerConfig, ReporterConfig, RescuerConfig, SchedulerConfig, StagerConfig,
+};
+
+/// How many claimed jobs a queue holds beyond its running ones: [`WorkerConfig::prefetch`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Prefetch {
+    /// As many as the queue's slots start during two claim round trips, measured claim by
+    /// claim, up to `max`. A queue of jobs that take longer than a claim round trip holds
+    /// none: it claims its free slots only, as `Fixed(0)` does, and other workers' free slots
+    /// take the rest.
+    Auto {
+        /// The most jobs held. Defaults to 1,000.
+        max: usize,
+    },
+    /// Exactly this many (0: claim only free slots).
+    Fixed(usize),
+}
+
+impl Prefetch {
+    /// The default: `Auto` up to 1,000 jobs.
+    pub const AUTO: Prefetch = Prefetch::Auto { max: 1000 };
+
+    /// The most jobs this setting ever holds.
+    pub fn max(&self) -> usize {
+        match *self {
+            Prefetch::Auto { max } | Prefetch::Fixed(max) => max,
+        }
+    }
+}
+
+impl Default for Prefetch {
+    fn default() -> Self {
+        Prefetch::AUTO
+    }
+}
+
+impl std::fmt::Display for Prefetch {
+    /// `auto (max N)` or the fixed number.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Prefetch::Auto { max } => write!(f, "auto (max {max})"),
+            Prefetch::Fixed(n) => write!(f, "{n}"),
+        }
+    }
+}
+
+impl From<usize> for Prefetch {
+    /// A fixed prefetch of `jobs`.
+    fn from(jobs: usize) -> Self {
+        Prefetch::Fixed(jobs)
+    }
+}
 
 /// How a worker runs. Every field has a default suited to production.
 #[derive(Debug, Clone)]
@@ -13,17 +66,21 @@ pub struct WorkerConfig {
     /// How often an idle fetcher looks for due jobs when no notification arrives (scheduled
     /// and retried jobs become due without one). Defaults to 1 second.
     pub poll_interval: Duration,
-    /// The most jobs one claim statement takes. Defaults to 100.
+    /// The most jobs one claim statement takes. Defaults to 200.
     pub claim_batch: u32,
     /// How many claimed jobs a queue may hold beyond its running ones, waiting for a free
-    /// execution slot. Zero (the default) claims only as many jobs as there are free slots.
-    /// With prefetch, the next claim runs while the last one's jobs execute, so short jobs run
-    /// at the rate of batched claims instead of one claim round trip per few jobs; the cost is
-    /// that a prefetched job holds its lease while it waits behind running ones (renewed by the
-    /// heartbeat, released at once on shutdown), where another worker's free slot could have
-    /// taken it, and it counts against its kind's cluster-wide concurrency limit like a running
-    /// one. Suits queues of short jobs; a few times `concurrency` to a few hundred is plenty.
-    pub prefetch: usize,
+    /// execution slot. With prefetch, the next claim runs while the last one's jobs execute,
+    /// so short jobs run at the rate of batched claims instead of one claim round trip per few
+    /// jobs; the cost is that a prefetched job holds its lease while it waits behind running
+    /// ones (renewed by the heartbeat, released at once on shutdown), where another worker's
+    /// free slot could have taken it, and it counts against its kind's cluster-wide
+    /// concurrency limit like a running one.
+    ///
+    /// Defaults to [`Prefetch::Auto`]: the queue holds about as many jobs as its slots start
+    /// during two claim round trips, so queues of short jobs claim in large batches and queues
+    /// of slow jobs claim only their free slots (nothing waits in one worker while another has
+    /// room). [`Prefetch::Fixed`] holds a set number; `Fixed(0)` claims only free slots.
+    pub prefetch: Prefetch,
     /// How long a prefetched job may wait for a free slot. When the oldest has waited this
     /// long (the slots are taken by long jobs), every prefetched job is given back for other
     /// workers (attempt not counted), and the queue claims no more than its free slots until
@@ -58,6 +115,9 @@ pub struct WorkerConfig {
     /// without changing the job's production lease (`job-testkit`'s `TestWorker::for_tests`).
     /// Defaults to `None`: each kind's own lease.
     pub lease: Option<Duration>,
+    /// The stager of due jobs. Defaults to [`StagerConfig::default`]; it runs at least every
+    /// [`poll_interval`](Self::poll_interval).
+    pub stager: StagerConfig,
     /// The rescuer of expired leases. Defaults to [`RescuerConfig::default`]; it runs at least
     /// every half of the shortest registered lease.
     pub rescuer: RescuerConfig,
@@ -78,8 +138,8 @@ impl Default for WorkerConfig {
         WorkerConfig {
             id: format!("worker-{}-{:08x}", std::process::id(), fastrand::u32(..)),
             poll_interval: Duration::from_secs(1),
-            claim_batch: 100,
-            prefetch: 0,
+            claim_batch: 200,
+            prefetch: Prefetch::default(),
             prefetch_ttl: Duration::from_secs(5),
             finalize_batch: 1000,
             drain_timeout: Duration::from_secs(30),
@@ -88,6 +148,7 @@ impl Default for WorkerConfig {
             connections: None,
             heartbeat_interval: None,
             lease: None,
+            stager: StagerConfig::default(),
             rescuer: RescuerConfig::default(),
             pruner: PrunerConfig::default(),
             scheduler: SchedulerConfig::default(),

@@ -1,20 +1,27 @@
 //! One fetcher per queue, in two halves joined in one task.
 //!
-//! The claimer holds `concurrency + prefetch` permits: it claims as many due jobs as it has
-//! free permits (at most `claim_batch`), in one statement, and hands them to the dispatcher.
-//! It sleeps on a notification from the store, with polling as the fallback for lost
-//! notifications and for jobs that become due by time. The dispatcher starts each claimed job
-//! as soon as one of the `concurrency` execution slots is free. With `prefetch` zero (the
-//! default) a claim takes only free slots; with prefetch, the next claim runs while the jobs of
-//! the previous one execute, which is what lets short jobs run at the database's batch rate.
-//! A claimed job waiting in the buffer holds its lease like a running one: the heartbeat renews
-//! it, a crash leaves it to the rescuer, and shutdown releases it at once. Prefetched jobs that
-//! wait out `prefetch_ttl` (the slots are taken by long jobs) are given back for other workers,
-//! and the claimer then takes no more than the free slots until the dispatcher next finds a
-//! slot free with nothing waiting.
+//! The claimer claims as many due jobs as the queue has room for (at most `claim_batch`), in
+//! one statement, and hands them to the dispatcher. Room is the free execution slots plus the
+//! prefetch target less the jobs already claimed and waiting. It sleeps on a notification from
+//! the store, with polling as the fallback for lost notifications and for jobs that become due
+//! by time. The dispatcher starts each claimed job as soon as one of the `concurrency`
+//! execution slots is free. With a prefetch target, the next claim runs while the jobs of the
+//! previous one execute, which is what lets short jobs run at the database's batch rate.
+//!
+//! The target is fixed ([`Prefetch::Fixed`]) or measured ([`Prefetch::Auto`], the default):
+//! twice the jobs the queue's slots finished during a claim's round trip, smoothed over
+//! claims. Jobs much shorter than a claim round trip give a large target (up to its `max`);
+//! jobs longer than a round trip give zero, so a queue of slow jobs claims only its free slots
+//! and never holds a job that another worker's free slot could run.
+//!
+//! A claimed job waiting in the buffer holds its lease like a running one: the heartbeat
+//! renews it, a crash leaves it to the rescuer, and shutdown releases it at once. Prefetched
+//! jobs that wait out `prefetch_ttl` (the slots are taken by long jobs) are given back for
+//! other workers, and the claimer then takes no more than the free slots until the dispatcher
+//! next finds a slot free with nothing waiting.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,6 +34,7 @@ use crate::contract::store::{ClaimRequest, ClaimedJob, Release, Store};
 use crate::model::attempt_info::AttemptInfo;
 use crate::model::error::StoreError;
 
+use super::config::Prefetch;
 use super::executor;
 use super::gauges::{Slot, SlotGauges};
 use super::inflight::Signals;
@@ -51,16 +59,84 @@ struct Lanes {
     suspended: AtomicBool,
     /// The queue's saturation gauges.
     gauges: Arc<SlotGauges>,
+    /// Executions of this queue that ended, and the time they held their slots in all (in
+    /// nanoseconds), for the measured prefetch target.
+    ended: Arc<AtomicU64>,
+    busy_nanos: Arc<AtomicU64>,
+    /// Told when a claimed job starts or an execution ends: the queue may have room again.
+    progress: Arc<Notify>,
 }
 
 impl Lanes {
-    /// The most jobs the next claim may take: the claim batch, or while prefetch is suspended
-    /// the free slots (at most the batch).
-    fn cap(&self, max_batch: usize) -> usize {
+    /// The most jobs the next claim may take: the room left under `concurrency + target` by
+    /// the `in_use` jobs (running, waiting, or being claimed), at most the claim batch; while
+    /// prefetch is suspended, the free slots.
+    fn cap(&self, max_batch: usize, concurrency: usize, target: usize, in_use: usize) -> usize {
         if self.suspended.load(Ordering::Acquire) {
             self.slots.available_permits().min(max_batch)
         } else {
-            max_batch
+            (concurrency + target).saturating_sub(in_use).min(max_batch)
+        }
+    }
+}
+
+/// The measured prefetch target of [`Prefetch::Auto`]: the jobs the queue's slots finish
+/// during two claim round trips, `concurrency × 2 × round trip / execution time`, from
+/// smoothed measurements of both.
+struct Target {
+    mode: Prefetch,
+    concurrency: usize,
+    /// Smoothed claim round trip, in seconds.
+    round_trip: Option<f64>,
+    /// Smoothed time an execution holds its slot, in seconds.
+    execution: Option<f64>,
+    /// The queue's ended executions and their summed slot time when last observed.
+    seen: (u64, u64),
+}
+
+impl Target {
+    /// Weight of the newest measurement in the smoothed ones.
+    const WEIGHT: f64 = 0.2;
+
+    fn new(mode: Prefetch, concurrency: usize) -> Self {
+        Target {
+            mode,
+            concurrency,
+            round_trip: None,
+            execution: None,
+            seen: (0, 0),
+        }
+    }
+
+    /// Jobs to hold beyond the running ones now.
+    fn get(&self) -> usize {
+        match self.mode {
+            Prefetch::Fixed(n) => n,
+            Prefetch::Auto { max } => match (self.round_trip, self.execution) {
+                (Some(rtt), Some(exec)) if exec > 0.0 => {
+                    let jobs = self.concurrency as f64 * 2.0 * rtt / exec;
+                    (jobs.min(max as f64)) as usize
+                }
+                _ => 0,
+            },
+        }
+    }
+
+    /// A claim took `round_trip`; the queue's executions have ended `ended` times in all,
+    /// holding their slots `busy_nanos` in all.
+    fn observe(&mut self, round_trip: Duration, ended: u64, busy_nanos: u64) {
+        if !matches!(self.mode, Prefetch::Auto { .. }) {
+            return;
+        }
+        let smooth = |old: Option<f64>, new: f64| {
+            Some(old.map_or(new, |old| old * (1.0 - Self::WEIGHT) + new * Self::WEIGHT))
+        };
+        self.round_trip = smooth(self.round_trip, round_trip.as_secs_f64());
+        let (ended_before, busy_before) = self.seen;
+        if ended > ended_before {
+            let mean = (busy_nanos - busy_before) as f64 / 1e9 / (ended - ended_before) as f64;
+            self.execution = smooth(self.execution, mean);
+            self.seen = (ended, busy_nanos);
         }
     }
 }
@@ -73,14 +149,17 @@ pub(crate) async fn run<S: Store>(
     stop: CancellationToken,
 ) -> u64 {
     let (tx, rx) = mpsc::unbounded_channel();
-    let held = Arc::new(Semaphore::new(concurrency + shared.config.prefetch));
+    let held = Arc::new(Semaphore::new(concurrency + shared.config.prefetch.max()));
     let slots = Arc::new(Semaphore::new(concurrency));
     let lanes = Lanes {
         gauges: SlotGauges::new(&queue, concurrency, slots.clone()),
         slots,
         suspended: AtomicBool::new(false),
+        ended: Arc::new(AtomicU64::new(0)),
+        busy_nanos: Arc::new(AtomicU64::new(0)),
+        progress: Arc::new(Notify::new()),
     };
-    let claimer = claim_loop(&shared, queue, held, &lanes, tx, &wake, &stop);
+    let claimer = claim_loop(&shared, queue, concurrency, held, &lanes, tx, &wake, &stop);
     let dispatcher = dispatch(&shared, &lanes, rx, &stop);
     let ((), unstarted) = tokio::join!(claimer, dispatcher);
     let n = unstarted.len();
@@ -99,11 +178,15 @@ struct ClaimResult {
     claimed: Result<Vec<ClaimedJob>, StoreError>,
     permits: Vec<OwnedSemaphorePermit>,
     sent: Instant,
+    /// When the claim returned.
+    returned: Instant,
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn claim_loop<S: Store>(
     shared: &Arc<Shared<S>>,
     queue: String,
+    concurrency: usize,
     held: Arc<Semaphore>,
     lanes: &Lanes,
     tx: mpsc::UnboundedSender<Claimed>,
@@ -123,8 +206,8 @@ async fn claim_loop<S: Store>(
         worker_id: shared.config.id.clone(),
     });
     let max_batch = shared.config.claim_batch as usize;
-    // A second claim waits for enough free permits to be worth a statement of its own.
-    let second_claim_min = (max_batch.min(held.available_permits()) / 2).max(1);
+    let held_total = held.available_permits();
+    let mut target = Target::new(shared.config.prefetch, concurrency);
     let mut claims: JoinSet<ClaimResult> = JoinSet::new();
     let mut failures = 0u32;
     // Set when a claim found fewer due jobs than it asked for: no new claim until a
@@ -132,13 +215,19 @@ async fn claim_loop<S: Store>(
     let mut idle_until: Option<Instant> = None;
     loop {
         let suspended = lanes.suspended.load(Ordering::Acquire);
-        let cap = lanes.cap(max_batch);
+        let in_use = held_total - held.available_permits();
+        let cap = lanes.cap(max_batch, concurrency, target.get(), in_use);
         let want = if claims.is_empty() {
             1
         } else {
-            second_claim_min.min(cap.max(1))
+            // A second claim waits for enough room to be worth a statement of its own: half
+            // a batch, or half the queue's slots and prefetch when that is less.
+            (max_batch.min(concurrency + target.get()) / 2).max(1)
         };
-        let may_claim = claims.len() < CLAIMS_IN_FLIGHT && idle_until.is_none() && cap > 0;
+        let ready = claims.len() < CLAIMS_IN_FLIGHT && idle_until.is_none();
+        let may_claim = ready && cap >= want;
+        // No room: look again when a job starts or ends.
+        let wait_for_room = ready && !may_claim && !suspended;
         let wait_for_slot = suspended && cap == 0 && claims.is_empty() && idle_until.is_none();
         tokio::select! {
             biased;
@@ -146,6 +235,11 @@ async fn claim_loop<S: Store>(
             done = claims.join_next(), if !claims.is_empty() => {
                 let Some(Ok(result)) = done else { continue };
                 let asked = result.permits.len();
+                target.observe(
+                    result.returned - result.sent,
+                    lanes.ended.load(Ordering::Acquire),
+                    lanes.busy_nanos.load(Ordering::Acquire),
+                );
                 match accept(shared, &leases, &tx, result) {
                     Ok(got) => {
                         lanes.gauges.claimed(got);
@@ -168,8 +262,9 @@ async fn claim_loop<S: Store>(
             first = held.clone().acquire_many_owned(want as u32), if may_claim => {
                 let first = first.expect("semaphore is never closed");
                 // The dispatcher may have suspended prefetch while this waited.
-                let cap = lanes.cap(max_batch);
-                if cap == 0 {
+                let in_use = held_total - held.available_permits() - want;
+                let cap = lanes.cap(max_batch, concurrency, target.get(), in_use);
+                if cap < want {
                     continue;
                 }
                 let mut permits = vec![first];
@@ -189,11 +284,13 @@ async fn claim_loop<S: Store>(
                     request.limit = n as u32;
                     let sent = Instant::now();
                     let claimed = shared.store.claim(&request).await;
+                    let returned = Instant::now();
                     // One permit per job: split the first, which may stand for several.
                     let permits = split(permits, n);
-                    ClaimResult { claimed, permits, sent }
+                    ClaimResult { claimed, permits, sent, returned }
                 });
             }
+            _ = lanes.progress.notified(), if wait_for_room => {}
             // Suspended with every slot taken: look again when one frees.
             _ = lanes.slots.acquire(), if wait_for_slot => {}
             _ = wake.notified(), if idle_until.is_some() && failures == 0 => idle_until = None,
@@ -222,6 +319,7 @@ fn accept<S: Store>(
         claimed,
         mut permits,
         sent,
+        returned: _,
     } = result;
     let claimed = claimed?;
     let got = claimed.len();
@@ -282,7 +380,7 @@ async fn dispatch<S: Store>(
     stop: &CancellationToken,
 ) -> Vec<Claimed> {
     let ttl = shared.config.prefetch_ttl;
-    let prefetching = shared.config.prefetch > 0;
+    let prefetching = shared.config.prefetch.max() > 0;
     // Jobs taken back after a failed give-back, ahead of the channel.
     let mut waiting: VecDeque<Claimed> = VecDeque::new();
     // After a failed give-back, the next try waits another `ttl`.
@@ -308,6 +406,7 @@ async fn dispatch<S: Store>(
         let slot = match lanes.slots.clone().try_acquire_owned() {
             Ok(slot) => slot,
             Err(_) => {
+                super::stats::bump(&shared.counters.waited, 1);
                 let expires = (next.claimed_at + ttl).max(retry_at.unwrap_or(next.claimed_at));
                 tokio::select! {
                     biased;
@@ -355,14 +454,22 @@ async fn dispatch<S: Store>(
             claimed_at: _,
         } = next;
         let slot = Slot::new(slot, lanes.gauges.clone());
-        shared.executors.spawn(executor::run(
-            shared.clone(),
-            job,
-            info,
-            signals,
-            (slot, held),
-        ));
+        let execution = executor::run(shared.clone(), job, info, signals, (slot, held));
+        let (ended, busy, progress) = (
+            lanes.ended.clone(),
+            lanes.busy_nanos.clone(),
+            lanes.progress.clone(),
+        );
+        shared.executors.spawn(async move {
+            let started = Instant::now();
+            execution.await;
+            // Its slot and permit are free now (`run` dropped them).
+            busy.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Release);
+            ended.fetch_add(1, Ordering::Release);
+            progress.notify_one();
+        });
         lanes.gauges.left(1);
+        lanes.progress.notify_one();
     }
     unstarted.extend(waiting);
     // The claimer stops too; what it claimed before it saw the stop comes through here.

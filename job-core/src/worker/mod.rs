@@ -17,7 +17,7 @@ mod signal;
 mod stats;
 
 pub use builder::{ConnectionBudget, Worker, WorkerBuilder};
-pub use config::WorkerConfig;
+pub use config::{Prefetch, WorkerConfig};
 pub use run::{DrainReport, WorkerHandle, RELEASE_TIMEOUT};
 pub use signal::shutdown_signal;
 pub use stats::WorkerStats;

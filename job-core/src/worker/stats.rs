@@ -10,6 +10,9 @@ use crate::model::outcome::Outcome;
 pub struct WorkerStats {
     /// Jobs claimed.
     pub claimed: u64,
+    /// Claimed jobs that found every execution slot of their queue taken and waited for one
+    /// (prefetched jobs).
+    pub waited: u64,
     /// Outcomes written as `completed`.
     pub completed: u64,
     /// Outcomes written as `retryable`.
@@ -46,6 +49,7 @@ pub struct WorkerStats {
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
     claimed: AtomicU64,
+    pub(crate) waited: AtomicU64,
     completed: AtomicU64,
     retried: AtomicU64,
     discarded: AtomicU64,
@@ -90,6 +94,7 @@ impl Counters {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
         WorkerStats {
             claimed: get(&self.claimed),
+            waited: get(&self.waited),
             completed: get(&self.completed),
             retried: get(&self.retried),
             discarded: get(&self.discarded),

@@ -1,66 +1,53 @@
--- Claims up to $5 due jobs of queue $1 for worker $6 in one statement. Per kind (arrays $2..$4,
--- $7 in lockstep): name, newest payload version, lease in milliseconds, and the cluster-wide
--- limit of running jobs (null: none). Skipped: paused queues and kinds (job.pauses), jobs past
--- their deadline (the pruner discards them), jobs whose cancellation was requested (the pruner
--- cancels them). A limited kind takes at most its limit minus its running jobs: the caller
--- holds that kind's advisory lock (claim_lock.sql) in the same transaction, taken in an
--- earlier statement so that this one's snapshot sees every claim made before it.
--- Unlimited kinds are picked in one index scan; each limited kind with room in its own,
--- bounded by that room. A unique key held 'started' is spent by the claim.
+-- Claims up to $5 available jobs of queue $1 for worker $6 in one statement. Per kind (arrays
+-- $2..$4, $7 in lockstep): name, newest payload version, lease in milliseconds, and the
+-- cluster-wide limit of running jobs (null: none). Skipped: paused queues and kinds
+-- (job.pauses), jobs past their deadline (the pruner discards them), jobs whose cancellation
+-- was requested (the pruner cancels them). A limited kind takes at most its limit minus its
+-- running jobs: the caller holds that kind's advisory lock (claim_lock.sql) in the same
+-- transaction, taken in an earlier statement so that this one's snapshot sees every claim made
+-- before it.
+--
+-- Only `available` rows are read (due `scheduled` and `retryable` ones are made available by
+-- stage.sql), one bounded scan of jobs_claim_idx per kind that may run: what a claim reads
+-- follows what it returns, whatever waits for later, for kinds this worker does not run, for
+-- paused kinds or for kinds at their limit. The scans' rows are merged in the claim's order
+-- (priority, run_at, id). A unique key held 'started' is spent by the claim.
 WITH k AS (
-    SELECT k.kind, k.cap
-    FROM unnest($2::text[], $7::integer[]) AS k(kind, cap)
+    SELECT k.kind, k.version, k.cap
+    FROM unnest($2::text[], $3::integer[], $7::integer[]) AS k(kind, version, cap)
     WHERE NOT EXISTS (SELECT 1 FROM job.pauses p WHERE p.scope = 'kind' AND p.name = k.kind)
       AND NOT EXISTS (SELECT 1 FROM job.pauses p WHERE p.scope = 'queue' AND p.name = $1::text)
 ),
--- Running rows are counted through jobs_rescue_idx (locked_until IS NOT NULL is running, by
--- jobs_lease_check): no extra index on the hot path for deployments without limits.
+-- Running rows of a limited kind are counted through jobs_rescue_idx (locked_until IS NOT
+-- NULL is running, by jobs_lease_check): no extra index on the hot path.
 room AS MATERIALIZED (
-    SELECT k.kind,
-           k.cap - (SELECT count(*) FROM job.jobs r
-                    WHERE r.locked_until IS NOT NULL AND r.kind = k.kind)::integer AS room
+    SELECT k.kind, k.version,
+           CASE WHEN k.cap IS NULL THEN $5::integer
+                ELSE least($5::integer,
+                           k.cap - (SELECT count(*) FROM job.jobs r
+                                    WHERE r.locked_until IS NOT NULL AND r.kind = k.kind)::integer)
+           END AS room
     FROM k
-    WHERE k.cap IS NOT NULL
 ),
-free AS (
-    SELECT j.id, j.priority, j.run_at
-    FROM job.jobs j
-    WHERE j.state IN ('available', 'scheduled', 'retryable')
-      AND j.run_at <= now()
-      AND j.queue = $1::text
-      AND j.kind = ANY (ARRAY(SELECT kind FROM k WHERE cap IS NULL))
-      AND EXISTS (SELECT 1 FROM k WHERE cap IS NULL)
-      AND j.payload_version <= ($3::integer[])[array_position($2::text[], j.kind)]
-      AND (j.deadline IS NULL OR j.deadline > now())
-      AND NOT j.cancel_requested
-    ORDER BY j.priority, j.run_at, j.id
-    LIMIT $5::integer
-    FOR UPDATE SKIP LOCKED
-),
-limited AS (
+picked AS (
     SELECT c.id, c.priority, c.run_at
     FROM room
     CROSS JOIN LATERAL (
         SELECT j.id, j.priority, j.run_at
         FROM job.jobs j
-        WHERE j.state IN ('available', 'scheduled', 'retryable')
-          AND j.run_at <= now()
-          AND j.queue = $1::text
+        WHERE j.queue = $1::text
           AND j.kind = room.kind
-          AND j.payload_version <= ($3::integer[])[array_position($2::text[], j.kind)]
+          AND j.state = 'available'
+          AND j.run_at <= now()
+          AND j.payload_version <= room.version
           AND (j.deadline IS NULL OR j.deadline > now())
           AND NOT j.cancel_requested
         ORDER BY j.priority, j.run_at, j.id
-        LIMIT least(room.room, $5::integer)
+        LIMIT room.room
         FOR UPDATE SKIP LOCKED
     ) c
     WHERE room.room > 0
-),
-picked AS (
-    SELECT id, priority, run_at FROM free
-    UNION ALL
-    SELECT id, priority, run_at FROM limited
-    ORDER BY priority, run_at, id
+    ORDER BY c.priority, c.run_at, c.id
     LIMIT $5::integer
 ),
 claimed AS (

@@ -1,31 +1,57 @@
 -- The queues at a glance, within the tenant scope $1 (null: every tenant): per queue, the jobs
 -- waiting (by state, with how long the oldest due one has been due), running, reported stuck,
 -- the dead letters, and the jobs finished in the last $3 seconds (by state). Each part reads
--- at most $2 rows (waiting: $2 per queue), each through the partial index that holds only its
--- rows (jobs_claim_idx, jobs_rescue_idx, jobs_discarded_idx, jobs_finalized_idx), in that
+-- at most $2 rows (waiting: $2 per queue and kind of state), each through the partial index
+-- that holds only its rows (jobs_claim_idx for available jobs, jobs_due_idx for scheduled and
+-- retryable ones, jobs_rescue_idx, jobs_discarded_idx, jobs_finalized_idx), in that
 -- index's order so that the plan is a bounded index scan: a part that reaches $2 rows is a
 -- lower bound (the caller marks it), and no part reads the table.
-WITH RECURSIVE queues AS (
-    -- The queues that have waiting jobs, one index probe each (a loose scan of jobs_claim_idx).
+WITH RECURSIVE available_queues AS (
+    -- The queues that have available jobs, one index probe each (a loose scan of
+    -- jobs_claim_idx).
     (SELECT j.queue FROM job.jobs j
-     WHERE j.state IN ('scheduled', 'available', 'retryable')
+     WHERE j.state = 'available'
      ORDER BY j.queue LIMIT 1)
     UNION ALL
     SELECT (SELECT j.queue FROM job.jobs j
-            WHERE j.state IN ('scheduled', 'available', 'retryable') AND j.queue > q.queue
+            WHERE j.state = 'available' AND j.queue > q.queue
             ORDER BY j.queue LIMIT 1)
-    FROM queues q
+    FROM available_queues q
+    WHERE q.queue IS NOT NULL
+), later_queues AS (
+    -- The queues that have scheduled or retryable jobs (a loose scan of jobs_due_idx).
+    (SELECT j.queue FROM job.jobs j
+     WHERE j.state IN ('scheduled', 'retryable')
+     ORDER BY j.queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.queue FROM job.jobs j
+            WHERE j.state IN ('scheduled', 'retryable') AND j.queue > q.queue
+            ORDER BY j.queue LIMIT 1)
+    FROM later_queues q
     WHERE q.queue IS NOT NULL
 ), waiting AS (
-    -- Per queue, at most $2 of its waiting jobs.
+    -- Per queue, at most $2 of its available jobs (in jobs_claim_idx's order) and at most $2
+    -- of its scheduled and retryable ones (the soonest due first).
     SELECT q.queue, w.state, w.run_at
-    FROM queues q
+    FROM available_queues q
     CROSS JOIN LATERAL (
         SELECT j.state::text AS state, j.run_at
         FROM job.jobs j
-        WHERE j.queue = q.queue AND j.state IN ('scheduled', 'available', 'retryable')
+        WHERE j.queue = q.queue AND j.state = 'available'
           AND ($1::text IS NULL OR j.tenant = $1::text)
-        ORDER BY j.priority, j.run_at, j.id
+        ORDER BY j.kind, j.priority, j.run_at, j.id
+        LIMIT $2::integer
+    ) w
+    WHERE q.queue IS NOT NULL
+    UNION ALL
+    SELECT q.queue, w.state, w.run_at
+    FROM later_queues q
+    CROSS JOIN LATERAL (
+        SELECT j.state::text AS state, j.run_at
+        FROM job.jobs j
+        WHERE j.queue = q.queue AND j.state IN ('scheduled', 'retryable')
+          AND ($1::text IS NULL OR j.tenant = $1::text)
+        ORDER BY j.run_at
         LIMIT $2::integer
     ) w
     WHERE q.queue IS NOT NULL

@@ -9,7 +9,7 @@ use job_core::{ClaimKind, ClaimRequest, JobId, JobState, NewJob, Outcome, RunAt,
 use tokio::sync::Barrier;
 
 use super::support::{
-    assert_nothing_to_claim, claim_one, finalize_one, kind, new_job, request, row, NOOP,
+    assert_nothing_to_claim, claim_one, finalize_one, kind, new_job, request, row, ClaimDue, NOOP,
 };
 
 /// Due jobs are claimed by priority (lower first), then run time, then id, across batches.
@@ -49,11 +49,11 @@ pub async fn claim_order_is_priority_then_run_at_then_id<S: Store>(store: S) {
     .collect();
 
     // One batch comes back in claim order...
-    let claimed = store.claim(&request(&[NOOP], 4)).await.unwrap();
+    let claimed = store.claim_due(&request(&[NOOP], 4)).await.unwrap();
     let got: Vec<JobId> = claimed.iter().map(|c| c.lease.id).collect();
     assert_eq!(got, expected[..4]);
     // ...and the next batch continues where it stopped.
-    let claimed = store.claim(&request(&[NOOP], 4)).await.unwrap();
+    let claimed = store.claim_due(&request(&[NOOP], 4)).await.unwrap();
     let got: Vec<JobId> = claimed.iter().map(|c| c.lease.id).collect();
     assert_eq!(got, expected[4..]);
 }
@@ -66,16 +66,25 @@ pub async fn claim_takes_at_most_the_limit_and_only_from_its_queue<S: Store>(sto
         ..new_job(NOOP)
     });
     let ids = store.enqueue_many(jobs).await.unwrap();
-    assert_eq!(store.claim(&request(&[NOOP], 0)).await.unwrap(), vec![]);
-    assert_eq!(store.claim(&request(&[NOOP], 3)).await.unwrap().len(), 3);
-    assert_eq!(store.claim(&request(&[NOOP], 3)).await.unwrap().len(), 2);
-    assert_eq!(store.claim(&request(&[NOOP], 3)).await.unwrap().len(), 0);
+    assert_eq!(store.claim_due(&request(&[NOOP], 0)).await.unwrap(), vec![]);
+    assert_eq!(
+        store.claim_due(&request(&[NOOP], 3)).await.unwrap().len(),
+        3
+    );
+    assert_eq!(
+        store.claim_due(&request(&[NOOP], 3)).await.unwrap().len(),
+        2
+    );
+    assert_eq!(
+        store.claim_due(&request(&[NOOP], 3)).await.unwrap().len(),
+        0
+    );
     assert_eq!(row(&store, ids[5]).await.state, JobState::Available);
     let other = ClaimRequest {
         queue: "other".into(),
         ..request(&[NOOP], 3)
     };
-    let claimed = store.claim(&other).await.unwrap();
+    let claimed = store.claim_due(&other).await.unwrap();
     assert_eq!(claimed.len(), 1);
     assert_eq!(claimed[0].lease.id, ids[5]);
 }
@@ -87,13 +96,13 @@ pub async fn unknown_kinds_are_never_claimed_and_stay_untouched<S: Store>(store:
     let before = row(&store, unknown).await;
 
     let claimed = store
-        .claim(&request(&["conformance.known"], 10))
+        .claim_due(&request(&["conformance.known"], 10))
         .await
         .unwrap();
     let ids: Vec<JobId> = claimed.iter().map(|c| c.lease.id).collect();
     assert_eq!(ids, vec![known]);
     assert_nothing_to_claim(&store, "conformance.known").await;
-    assert_eq!(store.claim(&request(&[], 10)).await.unwrap(), vec![]);
+    assert_eq!(store.claim_due(&request(&[], 10)).await.unwrap(), vec![]);
     assert_eq!(row(&store, unknown).await, before);
 }
 
@@ -118,14 +127,14 @@ pub async fn a_row_with_a_payload_version_above_the_workers_max_is_never_claimed
         ..request(&[], 10)
     };
     let claimed: Vec<(JobId, i32)> = store
-        .claim(&old_worker)
+        .claim_due(&old_worker)
         .await
         .unwrap()
         .iter()
         .map(|c| (c.lease.id, c.payload_version))
         .collect();
     assert_eq!(claimed, vec![(v1, 1), (v2, 2)]);
-    assert_eq!(store.claim(&old_worker).await.unwrap(), vec![]);
+    assert_eq!(store.claim_due(&old_worker).await.unwrap(), vec![]);
     assert_eq!(row(&store, v3).await, before);
 }
 
@@ -151,7 +160,7 @@ pub async fn each_kind_is_claimed_with_its_own_lease_and_max_version<S: Store>(s
         ],
         ..request(&[], 10)
     };
-    assert_eq!(store.claim(&both).await.unwrap().len(), 2);
+    assert_eq!(store.claim_due(&both).await.unwrap().len(), 2);
     let short = row(&store, short).await.locked_until.unwrap();
     let long = row(&store, long).await.locked_until.unwrap();
     let gap = long - short;
@@ -181,12 +190,12 @@ pub async fn a_kind_concurrency_limit_caps_its_running_jobs<S: Store>(store: S) 
         }],
         ..request(&[], 10)
     };
-    let first = store.claim(&limited).await.unwrap();
+    let first = store.claim_due(&limited).await.unwrap();
     assert_eq!(first.len(), 2, "{first:?}");
-    assert_eq!(store.claim(&limited).await.unwrap(), vec![]);
+    assert_eq!(store.claim_due(&limited).await.unwrap(), vec![]);
     finalize_one(&store, first[0].lease, Outcome::Complete).await;
-    assert_eq!(store.claim(&limited).await.unwrap().len(), 1);
-    assert_eq!(store.claim(&limited).await.unwrap(), vec![]);
+    assert_eq!(store.claim_due(&limited).await.unwrap().len(), 1);
+    assert_eq!(store.claim_due(&limited).await.unwrap(), vec![]);
 }
 
 /// Eight claimers racing over 500 jobs hand every job out exactly once, at attempt 1.
@@ -216,7 +225,7 @@ pub async fn claims_by_8_concurrent_tasks_never_hand_one_job_to_two_claimers<S: 
                 start.wait().await;
                 let mut mine = Vec::new();
                 loop {
-                    let batch = store.claim(&request).await.unwrap();
+                    let batch = store.claim_due(&request).await.unwrap();
                     if batch.is_empty() {
                         return (request.worker_id, mine);
                     }

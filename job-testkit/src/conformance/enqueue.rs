@@ -5,7 +5,9 @@ use std::time::{Duration, Instant};
 use chrono::Utc;
 use job_core::{JobState, NewJob, RunAt, Store};
 
-use super::support::{assert_nothing_to_claim, claim_one, new_job, request, row, NOOP, PATIENCE};
+use super::support::{
+    assert_nothing_to_claim, claim_one, new_job, request, row, ClaimDue, NOOP, PATIENCE,
+};
 
 /// `enqueue` stores every field as given, `available` with no attempt, no lease, no errors.
 pub async fn enqueue_stores_the_job_as_given<S: Store>(store: S) {
@@ -112,7 +114,7 @@ pub async fn a_scheduled_job_is_claimed_once_due<S: Store>(store: S) {
     };
     let id = store.enqueue(soon).await.unwrap();
     loop {
-        let claimed = store.claim(&request(&[NOOP], 10)).await.unwrap();
+        let claimed = store.claim_due(&request(&[NOOP], 10)).await.unwrap();
         if let Some(job) = claimed.first() {
             assert_eq!(job.lease.id, id);
             break;

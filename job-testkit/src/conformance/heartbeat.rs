@@ -5,7 +5,9 @@ use std::time::Duration;
 use job_core::{Finalize, JobState, Lease, Outcome, Renewal, Rescued, Store};
 use uuid::Uuid;
 
-use super::support::{finalize_one, new_job, outlive, request, row, running, short_lease, NOOP};
+use super::support::{
+    finalize_one, new_job, outlive, request, row, running, short_lease, ClaimDue, NOOP,
+};
 
 fn renew(lease: Lease, extend_by: Duration) -> Renewal {
     Renewal {
@@ -22,7 +24,7 @@ pub async fn heartbeat_renews_and_reports_lost_leases<S: Store>(store: S) {
         .enqueue_many(vec![new_job(NOOP), new_job(NOOP), new_job(NOOP)])
         .await
         .unwrap();
-    let claimed = store.claim(&request(&[NOOP], 3)).await.unwrap();
+    let claimed = store.claim_due(&request(&[NOOP], 3)).await.unwrap();
     assert_eq!(claimed.len(), 3);
     let (alive, finished, stolen) = (claimed[0].lease, claimed[1].lease, claimed[2].lease);
     store
@@ -70,7 +72,7 @@ pub async fn heartbeat_renews_and_reports_lost_leases<S: Store>(store: S) {
 /// A lease kept alive by heartbeats outlives its original length and is never rescued.
 pub async fn a_renewed_lease_is_not_rescued_after_its_first_expiry<S: Store>(store: S) {
     let id = store.enqueue(new_job(NOOP)).await.unwrap();
-    let claimed = store.claim(&short_lease()).await.unwrap();
+    let claimed = store.claim_due(&short_lease()).await.unwrap();
     assert_eq!(claimed.len(), 1);
     let lease = claimed[0].lease;
     let report = store

@@ -9,14 +9,15 @@ use job_core::{Rescuer, RescuerConfig};
 use uuid::Uuid;
 
 use super::support::{
-    assert_lease_cleared, claim_one, new_job, outlive, row, short_lease, NOOP, SHORT_LEASE,
+    assert_lease_cleared, claim_one, new_job, outlive, row, short_lease, ClaimDue, NOOP,
+    SHORT_LEASE,
 };
 
 /// Rescue moves an expired lease to `retryable`, due at once, the attempt counted and a
 /// `lease_expired` error naming the worker recorded; a live lease is never touched.
 pub async fn rescue_only_touches_expired_leases<S: Store>(store: S) {
     let expiring = store.enqueue(new_job(NOOP)).await.unwrap();
-    assert_eq!(store.claim(&short_lease()).await.unwrap().len(), 1);
+    assert_eq!(store.claim_due(&short_lease()).await.unwrap().len(), 1);
     let live_id = store.enqueue(new_job(NOOP)).await.unwrap();
     let live = claim_one(&store, NOOP).await;
     assert_eq!(live.lease.id, live_id);
@@ -58,7 +59,7 @@ pub async fn rescue_discards_an_expired_lease_with_no_attempts_left<S: Store>(st
         ..new_job(NOOP)
     };
     let id = store.enqueue(last_try).await.unwrap();
-    assert_eq!(store.claim(&short_lease()).await.unwrap().len(), 1);
+    assert_eq!(store.claim_due(&short_lease()).await.unwrap().len(), 1);
     outlive(SHORT_LEASE).await;
     let rescued = store.rescue_expired(100).await.unwrap();
     assert_eq!(
@@ -81,7 +82,7 @@ pub async fn rescue_takes_at_most_its_limit<S: Store>(store: S) {
         .enqueue_many((0..3).map(|_| new_job(NOOP)).collect())
         .await
         .unwrap();
-    assert_eq!(store.claim(&short_lease()).await.unwrap().len(), 3);
+    assert_eq!(store.claim_due(&short_lease()).await.unwrap().len(), 3);
     outlive(SHORT_LEASE).await;
     assert_eq!(store.rescue_expired(2).await.unwrap().retried, 2);
     assert_eq!(store.rescue_expired(2).await.unwrap().retried, 1);
@@ -94,7 +95,7 @@ pub async fn the_rescuer_recovers_every_expired_lease_in_batches<S: Store>(store
         .enqueue_many((0..5).map(|_| new_job(NOOP)).collect())
         .await
         .unwrap();
-    assert_eq!(store.claim(&short_lease()).await.unwrap().len(), 5);
+    assert_eq!(store.claim_due(&short_lease()).await.unwrap().len(), 5);
     outlive(SHORT_LEASE).await;
     let config = RescuerConfig {
         batch: 2,
@@ -119,7 +120,7 @@ pub async fn the_rescuer_recovers_every_expired_lease_in_batches<S: Store>(store
 /// Once rescued, the old lease can neither finalize nor heartbeat.
 pub async fn an_expired_lease_that_was_rescued_cannot_finalize<S: Store>(store: S) {
     let id = store.enqueue(new_job(NOOP)).await.unwrap();
-    let claimed = store.claim(&short_lease()).await.unwrap();
+    let claimed = store.claim_due(&short_lease()).await.unwrap();
     assert_eq!(claimed.len(), 1);
     outlive(SHORT_LEASE).await;
     assert_eq!(store.rescue_expired(100).await.unwrap().retried, 1);
@@ -221,7 +222,7 @@ pub async fn releasing_an_execution_that_ran_records_it_without_counting_the_att
 /// before jobs that became due after it, however many wait.
 pub async fn a_rescued_job_is_claimed_before_jobs_due_after_it<S: Store>(store: S) {
     let doomed = store.enqueue(new_job(NOOP)).await.unwrap();
-    assert_eq!(store.claim(&short_lease()).await.unwrap().len(), 1);
+    assert_eq!(store.claim_due(&short_lease()).await.unwrap().len(), 1);
     // A backlog that became due after the doomed job was claimed.
     tokio::time::sleep(Duration::from_millis(20)).await;
     let mut backlog = Vec::new();
@@ -235,7 +236,7 @@ pub async fn a_rescued_job_is_claimed_before_jobs_due_after_it<S: Store>(store: 
     outlive(SHORT_LEASE).await;
     assert_eq!(store.rescue_expired(100).await.unwrap().retried, 1);
     let next = store
-        .claim(&super::support::request(&[NOOP], 1))
+        .claim_due(&super::support::request(&[NOOP], 1))
         .await
         .unwrap();
     assert_eq!(

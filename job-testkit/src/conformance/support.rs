@@ -4,8 +4,21 @@ use std::time::{Duration, Instant};
 
 use job_core::{
     ClaimKind, ClaimRequest, ClaimedJob, Finalize, Finalized, JobId, JobRow, JobState, Lease,
-    NewJob, Outcome, Store,
+    NewJob, Outcome, Store, StoreError,
 };
+
+/// A claim as a worker makes it: due jobs staged first ([`Store::stage_due`], which a
+/// worker's stager runs every poll interval), then claimed.
+pub(crate) trait ClaimDue {
+    async fn claim_due(&self, request: &ClaimRequest) -> Result<Vec<ClaimedJob>, StoreError>;
+}
+
+impl<S: Store> ClaimDue for S {
+    async fn claim_due(&self, request: &ClaimRequest) -> Result<Vec<ClaimedJob>, StoreError> {
+        self.stage_due(u32::MAX).await?;
+        self.claim(request).await
+    }
+}
 
 /// The kind most tests enqueue.
 pub(crate) const NOOP: &str = "conformance.noop";
@@ -78,7 +91,7 @@ pub(crate) async fn running<S: Store>(store: &S) -> ClaimedJob {
 
 /// Claims exactly one job of `kind`, failing when there is not exactly one to claim.
 pub(crate) async fn claim_one<S: Store>(store: &S, kind: &str) -> ClaimedJob {
-    let mut claimed = store.claim(&request(&[kind], 10)).await.unwrap();
+    let mut claimed = store.claim_due(&request(&[kind], 10)).await.unwrap();
     assert_eq!(
         claimed.len(),
         1,
@@ -89,7 +102,7 @@ pub(crate) async fn claim_one<S: Store>(store: &S, kind: &str) -> ClaimedJob {
 
 /// Asserts that nothing of `kind` can be claimed now.
 pub(crate) async fn assert_nothing_to_claim<S: Store>(store: &S, kind: &str) {
-    let claimed = store.claim(&request(&[kind], 10)).await.unwrap();
+    let claimed = store.claim_due(&request(&[kind], 10)).await.unwrap();
     assert_eq!(claimed, vec![], "expected nothing of {kind} to claim");
 }
 

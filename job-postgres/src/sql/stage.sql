@@ -1,0 +1,44 @@
+-- Makes up to $1 due jobs claimable: `scheduled` and `retryable` rows whose run_at has come
+-- become `available`, keeping their run_at (their place in the claim's order), skipping rows
+-- someone holds. Reads only due rows: a loose scan of jobs_due_idx finds the queues that have
+-- waiting rows (one index probe each), then each queue's due rows in run_at order. Wakes the
+-- queues it filled (NOTIFY is delivered at commit). Returns how many rows it staged.
+WITH RECURSIVE queues AS (
+    (SELECT j.queue FROM job.jobs j
+     WHERE j.state IN ('scheduled', 'retryable')
+     ORDER BY j.queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.queue FROM job.jobs j
+            WHERE j.state IN ('scheduled', 'retryable') AND j.queue > q.queue
+            ORDER BY j.queue LIMIT 1)
+    FROM queues q
+    WHERE q.queue IS NOT NULL
+),
+due AS (
+    SELECT d.id
+    FROM queues q
+    CROSS JOIN LATERAL (
+        SELECT j.id
+        FROM job.jobs j
+        WHERE j.queue = q.queue
+          AND j.state IN ('scheduled', 'retryable')
+          AND j.run_at <= now()
+        ORDER BY j.run_at
+        LIMIT $1::integer
+        FOR UPDATE SKIP LOCKED
+    ) d
+    WHERE q.queue IS NOT NULL
+    LIMIT $1::integer
+),
+staged AS (
+    UPDATE job.jobs j
+    SET state = 'available'
+    FROM due
+    WHERE j.id = due.id AND j.state IN ('scheduled', 'retryable')
+    RETURNING j.queue
+),
+woken AS (
+    SELECT pg_notify('job_insert', s.queue)
+    FROM (SELECT DISTINCT queue FROM staged) s
+)
+SELECT (SELECT count(*) FROM staged) AS staged, (SELECT count(*) FROM woken) AS woken

@@ -1,0 +1,226 @@
+//! What a claim reads follows what it returns (PostgreSQL specifics; the claim's contract is in
+//! `job_testkit::conformance::claim`): rows it cannot take, however many, are never read.
+//! Measured on the statement's own plan (`EXPLAIN ANALYZE`, rows read by every scan of
+//! `job.jobs`), not by a clock.
+
+mod store_support;
+
+use job_core::{ClaimKind, ClaimRequest, Store};
+use job_testkit::TestDb;
+use serde_json::Value;
+use store_support::{kind, request};
+
+const CLAIM: &str = include_str!("../job-postgres/src/sql/claim.sql");
+
+/// Inserts `n` jobs of `kind` in `state`, due `run_at` (an SQL expression).
+async fn fill(pool: &sqlx::PgPool, n: i64, kind: &str, state: &str, run_at: &str) {
+    sqlx::query(&format!(
+        "INSERT INTO job.jobs (kind, queue, payload, state, run_at)
+         SELECT $2, 'default', '{{}}', '{state}', {run_at} + g * interval '1 millisecond'
+         FROM generate_series(1, $1::bigint) g"
+    ))
+    .bind(n)
+    .bind(kind)
+    .execute(pool)
+    .await
+    .unwrap();
+}
+
+/// Rows every scan of `job.jobs` in `plan` read: those it returned (times its loops) and those
+/// its filter removed.
+fn rows_read(plan: &Value) -> f64 {
+    let mut total = 0.0;
+    if plan["Relation Name"] == "jobs" {
+        let loops = plan["Actual Loops"].as_f64().unwrap_or(1.0);
+        total += plan["Actual Rows"].as_f64().unwrap_or(0.0) * loops;
+        total += plan["Rows Removed by Filter"].as_f64().unwrap_or(0.0);
+        total += plan["Rows Removed by Index Recheck"]
+            .as_f64()
+            .unwrap_or(0.0);
+    }
+    if let Some(children) = plan["Plans"].as_array() {
+        total += children.iter().map(rows_read).sum::<f64>();
+    }
+    total
+}
+
+/// Runs the claim under `EXPLAIN ANALYZE` in a transaction it rolls back; returns (jobs
+/// claimed, rows of `job.jobs` read).
+async fn explain_claim(pool: &sqlx::PgPool, request: &ClaimRequest) -> (f64, f64) {
+    let mut tx = pool.begin().await.unwrap();
+    let kinds: Vec<&str> = request.kinds.iter().map(|k| k.kind.as_str()).collect();
+    let versions: Vec<i32> = request.kinds.iter().map(|k| k.max_version).collect();
+    let leases: Vec<i64> = request.kinds.iter().map(|_| 30_000).collect();
+    let caps: Vec<Option<i32>> = request
+        .kinds
+        .iter()
+        .map(|k| k.concurrency.map(|c| c as i32))
+        .collect();
+    let (plan,): (Value,) = sqlx::query_as(&format!("EXPLAIN (ANALYZE, FORMAT JSON) {CLAIM}"))
+        .bind(&request.queue)
+        .bind(kinds)
+        .bind(versions)
+        .bind(leases)
+        .bind(request.limit as i32)
+        .bind(&request.worker_id)
+        .bind(caps)
+        .fetch_one(&mut *tx)
+        .await
+        .unwrap();
+    tx.rollback().await.unwrap();
+    let root = &plan[0]["Plan"];
+    (root["Actual Rows"].as_f64().unwrap(), rows_read(root))
+}
+
+#[tokio::test]
+async fn a_claim_reads_only_what_it_can_take() {
+    let db = TestDb::new().await;
+    let store = db.store();
+    let pool = store.pool();
+    // 20,000 jobs of the claimed kind scheduled next month; 20,000 due jobs of a kind this
+    // worker does not run, older than everything; 5,000 due jobs of a paused kind; a limited
+    // kind at its limit (2 running) with 5,000 due; and 10 due jobs of the claimed kind.
+    fill(
+        pool,
+        20_000,
+        "a.claimed",
+        "scheduled",
+        "now() + interval '30 days'",
+    )
+    .await;
+    fill(
+        pool,
+        20_000,
+        "b.unregistered",
+        "available",
+        "now() - interval '1 day'",
+    )
+    .await;
+    fill(
+        pool,
+        5_000,
+        "c.paused",
+        "available",
+        "now() - interval '1 day'",
+    )
+    .await;
+    fill(
+        pool,
+        5_002,
+        "d.limited",
+        "available",
+        "now() - interval '1 day'",
+    )
+    .await;
+    fill(
+        pool,
+        10,
+        "a.claimed",
+        "available",
+        "now() - interval '1 hour'",
+    )
+    .await;
+    sqlx::query("ANALYZE job.jobs").execute(pool).await.unwrap();
+    sqlx::query("INSERT INTO job.pauses (scope, name) VALUES ('kind', 'c.paused')")
+        .execute(pool)
+        .await
+        .unwrap();
+    let limited = ClaimKind {
+        concurrency: Some(2),
+        ..kind("d.limited")
+    };
+    let mut two = request(&[], 2);
+    two.kinds = vec![limited.clone()];
+    assert_eq!(
+        store.claim(&two).await.unwrap().len(),
+        2,
+        "d.limited at its limit"
+    );
+
+    let mut claim = request(&["a.claimed", "c.paused"], 100);
+    claim.kinds.push(limited);
+    let (claimed, read) = explain_claim(pool, &claim).await;
+    assert_eq!(claimed, 10.0, "only the 10 due jobs of the claimed kind");
+    // The 10 it claims (read by their kind's scan, then by the update's primary-key lookup and
+    // the update itself), the 2 running jobs of the limited kind it counts, and nothing of
+    // the 50,000 it cannot take.
+    assert!(
+        read <= 3.0 * claimed + 2.0,
+        "the claim read {read} rows of job.jobs to claim {claimed}"
+    );
+
+    // Idle: nothing due of a kind this worker runs, the same rows waiting.
+    let idle = request(&["a.claimed"], 100);
+    let _ = store.claim(&idle).await.unwrap();
+    let (claimed, read) = explain_claim(pool, &idle).await;
+    assert_eq!(claimed, 0.0);
+    assert!(read <= 1.0, "an idle claim read {read} rows of job.jobs");
+}
+
+#[tokio::test]
+async fn due_jobs_become_claimable_through_the_stager_and_keep_their_place() {
+    let db = TestDb::new().await;
+    let store = db.store();
+    let pool = store.pool();
+    // Due long ago but scheduled: not claimable until staged; then claimed ahead of a job that
+    // became available after it (it keeps its run_at).
+    fill(
+        pool,
+        1,
+        "a.claimed",
+        "scheduled",
+        "now() - interval '2 hours'",
+    )
+    .await;
+    fill(
+        pool,
+        1,
+        "a.claimed",
+        "available",
+        "now() - interval '1 hour'",
+    )
+    .await;
+    fill(
+        pool,
+        1,
+        "a.claimed",
+        "retryable",
+        "now() + interval '1 hour'",
+    )
+    .await;
+    let first = store.claim(&request(&["a.claimed"], 10)).await.unwrap();
+    assert_eq!(first.len(), 1, "only the available one before staging");
+    assert_eq!(
+        store.stage_due(100).await.unwrap(),
+        1,
+        "the due scheduled job"
+    );
+    assert_eq!(
+        store.stage_due(100).await.unwrap(),
+        0,
+        "the retry is not due yet"
+    );
+    let states: Vec<(String, bool)> = sqlx::query_as(
+        "SELECT state::text, run_at < now() - interval '90 minutes' FROM job.jobs ORDER BY id",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        states,
+        vec![
+            ("available".to_owned(), true),
+            ("running".to_owned(), false),
+            ("retryable".to_owned(), false),
+        ],
+        "staged with its run_at kept"
+    );
+    assert_eq!(
+        store
+            .claim(&request(&["a.claimed"], 10))
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+}
