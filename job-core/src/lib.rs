@@ -58,6 +58,6 @@ pub use maintenance::{
     Scheduled, Scheduler, SchedulerConfig, Stager, StagerConfig,
 };
 pub use worker::{
-    shutdown_signal, ConnectionBudget, DrainReport, Prefetch, Worker, WorkerBuilder,
-    WorkerConfig, WorkerHandle, WorkerStats, RELEASE_TIMEOUT,
+    shutdown_signal, ConnectionBudget, DrainReport, Prefetch, Worker, WorkerBuilder, WorkerConfig,
+    WorkerHandle, WorkerStats, RELEASE_TIMEOUT,
 };
