@@ -35,9 +35,9 @@
 //!     SendInvoice { invoice_id: 42 }.enqueue(&mut *tx).await?;
 //!     tx.commit().await?;
 //!
-//!     // Run a worker until ctrl-c, then drain: finish or release what is running.
+//!     // Run a worker until SIGTERM or ctrl-c, then drain: finish or release what is running.
 //!     let worker = Worker::builder(store).register::<SendInvoice>().queue("mail", 10).build()?;
-//!     worker.run_until(async { tokio::signal::ctrl_c().await.unwrap() }).await;
+//!     worker.run_until_signal().await;
 //!     Ok(())
 //! }
 //! ```
@@ -55,13 +55,20 @@ pub use job_core::{
     MAX_ERROR_HISTORY, MAX_ERROR_MESSAGE, MAX_NAME_LEN, MAX_STEP_NAME, MAX_STEP_OUTPUT, MAX_TAGS,
     MAX_UNIQUE_KEY_LEN,
 };
+// Telemetry: metrics, traces, progress.
+pub use job_core::{
+    current_traceparent, describe_metrics, record_enqueued, valid_traceparent, DeadLetterCount,
+    MetricInfo, MetricKind, QueueCount, Report, ReportRequest, MAX_PROGRESS, MAX_PROGRESS_MESSAGE,
+    METRICS, NO_OWNER, TRACEPARENT_LEN,
+};
 // Errors.
 pub use job_core::{BoxError, BuildError, EnqueueError, StoreError};
 // The worker and its maintenance services.
 pub use job_core::{
-    ConnectionBudget, DrainReport, Periodic, Prefetch, Pruned, Pruner, PrunerConfig, Rescuer,
-    RescuerConfig, Scheduled, Scheduler, SchedulerConfig, Worker, WorkerBuilder, WorkerConfig,
-    WorkerHandle, WorkerStats, RELEASE_TIMEOUT,
+    shutdown_signal, ConnectionBudget, DrainReport, Periodic, Prefetch, Pruned, Pruner,
+    PrunerConfig, Reporter, ReporterConfig, Rescuer, RescuerConfig, Scheduled, Scheduler,
+    SchedulerConfig, Worker, WorkerBuilder, WorkerConfig, WorkerHandle, WorkerStats,
+    RELEASE_TIMEOUT,
 };
 // Operating on stored jobs.
 pub use job_core::{Admin, Cancelled, JobFilter, Pause, Redriven, StateCount, Stats};

@@ -17,6 +17,7 @@ mod attempt;
 mod contract;
 mod maintenance;
 mod model;
+mod telemetry;
 mod worker;
 
 pub use model::attempt_info::{AttemptInfo, StopReason};
@@ -32,8 +33,14 @@ pub use model::outcome::{AttemptEnd, ErrorClass, Failure, Outcome, DEFAULT_MAX_S
 pub use model::state::{JobState, UnknownState};
 pub use model::text::{storable_text, MAX_ERROR_HISTORY, MAX_ERROR_MESSAGE};
 
+pub use telemetry::{
+    current_traceparent, describe_metrics, record_enqueued, valid_traceparent, MetricInfo,
+    MetricKind, MAX_PROGRESS, MAX_PROGRESS_MESSAGE, METRICS, NO_OWNER, TRACEPARENT_LEN,
+};
+
 pub use contract::admin::{Admin, Cancelled, JobFilter, Pause, Redriven, StateCount, Stats};
 pub use contract::layer::{BoxFuture, Call, Layered, Returned, StoreLayer};
+pub use contract::report::{DeadLetterCount, QueueCount, Report, ReportRequest};
 pub use contract::store::{
     duration_millis, AttemptError, ClaimKind, ClaimRequest, ClaimedJob, Expired, Finalize,
     Finalized, HeartbeatReport, JobRow, Lease, PruneRequest, Release, Renewal, Rescued, Store,
@@ -47,10 +54,10 @@ pub use attempt::registry::{decode, BoxJobFuture, Handler, Poison, Registry};
 pub use attempt::step::{AttemptHooks, StoreSteps, MAX_STEP_NAME, MAX_STEP_OUTPUT};
 
 pub use maintenance::{
-    Periodic, Pruned, Pruner, PrunerConfig, Rescuer, RescuerConfig, Scheduled, Scheduler,
-    SchedulerConfig, Stager, StagerConfig,
+    Periodic, Pruned, Pruner, PrunerConfig, Reporter, ReporterConfig, Rescuer, RescuerConfig,
+    Scheduled, Scheduler, SchedulerConfig, Stager, StagerConfig,
 };
 pub use worker::{
-    ConnectionBudget, DrainReport, Prefetch, Worker, WorkerBuilder, WorkerConfig, WorkerHandle,
-    WorkerStats, RELEASE_TIMEOUT,
+    shutdown_signal, ConnectionBudget, DrainReport, Prefetch, Worker, WorkerBuilder, WorkerConfig,
+    WorkerHandle, WorkerStats, RELEASE_TIMEOUT,
 };

@@ -27,11 +27,12 @@ mod kw {
     syn::custom_keyword!(cap);
     syn::custom_keyword!(unique);
     syn::custom_keyword!(concurrency);
+    syn::custom_keyword!(owner);
 }
 
 /// Every key, for the message about an unknown one.
 const KEYS: &str = "`kind`, `version`, `upgrade`, `queue`, `priority`, `retry`, `timeout`, \
-                    `lease`, `backoff`, `unique`, `concurrency`";
+                    `lease`, `backoff`, `unique`, `concurrency`, `owner`";
 
 /// The longest queue or kind name the store accepts (`job_core::MAX_NAME_LEN`).
 pub(crate) const MAX_NAME_LEN: usize = 128;
@@ -61,6 +62,7 @@ pub(crate) struct JobArgs {
     pub(crate) backoff: Option<BackoffArgs>,
     pub(crate) unique: Option<UniqueKey>,
     pub(crate) concurrency: Option<u32>,
+    pub(crate) owner: Option<String>,
 }
 
 /// `unique = "invoice:{invoice_id}"`: literal text and `{field}` placeholders (`{{` and `}}`
@@ -201,6 +203,7 @@ struct Keys {
     backoff: Slot<BackoffArgs>,
     unique: Slot<UniqueKey>,
     concurrency: Slot<u32>,
+    owner: Slot<String>,
 }
 
 impl Default for Keys {
@@ -217,6 +220,7 @@ impl Default for Keys {
             backoff: Slot::new("backoff"),
             unique: Slot::new("unique"),
             concurrency: Slot::new("concurrency"),
+            owner: Slot::new("owner"),
         }
     }
 }
@@ -304,6 +308,10 @@ impl Keys {
             let what = "1 or more (running jobs of this kind across every worker)";
             let limit = integer(&value, "concurrency", 1..=u32::MAX.into(), what);
             self.concurrency.set(key.span, limit, errors);
+        } else if input.peek(kw::owner) {
+            let key: kw::owner = input.parse()?;
+            let value = value(input, at, "owner", r#"owner = "billing""#)?;
+            self.owner.set(key.span, name("owner", &value), errors);
         } else {
             let key = Ident::parse_any(input)
                 .map_err(|e| syn::Error::new(e.span(), format!("expected a key, one of {KEYS}")))?;
@@ -327,6 +335,7 @@ impl Keys {
             backoff: self.backoff.value,
             unique: self.unique.value,
             concurrency: self.concurrency.value,
+            owner: self.owner.value,
         };
         // A refused `upgrade` has its own error already.
         if let (Some(_), Some(span)) = (&args.upgrade, self.upgrade.span) {

@@ -304,11 +304,14 @@ fn options(args: &JobArgs) -> Option<TokenStream> {
         let limit = Literal::u32_unsuffixed(limit);
         set.push(quote!(concurrency: ::core::option::Option::Some(#limit)));
     }
+    if let Some(owner) = &args.owner {
+        set.push(quote!(owner: ::core::option::Option::Some(#owner)));
+    }
     if set.is_empty() {
         return None;
     }
     // With every field given, the update fills nothing; it stays for fields added later.
-    let allow = (set.len() == 7).then(|| quote!(#[allow(clippy::needless_update)]));
+    let allow = (set.len() == 8).then(|| quote!(#[allow(clippy::needless_update)]));
     Some(quote! {
         #allow
         const OPTIONS: ::job::JobOptions = ::job::JobOptions {

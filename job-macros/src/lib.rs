@@ -141,6 +141,7 @@ use proc_macro::TokenStream;
 /// | `upgrade = path` | a function | turns older payloads into the current version; needs `version >= 2` |
 /// | `unique = "invoice:{invoice_id}"` | a template of `{parameter}` names | each job's unique key, from its payload: at most one active job per key (see the README's unique jobs) |
 /// | `concurrency = N` | `1..` | at most `N` running jobs of the kind across every worker, enforced by the claim |
+/// | `owner = "billing"` | a name (1–128 bytes) | the team that owns the kind: a label on its metrics and shown with its dead letters |
 ///
 /// Durations are [humantime](https://docs.rs/humantime) text, parsed at compile time:
 /// `"500ms"`, `"30s"`, `"2m"`, `"1h 30m"`, `"2 minutes"`; zero, negative and over 100 years

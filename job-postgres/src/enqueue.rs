@@ -59,6 +59,8 @@ pub async fn enqueue<'e, E: PgExecutor<'e>>(
             .bind(unique.scope.as_str())
             .bind(unique.on_duplicate == OnDuplicate::Replace);
     }
+    // $13 in enqueue.sql, $16 in enqueue_unique.sql: after the unique key's binds.
+    let query = query.bind(&job.traceparent);
     let (id, outcome) = query
         .fetch_one(executor)
         .await
@@ -69,7 +71,10 @@ pub async fn enqueue<'e, E: PgExecutor<'e>>(
             key: unique.key.clone(),
             existing: id,
         }),
-        _ => Ok(id),
+        _ => {
+            job_core::record_enqueued(job);
+            Ok(id)
+        }
     }
 }
 
@@ -105,6 +110,7 @@ pub async fn enqueue_many<'e, E: PgExecutor<'e>>(
     let mut deadline_mss = Vec::with_capacity(n);
     let mut tags = Vec::with_capacity(n);
     let mut tenants = Vec::with_capacity(n);
+    let mut traces = Vec::with_capacity(n);
     for job in jobs {
         let (run_at, delay_ms) = split_run_at(job.run_at);
         kinds.push(job.kind.as_str());
@@ -122,6 +128,7 @@ pub async fn enqueue_many<'e, E: PgExecutor<'e>>(
             (!job.tags.is_empty()).then(|| serde_json::to_string(&job.tags).unwrap_or_default()),
         );
         tenants.push(job.tenant.as_deref());
+        traces.push(job.traceparent.as_deref());
     }
     let mut ids: Vec<JobId> = sqlx::query_scalar(sql::ENQUEUE_MANY)
         .bind(kinds)
@@ -136,9 +143,13 @@ pub async fn enqueue_many<'e, E: PgExecutor<'e>>(
         .bind(deadline_mss)
         .bind(tags)
         .bind(tenants)
+        .bind(traces)
         .fetch_all(executor)
         .await
         .map_err(|e| refused(None, "enqueue_many", e))?;
+    for job in jobs {
+        job_core::record_enqueued(job);
+    }
     // Rows are inserted in input order, so their identity ids ascend in input order; sorting
     // makes the answer independent of the order RETURNING happens to emit them in.
     ids.sort_unstable();
@@ -360,6 +371,14 @@ impl<J: Job> Enqueue<J> {
     /// Records the tenant the job belongs to; listings and stats filter by tenant.
     pub fn tenant(mut self, tenant: impl Into<String>) -> Self {
         self.options.tenant = Some(tenant.into());
+        self
+    }
+
+    /// Joins the job's attempts to the trace of this W3C `traceparent` (from an incoming
+    /// request's header, say) instead of the current span's (see
+    /// [`job_core::current_traceparent`]).
+    pub fn traceparent(mut self, traceparent: impl Into<String>) -> Self {
+        self.options.traceparent = Some(traceparent.into());
         self
     }
 

@@ -90,10 +90,33 @@ pub(crate) async fn claim<'e, E: PgExecutor<'e>>(
                 attempt: row.try_get("attempt")?,
                 max_attempts: row.try_get("max_attempts")?,
                 snoozes: row.try_get("snoozes")?,
+                waited: Duration::from_millis(row.try_get::<i64, _>("waited_ms")?.unsigned_abs()),
+                traceparent: row.try_get("trace_context")?,
             })
         })
         .collect::<Result<_, sqlx::Error>>()
         .map_err(Error::query("claim"))
+}
+
+/// Records the latest progress of running jobs, guarded by (id, lock_token) and running.
+pub(crate) async fn save_progress<'e, E: PgExecutor<'e>>(
+    executor: E,
+    progress: &[(Lease, String)],
+) -> Result<u64, Error> {
+    if progress.is_empty() {
+        return Ok(0);
+    }
+    let ids: Vec<JobId> = progress.iter().map(|(l, _)| l.id).collect();
+    let tokens: Vec<Uuid> = progress.iter().map(|(l, _)| l.token).collect();
+    let values: Vec<&str> = progress.iter().map(|(_, p)| p.as_str()).collect();
+    let saved: i64 = sqlx::query_scalar(sql::PROGRESS_SAVE)
+        .bind(ids)
+        .bind(tokens)
+        .bind(values)
+        .fetch_one(executor)
+        .await
+        .map_err(Error::query("progress_save"))?;
+    Ok(saved.unsigned_abs())
 }
 
 /// Renews leases in one statement, guarded by (id, lock_token) and running.

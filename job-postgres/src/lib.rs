@@ -14,6 +14,7 @@ mod lease;
 mod listen;
 mod migrate;
 mod pool;
+mod report;
 mod row;
 mod sql;
 mod steps;

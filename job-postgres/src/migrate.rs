@@ -62,6 +62,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "staging",
         sql: include_str!("../migrations/0008_staging.sql"),
     },
+    Migration {
+        version: 9,
+        name: "telemetry",
+        sql: include_str!("../migrations/0009_telemetry.sql"),
+    },
 ];
 
 /// The whole schema as one plain SQL script, for a DBA or a team without Rust:

@@ -92,5 +92,11 @@ pub(crate) fn decode(id: JobId, row: &PgRow) -> Result<JobRow, Error> {
         tags: tags.into_iter().flatten().collect(),
         tenant: row.try_get("tenant").map_err(column("tenant"))?,
         stuck_since: row.try_get("stuck_since").map_err(column("stuck_since"))?,
+        progress: row.try_get("progress").map_err(column("progress"))?,
+        progress_at: row.try_get("progress_at").map_err(column("progress_at"))?,
+        traceparent: row
+            .try_get("trace_context")
+            .map_err(column("trace_context"))?,
+        owner: row.try_get("owner").map_err(column("owner"))?,
     })
 }

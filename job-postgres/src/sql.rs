@@ -52,6 +52,10 @@ pub(crate) static STATS_OLDEST: LazyLock<String> =
 pub(crate) const STEP_LOAD: &str = include_str!("sql/step_load.sql");
 pub(crate) const STEP_SAVE: &str = include_str!("sql/step_save.sql");
 pub(crate) const COMPLETE_IN: &str = include_str!("sql/complete_in.sql");
+pub(crate) const PROGRESS_SAVE: &str = include_str!("sql/progress_save.sql");
+pub(crate) const REPORT_OWNERS: &str = include_str!("sql/report_owners.sql");
+pub(crate) const REPORT_LEAD: &str = include_str!("sql/report_lead.sql");
+pub(crate) const REPORT: &str = include_str!("sql/report.sql");
 
 pub(crate) const MIGRATE_LOCK: &str = include_str!("sql/migrate_lock.sql");
 pub(crate) const MIGRATE_INSTALLED: &str = include_str!("sql/migrate_installed.sql");

@@ -2,14 +2,14 @@
 
 use job_core::{
     ClaimRequest, ClaimedJob, EnqueueError, Finalize, Finalized, HeartbeatReport, JobId, JobRow,
-    Lease, NewJob, Release, Renewal, Rescued, Store, StoreError, Wakeups,
+    Lease, NewJob, Release, Renewal, Report, ReportRequest, Rescued, Store, StoreError, Wakeups,
 };
 use sqlx::PgPool;
 
 use crate::pool::pool_options;
 
 use crate::error::Error;
-use crate::{enqueue, lease, listen, migrate, row};
+use crate::{enqueue, lease, listen, migrate, report, row};
 
 /// Jobs in one `enqueue_many` statement at most; larger batches are split into several
 /// statements inside one transaction.
@@ -133,6 +133,14 @@ impl Store for PgStore {
 
     async fn release(&self, releases: &[Release]) -> Result<u64, StoreError> {
         Ok(lease::release(&self.pool, releases).await?)
+    }
+
+    async fn save_progress(&self, progress: &[(Lease, String)]) -> Result<u64, StoreError> {
+        Ok(lease::save_progress(&self.pool, progress).await?)
+    }
+
+    async fn report(&self, request: &ReportRequest) -> Result<Option<Report>, StoreError> {
+        Ok(report::report(&self.pool, request).await?)
     }
 
     async fn get(&self, id: JobId) -> Result<Option<JobRow>, StoreError> {

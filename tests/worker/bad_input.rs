@@ -20,6 +20,7 @@ fn raw(kind: &str, payload: &str, version: i32) -> NewJob {
         deadline: None,
         tags: Vec::new(),
         tenant: None,
+        traceparent: None,
     }
 }
 

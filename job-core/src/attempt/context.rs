@@ -204,6 +204,44 @@ impl JobContext {
         }
     }
 
+    /// Reports how far the attempt got: a `fraction` from 0 to 1 (clamped; NaN for none) and
+    /// a short `message` (cut to [`MAX_PROGRESS_MESSAGE`](crate::MAX_PROGRESS_MESSAGE)
+    /// bytes). Stored with the job as `{"fraction": .., "message": ..}` and readable through
+    /// `Admin` (`JobRow::progress`). Cheap enough to call every second or more often: the
+    /// worker keeps the latest report in memory and writes it with its next heartbeat (every
+    /// third of the lease), one statement for all of its jobs. Outside a worker it does
+    /// nothing.
+    ///
+    /// ```
+    /// # use job_core::{JobContext, JobError};
+    /// async fn reindex(ctx: JobContext, pages: u32) -> Result<(), JobError> {
+    ///     for page in 0..pages {
+    ///         // ... index one page ...
+    ///         ctx.progress(f64::from(page + 1) / f64::from(pages), &format!("page {}", page + 1));
+    ///     }
+    ///     Ok(())
+    /// }
+    /// ```
+    pub fn progress(&self, fraction: f64, message: &str) {
+        if let Some(hooks) = &self.hooks {
+            hooks.progress(crate::telemetry::fraction_json(fraction, message));
+        }
+    }
+
+    /// Reports progress as any small JSON value (at most [`MAX_PROGRESS`](crate::MAX_PROGRESS)
+    /// bytes of compact JSON; a larger one, or one holding a NUL character, is not stored and
+    /// a warning is logged), stored as it is. See [`progress`](Self::progress).
+    pub fn progress_value(&self, value: &serde_json::Value) {
+        let Some(hooks) = &self.hooks else { return };
+        match crate::telemetry::value_json(value) {
+            Some(json) => hooks.progress(json),
+            None => tracing::warn!(
+                limit = crate::MAX_PROGRESS,
+                "progress not stored: over the limit or holding a NUL character"
+            ),
+        }
+    }
+
     /// The job's id.
     pub fn id(&self) -> JobId {
         self.info.id

@@ -67,6 +67,14 @@ pub trait AttemptHooks: Send + Sync + 'static {
     /// does): the runtime's own finalize finding the lease gone is then expected, not a loss.
     /// Defaults to doing nothing.
     fn finalized_in_transaction(&self) {}
+
+    /// The handler reported `progress` (compact JSON, at most
+    /// [`MAX_PROGRESS`](crate::MAX_PROGRESS) bytes): the worker keeps the latest and writes it
+    /// with its next heartbeat. Called on every report, so it must be cheap. Defaults to
+    /// doing nothing.
+    fn progress(&self, progress: String) {
+        let _ = progress;
+    }
 }
 
 /// Durable steps recorded in a [`Store`](crate::Store) under one attempt's lease: the hooks

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 
+use crate::contract::report::{Report, ReportRequest};
 use crate::contract::store::{
     ClaimRequest, ClaimedJob, Expired, Finalize, Finalized, HeartbeatReport, JobRow, Lease,
     PruneRequest, Release, Renewal, Rescued, Store, Wakeups,
@@ -123,6 +124,19 @@ impl<S: Store, L: StoreLayer> Store for Layered<S, L> {
             .await
     }
 
+    async fn save_progress(&self, progress: &[(Lease, String)]) -> Result<u64, StoreError> {
+        self.through(
+            "save_progress",
+            progress.len(),
+            self.inner.save_progress(progress),
+        )
+        .await
+    }
+
+    async fn report(&self, request: &ReportRequest) -> Result<Option<Report>, StoreError> {
+        self.through("report", 1, self.inner.report(request)).await
+    }
+
     async fn get(&self, id: JobId) -> Result<Option<JobRow>, StoreError> {
         self.through("get", 1, self.inner.get(id)).await
     }
@@ -235,6 +249,12 @@ impl Returned for bool {
 }
 
 impl Returned for Option<JobRow> {
+    fn rows(&self) -> usize {
+        usize::from(self.is_some())
+    }
+}
+
+impl Returned for Option<Report> {
     fn rows(&self) -> usize {
         usize::from(self.is_some())
     }

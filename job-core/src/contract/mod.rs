@@ -3,4 +3,5 @@
 
 pub(crate) mod admin;
 pub(crate) mod layer;
+pub(crate) mod report;
 pub(crate) mod store;

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 use uuid::Uuid;
 
+use crate::contract::report::{Report, ReportRequest};
 use crate::model::error::StoreError;
 use crate::model::job::JobId;
 use crate::model::new_job::NewJob;
@@ -71,6 +72,11 @@ pub struct ClaimedJob {
     pub max_attempts: i32,
     /// Snoozes so far (a snooze does not count an attempt).
     pub snoozes: i32,
+    /// How long it had been due (since its `run_at`) when the claim took it, by the
+    /// database's clock: the first part of its queue wait.
+    pub waited: Duration,
+    /// The W3C `traceparent` it was enqueued under: its attempts join that trace.
+    pub traceparent: Option<String>,
 }
 
 /// A lease to renew and how long to extend it.
@@ -231,6 +237,18 @@ pub struct JobRow {
     /// Since when its running execution has been reported stuck: it outlived its timeout
     /// (or being told to stop) by the worker's `stuck_after` and still holds its lease.
     pub stuck_since: Option<DateTime<Utc>>,
+    /// The latest progress its handler reported (`JobContext::progress`), as JSON:
+    /// `{"fraction": 0.4, "message": ".."}` or the value given to
+    /// `JobContext::progress_value`. Written with a heartbeat, so it lags the handler by up
+    /// to a third of the lease; kept when the job finishes.
+    pub progress: Option<serde_json::Value>,
+    /// When that progress was recorded (database time).
+    pub progress_at: Option<DateTime<Utc>>,
+    /// The W3C `traceparent` of the code that enqueued it.
+    pub traceparent: Option<String>,
+    /// The team that owns its kind (`#[job(owner = "..")]`), as recorded by the workers that
+    /// run the kind.
+    pub owner: Option<String>,
 }
 
 /// Wake-ups from the store: the name of a queue that has new work.
@@ -306,6 +324,33 @@ pub trait Store: Clone + Send + Sync + 'static {
     /// entry of class `released` to the job's history. Returns how many were released.
     fn release(&self, releases: &[Release])
         -> impl Future<Output = Result<u64, StoreError>> + Send;
+
+    /// Records the latest progress (JSON text, at most [`MAX_PROGRESS`](crate::MAX_PROGRESS)
+    /// bytes) of many running jobs in one statement, each guarded by `(id, lock_token)` and
+    /// `running`, with the database's time; a lease lost meanwhile records nothing. Returns
+    /// how many were recorded. The lease keeper calls it after a heartbeat when handlers
+    /// reported progress since the last one. The default records nothing.
+    fn save_progress(
+        &self,
+        progress: &[(Lease, String)],
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send {
+        let _ = progress;
+        std::future::ready(Ok(0))
+    }
+
+    /// One pass of the reporter of database-derived gauges, which one worker at a time plays:
+    /// records `request.owners`, then takes the reporter's role for `request.holder` (or keeps
+    /// it) until `request.hold_for` from the database's now, unless another holder has it and
+    /// its time has not run out. When `holder` has the role, returns the [`Report`], read so
+    /// that its cost does not grow with finished jobs; otherwise `None`. The default has no
+    /// report.
+    fn report(
+        &self,
+        request: &ReportRequest,
+    ) -> impl Future<Output = Result<Option<Report>, StoreError>> + Send {
+        let _ = request;
+        std::future::ready(Ok(None))
+    }
 
     /// Reads one job.
     fn get(&self, id: JobId) -> impl Future<Output = Result<Option<JobRow>, StoreError>> + Send;

@@ -5,6 +5,7 @@
 //! (`Default` and `validate`), its `run_once` and its [`Service`] impl, plus one entry there.
 
 mod pruner;
+mod reporter;
 mod rescuer;
 mod scheduler;
 mod service;
@@ -12,6 +13,7 @@ mod stager;
 mod ticker;
 
 pub use pruner::{Pruned, Pruner, PrunerConfig};
+pub use reporter::{Reporter, ReporterConfig};
 pub use rescuer::{Rescuer, RescuerConfig};
 pub use scheduler::{Periodic, Scheduled, Scheduler, SchedulerConfig};
 pub(crate) use service::{run, Service};
@@ -20,6 +22,7 @@ pub(crate) use ticker::Ticker;
 
 use std::time::Duration;
 
+use crate::attempt::registry::Registry;
 use crate::contract::store::Store;
 use crate::worker::WorkerConfig;
 
@@ -30,7 +33,12 @@ pub(crate) fn services<S: Store>(
     config: &WorkerConfig,
     periodic: &[Periodic],
     shortest_lease: Duration,
+    registry: &Registry,
 ) -> Vec<Box<dyn Service>> {
+    let owners = registry
+        .handlers()
+        .filter_map(|h| Some((h.kind().to_owned(), h.options().owner?.to_owned())))
+        .collect();
     let mut rescuer = config.rescuer;
     // A rescued job comes back within half a lease of its expiry, whatever the interval.
     rescuer.interval = rescuer
@@ -51,6 +59,12 @@ pub(crate) fn services<S: Store>(
             store.clone(),
             periodic.to_vec(),
             config.scheduler,
+        )),
+        Box::new(Reporter::new(
+            store.clone(),
+            config.reporter,
+            config.id.clone(),
+            owners,
         )),
     ]
 }

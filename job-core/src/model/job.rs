@@ -92,6 +92,9 @@ pub struct JobOptions {
     /// claim. Every worker that runs the kind must agree on it. Defaults to `None`
     /// (no limit beyond each queue's concurrency).
     pub concurrency: Option<u32>,
+    /// The team that owns this kind (`#[job(owner = "billing")]`): a label on its metrics and
+    /// dead letters, so an alert reaches the team that can act. Defaults to `None`.
+    pub owner: Option<&'static str>,
 }
 
 impl JobOptions {
@@ -104,6 +107,7 @@ impl JobOptions {
         lease: Duration::from_secs(30),
         backoff: Backoff::DEFAULT,
         concurrency: None,
+        owner: None,
     };
 }
 

@@ -198,6 +198,9 @@ pub struct EnqueueOptions {
     pub tags: Vec<String>,
     /// The tenant the job belongs to, for listings and stats.
     pub tenant: Option<String>,
+    /// The W3C `traceparent` the job's attempts join. Defaults to `None`: the trace of the
+    /// enqueuing code ([`current_traceparent`](crate::current_traceparent)), if any.
+    pub traceparent: Option<String>,
 }
 
 /// A validated job row to insert.
@@ -225,6 +228,8 @@ pub struct NewJob {
     pub tags: Vec<String>,
     /// Its tenant.
     pub tenant: Option<String>,
+    /// The W3C `traceparent` of the code that enqueued it, which its attempts' spans join.
+    pub traceparent: Option<String>,
 }
 
 impl NewJob {
@@ -244,6 +249,7 @@ impl NewJob {
             deadline: None,
             tags: Vec::new(),
             tenant: None,
+            traceparent: None,
         }
     }
 
@@ -277,6 +283,9 @@ impl NewJob {
             deadline: options.deadline,
             tags: options.tags,
             tenant: options.tenant,
+            traceparent: options
+                .traceparent
+                .or_else(crate::telemetry::current_traceparent),
         };
         new.validate(payload_limit)?;
         Ok(new)
@@ -354,6 +363,16 @@ impl NewJob {
         }
         if let Some(tenant) = &self.tenant {
             check_name("tenant", tenant)?;
+        }
+        if let Some(tp) = &self.traceparent {
+            if !crate::telemetry::valid_traceparent(tp) {
+                return Err(invalid(
+                    "traceparent",
+                    "must be a W3C traceparent of version 00 (`00-<32 hex>-<16 hex>-<2 hex>`, \
+                     lower case, ids not all zeros)"
+                        .into(),
+                ));
+            }
         }
         if let Some(reason) = payload_problem(&self.payload) {
             return Err(invalid("payload", reason));

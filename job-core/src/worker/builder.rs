@@ -304,7 +304,7 @@ impl<S: Store> WorkerBuilder<S> {
         }
         let periodic = self.periodic.into_iter().collect::<Result<Vec<_>, _>>()?;
         // Each maintenance service checks its own settings.
-        for service in maintenance::services(&self.store, c, &periodic, shortest) {
+        for service in maintenance::services(&self.store, c, &periodic, shortest, &self.registry) {
             service.config().validate()?;
         }
         Ok(Worker {

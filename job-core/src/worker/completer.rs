@@ -22,6 +22,7 @@ use crate::model::outcome::{ErrorClass, Failure, Outcome};
 
 use super::shared::Shared;
 use super::stats::bump;
+use crate::telemetry::JobLabels;
 
 /// How often an outcome refused alone is tried again as it is, before it is made storable.
 const REFUSED_TRIES: u32 = 3;
@@ -36,6 +37,10 @@ pub(crate) struct Completion {
     pub(crate) info: Arc<AttemptInfo>,
     /// The handler finalized the job in its own transaction: a lost lease is expected.
     pub(crate) finalized_by_handler: bool,
+    /// Its metric labels.
+    pub(crate) labels: JobLabels,
+    /// How long its handler ran, when it ran (a poison payload never starts one).
+    pub(crate) ran_for: Option<Duration>,
 }
 
 pub(crate) async fn run<S: Store>(
@@ -191,8 +196,10 @@ fn drop_lost<S>(shared: &Shared<S>, batch: &mut Vec<Completion>) {
         let held = shared.inflight.holds(&c.finalize.lease);
         if !held && c.finalized_by_handler {
             shared.counters.applied(&Outcome::Complete);
+            c.labels.finished(&Outcome::Complete, c.ran_for);
         } else if !held {
             bump(&shared.counters.lease_lost, 1);
+            c.labels.lease_lost();
             tracing::warn!(
                 id = c.info.id,
                 "outcome dropped: lease lost before it was written"
@@ -207,6 +214,7 @@ fn applied<S>(shared: &Shared<S>, c: &Completion, result: Finalized) {
     match result {
         Finalized::Applied => {
             shared.counters.applied(&c.finalize.outcome);
+            c.labels.finished(&c.finalize.outcome, c.ran_for);
             tracing::debug!(
                 id = c.info.id,
                 outcome = c.finalize.outcome.name(),
@@ -216,10 +224,12 @@ fn applied<S>(shared: &Shared<S>, c: &Completion, result: Finalized) {
         Finalized::LeaseLost if c.finalized_by_handler => {
             // The handler's own transaction completed the job.
             shared.counters.applied(&Outcome::Complete);
+            c.labels.finished(&Outcome::Complete, c.ran_for);
             tracing::debug!(id = c.info.id, "finalized by the handler's own transaction");
         }
         Finalized::LeaseLost => {
             bump(&shared.counters.lease_lost, 1);
+            c.labels.lease_lost();
             tracing::warn!(
                 id = c.info.id,
                 outcome = c.finalize.outcome.name(),

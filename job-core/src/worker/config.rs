@@ -2,7 +2,9 @@
 
 use std::time::Duration;
 
-use crate::maintenance::{PrunerConfig, RescuerConfig, SchedulerConfig, StagerConfig};
+use crate::maintenance::{
+    PrunerConfig, ReporterConfig, RescuerConfig, SchedulerConfig, StagerConfig,
+};
 
 /// How many claimed jobs a queue holds beyond its running ones: [`WorkerConfig::prefetch`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -124,6 +126,9 @@ pub struct WorkerConfig {
     pub pruner: PrunerConfig,
     /// The scheduler of periodic jobs. Defaults to [`SchedulerConfig::default`].
     pub scheduler: SchedulerConfig,
+    /// The reporter of the database-derived gauges (one worker at a time reports). Defaults
+    /// to [`ReporterConfig::default`].
+    pub reporter: ReporterConfig,
     /// Seeds the backoff jitter, for deterministic tests. Defaults to a random seed.
     pub rng_seed: Option<u64>,
 }
@@ -147,6 +152,7 @@ impl Default for WorkerConfig {
             rescuer: RescuerConfig::default(),
             pruner: PrunerConfig::default(),
             scheduler: SchedulerConfig::default(),
+            reporter: ReporterConfig::default(),
             rng_seed: None,
         }
     }

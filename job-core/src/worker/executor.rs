@@ -30,23 +30,25 @@ use crate::model::error::StoreError;
 use crate::model::outcome::{AttemptEnd, Outcome};
 
 use super::completer::Completion;
+use super::gauges::Slot;
 use super::inflight::{Abort, Signals};
 use super::shared::Shared;
 use super::stats::bump;
+use crate::telemetry::attempt_span;
 
 pub(crate) async fn run<S: Store>(
     shared: Arc<Shared<S>>,
     job: ClaimedJob,
     info: Arc<AttemptInfo>,
     signals: Signals,
-    permits: (OwnedSemaphorePermit, OwnedSemaphorePermit),
+    permits: (Slot, OwnedSemaphorePermit),
 ) {
-    let span = tracing::info_span!(
-        "job",
-        kind = %job.kind,
-        id = job.lease.id,
-        attempt = job.attempt,
-        queue = %job.queue,
+    let span = attempt_span(
+        &job.kind,
+        job.lease.id,
+        job.attempt,
+        &job.queue,
+        job.traceparent.as_deref(),
     );
     execute(shared, job, info, signals).instrument(span).await;
     // The execution slot and the claimer's permit: the next claim may take this one's place.
@@ -60,6 +62,7 @@ async fn execute<S: Store>(
     signals: Signals,
 ) {
     let lease = job.lease;
+    let labels = shared.labels(&info);
     if shared.crashes_at(FaultPoint::AfterClaim, &info) {
         shared.inflight.remove(&lease);
         return;
@@ -80,11 +83,13 @@ async fn execute<S: Store>(
         // wait in the prefetch buffer) that its lease is lost or about to be: running it now
         // could overlap its next owner.
         bump(&shared.counters.fenced, 1);
+        labels.fenced();
         tracing::warn!("lease too close to its expiry when the job could start: not running it");
         give_back_unstarted(&shared, lease).await;
         return;
     }
     let hooks = Arc::new(Hooks {
+        labels: labels.clone(),
         shared: shared.clone(),
         steps: StoreSteps::new(shared.store.clone(), lease),
         lease,
@@ -100,6 +105,7 @@ async fn execute<S: Store>(
     .with_stop(signals.stop.clone())
     .with_hooks(hooks);
     let view = ctx.clone();
+    let mut ran = None;
     let outcome = match start_attempt(&*handler, &job.payload, job.payload_version, ctx) {
         Err(poison) => poison,
         Ok(future) => {
@@ -108,6 +114,7 @@ async fn execute<S: Store>(
                 return;
             }
             let started = Instant::now();
+            labels.started(job.waited + shared.inflight.since_claim(&lease, started));
             let task = run_task(
                 future,
                 options.timeout,
@@ -129,6 +136,7 @@ async fn execute<S: Store>(
                 work.wait().await;
             }
             let ran_for = started.elapsed();
+            ran = Some(ran_for);
             if task.stopped.is_some() {
                 tracing::debug!(?ran_for, "the stopped handler's code has ended");
             }
@@ -136,12 +144,14 @@ async fn execute<S: Store>(
                 match signals.reason.get().copied().unwrap_or(Abort::LeaseLost) {
                     Abort::LeaseLost => {
                         bump(&shared.counters.lease_lost, 1);
+                        labels.lease_lost();
                         tracing::warn!("lease lost: execution stopped, nothing will be written");
                         shared.inflight.remove(&lease);
                         return;
                     }
                     Abort::Finalized => {
                         shared.counters.applied(&Outcome::Complete);
+                        labels.finished(&Outcome::Complete, ran);
                         shared.inflight.remove(&lease);
                         return;
                     }
@@ -199,9 +209,11 @@ async fn execute<S: Store>(
         shared.inflight.remove(&lease);
         if signals.reason.get() == Some(&Abort::Finalized) {
             shared.counters.applied(&Outcome::Complete);
+            labels.finished(&Outcome::Complete, ran);
         } else {
             // Fenced or lost while classifying: another worker may own the job now.
             bump(&shared.counters.lease_lost, 1);
+            labels.lease_lost();
         }
         return;
     }
@@ -209,6 +221,8 @@ async fn execute<S: Store>(
         finalize: Finalize { lease, outcome },
         info,
         finalized_by_handler,
+        labels,
+        ran_for: ran,
     });
 }
 
@@ -226,6 +240,7 @@ async fn give_back_unstarted<S: Store>(shared: &Shared<S>, lease: Lease) {
 /// What a [`JobContext`] asks of the worker: the job's steps from the store, step fault
 /// points, and stopping the execution when a step finds its lease gone.
 struct Hooks<S> {
+    labels: crate::telemetry::JobLabels,
     shared: Arc<Shared<S>>,
     steps: StoreSteps<S>,
     lease: Lease,
@@ -276,5 +291,11 @@ impl<S: Store> AttemptHooks for Hooks<S> {
         self.signals
             .finalized_by_handler
             .store(true, Ordering::Release);
+    }
+
+    fn progress(&self, progress: String) {
+        tracing::debug!(%progress, "progress");
+        self.labels.progress();
+        self.shared.inflight.set_progress(&self.lease, progress);
     }
 }

@@ -36,6 +36,7 @@ use crate::model::error::StoreError;
 
 use super::config::Prefetch;
 use super::executor;
+use super::gauges::{Slot, SlotGauges};
 use super::inflight::Signals;
 use super::shared::Shared;
 
@@ -56,6 +57,8 @@ struct Lanes {
     /// Prefetched jobs waited out `prefetch_ttl` and were given back: claim no more than the
     /// free slots until the dispatcher next finds a slot free with nothing waiting.
     suspended: AtomicBool,
+    /// The queue's saturation gauges.
+    gauges: Arc<SlotGauges>,
     /// Executions of this queue that ended, and the time they held their slots in all (in
     /// nanoseconds), for the measured prefetch target.
     ended: Arc<AtomicU64>,
@@ -147,8 +150,10 @@ pub(crate) async fn run<S: Store>(
 ) -> u64 {
     let (tx, rx) = mpsc::unbounded_channel();
     let held = Arc::new(Semaphore::new(concurrency + shared.config.prefetch.max()));
+    let slots = Arc::new(Semaphore::new(concurrency));
     let lanes = Lanes {
-        slots: Arc::new(Semaphore::new(concurrency)),
+        gauges: SlotGauges::new(&queue, concurrency, slots.clone()),
+        slots,
         suspended: AtomicBool::new(false),
         ended: Arc::new(AtomicU64::new(0)),
         busy_nanos: Arc::new(AtomicU64::new(0)),
@@ -157,7 +162,10 @@ pub(crate) async fn run<S: Store>(
     let claimer = claim_loop(&shared, queue, concurrency, held, &lanes, tx, &wake, &stop);
     let dispatcher = dispatch(&shared, &lanes, rx, &stop);
     let ((), unstarted) = tokio::join!(claimer, dispatcher);
-    give_back(&shared, unstarted).await
+    let n = unstarted.len();
+    let released = give_back(&shared, unstarted).await;
+    lanes.gauges.left(n);
+    released
 }
 
 /// The most claim statements of one queue in flight at once. A claim's cost grows with the
@@ -234,6 +242,7 @@ async fn claim_loop<S: Store>(
                 );
                 match accept(shared, &leases, &tx, result) {
                     Ok(got) => {
+                        lanes.gauges.claimed(got);
                         failures = 0;
                         if got < asked && idle_until.is_none() {
                             idle_until = Some(Instant::now() + shared.config.poll_interval);
@@ -291,7 +300,9 @@ async fn claim_loop<S: Store>(
     // Stopping: a claim in flight may have taken rows; hand them over so they are released.
     while let Some(done) = claims.join_next().await {
         if let Ok(result) = done {
-            let _ = accept(shared, &leases, &tx, result);
+            if let Ok(got) = accept(shared, &leases, &tx, result) {
+                lanes.gauges.claimed(got);
+            }
         }
     }
 }
@@ -412,8 +423,10 @@ async fn dispatch<S: Store>(
                         while let Ok(c) = rx.try_recv() {
                             stale.push(c);
                         }
+                        let n = stale.len();
                         match release(shared, stale).await {
                             Ok(released) => {
+                                lanes.gauges.left(n);
                                 lanes.suspended.store(true, Ordering::Release);
                                 retry_at = None;
                                 tracing::info!(
@@ -440,6 +453,7 @@ async fn dispatch<S: Store>(
             held,
             claimed_at: _,
         } = next;
+        let slot = Slot::new(slot, lanes.gauges.clone());
         let execution = executor::run(shared.clone(), job, info, signals, (slot, held));
         let (ended, busy, progress) = (
             lanes.ended.clone(),
@@ -454,6 +468,7 @@ async fn dispatch<S: Store>(
             ended.fetch_add(1, Ordering::Release);
             progress.notify_one();
         });
+        lanes.gauges.left(1);
         lanes.progress.notify_one();
     }
     unstarted.extend(waiting);

@@ -105,6 +105,8 @@ struct Entry {
     lease_len: Duration,
     /// Local instant before which the database cannot have expired the lease.
     valid_until: Instant,
+    /// When the claim statement was sent.
+    claimed: Instant,
     signals: Signals,
     /// The lease is this worker's: renewed, and released or finalized by it. False once it
     /// was lost or fenced while the code still runs.
@@ -112,6 +114,8 @@ struct Entry {
     phase: Phase,
     /// Reported stuck (see [`InFlight::watch_stuck`]).
     stuck: bool,
+    /// The latest progress its handler reported (JSON), and whether it is yet to be written.
+    progress: Option<(String, bool)>,
 }
 
 impl Entry {
@@ -169,10 +173,12 @@ impl InFlight {
                 info,
                 lease_len,
                 valid_until: sent + lease_len,
+                claimed: sent,
                 signals: signals.clone(),
                 held: true,
                 phase: Phase::Waiting,
                 stuck: false,
+                progress: None,
             },
         );
         signals
@@ -195,6 +201,14 @@ impl InFlight {
             }
             _ => false,
         }
+    }
+
+    /// How long before `now` the claim of `lease` was sent: the part of the job's queue wait
+    /// spent in this worker (waiting for a slot, or for the runtime).
+    pub(crate) fn since_claim(&self, lease: &Lease, now: Instant) -> Duration {
+        self.lock()
+            .get(lease)
+            .map_or(Duration::ZERO, |e| now.saturating_duration_since(e.claimed))
     }
 
     /// The runtime told the execution of `lease` to stop (timeout, abort): from now on, its
@@ -296,6 +310,30 @@ impl InFlight {
         }
     }
 
+    /// The handler of `lease` reported `progress` (JSON): kept for the next heartbeat, replacing
+    /// any report not yet written.
+    pub(crate) fn set_progress(&self, lease: &Lease, progress: String) {
+        if let Some(e) = self.lock().get_mut(lease) {
+            if e.held {
+                e.progress = Some((progress, true));
+            }
+        }
+    }
+
+    /// The progress reported since it was last taken, of every held lease, to write; each is
+    /// taken once.
+    pub(crate) fn take_progress(&self) -> Vec<(Lease, String)> {
+        let mut map = self.lock();
+        let mut out = Vec::new();
+        for (lease, e) in map.iter_mut().filter(|(_, e)| e.held) {
+            if let Some((progress, pending @ true)) = &mut e.progress {
+                *pending = false;
+                out.push((*lease, progress.clone()));
+            }
+        }
+        out
+    }
+
     /// Every held lease, to renew.
     pub(crate) fn renewals(&self) -> Vec<Renewal> {
         self.lock()
@@ -325,18 +363,22 @@ impl InFlight {
     }
 
     /// Self-fencing: takes away every held lease that may expire within a third of its
-    /// length, before another worker can claim it. Returns their job ids.
-    pub(crate) fn fence(&self, now: Instant) -> Vec<JobId> {
+    /// length, before another worker can claim it. Returns their executions.
+    pub(crate) fn fence(&self, now: Instant) -> Vec<Arc<AttemptInfo>> {
         let mut map = self.lock();
         let doomed: Vec<Lease> = map
             .iter()
             .filter(|(_, e)| e.held && now + e.lease_len / 3 >= e.valid_until)
             .map(|(lease, _)| *lease)
             .collect();
+        let infos = doomed
+            .iter()
+            .filter_map(|lease| map.get(lease).map(|e| e.info.clone()))
+            .collect();
         for lease in &doomed {
             Self::take_away(&mut map, lease, Abort::LeaseLost);
         }
-        doomed.iter().map(|l| l.id).collect()
+        infos
     }
 
     /// Marks as stuck, once each, every execution whose code has run `stuck_after` past its

@@ -146,8 +146,24 @@ async fn beat<S: Store>(shared: &Shared<S>, store: &S, every: Duration) {
             Ok(Err(e)) => tracing::warn!(error = %e, "heartbeat failed"),
             Err(_) => tracing::warn!(timeout = ?every, "heartbeat timed out"),
         }
+        save_progress(shared, store, every).await;
     }
     watch(shared);
+}
+
+/// Writes the progress handlers reported since the last heartbeat, all in one statement: a
+/// handler may report as often as it likes, the database sees one write per heartbeat period.
+/// A report that could not be written is dropped; the next one replaces it anyway.
+async fn save_progress<S: Store>(shared: &Shared<S>, store: &S, every: Duration) {
+    let progress = shared.inflight.take_progress();
+    if progress.is_empty() {
+        return;
+    }
+    match tokio::time::timeout(every, store.save_progress(&progress)).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => tracing::warn!(error = %e, "progress not recorded"),
+        Err(_) => tracing::warn!(timeout = ?every, "recording progress timed out"),
+    }
 }
 
 fn lease_of(renewals: &[Renewal], id: crate::JobId) -> Option<Lease> {
@@ -160,13 +176,18 @@ fn watch<S>(shared: &Shared<S>) {
     let fenced = shared.inflight.fence(now);
     if !fenced.is_empty() {
         bump(&shared.counters.fenced, fenced.len() as u64);
+        for info in &fenced {
+            shared.labels(info).fenced();
+        }
+        let jobs: Vec<crate::JobId> = fenced.iter().map(|info| info.id).collect();
         tracing::error!(
-            jobs = ?fenced,
+            ?jobs,
             "leases could not be renewed in time: stopped those executions before they expire"
         );
     }
     for stuck in shared.inflight.watch_stuck(now, shared.config.stuck_after) {
         bump(&shared.counters.stuck, 1);
+        shared.labels(&stuck.info).stuck();
         tracing::error!(
             id = stuck.info.id,
             kind = %stuck.info.kind,

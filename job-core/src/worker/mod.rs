@@ -8,13 +8,16 @@ mod completer;
 mod config;
 mod executor;
 mod fetcher;
+mod gauges;
 mod inflight;
 mod keeper;
 mod run;
 mod shared;
+mod signal;
 mod stats;
 
 pub use builder::{ConnectionBudget, Worker, WorkerBuilder};
 pub use config::{Prefetch, WorkerConfig};
 pub use run::{DrainReport, WorkerHandle, RELEASE_TIMEOUT};
+pub use signal::shutdown_signal;
 pub use stats::WorkerStats;

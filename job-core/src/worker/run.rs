@@ -204,6 +204,7 @@ async fn supervise<S: Store>(
         &shared.config,
         &periodic,
         shortest_lease(&shared),
+        &shared.registry,
     )
     .into_iter()
     .map(|service| tokio::spawn(maintenance::run(service, stop_services.clone())))

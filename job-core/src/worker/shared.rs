@@ -10,6 +10,7 @@ use crate::attempt::context::Extensions;
 use crate::attempt::fault::{Fault, FaultInjector, FaultPoint};
 use crate::attempt::registry::Registry;
 use crate::model::attempt_info::AttemptInfo;
+use crate::telemetry::JobLabels;
 
 use super::completer::Completion;
 use super::config::WorkerConfig;
@@ -32,6 +33,12 @@ pub(crate) struct Shared<S> {
 }
 
 impl<S> Shared<S> {
+    /// The metric labels of `job`: its queue, kind and its kind's owner.
+    pub(crate) fn labels(&self, job: &AttemptInfo) -> JobLabels {
+        let owner = self.registry.get(&job.kind).and_then(|h| h.options().owner);
+        JobLabels::new(&job.queue, &job.kind, owner)
+    }
+
     /// Asks the injector, if any, whether the execution crashes at `point`; counts crashes.
     pub(crate) fn crashes_at(&self, point: FaultPoint, job: &AttemptInfo) -> bool {
         let crashed = self

@@ -62,9 +62,10 @@ claimed AS (
     FROM picked
     WHERE j.id = picked.id
     RETURNING j.id, j.lock_token, j.kind, j.queue, j.priority, j.payload, j.payload_version,
-              j.attempt, j.max_attempts, j.snoozes, j.run_at
+              j.attempt, j.max_attempts, j.snoozes, j.run_at, j.trace_context
 )
 SELECT id, lock_token, kind, queue, priority, payload::text AS payload, payload_version,
-       attempt, max_attempts, snoozes
+       attempt, max_attempts, snoozes, trace_context,
+       greatest(0, extract(epoch FROM now() - run_at) * 1000)::bigint AS waited_ms
 FROM claimed
 ORDER BY priority, run_at, id

@@ -26,6 +26,7 @@ fn upgrade_report(from_version: i32, mut payload: Value) -> Result<Value, JobErr
     backoff(base = "250ms", cap = "10m"),
     unique = "report:{report_id}:{format}",
     concurrency = 4,
+    owner = "reporting",
 )]
 async fn build_report(_ctx: JobContext, report_id: i64, format: String) -> Result<(), JobError> {
     let _ = (report_id, format);
@@ -55,6 +56,7 @@ fn main() {
             lease: Duration::from_secs(45),
             backoff: Backoff::new(Duration::from_millis(250), Duration::from_secs(600)),
             concurrency: Some(4),
+            owner: Some("reporting"),
         }
     );
     let report = BuildReport {

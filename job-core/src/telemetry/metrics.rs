@@ -1,0 +1,298 @@
+//! The metrics the framework emits through the `metrics` facade. Nothing is recorded until
+//! the application installs a recorder (an exporter such as `metrics-exporter-prometheus`);
+//! until then each call costs a load and a branch. [`METRICS`] is the one table of names,
+//! units and labels, which the README repeats and [`describe_metrics`] hands to the recorder.
+
+use std::time::Duration;
+
+use metrics::{counter, gauge, histogram, Label};
+
+use crate::model::new_job::NewJob;
+use crate::model::outcome::Outcome;
+
+/// The `owner` label of a kind that names none (`#[job(owner = "..")]`).
+pub const NO_OWNER: &str = "none";
+
+/// The metric names, as constants for the code that emits them.
+pub(crate) mod names {
+    pub(crate) const ENQUEUED: &str = "job_enqueued_total";
+    pub(crate) const STARTED: &str = "job_started_total";
+    pub(crate) const FINISHED: &str = "job_finished_total";
+    pub(crate) const LEASE_LOST: &str = "job_lease_lost_total";
+    pub(crate) const FENCED: &str = "job_fenced_total";
+    pub(crate) const STUCK: &str = "job_stuck_total";
+    pub(crate) const PROGRESS: &str = "job_progress_reports_total";
+    pub(crate) const DURATION: &str = "job_execution_duration_seconds";
+    pub(crate) const QUEUE_WAIT: &str = "job_queue_wait_seconds";
+    pub(crate) const IN_FLIGHT: &str = "job_in_flight";
+    pub(crate) const FREE_SLOTS: &str = "job_free_slots";
+    pub(crate) const PREFETCHED: &str = "job_prefetched";
+    pub(crate) const JOBS: &str = "job_jobs";
+    pub(crate) const OLDEST_DUE: &str = "job_oldest_due_age_seconds";
+    pub(crate) const DEAD_LETTERS: &str = "job_dead_letters";
+    pub(crate) const REPORTER: &str = "job_reporter_leader";
+}
+
+/// What kind of metric one of [`METRICS`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetricKind {
+    /// Only goes up (Prometheus: `counter`).
+    Counter,
+    /// A current value (Prometheus: `gauge`).
+    Gauge,
+    /// A distribution of observations (Prometheus: `summary` or `histogram`, the exporter's
+    /// choice).
+    Histogram,
+}
+
+/// One metric the framework emits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MetricInfo {
+    /// Its name.
+    pub name: &'static str,
+    /// Counter, gauge or histogram.
+    pub kind: MetricKind,
+    /// Its unit (`jobs`, `seconds`).
+    pub unit: &'static str,
+    /// Its labels.
+    pub labels: &'static [&'static str],
+    /// What it counts or measures.
+    pub help: &'static str,
+}
+
+const JOB: &[&str] = &["queue", "kind", "owner"];
+
+/// Every metric the framework emits: the worker's (counted where it happens), the enqueue's,
+/// and the database-derived gauges of the reporter (one worker at a time).
+pub const METRICS: &[MetricInfo] = &[
+    MetricInfo {
+        name: names::ENQUEUED,
+        kind: MetricKind::Counter,
+        unit: "jobs",
+        labels: &["queue", "kind"],
+        help: "Jobs inserted by this process through the Rust enqueue (typed helpers, \
+               Enqueue, enqueue_many); duplicates refused are not counted",
+    },
+    MetricInfo {
+        name: names::STARTED,
+        kind: MetricKind::Counter,
+        unit: "jobs",
+        labels: JOB,
+        help: "Attempts whose handler started",
+    },
+    MetricInfo {
+        name: names::FINISHED,
+        kind: MetricKind::Counter,
+        unit: "jobs",
+        labels: &["queue", "kind", "owner", "outcome", "class"],
+        help: "Outcomes written, by outcome (completed, retried, snoozed, cancelled, discarded) \
+               and error class (none, error, timeout, panic, terminal, poison, ...)",
+    },
+    MetricInfo {
+        name: names::LEASE_LOST,
+        kind: MetricKind::Counter,
+        unit: "jobs",
+        labels: JOB,
+        help: "Executions stopped, or outcomes dropped, because the lease was lost",
+    },
+    MetricInfo {
+        name: names::FENCED,
+        kind: MetricKind::Counter,
+        unit: "jobs",
+        labels: JOB,
+        help: "Executions the worker stopped itself because their lease could not be renewed \
+               in time (or was too close to expiry to start)",
+    },
+    MetricInfo {
+        name: names::STUCK,
+        kind: MetricKind::Counter,
+        unit: "jobs",
+        labels: JOB,
+        help: "Executions reported stuck: their code ran stuck_after past its timeout or stop",
+    },
+    MetricInfo {
+        name: names::PROGRESS,
+        kind: MetricKind::Counter,
+        unit: "reports",
+        labels: JOB,
+        help: "Progress reports of handlers (ctx.progress); the latest of each job is stored \
+               with it and shown by Admin",
+    },
+    MetricInfo {
+        name: names::DURATION,
+        kind: MetricKind::Histogram,
+        unit: "seconds",
+        labels: &["queue", "kind", "owner", "outcome"],
+        help: "How long attempts ran, from the handler's start until its code ended",
+    },
+    MetricInfo {
+        name: names::QUEUE_WAIT,
+        kind: MetricKind::Histogram,
+        unit: "seconds",
+        labels: JOB,
+        help: "From when a job became due (its run_at) until its handler started",
+    },
+    MetricInfo {
+        name: names::IN_FLIGHT,
+        kind: MetricKind::Gauge,
+        unit: "jobs",
+        labels: &["queue"],
+        help: "Execution slots of this worker's queue taken",
+    },
+    MetricInfo {
+        name: names::FREE_SLOTS,
+        kind: MetricKind::Gauge,
+        unit: "jobs",
+        labels: &["queue"],
+        help: "Execution slots of this worker's queue free (0 with work waiting: saturated)",
+    },
+    MetricInfo {
+        name: names::PREFETCHED,
+        kind: MetricKind::Gauge,
+        unit: "jobs",
+        labels: &["queue"],
+        help: "Claimed jobs of this worker's queue waiting for a slot, holding their leases",
+    },
+    MetricInfo {
+        name: names::JOBS,
+        kind: MetricKind::Gauge,
+        unit: "jobs",
+        labels: &["queue", "state"],
+        help: "Jobs in the database per queue and state (scheduled, available, retryable, \
+               running, discarded), from the reporter",
+    },
+    MetricInfo {
+        name: names::OLDEST_DUE,
+        kind: MetricKind::Gauge,
+        unit: "seconds",
+        labels: &["queue"],
+        help: "How long the oldest due job of the queue has been waiting (0 when none is due), \
+               from the reporter",
+    },
+    MetricInfo {
+        name: names::DEAD_LETTERS,
+        kind: MetricKind::Gauge,
+        unit: "jobs",
+        labels: &["queue", "kind", "owner"],
+        help: "Discarded jobs (dead letters) per queue, kind and owner, from the reporter",
+    },
+    MetricInfo {
+        name: names::REPORTER,
+        kind: MetricKind::Gauge,
+        unit: "",
+        labels: &[],
+        help: "1 while this worker is the one reporting the database-derived gauges, else 0",
+    },
+];
+
+/// Hands the name, unit and help of every metric in [`METRICS`] to the installed recorder, so
+/// that an exporter can show them (Prometheus: `# HELP` lines). Call it once after installing
+/// the recorder; metrics are emitted whether or not it is called.
+pub fn describe_metrics() {
+    for m in METRICS {
+        let unit = match m.unit {
+            "seconds" => Some(metrics::Unit::Seconds),
+            "jobs" => Some(metrics::Unit::Count),
+            _ => None,
+        };
+        let help = m.help;
+        match (m.kind, unit) {
+            (MetricKind::Counter, Some(u)) => metrics::describe_counter!(m.name, u, help),
+            (MetricKind::Counter, None) => metrics::describe_counter!(m.name, help),
+            (MetricKind::Gauge, Some(u)) => metrics::describe_gauge!(m.name, u, help),
+            (MetricKind::Gauge, None) => metrics::describe_gauge!(m.name, help),
+            (MetricKind::Histogram, Some(u)) => metrics::describe_histogram!(m.name, u, help),
+            (MetricKind::Histogram, None) => metrics::describe_histogram!(m.name, help),
+        }
+    }
+}
+
+/// Counts jobs a backend inserted (`job_enqueued_total`): a backend's enqueue calls this once
+/// the insert succeeded, for each job it inserted.
+pub fn record_enqueued(job: &NewJob) {
+    counter!(
+        names::ENQUEUED,
+        "queue" => job.queue.clone(),
+        "kind" => job.kind.clone(),
+    )
+    .increment(1);
+}
+
+/// The labels of one job's metrics: its queue, kind and owner.
+#[derive(Debug, Clone)]
+pub(crate) struct JobLabels(Vec<Label>);
+
+impl JobLabels {
+    pub(crate) fn new(queue: &str, kind: &str, owner: Option<&str>) -> Self {
+        JobLabels(vec![
+            Label::new("queue", queue.to_owned()),
+            Label::new("kind", kind.to_owned()),
+            Label::new("owner", owner.unwrap_or(NO_OWNER).to_owned()),
+        ])
+    }
+
+    fn with(&self, more: &[(&'static str, &'static str)]) -> Vec<Label> {
+        let mut labels = self.0.clone();
+        labels.extend(more.iter().map(|(k, v)| Label::new(*k, *v)));
+        labels
+    }
+
+    /// A handler started, `waited` after the job became due.
+    pub(crate) fn started(&self, waited: Duration) {
+        counter!(names::STARTED, self.0.clone()).increment(1);
+        histogram!(names::QUEUE_WAIT, self.0.clone()).record(waited.as_secs_f64());
+    }
+
+    /// An outcome was written; `ran_for` is how long its handler ran, when it ran.
+    pub(crate) fn finished(&self, outcome: &Outcome, ran_for: Option<Duration>) {
+        let (name, class) = outcome_labels(outcome);
+        counter!(
+            names::FINISHED,
+            self.with(&[("outcome", name), ("class", class)])
+        )
+        .increment(1);
+        if let Some(ran_for) = ran_for {
+            histogram!(names::DURATION, self.with(&[("outcome", name)]))
+                .record(ran_for.as_secs_f64());
+        }
+    }
+
+    /// The lease was lost: the execution stopped or its outcome dropped.
+    pub(crate) fn lease_lost(&self) {
+        counter!(names::LEASE_LOST, self.0.clone()).increment(1);
+    }
+
+    /// The worker fenced the execution.
+    pub(crate) fn fenced(&self) {
+        counter!(names::FENCED, self.0.clone()).increment(1);
+    }
+
+    /// The execution was reported stuck.
+    pub(crate) fn stuck(&self) {
+        counter!(names::STUCK, self.0.clone()).increment(1);
+    }
+
+    /// The handler reported progress.
+    pub(crate) fn progress(&self) {
+        counter!(names::PROGRESS, self.0.clone()).increment(1);
+    }
+}
+
+/// The `outcome` and `class` labels of an outcome.
+fn outcome_labels(outcome: &Outcome) -> (&'static str, &'static str) {
+    match outcome {
+        Outcome::Complete => ("completed", "none"),
+        Outcome::Retry { failure, .. } => ("retried", failure.class.as_str()),
+        Outcome::Snooze { .. } => ("snoozed", "none"),
+        Outcome::Cancel { .. } => ("cancelled", "none"),
+        Outcome::Discard { failure } => ("discarded", failure.class.as_str()),
+    }
+}
+
+/// The saturation gauges of one worker's queue.
+pub(crate) fn queue_slots(queue: &str, in_flight: usize, free: usize, prefetched: usize) {
+    let q = || queue.to_owned();
+    gauge!(names::IN_FLIGHT, "queue" => q()).set(in_flight as f64);
+    gauge!(names::FREE_SLOTS, "queue" => q()).set(free as f64);
+    gauge!(names::PREFETCHED, "queue" => q()).set(prefetched as f64);
+}

@@ -1,0 +1,58 @@
+//! A handler's progress (`JobContext::progress`): a fraction and a short message, or a small
+//! JSON value, kept in memory and written with the lease keeper's next heartbeat, so that a
+//! handler may report as often as it likes at the cost of a mutex and a small allocation.
+
+use crate::model::text::storable_text;
+
+/// The longest progress stored, in bytes of compact JSON; a larger value is not stored (the
+/// previous one stays), and a warning is logged.
+pub const MAX_PROGRESS: usize = 1024;
+
+/// The longest progress message stored, in bytes (cut there, without NUL characters).
+pub const MAX_PROGRESS_MESSAGE: usize = 256;
+
+/// The stored form of a progress report: `{"fraction": f, "message": m}`, the fraction
+/// clamped to 0..=1 (a NaN is left out), the message made storable and cut to
+/// [`MAX_PROGRESS_MESSAGE`].
+pub(crate) fn fraction_json(fraction: f64, message: &str) -> String {
+    let mut object = serde_json::Map::new();
+    if !fraction.is_nan() {
+        object.insert(
+            "fraction".into(),
+            serde_json::json!(fraction.clamp(0.0, 1.0)),
+        );
+    }
+    if !message.is_empty() {
+        let message = storable_text(message, MAX_PROGRESS_MESSAGE);
+        object.insert("message".into(), serde_json::json!(message));
+    }
+    serde_json::Value::Object(object).to_string()
+}
+
+/// The stored form of a progress value: its compact JSON, or `None` when it is over
+/// [`MAX_PROGRESS`] bytes or holds a NUL character (which PostgreSQL's `jsonb` refuses).
+pub(crate) fn value_json(value: &serde_json::Value) -> Option<String> {
+    let text = value.to_string();
+    (text.len() <= MAX_PROGRESS && !text.contains("\\u0000")).then_some(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn progress_is_bounded_and_storable() {
+        assert_eq!(
+            fraction_json(0.5, "half"),
+            r#"{"fraction":0.5,"message":"half"}"#
+        );
+        assert_eq!(fraction_json(7.0, ""), r#"{"fraction":1.0}"#);
+        assert_eq!(fraction_json(f64::NAN, "x"), r#"{"message":"x"}"#);
+        let long = fraction_json(0.1, &"é\0".repeat(1000));
+        assert!(long.len() <= MAX_PROGRESS_MESSAGE + 40, "{}", long.len());
+        assert!(!long.contains("\\u0000"));
+        assert!(value_json(&serde_json::json!({ "rows": 10 })).is_some());
+        assert!(value_json(&serde_json::json!("x".repeat(MAX_PROGRESS))).is_none());
+        assert!(value_json(&serde_json::json!("a\0b")).is_none());
+    }
+}

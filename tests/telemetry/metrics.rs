@@ -1,0 +1,324 @@
+//! The worker's metrics of a scripted run with every outcome: exact counters, labels and
+//! observation counts, and the saturation gauges of a queue.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use job::prelude::*;
+use job::NewJob;
+use job_testkit::prelude::*;
+use tokio::sync::Semaphore;
+
+use crate::support::{finished_row, recorder, sample, samples_with, until};
+
+#[job(kind = "tm.ok", queue = "tm", owner = "billing")]
+async fn tm_ok(_ctx: JobContext, n: i64) -> Result<(), JobError> {
+    let _ = n;
+    Ok(())
+}
+
+#[job(
+    kind = "tm.flaky",
+    queue = "tm",
+    owner = "billing",
+    retry = 1,
+    backoff(base = "1ms", cap = "2ms")
+)]
+async fn tm_flaky(ctx: JobContext) -> Result<(), JobError> {
+    if ctx.attempt() == 1 {
+        return Err(JobError::retryable("the first attempt fails"));
+    }
+    Ok(())
+}
+
+/// Set once the snoozing job has snoozed.
+#[derive(Default, Clone)]
+struct Snoozed(Arc<AtomicBool>);
+
+#[job(kind = "tm.snooze", queue = "tm")]
+async fn tm_snooze(ctx: JobContext) -> Result<(), JobError> {
+    if !ctx.state::<Snoozed>()?.0.swap(true, Ordering::SeqCst) {
+        return Err(JobError::snooze(Duration::from_millis(1)));
+    }
+    Ok(())
+}
+
+#[job(kind = "tm.cancel", queue = "tm")]
+async fn tm_cancel(_ctx: JobContext) -> Result<(), JobError> {
+    Err(JobError::cancel("not wanted any more"))
+}
+
+#[job(kind = "tm.terminal", queue = "tm")]
+async fn tm_terminal(_ctx: JobContext) -> Result<(), JobError> {
+    Err(JobError::terminal("cannot ever work"))
+}
+
+#[job(kind = "tm.panic", queue = "tm", retry = 0)]
+async fn tm_panic(_ctx: JobContext) -> Result<(), JobError> {
+    panic!("boom")
+}
+
+const BILLING: &str = "billing";
+const NONE: &str = "none";
+
+fn job(kind: &'static str, owner: &'static str) -> [(&'static str, &'static str); 3] {
+    [("queue", "tm"), ("kind", kind), ("owner", owner)]
+}
+
+fn with<'a>(base: [(&'a str, &'a str); 3], more: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
+    base.iter().chain(more).copied().collect()
+}
+
+/// `job_finished_total` of `kind` with `outcome` and `class`.
+fn finished(kind: &'static str, owner: &'static str, outcome: &str, class: &str) -> Option<f64> {
+    let labels = with(job(kind, owner), &[("outcome", outcome), ("class", class)]);
+    sample("job_finished_total", &labels)
+}
+
+#[tokio::test]
+async fn a_scripted_run_counts_every_outcome_with_its_labels() {
+    recorder();
+    let db = TestDb::new().await;
+    let store = db.store();
+    let mut ids = vec![
+        TmOk { n: 1 }.enqueue(&db.pool()).await.unwrap(),
+        TmFlaky {}.enqueue(&db.pool()).await.unwrap(),
+        TmSnooze {}.enqueue(&db.pool()).await.unwrap(),
+        TmCancel {}.enqueue(&db.pool()).await.unwrap(),
+        TmTerminal {}.enqueue(&db.pool()).await.unwrap(),
+        TmPanic {}.enqueue(&db.pool()).await.unwrap(),
+    ];
+    // Poison: a `tm.ok` payload without its field.
+    let poison = NewJob {
+        queue: "tm".into(),
+        ..NewJob::new("tm.ok", "{}")
+    };
+    ids.push(store.enqueue(poison).await.unwrap());
+
+    let worker = Worker::builder(store.clone())
+        .register::<TmOk>()
+        .register::<TmFlaky>()
+        .register::<TmSnooze>()
+        .register::<TmCancel>()
+        .register::<TmTerminal>()
+        .register::<TmPanic>()
+        .state(Snoozed::default())
+        .queue("tm", 4)
+        .for_tests()
+        .build()
+        .unwrap()
+        .start();
+    for id in &ids {
+        finished_row(&store, *id).await;
+    }
+    let report = worker.shutdown().await;
+    assert_eq!(report.stats.completed, 3, "{:?}", report.stats);
+
+    // Enqueued from Rust: by queue and kind (the typed helper and the raw row alike).
+    let enqueued = |kind| sample("job_enqueued_total", &[("queue", "tm"), ("kind", kind)]);
+    assert_eq!(enqueued("tm.ok"), Some(2.0));
+    assert_eq!(enqueued("tm.flaky"), Some(1.0));
+
+    // Started: every handler that ran, once per attempt; the poison payload never started one.
+    let started = |kind, owner| sample("job_started_total", &job(kind, owner));
+    assert_eq!(started("tm.ok", BILLING), Some(1.0));
+    assert_eq!(started("tm.flaky", BILLING), Some(2.0));
+    assert_eq!(started("tm.snooze", NONE), Some(2.0));
+    assert_eq!(started("tm.cancel", NONE), Some(1.0));
+    assert_eq!(started("tm.terminal", NONE), Some(1.0));
+    assert_eq!(started("tm.panic", NONE), Some(1.0));
+
+    // Finished: by outcome and class, with the kind's owner.
+    let expected = [
+        ("tm.ok", BILLING, "completed", "none"),
+        ("tm.ok", BILLING, "discarded", "poison"),
+        ("tm.flaky", BILLING, "retried", "error"),
+        ("tm.flaky", BILLING, "completed", "none"),
+        ("tm.snooze", NONE, "snoozed", "none"),
+        ("tm.snooze", NONE, "completed", "none"),
+        ("tm.cancel", NONE, "cancelled", "none"),
+        ("tm.terminal", NONE, "discarded", "terminal"),
+        ("tm.panic", NONE, "discarded", "panic"),
+    ];
+    for (kind, owner, outcome, class) in expected {
+        assert_eq!(
+            finished(kind, owner, outcome, class),
+            Some(1.0),
+            "{kind} {outcome} {class}"
+        );
+    }
+    // Nothing else finished, was lost, fenced or stuck in this queue.
+    let mine = samples_with(("queue", "tm"));
+    let finished_series = mine
+        .iter()
+        .filter(|s| s.name == "job_finished_total")
+        .count();
+    assert_eq!(finished_series, expected.len(), "{mine:#?}");
+    for name in [
+        "job_lease_lost_total",
+        "job_fenced_total",
+        "job_stuck_total",
+    ] {
+        assert!(!mine.iter().any(|s| s.name == name), "{name} in {mine:#?}");
+    }
+
+    // One duration per attempt that ran (by outcome), one queue wait per start.
+    let durations = |kind, owner, outcome| {
+        sample(
+            "job_execution_duration_seconds_count",
+            &with(job(kind, owner), &[("outcome", outcome)]),
+        )
+    };
+    assert_eq!(durations("tm.flaky", BILLING, "retried"), Some(1.0));
+    assert_eq!(durations("tm.flaky", BILLING, "completed"), Some(1.0));
+    assert_eq!(durations("tm.panic", NONE, "discarded"), Some(1.0));
+    assert_eq!(
+        durations("tm.ok", BILLING, "discarded"),
+        None,
+        "the poison payload ran no handler"
+    );
+    let waits = |kind, owner| sample("job_queue_wait_seconds_count", &job(kind, owner));
+    assert_eq!(waits("tm.flaky", BILLING), Some(2.0));
+    assert_eq!(waits("tm.ok", BILLING), Some(1.0));
+
+    // After shutdown the queue's slots are free and nothing waits.
+    assert_eq!(sample("job_in_flight", &[("queue", "tm")]), Some(0.0));
+    assert_eq!(sample("job_free_slots", &[("queue", "tm")]), Some(4.0));
+    assert_eq!(sample("job_prefetched", &[("queue", "tm")]), Some(0.0));
+    db.close().await;
+}
+
+/// Holds its slot until the test lets it go.
+#[derive(Clone)]
+struct Gate(Arc<Semaphore>);
+
+#[job(kind = "tm.gated", queue = "tm-slots")]
+async fn tm_gated(ctx: JobContext) -> Result<(), JobError> {
+    let gate = ctx.state::<Gate>()?.0.clone();
+    let _pass = gate
+        .acquire()
+        .await
+        .map_err(|e| JobError::retryable(e.to_string()))?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn slot_gauges_show_a_saturated_queue_and_its_prefetched_jobs() {
+    recorder();
+    let db = TestDb::new().await;
+    let store = db.store();
+    for _ in 0..5 {
+        TmGated {}.enqueue(&db.pool()).await.unwrap();
+    }
+    let gate = Gate(Arc::new(Semaphore::new(0)));
+    let worker = Worker::builder(store.clone())
+        .register::<TmGated>()
+        .state(gate.clone())
+        .queue("tm-slots", 2)
+        .prefetch(2)
+        .for_tests()
+        .build()
+        .unwrap()
+        .start();
+    let q = [("queue", "tm-slots")];
+    until("both slots taken and two jobs prefetched", || {
+        sample("job_in_flight", &q) == Some(2.0)
+            && sample("job_free_slots", &q) == Some(0.0)
+            && sample("job_prefetched", &q) == Some(2.0)
+    })
+    .await;
+    gate.0.add_permits(5);
+    wait_until_idle(&store, "tm-slots").await;
+    until("every slot free again", || {
+        sample("job_in_flight", &q) == Some(0.0) && sample("job_free_slots", &q) == Some(2.0)
+    })
+    .await;
+    assert_eq!(sample("job_prefetched", &q), Some(0.0));
+    worker.shutdown().await;
+    db.close().await;
+}
+
+#[job(kind = "tm.fence", queue = "tm-fence", owner = "ops")]
+async fn tm_fence(ctx: JobContext) -> Result<(), JobError> {
+    let gate = ctx.state::<Gate>()?.0.clone();
+    let _pass = gate
+        .acquire()
+        .await
+        .map_err(|e| JobError::retryable(e.to_string()))?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_fenced_execution_counts_as_fenced_and_lost_with_its_labels() {
+    recorder();
+    let db = TestDb::new().await;
+    let id = TmFence {}.enqueue(&db.pool()).await.unwrap();
+    let store = OutageStore::new(db.store(), Outage::default());
+    let gate = Gate(Arc::new(Semaphore::new(0)));
+    let worker = Worker::builder(store.clone())
+        .register::<TmFence>()
+        .state(gate.clone())
+        .queue("tm-fence", 1)
+        .for_tests()
+        .build()
+        .unwrap()
+        .start();
+    let labels = job("tm.fence", "ops");
+    let labels = [("queue", "tm-fence"), labels[1], labels[2]];
+    until("the handler started", || {
+        sample("job_started_total", &labels) == Some(1.0)
+    })
+    .await;
+    // Heartbeats fail for five leases: the worker stops the execution before its lease can
+    // expire, and the rescuer gives the job to the next attempt afterwards.
+    store.layer().fail_for(Duration::from_millis(1500));
+    until("the execution fenced", || {
+        sample("job_fenced_total", &labels) == Some(1.0)
+            && sample("job_lease_lost_total", &labels) == Some(1.0)
+    })
+    .await;
+    gate.0.add_permits(10);
+    assert_eq!(
+        finished_row(&db.store(), id).await.state,
+        JobState::Completed
+    );
+    worker.shutdown().await;
+    assert_eq!(sample("job_fenced_total", &labels), Some(1.0));
+    assert_eq!(sample("job_started_total", &labels), Some(2.0));
+    db.close().await;
+}
+
+#[job(kind = "tm.stuck", queue = "tm-stuck", retry = 0, timeout = "50ms")]
+async fn tm_stuck(ctx: JobContext) -> Result<(), JobError> {
+    // Blocking work outlives the timeout by more than `stuck_after` (1 s for tests).
+    ctx.blocking(|| std::thread::sleep(Duration::from_millis(1400)))
+        .await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn code_running_past_its_timeout_counts_as_stuck_then_as_a_timeout() {
+    recorder();
+    let db = TestDb::new().await;
+    let store = db.store();
+    let id = TmStuck {}.enqueue(&db.pool()).await.unwrap();
+    let worker = Worker::builder(store.clone())
+        .register::<TmStuck>()
+        .queue("tm-stuck", 1)
+        .for_tests()
+        .build()
+        .unwrap()
+        .start();
+    let row = finished_row(&store, id).await;
+    worker.shutdown().await;
+    assert_eq!(row.state, JobState::Discarded);
+    let labels = [
+        ("queue", "tm-stuck"),
+        ("kind", "tm.stuck"),
+        ("owner", "none"),
+    ];
+    assert_eq!(sample("job_stuck_total", &labels), Some(1.0));
+    let finished = with(labels, &[("outcome", "discarded"), ("class", "timeout")]);
+    assert_eq!(sample("job_finished_total", &finished), Some(1.0));
+}

@@ -1,0 +1,161 @@
+//! The reporter: the database-derived gauges, exact, from one worker at a time, handed over
+//! when the holder stops reporting; gauges of what is gone go back to zero.
+
+use std::time::Duration;
+
+use chrono::Utc;
+use job::prelude::*;
+use job::{Reporter, ReporterConfig};
+use job_testkit::prelude::*;
+
+use crate::support::{finished_row, recorder, sample};
+
+#[job(kind = "tr.idle", queue = "rq")]
+async fn tr_idle(_ctx: JobContext) -> Result<(), JobError> {
+    Ok(())
+}
+
+#[job(kind = "tr.dead", queue = "rq-dead", owner = "billing")]
+async fn tr_dead(_ctx: JobContext) -> Result<(), JobError> {
+    Err(JobError::terminal("never works"))
+}
+
+fn reporter(store: &PgStore, holder: &str) -> Reporter<PgStore> {
+    let config = ReporterConfig {
+        interval: Duration::from_millis(100),
+        ..ReporterConfig::default()
+    };
+    Reporter::new(
+        store.clone(),
+        config,
+        holder,
+        vec![("tr.dead".into(), "billing".into())],
+    )
+}
+
+#[tokio::test]
+async fn one_worker_reports_exact_gauges_and_hands_the_role_over() {
+    recorder();
+    let db = TestDb::new().await;
+    let store = db.store();
+    let pool = db.pool();
+    // Waiting in `rq` (no worker runs it): 3 due, one of them due for an hour, 2 scheduled.
+    TrIdle {}.enqueue(&pool).await.unwrap();
+    Enqueue::new(TrIdle {})
+        .priority(5)
+        .enqueue(&pool)
+        .await
+        .unwrap();
+    let hour_ago = Utc::now() - chrono::Duration::hours(1);
+    Enqueue::new(TrIdle {})
+        .run_at(hour_ago)
+        .enqueue(&pool)
+        .await
+        .unwrap();
+    for _ in 0..2 {
+        Enqueue::new(TrIdle {})
+            .schedule_in(Duration::from_secs(3600))
+            .enqueue(&pool)
+            .await
+            .unwrap();
+    }
+    // Two dead letters in `rq-dead`.
+    let dead = [
+        TrDead {}.enqueue(&pool).await.unwrap(),
+        TrDead {}.enqueue(&pool).await.unwrap(),
+    ];
+    let worker = Worker::builder(store.clone())
+        .register::<TrDead>()
+        .queue("rq-dead", 2)
+        .configure(|c| c.reporter.enabled = false)
+        .for_tests()
+        .build()
+        .unwrap()
+        .start();
+    for id in dead {
+        assert_eq!(finished_row(&store, id).await.state, JobState::Discarded);
+    }
+    worker.shutdown().await;
+
+    let mut a = reporter(&store, "worker-a");
+    let mut b = reporter(&store, "worker-b");
+    let report = a
+        .run_once()
+        .await
+        .unwrap()
+        .expect("the first asker takes the role");
+    let count = |queue: &str, state: JobState| {
+        report
+            .jobs
+            .iter()
+            .find(|c| c.queue == queue && c.state == state)
+            .map(|c| c.count)
+    };
+    assert_eq!(count("rq", JobState::Available), Some(3));
+    assert_eq!(count("rq", JobState::Scheduled), Some(2));
+    assert_eq!(count("rq-dead", JobState::Discarded), Some(2));
+    assert_eq!(report.jobs.len(), 3, "{:?}", report.jobs);
+    assert_eq!(report.oldest_due.len(), 1, "{:?}", report.oldest_due);
+    let (queue, age) = &report.oldest_due[0];
+    assert_eq!(queue, "rq");
+    assert!(
+        (3590..3700).contains(&age.as_secs()),
+        "the job due an hour ago: {age:?}"
+    );
+    assert_eq!(report.dead_letters.len(), 1);
+    let d = &report.dead_letters[0];
+    assert_eq!(
+        (
+            d.queue.as_str(),
+            d.kind.as_str(),
+            d.owner.as_deref(),
+            d.count
+        ),
+        ("rq-dead", "tr.dead", Some("billing"), 2)
+    );
+
+    // The gauges, as an exporter shows them.
+    let jobs = |queue, state| sample("job_jobs", &[("queue", queue), ("state", state)]);
+    assert_eq!(jobs("rq", "available"), Some(3.0));
+    assert_eq!(jobs("rq", "scheduled"), Some(2.0));
+    assert_eq!(jobs("rq-dead", "discarded"), Some(2.0));
+    let dead_letters = || {
+        sample(
+            "job_dead_letters",
+            &[
+                ("queue", "rq-dead"),
+                ("kind", "tr.dead"),
+                ("owner", "billing"),
+            ],
+        )
+    };
+    assert_eq!(dead_letters(), Some(2.0));
+    let oldest = sample("job_oldest_due_age_seconds", &[("queue", "rq")]).unwrap();
+    assert!((3590.0..3700.0).contains(&oldest), "{oldest}");
+
+    // One at a time: the other asks and is refused while the holder keeps reporting.
+    assert_eq!(b.run_once().await.unwrap(), None);
+    assert!(a.run_once().await.unwrap().is_some());
+    assert_eq!(b.run_once().await.unwrap(), None);
+
+    // Purged dead letters go back to zero at the holder's next pass.
+    store.purge(&JobFilter::dead_letters()).await.unwrap();
+    a.run_once().await.unwrap().expect("still the holder");
+    assert_eq!(dead_letters(), Some(0.0));
+    assert_eq!(jobs("rq-dead", "discarded"), Some(0.0));
+
+    // A holder that stops reporting loses the role when its time runs out (3 intervals).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        if b.run_once().await.unwrap().is_some() {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the role never moved"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(a.run_once().await.unwrap(), None, "b holds the role now");
+    db.close().await;
+}
