@@ -10,10 +10,10 @@ use crate::maintenance::{
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Prefetch {
-    /// As many as the queue's slots start during two claim round trips, measured claim by
-    /// claim, up to `max`. A queue of jobs that take longer than a claim round trip holds
-    /// none: it claims its free slots only, as `Fixed(0)` does, and other workers' free slots
-    /// take the rest.
+    /// As many as the queue's slots finish during two claim round trips, measured claim by
+    /// claim, up to `max`. A queue of jobs that take longer than that, or 100 ms or more,
+    /// holds none: it claims its free slots only, as `Fixed(0)` does, and other workers' free
+    /// slots take the rest.
     Auto {
         /// The most jobs held. Defaults to 1,000.
         max: usize,

@@ -11,8 +11,9 @@
 //! The target is fixed ([`Prefetch::Fixed`]) or measured ([`Prefetch::Auto`], the default):
 //! twice the jobs the queue's slots finished during a claim's round trip, smoothed over
 //! claims. Jobs much shorter than a claim round trip give a large target (up to its `max`);
-//! jobs longer than a round trip give zero, so a queue of slow jobs claims only its free slots
-//! and never holds a job that another worker's free slot could run.
+//! jobs longer than two round trips per slot, and any job of 100 ms or more, give zero, so a
+//! queue of slow jobs claims only its free slots and never holds a job that another worker's
+//! free slot could run.
 //!
 //! A claimed job waiting in the buffer holds its lease like a running one: the heartbeat
 //! renews it, a crash leaves it to the rescuer, and shutdown releases it at once. Prefetched
@@ -97,6 +98,10 @@ struct Target {
 impl Target {
     /// Weight of the newest measurement in the smoothed ones.
     const WEIGHT: f64 = 0.2;
+    /// Jobs that hold their slot this long (in seconds) or longer are never prefetched: a claim
+    /// round trip is then a small share of their time, and a held job would wait where another
+    /// worker's free slot could run it (a loaded server's round trips alone would say otherwise).
+    const LONG_JOB: f64 = 0.1;
 
     fn new(mode: Prefetch, concurrency: usize) -> Self {
         Target {
@@ -113,7 +118,7 @@ impl Target {
         match self.mode {
             Prefetch::Fixed(n) => n,
             Prefetch::Auto { max } => match (self.round_trip, self.execution) {
-                (Some(rtt), Some(exec)) if exec > 0.0 => {
+                (Some(rtt), Some(exec)) if exec > 0.0 && exec < Self::LONG_JOB => {
                     let jobs = self.concurrency as f64 * 2.0 * rtt / exec;
                     (jobs.min(max as f64)) as usize
                 }
