@@ -78,8 +78,11 @@ pub use job_postgres::{
     complete_in, enqueue, enqueue_many, pool_options, schema_script, Enqueue, EnqueueMany,
     Error as PgError, PgStore, TenantAdmin,
 };
+pub use job_sqlite::{Error as SqliteError, SqliteStore};
 /// The PostgreSQL connection pool the store and your handlers use (sqlx's).
 pub use sqlx::PgPool;
+/// The SQLite connection pool of a [`SqliteStore`] (sqlx's).
+pub use sqlx::SqlitePool;
 
 /// The names most programs and their tests need: `use job::prelude::*;`.
 pub mod prelude {

@@ -1,6 +1,7 @@
 //! Testing tools for applications built on `job`, and for `job` itself.
 //!
-//! - [`TestDb`]: a fresh, migrated PostgreSQL database per test, dropped afterwards.
+//! - [`TestDb`]: a fresh, migrated PostgreSQL database per test, dropped afterwards;
+//!   [`TestSqlite`]: a fresh, migrated SQLite file per test.
 //! - [`perform`] / [`Inline`]: run one job's handler inline and get the outcome a worker would
 //!   write.
 //! - [`Faults`]: crash an execution at a named point (after claim, before or after perform,
@@ -22,6 +23,7 @@ mod enqueued;
 mod faults;
 mod outage;
 mod perform;
+mod sqlite;
 mod wait;
 mod worker;
 
@@ -33,6 +35,7 @@ pub use enqueued::{
 pub use faults::{Crash, Faults, Point};
 pub use outage::{Outage, OutageStore};
 pub use perform::{perform, Inline, StepMemory};
+pub use sqlite::{SqliteFactory, TestSqlite};
 pub use wait::{wait_for, wait_until_idle, WAIT};
 pub use worker::{rescue_now, TestWorker, TEST_LEASE};
 

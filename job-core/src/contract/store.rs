@@ -233,7 +233,8 @@ pub struct JobRow {
     pub stuck_since: Option<DateTime<Utc>>,
 }
 
-/// Wake-ups from the store: the name of a queue that has new work.
+/// Wake-ups from the store: the name of a queue that has new work, or the empty name (which no
+/// queue has) when the store cannot tell which queue: every queue then looks for work.
 pub type Wakeups = mpsc::Receiver<String>;
 
 /// The storage contract.
