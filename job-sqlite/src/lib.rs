@@ -11,6 +11,7 @@
 //! Enqueue through a connection ([`enqueue()`], [`enqueue_many`]) to make a job part of your
 //! own transaction, and [`complete_in`] to complete one in a handler's own transaction.
 
+mod admin;
 mod enqueue;
 mod error;
 mod history;

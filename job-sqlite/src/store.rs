@@ -146,8 +146,8 @@ impl SqliteStore {
         }
     }
 
-    fn validate(&self, job: &NewJob) -> Result<(), StoreError> {
-        job.validate(self.payload_limit).map_err(store_error)
+    fn validate(&self, job: &NewJob) -> Result<(), EnqueueError> {
+        job.validate(self.payload_limit)
     }
 }
 
@@ -172,27 +172,16 @@ fn pool_options(shared: &Arc<Shared>, connections: u32) -> SqlitePoolOptions {
         })
 }
 
-/// The store trait speaks [`StoreError`]: a refused job becomes one wrapping its
-/// [`EnqueueError`], so callers can still downcast to it.
-fn store_error(error: EnqueueError) -> StoreError {
-    match error {
-        EnqueueError::Store(e) => e,
-        other => StoreError::new(other),
-    }
-}
-
 impl Store for SqliteStore {
-    async fn enqueue(&self, job: NewJob) -> Result<JobId, StoreError> {
+    async fn enqueue(&self, job: NewJob) -> Result<JobId, EnqueueError> {
         self.validate(&job)?;
         let mut w = self.write().await?;
-        let id = enqueue::enqueue(&mut w.tx, &job)
-            .await
-            .map_err(store_error)?;
+        let id = enqueue::enqueue(&mut w.tx, &job).await?;
         w.commit().await?;
         Ok(id)
     }
 
-    async fn enqueue_many(&self, jobs: Vec<NewJob>) -> Result<Vec<JobId>, StoreError> {
+    async fn enqueue_many(&self, jobs: Vec<NewJob>) -> Result<Vec<JobId>, EnqueueError> {
         for job in &jobs {
             self.validate(job)?;
         }
@@ -202,14 +191,10 @@ impl Store for SqliteStore {
         if jobs.iter().any(|j| j.unique.is_some()) {
             // Refused as job-postgres refuses it, with the same words.
             let mut w = self.write().await?;
-            return enqueue::enqueue_many(&mut w.tx, &jobs)
-                .await
-                .map_err(store_error);
+            return enqueue::enqueue_many(&mut w.tx, &jobs).await;
         }
         let mut w = self.write().await?;
-        let ids = enqueue::insert_all(&mut w.tx, &jobs)
-            .await
-            .map_err(store_error)?;
+        let ids = enqueue::insert_all(&mut w.tx, &jobs).await?;
         w.commit().await?;
         Ok(ids)
     }
