@@ -74,9 +74,11 @@ pub use job_core::{
 // Fault injection (see `job-testkit`).
 pub use job_core::{Fault, FaultInjector, FaultPoint};
 pub use job_macros::job;
+// Enqueueing through any backend's executor.
+pub use job_core::{Enqueue, EnqueueExecutor, EnqueueMany};
 pub use job_postgres::{
-    complete_in, enqueue, enqueue_many, pool_options, schema_script, Enqueue, EnqueueMany,
-    Error as PgError, PgStore, TenantAdmin,
+    complete_in, enqueue, enqueue_many, pool_options, schema_script, Error as PgError, PgBackend,
+    PgStore, TenantAdmin,
 };
 pub use job_sqlite::{Error as SqliteError, SqliteStore};
 /// The PostgreSQL connection pool the store and your handlers use (sqlx's).

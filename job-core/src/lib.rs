@@ -33,6 +33,7 @@ pub use model::state::{JobState, UnknownState};
 pub use model::text::{storable_text, MAX_ERROR_HISTORY, MAX_ERROR_MESSAGE};
 
 pub use contract::admin::{Admin, Cancelled, JobFilter, Pause, Redriven, StateCount, Stats};
+pub use contract::enqueue::{Enqueue, EnqueueExecutor, EnqueueMany};
 pub use contract::layer::{BoxFuture, Call, Layered, Returned, StoreLayer};
 pub use contract::store::{
     duration_millis, AttemptError, ClaimKind, ClaimRequest, ClaimedJob, Expired, Finalize,

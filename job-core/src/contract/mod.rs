@@ -2,5 +2,6 @@
 //! interface over it ([`Admin`](crate::Admin)). Above the model; knows no SQL.
 
 pub(crate) mod admin;
+pub(crate) mod enqueue;
 pub(crate) mod layer;
 pub(crate) mod store;
