@@ -81,6 +81,16 @@ pub use job_postgres::{
     PgStore, TenantAdmin,
 };
 pub use job_sqlite::{Error as SqliteError, SqliteStore};
+
+/// The SQLite backend's functions whose PostgreSQL twins are at the crate root
+/// ([`complete_in`](crate::complete_in), [`enqueue`](crate::enqueue()), ...), and its
+/// executor marker.
+pub mod sqlite {
+    pub use job_sqlite::{
+        complete_in, enqueue, enqueue_many, migrate, Migration, SqliteBackend, BUSY_TIMEOUT,
+        EVERY_QUEUE, MIGRATIONS,
+    };
+}
 /// The PostgreSQL connection pool the store and your handlers use (sqlx's).
 pub use sqlx::PgPool;
 /// The SQLite connection pool of a [`SqliteStore`] (sqlx's).

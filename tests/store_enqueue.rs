@@ -6,8 +6,8 @@ mod store_support;
 
 use std::time::Duration;
 
-use job_core::{EnqueueError, Job, JobContext, JobError, JobState, Store};
 use job::{Enqueue, EnqueueMany};
+use job_core::{EnqueueError, Job, JobContext, JobError, JobState, Store};
 use job_testkit::TestDb;
 use serde::{Deserialize, Serialize};
 use sqlx::Connection;

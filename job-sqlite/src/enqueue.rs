@@ -1,8 +1,11 @@
 //! Inserting jobs through a connection: the store's own (inside its immediate transaction), or
 //! the caller's (`&mut *tx`), so a job commits or rolls back with the caller's rows.
 
-use job_core::{Deadline, EnqueueError, JobId, NewJob, OnDuplicate, RunAt};
-use sqlx::{Connection, SqliteConnection};
+use std::future::Future;
+
+use job_core::{Deadline, EnqueueError, EnqueueExecutor, JobId, NewJob, OnDuplicate, RunAt};
+use sqlx::pool::PoolConnection;
+use sqlx::{Connection, Sqlite, SqliteConnection, SqlitePool};
 
 use crate::error::Error;
 use crate::sql;
@@ -139,4 +142,64 @@ fn bind<'q>(query: Scalar<'q>, job: &'q NewJob) -> Scalar<'q> {
         .bind(&job.tenant)
         .bind(job.unique.as_ref().map(|u| u.key.as_str()))
         .bind(job.unique.as_ref().map(|u| u.scope.as_str()))
+}
+
+/// The SQLite backend, as job-core's generic enqueue names it: `E: EnqueueExecutor<SqliteBackend>`
+/// is any of `&SqlitePool`, `&mut SqliteConnection` (`&mut *tx` of a transaction) and
+/// `&mut PoolConnection<Sqlite>`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SqliteBackend {}
+
+/// [`enqueue`] on a connection of `pool`.
+async fn enqueue_on_pool(pool: &SqlitePool, job: &NewJob) -> Result<JobId, EnqueueError> {
+    let mut conn = pool.acquire().await.map_err(Error::query("acquire"))?;
+    enqueue(&mut conn, job).await
+}
+
+/// [`enqueue_many`] on a connection of `pool`.
+async fn enqueue_many_on_pool(
+    pool: &SqlitePool,
+    jobs: &[NewJob],
+) -> Result<Vec<JobId>, EnqueueError> {
+    let mut conn = pool.acquire().await.map_err(Error::query("acquire"))?;
+    enqueue_many(&mut conn, jobs).await
+}
+
+impl EnqueueExecutor<SqliteBackend> for &SqlitePool {
+    fn enqueue_job(self, job: &NewJob) -> impl Future<Output = Result<JobId, EnqueueError>> + Send {
+        enqueue_on_pool(self, job)
+    }
+
+    fn enqueue_jobs(
+        self,
+        jobs: &[NewJob],
+    ) -> impl Future<Output = Result<Vec<JobId>, EnqueueError>> + Send {
+        enqueue_many_on_pool(self, jobs)
+    }
+}
+
+impl EnqueueExecutor<SqliteBackend> for &mut SqliteConnection {
+    fn enqueue_job(self, job: &NewJob) -> impl Future<Output = Result<JobId, EnqueueError>> + Send {
+        enqueue(self, job)
+    }
+
+    fn enqueue_jobs(
+        self,
+        jobs: &[NewJob],
+    ) -> impl Future<Output = Result<Vec<JobId>, EnqueueError>> + Send {
+        enqueue_many(self, jobs)
+    }
+}
+
+impl EnqueueExecutor<SqliteBackend> for &mut PoolConnection<Sqlite> {
+    fn enqueue_job(self, job: &NewJob) -> impl Future<Output = Result<JobId, EnqueueError>> + Send {
+        enqueue(&mut **self, job)
+    }
+
+    fn enqueue_jobs(
+        self,
+        jobs: &[NewJob],
+    ) -> impl Future<Output = Result<Vec<JobId>, EnqueueError>> + Send {
+        enqueue_many(&mut **self, jobs)
+    }
 }

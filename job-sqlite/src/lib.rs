@@ -8,8 +8,10 @@
 //! finalizes queue behind each other and behind the application's own write transactions.
 //! Several processes may share one file; they find each other's new jobs by polling.
 //!
-//! Enqueue through a connection ([`enqueue()`], [`enqueue_many`]) to make a job part of your
-//! own transaction, and [`complete_in`] to complete one in a handler's own transaction.
+//! Enqueue through a connection ([`enqueue()`], [`enqueue_many`], or job-core's typed
+//! `Enqueue` and the `#[job]` helpers through [`SqliteBackend`]'s executors) to make a job
+//! part of your own transaction, and [`complete_in`] to complete one in a handler's own
+//! transaction.
 
 mod admin;
 mod enqueue;
@@ -25,7 +27,7 @@ mod steps;
 mod store;
 mod time;
 
-pub use enqueue::{enqueue, enqueue_many};
+pub use enqueue::{enqueue, enqueue_many, SqliteBackend};
 pub use error::Error;
 pub use listen::EVERY_QUEUE;
 pub use migrate::{migrate, Migration, MIGRATIONS};
