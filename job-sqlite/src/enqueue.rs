@@ -193,13 +193,13 @@ impl EnqueueExecutor<SqliteBackend> for &mut SqliteConnection {
 
 impl EnqueueExecutor<SqliteBackend> for &mut PoolConnection<Sqlite> {
     fn enqueue_job(self, job: &NewJob) -> impl Future<Output = Result<JobId, EnqueueError>> + Send {
-        enqueue(&mut **self, job)
+        enqueue(self, job)
     }
 
     fn enqueue_jobs(
         self,
         jobs: &[NewJob],
     ) -> impl Future<Output = Result<Vec<JobId>, EnqueueError>> + Send {
-        enqueue_many(&mut **self, jobs)
+        enqueue_many(self, jobs)
     }
 }
