@@ -40,7 +40,7 @@ impl Job for SqliteWork {
             .bind(ctx.id())
             .bind(ctx.attempt())
             .bind(worker.as_str())
-            .execute(&*pool)
+            .execute(pool)
             .await?;
         let ms = 40 + (u64::from(self.n) * 37 + u64::try_from(ctx.attempt()).unwrap_or(0)) % 80;
         tokio::time::sleep(Duration::from_millis(ms)).await;
