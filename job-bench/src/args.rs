@@ -122,7 +122,9 @@ Workloads:
                 commit to handler start
   backlog       drain with --completed completed and --waiting waiting rows already in the
                 table; reports the worker's peak RSS
-  soak          a producer at --rate for --seconds, one line per --interval seconds";
+  soak          a producer at --rate for --seconds, one line per --interval seconds
+  drain_sqlite  drain on a fresh SQLite file, the worker in this process (no server)
+  latency_sqlite  latency on a fresh SQLite file, the worker in this process";
 
 fn at_least_one(value: &str) -> Result<usize, String> {
     match value.parse::<usize>() {
