@@ -197,3 +197,33 @@ async fn two_stores_on_one_file_see_each_others_jobs() {
     other.pool().close().await;
     db.close().await;
 }
+
+#[tokio::test]
+async fn the_testkits_drain_runs_due_and_scheduled_jobs_on_sqlite() {
+    let db = TestSqlite::new().await;
+    let store = db.store();
+    let now = SendInvoice { invoice_id: 1 }
+        .enqueue(store.pool())
+        .await
+        .unwrap();
+    let later = SendInvoice { invoice_id: 2 }
+        .schedule_in(std::time::Duration::from_secs(3600))
+        .enqueue(store.pool())
+        .await
+        .unwrap();
+    let ran = Arc::new(AtomicUsize::new(0));
+    let drain = job_testkit::Drain::new()
+        .register::<SendInvoice>()
+        .state(ran.clone());
+    let first = drain.run(&store, "mail").await;
+    assert_eq!(first.iter().map(|d| d.id).collect::<Vec<_>>(), vec![now]);
+    assert_eq!(first[0].outcome, Outcome::Complete);
+    let rest = drain.with_scheduled(true).run(&store, "mail").await;
+    assert_eq!(rest.iter().map(|d| d.id).collect::<Vec<_>>(), vec![later]);
+    assert_eq!(ran.load(Ordering::SeqCst), 2);
+    assert_eq!(
+        store.get(later).await.unwrap().unwrap().state,
+        JobState::Completed
+    );
+    db.close().await;
+}

@@ -10,12 +10,14 @@
 //! - [`enqueued`], [`assert_enqueued`], [`assert_enqueued_with`] ([`Expect`]: args, queue,
 //!   priority, run time, tags), [`refute_enqueued`]: what the code under test enqueued, through
 //!   the pool or inside its open transaction.
-//! - [`Drain`]: run every due job of a queue in the test's own task and get each outcome.
+//! - [`Drain`]: run every due job of a queue in the test's own task and get each outcome, on
+//!   PostgreSQL or SQLite ([`TestStore`]).
 //! - [`TestWorker::for_tests`]: short leases and fast rescues for a worker a test starts, and
 //!   [`rescue_now`].
 //! - [`wait_for`] a job's state, [`wait_until_idle`] for a queue.
 //! - [`OutageStore`]: make every store call fail or stall for a while (a database outage).
 
+mod backend;
 pub mod conformance;
 mod db;
 mod drain;
@@ -27,6 +29,7 @@ mod sqlite;
 mod wait;
 mod worker;
 
+pub use backend::TestStore;
 pub use db::{PgFactory, TestDb};
 pub use drain::{Drain, Drained};
 pub use enqueued::{
