@@ -227,3 +227,35 @@ async fn the_testkits_drain_runs_due_and_scheduled_jobs_on_sqlite() {
     );
     db.close().await;
 }
+
+#[tokio::test]
+async fn the_enqueue_assertions_read_a_sqlite_pool_and_an_open_sqlite_transaction() {
+    let db = TestSqlite::new().await;
+    let store = db.store();
+    let mut tx = store.pool().begin_with("BEGIN IMMEDIATE").await.unwrap();
+    let id = SendInvoice { invoice_id: 42 }
+        .enqueue(&mut *tx)
+        .await
+        .unwrap();
+    let seen = job_testkit::assert_enqueued::<SendInvoice>(
+        &mut *tx,
+        serde_json::json!({ "invoice_id": 42 }),
+    )
+    .await;
+    assert_eq!(seen, id);
+    tx.commit().await.unwrap();
+    job_testkit::refute_enqueued::<SendInvoice>(
+        store.pool(),
+        serde_json::json!({ "invoice_id": 7 }),
+    )
+    .await;
+    let expected = job_testkit::Expect::args(serde_json::json!({ "invoice_id": 42 })).queue("mail");
+    assert_eq!(
+        job_testkit::assert_enqueued_with::<SendInvoice>(store.pool(), expected).await,
+        id
+    );
+    let all = job_testkit::enqueued::<SendInvoice>(store.pool()).await;
+    assert_eq!(all.len(), 1);
+    assert_eq!(all[0].job.invoice_id, 42);
+    db.close().await;
+}

@@ -34,6 +34,7 @@ pub use db::{PgFactory, TestDb};
 pub use drain::{Drain, Drained};
 pub use enqueued::{
     assert_enqueued, assert_enqueued_with, enqueued, refute_enqueued, EnqueuedJob, Expect,
+    ReadJobs, StoredJob,
 };
 pub use faults::{Crash, Faults, Point};
 pub use outage::{Outage, OutageStore};
