@@ -4,6 +4,7 @@
 use std::future::Future;
 
 use job_core::{Admin, Store};
+#[cfg(feature = "postgres")]
 use job_postgres::PgStore;
 use job_sqlite::SqliteStore;
 
@@ -14,6 +15,7 @@ pub trait TestStore: Store + Admin {
     fn make_due(&self, queue: &str) -> impl Future<Output = ()> + Send;
 }
 
+#[cfg(feature = "postgres")]
 impl TestStore for PgStore {
     async fn make_due(&self, queue: &str) {
         sqlx::query(

@@ -19,6 +19,7 @@
 
 mod backend;
 pub mod conformance;
+#[cfg(feature = "postgres")]
 mod db;
 mod drain;
 mod enqueued;
@@ -30,6 +31,7 @@ mod wait;
 mod worker;
 
 pub use backend::TestStore;
+#[cfg(feature = "postgres")]
 pub use db::{PgFactory, TestDb};
 pub use drain::{Drain, Drained};
 pub use enqueued::{
@@ -40,14 +42,18 @@ pub use faults::{Crash, Faults, Point};
 pub use outage::{Outage, OutageStore};
 pub use perform::{perform, Inline, StepMemory};
 pub use sqlite::{SqliteFactory, TestSqlite};
-pub use wait::{wait_for, wait_until_idle, WAIT};
+#[cfg(feature = "postgres")]
+pub use wait::wait_until_idle;
+pub use wait::{wait_for, WAIT};
 pub use worker::{rescue_now, TestWorker, TEST_LEASE};
 
 /// The names most application tests use: `use job_testkit::prelude::*;`.
 pub mod prelude {
     pub use crate::{
         assert_enqueued, assert_enqueued_with, enqueued, perform, refute_enqueued, rescue_now,
-        wait_for, wait_until_idle, Drain, Expect, Faults, Inline, Outage, OutageStore, Point,
-        StepMemory, TestDb, TestWorker,
+        wait_for, Drain, Expect, Faults, Inline, Outage, OutageStore, Point, StepMemory,
+        TestSqlite, TestWorker,
     };
+    #[cfg(feature = "postgres")]
+    pub use crate::{wait_until_idle, TestDb};
 }
