@@ -1,14 +1,15 @@
 //! Quick start: define two jobs with `#[job]`, enqueue a few inside a transaction, run a worker
 //! until they are all finished, and print each outcome.
 //!
-//! Run with `cargo run --example quickstart`. It uses the database `job_quickstart` on the
-//! server named by DATABASE_URL (default `postgres://postgres@127.0.0.1:5432/test`), creating
-//! it when missing, so your own databases are not touched.
+//! Run with `cargo run --example quickstart`. Without `DATABASE_URL` it needs no server: it
+//! uses the SQLite file `job_quickstart.sqlite` in the system's temporary directory (and says
+//! so). With `DATABASE_URL` set it uses PostgreSQL: the database `job_quickstart` on that
+//! server, created when missing, so your own databases are not touched.
 
 use std::time::Duration;
 
 use job::prelude::*;
-use job::JobState;
+use job::{JobState, SqliteStore};
 
 /// Sends the welcome email of a new user.
 #[job(retry = 2, queue = "mail")]
@@ -44,36 +45,64 @@ async fn charge(_ctx: JobContext, cents: i64) -> Result<(), JobError> {
     Ok(())
 }
 
+/// Enqueues the quick start's jobs through `$tx` (`&mut *tx` of either backend's open
+/// transaction): the same typed helpers on PostgreSQL and on SQLite.
+macro_rules! enqueue_jobs {
+    ($tx:expr) => {
+        vec![
+            SendWelcome {
+                user: "ada@example.com".into(),
+            }
+            .enqueue(&mut *$tx)
+            .await?,
+            BuildReport { report_id: 7 }.enqueue(&mut *$tx).await?,
+            Charge { cents: -5 }.enqueue(&mut *$tx).await?,
+            SendWelcome {
+                user: "grace@example.com".into(),
+            }
+            .schedule_in(Duration::from_millis(200))
+            .enqueue(&mut *$tx)
+            .await?,
+        ]
+    };
+}
+
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let server = std::env::var("DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
-    let options = db::ensure_database(&server, "job_quickstart").await?;
-    let pool = job::pool_options()
-        .max_connections(5)
-        .connect_with(options)
-        .await?;
-    let store = PgStore::new(pool.clone());
-    store.migrate().await?;
+    match std::env::var("DATABASE_URL").ok().filter(|u| !u.is_empty()) {
+        Some(server) => {
+            let options = db::ensure_database(&server, "job_quickstart").await?;
+            println!("using PostgreSQL database job_quickstart on the server of DATABASE_URL");
+            let pool = job::pool_options()
+                .max_connections(5)
+                .connect_with(options)
+                .await?;
+            let store = PgStore::new(pool.clone());
+            store.migrate().await?;
+            // Enqueue inside our own transaction: the jobs exist only if it commits.
+            let mut tx = pool.begin().await?;
+            let ids = enqueue_jobs!(tx);
+            tx.commit().await?;
+            run(store, ids).await
+        }
+        None => {
+            let path = std::env::temp_dir().join("job_quickstart.sqlite");
+            println!(
+                "using SQLite database {} (set DATABASE_URL to use PostgreSQL)",
+                path.display()
+            );
+            let store = SqliteStore::open(&path).await?;
+            // The same, in a SQLite transaction (immediate: it takes the write lock at once).
+            let mut tx = store.pool().begin_with("BEGIN IMMEDIATE").await?;
+            let ids = enqueue_jobs!(tx);
+            tx.commit().await?;
+            run(store, ids).await
+        }
+    }
+}
 
-    // Enqueue inside our own transaction: the jobs exist only if it commits.
-    let mut tx = pool.begin().await?;
-    let ids = vec![
-        SendWelcome {
-            user: "ada@example.com".into(),
-        }
-        .enqueue(&mut *tx)
-        .await?,
-        BuildReport { report_id: 7 }.enqueue(&mut *tx).await?,
-        Charge { cents: -5 }.enqueue(&mut *tx).await?,
-        SendWelcome {
-            user: "grace@example.com".into(),
-        }
-        .schedule_in(Duration::from_millis(200))
-        .enqueue(&mut *tx)
-        .await?,
-    ];
-    tx.commit().await?;
+/// Runs a worker until the jobs `ids` have finished, and prints and checks each outcome.
+async fn run<S: Store>(store: S, ids: Vec<JobId>) -> Result<(), Box<dyn std::error::Error>> {
     println!("enqueued jobs {ids:?}");
 
     let worker = Worker::builder(store.clone())

@@ -1,4 +1,5 @@
-//! `job`: durable background jobs on PostgreSQL.
+//! `job`: durable background jobs on PostgreSQL, or on an embedded SQLite file
+//! ([`SqliteStore`]) where there is no server.
 //!
 //! Annotate an async function with [`#[job(...)]`](macro@job), enqueue it through the
 //! generated typed helper inside your own transaction, and run a [`Worker`] that claims jobs
@@ -44,8 +45,8 @@
 //!
 //! The README covers the guarantees, writing handlers, the exactly-once tools (unique jobs,
 //! completing in your transaction, durable steps), the testkit (`job-testkit`), operations and
-//! performance. This crate holds no logic: it re-exports `job-core`, `job-macros` and
-//! `job-postgres`, so that every type a program touches is named `job::…`.
+//! performance. This crate holds no logic: it re-exports `job-core`, `job-macros`,
+//! `job-postgres` and `job-sqlite`, so that every type a program touches is named `job::…`.
 
 // Jobs, their options and what can happen to them.
 pub use job_core::{
@@ -81,12 +82,27 @@ pub use job_core::{
 // Fault injection (see `job-testkit`).
 pub use job_core::{Fault, FaultInjector, FaultPoint};
 pub use job_macros::job;
+// Enqueueing through any backend's executor.
+pub use job_core::{Enqueue, EnqueueExecutor, EnqueueMany};
 pub use job_postgres::{
-    complete_in, enqueue, enqueue_many, pool_options, schema_script, Enqueue, EnqueueMany,
-    Error as PgError, PgStore, TenantAdmin,
+    complete_in, enqueue, enqueue_many, pool_options, schema_script, Error as PgError, PgBackend,
+    PgStore, TenantAdmin,
 };
+pub use job_sqlite::{Error as SqliteError, SqliteStore};
+
+/// The SQLite backend's functions whose PostgreSQL twins are at the crate root
+/// ([`crate::complete_in`], [`crate::enqueue()`], ...), and its
+/// executor marker.
+pub mod sqlite {
+    pub use job_sqlite::{
+        complete_in, enqueue, enqueue_many, migrate, Migration, SqliteBackend, BUSY_TIMEOUT,
+        EVERY_QUEUE, MIGRATIONS,
+    };
+}
 /// The PostgreSQL connection pool the store and your handlers use (sqlx's).
 pub use sqlx::PgPool;
+/// The SQLite connection pool of a [`SqliteStore`] (sqlx's).
+pub use sqlx::SqlitePool;
 
 /// The names most programs and their tests need: `use job::prelude::*;`.
 pub mod prelude {

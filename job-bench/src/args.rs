@@ -140,7 +140,9 @@ Workloads:
                 latency and graphile-worker tuned's W3, and a pgbench claim-100 ceiling;
                 one line per round and a summary of medians and ratios (needs --graphile DIR)
   idle          one worker with nothing due for it (over --keep-db's backlog) for --seconds:
-                the CPU of its process and of its server backends, as % of one core";
+                the CPU of its process and of its server backends, as % of one core
+  drain_sqlite  drain on a fresh SQLite file, the worker in this process (no server)
+  latency_sqlite  latency on a fresh SQLite file, the worker in this process";
 
 fn at_least_one(value: &str) -> Result<usize, String> {
     match value.parse::<usize>() {

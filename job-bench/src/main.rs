@@ -5,8 +5,9 @@
 //! cargo run --release -p job-bench -- WORKLOAD [--jobs N] [--concurrency C] [options]
 //! ```
 //!
-//! Workloads: `drain`, `enqueue`, `enqueue_bulk`, `latency`, `backlog`, `soak`, `compare`, `idle` (see
-//! `--help`). The server is `DATABASE_URL`, else `postgres://postgres@127.0.0.1:5432/test`;
+//! Workloads: `drain`, `enqueue`, `enqueue_bulk`, `latency`, `backlog`, `soak`, `compare`,
+//! `idle`, and `drain_sqlite`, `latency_sqlite` on the embedded SQLite store (see `--help`).
+//! The server is `DATABASE_URL`, else `postgres://postgres@127.0.0.1:5432/test`;
 //! that database is only the admin connection: every run creates a database of its own and
 //! drops it at the end (`--keep-db NAME` keeps one, for the backlog that is slow to build).
 //! Results are printed as one JSON object per line on stdout.
@@ -24,6 +25,7 @@ mod latency;
 mod meter;
 mod report;
 mod soak;
+mod sqlite;
 
 use std::process::ExitCode;
 
@@ -67,6 +69,8 @@ async fn run(args: Args) -> Result<()> {
         "soak" => soak::soak(&args).await,
         "compare" => compare::compare(&args).await,
         "idle" => idle::idle(&args).await,
+        "drain_sqlite" => sqlite::drain(&args).await,
+        "latency_sqlite" => sqlite::latency(&args).await,
         other => Err(format!("unknown workload {other:?} (see --help)").into()),
     }
 }

@@ -64,3 +64,20 @@ fn latency_runs_and_finalizes_every_job() {
     assert!(number(line, "p99_ms") <= number(line, "max_ms"), "{line}");
     assert_eq!(number(line, "completed"), 50.0, "{line}");
 }
+
+#[test]
+fn the_sqlite_drain_and_latency_run_and_finalize_every_job() {
+    let lines = bench(&["drain_sqlite", "--jobs", "500", "--concurrency", "4"]);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    let line = &lines[0];
+    common(line, "drain_sqlite", 500.0);
+    assert!(number(line, "jobs_per_s") > 0.0, "{line}");
+    assert_eq!(number(line, "completed"), 500.0, "{line}");
+
+    let lines = bench(&["latency_sqlite", "--jobs", "50", "--gap-ms", "5"]);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    let line = &lines[0];
+    common(line, "latency_sqlite", 50.0);
+    assert!(number(line, "p50_ms") <= number(line, "p99_ms"), "{line}");
+    assert!(number(line, "p99_ms") <= number(line, "max_ms"), "{line}");
+}

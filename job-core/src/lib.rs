@@ -39,6 +39,7 @@ pub use telemetry::{
 };
 
 pub use contract::admin::{Admin, Cancelled, JobFilter, Pause, Redriven, StateCount, Stats};
+pub use contract::enqueue::{Enqueue, EnqueueExecutor, EnqueueMany};
 pub use contract::layer::{BoxFuture, Call, Layered, Returned, StoreLayer};
 pub use contract::report::{DeadLetterCount, QueueCount, Report, ReportRequest};
 pub use contract::store::{

@@ -229,9 +229,9 @@ fn generate(job: &JobFn, args: &JobArgs, unique_ok: bool) -> TokenStream {
 
         #(#cfgs)*
         impl #payload {
-            /// Enqueues this job with its kind's defaults through `executor`: `&pool`, or
-            /// `&mut *tx` to make it part of your own transaction.
-            #vis async fn enqueue<'e, E: ::job::__private::PgExecutor<'e>>(
+            /// Enqueues this job with its kind's defaults through `executor` of any backend:
+            /// `&pool`, or `&mut *tx` to make it part of your own transaction.
+            #vis async fn enqueue<B, E: ::job::EnqueueExecutor<B>>(
                 self,
                 executor: E,
             ) -> ::core::result::Result<::job::JobId, ::job::EnqueueError> {

@@ -1,16 +1,15 @@
 //! Enqueueing through any sqlx executor (a pool, a connection, or the caller's own
-//! transaction, so a job commits or rolls back with the caller's rows), and the typed builder.
+//! transaction, so a job commits or rolls back with the caller's rows), and the
+//! [`EnqueueExecutor`] impls through which job-core's typed builders reach it.
 
-use std::marker::PhantomData;
-use std::time::Duration;
+use std::future::Future;
 
 use chrono::{DateTime, Utc};
 use job_core::duration_millis;
-use job_core::{
-    Deadline, EnqueueError, EnqueueOptions, Job, JobId, NewJob, OnDuplicate, RunAt, UniqueScope,
-};
+use job_core::{Deadline, EnqueueError, EnqueueExecutor, JobId, NewJob, OnDuplicate, RunAt};
+use sqlx::pool::PoolConnection;
 use sqlx::postgres::PgDatabaseError;
-use sqlx::PgExecutor;
+use sqlx::{PgConnection, PgExecutor, PgPool, Postgres};
 
 use crate::error::Error;
 use crate::sql;
@@ -245,221 +244,47 @@ fn split_deadline(deadline: Option<Deadline>) -> (Option<DateTime<Utc>>, Option<
     }
 }
 
-/// A typed enqueue of one job, with its options over the job's defaults.
-///
-/// ```no_run
-/// # use job_core::{Job, JobContext, JobError};
-/// # use job_postgres::Enqueue;
-/// # use serde::{Deserialize, Serialize};
-/// # #[derive(Serialize, Deserialize)]
-/// # struct SendInvoice { invoice_id: i64 }
-/// # impl Job for SendInvoice {
-/// #     const KIND: &'static str = "billing.send_invoice";
-/// #     async fn perform(self, _: JobContext) -> Result<(), JobError> { Ok(()) }
-/// # }
-/// # async fn run(pool: sqlx::PgPool) -> Result<(), Box<dyn std::error::Error>> {
-/// let mut tx = pool.begin().await?;
-/// // ... the caller's own writes through &mut *tx ...
-/// let id = Enqueue::new(SendInvoice { invoice_id: 7 })
-///     .queue("mail")
-///     .schedule_in(std::time::Duration::from_secs(60))
-///     .enqueue(&mut *tx)
-///     .await?;
-/// tx.commit().await?; // the job exists only now
-/// # let _ = id; Ok(()) }
-/// ```
-#[derive(Debug, Clone)]
-#[must_use = "an Enqueue does nothing until `.enqueue(executor)` is awaited"]
-pub struct Enqueue<J: Job> {
-    job: J,
-    options: EnqueueOptions,
-    payload_limit: Option<usize>,
-}
+/// The PostgreSQL backend, as job-core's generic enqueue names it: `E: EnqueueExecutor<PgBackend>`
+/// is any of `&PgPool`, `&mut PgConnection` (`&mut *tx` of a transaction) and
+/// `&mut PoolConnection<Postgres>`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PgBackend {}
 
-impl<J: Job> Enqueue<J> {
-    /// Starts an enqueue of `job` with its kind's defaults.
-    pub fn new(job: J) -> Self {
-        Enqueue {
-            job,
-            options: EnqueueOptions::default(),
-            payload_limit: None,
-        }
+impl EnqueueExecutor<PgBackend> for &PgPool {
+    fn enqueue_job(self, job: &NewJob) -> impl Future<Output = Result<JobId, EnqueueError>> + Send {
+        enqueue(self, job)
     }
 
-    /// Puts the job on `queue` instead of its kind's default queue.
-    pub fn queue(mut self, queue: impl Into<String>) -> Self {
-        self.options.queue = Some(queue.into());
-        self
-    }
-
-    /// Sets its priority (lower runs first; 0 or more).
-    pub fn priority(mut self, priority: i16) -> Self {
-        self.options.priority = Some(priority);
-        self
-    }
-
-    /// Sets the attempts in all (1 or more).
-    pub fn max_attempts(mut self, max_attempts: i32) -> Self {
-        self.options.max_attempts = Some(max_attempts);
-        self
-    }
-
-    /// Lets the job start only after `delay`, measured on the database's clock.
-    pub fn schedule_in(mut self, delay: Duration) -> Self {
-        self.options.run_at = RunAt::In(delay);
-        self
-    }
-
-    /// Lets the job start only at `at`.
-    pub fn run_at(mut self, at: DateTime<Utc>) -> Self {
-        self.options.run_at = RunAt::At(at);
-        self
-    }
-
-    /// Refuses payloads over `limit` bytes of compact JSON before anything is sent. The
-    /// database's limit (`job.settings.payload_limit`, 1 MiB unless changed there) applies in
-    /// any case; this one can only be tighter. None by default.
-    pub fn payload_limit(mut self, limit: usize) -> Self {
-        self.payload_limit = Some(limit);
-        self
-    }
-
-    /// Makes the job unique by `key` among the active jobs of its kind, overriding the key the
-    /// job derives from its payload (`#[job(unique = "...")]`). A duplicate is refused with
-    /// [`EnqueueError::Duplicate`] carrying the existing job's id (HTTP: 409 Conflict).
-    pub fn unique_key(mut self, key: impl Into<String>) -> Self {
-        self.options.unique_key = Some(key.into());
-        self
-    }
-
-    /// Which states the unique key counts. Defaults to [`UniqueScope::UntilFinished`].
-    pub fn unique_scope(mut self, scope: UniqueScope) -> Self {
-        self.options.unique_scope = scope;
-        self
-    }
-
-    /// On a duplicate, replaces the waiting job's payload, run time and deadline and returns
-    /// its id, instead of refusing; a running duplicate is still refused.
-    pub fn replace_duplicate(mut self) -> Self {
-        self.options.on_duplicate = OnDuplicate::Replace;
-        self
-    }
-
-    /// Never starts the job after `at`: past it the job is not claimed, and is discarded as
-    /// `expired`.
-    pub fn deadline(mut self, at: DateTime<Utc>) -> Self {
-        self.options.deadline = Some(Deadline::At(at));
-        self
-    }
-
-    /// Never starts the job later than `within` after the insert (database clock).
-    pub fn deadline_in(mut self, within: Duration) -> Self {
-        self.options.deadline = Some(Deadline::In(within));
-        self
-    }
-
-    /// Labels the job; listings and stats filter by tag.
-    pub fn tags<I, T>(mut self, tags: I) -> Self
-    where
-        I: IntoIterator<Item = T>,
-        T: Into<String>,
-    {
-        self.options.tags.extend(tags.into_iter().map(Into::into));
-        self
-    }
-
-    /// Records the tenant the job belongs to; listings and stats filter by tenant.
-    pub fn tenant(mut self, tenant: impl Into<String>) -> Self {
-        self.options.tenant = Some(tenant.into());
-        self
-    }
-
-    /// Joins the job's attempts to the trace of this W3C `traceparent` (from an incoming
-    /// request's header, say) instead of the current span's (see
-    /// [`job_core::current_traceparent`]).
-    pub fn traceparent(mut self, traceparent: impl Into<String>) -> Self {
-        self.options.traceparent = Some(traceparent.into());
-        self
-    }
-
-    /// The row this enqueue would insert, checked.
-    pub fn build(&self) -> Result<NewJob, EnqueueError> {
-        NewJob::build(
-            &self.job,
-            self.options.clone(),
-            self.payload_limit.unwrap_or(usize::MAX),
-        )
-    }
-
-    /// Checks the options and inserts the job through `executor` (`&pool`, `&mut *tx` or
-    /// `&mut conn`). Nothing is written when an option is refused.
-    pub async fn enqueue<'e, E: PgExecutor<'e>>(self, executor: E) -> Result<JobId, EnqueueError> {
-        let new = self.build()?;
-        enqueue(executor, &new).await
-    }
-
-    /// Inserts many jobs of this kind with its defaults in one statement through `executor`,
-    /// and returns their ids in order. Nothing is written when any job is refused.
-    pub async fn many<'e, E, I>(executor: E, jobs: I) -> Result<Vec<JobId>, EnqueueError>
-    where
-        E: PgExecutor<'e>,
-        I: IntoIterator<Item = J>,
-    {
-        EnqueueMany::new().enqueue(executor, jobs).await
+    fn enqueue_jobs(
+        self,
+        jobs: &[NewJob],
+    ) -> impl Future<Output = Result<Vec<JobId>, EnqueueError>> + Send {
+        enqueue_many(self, jobs)
     }
 }
 
-/// A typed bulk enqueue: many jobs of one kind sharing one set of options.
-#[derive(Debug, Clone)]
-#[must_use = "an EnqueueMany does nothing until `.enqueue(executor, jobs)` is awaited"]
-pub struct EnqueueMany<J: Job> {
-    options: EnqueueOptions,
-    payload_limit: Option<usize>,
-    _job: PhantomData<fn(J)>,
-}
+impl EnqueueExecutor<PgBackend> for &mut PgConnection {
+    fn enqueue_job(self, job: &NewJob) -> impl Future<Output = Result<JobId, EnqueueError>> + Send {
+        enqueue(self, job)
+    }
 
-impl<J: Job> Default for EnqueueMany<J> {
-    fn default() -> Self {
-        Self::new()
+    fn enqueue_jobs(
+        self,
+        jobs: &[NewJob],
+    ) -> impl Future<Output = Result<Vec<JobId>, EnqueueError>> + Send {
+        enqueue_many(self, jobs)
     }
 }
 
-impl<J: Job> EnqueueMany<J> {
-    /// Starts a bulk enqueue with the kind's defaults.
-    pub fn new() -> Self {
-        EnqueueMany {
-            options: EnqueueOptions::default(),
-            payload_limit: None,
-            _job: PhantomData,
-        }
+impl EnqueueExecutor<PgBackend> for &mut PoolConnection<Postgres> {
+    fn enqueue_job(self, job: &NewJob) -> impl Future<Output = Result<JobId, EnqueueError>> + Send {
+        enqueue(&mut **self, job)
     }
 
-    /// Applies these options to every job.
-    pub fn options(mut self, options: EnqueueOptions) -> Self {
-        self.options = options;
-        self
-    }
-
-    /// Refuses payloads over `limit` bytes of compact JSON before anything is sent (see
-    /// [`Enqueue::payload_limit`]). None by default: the database's limit decides.
-    pub fn payload_limit(mut self, limit: usize) -> Self {
-        self.payload_limit = Some(limit);
-        self
-    }
-
-    /// Checks and inserts `jobs` in one statement through `executor`; ids come back in order.
-    pub async fn enqueue<'e, E, I>(self, executor: E, jobs: I) -> Result<Vec<JobId>, EnqueueError>
-    where
-        E: PgExecutor<'e>,
-        I: IntoIterator<Item = J>,
-    {
-        let rows = jobs
-            .into_iter()
-            .map(|job| {
-                let limit = self.payload_limit.unwrap_or(usize::MAX);
-                NewJob::build(&job, self.options.clone(), limit)
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        enqueue_many(executor, &rows).await
+    fn enqueue_jobs(
+        self,
+        jobs: &[NewJob],
+    ) -> impl Future<Output = Result<Vec<JobId>, EnqueueError>> + Send {
+        enqueue_many(&mut **self, jobs)
     }
 }

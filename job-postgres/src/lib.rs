@@ -2,8 +2,8 @@
 //! [`job_core::Store`] on sqlx. It owns the migrations (schema `job`), every SQL statement
 //! (one file each under `src/sql/`), LISTEN/NOTIFY wake-ups and the bulk insert, and no policy.
 //!
-//! Enqueue through any executor ([`enqueue()`], [`Enqueue`]) to make a job part of your own
-//! transaction, and [`complete_in`] to complete one in a handler's own transaction.
+//! Enqueue through any executor ([`enqueue()`], or job-core's typed `Enqueue` through
+//! [`PgBackend`]'s executors) to make a job part of your own transaction, and [`complete_in`] to complete one in a handler's own transaction.
 
 mod admin;
 mod complete;
@@ -22,7 +22,7 @@ mod store;
 
 pub use admin::TenantAdmin;
 pub use complete::complete_in;
-pub use enqueue::{enqueue, enqueue_many, Enqueue, EnqueueMany};
+pub use enqueue::{enqueue, enqueue_many, PgBackend};
 pub use error::Error;
 pub use inspect::{Check, Overview, Page, PageRequest, QueueOverview, StepRecord};
 pub use listen::CHANNEL;

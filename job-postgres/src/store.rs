@@ -67,45 +67,28 @@ impl PgStore {
         migrate::migrate(&self.pool).await
     }
 
-    fn validate(&self, job: &NewJob) -> Result<(), StoreError> {
-        job.validate(self.payload_limit).map_err(store_error)
-    }
-}
-
-/// The store trait speaks [`StoreError`]: a refused job becomes one wrapping its
-/// [`EnqueueError`], so callers can still downcast to it.
-fn store_error(error: EnqueueError) -> StoreError {
-    match error {
-        EnqueueError::Store(e) => e,
-        other => StoreError::new(other),
+    fn validate(&self, job: &NewJob) -> Result<(), EnqueueError> {
+        job.validate(self.payload_limit)
     }
 }
 
 impl Store for PgStore {
-    async fn enqueue(&self, job: NewJob) -> Result<JobId, StoreError> {
+    async fn enqueue(&self, job: NewJob) -> Result<JobId, EnqueueError> {
         self.validate(&job)?;
-        enqueue::enqueue(&self.pool, &job)
-            .await
-            .map_err(store_error)
+        enqueue::enqueue(&self.pool, &job).await
     }
 
-    async fn enqueue_many(&self, jobs: Vec<NewJob>) -> Result<Vec<JobId>, StoreError> {
+    async fn enqueue_many(&self, jobs: Vec<NewJob>) -> Result<Vec<JobId>, EnqueueError> {
         for job in &jobs {
             self.validate(job)?;
         }
         if jobs.len() <= ENQUEUE_CHUNK {
-            return enqueue::enqueue_many(&self.pool, &jobs)
-                .await
-                .map_err(store_error);
+            return enqueue::enqueue_many(&self.pool, &jobs).await;
         }
         let mut tx = self.pool.begin().await.map_err(Error::query("begin"))?;
         let mut ids = Vec::with_capacity(jobs.len());
         for chunk in jobs.chunks(ENQUEUE_CHUNK) {
-            ids.extend(
-                enqueue::enqueue_many(&mut *tx, chunk)
-                    .await
-                    .map_err(store_error)?,
-            );
+            ids.extend(enqueue::enqueue_many(&mut *tx, chunk).await?);
         }
         tx.commit().await.map_err(Error::query("commit"))?;
         Ok(ids)

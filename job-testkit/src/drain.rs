@@ -6,9 +6,10 @@ use std::time::Duration;
 
 use job_core::{
     perform_attempt, AttemptInfo, ClaimRequest, Extensions, Finalize, Finalized, Job, JobContext,
-    JobId, Outcome, Registry, Store, StoreSteps,
+    JobFilter, JobId, JobState, Outcome, Registry, StoreSteps,
 };
-use job_postgres::PgStore;
+
+use crate::backend::TestStore;
 use tokio_util::sync::CancellationToken;
 
 /// One attempt that [`Drain::run`] performed.
@@ -99,11 +100,12 @@ impl Drain {
         self
     }
 
-    /// Drains `queue` of `store` and returns every attempt, in the order they ran.
+    /// Drains `queue` of `store` (a `PgStore` or a `SqliteStore`) and returns every attempt,
+    /// in the order they ran.
     ///
     /// # Panics
     /// When no kind is registered or the database fails: a test should hear about either.
-    pub async fn run(&self, store: &PgStore, queue: &str) -> Vec<Drained> {
+    pub async fn run<S: TestStore>(&self, store: &S, queue: &str) -> Vec<Drained> {
         self.registry
             .check()
             .expect("register at least one job kind");
@@ -125,14 +127,7 @@ impl Drain {
         let mut report = Vec::new();
         while report.len() < self.max_attempts_run {
             if self.with_scheduled {
-                sqlx::query(
-                    "UPDATE job.jobs SET run_at = now() WHERE queue = $1 \
-                     AND state IN ('scheduled', 'retryable') AND run_at > now()",
-                )
-                .bind(queue)
-                .execute(store.pool())
-                .await
-                .expect("make scheduled jobs due");
+                store.make_due(queue).await;
             }
             // Due scheduled jobs and retries become claimable, as a worker's stager does.
             store.stage_due(u32::MAX).await.expect("stage due jobs");
@@ -194,22 +189,33 @@ impl Drain {
     /// Says on stderr where jobs of the registered kinds wait, when a drain found nothing due
     /// in its queue: a test draining the wrong queue, or a job scheduled for later, learns it
     /// here rather than from an empty report.
-    async fn warn_if_jobs_wait_elsewhere(&self, store: &PgStore, queue: &str) {
-        let kinds: Vec<String> = self
-            .registry
-            .claim_kinds()
-            .into_iter()
-            .map(|k| k.kind)
-            .collect();
-        let waiting: Vec<(String, String, bool, i64)> = sqlx::query_as(
-            "SELECT queue, state::text, run_at <= now(), count(*) FROM job.jobs
-             WHERE kind = ANY ($1) AND state IN ('scheduled', 'available', 'retryable')
-             GROUP BY 1, 2, 3 ORDER BY 1, 2, 3",
-        )
-        .bind(&kinds)
-        .fetch_all(store.pool())
-        .await
-        .unwrap_or_default();
+    async fn warn_if_jobs_wait_elsewhere<S: TestStore>(&self, store: &S, queue: &str) {
+        let now = chrono::Utc::now();
+        // (queue, state, due, count), by queue, state and whether due.
+        let mut waiting: Vec<(String, String, bool, i64)> = Vec::new();
+        for kind in self.registry.claim_kinds() {
+            let filter = JobFilter {
+                kind: Some(kind.kind),
+                states: vec![
+                    JobState::Scheduled,
+                    JobState::Available,
+                    JobState::Retryable,
+                ],
+                limit: Some(10_000),
+                ..JobFilter::default()
+            };
+            for row in store.list(&filter).await.unwrap_or_default() {
+                let key = (row.queue, row.state.as_str().to_owned(), row.run_at <= now);
+                match waiting
+                    .iter_mut()
+                    .find(|w| (&w.0, &w.1, w.2) == (&key.0, &key.1, key.2))
+                {
+                    Some(w) => w.3 += 1,
+                    None => waiting.push((key.0, key.1, key.2, 1)),
+                }
+            }
+        }
+        waiting.sort();
         if !waiting.is_empty() {
             let found: Vec<String> = waiting
                 .iter()

@@ -1,12 +1,13 @@
-//! Assertions on what an application enqueued, read straight from the `job.jobs` table,
-//! through any executor: the pool, or the test's own open transaction.
+//! Assertions on what an application enqueued, read straight from the job table through any
+//! executor of either backend ([`ReadJobs`]): the pool, or the test's own open transaction.
 
 use std::panic::Location;
 
 use chrono::{DateTime, Utc};
 use job_core::{Job, JobId};
 use serde_json::Value;
-use sqlx::PgExecutor;
+use sqlx::pool::PoolConnection;
+use sqlx::{PgConnection, PgPool, Postgres, Sqlite, SqliteConnection, SqlitePool};
 
 /// A job of kind `J` as stored.
 #[derive(Debug, Clone, PartialEq)]
@@ -35,7 +36,20 @@ impl<J> EnqueuedJob<J> {
     }
 }
 
-type Row = (
+/// Where the enqueue assertions read jobs: a pool or a connection (`&mut *tx` of an open
+/// transaction) of PostgreSQL (`&PgPool`, `&mut PgConnection`, `&mut PoolConnection<Postgres>`)
+/// or SQLite (the same of `Sqlite`).
+pub trait ReadJobs: Send {
+    /// Every job of `kind`, in any state, oldest first, as the assertions read it.
+    fn jobs_of_kind(
+        self,
+        kind: &'static str,
+    ) -> impl std::future::Future<Output = Result<Vec<StoredJob>, sqlx::Error>> + Send;
+}
+
+/// A stored job as [`ReadJobs`] returns it: id, state, queue, priority, run time, tags,
+/// payload text and payload version.
+pub type StoredJob = (
     JobId,
     String,
     String,
@@ -46,17 +60,64 @@ type Row = (
     i32,
 );
 
+const PG_JOBS: &str = "SELECT id, state::text, queue, priority, run_at, coalesce(tags, '{}'), \
+                       payload::text, payload_version FROM job.jobs WHERE kind = $1 ORDER BY id";
+
+const SQLITE_JOBS: &str = "SELECT id, state, queue, priority, run_at, tags, payload, \
+                           payload_version FROM job_jobs WHERE kind = ?1 ORDER BY id";
+
+type SqliteRow = (JobId, String, String, i16, i64, String, String, i32);
+
+fn from_sqlite(rows: Vec<SqliteRow>) -> Vec<StoredJob> {
+    rows.into_iter()
+        .map(
+            |(id, state, queue, priority, run_at, tags, payload, version)| {
+                let run_at = DateTime::from_timestamp_micros(run_at).unwrap_or_default();
+                let tags = serde_json::from_str(&tags).unwrap_or_default();
+                (id, state, queue, priority, run_at, tags, payload, version)
+            },
+        )
+        .collect()
+}
+
+macro_rules! read_jobs {
+    (postgres: $($ty:ty => $conn:ident => $exec:expr),*) => {$(
+        impl ReadJobs for $ty {
+            async fn jobs_of_kind(self, kind: &'static str) -> Result<Vec<StoredJob>, sqlx::Error> {
+                let $conn = self;
+                sqlx::query_as(PG_JOBS).bind(kind).fetch_all($exec).await
+            }
+        }
+    )*};
+    (sqlite: $($ty:ty => $conn:ident => $exec:expr),*) => {$(
+        impl ReadJobs for $ty {
+            async fn jobs_of_kind(self, kind: &'static str) -> Result<Vec<StoredJob>, sqlx::Error> {
+                let $conn = self;
+                let rows: Vec<SqliteRow> =
+                    sqlx::query_as(SQLITE_JOBS).bind(kind).fetch_all($exec).await?;
+                Ok(from_sqlite(rows))
+            }
+        }
+    )*};
+}
+
+read_jobs!(postgres:
+    &PgPool => c => c,
+    &mut PgConnection => c => c,
+    &mut PoolConnection<Postgres> => c => &mut **c
+);
+read_jobs!(sqlite:
+    &SqlitePool => c => c,
+    &mut SqliteConnection => c => c,
+    &mut PoolConnection<Sqlite> => c => &mut **c
+);
+
 /// Every job of kind `J`, in any state, oldest first.
-async fn all<'e, J: Job>(executor: impl PgExecutor<'e>, at: &Location<'_>) -> Vec<EnqueuedJob<J>> {
-    let rows: Vec<Row> = sqlx::query_as(
-        "SELECT id, state::text, queue, priority, run_at, coalesce(tags, '{}'), payload::text,
-                payload_version
-         FROM job.jobs WHERE kind = $1 ORDER BY id",
-    )
-    .bind(J::KIND)
-    .fetch_all(executor)
-    .await
-    .unwrap_or_else(|e| panic!("{at}: cannot read `{}` jobs: {e}", J::KIND));
+async fn all<J: Job>(executor: impl ReadJobs, at: &Location<'_>) -> Vec<EnqueuedJob<J>> {
+    let rows: Vec<StoredJob> = executor
+        .jobs_of_kind(J::KIND)
+        .await
+        .unwrap_or_else(|e| panic!("{at}: cannot read `{}` jobs: {e}", J::KIND));
     rows.into_iter()
         .map(
             |(id, state, queue, priority, run_at, tags, payload, version)| EnqueuedJob {
@@ -82,7 +143,7 @@ async fn all<'e, J: Job>(executor: impl PgExecutor<'e>, at: &Location<'_>) -> Ve
 /// When the query fails or a payload does not decode: a test should hear about either.
 #[track_caller]
 pub fn enqueued<'e, J: Job>(
-    executor: impl PgExecutor<'e> + 'e,
+    executor: impl ReadJobs + 'e,
 ) -> impl std::future::Future<Output = Vec<EnqueuedJob<J>>> + 'e {
     let at = Location::caller();
     async move {
@@ -214,7 +275,7 @@ impl std::fmt::Display for Expect {
 /// kind and those in other states.
 #[track_caller]
 pub fn assert_enqueued<'e, J: Job>(
-    executor: impl PgExecutor<'e> + 'e,
+    executor: impl ReadJobs + 'e,
     fields: Value,
 ) -> impl std::future::Future<Output = JobId> + 'e {
     assert_enqueued_at::<J>(executor, Expect::args(fields), Location::caller())
@@ -224,14 +285,14 @@ pub fn assert_enqueued<'e, J: Job>(
 /// id; see [`assert_enqueued`].
 #[track_caller]
 pub fn assert_enqueued_with<'e, J: Job>(
-    executor: impl PgExecutor<'e> + 'e,
+    executor: impl ReadJobs + 'e,
     expected: Expect,
 ) -> impl std::future::Future<Output = JobId> + 'e {
     assert_enqueued_at::<J>(executor, expected, Location::caller())
 }
 
-async fn assert_enqueued_at<'e, J: Job>(
-    executor: impl PgExecutor<'e>,
+async fn assert_enqueued_at<J: Job>(
+    executor: impl ReadJobs,
     expected: Expect,
     at: &'static Location<'static>,
 ) -> JobId {
@@ -253,7 +314,7 @@ async fn assert_enqueued_at<'e, J: Job>(
 /// At the caller's line, when one does; the message shows it.
 #[track_caller]
 pub fn refute_enqueued<'e, J: Job>(
-    executor: impl PgExecutor<'e> + 'e,
+    executor: impl ReadJobs + 'e,
     fields: Value,
 ) -> impl std::future::Future<Output = ()> + 'e {
     let at = Location::caller();

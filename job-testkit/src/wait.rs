@@ -5,6 +5,7 @@ use std::panic::Location;
 use std::time::Duration;
 
 use job_core::{JobId, JobRow, JobState, Store};
+#[cfg(feature = "postgres")]
 use job_postgres::PgStore;
 use tokio::time::Instant;
 
@@ -65,6 +66,7 @@ pub fn wait_for<'a, S: Store>(
 ///
 /// # Panics
 /// When the queue stays busy, with what it still holds per state and the caller's line.
+#[cfg(feature = "postgres")]
 #[track_caller]
 pub fn wait_until_idle<'a>(
     store: &'a PgStore,

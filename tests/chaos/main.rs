@@ -3,6 +3,17 @@
 //! a job ever overlap.
 #![allow(unreachable_pub)]
 
+/// The store the tests run against: PostgreSQL here, SQLite in `tests/chaos_sqlite`.
+mod backend {
+    pub type Backend = job::PgStore;
+    pub type Guard = job_testkit::TestDb;
+
+    pub async fn fresh() -> (Backend, Guard) {
+        let db = job_testkit::TestDb::new().await;
+        (db.store(), db)
+    }
+}
+
 mod faults;
 mod outage;
 mod support;

@@ -5,7 +5,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use job::{Backoff, Job, JobContext, JobError, JobId, JobOptions, JobState, PgStore, Store};
+use job::{
+    Admin, Backoff, Job, JobContext, JobError, JobFilter, JobId, JobOptions, JobState, Store,
+};
+
+use crate::backend::{self, Backend};
 use job_core::RescuerConfig;
 use job_core::WorkerBuilder;
 use job_core::{EnqueueOptions, NewJob, DEFAULT_PAYLOAD_LIMIT};
@@ -98,15 +102,14 @@ impl Job for Traced {
 
 pub struct Chaos {
     /// Kept so the database lives as long as the test.
-    _db: job_testkit::TestDb,
-    pub store: PgStore,
+    _db: backend::Guard,
+    pub store: Backend,
     pub timeline: Timeline,
 }
 
 impl Chaos {
     pub async fn new() -> Chaos {
-        let db = job_testkit::TestDb::new().await;
-        let store = db.store();
+        let (store, db) = backend::fresh().await;
         Chaos {
             _db: db,
             store,
@@ -147,12 +150,13 @@ impl Chaos {
     pub async fn all_terminal(&self, ids: &[JobId]) -> Vec<job::JobRow> {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            let pending: i64 = sqlx::query_scalar(
-                "SELECT count(*) FROM job.jobs WHERE state NOT IN ('completed', 'cancelled', 'discarded')",
-            )
-            .fetch_one(self.store.pool())
-            .await
-            .unwrap();
+            let stats = self.store.stats(&JobFilter::default()).await.unwrap();
+            let pending: u64 = stats
+                .counts
+                .iter()
+                .filter(|c| !c.state.is_terminal())
+                .map(|c| c.count)
+                .sum();
             if pending == 0 {
                 break;
             }

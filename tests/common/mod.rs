@@ -7,7 +7,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use job::{
-    Backoff, Job, JobContext, JobError, JobId, JobOptions, JobRow, JobState, PgStore, Store,
+    Admin, Backoff, Job, JobContext, JobError, JobFilter, JobId, JobOptions, JobRow, JobState,
+    PgStore, Store,
 };
 use job_core::WorkerBuilder;
 use job_core::{EnqueueOptions, NewJob, DEFAULT_PAYLOAD_LIMIT};
@@ -171,7 +172,7 @@ impl Job for Sleepy {
 }
 
 /// Kinds a worker built by [`worker`] runs.
-pub fn worker(store: &PgStore, ledger: &Ledger) -> WorkerBuilder<PgStore> {
+pub fn worker<S: Store>(store: &S, ledger: &Ledger) -> WorkerBuilder<S> {
     job::Worker::builder(store.clone())
         .register::<Noop>()
         .register::<Flaky>()
@@ -184,16 +185,16 @@ pub fn worker(store: &PgStore, ledger: &Ledger) -> WorkerBuilder<PgStore> {
         .state(Gate::default())
 }
 
-pub async fn enqueue<J: Job>(store: &PgStore, job: J) -> JobId {
+pub async fn enqueue<S: Store, J: Job>(store: &S, job: J) -> JobId {
     enqueue_with(store, job, EnqueueOptions::default()).await
 }
 
-pub async fn enqueue_with<J: Job>(store: &PgStore, job: J, options: EnqueueOptions) -> JobId {
+pub async fn enqueue_with<S: Store, J: Job>(store: &S, job: J, options: EnqueueOptions) -> JobId {
     let new = NewJob::build(&job, options, DEFAULT_PAYLOAD_LIMIT).expect("valid job");
     store.enqueue(new).await.expect("enqueue")
 }
 
-pub async fn row(store: &PgStore, id: JobId) -> JobRow {
+pub async fn row<S: Store>(store: &S, id: JobId) -> JobRow {
     store.get(id).await.expect("get").expect("job exists")
 }
 
@@ -216,7 +217,7 @@ where
 }
 
 /// Waits until job `id` is in `state` and returns its row.
-pub async fn reaches(store: &PgStore, id: JobId, state: JobState) -> JobRow {
+pub async fn reaches<S: Store>(store: &S, id: JobId, state: JobState) -> JobRow {
     eventually(&format!("job {id} to be {state}"), || async {
         let r = row(store, id).await;
         (r.state == state).then_some(r)
@@ -224,13 +225,10 @@ pub async fn reaches(store: &PgStore, id: JobId, state: JobState) -> JobRow {
     .await
 }
 
-/// Counts jobs per state, straight from the table.
-pub async fn count_in(store: &PgStore, state: JobState) -> i64 {
-    sqlx::query_scalar("SELECT count(*) FROM job.jobs WHERE state::text = $1")
-        .bind(state.as_str())
-        .fetch_one(store.pool())
-        .await
-        .expect("count")
+/// Counts jobs per state, from the database (`Admin::stats`).
+pub async fn count_in<S: Store + Admin>(store: &S, state: JobState) -> i64 {
+    let stats = store.stats(&JobFilter::default()).await.expect("stats");
+    i64::try_from(stats.in_state(state)).expect("a count")
 }
 
 /// Always fails, with a backoff slow enough that a test can read its retry time.

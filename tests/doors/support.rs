@@ -39,16 +39,9 @@ pub(crate) fn named(result: Result<JobId, EnqueueError>) -> String {
     }
 }
 
-/// The same, through `Store::enqueue` (a `StoreError` wrapping the `EnqueueError`).
+/// The same, through `Store::enqueue`.
 pub(crate) async fn named_by_store(store: &PgStore, job: NewJob) -> String {
-    match store.enqueue(job).await {
-        Ok(id) => panic!("the store accepted job {id}"),
-        Err(e) => match e.enqueue_error() {
-            Some(EnqueueError::InvalidOption { option, .. }) => (*option).to_owned(),
-            Some(EnqueueError::PayloadTooLarge { .. }) => "payload".to_owned(),
-            _ => panic!("expected a refusal naming an option, got {e}"),
-        },
-    }
+    named(store.enqueue(job).await)
 }
 
 /// A database error: its SQLSTATE and message.

@@ -82,12 +82,15 @@ async fn a_per_call_key_overrides_the_derived_one_and_other_keys_do_not_collide(
 }
 
 #[tokio::test]
-async fn the_store_level_enqueue_reports_a_duplicate_inside_its_store_error() {
+async fn the_store_level_enqueue_reports_a_typed_duplicate() {
     let h = Harness::new().await;
     let first = Enqueue::new(invoice(3, "x")).build().unwrap();
     let id = h.store.enqueue(first.clone()).await.unwrap();
     let err = h.store.enqueue(first).await.unwrap_err();
-    assert_eq!(err.duplicate_of(), Some(id));
+    assert!(
+        matches!(err, job::EnqueueError::Duplicate { existing, .. } if existing == id),
+        "{err:?}"
+    );
 }
 
 #[tokio::test]

@@ -11,7 +11,7 @@ use crate::contract::store::{
     ClaimRequest, ClaimedJob, Expired, Finalize, Finalized, HeartbeatReport, JobRow, Lease,
     PruneRequest, Release, Renewal, Rescued, Store, Wakeups,
 };
-use crate::model::error::StoreError;
+use crate::model::error::{EnqueueError, StoreError};
 use crate::model::job::JobId;
 use crate::model::new_job::NewJob;
 
@@ -80,14 +80,17 @@ impl<S: Store, L: StoreLayer> Layered<S, L> {
 }
 
 impl<S: Store, L: StoreLayer> Store for Layered<S, L> {
-    async fn enqueue(&self, job: NewJob) -> Result<JobId, StoreError> {
-        self.through("enqueue", 1, self.inner.enqueue(job)).await
+    async fn enqueue(&self, job: NewJob) -> Result<JobId, EnqueueError> {
+        // The layer sees a refused job as a call that returned (nothing written), and a
+        // failed store as a failed call.
+        let run = async { refusal_returns(self.inner.enqueue(job).await) };
+        self.through("enqueue", 1, run).await?
     }
 
-    async fn enqueue_many(&self, jobs: Vec<NewJob>) -> Result<Vec<JobId>, StoreError> {
+    async fn enqueue_many(&self, jobs: Vec<NewJob>) -> Result<Vec<JobId>, EnqueueError> {
         let sent = jobs.len();
-        self.through("enqueue_many", sent, self.inner.enqueue_many(jobs))
-            .await
+        let run = async { refusal_returns(self.inner.enqueue_many(jobs).await) };
+        self.through("enqueue_many", sent, run).await?
     }
 
     async fn claim(&self, request: &ClaimRequest) -> Result<Vec<ClaimedJob>, StoreError> {
@@ -269,5 +272,22 @@ impl Returned for Wakeups {
 impl<K, V> Returned for HashMap<K, V> {
     fn rows(&self) -> usize {
         self.len()
+    }
+}
+
+/// An enqueue's answer as a layer's call sees it: the store's failure fails the call; a job the
+/// store refused (invalid, a duplicate) is what the call returned.
+fn refusal_returns<T>(
+    result: Result<T, EnqueueError>,
+) -> Result<Result<T, EnqueueError>, StoreError> {
+    match result {
+        Err(EnqueueError::Store(e)) => Err(e),
+        other => Ok(other),
+    }
+}
+
+impl<T: Returned> Returned for Result<T, EnqueueError> {
+    fn rows(&self) -> usize {
+        self.as_ref().map_or(0, Returned::rows)
     }
 }

@@ -2,6 +2,7 @@
 //! interface over it ([`Admin`](crate::Admin)). Above the model; knows no SQL.
 
 pub(crate) mod admin;
+pub(crate) mod enqueue;
 pub(crate) mod layer;
 pub(crate) mod report;
 pub(crate) mod store;

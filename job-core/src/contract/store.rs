@@ -10,7 +10,7 @@ use tokio::sync::mpsc;
 use uuid::Uuid;
 
 use crate::contract::report::{Report, ReportRequest};
-use crate::model::error::StoreError;
+use crate::model::error::{EnqueueError, StoreError};
 use crate::model::job::JobId;
 use crate::model::new_job::NewJob;
 use crate::model::outcome::Outcome;
@@ -251,7 +251,8 @@ pub struct JobRow {
     pub owner: Option<String>,
 }
 
-/// Wake-ups from the store: the name of a queue that has new work.
+/// Wake-ups from the store: the name of a queue that has new work, or the empty name (which no
+/// queue has) when the store cannot tell which queue: every queue then looks for work.
 pub type Wakeups = mpsc::Receiver<String>;
 
 /// The storage contract.
@@ -261,13 +262,22 @@ pub type Wakeups = mpsc::Receiver<String>;
 /// worker's clock.
 pub trait Store: Clone + Send + Sync + 'static {
     /// Inserts one job and returns its id.
-    fn enqueue(&self, job: NewJob) -> impl Future<Output = Result<JobId, StoreError>> + Send;
+    ///
+    /// A job the store refuses is an [`EnqueueError`] naming why, and nothing is written:
+    /// [`EnqueueError::InvalidOption`] or [`EnqueueError::PayloadTooLarge`] for a job that
+    /// breaks the rules of [`NewJob::validate`], [`EnqueueError::Duplicate`] (with the
+    /// holder's id) when an active job of the kind holds its unique key in its scope, decided
+    /// by the database and never by a pre-check, and [`EnqueueError::Store`] when the store
+    /// failed. With [`OnDuplicate::Replace`](crate::OnDuplicate::Replace) a waiting holder is
+    /// replaced instead (its payload, run time and deadline) and its id returned.
+    fn enqueue(&self, job: NewJob) -> impl Future<Output = Result<JobId, EnqueueError>> + Send;
 
-    /// Inserts many jobs in one round trip and returns their ids in order.
+    /// Inserts many jobs in one round trip and returns their ids in order; all or none.
+    /// Jobs with unique keys are refused ([`EnqueueError::InvalidOption`] `unique_key`).
     fn enqueue_many(
         &self,
         jobs: Vec<NewJob>,
-    ) -> impl Future<Output = Result<Vec<JobId>, StoreError>> + Send;
+    ) -> impl Future<Output = Result<Vec<JobId>, EnqueueError>> + Send;
 
     /// Claims up to `request.limit` due jobs of the given kinds in one statement, ordered by
     /// priority, run time and id, skipping rows other claimers hold. Each claim counts an

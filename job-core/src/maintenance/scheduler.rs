@@ -165,8 +165,9 @@ impl<S: Store> Scheduler<S> {
             let job = entry.job_for(period).map_err(StoreError::new)?;
             match self.store.enqueue(job).await {
                 Ok(_) => done.enqueued += 1,
-                Err(e) if e.duplicate_of().is_some() => done.duplicates += 1,
-                Err(e) => return Err(e),
+                Err(EnqueueError::Duplicate { .. }) => done.duplicates += 1,
+                Err(EnqueueError::Store(e)) => return Err(e),
+                Err(refused) => return Err(StoreError::new(refused)),
             }
             self.lock()[i] = Some(period);
         }

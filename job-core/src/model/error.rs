@@ -125,20 +125,6 @@ impl StoreError {
     pub fn inner(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
         &*self.source
     }
-
-    /// The refusal inside, when the store refused a job ([`EnqueueError`] other than
-    /// [`EnqueueError::Store`]): `Store::enqueue` reports a duplicate unique key this way.
-    pub fn enqueue_error(&self) -> Option<&EnqueueError> {
-        self.source.downcast_ref::<EnqueueError>()
-    }
-
-    /// The id of the active job that holds the unique key, when this is a refused duplicate.
-    pub fn duplicate_of(&self) -> Option<JobId> {
-        match self.enqueue_error() {
-            Some(EnqueueError::Duplicate { existing, .. }) => Some(*existing),
-            _ => None,
-        }
-    }
 }
 
 /// An enqueue was refused. Nothing was written.
@@ -195,7 +181,6 @@ impl EnqueueError {
     pub fn duplicate_of(&self) -> Option<JobId> {
         match self {
             EnqueueError::Duplicate { existing, .. } => Some(*existing),
-            EnqueueError::Store(e) => e.duplicate_of(),
             _ => None,
         }
     }

@@ -546,6 +546,8 @@ pub(crate) async fn forward_wakeups<S: Store>(
         loop {
             tokio::select! {
                 queue = wakeups.recv() => match queue {
+                    // An empty name wakes every queue (see `Wakeups`).
+                    Some(queue) if queue.is_empty() => wake.values().for_each(|n| n.notify_one()),
                     Some(queue) => {
                         if let Some(n) = wake.get(&queue) {
                             n.notify_one();

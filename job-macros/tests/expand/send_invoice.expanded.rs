@@ -42,9 +42,9 @@ impl ::job::Job for SendInvoice {
     }
 }
 impl SendInvoice {
-    /// Enqueues this job with its kind's defaults through `executor`: `&pool`, or
-    /// `&mut *tx` to make it part of your own transaction.
-    pub async fn enqueue<'e, E: ::job::__private::PgExecutor<'e>>(
+    /// Enqueues this job with its kind's defaults through `executor` of any backend:
+    /// `&pool`, or `&mut *tx` to make it part of your own transaction.
+    pub async fn enqueue<B, E: ::job::EnqueueExecutor<B>>(
         self,
         executor: E,
     ) -> ::core::result::Result<::job::JobId, ::job::EnqueueError> {

@@ -14,7 +14,7 @@ use job_core::Store;
 /// A closure `Fn() -> impl Future<Output = S>` is a factory too, with no guard:
 ///
 /// ```no_run
-/// # async fn demo<S: job_core::Store>(make: fn() -> S) {
+/// # async fn demo<S: job_core::Store + job_core::Admin>(make: fn() -> S) {
 /// job_testkit::conformance::run(move || async move { make() }).await;
 /// # }
 /// ```

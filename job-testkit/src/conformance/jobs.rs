@@ -73,3 +73,15 @@ impl Job for Person {
         Ok(())
     }
 }
+
+/// `conformance.sleepy`: snoozes every time it runs.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct Sleepy {}
+
+impl Job for Sleepy {
+    const KIND: &'static str = "conformance.sleepy";
+
+    async fn perform(self, _ctx: JobContext) -> Result<(), JobError> {
+        Err(JobError::snooze(std::time::Duration::from_millis(1)))
+    }
+}

@@ -11,26 +11,26 @@
 //! [`enqueue`] (rows as given, scheduling), [`claim`] (order by priority then run time then
 //! id, limits, queues, unknown kinds, versions, concurrency limits, exclusivity under eight
 //! concurrent claimers), [`finalize`] (each outcome's row, the guard on the token),
-//! [`heartbeat`] (renewal, lost leases), [`rescue`] (expired leases only, release) and
-//! [`worker`] (unknown kinds, poison payloads, payload versions and upgrades).
+//! [`heartbeat`] (renewal, lost leases), [`rescue`] (expired leases only, release),
+//! [`unique`] (keys and their scopes, replace, the typed duplicate, concurrent enqueues),
+//! [`lifecycle`] (deadlines, pauses, cancel, snooze counts, prune, expire), [`steps`]
+//! (durable step outputs under the lease), [`admin`] (list, redrive, purge, stats),
+//! [`wakeups`] (a listener woken by an enqueue or a release) and [`worker`] (unknown kinds,
+//! poison payloads, payload versions and upgrades, the snooze limit). The store must
+//! implement [`Admin`](job_core::Admin) too.
 //!
 //! # Running it
 //!
 //! A backend's test file is one call. PostgreSQL's (`tests/conformance_pg.rs` in the `job`
 //! workspace) passes [`PgFactory`](crate::PgFactory), a [`TestDb`](crate::TestDb) per test;
-//! a second backend passes its own factory, or a closure:
+//! SQLite's (`tests/conformance_sqlite.rs`) passes [`SqliteFactory`](crate::SqliteFactory), a
+//! [`TestSqlite`](crate::TestSqlite) per test. Another backend passes its own factory, or a
+//! closure making a fresh store:
 //!
 //! ```no_run
-//! # mod my_backend {
-//! #     pub struct SqliteStore;
-//! #     impl SqliteStore {
-//! #         pub async fn in_memory() -> job_postgres::PgStore { unimplemented!() }
-//! #     }
-//! # }
-//! // tests/conformance_sqlite.rs of a second backend: a closure or fn making a fresh store.
 //! #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 //! async fn sqlite_store_passes_the_conformance_suite() {
-//!     job_testkit::conformance::run(my_backend::SqliteStore::in_memory).await;
+//!     job_testkit::conformance::run(job_testkit::SqliteFactory).await;
 //! }
 //! ```
 //!
@@ -39,15 +39,20 @@
 //! names (`JOB_CONFORMANCE=rescue:: cargo test --test conformance_pg`), or call
 //! [`run_one`] with one name from [`names`].
 
+pub mod admin;
 pub mod claim;
 pub mod enqueue;
 mod factory;
 pub mod finalize;
 pub mod heartbeat;
 mod jobs;
+pub mod lifecycle;
 pub mod rescue;
 mod runner;
+pub mod steps;
 mod support;
+pub mod unique;
+pub mod wakeups;
 pub mod worker;
 
 pub use factory::StoreFactory;

@@ -6,7 +6,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use job_core::Store;
+use job_core::{Admin, Store};
 use tokio::sync::Semaphore;
 use tokio::task::{JoinError, JoinSet};
 
@@ -33,7 +33,7 @@ macro_rules! suite {
         /// Every test's name, `module::test`, in suite order.
         const NAMES: &[&str] = &[$(concat!(stringify!($module), "::", stringify!($test))),*];
 
-        fn all<S: Store>() -> Vec<ContractTest<S>> {
+        fn all<S: Store + Admin>() -> Vec<ContractTest<S>> {
             vec![$(ContractTest {
                 name: concat!(stringify!($module), "::", stringify!($test)),
                 run: |store| Box::pin(super::$module::$test(store)),
@@ -89,6 +89,28 @@ suite![
     worker::a_newer_payload_version_is_left_for_a_newer_worker,
     worker::an_older_payload_version_is_upgraded_before_it_runs,
     worker::a_payload_version_that_does_not_upgrade_is_discarded_as_poison,
+    worker::a_job_that_snoozes_forever_is_discarded_at_the_snooze_limit,
+    unique::a_duplicate_key_is_refused_with_the_holders_id,
+    unique::until_finished_holds_the_key_while_running_and_frees_it_when_finished,
+    unique::until_started_frees_the_key_at_the_first_claim_for_good,
+    unique::until_pruned_holds_the_key_after_the_job_finished,
+    unique::replace_updates_a_waiting_holder_and_refuses_a_running_one,
+    unique::eight_concurrent_enqueues_of_one_key_make_one_job,
+    lifecycle::a_job_past_its_deadline_is_never_claimed_and_expire_discards_it,
+    lifecycle::a_paused_queue_or_kind_is_not_claimed_until_resumed,
+    lifecycle::cancel_ends_a_waiting_job_at_once_and_requests_a_running_ones,
+    lifecycle::snoozes_are_counted_and_handed_to_each_claim,
+    lifecycle::prune_deletes_finished_jobs_past_retention_and_keeps_dead_letters,
+    lifecycle::expire_never_touches_a_running_job,
+    steps::a_step_is_recorded_once_under_the_lease,
+    steps::a_step_under_a_lost_lease_is_not_recorded,
+    steps::steps_outlive_a_retry_and_go_with_the_job,
+    admin::list_matches_every_filter_field_oldest_first,
+    admin::redrive_restores_dead_letters_and_skips_held_keys,
+    admin::purge_deletes_only_matching_dead_letters,
+    admin::stats_count_per_queue_and_state_with_the_oldest_due_age,
+    wakeups::an_enqueue_wakes_a_listener,
+    wakeups::a_release_wakes_a_listener,
 ];
 
 /// The name of every contract test, `module::test`, in suite order.
@@ -109,7 +131,10 @@ pub fn names() -> &'static [&'static str] {
 /// # Panics
 ///
 /// When a test fails or hangs (after 60 s), or the filter matches no test.
-pub async fn run<F: StoreFactory>(factory: F) {
+pub async fn run<F: StoreFactory>(factory: F)
+where
+    F::Store: Admin,
+{
     let filter = std::env::var(FILTER_VAR).ok().filter(|f| !f.is_empty());
     let tests: Vec<_> = all::<F::Store>()
         .into_iter()
@@ -130,7 +155,10 @@ pub async fn run<F: StoreFactory>(factory: F) {
 /// # Panics
 ///
 /// When the test fails, or no test has that name (the message lists them).
-pub async fn run_one<F: StoreFactory>(factory: F, name: &str) {
+pub async fn run_one<F: StoreFactory>(factory: F, name: &str)
+where
+    F::Store: Admin,
+{
     let tests: Vec<_> = all::<F::Store>()
         .into_iter()
         .filter(|t| t.name == name || t.name.rsplit("::").next() == Some(name))

@@ -5,7 +5,7 @@ use std::time::Duration;
 use job_core::{Job, JobState, NewJob, Store};
 use job_core::{Worker, WorkerBuilder};
 
-use super::jobs::{Greet, Person, Seen};
+use super::jobs::{Greet, Person, Seen, Sleepy};
 use super::support::{reaches, row};
 
 fn worker<S: Store>(store: S, seen: &Seen) -> WorkerBuilder<S> {
@@ -14,6 +14,7 @@ fn worker<S: Store>(store: S, seen: &Seen) -> WorkerBuilder<S> {
         .poll_interval(Duration::from_millis(20))
         .register::<Greet>()
         .register::<Person>()
+        .register::<Sleepy>()
         .queue("default", 4)
         .state(seen.clone())
 }
@@ -127,5 +128,25 @@ pub async fn a_payload_version_that_does_not_upgrade_is_discarded_as_poison<S: S
         row.errors[0].message.contains("no longer supported"),
         "{}",
         row.errors[0].message
+    );
+}
+
+/// A job that snoozes forever is discarded with class `snooze_limit` once it has snoozed
+/// [`DEFAULT_MAX_SNOOZES`](job_core::DEFAULT_MAX_SNOOZES) times: the store's snooze count
+/// reaches the runtime's limit, and the attempt was never counted.
+pub async fn a_job_that_snoozes_forever_is_discarded_at_the_snooze_limit<S: Store>(store: S) {
+    let id = store.enqueue(raw::<Sleepy>("{}", 1)).await.unwrap();
+    let seen = Seen::default();
+    let worker = worker(store.clone(), &seen).build().unwrap().start();
+    let row = reaches(&store, id, JobState::Discarded).await;
+    worker.shutdown().await;
+    assert_eq!(row.attempt, 1, "snoozes do not count attempts");
+    let last = row.errors.last().expect("a snooze_limit entry");
+    assert_eq!(last.class, "snooze_limit");
+    assert!(
+        last.message
+            .contains(&format!("snoozed {} times", job_core::DEFAULT_MAX_SNOOZES)),
+        "{}",
+        last.message
     );
 }

@@ -1,0 +1,90 @@
+//! The errors of the SQLite store.
+
+/// What went wrong in `job-sqlite`. Store methods return it inside a
+/// [`job_core::StoreError`]; downcast [`job_core::StoreError::inner`] to read it.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// Could not open the database file.
+    #[error("could not open sqlite database: {0}")]
+    Connect(#[source] sqlx::Error),
+    /// A statement failed (the database busy past the busy timeout, a constraint, ...).
+    #[error("statement `{statement}` failed: {source}")]
+    Query {
+        /// The statement's name, as its file under `src/sql/`.
+        statement: &'static str,
+        /// sqlx's error.
+        #[source]
+        source: sqlx::Error,
+    },
+    /// A migration could not be applied; its transaction was rolled back.
+    #[error("migration {version} `{name}` failed: {source}")]
+    Migration {
+        /// The migration's number.
+        version: i64,
+        /// The migration's name.
+        name: &'static str,
+        /// sqlx's error.
+        #[source]
+        source: sqlx::Error,
+    },
+    /// A guarded write found the lease it was made under gone (the job was rescued, released
+    /// or finalized elsewhere): it wrote nothing.
+    #[error("the lease on job {id} was lost: nothing was written")]
+    LeaseLost {
+        /// The job's id.
+        id: i64,
+    },
+    /// A stored job row could not be read back into its Rust type.
+    #[error("job {id} has an undecodable `{column}`: {reason}")]
+    Decode {
+        /// The job's id.
+        id: i64,
+        /// The column.
+        column: &'static str,
+        /// Why it does not decode.
+        reason: String,
+    },
+}
+
+impl Error {
+    pub(crate) fn query(statement: &'static str) -> impl FnOnce(sqlx::Error) -> Error {
+        move |source| Error::Query { statement, source }
+    }
+
+    /// Whether the database refused what a statement was given, so that the same statement
+    /// with the same input fails again: a constraint (CHECK, NOT NULL, UNIQUE, foreign key),
+    /// a value too big, a type mismatch. A busy or locked database, an I/O error or a closed
+    /// pool is not a refusal: it passes.
+    pub fn is_refusal(&self) -> bool {
+        let Error::Query { source, .. } = self else {
+            return false;
+        };
+        match source {
+            sqlx::Error::Encode(_) => true,
+            sqlx::Error::Database(db) => {
+                // Primary result codes (the low byte of an extended code): SQLITE_CONSTRAINT
+                // (19), SQLITE_TOOBIG (18), SQLITE_MISMATCH (20), SQLITE_RANGE (25).
+                let code = db.code().and_then(|c| c.parse::<i32>().ok()).unwrap_or(0);
+                matches!(code & 0xff, 18 | 19 | 20 | 25)
+            }
+            _ => false,
+        }
+    }
+}
+
+impl From<Error> for job_core::StoreError {
+    fn from(error: Error) -> Self {
+        if error.is_refusal() {
+            job_core::StoreError::refused(error)
+        } else {
+            job_core::StoreError::new(error)
+        }
+    }
+}
+
+impl From<Error> for job_core::EnqueueError {
+    fn from(error: Error) -> Self {
+        job_core::EnqueueError::Store(error.into())
+    }
+}

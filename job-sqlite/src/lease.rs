@@ -1,0 +1,401 @@
+//! The lease protocol's statements: claim, heartbeat, guarded finalize, rescue and release.
+//! Each runs on a connection inside the store's immediate transaction (the write lock held
+//! from its first statement), with the database's now read once at its start.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use job_core::{
+    ClaimKind, ClaimRequest, ClaimedJob, Finalize, Finalized, HeartbeatReport, JobId, JobState,
+    Lease, Outcome, Release, Renewal, Rescued,
+};
+use sqlx::{Row, SqliteConnection};
+use uuid::Uuid;
+
+use crate::error::Error;
+use crate::history;
+use crate::sql;
+use crate::time::{after, now, to_time, Micros};
+
+/// The longest delay written: far beyond any backoff, and far inside what a time holds.
+const MAX_DELAY: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// One due job picked for a claim, with what orders it.
+struct Picked {
+    id: JobId,
+    kind: String,
+    priority: i64,
+    run_at: Micros,
+}
+
+/// Picks due jobs of `kinds` on `queue`, at most `limit`, in claim order.
+async fn pick(
+    conn: &mut SqliteConnection,
+    queue: &str,
+    kinds: &[&ClaimKind],
+    now: Micros,
+    limit: u32,
+) -> Result<Vec<Picked>, Error> {
+    if kinds.is_empty() || limit == 0 {
+        return Ok(Vec::new());
+    }
+    let kinds = serde_json::Value::Array(
+        kinds
+            .iter()
+            .map(|k| serde_json::json!({ "kind": k.kind, "version": k.max_version }))
+            .collect(),
+    )
+    .to_string();
+    let rows = sqlx::query(sql::CLAIM_PICK)
+        .bind(queue)
+        .bind(kinds)
+        .bind(now)
+        .bind(i64::from(limit))
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(Error::query("claim_pick"))?;
+    rows.iter()
+        .map(|r| {
+            Ok(Picked {
+                id: r.try_get("id")?,
+                kind: r.try_get("kind")?,
+                priority: r.try_get("priority")?,
+                run_at: r.try_get("run_at")?,
+            })
+        })
+        .collect::<Result<_, sqlx::Error>>()
+        .map_err(Error::query("claim_pick"))
+}
+
+/// Claims due jobs of the requested kinds. Inside the immediate transaction no other claimer
+/// runs, so a kind's concurrency limit is counted once (`claim_running.sql`) and its room
+/// taken in the same transaction.
+pub(crate) async fn claim(
+    conn: &mut SqliteConnection,
+    request: &ClaimRequest,
+) -> Result<Vec<ClaimedJob>, Error> {
+    if request.kinds.is_empty() || request.limit == 0 {
+        return Ok(Vec::new());
+    }
+    let now = now(&mut *conn).await?;
+    let paused: Vec<(String, String)> = sqlx::query_as(sql::PAUSED)
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(Error::query("paused"))?;
+    let is_paused = |scope: &str, name: &str| paused.iter().any(|(s, n)| s == scope && n == name);
+    if is_paused("queue", &request.queue) {
+        return Ok(Vec::new());
+    }
+    let kinds: Vec<&ClaimKind> = request
+        .kinds
+        .iter()
+        .filter(|k| !is_paused("kind", &k.kind))
+        .collect();
+    let unlimited: Vec<&ClaimKind> = kinds
+        .iter()
+        .copied()
+        .filter(|k| k.concurrency.is_none())
+        .collect();
+    let mut picked = pick(conn, &request.queue, &unlimited, now, request.limit).await?;
+    for kind in kinds.iter().filter(|k| k.concurrency.is_some()) {
+        let cap = i64::from(kind.concurrency.unwrap_or(u32::MAX));
+        let running: i64 = sqlx::query_scalar(sql::CLAIM_RUNNING)
+            .bind(&kind.kind)
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(Error::query("claim_running"))?;
+        let room = u32::try_from((cap - running).max(0)).unwrap_or(u32::MAX);
+        let room = room.min(request.limit);
+        picked.extend(pick(conn, &request.queue, &[*kind], now, room).await?);
+    }
+    picked.sort_by_key(|p| (p.priority, p.run_at, p.id));
+    picked.truncate(usize::try_from(request.limit).unwrap_or(usize::MAX));
+
+    let mut claimed = Vec::with_capacity(picked.len());
+    for p in picked {
+        // How long it had been due, on the database's clock (the first part of its wait).
+        let waited = Duration::from_micros(u64::try_from(now - p.run_at).unwrap_or(0));
+        let lease = request
+            .kinds
+            .iter()
+            .find(|k| k.kind == p.kind)
+            .map_or(Duration::ZERO, |k| k.lease);
+        let row = sqlx::query(sql::CLAIM_TAKE)
+            .bind(p.id)
+            .bind(&request.worker_id)
+            .bind(Uuid::new_v4())
+            .bind(after(now, lease))
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(Error::query("claim_take"))?;
+        let Some(row) = row else { continue };
+        let job = (|| {
+            Ok::<_, sqlx::Error>(ClaimedJob {
+                lease: Lease {
+                    id: row.try_get("id")?,
+                    token: row.try_get("lock_token")?,
+                },
+                kind: row.try_get("kind")?,
+                queue: row.try_get("queue")?,
+                priority: row.try_get("priority")?,
+                payload: row.try_get("payload")?,
+                payload_version: row.try_get("payload_version")?,
+                attempt: row.try_get("attempt")?,
+                max_attempts: row.try_get("max_attempts")?,
+                snoozes: row.try_get("snoozes")?,
+                waited,
+                // Not stored by this backend yet: attempts start a trace of their own.
+                traceparent: None,
+            })
+        })()
+        .map_err(Error::query("claim_take"))?;
+        claimed.push(job);
+    }
+    Ok(claimed)
+}
+
+/// Renews leases, each guarded by (id, lock_token) and running.
+pub(crate) async fn heartbeat(
+    conn: &mut SqliteConnection,
+    renewals: &[Renewal],
+) -> Result<HeartbeatReport, Error> {
+    let mut report = HeartbeatReport::default();
+    if renewals.is_empty() {
+        return Ok(report);
+    }
+    let now = now(&mut *conn).await?;
+    let mut alive = HashSet::new();
+    for r in renewals {
+        let cancel: Option<bool> = sqlx::query_scalar(sql::HEARTBEAT)
+            .bind(r.lease.id)
+            .bind(r.lease.token)
+            .bind(after(now, r.extend_by))
+            .bind(r.stuck)
+            .bind(now)
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(Error::query("heartbeat"))?;
+        if let Some(cancel) = cancel {
+            alive.insert(r.lease.id);
+            if cancel {
+                report.cancel_requested.push(r.lease.id);
+            }
+        }
+    }
+    report.lost = renewals
+        .iter()
+        .map(|r| r.lease.id)
+        .filter(|id| !alive.contains(id))
+        .collect();
+    report.cancel_requested.sort_unstable();
+    report.cancel_requested.dedup();
+    Ok(report)
+}
+
+/// What a guarded write reads of a job whose lease is held; `None`: the lease was lost.
+pub(crate) struct Held {
+    pub(crate) attempt: i32,
+    pub(crate) errors: String,
+    pub(crate) locked_by: Option<String>,
+    pub(crate) locked_until: Micros,
+    pub(crate) run_at: Micros,
+}
+
+pub(crate) async fn held(
+    conn: &mut SqliteConnection,
+    lease: &Lease,
+) -> Result<Option<Held>, Error> {
+    let row = sqlx::query(sql::LEASE_READ)
+        .bind(lease.id)
+        .bind(lease.token)
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(Error::query("lease_read"))?;
+    row.map(|r| {
+        Ok(Held {
+            attempt: r.try_get("attempt")?,
+            errors: r.try_get("errors")?,
+            locked_by: r.try_get("locked_by")?,
+            locked_until: r.try_get("locked_until")?,
+            run_at: r.try_get("run_at")?,
+        })
+    })
+    .transpose()
+    .map_err(Error::query("lease_read"))
+}
+
+/// Applies outcomes, each guarded by (id, lock_token) and running, in order.
+pub(crate) async fn finalize(
+    conn: &mut SqliteConnection,
+    batch: &[Finalize],
+) -> Result<Vec<Finalized>, Error> {
+    if batch.is_empty() {
+        return Ok(Vec::new());
+    }
+    let now = now(&mut *conn).await?;
+    let mut result = Vec::with_capacity(batch.len());
+    for item in batch {
+        let Some(job) = held(conn, &item.lease).await? else {
+            result.push(Finalized::LeaseLost);
+            continue;
+        };
+        let push = |attempt: i32, class: &str, message: &str| {
+            history::push(&job.errors, attempt, now, class, message)
+        };
+        let delayed = |d: Duration| after(now, d.min(MAX_DELAY));
+        // (state, run_at, attempt, snoozed, errors, finalized_at)
+        let (state, run_at, attempt, snoozed, errors, finalized) = match &item.outcome {
+            Outcome::Complete => (
+                JobState::Completed,
+                job.run_at,
+                job.attempt,
+                0,
+                job.errors.clone(),
+                Some(now),
+            ),
+            Outcome::Retry { delay, failure } => (
+                JobState::Retryable,
+                delayed(*delay),
+                job.attempt,
+                0,
+                push(failure.attempt, failure.class.as_str(), &failure.message),
+                None,
+            ),
+            Outcome::Cancel { reason } => (
+                JobState::Cancelled,
+                job.run_at,
+                job.attempt,
+                0,
+                push(job.attempt, "cancelled", reason),
+                Some(now),
+            ),
+            Outcome::Snooze { delay } => (
+                JobState::Scheduled,
+                delayed(*delay),
+                job.attempt - 1,
+                1,
+                job.errors.clone(),
+                None,
+            ),
+            Outcome::Discard { failure } => (
+                JobState::Discarded,
+                job.run_at,
+                job.attempt,
+                0,
+                push(failure.attempt, failure.class.as_str(), &failure.message),
+                Some(now),
+            ),
+        };
+        let applied: Option<JobId> = sqlx::query_scalar(sql::FINALIZE)
+            .bind(item.lease.id)
+            .bind(item.lease.token)
+            .bind(state.as_str())
+            .bind(run_at)
+            .bind(attempt)
+            .bind(snoozed)
+            .bind(errors)
+            .bind(finalized)
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(Error::query("finalize"))?;
+        result.push(if applied.is_some() {
+            Finalized::Applied
+        } else {
+            Finalized::LeaseLost
+        });
+    }
+    Ok(result)
+}
+
+/// Recovers up to `limit` expired leases, and only those. Returns what it did and the queues
+/// it refilled.
+pub(crate) async fn rescue_expired(
+    conn: &mut SqliteConnection,
+    limit: u32,
+) -> Result<(Rescued, Vec<String>), Error> {
+    let now = now(&mut *conn).await?;
+    let expired: Vec<(JobId, Uuid)> = sqlx::query_as(sql::RESCUE_PICK)
+        .bind(now)
+        .bind(i64::from(limit))
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(Error::query("rescue_pick"))?;
+    let mut rescued = Rescued::default();
+    let mut queues = Vec::new();
+    for (id, token) in expired {
+        let lease = Lease { id, token };
+        let Some(job) = held(conn, &lease).await? else {
+            continue;
+        };
+        let message = format!(
+            "lease of worker {} expired at {}",
+            job.locked_by.as_deref().unwrap_or("(unknown)"),
+            to_time(job.locked_until).to_rfc3339()
+        );
+        let errors = history::push(&job.errors, job.attempt, now, "lease_expired", &message);
+        let row: Option<(String, String)> = sqlx::query_as(sql::RESCUE)
+            .bind(id)
+            .bind(token)
+            .bind(now)
+            .bind(errors)
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(Error::query("rescue"))?;
+        match row.as_ref().map(|(state, queue)| (state.as_str(), queue)) {
+            Some(("retryable", queue)) => {
+                rescued.retried += 1;
+                queues.push(queue.clone());
+            }
+            Some(_) => rescued.discarded += 1,
+            None => {}
+        }
+    }
+    Ok((rescued, queues))
+}
+
+/// Gives leases back, guarded by (id, lock_token) and running. Returns how many, and the
+/// queues they went back to.
+pub(crate) async fn release(
+    conn: &mut SqliteConnection,
+    releases: &[Release],
+) -> Result<(u64, Vec<String>), Error> {
+    if releases.is_empty() {
+        return Ok((0, Vec::new()));
+    }
+    let now = now(&mut *conn).await?;
+    let mut released = 0;
+    let mut queues = Vec::new();
+    for r in releases {
+        let Some(job) = held(conn, &r.lease).await? else {
+            continue;
+        };
+        let errors = match r.ran_for {
+            None => job.errors.clone(),
+            Some(ran) => history::push(
+                &job.errors,
+                job.attempt,
+                now,
+                "released",
+                &format!(
+                    "worker {} stopped this attempt after {} ms on shutdown and released it; \
+                     the attempt is not counted",
+                    job.locked_by.as_deref().unwrap_or("(unknown)"),
+                    ran.as_millis()
+                ),
+            ),
+        };
+        let queue: Option<String> = sqlx::query_scalar(sql::RELEASE)
+            .bind(r.lease.id)
+            .bind(r.lease.token)
+            .bind(now)
+            .bind(errors)
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(Error::query("release"))?;
+        if let Some(queue) = queue {
+            released += 1;
+            queues.push(queue);
+        }
+    }
+    Ok((released, queues))
+}

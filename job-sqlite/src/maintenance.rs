@@ -1,0 +1,69 @@
+//! The statements behind the pruner: [`Store::prune`](job_core::Store::prune) and
+//! [`Store::expire`](job_core::Store::expire).
+
+use job_core::{Expired, JobId, PruneRequest};
+use sqlx::SqliteConnection;
+
+use crate::error::Error;
+use crate::history;
+use crate::sql;
+use crate::time::{micros, now, to_time};
+
+/// Deletes one bounded batch of finished jobs past their retention.
+pub(crate) async fn prune(
+    conn: &mut SqliteConnection,
+    request: &PruneRequest,
+) -> Result<u64, Error> {
+    let now = now(&mut *conn).await?;
+    let done = sqlx::query(sql::PRUNE)
+        .bind(now.saturating_sub(micros(request.completed_retention)))
+        .bind(now.saturating_sub(micros(request.cancelled_retention)))
+        .bind(i64::from(request.batch))
+        .execute(&mut *conn)
+        .await
+        .map_err(Error::query("prune"))?;
+    Ok(done.rows_affected())
+}
+
+/// Ends one bounded batch of waiting jobs past their deadline or with cancellation requested.
+pub(crate) async fn expire(conn: &mut SqliteConnection, limit: u32) -> Result<Expired, Error> {
+    let now = now(&mut *conn).await?;
+    let ending: Vec<(JobId, i32, String, bool, Option<i64>)> = sqlx::query_as(sql::EXPIRE_PICK)
+        .bind(now)
+        .bind(i64::from(limit))
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(Error::query("expire_pick"))?;
+    let mut expired = Expired::default();
+    for (id, attempt, errors, cancel, deadline) in ending {
+        let (class, message) = if cancel {
+            (
+                "cancelled",
+                "cancellation was requested while it ran".to_owned(),
+            )
+        } else {
+            let deadline = to_time(deadline.unwrap_or(now));
+            (
+                "expired",
+                format!(
+                    "deadline {} passed before the job started",
+                    deadline.format("%Y-%m-%dT%H:%M:%S%.3fZ")
+                ),
+            )
+        };
+        let errors = history::push(&errors, attempt, now, class, &message);
+        let state: Option<String> = sqlx::query_scalar(sql::EXPIRE)
+            .bind(id)
+            .bind(now)
+            .bind(errors)
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(Error::query("expire"))?;
+        match state.as_deref() {
+            Some("cancelled") => expired.cancelled += 1,
+            Some(_) => expired.discarded += 1,
+            None => {}
+        }
+    }
+    Ok(expired)
+}

@@ -1,0 +1,66 @@
+//! Embedded, numbered, append-only migrations, each applied in an immediate transaction that
+//! also records it, so concurrent processes opening one file apply each exactly once.
+
+use sqlx::SqlitePool;
+
+use crate::error::Error;
+use crate::sql;
+
+/// One schema migration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Migration {
+    /// Its number; applied in ascending order.
+    pub version: i64,
+    /// Its name.
+    pub name: &'static str,
+    /// Its SQL.
+    pub sql: &'static str,
+}
+
+/// Every migration, in order.
+pub const MIGRATIONS: &[Migration] = &[Migration {
+    version: 1,
+    name: "init",
+    sql: include_str!("../migrations/0001_init.sql"),
+}];
+
+/// Brings the schema in `pool`'s database up to date: applies every migration not recorded
+/// in `job_schema_migrations`, in order, each in its own immediate transaction (which waits
+/// for another process migrating the same file, then finds its work done).
+pub async fn migrate(pool: &SqlitePool) -> Result<(), Error> {
+    sqlx::query(sql::MIGRATE_BOOKS)
+        .execute(pool)
+        .await
+        .map_err(Error::query("migrate_books"))?;
+    for migration in MIGRATIONS {
+        let mut tx = pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(Error::query("migrate_begin"))?;
+        let applied: Option<i64> = sqlx::query_scalar(sql::MIGRATE_APPLIED)
+            .bind(migration.version)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(Error::query("migrate_applied"))?;
+        if applied.is_some() {
+            continue;
+        }
+        let failed = |source| Error::Migration {
+            version: migration.version,
+            name: migration.name,
+            source,
+        };
+        // Unprepared and without arguments: every statement of the file runs.
+        sqlx::Executor::execute(&mut *tx, migration.sql)
+            .await
+            .map_err(failed)?;
+        sqlx::query(sql::MIGRATE_RECORD)
+            .bind(migration.version)
+            .bind(migration.name)
+            .execute(&mut *tx)
+            .await
+            .map_err(failed)?;
+        tx.commit().await.map_err(failed)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,14 @@
+-- Recovers job ?1 whose lease (token ?2) expired before ?3: discarded (finalized at ?3) when
+-- its attempts are exhausted, else retryable with the attempt counted, keeping its run_at.
+-- The error history ?4 holds the caller's lease_expired entry. Returns the new state and
+-- queue.
+UPDATE job_jobs
+SET state        = CASE WHEN attempt >= max_attempts THEN 'discarded' ELSE 'retryable' END,
+    finalized_at = CASE WHEN attempt >= max_attempts THEN ?3 END,
+    errors       = ?4,
+    lock_token   = NULL,
+    locked_until = NULL,
+    locked_by    = NULL,
+    stuck_since  = NULL
+WHERE id = ?1 AND lock_token = ?2 AND state = 'running' AND locked_until < ?3
+RETURNING state, queue

@@ -1,0 +1,74 @@
+//! Durable steps and completing a job in the caller's transaction.
+
+use std::collections::HashMap;
+
+use job_core::{Finalized, JobContext, JobId, Lease};
+use sqlx::{SqliteConnection, SqliteExecutor};
+
+use crate::error::Error;
+use crate::lease::held;
+use crate::sql;
+use crate::time::now;
+
+/// Every recorded step output of job `id`, by name (see `sql/step_load.sql`).
+pub(crate) async fn load<'e, E: SqliteExecutor<'e>>(
+    executor: E,
+    id: JobId,
+) -> Result<HashMap<String, String>, Error> {
+    let rows: Vec<(String, String)> = sqlx::query_as(sql::STEP_LOAD)
+        .bind(id)
+        .fetch_all(executor)
+        .await
+        .map_err(Error::query("step_load"))?;
+    Ok(rows.into_iter().collect())
+}
+
+/// Records step `name`'s output, guarded by (id, lock_token) and running, inside the store's
+/// immediate transaction (see `sql/step_save.sql`).
+pub(crate) async fn save(
+    conn: &mut SqliteConnection,
+    lease: &Lease,
+    name: &str,
+    output: &str,
+) -> Result<Finalized, Error> {
+    if held(&mut *conn, lease).await?.is_none() {
+        return Ok(Finalized::LeaseLost);
+    }
+    let now = now(&mut *conn).await?;
+    sqlx::query(sql::STEP_SAVE)
+        .bind(lease.id)
+        .bind(lease.token)
+        .bind(name)
+        .bind(output)
+        .bind(now)
+        .execute(&mut *conn)
+        .await
+        .map_err(Error::query("step_save"))?;
+    Ok(Finalized::Applied)
+}
+
+/// Completes the job of `ctx` inside the caller's transaction, guarded by its lease
+/// (`WHERE id = ?1 AND lock_token = ?2 AND state = 'running'`). Commit the transaction and the
+/// completion and the handler's own rows are durable together; drop it (a `?`, a panic, a
+/// crash) and neither is.
+///
+/// Returns [`Error::LeaseLost`] when the lease is gone (the job was rescued, released or
+/// finalized elsewhere): let the `?` drop the transaction so the handler's rows roll back too.
+/// On success the context is told, so the worker does not count its own later finalize (which
+/// then finds the job finished) as a lost lease.
+pub async fn complete_in(conn: &mut SqliteConnection, ctx: &JobContext) -> Result<(), Error> {
+    let lease = ctx.lease();
+    let completed: Option<i64> = sqlx::query_scalar(sql::COMPLETE_IN)
+        .bind(lease.id)
+        .bind(lease.token)
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(Error::query("complete_in"))?;
+    match completed {
+        Some(_) => {
+            ctx.finalized_in_transaction();
+            Ok(())
+        }
+        None => Err(Error::LeaseLost { id: lease.id }),
+    }
+}

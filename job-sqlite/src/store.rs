@@ -1,0 +1,307 @@
+//! [`SqliteStore`]: the [`Store`] contract on an embedded SQLite database file.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use job_core::{
+    ClaimRequest, ClaimedJob, EnqueueError, Expired, Finalize, Finalized, HeartbeatReport, JobId,
+    JobRow, Lease, NewJob, PruneRequest, Release, Renewal, Rescued, Store, StoreError, Wakeups,
+};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{Sqlite, SqlitePool, Transaction};
+use tokio::sync::{Mutex, OwnedMutexGuard};
+
+use crate::error::Error;
+use crate::listen::Notifier;
+use crate::{enqueue, lease, maintenance, migrate, row, steps};
+
+/// How long a statement waits for another process's write lock before it fails as busy.
+pub const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The connections of a store's own pool at most.
+const POOL_SIZE: u32 = 8;
+
+/// The SQLite store: a connection pool on one database file, in WAL mode, and what every
+/// handle made from it shares: the in-process wake-ups and the write gate.
+///
+/// SQLite has one writer at a time. Every write the store makes is one immediate transaction
+/// (`BEGIN IMMEDIATE`: the write lock taken by its first statement, so it never has to be
+/// upgraded from a stale read), and the writes of one process queue on an async gate before
+/// they ask for the lock, so they wait in order instead of in SQLite's busy handler. Writers
+/// of other processes sharing the file wait in the busy handler, up to [`BUSY_TIMEOUT`].
+///
+/// Cloning is cheap (the pool is shared).
+#[derive(Debug, Clone)]
+pub struct SqliteStore {
+    pool: SqlitePool,
+    shared: Arc<Shared>,
+    payload_limit: usize,
+    /// The pool was made by [`Store::dedicated`], so [`Store::close`] closes it.
+    dedicated: bool,
+}
+
+#[derive(Debug)]
+struct Shared {
+    options: SqliteConnectOptions,
+    notifier: Arc<Notifier>,
+    gate: Arc<Mutex<()>>,
+}
+
+/// An immediate transaction of the store and its place at the gate.
+pub(crate) struct Write {
+    pub(crate) tx: Transaction<'static, Sqlite>,
+    _gate: OwnedMutexGuard<()>,
+}
+
+impl SqliteStore {
+    /// The connect options the store uses for the file at `path`: created when missing, WAL
+    /// journal, `synchronous = NORMAL` (durable against a crash of the process; a power loss
+    /// may undo the last commits: set [`SqliteSynchronous::Full`] to rule that out), foreign
+    /// keys on, [`BUSY_TIMEOUT`].
+    pub fn options(path: impl AsRef<Path>) -> SqliteConnectOptions {
+        SqliteConnectOptions::new()
+            .filename(path)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Normal)
+            .foreign_keys(true)
+            .busy_timeout(BUSY_TIMEOUT)
+    }
+
+    /// Opens (creating it when missing) the database file at `path` with
+    /// [`options`](Self::options) and brings its schema up to date.
+    pub async fn open(path: impl AsRef<Path>) -> Result<Self, Error> {
+        let store = Self::connect_with(Self::options(path)).await?;
+        store.migrate().await?;
+        Ok(store)
+    }
+
+    /// Opens a pool with `options`, without migrating. Every connection it opens carries the
+    /// hooks of the in-process wake-ups.
+    pub async fn connect_with(options: SqliteConnectOptions) -> Result<Self, Error> {
+        let shared = Arc::new(Shared {
+            options,
+            notifier: Arc::new(Notifier::default()),
+            gate: Arc::new(Mutex::new(())),
+        });
+        let pool = pool_options(&shared, POOL_SIZE)
+            .connect_with(shared.options.clone())
+            .await
+            .map_err(Error::Connect)?;
+        Ok(SqliteStore {
+            pool,
+            shared,
+            payload_limit: usize::MAX,
+            dedicated: false,
+        })
+    }
+
+    /// Refuses enqueued payloads over `limit` bytes of compact JSON. None by default.
+    pub fn with_payload_limit(mut self, limit: usize) -> Self {
+        self.payload_limit = limit;
+        self
+    }
+
+    /// The payload limit checked before writing, in bytes (`usize::MAX`: none).
+    pub fn payload_limit(&self) -> usize {
+        self.payload_limit
+    }
+
+    /// The pool, for the application's own queries and transactional enqueues. Inserts into
+    /// `job_jobs` committed through it wake this process's workers at once.
+    pub fn pool(&self) -> &SqlitePool {
+        &self.pool
+    }
+
+    /// The database file.
+    pub fn path(&self) -> PathBuf {
+        self.shared.options.get_filename().to_path_buf()
+    }
+
+    /// Brings the schema up to date; see [`migrate::migrate`].
+    pub async fn migrate(&self) -> Result<(), Error> {
+        migrate::migrate(&self.pool).await
+    }
+
+    /// Begins an immediate transaction after this process's earlier writes.
+    pub(crate) async fn write(&self) -> Result<Write, Error> {
+        let gate = self.shared.gate.clone().lock_owned().await;
+        let tx = self
+            .pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(Error::query("begin_immediate"))?;
+        Ok(Write { tx, _gate: gate })
+    }
+
+    /// Wakes this process's workers of `queues`.
+    pub(crate) fn wake(&self, queues: &[String]) {
+        let mut seen: Vec<&String> = queues.iter().collect();
+        seen.sort();
+        seen.dedup();
+        for queue in seen {
+            self.shared.notifier.wake(queue);
+        }
+    }
+
+    fn validate(&self, job: &NewJob) -> Result<(), EnqueueError> {
+        job.validate(self.payload_limit)
+    }
+}
+
+impl Write {
+    pub(crate) async fn commit(self) -> Result<(), Error> {
+        self.tx.commit().await.map_err(Error::query("commit"))
+    }
+}
+
+fn pool_options(shared: &Arc<Shared>, connections: u32) -> SqlitePoolOptions {
+    let notifier = shared.notifier.clone();
+    SqlitePoolOptions::new()
+        .max_connections(connections.max(1))
+        .after_connect(move |conn, _| {
+            let notifier = notifier.clone();
+            Box::pin(async move {
+                notifier
+                    .install(conn)
+                    .await
+                    .map_err(|e| sqlx::Error::Protocol(e.to_string()))
+            })
+        })
+}
+
+impl Store for SqliteStore {
+    async fn enqueue(&self, job: NewJob) -> Result<JobId, EnqueueError> {
+        self.validate(&job)?;
+        let mut w = self.write().await?;
+        let id = enqueue::enqueue(&mut w.tx, &job).await?;
+        w.commit().await?;
+        Ok(id)
+    }
+
+    async fn enqueue_many(&self, jobs: Vec<NewJob>) -> Result<Vec<JobId>, EnqueueError> {
+        for job in &jobs {
+            self.validate(job)?;
+        }
+        if jobs.is_empty() {
+            return Ok(Vec::new());
+        }
+        if jobs.iter().any(|j| j.unique.is_some()) {
+            // Refused as job-postgres refuses it, with the same words.
+            let mut w = self.write().await?;
+            return enqueue::enqueue_many(&mut w.tx, &jobs).await;
+        }
+        let mut w = self.write().await?;
+        let ids = enqueue::insert_all(&mut w.tx, &jobs).await?;
+        w.commit().await?;
+        Ok(ids)
+    }
+
+    async fn claim(&self, request: &ClaimRequest) -> Result<Vec<ClaimedJob>, StoreError> {
+        if request.kinds.is_empty() || request.limit == 0 {
+            return Ok(Vec::new());
+        }
+        let mut w = self.write().await?;
+        let claimed = lease::claim(&mut w.tx, request).await?;
+        w.commit().await?;
+        Ok(claimed)
+    }
+
+    async fn heartbeat(&self, renewals: &[Renewal]) -> Result<HeartbeatReport, StoreError> {
+        if renewals.is_empty() {
+            return Ok(HeartbeatReport::default());
+        }
+        let mut w = self.write().await?;
+        let report = lease::heartbeat(&mut w.tx, renewals).await?;
+        w.commit().await?;
+        Ok(report)
+    }
+
+    async fn finalize(&self, batch: &[Finalize]) -> Result<Vec<Finalized>, StoreError> {
+        if batch.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut w = self.write().await?;
+        let result = lease::finalize(&mut w.tx, batch).await?;
+        w.commit().await?;
+        Ok(result)
+    }
+
+    async fn rescue_expired(&self, limit: u32) -> Result<Rescued, StoreError> {
+        let mut w = self.write().await?;
+        let (rescued, queues) = lease::rescue_expired(&mut w.tx, limit).await?;
+        w.commit().await?;
+        self.wake(&queues);
+        Ok(rescued)
+    }
+
+    async fn release(&self, releases: &[Release]) -> Result<u64, StoreError> {
+        if releases.is_empty() {
+            return Ok(0);
+        }
+        let mut w = self.write().await?;
+        let (released, queues) = lease::release(&mut w.tx, releases).await?;
+        w.commit().await?;
+        self.wake(&queues);
+        Ok(released)
+    }
+
+    async fn get(&self, id: JobId) -> Result<Option<JobRow>, StoreError> {
+        Ok(row::get(&self.pool, id, None).await?)
+    }
+
+    fn dedicated(&self, _purpose: &str, connections: u32) -> Self {
+        let pool = pool_options(&self.shared, connections)
+            .min_connections(1)
+            .idle_timeout(Some(Duration::from_secs(60)))
+            .connect_lazy_with(self.shared.options.clone());
+        SqliteStore {
+            pool,
+            shared: self.shared.clone(),
+            payload_limit: self.payload_limit,
+            dedicated: true,
+        }
+    }
+
+    async fn close(&self) {
+        if self.dedicated {
+            self.pool.close().await;
+        }
+    }
+
+    async fn listen(&self) -> Result<Wakeups, StoreError> {
+        Ok(self.shared.notifier.subscribe())
+    }
+
+    async fn prune(&self, request: &PruneRequest) -> Result<u64, StoreError> {
+        let mut w = self.write().await?;
+        let n = maintenance::prune(&mut w.tx, request).await?;
+        w.commit().await?;
+        Ok(n)
+    }
+
+    async fn expire(&self, limit: u32) -> Result<Expired, StoreError> {
+        let mut w = self.write().await?;
+        let expired = maintenance::expire(&mut w.tx, limit).await?;
+        w.commit().await?;
+        Ok(expired)
+    }
+
+    async fn load_steps(&self, lease: &Lease) -> Result<HashMap<String, String>, StoreError> {
+        Ok(steps::load(&self.pool, lease.id).await?)
+    }
+
+    async fn save_step(
+        &self,
+        lease: &Lease,
+        name: &str,
+        output: &str,
+    ) -> Result<Finalized, StoreError> {
+        let mut w = self.write().await?;
+        let saved = steps::save(&mut w.tx, lease, name, output).await?;
+        w.commit().await?;
+        Ok(saved)
+    }
+}

@@ -1,0 +1,220 @@
+//! The lifecycle around the lease: deadlines, pauses, cancellation, snooze counts, pruning
+//! and expiry. Pausing and cancelling go through [`Admin`].
+
+use std::time::Duration;
+
+use job_core::{
+    Admin, Cancelled, Deadline, ErrorClass, Failure, Finalize, Finalized, JobState, NewJob,
+    Outcome, Pause, PruneRequest, Store,
+};
+
+use super::support::{
+    assert_nothing_to_claim, claim_one, finalize_one, new_job, outlive, row, running, NOOP,
+};
+
+fn retry_later() -> Outcome {
+    Outcome::Retry {
+        delay: Duration::ZERO,
+        failure: Failure {
+            attempt: 1,
+            class: ErrorClass::Error,
+            message: "again".into(),
+        },
+    }
+}
+
+/// A job past its deadline is never claimed, and `expire` discards it with an `expired` entry
+/// naming the deadline; a job whose deadline is ahead is claimed as usual.
+pub async fn a_job_past_its_deadline_is_never_claimed_and_expire_discards_it<S: Store>(store: S) {
+    let late = store
+        .enqueue(NewJob {
+            deadline: Some(Deadline::In(Duration::from_millis(50))),
+            ..new_job(NOOP)
+        })
+        .await
+        .unwrap();
+    outlive(Duration::from_millis(50)).await;
+    assert_nothing_to_claim(&store, NOOP).await;
+    let expired = store.expire(100).await.unwrap();
+    assert_eq!((expired.discarded, expired.cancelled), (1, 0));
+    let row = row(&store, late).await;
+    assert_eq!(row.state, JobState::Discarded);
+    assert!(row.finalized_at.is_some());
+    let last = row.errors.last().expect("an expired entry");
+    assert_eq!(last.class, "expired");
+    assert!(last.message.contains("deadline"), "{}", last.message);
+    assert_eq!(store.expire(100).await.unwrap(), Default::default());
+
+    let timely = store
+        .enqueue(NewJob {
+            deadline: Some(Deadline::In(Duration::from_secs(3600))),
+            ..new_job(NOOP)
+        })
+        .await
+        .unwrap();
+    assert_eq!(claim_one(&store, NOOP).await.lease.id, timely);
+}
+
+/// A paused queue, and a paused kind in any queue, is not claimed until resumed; `paused`
+/// lists what is paused, and pausing twice or resuming what is not paused says so.
+pub async fn a_paused_queue_or_kind_is_not_claimed_until_resumed<S: Store + Admin>(store: S) {
+    let id = store.enqueue(new_job(NOOP)).await.unwrap();
+    let queue = Pause::Queue("default".into());
+    let kind = Pause::Kind(NOOP.into());
+    assert!(store.pause(&queue).await.unwrap());
+    assert!(!store.pause(&queue).await.unwrap(), "paused twice");
+    assert!(store.pause(&kind).await.unwrap());
+    let mut paused = store.paused().await.unwrap();
+    paused.sort();
+    assert_eq!(paused, vec![queue.clone(), kind.clone()]);
+    assert_nothing_to_claim(&store, NOOP).await;
+    assert!(store.resume(&queue).await.unwrap());
+    assert!(!store.resume(&queue).await.unwrap(), "resumed twice");
+    assert_nothing_to_claim(&store, NOOP).await;
+    assert!(store.resume(&kind).await.unwrap());
+    assert_eq!(store.paused().await.unwrap(), vec![]);
+    assert_eq!(claim_one(&store, NOOP).await.lease.id, id);
+}
+
+/// `cancel` ends a waiting job at once (`cancelled`, with a `cancelled` entry); of a running
+/// one it requests cancellation, which the heartbeat reports, and which `expire` completes
+/// once the job is waiting again. A missing or finished job says so.
+pub async fn cancel_ends_a_waiting_job_at_once_and_requests_a_running_ones<S: Store + Admin>(
+    store: S,
+) {
+    let waiting = store.enqueue(new_job("conformance.waiting")).await.unwrap();
+    assert_eq!(store.cancel(waiting).await.unwrap(), Cancelled::Now);
+    let row_now = row(&store, waiting).await;
+    assert_eq!(row_now.state, JobState::Cancelled);
+    assert!(row_now.finalized_at.is_some());
+    assert_eq!(
+        row_now.errors.last().map(|e| e.class.as_str()),
+        Some("cancelled")
+    );
+    assert_eq!(
+        store.cancel(waiting).await.unwrap(),
+        Cancelled::AlreadyFinished(JobState::Cancelled)
+    );
+    assert_eq!(
+        store.cancel(waiting + 1000).await.unwrap(),
+        Cancelled::NotFound
+    );
+
+    let job = running(&store).await;
+    assert_eq!(
+        store.cancel(job.lease.id).await.unwrap(),
+        Cancelled::Requested
+    );
+    let during = row(&store, job.lease.id).await;
+    assert_eq!(during.state, JobState::Running);
+    assert!(during.cancel_requested);
+    let report = store
+        .heartbeat(&[job_core::Renewal {
+            lease: job.lease,
+            extend_by: Duration::from_secs(30),
+            stuck: false,
+        }])
+        .await
+        .unwrap();
+    assert_eq!(report.cancel_requested, vec![job.lease.id]);
+    // The handler did not stop: its retry makes the job wait, and the expire pass ends it.
+    finalize_one(&store, job.lease, retry_later()).await;
+    assert_nothing_to_claim(&store, NOOP).await;
+    let expired = store.expire(100).await.unwrap();
+    assert_eq!((expired.discarded, expired.cancelled), (0, 1));
+    let ended = row(&store, job.lease.id).await;
+    assert_eq!(ended.state, JobState::Cancelled);
+    assert_eq!(
+        ended.errors.last().map(|e| e.class.as_str()),
+        Some("cancelled")
+    );
+}
+
+/// Each snooze is counted on the row and handed to the next claim (which the runtime's snooze
+/// limit reads), while the attempt stays the same.
+pub async fn snoozes_are_counted_and_handed_to_each_claim<S: Store>(store: S) {
+    let id = store.enqueue(new_job(NOOP)).await.unwrap();
+    for snoozed in 0..3 {
+        let job = claim_one(&store, NOOP).await;
+        assert_eq!(job.lease.id, id);
+        assert_eq!((job.attempt, job.snoozes), (1, snoozed));
+        let snooze = Outcome::Snooze {
+            delay: Duration::ZERO,
+        };
+        finalize_one(&store, job.lease, snooze).await;
+    }
+    let job = claim_one(&store, NOOP).await;
+    assert_eq!((job.attempt, job.snoozes), (1, 3));
+}
+
+/// `prune` deletes completed and cancelled jobs finished longer ago than their retention,
+/// at most its batch, and never a discarded job (kept until purged) or a waiting one.
+pub async fn prune_deletes_finished_jobs_past_retention_and_keeps_dead_letters<S: Store>(store: S) {
+    let mut ids = Vec::new();
+    for outcome in [
+        Outcome::Complete,
+        Outcome::Cancel {
+            reason: "no".into(),
+        },
+        Outcome::Discard {
+            failure: Failure {
+                attempt: 1,
+                class: ErrorClass::Terminal,
+                message: "dead".into(),
+            },
+        },
+    ] {
+        let job = running(&store).await;
+        finalize_one(&store, job.lease, outcome).await;
+        ids.push(job.lease.id);
+    }
+    let waiting = store.enqueue(new_job("conformance.waiting")).await.unwrap();
+    let keep_an_hour = PruneRequest {
+        completed_retention: Duration::from_secs(3600),
+        cancelled_retention: Duration::from_secs(3600),
+        batch: 100,
+    };
+    assert_eq!(store.prune(&keep_an_hour).await.unwrap(), 0);
+    outlive(Duration::from_millis(10)).await;
+    let keep_nothing = PruneRequest {
+        completed_retention: Duration::ZERO,
+        cancelled_retention: Duration::ZERO,
+        batch: 1,
+    };
+    assert_eq!(store.prune(&keep_nothing).await.unwrap(), 1);
+    let rest = PruneRequest {
+        batch: 100,
+        ..keep_nothing
+    };
+    assert_eq!(store.prune(&rest).await.unwrap(), 1);
+    assert_eq!(store.prune(&rest).await.unwrap(), 0);
+    assert_eq!(store.get(ids[0]).await.unwrap(), None, "completed kept");
+    assert_eq!(store.get(ids[1]).await.unwrap(), None, "cancelled kept");
+    assert_eq!(row(&store, ids[2]).await.state, JobState::Discarded);
+    assert_eq!(row(&store, waiting).await.state, JobState::Available);
+}
+
+/// `expire` never touches a running job, even one past its deadline or with cancellation
+/// requested: its worker still holds the lease.
+pub async fn expire_never_touches_a_running_job<S: Store + Admin>(store: S) {
+    let id = store
+        .enqueue(NewJob {
+            deadline: Some(Deadline::In(Duration::from_millis(300))),
+            ..new_job(NOOP)
+        })
+        .await
+        .unwrap();
+    let job = claim_one(&store, NOOP).await;
+    assert_eq!(job.lease.id, id);
+    assert_eq!(store.cancel(id).await.unwrap(), Cancelled::Requested);
+    outlive(Duration::from_millis(300)).await;
+    assert_eq!(store.expire(100).await.unwrap(), Default::default());
+    let applied = store
+        .finalize(&[Finalize {
+            lease: job.lease,
+            outcome: Outcome::Complete,
+        }])
+        .await
+        .unwrap();
+    assert_eq!(applied, vec![Finalized::Applied]);
+}

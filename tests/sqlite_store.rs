@@ -1,0 +1,261 @@
+//! SQLite specifics: the `#[job]` helpers and the typed builders through a SQLite
+//! transaction (the job commits or rolls back with the caller's rows), in-process wake-ups on
+//! commit only, completing a job in the handler's own transaction, and several processes'
+//! stores on one file. The contract itself is in `tests/conformance_sqlite.rs`.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use job::prelude::*;
+use job::{SqlitePool, SqliteStore};
+use job_testkit::{wait_for, TestSqlite};
+use tokio::sync::mpsc::error::TryRecvError;
+
+/// Sends an invoice (records that it ran).
+#[job(queue = "mail")]
+async fn send_invoice(ctx: JobContext, invoice_id: i64) -> Result<(), JobError> {
+    ctx.state::<Arc<AtomicUsize>>()?
+        .fetch_add(1, Ordering::SeqCst);
+    let _ = invoice_id;
+    Ok(())
+}
+
+/// Ships an order: writes its row and completes the job in the same transaction.
+#[job(queue = "ship")]
+async fn ship(ctx: JobContext, order: i64) -> Result<(), JobError> {
+    let pool = ctx.state::<SqlitePool>()?;
+    let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
+    sqlx::query("INSERT INTO shipments (order_id, job_id) VALUES (?1, ?2)")
+        .bind(order)
+        .bind(ctx.id())
+        .execute(&mut *tx)
+        .await?;
+    job::sqlite::complete_in(&mut tx, &ctx).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+async fn orders(pool: &SqlitePool) {
+    sqlx::query("CREATE TABLE orders (id INTEGER PRIMARY KEY)")
+        .execute(pool)
+        .await
+        .unwrap();
+}
+
+async fn count(pool: &SqlitePool, table: &str) -> i64 {
+    sqlx::query_scalar(&format!("SELECT count(*) FROM {table}"))
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn the_typed_helper_enqueues_inside_a_sqlite_transaction_that_commits() {
+    let db = TestSqlite::new().await;
+    let store = db.store();
+    orders(store.pool()).await;
+    let mut tx = store.pool().begin_with("BEGIN IMMEDIATE").await.unwrap();
+    sqlx::query("INSERT INTO orders (id) VALUES (7)")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    let id = SendInvoice { invoice_id: 7 }
+        .enqueue(&mut *tx)
+        .await
+        .unwrap();
+    let by_builder = Enqueue::new(SendInvoice { invoice_id: 8 })
+        .priority(3)
+        .enqueue(&mut *tx)
+        .await
+        .unwrap();
+    assert_eq!(store.get(id).await.unwrap(), None, "visible before commit");
+    tx.commit().await.unwrap();
+    let row = store
+        .get(id)
+        .await
+        .unwrap()
+        .expect("committed with the order");
+    assert_eq!(
+        (row.queue.as_str(), row.state),
+        ("mail", JobState::Available)
+    );
+    assert_eq!(store.get(by_builder).await.unwrap().unwrap().priority, 3);
+    assert_eq!(count(store.pool(), "orders").await, 1);
+    db.close().await;
+}
+
+#[tokio::test]
+async fn a_rolled_back_sqlite_transaction_leaves_neither_the_row_nor_the_job_nor_a_wake_up() {
+    let db = TestSqlite::new().await;
+    let store = db.store();
+    orders(store.pool()).await;
+    let mut wakeups = store.listen().await.unwrap();
+    let mut tx = store.pool().begin_with("BEGIN IMMEDIATE").await.unwrap();
+    sqlx::query("INSERT INTO orders (id) VALUES (7)")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    let id = SendInvoice { invoice_id: 7 }
+        .enqueue(&mut *tx)
+        .await
+        .unwrap();
+    tx.rollback().await.unwrap();
+    assert_eq!(store.get(id).await.unwrap(), None);
+    assert_eq!(count(store.pool(), "orders").await, 0);
+    // The hooks run on the connection before commit or rollback returns: a wake-up would be
+    // here already.
+    assert_eq!(wakeups.try_recv(), Err(TryRecvError::Empty));
+
+    SendInvoice { invoice_id: 8 }
+        .enqueue(store.pool())
+        .await
+        .unwrap();
+    assert_eq!(wakeups.try_recv(), Ok(job::sqlite::EVERY_QUEUE.to_owned()));
+    db.close().await;
+}
+
+#[tokio::test]
+async fn a_worker_on_sqlite_runs_what_the_typed_helper_enqueued() {
+    let db = TestSqlite::new().await;
+    let store = db.store();
+    let ran = Arc::new(AtomicUsize::new(0));
+    let id = SendInvoice { invoice_id: 1 }
+        .enqueue(store.pool())
+        .await
+        .unwrap();
+    let worker = Worker::builder(store.clone())
+        .register::<SendInvoice>()
+        .queue("mail", 2)
+        .state(ran.clone())
+        .build()
+        .unwrap()
+        .start();
+    wait_for(&store, id, JobState::Completed).await;
+    worker.shutdown().await;
+    assert_eq!(ran.load(Ordering::SeqCst), 1);
+    db.close().await;
+}
+
+#[tokio::test]
+async fn complete_in_commits_the_handlers_row_and_the_completion_together() {
+    let db = TestSqlite::new().await;
+    let store = db.store();
+    sqlx::query("CREATE TABLE shipments (order_id INTEGER, job_id INTEGER)")
+        .execute(store.pool())
+        .await
+        .unwrap();
+    let id = Ship { order: 5 }.enqueue(store.pool()).await.unwrap();
+    let worker = Worker::builder(store.clone())
+        .register::<Ship>()
+        .queue("ship", 1)
+        .state(store.pool().clone())
+        .build()
+        .unwrap()
+        .start();
+    let row = wait_for(&store, id, JobState::Completed).await;
+    worker.shutdown().await;
+    assert_eq!(row.attempt, 1);
+    assert_eq!(row.errors, vec![]);
+    assert_eq!(count(store.pool(), "shipments").await, 1);
+    assert_eq!(worker_lease_lost(&row), 0);
+    db.close().await;
+}
+
+/// A completion in the handler's transaction is the job's only finalize: nothing about a lost
+/// lease was recorded (the worker's own finalize found the job done and said nothing).
+fn worker_lease_lost(row: &JobRow) -> usize {
+    row.errors
+        .iter()
+        .filter(|e| e.class == "lease_expired")
+        .count()
+}
+
+#[tokio::test]
+async fn two_stores_on_one_file_see_each_others_jobs() {
+    let db = TestSqlite::new().await;
+    let other = SqliteStore::open(db.path()).await.unwrap();
+    let id = SendInvoice { invoice_id: 1 }
+        .enqueue(db.store().pool())
+        .await
+        .unwrap();
+    let claimed = other
+        .claim(&job::ClaimRequest {
+            queue: "mail".into(),
+            kinds: vec![job::ClaimKind {
+                kind: SendInvoice::KIND.into(),
+                max_version: 1,
+                lease: std::time::Duration::from_secs(30),
+                concurrency: None,
+            }],
+            limit: 10,
+            worker_id: "other".into(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 1);
+    assert_eq!(claimed[0].lease.id, id);
+    other.pool().close().await;
+    db.close().await;
+}
+
+#[tokio::test]
+async fn the_testkits_drain_runs_due_and_scheduled_jobs_on_sqlite() {
+    let db = TestSqlite::new().await;
+    let store = db.store();
+    let now = SendInvoice { invoice_id: 1 }
+        .enqueue(store.pool())
+        .await
+        .unwrap();
+    let later = SendInvoice { invoice_id: 2 }
+        .schedule_in(std::time::Duration::from_secs(3600))
+        .enqueue(store.pool())
+        .await
+        .unwrap();
+    let ran = Arc::new(AtomicUsize::new(0));
+    let drain = job_testkit::Drain::new()
+        .register::<SendInvoice>()
+        .state(ran.clone());
+    let first = drain.run(&store, "mail").await;
+    assert_eq!(first.iter().map(|d| d.id).collect::<Vec<_>>(), vec![now]);
+    assert_eq!(first[0].outcome, Outcome::Complete);
+    let rest = drain.with_scheduled(true).run(&store, "mail").await;
+    assert_eq!(rest.iter().map(|d| d.id).collect::<Vec<_>>(), vec![later]);
+    assert_eq!(ran.load(Ordering::SeqCst), 2);
+    assert_eq!(
+        store.get(later).await.unwrap().unwrap().state,
+        JobState::Completed
+    );
+    db.close().await;
+}
+
+#[tokio::test]
+async fn the_enqueue_assertions_read_a_sqlite_pool_and_an_open_sqlite_transaction() {
+    let db = TestSqlite::new().await;
+    let store = db.store();
+    let mut tx = store.pool().begin_with("BEGIN IMMEDIATE").await.unwrap();
+    let id = SendInvoice { invoice_id: 42 }
+        .enqueue(&mut *tx)
+        .await
+        .unwrap();
+    let seen = job_testkit::assert_enqueued::<SendInvoice>(
+        &mut *tx,
+        serde_json::json!({ "invoice_id": 42 }),
+    )
+    .await;
+    assert_eq!(seen, id);
+    tx.commit().await.unwrap();
+    job_testkit::refute_enqueued::<SendInvoice>(
+        store.pool(),
+        serde_json::json!({ "invoice_id": 7 }),
+    )
+    .await;
+    let expected = job_testkit::Expect::args(serde_json::json!({ "invoice_id": 42 })).queue("mail");
+    assert_eq!(
+        job_testkit::assert_enqueued_with::<SendInvoice>(store.pool(), expected).await,
+        id
+    );
+    let all = job_testkit::enqueued::<SendInvoice>(store.pool()).await;
+    assert_eq!(all.len(), 1);
+    assert_eq!(all[0].job.invoice_id, 42);
+    db.close().await;
+}

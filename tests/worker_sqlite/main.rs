@@ -1,0 +1,14 @@
+//! The worker runtime's end-to-end tests that need no SQL of their own (`tests/worker`'s
+//! outcomes, drain, prefetch and many workers), run against `SqliteStore`: the same test
+//! files, over a harness that makes a fresh SQLite file per test.
+
+mod common;
+
+#[path = "../worker/drain.rs"]
+mod drain;
+#[path = "../worker/many_workers.rs"]
+mod many_workers;
+#[path = "../worker/outcomes.rs"]
+mod outcomes;
+#[path = "../worker/prefetch.rs"]
+mod prefetch;
