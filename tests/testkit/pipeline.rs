@@ -32,7 +32,9 @@ pub(crate) struct Behaves {
 impl Job for Behaves {
     const KIND: &'static str = "testkit.behaves";
     const OPTIONS: JobOptions = JobOptions {
-        timeout: Duration::from_millis(200),
+        // Long enough that a panic's backtrace (RUST_BACKTRACE=1, as CI sets it) is printed
+        // within it on a loaded machine: a panic must end as a panic, not as a timeout.
+        timeout: Duration::from_secs(2),
         // Retries wait long enough that one attempt is all a test sees.
         backoff: Backoff::new(Duration::from_secs(3600), Duration::from_secs(7200)),
         ..JobOptions::DEFAULT

@@ -21,10 +21,7 @@ use super::service::{invalid, Service, ServiceConfig};
 /// Reporter settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReporterConfig {
-    /// Time between passes. Defaults to 15 seconds. The first pass comes one interval after
-    /// the worker starts, so that a starting worker (a deploy, a scale-out) does not read the
-    /// table while it takes its first jobs (on a million waiting rows a pass reads the
-    /// database for about 150 ms).
+    /// Time between passes. Defaults to 15 seconds.
     pub interval: Duration,
     /// Whether this worker takes part (reports when it holds the role). Defaults to `true`.
     pub enabled: bool,
@@ -70,8 +67,6 @@ pub struct Reporter<S> {
     holder: String,
     owners: Vec<(String, String)>,
     seen: Seen,
-    /// The worker's first tick, at its start, was let pass.
-    warmed: bool,
 }
 
 impl<S: Store> Reporter<S> {
@@ -89,7 +84,6 @@ impl<S: Store> Reporter<S> {
             holder: holder.into(),
             owners,
             seen: Seen::new(),
-            warmed: false,
         }
     }
 
@@ -163,11 +157,6 @@ impl<S: Store> Service for Reporter<S> {
     fn tick(&mut self) -> BoxFuture<'_, Result<(), StoreError>> {
         Box::pin(async move {
             if !self.config.enabled {
-                return Ok(());
-            }
-            if !self.warmed {
-                // The ticker's first tick comes at once: wait one interval instead.
-                self.warmed = true;
                 return Ok(());
             }
             let report = self.run_once().await?;

@@ -21,7 +21,8 @@ ended AS (
     SET state        = CASE WHEN j.cancel_requested THEN 'cancelled'
                             ELSE 'discarded' END::job.job_state,
         finalized_at = now(),
-        errors       = j.errors || jsonb_build_array(jsonb_build_object(
+        -- job.push_error keeps the history bounded.
+        errors       = job.push_error(j.errors, jsonb_build_object(
                            'attempt', j.attempt,
                            'at', now(),
                            'class', CASE WHEN j.cancel_requested THEN 'cancelled'
