@@ -259,3 +259,48 @@ async fn the_enqueue_assertions_read_a_sqlite_pool_and_an_open_sqlite_transactio
     assert_eq!(all[0].job.invoice_id, 42);
     db.close().await;
 }
+
+/// sqlx sends `BEGIN IMMEDIATE` and then awaits once more before it hands out the
+/// transaction: a caller dropped in between (a timeout, a `select!`, a handler aborted by its
+/// lease or its timeout) leaves the connection inside a write transaction that nothing will
+/// end. Given back to the pool, that connection would keep SQLite's write lock until it
+/// closed, and every write of every process would fail as busy meanwhile. The store's pools
+/// close such a connection as it comes back instead.
+#[tokio::test]
+async fn a_begin_cancelled_at_any_point_never_keeps_the_write_lock() {
+    use std::future::Future;
+    use std::task::Poll;
+    use std::time::Duration;
+
+    let db = TestSqlite::new().await;
+    let store = db.store();
+    for i in 0..400u64 {
+        let mut begin = Box::pin(store.pool().begin_with("BEGIN IMMEDIATE"));
+        // Cancel after a few polls, a few microseconds apart: over the iterations that lands
+        // on every await of the begin, including the one after SQLite has begun.
+        for _ in 0..1 + i % 4 {
+            let ready =
+                std::future::poll_fn(|cx| Poll::Ready(begin.as_mut().poll(cx).is_ready())).await;
+            if ready {
+                break;
+            }
+            std::thread::sleep(Duration::from_micros(i % 50 * 4));
+        }
+        drop(begin);
+        // A write through the same pool, as the next borrower would make it.
+        let written = tokio::time::timeout(
+            Duration::from_secs(5),
+            SendInvoice {
+                invoice_id: i64::try_from(i).unwrap(),
+            }
+            .enqueue(store.pool()),
+        )
+        .await;
+        assert!(
+            matches!(written, Ok(Ok(_))),
+            "a write after a begin cancelled at iteration {i}: {written:?}"
+        );
+    }
+    assert_eq!(count(store.pool(), "job_jobs").await, 400);
+    db.close().await;
+}

@@ -10,7 +10,7 @@ use job_core::{
     JobRow, Lease, NewJob, PruneRequest, Release, Renewal, Rescued, Store, StoreError, Wakeups,
 };
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{Sqlite, SqlitePool, Transaction};
+use sqlx::{Connection, Sqlite, SqlitePool, Transaction};
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
 use crate::error::Error;
@@ -157,10 +157,38 @@ impl Write {
     }
 }
 
+/// The options of every pool the store makes: its hooks installed on each new connection,
+/// and each connection given back checked as it returns.
+///
+/// sqlx 0.8 (`SqliteTransactionManager::begin`) sends a custom `BEGIN IMMEDIATE`, counts the
+/// transaction, and then awaits once more (to check SQLite's autocommit flag) before it hands
+/// out the `Transaction`. A caller dropped at that await (a timeout, a `select!`, a handler
+/// aborted by its timeout or a lost lease) leaves the connection inside a write transaction
+/// that no `Transaction` will roll back. Back in the pool, it would hold SQLite's write lock
+/// until the pool closed it for idleness: every write of every process sharing the file would
+/// fail as busy meanwhile. So a connection still inside a transaction once its queued commands
+/// ran (a dropped `Transaction` queues its rollback) is closed, which rolls it back, instead of
+/// being reused. `job_postgres::pool_options` guards against the same cancellation.
 fn pool_options(shared: &Arc<Shared>, connections: u32) -> SqlitePoolOptions {
     let notifier = shared.notifier.clone();
     SqlitePoolOptions::new()
         .max_connections(connections.max(1))
+        .after_release(|conn, _meta| {
+            Box::pin(async move {
+                // A round trip to the connection's thread: every command queued before it,
+                // a dropped transaction's rollback included, has run once it returns.
+                conn.ping().await?;
+                let stale = conn.is_in_transaction();
+                if stale {
+                    tracing::warn!(
+                        "a SQLite connection was given back inside a transaction (a cancelled \
+                         begin): closing it, which rolls the transaction back, instead of \
+                         reusing it"
+                    );
+                }
+                Ok(!stale)
+            })
+        })
         .after_connect(move |conn, _| {
             let notifier = notifier.clone();
             Box::pin(async move {

@@ -84,6 +84,9 @@ async fn progress_is_written_with_the_heartbeat_and_read_through_admin() {
         .state(bench.clone())
         .queue("tm-progress", 1)
         .for_tests()
+        // 100,001 reports in a debug build on a loaded machine can outlast the test lease of
+        // 300 ms; a lost lease would run the job twice and double every count below.
+        .configure(|c| c.lease = Some(Duration::from_secs(3)))
         .build()
         .unwrap()
         .start();
