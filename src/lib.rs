@@ -62,6 +62,8 @@ pub use job_core::{
     MetricInfo, MetricKind, QueueCount, Report, ReportRequest, MAX_PROGRESS, MAX_PROGRESS_MESSAGE,
     METRICS, NO_OWNER, TRACEPARENT_LEN,
 };
+// Job results.
+pub use job_core::MAX_RESULT;
 // Errors.
 pub use job_core::{BoxError, BuildError, EnqueueError, StoreError};
 // The worker and its maintenance services.
@@ -116,6 +118,7 @@ pub mod prelude {
 #[doc(hidden)]
 pub mod __private {
     pub use chrono;
+    pub use job_core::__set_returned_result as set_returned_result;
     pub use serde;
     pub use serde_json;
     pub use sqlx::PgExecutor;

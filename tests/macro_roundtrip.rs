@@ -60,8 +60,29 @@ async fn always_fails(ctx: JobContext) -> std::io::Result<()> {
     Err(std::io::Error::other("the printer is on fire"))
 }
 
+/// What a charge returns: stored as its job's result.
+#[derive(Debug, serde::Serialize)]
+struct Receipt {
+    charge_id: String,
+    cents: i64,
+}
+
+/// Charges a card and returns the receipt; `cents` of -1 returns more than a result may hold.
+#[job(queue = "roundtrip", retry = 3, backoff(base = "10ms", cap = "20ms"))]
+async fn charge(_ctx: JobContext, cents: i64) -> Result<Receipt, JobError> {
+    Ok(Receipt {
+        charge_id: if cents < 0 {
+            "x".repeat(job::MAX_RESULT)
+        } else {
+            format!("ch_{cents}")
+        },
+        cents,
+    })
+}
+
 fn worker(db: &TestDb, seen: &Seen) -> Worker<PgStore> {
     Worker::builder(db.store())
+        .register::<Charge>()
         .register::<Greet>()
         .register::<Welcome>()
         .register::<AlwaysFails>()
@@ -278,6 +299,47 @@ async fn retry_counts_the_attempts_after_the_first() {
     assert_eq!(
         seen.all(),
         ["always_fails attempt 1", "always_fails attempt 2"]
+    );
+    db.close().await;
+}
+
+#[tokio::test]
+async fn what_a_job_function_returns_is_stored_as_its_result() {
+    let db = TestDb::new().await;
+    let store = db.store();
+    let running = worker(&db, &Seen::default()).start();
+
+    let paid = Charge { cents: 1250 }.enqueue(&db.pool()).await.unwrap();
+    let unit = Greet {
+        name: "ada".into(),
+        times: 1,
+    }
+    .enqueue(&db.pool())
+    .await
+    .unwrap();
+    // Over MAX_RESULT: refused when set, so the job is a dead letter saying why, at once
+    // (a terminal error: its effects happened, a retry would repeat them).
+    let huge = Charge { cents: -1 }.enqueue(&db.pool()).await.unwrap();
+
+    let done = reaches(&store, paid, JobState::Completed).await;
+    assert_eq!(
+        done.result,
+        Some(json!({ "charge_id": "ch_1250", "cents": 1250 }))
+    );
+    assert_eq!(
+        reaches(&store, unit, JobState::Completed).await.result,
+        None
+    );
+    let dead = reaches(&store, huge, JobState::Discarded).await;
+    running.shutdown().await;
+    assert_eq!(dead.attempt, 1, "not retried");
+    assert_eq!(dead.result, None);
+    assert_eq!(dead.errors[0].class, "terminal");
+    assert!(
+        dead.errors[0].message.starts_with("result: 65")
+            && dead.errors[0].message.contains("over the limit of 65536"),
+        "{:?}",
+        dead.errors
     );
     db.close().await;
 }

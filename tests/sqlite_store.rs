@@ -11,13 +11,12 @@ use job::{SqlitePool, SqliteStore};
 use job_testkit::{wait_for, TestSqlite};
 use tokio::sync::mpsc::error::TryRecvError;
 
-/// Sends an invoice (records that it ran).
+/// Sends an invoice (records that it ran); its result is the number of the email sent.
 #[job(queue = "mail")]
-async fn send_invoice(ctx: JobContext, invoice_id: i64) -> Result<(), JobError> {
+async fn send_invoice(ctx: JobContext, invoice_id: i64) -> Result<i64, JobError> {
     ctx.state::<Arc<AtomicUsize>>()?
         .fetch_add(1, Ordering::SeqCst);
-    let _ = invoice_id;
-    Ok(())
+    Ok(invoice_id * 100)
 }
 
 /// Ships an order: writes its row and completes the job in the same transaction.
@@ -30,6 +29,7 @@ async fn ship(ctx: JobContext, order: i64) -> Result<(), JobError> {
         .bind(ctx.id())
         .execute(&mut *tx)
         .await?;
+    ctx.set_result(&serde_json::json!({ "shipped": order }))?;
     job::sqlite::complete_in(&mut tx, &ctx).await?;
     tx.commit().await?;
     Ok(())
@@ -158,6 +158,7 @@ async fn complete_in_commits_the_handlers_row_and_the_completion_together() {
     assert_eq!(row.errors, vec![]);
     assert_eq!(count(store.pool(), "shipments").await, 1);
     assert_eq!(worker_lease_lost(&row), 0);
+    assert_eq!(row.result, Some(serde_json::json!({ "shipped": 5 })));
     db.close().await;
 }
 
@@ -218,6 +219,12 @@ async fn the_testkits_drain_runs_due_and_scheduled_jobs_on_sqlite() {
     let first = drain.run(&store, "mail").await;
     assert_eq!(first.iter().map(|d| d.id).collect::<Vec<_>>(), vec![now]);
     assert_eq!(first[0].outcome, Outcome::Complete);
+    assert_eq!(first[0].result, Some(serde_json::json!(100)));
+    assert_eq!(
+        store.get(now).await.unwrap().unwrap().result,
+        Some(serde_json::json!(100)),
+        "the function's return value, stored as the job's result"
+    );
     let rest = drain.with_scheduled(true).run(&store, "mail").await;
     assert_eq!(rest.iter().map(|d| d.id).collect::<Vec<_>>(), vec![later]);
     assert_eq!(ran.load(Ordering::SeqCst), 2);

@@ -59,6 +59,7 @@ async fn concurrent_heartbeat_and_finalize_of_overlapping_batches_never_deadlock
         let mut finals: Vec<_> = claimed
             .iter()
             .map(|c| job_core::Finalize {
+                result: None,
                 lease: c.lease,
                 outcome: job_core::Outcome::Complete,
             })

@@ -287,6 +287,13 @@ async fn show(store: &PgStore, id: i64, json_out: bool) -> Result<ExitCode, Erro
     println!("{t}");
     println!("payload:");
     println!("{}", json(&job.payload));
+    if let Some(progress) = &job.progress {
+        println!("progress: {}", json(progress));
+    }
+    if let Some(result) = &job.result {
+        println!("result:");
+        println!("{}", json(result));
+    }
     if job.errors.is_empty() {
         println!("error history: none");
     } else {

@@ -73,6 +73,8 @@ pub(crate) struct JobView<'a> {
     tags: &'a [String],
     tenant: Option<&'a str>,
     stuck_since: Option<DateTime<Utc>>,
+    progress: Option<&'a serde_json::Value>,
+    result: Option<&'a serde_json::Value>,
 }
 
 impl<'a> From<&'a JobRow> for JobView<'a> {
@@ -99,6 +101,8 @@ impl<'a> From<&'a JobRow> for JobView<'a> {
             tags: &j.tags,
             tenant: j.tenant.as_deref(),
             stuck_since: j.stuck_since,
+            progress: j.progress.as_ref(),
+            result: j.result.as_ref(),
         }
     }
 }

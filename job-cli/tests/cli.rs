@@ -165,6 +165,30 @@ async fn show_prints_the_error_history_and_recorded_steps() {
 }
 
 #[tokio::test]
+async fn show_prints_a_completed_jobs_result() {
+    let db = TestDb::new().await;
+    let id = enqueue(&db, &["charge", r#"{"cents": 5}"#]);
+    // Completed with a result, as a worker's finalize writes it.
+    sqlx::query(
+        "UPDATE job.jobs SET state = 'completed', attempt = 1, finalized_at = now(),
+                result = '{\"charge_id\": \"ch_9\", \"cents\": 5}'
+         WHERE id = $1",
+    )
+    .bind(id)
+    .execute(&db.pool())
+    .await
+    .unwrap();
+    let human = ok(&job(&db, &["show", &id.to_string()]));
+    assert!(
+        human.contains("result:") && human.contains("\"charge_id\": \"ch_9\""),
+        "{human}"
+    );
+    let shown = json(&job(&db, &["--json", "show", &id.to_string()]));
+    assert_eq!(shown["job"]["result"]["charge_id"], "ch_9");
+    db.close().await;
+}
+
+#[tokio::test]
 async fn redrive_and_purge_dead_letters_purge_asking_first() {
     let db = TestDb::new().await;
     let a = enqueue(&db, &["charge", r#"{"cents": 1}"#]);

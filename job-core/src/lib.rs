@@ -30,6 +30,7 @@ pub use model::new_job::{
     LATEST_TIME, MAX_NAME_LEN, MAX_TAGS, MAX_UNIQUE_KEY_LEN,
 };
 pub use model::outcome::{AttemptEnd, ErrorClass, Failure, Outcome, DEFAULT_MAX_SNOOZES};
+pub use model::result::MAX_RESULT;
 pub use model::state::{JobState, UnknownState};
 pub use model::text::{storable_text, MAX_ERROR_HISTORY, MAX_ERROR_MESSAGE};
 
@@ -48,6 +49,8 @@ pub use contract::store::{
     Wakeups,
 };
 
+#[doc(hidden)]
+pub use attempt::context::__set_returned_result;
 pub use attempt::context::{Extensions, JobContext};
 pub use attempt::fault::{Fault, FaultInjector, FaultPoint};
 pub use attempt::pipeline::{conclude, perform_attempt, run_attempt, start_attempt};

@@ -164,8 +164,16 @@ fn generate(job: &JobFn, args: &JobArgs, unique_ok: bool) -> TokenStream {
     // Spanned at the return type, so an error type without `Into<JobError>` is reported there.
     let mut callee = name.clone();
     callee.set_span(*output);
+    // The `Ok` value becomes the job's result (none for `()`), set before the function's
+    // context goes out of reach.
+    let view = Ident::new("view", Span::mixed_site());
+    let returned = Ident::new("returned", Span::mixed_site());
     let call = quote_spanned! {*output=>
-        #callee(#ctx #(, #names)*).await.map_err(::core::convert::Into::into)
+        let #view = ::core::clone::Clone::clone(&#ctx);
+        let #returned = #callee(#ctx #(, #names)*)
+            .await
+            .map_err(<_ as ::core::convert::Into<::job::JobError>>::into)?;
+        ::job::__private::set_returned_result(&#view, &#returned)
     };
 
     // With a `#[redact]` field, `Debug` is written out so that it shows `<redacted>` there.

@@ -283,13 +283,14 @@ fn is_context(ty: &Type) -> bool {
     }
 }
 
-/// The return type must be written as a `Result` whose success type, when written, is `()`:
-/// `Result<(), JobError>`, `Result<(), std::io::Error>`, `std::io::Result<()>`. Whether its
-/// error converts into a `JobError` is left to the compiler, at the returned span.
+/// The return type must be written as a `Result`: `Result<(), JobError>`,
+/// `Result<Receipt, std::io::Error>`, `std::io::Result<()>`. Its success type is the job's
+/// result (`()`: none); whether it serializes, and whether its error converts into a
+/// `JobError`, is left to the compiler, at the returned span.
 fn check_output(output: &ReturnType, close_paren: Span, errors: &mut Errors) -> Span {
     const RETURNS: &str =
-        "a `#[job]` function returns `Result<(), E>` where `E: Into<JobError>`, like \
-         `-> Result<(), JobError>`";
+        "a `#[job]` function returns `Result<T, E>` where `T: Serialize` (its result; `()` for \
+         none) and `E: Into<JobError>`, like `-> Result<(), JobError>`";
     let ty = match output {
         ReturnType::Default => {
             errors.push(syn::Error::new(close_paren, RETURNS));
@@ -305,17 +306,6 @@ fn check_output(output: &ReturnType, close_paren: Span, errors: &mut Errors) -> 
     if path.qself.is_some() || last.is_none_or(|s| s.ident != "Result") {
         errors.push(syn::Error::new_spanned(ty, RETURNS));
         return ty.span();
-    }
-    if let Some(PathArguments::AngleBracketed(args)) = last.map(|s| &s.arguments) {
-        if let Some(GenericArgument::Type(ok)) = args.args.first() {
-            if !matches!(ok, Type::Tuple(t) if t.elems.is_empty()) {
-                errors.push(syn::Error::new_spanned(
-                    ok,
-                    "a job succeeds with `()`: a `#[job]` function returns `Result<(), E>`, and \
-                     anything it produces is written by the function itself",
-                ));
-            }
-        }
     }
     ty.span()
 }
@@ -409,7 +399,7 @@ mod tests {
         assert!(found[2].contains("first parameter of a `#[job]` function must be its context"));
         assert!(found[3].contains("plain name"));
         assert!(found[4].contains("own its data"));
-        assert!(found[5].contains("returns `Result<(), E>`"));
+        assert!(found[5].contains("returns `Result<T, E>`"));
     }
 
     #[test]
@@ -480,11 +470,8 @@ mod tests {
     }
 
     #[test]
-    fn the_success_type_must_be_unit() {
-        assert!(
-            messages(quote! { async fn f(c: JobContext) -> Result<i32, E> {} })[0]
-                .starts_with("a job succeeds with `()`")
-        );
+    fn any_success_type_is_the_result_but_the_return_must_be_a_result() {
+        assert!(messages(quote! { async fn f(c: JobContext) -> Result<i32, E> {} }).is_empty());
         assert!(
             messages(quote! { async fn f(c: JobContext) -> Option<()> {} })[0]
                 .starts_with("a `#[job]` function returns")

@@ -17,6 +17,9 @@ use crate::sql;
 /// then finds the job finished) as a lost lease; if the transaction rolls back after all, the
 /// worker's finalize of what the handler returns still applies.
 ///
+/// The job's result is what the handler set with [`JobContext::set_result`] before this call
+/// (a `#[job]` function's return value is set only after it returns: set it here first).
+///
 /// ```no_run
 /// # use job_core::{JobContext, JobError};
 /// async fn perform(ctx: JobContext, order: i64) -> Result<(), JobError> {
@@ -36,6 +39,7 @@ pub async fn complete_in(conn: &mut PgConnection, ctx: &JobContext) -> Result<()
     let completed: Option<i64> = sqlx::query_scalar(sql::COMPLETE_IN)
         .bind(lease.id)
         .bind(lease.token)
+        .bind(ctx.result())
         .fetch_optional(&mut *conn)
         .await
         .map_err(Error::query("complete_in"))?;

@@ -160,7 +160,7 @@ pub(crate) async fn heartbeat<'e, E: PgExecutor<'e>>(
 const MAX_DELAY: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
 /// One [`Finalize`] as the columns of `sql/finalize.sql`; every message made storable.
-struct Columns {
+struct Columns<'a> {
     ids: Vec<JobId>,
     tokens: Vec<Uuid>,
     states: Vec<&'static str>,
@@ -169,10 +169,12 @@ struct Columns {
     error_attempts: Vec<Option<i32>>,
     error_classes: Vec<Option<&'static str>>,
     error_messages: Vec<Option<String>>,
+    /// The result of each completion (validated by the worker; bounded by the table's CHECK).
+    results: Vec<Option<&'a str>>,
 }
 
-impl Columns {
-    fn new(batch: &[Finalize]) -> Self {
+impl<'a> Columns<'a> {
+    fn new(batch: &'a [Finalize]) -> Self {
         let n = batch.len();
         let mut c = Columns {
             ids: Vec::with_capacity(n),
@@ -183,6 +185,7 @@ impl Columns {
             error_attempts: Vec::with_capacity(n),
             error_classes: Vec::with_capacity(n),
             error_messages: Vec::with_capacity(n),
+            results: Vec::with_capacity(n),
         };
         for item in batch {
             // (state, delay, snooze, error as (attempt, class, message))
@@ -226,6 +229,10 @@ impl Columns {
             c.error_classes.push(error.map(|e| e.1));
             c.error_messages
                 .push(error.map(|e| storable_text(e.2, MAX_ERROR_MESSAGE).into_owned()));
+            c.results.push(match item.outcome {
+                Outcome::Complete => item.result.as_deref(),
+                _ => None,
+            });
         }
         c
     }
@@ -249,6 +256,7 @@ pub(crate) async fn finalize<'e, E: PgExecutor<'e>>(
         .bind(c.error_attempts)
         .bind(c.error_classes)
         .bind(c.error_messages)
+        .bind(c.results)
         .fetch_all(executor)
         .await
         .map_err(Error::query("finalize"))?;

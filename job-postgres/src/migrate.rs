@@ -67,6 +67,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "telemetry",
         sql: include_str!("../migrations/0009_telemetry.sql"),
     },
+    Migration {
+        version: 10,
+        name: "results",
+        sql: include_str!("../migrations/0010_results.sql"),
+    },
 ];
 
 /// The whole schema as one plain SQL script, for a DBA or a team without Rust:

@@ -98,5 +98,6 @@ pub(crate) fn decode(id: JobId, row: &PgRow) -> Result<JobRow, Error> {
             .try_get("trace_context")
             .map_err(column("trace_context"))?,
         owner: row.try_get("owner").map_err(column("owner"))?,
+        result: row.try_get("result").map_err(column("result"))?,
     })
 }

@@ -295,6 +295,10 @@ pub(crate) async fn finalize(
             .bind(snoozed)
             .bind(errors)
             .bind(finalized)
+            .bind(match item.outcome {
+                Outcome::Complete => item.result.as_deref(),
+                _ => None,
+            })
             .fetch_optional(&mut *conn)
             .await
             .map_err(Error::query("finalize"))?;

@@ -18,11 +18,18 @@ pub struct Migration {
 }
 
 /// Every migration, in order.
-pub const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    name: "init",
-    sql: include_str!("../migrations/0001_init.sql"),
-}];
+pub const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "init",
+        sql: include_str!("../migrations/0001_init.sql"),
+    },
+    Migration {
+        version: 2,
+        name: "results",
+        sql: include_str!("../migrations/0002_results.sql"),
+    },
+];
 
 /// Brings the schema in `pool`'s database up to date: applies every migration not recorded
 /// in `job_schema_migrations`, in order, each in its own immediate transaction (which waits

@@ -113,5 +113,14 @@ pub(crate) fn decode(id: JobId, row: &SqliteRow) -> Result<JobRow, Error> {
         progress_at: None,
         traceparent: None,
         owner: None,
+        result: match row.try_get::<Option<String>, _>("result") {
+            Ok(Some(text)) => Some(serde_json::from_str(&text).map_err(|e| Error::Decode {
+                id,
+                column: "result",
+                reason: e.to_string(),
+            })?),
+            Ok(None) => None,
+            Err(e) => return Err(column("result")(e)),
+        },
     })
 }

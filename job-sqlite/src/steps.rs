@@ -56,11 +56,14 @@ pub(crate) async fn save(
 /// finalized elsewhere): let the `?` drop the transaction so the handler's rows roll back too.
 /// On success the context is told, so the worker does not count its own later finalize (which
 /// then finds the job finished) as a lost lease.
+///
+/// The job's result is what the handler set with [`JobContext::set_result`] before this call.
 pub async fn complete_in(conn: &mut SqliteConnection, ctx: &JobContext) -> Result<(), Error> {
     let lease = ctx.lease();
     let completed: Option<i64> = sqlx::query_scalar(sql::COMPLETE_IN)
         .bind(lease.id)
         .bind(lease.token)
+        .bind(ctx.result())
         .fetch_optional(&mut *conn)
         .await
         .map_err(Error::query("complete_in"))?;

@@ -25,6 +25,9 @@ pub struct Drained {
     pub outcome: Outcome,
     /// Whether the outcome was written (it always is unless something else took the lease).
     pub written: Finalized,
+    /// The result the attempt set (`JobContext::set_result`, or a `#[job]` function's `Ok`
+    /// value) when it completed the job, as stored.
+    pub result: Option<serde_json::Value>,
 }
 
 /// Drains a queue: claims due jobs of the registered kinds, runs each handler, writes each
@@ -157,6 +160,7 @@ impl Drain {
                     CancellationToken::new(),
                 )
                 .with_hooks(Arc::new(StoreSteps::new(store.clone(), job.lease)));
+                let view = ctx.clone();
                 // The worker's own pipeline, the snooze bound included.
                 let outcome = perform_attempt(
                     &**handler,
@@ -167,8 +171,13 @@ impl Drain {
                     &mut rng,
                 )
                 .await;
+                let result = match outcome {
+                    Outcome::Complete => view.result(),
+                    _ => None,
+                };
                 let written = store
                     .finalize(&[Finalize {
+                        result: result.clone(),
                         lease: job.lease,
                         outcome: outcome.clone(),
                     }])
@@ -180,6 +189,9 @@ impl Drain {
                     attempt: info.attempt,
                     outcome,
                     written,
+                    result: result.map(|json| {
+                        serde_json::from_str(&json).expect("a result is JSON it wrote itself")
+                    }),
                 });
             }
         }

@@ -179,6 +179,7 @@ async fn progress_is_recorded_only_under_the_jobs_lease() {
     assert_eq!(row.progress, Some(json!({ "fraction": 0.25 })));
     store
         .finalize(&[Finalize {
+            result: None,
             lease,
             outcome: Outcome::Complete,
         }])

@@ -65,6 +65,7 @@ async fn an_expired_lease_is_rescued_and_run_again() {
     let late = h
         .store
         .finalize(&[Finalize {
+            result: None,
             lease: dead.lease,
             outcome: Outcome::Complete,
         }])
@@ -106,6 +107,7 @@ async fn a_stale_token_cannot_finalize() {
     let stale = h
         .store
         .finalize(&[Finalize {
+            result: None,
             lease: first.lease,
             outcome: Outcome::Complete,
         }])

@@ -3,7 +3,7 @@
 use std::any::{type_name, Any, TypeId};
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -40,6 +40,19 @@ impl Extensions {
             .get(&TypeId::of::<T>())
             .and_then(|v| v.downcast_ref::<T>())
     }
+}
+
+/// Sets what a `#[job]` function returned as the job's result; `()` sets none. Used by the
+/// macro's generated code; not a public API.
+#[doc(hidden)]
+pub fn __set_returned_result<T: serde::Serialize + 'static>(
+    ctx: &JobContext,
+    value: &T,
+) -> Result<(), JobError> {
+    if TypeId::of::<T>() == TypeId::of::<()>() {
+        return Ok(());
+    }
+    ctx.set_result(value)
 }
 
 impl fmt::Debug for Extensions {
@@ -79,6 +92,8 @@ pub struct JobContext {
     /// Set when a durable step's output could not be stored: the attempt's outcome is then a
     /// discard of class `step_unstorable` with this message, whatever the handler returns.
     unstorable_step: Arc<OnceLock<String>>,
+    /// The attempt's result as compact JSON, set by [`JobContext::set_result`].
+    result: Arc<Mutex<Option<String>>>,
 }
 
 impl JobContext {
@@ -102,6 +117,7 @@ impl JobContext {
             steps: Arc::new(StepCache::new()),
             work: TaskTracker::new(),
             unstorable_step: Arc::default(),
+            result: Arc::default(),
         }
     }
 
@@ -191,6 +207,39 @@ impl JobContext {
             Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
             Err(e) => panic!("blocking work of job {} could not run: {e}", self.info.id),
         }
+    }
+
+    /// Sets the job's result: stored with the job when this attempt completes it (and only
+    /// then), readable through `Admin` (`JobRow::result`) and by the application. A `#[job]`
+    /// function that returns `Result<T, E>` with a `T` other than `()` sets it from its return
+    /// value; a handler may also call this itself. The last value set before the handler
+    /// returns counts.
+    ///
+    /// The value is stored as compact JSON, at most [`MAX_RESULT`](crate::MAX_RESULT) bytes
+    /// and without a NUL character (which PostgreSQL's `jsonb` cannot hold). A value that does
+    /// not serialize or breaks either rule is refused with a terminal [`JobError`] naming it:
+    /// returned with `?`, the job is discarded with that message rather than retried, since
+    /// its effects have happened.
+    ///
+    /// ```
+    /// # use job_core::{JobContext, JobError};
+    /// async fn perform(ctx: JobContext, invoice: i64) -> Result<(), JobError> {
+    ///     ctx.set_result(&serde_json::json!({ "invoice": invoice, "charged_cents": 1250 }))?;
+    ///     Ok(())
+    /// }
+    /// ```
+    pub fn set_result<T: serde::Serialize + ?Sized>(&self, value: &T) -> Result<(), JobError> {
+        let json = crate::model::result::result_json(value).map_err(JobError::terminal)?;
+        *self.result.lock().unwrap_or_else(|e| e.into_inner()) = Some(json);
+        Ok(())
+    }
+
+    /// The result set by [`set_result`](Self::set_result), as compact JSON.
+    pub fn result(&self) -> Option<String> {
+        self.result
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Tells the runtime that the handler finalized this job in its own transaction, guarded

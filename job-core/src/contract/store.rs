@@ -136,6 +136,20 @@ pub struct Finalize {
     pub lease: Lease,
     /// What happened.
     pub outcome: Outcome,
+    /// The job's result as compact JSON (see `JobContext::set_result`), stored when the
+    /// outcome is [`Outcome::Complete`] and ignored otherwise.
+    pub result: Option<String>,
+}
+
+impl Finalize {
+    /// `outcome` for the job under `lease`, without a result.
+    pub fn new(lease: Lease, outcome: Outcome) -> Self {
+        Finalize {
+            lease,
+            outcome,
+            result: None,
+        }
+    }
 }
 
 /// What a guarded finalize did.
@@ -249,6 +263,9 @@ pub struct JobRow {
     /// The team that owns its kind (`#[job(owner = "..")]`), as recorded by the workers that
     /// run the kind.
     pub owner: Option<String>,
+    /// What the attempt that completed it returned (`JobContext::set_result`, or a `#[job]`
+    /// function's `Ok` value), as JSON; `None` until then, and for jobs that return `()`.
+    pub result: Option<serde_json::Value>,
 }
 
 /// Wake-ups from the store: the name of a queue that has new work, or the empty name (which no

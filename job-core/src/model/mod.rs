@@ -8,5 +8,6 @@ pub(crate) mod error;
 pub(crate) mod job;
 pub(crate) mod new_job;
 pub(crate) mod outcome;
+pub(crate) mod result;
 pub(crate) mod state;
 pub(crate) mod text;

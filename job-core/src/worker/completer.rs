@@ -157,6 +157,23 @@ async fn write_alone<S: Store>(shared: &Shared<S>, mut c: Completion) {
         } else if refusals == REFUSED_TRIES {
             tracing::warn!(id, outcome, error = %error, "outcome refused; writing it made storable");
             c.finalize.outcome = c.finalize.outcome.made_storable(STRICT_TEXT, STRICT_DELAY);
+            if let Some(result) = c.finalize.result.take() {
+                // A result cannot be cut like a message: a completion without the result it
+                // promised would mislead whoever reads it, so the job becomes a dead letter
+                // saying why, for an operator to look at.
+                c.finalize.outcome = Outcome::Discard {
+                    failure: Failure {
+                        attempt: c.info.attempt,
+                        class: ErrorClass::Unstorable,
+                        message: format!(
+                            "the database refused the job's result ({} bytes of JSON) {refusals} \
+                             times, the last time with: {}",
+                            result.len(),
+                            crate::model::text::storable_text(&error.to_string(), STRICT_TEXT)
+                        ),
+                    },
+                };
+            }
         } else if refusals == REFUSED_TRIES + 1 {
             bump(&shared.counters.unstorable, 1);
             tracing::error!(id, outcome, error = %error, "outcome refused even made storable; discarding the job");

@@ -218,7 +218,14 @@ async fn execute<S: Store>(
         return;
     }
     let _ = shared.completions.send(Completion {
-        finalize: Finalize { lease, outcome },
+        finalize: Finalize {
+            result: match outcome {
+                Outcome::Complete => view.result(),
+                _ => None,
+            },
+            lease,
+            outcome,
+        },
         info,
         finalized_by_handler,
         labels,

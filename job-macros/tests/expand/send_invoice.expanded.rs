@@ -38,7 +38,11 @@ impl ::job::Job for SendInvoice {
         ctx: ::job::JobContext,
     ) -> ::core::result::Result<(), ::job::JobError> {
         let Self { invoice_id, resend } = self;
-        send_invoice(ctx, invoice_id, resend).await.map_err(::core::convert::Into::into)
+        let view = ::core::clone::Clone::clone(&ctx);
+        let returned = send_invoice(ctx, invoice_id, resend)
+            .await
+            .map_err(<_ as ::core::convert::Into<::job::JobError>>::into)?;
+        ::job::__private::set_returned_result(&view, &returned)
     }
 }
 impl SendInvoice {

@@ -2,8 +2,9 @@
 -- (the jobs_lease_check constraint). Per item: the target
 -- state; a delay in milliseconds from now for the next run (null keeps run_at); whether the
 -- attempt is refunded (snooze); an error to append through job.push_error, which keeps the
--- history bounded (null class appends nothing; a null attempt means the current one). Terminal
--- states get finalized_at; every lease is cleared, and with it stuck_since.
+-- history bounded (null class appends nothing; a null attempt means the current one); the
+-- job's result as JSON text, stored when the item completes the job. Terminal states get
+-- finalized_at; every lease is cleared, and with it stuck_since.
 -- Returns the ordinality of each item applied; the others lost their lease.
 -- Rows are locked in id order first (the `locked` step), as heartbeat.sql and release.sql do, so
 -- a worker's heartbeat and its completer, whose batches overlap, never deadlock each other.
@@ -11,15 +12,15 @@ WITH u AS (
     SELECT *
     FROM unnest(
              $1::bigint[], $2::uuid[], $3::text[], $4::bigint[], $5::boolean[],
-             $6::integer[], $7::text[], $8::text[]
+             $6::integer[], $7::text[], $8::text[], $9::text[]
          ) WITH ORDINALITY AS u(id, token, state, delay_ms, snooze,
-                                error_attempt, error_class, error_message, ord)
+                                error_attempt, error_class, error_message, result, ord)
 ),
 -- The guard, and the outcome carried along, so the UPDATE joins by primary key only: a join
 -- of the batch against every running row can be planned as a nested loop over all of them.
 locked AS MATERIALIZED (
     SELECT j.id, u.state, u.delay_ms, u.snooze, u.error_attempt, u.error_class,
-           u.error_message, u.ord
+           u.error_message, u.result, u.ord
     FROM job.jobs j
     JOIN u ON j.id = u.id AND j.lock_token = u.token
     ORDER BY j.id
@@ -38,6 +39,7 @@ SET state        = u.state::job.job_state,
                             'class', u.error_class,
                             'message', u.error_message)) END,
     finalized_at = CASE WHEN u.state IN ('completed', 'cancelled', 'discarded') THEN now() END,
+    result       = CASE WHEN u.state = 'completed' THEN u.result::jsonb END,
     lock_token   = NULL,
     locked_until = NULL,
     locked_by    = NULL,

@@ -4,7 +4,7 @@
 -- redrive and purge act on (?2 = '["discarded"]').
 SELECT id, kind, queue, priority, state, payload, payload_version, attempt, max_attempts,
        run_at, lock_token, locked_until, locked_by, cancel_requested, errors, created_at,
-       finalized_at, deadline, unique_key, tags, tenant, stuck_since
+       finalized_at, deadline, unique_key, tags, tenant, stuck_since, result
 FROM job_jobs j
 WHERE (?1 = '[]' OR j.id IN (SELECT value FROM json_each(?1)))
   AND (?2 = '[]' OR j.state IN (SELECT value FROM json_each(?2)))

@@ -2,7 +2,9 @@
 
 use std::time::Duration;
 
-use job_core::{ErrorClass, Failure, Finalize, Finalized, JobState, Lease, Outcome, Store};
+use job_core::{
+    Admin, ErrorClass, Failure, Finalize, Finalized, JobFilter, JobState, Lease, Outcome, Store,
+};
 use uuid::Uuid;
 
 use super::support::{
@@ -177,6 +179,7 @@ pub async fn finalize_with_a_stale_token_returns_lease_lost_and_changes_nothing<
         let name = outcome.name();
         let result = store
             .finalize(&[Finalize {
+                result: None,
                 lease: stale,
                 outcome,
             }])
@@ -197,6 +200,7 @@ pub async fn a_finished_job_cannot_be_finalized_again<S: Store>(store: S) {
     finalize_one(&store, job.lease, Outcome::Complete).await;
     let before = row(&store, job.lease.id).await;
     let again = Finalize {
+        result: None,
         lease: job.lease,
         outcome: Outcome::Cancel {
             reason: "late".into(),
@@ -223,7 +227,7 @@ pub async fn a_batch_reports_each_item_in_order<S: Store>(store: S) {
         id: i64::MAX,
         token: Uuid::new_v4(),
     };
-    let item = |lease, outcome| Finalize { lease, outcome };
+    let item = |lease, outcome| Finalize::new(lease, outcome);
     let terminal = Outcome::Discard {
         failure: failure(1, ErrorClass::Terminal, "no"),
     };
@@ -246,6 +250,7 @@ pub async fn a_batch_reports_each_item_in_order<S: Store>(store: S) {
 pub async fn a_duplicate_id_in_one_batch_is_applied_once_without_error<S: Store>(store: S) {
     let job = running(&store).await;
     let complete = Finalize {
+        result: None,
         lease: job.lease,
         outcome: Outcome::Complete,
     };
@@ -327,4 +332,52 @@ pub async fn the_error_history_keeps_the_first_and_latest_entries<S: Store>(stor
     expected.extend(attempts - job_core::MAX_ERROR_HISTORY as i32 + 2..=attempts);
     assert_eq!(kept, expected);
     assert_eq!(row.errors.len(), job_core::MAX_ERROR_HISTORY);
+}
+
+/// A completion stores the job's result as given, readable through `get` and `Admin::list`;
+/// any other outcome stores none, even when the item carries one, and a job that completes
+/// without one has none.
+pub async fn a_completion_stores_its_result_and_no_other_outcome_does<S: Store + Admin>(store: S) {
+    let result = serde_json::json!({
+        "charge": "ch_1",
+        "cents": 1250,
+        "big": 12345678901234567890u64,
+        "text": "zürich 東京 \"quoted\" \\u0000 as text",
+        "nested": [1, null, true, {"k": []}],
+    });
+    let done = running(&store).await;
+    let item = Finalize {
+        result: Some(result.to_string()),
+        ..Finalize::new(done.lease, Outcome::Complete)
+    };
+    assert_eq!(
+        store.finalize(&[item]).await.unwrap(),
+        vec![Finalized::Applied]
+    );
+    let stored = row(&store, done.lease.id).await;
+    assert_eq!(stored.state, JobState::Completed);
+    assert_eq!(stored.result.as_ref(), Some(&result));
+    let listed = store.list(&JobFilter::default()).await.unwrap();
+    let listed = listed.iter().find(|r| r.id == done.lease.id).unwrap();
+    assert_eq!(listed.result.as_ref(), Some(&result));
+
+    let retried = running(&store).await;
+    let item = Finalize {
+        result: Some("{\"not\":\"stored\"}".into()),
+        ..Finalize::new(
+            retried.lease,
+            Outcome::Retry {
+                delay: Duration::from_secs(3600),
+                failure: failure(1, ErrorClass::Error, "later"),
+            },
+        )
+    };
+    store.finalize(&[item]).await.unwrap();
+    let stored = row(&store, retried.lease.id).await;
+    assert_eq!(stored.state, JobState::Retryable);
+    assert_eq!(stored.result, None, "a retry stores no result");
+
+    let plain = running(&store).await;
+    let stored = finalize_one(&store, plain.lease, Outcome::Complete).await;
+    assert_eq!(stored.result, None);
 }

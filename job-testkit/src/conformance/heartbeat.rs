@@ -29,6 +29,7 @@ pub async fn heartbeat_renews_and_reports_lost_leases<S: Store>(store: S) {
     let (alive, finished, stolen) = (claimed[0].lease, claimed[1].lease, claimed[2].lease);
     store
         .finalize(&[Finalize {
+            result: None,
             lease: finished,
             outcome: Outcome::Complete,
         }])

@@ -211,6 +211,7 @@ pub async fn expire_never_touches_a_running_job<S: Store + Admin>(store: S) {
     assert_eq!(store.expire(100).await.unwrap(), Default::default());
     let applied = store
         .finalize(&[Finalize {
+            result: None,
             lease: job.lease,
             outcome: Outcome::Complete,
         }])

@@ -126,6 +126,7 @@ pub async fn an_expired_lease_that_was_rescued_cannot_finalize<S: Store>(store: 
     assert_eq!(store.rescue_expired(100).await.unwrap().retried, 1);
     let before = row(&store, id).await;
     let late = Finalize {
+        result: None,
         lease: claimed[0].lease,
         outcome: Outcome::Complete,
     };
@@ -164,6 +165,7 @@ pub async fn release_makes_a_job_available_at_once_with_the_attempt_not_counted<
     assert_eq!((again.lease.id, again.attempt), (id, 1));
     // The old lease is gone with the release.
     let late = Finalize {
+        result: None,
         lease: job.lease,
         outcome: Outcome::Complete,
     };

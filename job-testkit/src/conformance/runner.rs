@@ -72,6 +72,7 @@ suite![
     finalize::a_duplicate_id_in_one_batch_is_applied_once_without_error,
     finalize::error_messages_are_stored_without_nul_and_cut_to_the_limit,
     finalize::the_error_history_keeps_the_first_and_latest_entries,
+    finalize::a_completion_stores_its_result_and_no_other_outcome_does,
     heartbeat::heartbeat_renews_and_reports_lost_leases,
     heartbeat::a_renewed_lease_is_not_rescued_after_its_first_expiry,
     heartbeat::a_stuck_renewal_is_recorded_until_it_is_not,

@@ -109,7 +109,7 @@ pub(crate) async fn assert_nothing_to_claim<S: Store>(store: &S, kind: &str) {
 /// Finalizes one lease, which must still be held, and returns the row written.
 pub(crate) async fn finalize_one<S: Store>(store: &S, lease: Lease, outcome: Outcome) -> JobRow {
     let result = store
-        .finalize(&[Finalize { lease, outcome }])
+        .finalize(&[Finalize::new(lease, outcome)])
         .await
         .unwrap();
     assert_eq!(

@@ -105,6 +105,7 @@ pub async fn until_started_frees_the_key_at_the_first_claim_for_good<S: Store>(s
     };
     let applied = store
         .finalize(&[Finalize {
+            result: None,
             lease: job.lease,
             outcome: retry,
         }])

@@ -1,0 +1,90 @@
+//! A job's result: the value a completed attempt leaves for the application and for
+//! `Admin`, stored as compact JSON.
+
+use serde::Serialize;
+
+/// The largest result stored, in bytes of compact JSON. A larger one is refused when the
+/// handler sets it (the attempt fails with a terminal error naming the size), so a job's row
+/// stays small however much its handler returns: keep large outputs in your own tables and
+/// return their ids.
+pub const MAX_RESULT: usize = 64 * 1024;
+
+/// The stored form of `value`: its compact JSON, or why it cannot be stored (it does not
+/// serialize, it is over [`MAX_RESULT`] bytes, or it holds a NUL character, which
+/// PostgreSQL's `jsonb` refuses).
+pub(crate) fn result_json<T: Serialize + ?Sized>(value: &T) -> Result<String, String> {
+    let json = serde_json::to_string(value)
+        .map_err(|e| format!("result: the value does not serialize to JSON: {e}"))?;
+    if json.len() > MAX_RESULT {
+        return Err(format!(
+            "result: {} bytes of JSON, over the limit of {MAX_RESULT}; store large outputs in \
+             your own tables and return their ids",
+            json.len()
+        ));
+    }
+    if holds_nul(&json) {
+        return Err("result: holds a NUL character (\\u0000), which cannot be stored".into());
+    }
+    Ok(json)
+}
+
+/// Whether compact JSON text holds an escaped NUL (`\u0000` whose backslash is not itself
+/// escaped). serde_json writes a NUL in a string or key only that way.
+fn holds_nul(json: &str) -> bool {
+    let bytes = json.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'\\' {
+            if bytes[i + 1..].starts_with(b"u0000") {
+                return true;
+            }
+            // Skip the escaped character, a backslash included.
+            i += 2;
+        } else {
+            i += 1;
+        }
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn results_are_compact_json_within_the_limit() {
+        assert_eq!(
+            result_json(&json!({"a": [1, 2]})).unwrap(),
+            r#"{"a":[1,2]}"#
+        );
+        assert_eq!(result_json(&7u32).unwrap(), "7");
+        let big = "x".repeat(MAX_RESULT);
+        let refused = result_json(&big).unwrap_err();
+        assert!(refused.starts_with("result: 65538 bytes"), "{refused}");
+        let fits = "x".repeat(MAX_RESULT - 2);
+        assert_eq!(result_json(&fits).unwrap().len(), MAX_RESULT);
+    }
+
+    #[test]
+    fn a_nul_is_refused_but_an_escaped_backslash_before_u0000_is_not() {
+        assert!(result_json(&json!({"k": "a\u{0}b"})).is_err());
+        assert!(result_json(&json!({"a\u{0}": 1})).is_err());
+        assert_eq!(
+            result_json(&json!("\\u0000")).unwrap(),
+            r#""\\u0000""#,
+            "a backslash followed by u0000 is text, not a NUL"
+        );
+    }
+
+    #[test]
+    fn a_value_that_does_not_serialize_is_refused_naming_the_result() {
+        let mut map = std::collections::HashMap::new();
+        map.insert(vec![1u8], 1);
+        let refused = result_json(&map).unwrap_err();
+        assert!(
+            refused.starts_with("result: the value does not serialize"),
+            "{refused}"
+        );
+    }
+}
