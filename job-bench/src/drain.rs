@@ -287,7 +287,7 @@ async fn raw_loop(pool: PgPool, spec: RawSpec) -> Result<u64> {
         Noop::VERSION,
         Noop::OPTIONS.lease,
     )?;
-    if param_count(&spec.finalize_sql) != 8 {
+    if !(8..=9).contains(&param_count(&spec.finalize_sql)) {
         return Err("finalize.sql changed parameters: update job-bench's raw loop".into());
     }
     loop {
@@ -371,7 +371,7 @@ pub(crate) async fn raw_finalize(pool: &PgPool, sql: &str, batch: &[(i64, Uuid)]
     let n = batch.len();
     let ids: Vec<i64> = batch.iter().map(|b| b.0).collect();
     let tokens: Vec<Uuid> = batch.iter().map(|b| b.1).collect();
-    let applied: Vec<i64> = sqlx::query_scalar(sql)
+    let mut finalize = sqlx::query_scalar(sql)
         .bind(ids)
         .bind(tokens)
         .bind(vec!["completed"; n])
@@ -379,9 +379,13 @@ pub(crate) async fn raw_finalize(pool: &PgPool, sql: &str, batch: &[(i64, Uuid)]
         .bind(vec![false; n])
         .bind(vec![None::<i32>; n])
         .bind(vec![None::<&str>; n])
-        .bind(vec![None::<String>; n])
-        .fetch_all(pool)
-        .await?;
+        .bind(vec![None::<String>; n]);
+    // $9 (finalize.sql since migration 0010): each item's result, none for no-op jobs. An
+    // experiment's statement of the older eight parameters is bound without it.
+    if sql.contains("$9") {
+        finalize = finalize.bind(vec![None::<&str>; n]);
+    }
+    let applied: Vec<i64> = finalize.fetch_all(pool).await?;
     Ok(applied.len() as u64)
 }
 
@@ -433,10 +437,20 @@ pub(crate) async fn raw_drain(
     let (pg_before, _) = backend_cpu_s(pool, RAW_APP).await?;
     let client_before = proc_cpu_s(None).unwrap_or(0.0);
     let start = Instant::now();
-    let driver = tokio::spawn(raw_loop(raw_pool.clone(), spec.clone()));
-    let polled = wait_done(&mut poller, batch, deadline(batch.n)).await?;
+    let mut driver = tokio::spawn(raw_loop(raw_pool.clone(), spec.clone()));
+    // A loop that fails (a statement the database refuses) says so at once, rather than
+    // leaving the poll to time out on jobs nobody claims.
+    let (polled, awaited) = tokio::select! {
+        polled = wait_done(&mut poller, batch, deadline(batch.n)) => (polled?, false),
+        ended = &mut driver => {
+            ended??;
+            (wait_done(&mut poller, batch, deadline(batch.n)).await?, true)
+        }
+    };
     let seconds = start.elapsed().as_secs_f64();
-    driver.await??;
+    if !awaited {
+        driver.await??;
+    }
     let client = proc_cpu_s(None).unwrap_or(0.0) - client_before;
     let (pg_after, backends) = backend_cpu_s(pool, RAW_APP).await?;
     let plans = plan_counts(&raw_pool).await?;
