@@ -25,10 +25,24 @@ async fn payloads_errors_and_steps_are_escaped_on_every_page() {
     .execute(&db.pool())
     .await
     .unwrap();
+    // A completed job with a progress report and a result, both holding markup.
+    let done = enqueue(&db, "report", "{}", "mail", None).await;
+    sqlx::query(
+        "UPDATE job.jobs SET state = 'completed', attempt = 1, finalized_at = now(),
+                progress = $2, progress_at = now(), result = $3
+         WHERE id = $1",
+    )
+    .bind(done)
+    .bind(serde_json::json!({ "fraction": 1.0, "message": SCRIPT }))
+    .bind(serde_json::json!({ "rows": 3, "html": "<img src=x onerror=alert(2)>" }))
+    .execute(&db.pool())
+    .await
+    .unwrap();
     let router = Dashboard::new(db.store()).operator_token("t0ken").router();
     let cookie = login(&router, "t0ken").await;
     for path in [
         format!("/jobs/{id}"),
+        format!("/jobs/{done}"),
         "/dead".to_owned(),
         "/jobs".to_owned(),
         "/jobs?kind=%3Cscript%3E".to_owned(),
@@ -59,6 +73,19 @@ async fn payloads_errors_and_steps_are_escaped_on_every_page() {
     assert!(
         job.contains("&lt;i&gt;step&lt;/i&gt;"),
         "the step is shown, escaped"
+    );
+    let completed = get(&router, &format!("/jobs/{done}"), Some(&cookie))
+        .await
+        .body;
+    assert!(
+        completed.contains("<h2>Progress</h2>") && completed.contains("&lt;script&gt;alert"),
+        "the progress is shown, escaped: {completed}"
+    );
+    assert!(
+        completed.contains("<h2>Result</h2>")
+            && completed.contains("&quot;rows&quot;: 3")
+            && completed.contains("&lt;img src=x onerror=alert(2)&gt;"),
+        "the result is shown, escaped: {completed}"
     );
     db.close().await;
 }

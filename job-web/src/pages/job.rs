@@ -1,7 +1,7 @@
-//! A job's page: what it is, its payload, its error history, its recorded steps, and the
-//! actions its state allows. Two statements by primary key (`get.sql`, `inspect_steps.sql`).
-//! The page is a list of sections, so that one more (the job's progress, once jobs record it)
-//! is one more function in that list.
+//! A job's page: what it is, its payload, its latest progress, its result, its error history,
+//! its recorded steps, and the actions its state allows. Two statements by primary key
+//! (`get.sql`, `inspect_steps.sql`). The page is a list of sections: one more is one more
+//! function in that list.
 
 use axum::extract::{Path, Query};
 use axum::http::{HeaderMap, StatusCode};
@@ -32,6 +32,8 @@ pub(crate) async fn page(
         (actions(&ctx, &job))
         (summary(&job))
         (payload(&job))
+        (progress(&job))
+        (result(&job))
         (errors(&job))
         (steps_section(&steps))
     };
@@ -85,6 +87,31 @@ fn payload(job: &JobRow) -> Markup {
         section.payload {
             h2 { "Payload" }
             pre { (pretty(&job.payload)) }
+        }
+    }
+}
+
+/// The latest progress the handler reported, when it reported any.
+fn progress(job: &JobRow) -> Markup {
+    html! {
+        @if let Some(progress) = &job.progress {
+            section.progress {
+                h2 { "Progress" }
+                p.muted { "reported " (opt_time(job.progress_at)) }
+                pre { (pretty(progress)) }
+            }
+        }
+    }
+}
+
+/// What the completing attempt returned, when it returned something.
+fn result(job: &JobRow) -> Markup {
+    html! {
+        @if let Some(result) = &job.result {
+            section.result {
+                h2 { "Result" }
+                pre { (pretty(result)) }
+            }
         }
     }
 }
