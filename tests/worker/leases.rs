@@ -135,7 +135,11 @@ async fn a_worker_that_loses_its_lease_stops_and_writes_nothing() {
         (worker.stats().lease_lost >= 1).then_some(())
     })
     .await;
-    assert_eq!(worker.in_flight(), 0);
+    // The execution is stopped with the count; its slot is freed once its task has unwound.
+    eventually("the stopped execution to leave the worker", || async {
+        (worker.in_flight() == 0).then_some(())
+    })
+    .await;
     assert_eq!(
         worker.stats().fenced,
         0,
@@ -178,7 +182,11 @@ async fn a_worker_that_cannot_renew_fences_itself_before_the_lease_expires() {
             .unwrap();
     assert!(still_live, "the worker must stop before its lease expires");
     blocker.rollback().await.unwrap();
-    assert_eq!(worker.in_flight(), 0);
+    // The fence stops the execution at once; its slot is freed once its task has unwound.
+    eventually("the fenced execution to leave the worker", || async {
+        (worker.in_flight() == 0).then_some(())
+    })
+    .await;
     worker.shutdown().await;
     assert_eq!(
         h.row(id).await.state,
