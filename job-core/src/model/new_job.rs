@@ -431,7 +431,7 @@ pub fn payload_problem(payload: &str) -> Option<String> {
 
 /// Whether JSON text holds the escape `\u0000`: a backslash that is not itself escaped,
 /// followed by `u0000`.
-fn has_nul_escape(json: &str) -> bool {
+pub(crate) fn has_nul_escape(json: &str) -> bool {
     let bytes = json.as_bytes();
     let mut i = 0;
     while i < bytes.len() {

@@ -22,29 +22,10 @@ pub(crate) fn result_json<T: Serialize + ?Sized>(value: &T) -> Result<String, St
             json.len()
         ));
     }
-    if holds_nul(&json) {
+    if crate::model::new_job::has_nul_escape(&json) {
         return Err("result: holds a NUL character (\\u0000), which cannot be stored".into());
     }
     Ok(json)
-}
-
-/// Whether compact JSON text holds an escaped NUL (`\u0000` whose backslash is not itself
-/// escaped). serde_json writes a NUL in a string or key only that way.
-fn holds_nul(json: &str) -> bool {
-    let bytes = json.as_bytes();
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'\\' {
-            if bytes[i + 1..].starts_with(b"u0000") {
-                return true;
-            }
-            // Skip the escaped character, a backslash included.
-            i += 2;
-        } else {
-            i += 1;
-        }
-    }
-    false
 }
 
 #[cfg(test)]
