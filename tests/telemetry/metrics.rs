@@ -289,11 +289,21 @@ async fn a_fenced_execution_counts_as_fenced_and_lost_with_its_labels() {
     db.close().await;
 }
 
+/// Opened by the test once the stuck execution has been counted: the blocking code waits for
+/// it, so the count does not hang on how the keeper's ticks fall against a sleep.
+static STUCK_RELEASE: AtomicBool = AtomicBool::new(false);
+
 #[job(kind = "tm.stuck", queue = "tm-stuck", retry = 0, timeout = "50ms")]
 async fn tm_stuck(ctx: JobContext) -> Result<(), JobError> {
-    // Blocking work outlives the timeout by more than `stuck_after` (1 s for tests).
-    ctx.blocking(|| std::thread::sleep(Duration::from_millis(1400)))
-        .await;
+    // Blocking work outlives the timeout by more than `stuck_after` (1 s for tests), until the
+    // test has seen it counted (or 20 s have passed, so a failing test still ends).
+    ctx.blocking(|| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while !STUCK_RELEASE.load(Ordering::SeqCst) && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    })
+    .await;
     Ok(())
 }
 
@@ -310,15 +320,20 @@ async fn code_running_past_its_timeout_counts_as_stuck_then_as_a_timeout() {
         .build()
         .unwrap()
         .start();
-    let row = finished_row(&store, id).await;
-    worker.shutdown().await;
-    assert_eq!(row.state, JobState::Discarded);
-    let labels = [
+    let stuck = [
         ("queue", "tm-stuck"),
         ("kind", "tm.stuck"),
         ("owner", "none"),
     ];
-    assert_eq!(sample("job_stuck_total", &labels), Some(1.0));
-    let finished = with(labels, &[("outcome", "discarded"), ("class", "timeout")]);
+    until("the execution to be counted stuck", || {
+        sample("job_stuck_total", &stuck) == Some(1.0)
+    })
+    .await;
+    STUCK_RELEASE.store(true, Ordering::SeqCst);
+    let row = finished_row(&store, id).await;
+    worker.shutdown().await;
+    assert_eq!(row.state, JobState::Discarded);
+    assert_eq!(sample("job_stuck_total", &stuck), Some(1.0), "counted once");
+    let finished = with(stuck, &[("outcome", "discarded"), ("class", "timeout")]);
     assert_eq!(sample("job_finished_total", &finished), Some(1.0));
 }
