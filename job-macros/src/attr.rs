@@ -26,13 +26,14 @@ mod kw {
     syn::custom_keyword!(base);
     syn::custom_keyword!(cap);
     syn::custom_keyword!(unique);
+    syn::custom_keyword!(ordering);
     syn::custom_keyword!(concurrency);
     syn::custom_keyword!(owner);
 }
 
 /// Every key, for the message about an unknown one.
 const KEYS: &str = "`kind`, `version`, `upgrade`, `queue`, `priority`, `retry`, `timeout`, \
-                    `lease`, `backoff`, `unique`, `concurrency`, `owner`";
+                    `lease`, `backoff`, `unique`, `ordering`, `concurrency`, `owner`";
 
 /// The longest queue or kind name the store accepts (`job_core::MAX_NAME_LEN`).
 pub(crate) const MAX_NAME_LEN: usize = 128;
@@ -60,19 +61,55 @@ pub(crate) struct JobArgs {
     pub(crate) timeout: Option<Duration>,
     pub(crate) lease: Option<Duration>,
     pub(crate) backoff: Option<BackoffArgs>,
-    pub(crate) unique: Option<UniqueKey>,
+    pub(crate) unique: Option<KeyTemplate>,
+    pub(crate) ordering: Option<KeyTemplate>,
     pub(crate) concurrency: Option<u32>,
     pub(crate) owner: Option<String>,
 }
 
-/// `unique = "invoice:{invoice_id}"`: literal text and `{field}` placeholders (`{{` and `}}`
-/// for braces), and where the string was, for errors about the fields it names.
-pub(crate) struct UniqueKey {
+/// A key whose value is a key template, with the example its messages show.
+#[derive(Clone, Copy)]
+pub(crate) struct TemplateKey {
+    /// The key as the user writes it; the generated method is `{key}_key`.
+    pub(crate) key: &'static str,
+    /// The example's literal prefix: `invoice` in `"invoice:{invoice_id}"`.
+    prefix: &'static str,
+    /// The example's placeholder: `invoice_id` in `"invoice:{invoice_id}"`.
+    field: &'static str,
+}
+
+impl TemplateKey {
+    /// The example value: `"invoice:{invoice_id}"`, quotes included.
+    fn example(self) -> String {
+        format!("\"{}:{{{}}}\"", self.prefix, self.field)
+    }
+}
+
+/// `unique = "invoice:{invoice_id}"`: `Job::unique_key`.
+pub(crate) const UNIQUE: TemplateKey = TemplateKey {
+    key: "unique",
+    prefix: "invoice",
+    field: "invoice_id",
+};
+
+/// `ordering = "account:{account_id}"`: `Job::ordering_key`.
+pub(crate) const ORDERING: TemplateKey = TemplateKey {
+    key: "ordering",
+    prefix: "account",
+    field: "account_id",
+};
+
+/// `unique = "invoice:{invoice_id}"` or `ordering = "account:{account_id}"`: literal text and
+/// `{field}` placeholders (`{{` and `}}` for braces), and where the string was, for errors
+/// about the fields it names.
+pub(crate) struct KeyTemplate {
+    /// Which key the template was given to.
+    pub(crate) key: &'static str,
     pub(crate) parts: Vec<KeyPart>,
     pub(crate) span: Span,
 }
 
-/// One piece of a unique key template.
+/// One piece of a key template.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum KeyPart {
     /// Text copied as is.
@@ -81,8 +118,9 @@ pub(crate) enum KeyPart {
     Field(String),
 }
 
-/// Splits a unique key template into its parts.
-pub(crate) fn key_template(template: &str) -> Result<Vec<KeyPart>, String> {
+/// Splits the template given to `which` into its parts.
+pub(crate) fn key_template(which: TemplateKey, template: &str) -> Result<Vec<KeyPart>, String> {
+    let key = which.key;
     let mut parts = Vec::new();
     let mut text = String::new();
     let mut chars = template.chars().peekable();
@@ -104,15 +142,16 @@ pub(crate) fn key_template(template: &str) -> Result<Vec<KeyPart>, String> {
                         Some(c) => name.push(c),
                         None => {
                             return Err(format!(
-                                "`unique` has an unclosed `{{` in {template:?}; write `{{{{` for a brace"
+                                "`{key}` has an unclosed `{{` in {template:?}; write `{{{{` for a brace"
                             ))
                         }
                     }
                 }
                 let name = name.trim().to_owned();
                 if name.is_empty() || !name.chars().all(|c| c.is_alphanumeric() || c == '_') {
+                    let example = which.field;
                     return Err(format!(
-                        "`unique` placeholders name a job argument, like `{{invoice_id}}`, got `{{{name}}}`"
+                        "`{key}` placeholders name a job argument, like `{{{example}}}`, got `{{{name}}}`"
                     ));
                 }
                 if !text.is_empty() {
@@ -122,7 +161,7 @@ pub(crate) fn key_template(template: &str) -> Result<Vec<KeyPart>, String> {
             }
             '}' => {
                 return Err(format!(
-                    "`unique` has an unmatched `}}` in {template:?}; write `}}}}` for a brace"
+                    "`{key}` has an unmatched `}}` in {template:?}; write `}}}}` for a brace"
                 ))
             }
             c => text.push(c),
@@ -132,7 +171,7 @@ pub(crate) fn key_template(template: &str) -> Result<Vec<KeyPart>, String> {
         parts.push(KeyPart::Text(text));
     }
     if parts.is_empty() {
-        return Err("`unique` must not be empty".into());
+        return Err(format!("`{key}` must not be empty"));
     }
     Ok(parts)
 }
@@ -201,7 +240,8 @@ struct Keys {
     timeout: Slot<Duration>,
     lease: Slot<Duration>,
     backoff: Slot<BackoffArgs>,
-    unique: Slot<UniqueKey>,
+    unique: Slot<KeyTemplate>,
+    ordering: Slot<KeyTemplate>,
     concurrency: Slot<u32>,
     owner: Slot<String>,
 }
@@ -218,7 +258,8 @@ impl Default for Keys {
             timeout: Slot::new("timeout"),
             lease: Slot::new("lease"),
             backoff: Slot::new("backoff"),
-            unique: Slot::new("unique"),
+            unique: Slot::new(UNIQUE.key),
+            ordering: Slot::new(ORDERING.key),
             concurrency: Slot::new("concurrency"),
             owner: Slot::new("owner"),
         }
@@ -291,17 +332,12 @@ impl Keys {
             self.backoff.set(key.span, backoff, errors);
         } else if input.peek(kw::unique) {
             let key: kw::unique = input.parse()?;
-            let value = value(input, at, "unique", r#"unique = "invoice:{invoice_id}""#)?;
-            let what = "a key template like \"invoice:{invoice_id}\"";
-            let unique = string(&value, "unique", what).and_then(|template| {
-                let parts = key_template(&template)
-                    .map_err(|reason| syn::Error::new_spanned(&value, reason))?;
-                Ok(UniqueKey {
-                    parts,
-                    span: syn::spanned::Spanned::span(&value),
-                })
-            });
+            let unique = template_value(input, at, UNIQUE)?;
             self.unique.set(key.span, unique, errors);
+        } else if input.peek(kw::ordering) {
+            let key: kw::ordering = input.parse()?;
+            let ordering = template_value(input, at, ORDERING)?;
+            self.ordering.set(key.span, ordering, errors);
         } else if input.peek(kw::concurrency) {
             let key: kw::concurrency = input.parse()?;
             let value = value(input, at, "concurrency", "concurrency = 2")?;
@@ -334,6 +370,7 @@ impl Keys {
             lease: self.lease.value,
             backoff: self.backoff.value,
             unique: self.unique.value,
+            ordering: self.ordering.value,
             concurrency: self.concurrency.value,
             owner: self.owner.value,
         };
@@ -443,6 +480,27 @@ fn value(input: ParseStream<'_>, at: Span, key: &str, example: &str) -> syn::Res
     }
     input.parse::<Token![=]>()?;
     input.parse()
+}
+
+/// `= "template"` after `which`, written `at`: the outer error when the value cannot be read,
+/// the inner one when it is not a valid template.
+fn template_value(
+    input: ParseStream<'_>,
+    at: Span,
+    which: TemplateKey,
+) -> syn::Result<syn::Result<KeyTemplate>> {
+    let (key, example) = (which.key, which.example());
+    let value = value(input, at, key, &format!("{key} = {example}"))?;
+    let what = format!("a key template like {example}");
+    Ok(string(&value, key, &what).and_then(|template| {
+        let parts = key_template(which, &template)
+            .map_err(|reason| syn::Error::new_spanned(&value, reason))?;
+        Ok(KeyTemplate {
+            key,
+            parts,
+            span: syn::spanned::Spanned::span(&value),
+        })
+    }))
 }
 
 /// After a key and its value: the end of the list or a comma.
@@ -769,6 +827,70 @@ mod tests {
             ]
         );
         assert!(messages(quote! { backoff() })[0].starts_with("`backoff` needs `base`, `cap`"));
+    }
+
+    #[test]
+    fn reads_key_templates() {
+        use KeyPart::{Field, Text};
+        let args = parse_ok(quote! {
+            unique = "invoice:{invoice_id}", ordering = "{{account}}:{ account_id }",
+        });
+        let unique = args.unique.unwrap();
+        assert_eq!(unique.key, "unique");
+        assert_eq!(
+            unique.parts,
+            [Text("invoice:".into()), Field("invoice_id".into())]
+        );
+        let ordering = args.ordering.unwrap();
+        assert_eq!(ordering.key, "ordering");
+        assert_eq!(
+            ordering.parts,
+            [Text("{account}:".into()), Field("account_id".into())]
+        );
+    }
+
+    #[test]
+    fn key_template_errors_name_their_key() {
+        for (which, tokens) in [
+            (UNIQUE, quote!(unique = "open {brace")),
+            (ORDERING, quote!(ordering = "open {brace")),
+        ] {
+            let key = which.key;
+            assert_eq!(
+                messages(tokens),
+                [format!(
+                    r#"`{key}` has an unclosed `{{` in "open {{brace"; write `{{{{` for a brace"#
+                )]
+            );
+        }
+        assert_eq!(
+            messages(quote! { ordering = "a}b" }),
+            [r#"`ordering` has an unmatched `}` in "a}b"; write `}}` for a brace"#]
+        );
+        assert_eq!(
+            messages(quote! { ordering = "" }),
+            ["`ordering` must not be empty"]
+        );
+        assert_eq!(
+            messages(quote! { ordering = "{a-b}" }),
+            ["`ordering` placeholders name a job argument, like `{account_id}`, got `{a-b}`"]
+        );
+        assert_eq!(
+            messages(quote! { unique = "x:{}" }),
+            ["`unique` placeholders name a job argument, like `{invoice_id}`, got `{}`"]
+        );
+        assert_eq!(
+            messages(quote! { ordering = 5 }),
+            [r#"`ordering` takes a string: a key template like "account:{account_id}""#]
+        );
+        assert_eq!(
+            messages(quote! { ordering }),
+            [r#"`ordering` needs a value, like `ordering = "account:{account_id}"`"#]
+        );
+        assert_eq!(
+            messages(quote! { unique = "a", ordering = "b", ordering = "c" }),
+            ["`ordering` set twice"]
+        );
     }
 
     #[test]

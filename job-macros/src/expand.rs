@@ -9,7 +9,7 @@ use syn::ext::IdentExt;
 use syn::spanned::Spanned;
 use syn::{Ident, ItemFn};
 
-use crate::attr::{self, BackoffArgs, JobArgs, KeyPart};
+use crate::attr::{self, BackoffArgs, JobArgs, KeyPart, KeyTemplate};
 use crate::errors::Errors;
 use crate::valid::{self, Field, JobFn};
 
@@ -30,8 +30,14 @@ pub(crate) fn job(attr: TokenStream, item: TokenStream) -> TokenStream {
         }
     };
     let generated = valid::check(&mut item, &mut errors).map(|job| {
-        let unique_ok = check_unique(&job, &args, &mut errors);
-        generate(&job, &args, unique_ok)
+        // A template naming an unknown argument has its error, and no method.
+        let key_fns: TokenStream = [&args.unique, &args.ordering]
+            .into_iter()
+            .flatten()
+            .filter(|template| check_template(&job, template, &mut errors))
+            .filter_map(|template| key_fn(template, &job.fields))
+            .collect();
+        generate(&job, &args, key_fns)
     });
     if generated.is_some() {
         // Its parameters are the payload's fields, and a payload may well have many.
@@ -46,18 +52,15 @@ pub(crate) fn job(attr: TokenStream, item: TokenStream) -> TokenStream {
     }
 }
 
-/// Every placeholder of `unique` must name an argument of the job.
-fn check_unique(job: &JobFn, args: &JobArgs, errors: &mut Errors) -> bool {
-    let Some(unique) = &args.unique else {
-        return true;
-    };
+/// Every placeholder of a key template (`unique`, `ordering`) must name an argument of the job.
+fn check_template(job: &JobFn, template: &KeyTemplate, errors: &mut Errors) -> bool {
     let known: Vec<String> = job
         .fields
         .iter()
         .map(|f| f.name.unraw().to_string())
         .collect();
     let mut ok = true;
-    for part in &unique.parts {
+    for part in &template.parts {
         if let KeyPart::Field(name) = part {
             if !known.contains(name) {
                 ok = false;
@@ -66,9 +69,12 @@ fn check_unique(job: &JobFn, args: &JobArgs, errors: &mut Errors) -> bool {
                 } else {
                     format!("its arguments are `{}`", known.join("`, `"))
                 };
+                let key = template.key;
                 errors.push(syn::Error::new(
-                    unique.span,
-                    format!("`unique` names `{{{name}}}`, which is not an argument of the job; {listed}"),
+                    template.span,
+                    format!(
+                        "`{key}` names `{{{name}}}`, which is not an argument of the job; {listed}"
+                    ),
                 ));
             }
         }
@@ -76,12 +82,12 @@ fn check_unique(job: &JobFn, args: &JobArgs, errors: &mut Errors) -> bool {
     ok
 }
 
-/// `fn unique_key` formatting the payload's fields into the `unique` template.
-fn unique_key(args: &JobArgs, fields: &[Field]) -> Option<TokenStream> {
-    let unique = args.unique.as_ref()?;
+/// `fn unique_key` (`fn ordering_key`) formatting the payload's fields into the `unique`
+/// (`ordering`) template.
+fn key_fn(template: &KeyTemplate, fields: &[Field]) -> Option<TokenStream> {
     let mut format = String::new();
     let mut values = Vec::new();
-    for part in &unique.parts {
+    for part in &template.parts {
         match part {
             KeyPart::Text(t) => format.push_str(&t.replace('{', "{{").replace('}', "}}")),
             KeyPart::Field(name) => {
@@ -92,14 +98,15 @@ fn unique_key(args: &JobArgs, fields: &[Field]) -> Option<TokenStream> {
             }
         }
     }
+    let method = format_ident!("{}_key", template.key);
     Some(quote! {
-        fn unique_key(&self) -> ::core::option::Option<::std::string::String> {
+        fn #method(&self) -> ::core::option::Option<::std::string::String> {
             ::core::option::Option::Some(::std::format!(#format #(, #values)*))
         }
     })
 }
 
-fn generate(job: &JobFn, args: &JobArgs, unique_ok: bool) -> TokenStream {
+fn generate(job: &JobFn, args: &JobArgs, key_fns: TokenStream) -> TokenStream {
     let JobFn {
         vis,
         name,
@@ -141,11 +148,6 @@ fn generate(job: &JobFn, args: &JobArgs, unique_ok: bool) -> TokenStream {
         quote!(const VERSION: i32 = #v;)
     });
     let options = options(args);
-    let unique_key = if unique_ok {
-        unique_key(args, fields)
-    } else {
-        None
-    };
     let upgrade = args.upgrade.as_ref().map(|path| {
         // Spanned at the path, so a function of the wrong signature is reported there.
         quote_spanned! {path.span()=>
@@ -222,7 +224,7 @@ fn generate(job: &JobFn, args: &JobArgs, unique_ok: bool) -> TokenStream {
             #version
             #options
             #upgrade
-            #unique_key
+            #key_fns
 
             // The function's error may already be a `JobError`.
             #[allow(clippy::useless_conversion)]
@@ -436,18 +438,69 @@ mod tests {
                 }
             },
         );
-        let path = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/expand/send_invoice.expanded.rs"
+        assert_snapshot("send_invoice", out);
+    }
+
+    /// The key templates' methods, kept in `tests/expand/charge_account.expanded.rs`.
+    #[test]
+    fn key_templates_expand_as_their_snapshot_shows() {
+        let out = job(
+            quote!(
+                unique = "charge:{charge_id}",
+                ordering = "account:{account_id}"
+            ),
+            quote! {
+                async fn charge_account(
+                    _ctx: JobContext,
+                    account_id: i64,
+                    r#charge_id: String,
+                ) -> Result<(), JobError> {
+                    Ok(())
+                }
+            },
+        );
+        assert_snapshot("charge_account", out);
+    }
+
+    /// Compares `out`, unparsed, with `tests/expand/{name}.expanded.rs`; rewrites the file
+    /// instead with `JOB_MACROS_OVERWRITE` set.
+    fn assert_snapshot(name: &str, out: TokenStream) {
+        let path = format!(
+            "{}/tests/expand/{name}.expanded.rs",
+            env!("CARGO_MANIFEST_DIR")
         );
         let shown = prettyplease::unparse(&syn::parse2(out).unwrap());
         if std::env::var_os("JOB_MACROS_OVERWRITE").is_some() {
-            std::fs::write(path, &shown).unwrap();
+            std::fs::write(&path, &shown).unwrap();
         }
-        let expected = std::fs::read_to_string(path).unwrap();
+        let expected = std::fs::read_to_string(&path).unwrap();
         assert!(
             shown == expected,
             "the expansion differs from {path}:\n{shown}"
+        );
+    }
+
+    #[test]
+    fn a_template_naming_an_unknown_argument_gets_an_error_and_no_method() {
+        let out = job(
+            quote!(
+                unique = "invoice:{invoice_id}",
+                ordering = "account:{acount_id}"
+            ),
+            quote! {
+                async fn send_invoice(_ctx: JobContext, invoice_id: i64, account_id: i64)
+                    -> Result<(), JobError> { Ok(()) }
+            },
+        );
+        let text = out.to_string();
+        assert!(text.contains("fn unique_key"), "{text}");
+        assert!(!text.contains("fn ordering_key"), "{text}");
+        assert!(
+            text.contains(
+                "`ordering` names `{acount_id}`, which is not an argument of the job; \
+                 its arguments are `invoice_id`, `account_id`"
+            ),
+            "{text}"
         );
     }
 

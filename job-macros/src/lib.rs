@@ -61,8 +61,9 @@ use proc_macro::TokenStream;
 ///   It serializes to a JSON object, the only payload shape every door accepts.
 /// - **`impl Job`** for the payload: `KIND` (the function's name unless `kind` is given),
 ///   `VERSION` and `upgrade` when given, `OPTIONS` with the keys given over
-///   `JobOptions::DEFAULT`, and `perform`, which calls the function with the context and the
-///   fields.
+///   `JobOptions::DEFAULT`, `unique_key` and `ordering_key` when `unique` and `ordering` are
+///   given (their templates filled in from the payload's fields), and `perform`, which calls
+///   the function with the context and the fields.
 /// - **Typed enqueue helpers** on the payload: `enqueue(executor)` (any sqlx executor: `&pool`,
 ///   `&mut *tx`, `&mut conn`) and the one-line starts of a `job::Enqueue` builder: `queue`,
 ///   `priority`, `max_attempts`, `schedule_in` and `run_at`.
@@ -140,6 +141,7 @@ use proc_macro::TokenStream;
 /// | `version = N` | `1..` | the payload's version; defaults to 1 |
 /// | `upgrade = path` | a function | turns older payloads into the current version; needs `version >= 2` |
 /// | `unique = "invoice:{invoice_id}"` | a template of `{parameter}` names | each job's unique key, from its payload: at most one active job per key (see the README's unique jobs) |
+/// | `ordering = "account:{account_id}"` | a template of `{parameter}` names | each job's ordering key: jobs with the same key run one at a time, in enqueue order, across every worker (see the README's per-key ordering) |
 /// | `concurrency = N` | `1..` | at most `N` running jobs of the kind across every worker, enforced by the claim |
 /// | `owner = "billing"` | a name (1–128 bytes) | the team that owns the kind: a label on its metrics and shown with its dead letters |
 ///

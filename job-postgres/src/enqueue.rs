@@ -58,8 +58,8 @@ pub async fn enqueue<'e, E: PgExecutor<'e>>(
             .bind(unique.scope.as_str())
             .bind(unique.on_duplicate == OnDuplicate::Replace);
     }
-    // $13 in enqueue.sql, $16 in enqueue_unique.sql: after the unique key's binds.
-    let query = query.bind(&job.traceparent);
+    // $13 and $14 in enqueue.sql, $16 and $17 in enqueue_unique.sql: after the unique key's.
+    let query = query.bind(&job.traceparent).bind(&job.ordering_key);
     let (id, outcome) = query
         .fetch_one(executor)
         .await
@@ -110,6 +110,7 @@ pub async fn enqueue_many<'e, E: PgExecutor<'e>>(
     let mut tags = Vec::with_capacity(n);
     let mut tenants = Vec::with_capacity(n);
     let mut traces = Vec::with_capacity(n);
+    let mut orderings = Vec::with_capacity(n);
     for job in jobs {
         let (run_at, delay_ms) = split_run_at(job.run_at);
         kinds.push(job.kind.as_str());
@@ -128,6 +129,7 @@ pub async fn enqueue_many<'e, E: PgExecutor<'e>>(
         );
         tenants.push(job.tenant.as_deref());
         traces.push(job.traceparent.as_deref());
+        orderings.push(job.ordering_key.as_deref());
     }
     let mut ids: Vec<JobId> = sqlx::query_scalar(sql::ENQUEUE_MANY)
         .bind(kinds)
@@ -143,6 +145,7 @@ pub async fn enqueue_many<'e, E: PgExecutor<'e>>(
         .bind(tags)
         .bind(tenants)
         .bind(traces)
+        .bind(orderings)
         .fetch_all(executor)
         .await
         .map_err(|e| refused(None, "enqueue_many", e))?;

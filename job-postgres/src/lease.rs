@@ -290,18 +290,20 @@ pub(crate) async fn rescue_expired<'e, E: PgExecutor<'e>>(
     })
 }
 
-/// Makes up to `limit` due `scheduled` and `retryable` jobs `available` (see `sql/stage.sql`).
+/// Makes up to `limit` due `scheduled` and `retryable` jobs `available`, and promotes the
+/// pending jobs of up to `limit` keys on the ordering wake-up list (see `sql/stage.sql`).
+/// Returns both counts together.
 pub(crate) async fn stage_due<'e, E: PgExecutor<'e>>(
     executor: E,
     limit: u32,
 ) -> Result<u64, Error> {
     let limit = i32::try_from(limit).unwrap_or(i32::MAX);
-    let (staged, _woken): (i64, i64) = sqlx::query_as(sql::STAGE)
+    let (staged, _woken, promoted): (i64, i64, i64) = sqlx::query_as(sql::STAGE)
         .bind(limit)
         .fetch_one(executor)
         .await
         .map_err(Error::query("stage"))?;
-    Ok(staged.unsigned_abs())
+    Ok(staged.unsigned_abs() + promoted.unsigned_abs())
 }
 
 /// Gives leases back, guarded by (id, lock_token) and running.

@@ -72,6 +72,16 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "results",
         sql: include_str!("../migrations/0010_results.sql"),
     },
+    Migration {
+        version: 11,
+        name: "pending",
+        sql: include_str!("../migrations/0011_pending.sql"),
+    },
+    Migration {
+        version: 12,
+        name: "ordering",
+        sql: include_str!("../migrations/0012_ordering.sql"),
+    },
 ];
 
 /// The whole schema as one plain SQL script, for a DBA or a team without Rust:

@@ -99,5 +99,8 @@ pub(crate) fn decode(id: JobId, row: &PgRow) -> Result<JobRow, Error> {
             .map_err(column("trace_context"))?,
         owner: row.try_get("owner").map_err(column("owner"))?,
         result: row.try_get("result").map_err(column("result"))?,
+        ordering_key: row
+            .try_get("ordering_key")
+            .map_err(column("ordering_key"))?,
     })
 }

@@ -32,6 +32,14 @@ const UNIQUE_TRIES: u32 = 100;
 /// [`OnDuplicate::Replace`] and the holder is waiting: then the holder's payload, run time and
 /// deadline are replaced and its id returned.
 pub async fn enqueue(conn: &mut SqliteConnection, job: &NewJob) -> Result<JobId, EnqueueError> {
+    if job.ordering_key.is_some() {
+        return Err(EnqueueError::InvalidOption {
+            option: "ordering_key",
+            reason: "per-key ordering is not supported by the SQLite backend yet; use \
+                     PostgreSQL (README, Backends)"
+                .into(),
+        });
+    }
     let Some(unique) = &job.unique else {
         let id: JobId = bind(sqlx::query_scalar(sql::INSERT), job)
             .fetch_one(&mut *conn)

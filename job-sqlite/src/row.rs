@@ -122,5 +122,7 @@ pub(crate) fn decode(id: JobId, row: &SqliteRow) -> Result<JobRow, Error> {
             Ok(None) => None,
             Err(e) => return Err(column("result")(e)),
         },
+        // Refused at the door by this backend (README, Backends).
+        ordering_key: None,
     })
 }

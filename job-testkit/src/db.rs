@@ -341,6 +341,18 @@ async fn ensure_template(conn: &mut PgConnection, admin: &PgConnectOptions) -> S
                         if e.code().as_deref() == Some("55006") && tries < 100 =>
                     {
                         tries += 1;
+                        // Past a second, end whatever session is left: the database is this
+                        // build's own and nobody else's (on a loaded server a closed
+                        // session was seen to linger past five seconds).
+                        if tries > 20 {
+                            sqlx::query(
+                                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+                                 WHERE datname = $1 AND pid <> pg_backend_pid()",
+                            )
+                            .bind(&building)
+                            .execute(&mut *conn)
+                            .await?;
+                        }
                         tokio::time::sleep(Duration::from_millis(50)).await;
                     }
                     Err(e) => return Err(e.into()),

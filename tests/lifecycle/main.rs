@@ -13,6 +13,7 @@ mod dead_letters;
 mod deadlines;
 mod macros;
 mod metadata;
+mod ordering;
 mod pauses;
 mod periodic;
 mod pruning;

@@ -3,24 +3,15 @@
 //! are refused at enqueue.
 
 use job::{EnqueueError, JobState, Store};
-use job_core::{EnqueueOptions, NewJob, RunAt, DEFAULT_PAYLOAD_LIMIT};
+use job_core::{EnqueueOptions, NewJob, DEFAULT_PAYLOAD_LIMIT};
 
 use crate::common::*;
 
 fn raw(kind: &str, payload: &str, version: i32) -> NewJob {
     NewJob {
-        kind: kind.into(),
-        queue: "default".into(),
-        priority: 0,
-        payload: payload.into(),
         payload_version: version,
         max_attempts: 5,
-        run_at: RunAt::Now,
-        unique: None,
-        deadline: None,
-        tags: Vec::new(),
-        tenant: None,
-        traceparent: None,
+        ..NewJob::new(kind, payload)
     }
 }
 

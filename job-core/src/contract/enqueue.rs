@@ -122,6 +122,15 @@ impl<J: Job> Enqueue<J> {
         self
     }
 
+    /// Orders the job by `key`, overriding the key the job derives from its payload
+    /// (`#[job(ordering = "...")]`): jobs with the same key, of any kind, run one at a time in
+    /// enqueue order across every worker; while an earlier one is unfinished the job is
+    /// `pending`. 1 to 512 bytes.
+    pub fn ordering_key(mut self, key: impl Into<String>) -> Self {
+        self.options.ordering_key = Some(key.into());
+        self
+    }
+
     /// Which states the unique key counts. Defaults to [`UniqueScope::UntilFinished`].
     pub fn unique_scope(mut self, scope: UniqueScope) -> Self {
         self.options.unique_scope = scope;

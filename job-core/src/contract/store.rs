@@ -266,6 +266,8 @@ pub struct JobRow {
     /// What the attempt that completed it returned (`JobContext::set_result`, or a `#[job]`
     /// function's `Ok` value), as JSON; `None` until then, and for jobs that return `()`.
     pub result: Option<serde_json::Value>,
+    /// Its ordering key, if any: jobs with the same key run one at a time, in enqueue order.
+    pub ordering_key: Option<String>,
 }
 
 /// Wake-ups from the store: the name of a queue that has new work, or the empty name (which no

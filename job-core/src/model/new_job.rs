@@ -27,7 +27,7 @@ pub enum RunAt {
     At(DateTime<Utc>),
 }
 
-/// The longest unique key accepted, in bytes.
+/// The longest unique or ordering key accepted, in bytes.
 pub const MAX_UNIQUE_KEY_LEN: usize = 512;
 
 /// The most tags one job may carry.
@@ -201,6 +201,8 @@ pub struct EnqueueOptions {
     /// The W3C `traceparent` the job's attempts join. Defaults to `None`: the trace of the
     /// enqueuing code ([`current_traceparent`](crate::current_traceparent)), if any.
     pub traceparent: Option<String>,
+    /// An ordering key instead of the one [`Job::ordering_key`] derives from the payload.
+    pub ordering_key: Option<String>,
 }
 
 /// A validated job row to insert.
@@ -230,6 +232,8 @@ pub struct NewJob {
     pub tenant: Option<String>,
     /// The W3C `traceparent` of the code that enqueued it, which its attempts' spans join.
     pub traceparent: Option<String>,
+    /// Its ordering key, if any: jobs with the same key run one at a time, in enqueue order.
+    pub ordering_key: Option<String>,
 }
 
 impl NewJob {
@@ -250,6 +254,7 @@ impl NewJob {
             tags: Vec::new(),
             tenant: None,
             traceparent: None,
+            ordering_key: None,
         }
     }
 
@@ -286,6 +291,7 @@ impl NewJob {
             traceparent: options
                 .traceparent
                 .or_else(crate::telemetry::current_traceparent),
+            ordering_key: options.ordering_key.or_else(|| job.ordering_key()),
         };
         new.validate(payload_limit)?;
         Ok(new)
@@ -336,19 +342,10 @@ impl NewJob {
             _ => {}
         }
         if let Some(unique) = &self.unique {
-            let key = &unique.key;
-            if key.is_empty() || key.len() > MAX_UNIQUE_KEY_LEN {
-                return Err(invalid(
-                    "unique_key",
-                    format!("must be 1 to {MAX_UNIQUE_KEY_LEN} bytes, got {}", key.len()),
-                ));
-            }
-            if key.contains('\0') {
-                return Err(invalid(
-                    "unique_key",
-                    "must not contain a NUL character (PostgreSQL text cannot hold one)".into(),
-                ));
-            }
+            check_key("unique_key", &unique.key)?;
+        }
+        if let Some(key) = &self.ordering_key {
+            check_key("ordering_key", key)?;
         }
         if self.tags.len() > MAX_TAGS {
             return Err(invalid(
@@ -390,6 +387,23 @@ impl NewJob {
 
 fn invalid(option: &'static str, reason: String) -> EnqueueError {
     EnqueueError::InvalidOption { option, reason }
+}
+
+/// A unique or ordering key: 1 to [`MAX_UNIQUE_KEY_LEN`] bytes, no NUL.
+fn check_key(option: &'static str, key: &str) -> Result<(), EnqueueError> {
+    if key.is_empty() || key.len() > MAX_UNIQUE_KEY_LEN {
+        return Err(invalid(
+            option,
+            format!("must be 1 to {MAX_UNIQUE_KEY_LEN} bytes, got {}", key.len()),
+        ));
+    }
+    if key.contains('\0') {
+        return Err(invalid(
+            option,
+            "must not contain a NUL character (PostgreSQL text cannot hold one)".into(),
+        ));
+    }
+    Ok(())
 }
 
 fn check_name(option: &'static str, name: &str) -> Result<(), EnqueueError> {

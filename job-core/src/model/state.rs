@@ -10,6 +10,9 @@ use std::str::FromStr;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[non_exhaustive]
 pub enum JobState {
+    /// Waits for an earlier job of its ordering key to finish; then it is scheduled or
+    /// available. No claim reads it.
+    Pending,
     /// Enqueued with a `run_at` in the future.
     Scheduled,
     /// Ready to be claimed.
@@ -28,7 +31,8 @@ pub enum JobState {
 
 impl JobState {
     /// Every state, in lifecycle order.
-    pub const ALL: [JobState; 7] = [
+    pub const ALL: [JobState; 8] = [
+        JobState::Pending,
         JobState::Scheduled,
         JobState::Available,
         JobState::Running,
@@ -41,6 +45,7 @@ impl JobState {
     /// The name stored in the database.
     pub const fn as_str(self) -> &'static str {
         match self {
+            JobState::Pending => "pending",
             JobState::Scheduled => "scheduled",
             JobState::Available => "available",
             JobState::Running => "running",

@@ -2,7 +2,9 @@
 -- become `available`, keeping their run_at (their place in the claim's order), skipping rows
 -- someone holds. Reads only due rows: a loose scan of jobs_due_idx finds the queues that have
 -- waiting rows (one index probe each), then each queue's due rows in run_at order. Wakes the
--- queues it filled (NOTIFY is delivered at commit). Returns how many rows it staged.
+-- queues it filled (NOTIFY is delivered at commit). Then promotes the pending jobs of up to $1
+-- keys on the ordering wake-up list (job.ordering_wake_up, migration 0012; an empty list costs
+-- one probe). Returns how many rows it staged and how many it promoted.
 WITH RECURSIVE queues AS (
     (SELECT j.queue FROM job.jobs j
      WHERE j.state IN ('scheduled', 'retryable')
@@ -41,4 +43,5 @@ woken AS (
     SELECT pg_notify('job_insert', s.queue)
     FROM (SELECT DISTINCT queue FROM staged) s
 )
-SELECT (SELECT count(*) FROM staged) AS staged, (SELECT count(*) FROM woken) AS woken
+SELECT (SELECT count(*) FROM staged) AS staged, (SELECT count(*) FROM woken) AS woken,
+       job.ordering_wake_up($1::integer)::bigint AS promoted

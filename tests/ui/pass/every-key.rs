@@ -25,6 +25,7 @@ fn upgrade_report(from_version: i32, mut payload: Value) -> Result<Value, JobErr
     lease = "45s",
     backoff(base = "250ms", cap = "10m"),
     unique = "report:{report_id}:{format}",
+    ordering = "{{reports}}:{format}",
     concurrency = 4,
     owner = "reporting",
 )]
@@ -65,6 +66,8 @@ fn main() {
     };
     assert_eq!(report.unique_key().as_deref(), Some("report:7:pdf"));
     assert_eq!(OnlyBase {}.unique_key(), None);
+    assert_eq!(report.ordering_key().as_deref(), Some("{reports}:pdf"));
+    assert_eq!(OnlyBase {}.ordering_key(), None);
     let upgraded = BuildReport::upgrade(1, json!({ "id": 7 })).unwrap();
     assert_eq!(upgraded, json!({ "report_id": 7, "format": "pdf" }));
 

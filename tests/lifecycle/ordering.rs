@@ -1,0 +1,350 @@
+//! Per-key ordering: jobs with one ordering key run one at a time, in enqueue order, across
+//! every worker; different keys run in parallel; a failing job holds its successors.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use job::{
+    Admin, Cancelled, Enqueue, Job, JobContext, JobError, JobId, JobOptions, JobState, Store,
+};
+use job_core::{EnqueueOptions, NewJob, DEFAULT_PAYLOAD_LIMIT};
+use serde::{Deserialize, Serialize};
+
+use crate::common::*;
+use crate::support::count;
+
+/// What ran, per key: starts and ends in the order they happened, and every start that found
+/// another execution of its key still running.
+#[derive(Clone, Default)]
+struct Book(Arc<Mutex<BookInner>>);
+
+#[derive(Default)]
+struct BookInner {
+    running: HashMap<String, usize>,
+    order: HashMap<String, Vec<u32>>,
+    overlaps: Vec<(String, u32)>,
+    now: usize,
+    peak: usize,
+}
+
+impl Book {
+    fn start(&self, key: &str, seq: u32) {
+        let mut b = self.0.lock().unwrap();
+        let running = b.running.entry(key.to_owned()).or_default();
+        *running += 1;
+        if *running > 1 {
+            b.overlaps.push((key.to_owned(), seq));
+        }
+        b.order.entry(key.to_owned()).or_default().push(seq);
+        b.now += 1;
+        b.peak = b.peak.max(b.now);
+    }
+
+    fn end(&self, key: &str) {
+        let mut b = self.0.lock().unwrap();
+        *b.running.get_mut(key).unwrap() -= 1;
+        b.now -= 1;
+    }
+}
+
+/// One job of an ordered sequence: `seq` is its place within its key. Fails its first
+/// `fail_first` attempts; runs for `ms` milliseconds.
+#[derive(Debug, Serialize, Deserialize)]
+struct Step {
+    key: String,
+    seq: u32,
+    ms: u64,
+    fail_first: i32,
+    #[serde(default)]
+    terminal: bool,
+}
+
+impl Job for Step {
+    const KIND: &'static str = "test.ordered_step";
+    const OPTIONS: JobOptions = JobOptions {
+        backoff: FAST_BACKOFF,
+        max_attempts: 3,
+        ..JobOptions::DEFAULT
+    };
+
+    fn ordering_key(&self) -> Option<String> {
+        Some(self.key.clone())
+    }
+
+    async fn perform(self, ctx: JobContext) -> Result<(), JobError> {
+        let book = ctx.state::<Book>()?.clone();
+        book.start(&self.key, self.seq);
+        tokio::time::sleep(Duration::from_millis(self.ms)).await;
+        book.end(&self.key);
+        if self.terminal {
+            return Err(JobError::terminal("this step cannot work"));
+        }
+        if ctx.attempt() <= self.fail_first {
+            return Err(JobError::retryable("not yet"));
+        }
+        Ok(())
+    }
+}
+
+fn step(key: &str, seq: u32) -> Step {
+    Step {
+        key: key.into(),
+        seq,
+        ms: 2,
+        fail_first: 0,
+        terminal: false,
+    }
+}
+
+fn worker(h: &Harness, book: &Book, name: &str) -> job::Worker<job::PgStore> {
+    job::Worker::builder(h.store.clone())
+        .register::<Step>()
+        .queue("default", 8)
+        .id(name)
+        .poll_interval(Duration::from_millis(20))
+        .state(book.clone())
+        .build()
+        .unwrap()
+}
+
+async fn all_completed(h: &Harness, n: i64) {
+    eventually("every job to complete", || async {
+        (count_in(&h.store, JobState::Completed).await == n).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn four_workers_run_each_of_100_keys_one_at_a_time_in_enqueue_order() {
+    let h = Harness::new().await;
+    let book = Book::default();
+    // Five jobs for each of 100 keys, the keys interleaved; some one by one, some in bulk, and
+    // some failing once, which holds their successors until their retry completes.
+    let mut bulk = Vec::new();
+    for seq in 0..5u32 {
+        for k in 0..100 {
+            let mut s = step(&format!("account:{k}"), seq);
+            s.fail_first = i32::from(k % 10 == 0 && seq == 1);
+            if k % 2 == 0 {
+                enqueue(&h.store, s).await;
+            } else {
+                bulk.push(
+                    NewJob::build(&s, EnqueueOptions::default(), DEFAULT_PAYLOAD_LIMIT).unwrap(),
+                );
+            }
+        }
+        h.store
+            .enqueue_many(std::mem::take(&mut bulk))
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        count_in(&h.store, JobState::Available).await,
+        100,
+        "one head per key"
+    );
+    assert_eq!(count_in(&h.store, JobState::Pending).await, 400);
+
+    let workers: Vec<_> = (0..4)
+        .map(|i| worker(&h, &book, &format!("w{i}")).start())
+        .collect();
+    all_completed(&h, 500).await;
+    for w in workers {
+        w.shutdown().await;
+    }
+    assert_eq!(
+        count(&h.store, "SELECT count(*) FROM job.ordering_wake").await,
+        0
+    );
+    let b = book.0.lock().unwrap();
+    assert_eq!(b.overlaps, [], "two jobs of one key ran at once");
+    for k in 0..100 {
+        let order = &b.order[&format!("account:{k}")];
+        let want: Vec<u32> = if k % 10 == 0 {
+            vec![0, 1, 1, 2, 3, 4]
+        } else {
+            vec![0, 1, 2, 3, 4]
+        };
+        assert_eq!(order, &want, "key account:{k} ran out of order");
+    }
+    assert!(
+        b.peak > 1,
+        "different keys ran in parallel (peak {})",
+        b.peak
+    );
+}
+
+#[tokio::test]
+async fn a_discarded_job_releases_its_key_and_a_cancelled_one_too() {
+    let h = Harness::new().await;
+    let book = Book::default();
+    let mut broken = step("k", 0);
+    broken.terminal = true;
+    let first = enqueue(&h.store, broken).await;
+    let second = enqueue(&h.store, step("k", 1)).await;
+    let third = enqueue(&h.store, step("k", 2)).await;
+    assert_eq!(h.row(second).await.state, JobState::Pending);
+    assert_eq!(h.row(second).await.ordering_key.as_deref(), Some("k"));
+    // An operator cancels the third while it waits: it never runs, and holds nothing.
+    assert_eq!(h.store.cancel(third).await.unwrap(), Cancelled::Now);
+
+    let w = worker(&h, &book, "w").start();
+    h.reaches(second, JobState::Completed).await;
+    w.shutdown().await;
+    assert_eq!(h.row(first).await.state, JobState::Discarded);
+    assert_eq!(book.0.lock().unwrap().order["k"], [0, 1]);
+}
+
+#[tokio::test]
+async fn an_operator_cancelling_the_head_promotes_the_next_job() {
+    let h = Harness::new().await;
+    let first = enqueue(&h.store, step("k", 0)).await;
+    let second = enqueue(&h.store, step("k", 1)).await;
+    assert_eq!(h.row(second).await.state, JobState::Pending);
+    h.store.cancel(first).await.unwrap();
+    assert_eq!(h.row(second).await.state, JobState::Available);
+}
+
+#[tokio::test]
+async fn a_redriven_dead_letter_waits_behind_its_keys_unfinished_jobs() {
+    let h = Harness::new().await;
+    let book = Book::default();
+    let mut broken = step("k", 0);
+    broken.terminal = true;
+    let dead = enqueue(&h.store, broken).await;
+    let w = worker(&h, &book, "w").start();
+    h.reaches(dead, JobState::Discarded).await;
+    w.shutdown().await;
+
+    let head = enqueue(&h.store, step("k", 1)).await;
+    assert_eq!(h.row(head).await.state, JobState::Available);
+    let report = h
+        .store
+        .redrive(&job::JobFilter {
+            kind: Some(Step::KIND.into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(report.redriven, [dead], "{report:?}");
+    assert_eq!(
+        h.row(dead).await.state,
+        JobState::Pending,
+        "behind the head"
+    );
+    h.store.cancel(head).await.unwrap();
+    assert_eq!(h.row(dead).await.state, JobState::Available);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_transactions_enqueueing_one_key_make_one_head() {
+    let h = Harness::new().await;
+    let tasks: Vec<_> = (0..20u32)
+        .map(|i| {
+            let pool = h.store.pool().clone();
+            tokio::spawn(async move {
+                let mut tx = pool.begin().await.unwrap();
+                let id = Enqueue::new(step("hot", i))
+                    .enqueue(&mut *tx)
+                    .await
+                    .unwrap();
+                tokio::time::sleep(Duration::from_millis(u64::from(i % 3))).await;
+                tx.commit().await.unwrap();
+                id
+            })
+        })
+        .collect();
+    let mut ids: Vec<JobId> = Vec::new();
+    for t in tasks {
+        ids.push(t.await.unwrap());
+    }
+    assert_eq!(count_in(&h.store, JobState::Available).await, 1);
+    assert_eq!(count_in(&h.store, JobState::Pending).await, 19);
+    ids.sort_unstable();
+    let head: JobId = sqlx::query_scalar("SELECT id FROM job.jobs WHERE state = 'available'")
+        .fetch_one(h.store.pool())
+        .await
+        .unwrap();
+    assert_eq!(head, ids[0], "the first enqueued is the head");
+}
+
+#[tokio::test]
+async fn a_unique_job_can_carry_an_ordering_key() {
+    let h = Harness::new().await;
+    let head = enqueue(&h.store, step("k", 0)).await;
+    let unique = Enqueue::new(step("k", 1))
+        .unique_key("u")
+        .enqueue(h.store.pool())
+        .await
+        .unwrap();
+    let row = h.row(unique).await;
+    assert_eq!(
+        (row.state, row.ordering_key.as_deref()),
+        (JobState::Pending, Some("k"))
+    );
+    h.store.cancel(head).await.unwrap();
+    assert_eq!(h.row(unique).await.state, JobState::Available);
+}
+
+#[tokio::test]
+async fn a_headless_key_left_by_a_race_is_promoted_by_the_stager() {
+    // The release trigger could not take the key's lock (an enqueuer held it): the key is on
+    // the wake-up list, and the stager promotes its oldest pending job.
+    let h = Harness::new().await;
+    let a = enqueue(&h.store, step("k", 0)).await;
+    let b = enqueue(&h.store, step("k", 1)).await;
+    // Finish the head while another session holds the key's lock, as an enqueuer would.
+    let mut holder = h.store.pool().begin().await.unwrap();
+    sqlx::query("SELECT pg_advisory_xact_lock(job.ordering_lock_key('k'))")
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+    h.store.cancel(a).await.unwrap();
+    assert_eq!(h.row(b).await.state, JobState::Pending, "not promoted yet");
+    assert_eq!(
+        h.store.stage_due(100).await.unwrap(),
+        0,
+        "the lock is still held"
+    );
+    holder.rollback().await.unwrap();
+    assert_eq!(h.store.stage_due(100).await.unwrap(), 1);
+    assert_eq!(h.row(b).await.state, JobState::Available);
+    assert_eq!(
+        count(&h.store, "SELECT count(*) FROM job.ordering_wake").await,
+        0
+    );
+}
+
+#[tokio::test]
+async fn an_ordering_key_is_bounded_at_the_door() {
+    let h = Harness::new().await;
+    for (key, why) in [("", "must be 1 to 512 bytes"), ("a\0b", "NUL")] {
+        let err = Enqueue::new(step("x", 0))
+            .ordering_key(key)
+            .enqueue(h.store.pool())
+            .await
+            .unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains("ordering_key") && text.contains(why),
+            "{text}"
+        );
+    }
+    let long = "k".repeat(513);
+    let err = Enqueue::new(step("x", 0))
+        .ordering_key(long)
+        .enqueue(h.store.pool())
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("ordering_key"), "{err}");
+    // Past the Rust door, the table's CHECK refuses it too.
+    let raw = sqlx::query(
+        "INSERT INTO job.jobs (kind, payload, ordering_key) VALUES ('x', '{}', repeat('k', 513))",
+    )
+    .execute(h.store.pool())
+    .await
+    .unwrap_err();
+    assert!(raw.to_string().contains("jobs_ordering_key_check"), "{raw}");
+    assert_eq!(count(&h.store, "SELECT count(*) FROM job.jobs").await, 0);
+}
