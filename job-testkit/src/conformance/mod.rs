@@ -47,6 +47,7 @@ pub mod finalize;
 pub mod heartbeat;
 mod jobs;
 pub mod lifecycle;
+pub mod ordering;
 pub mod rescue;
 mod runner;
 pub mod steps;

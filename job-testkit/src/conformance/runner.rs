@@ -97,6 +97,7 @@ suite![
     unique::until_pruned_holds_the_key_after_the_job_finished,
     unique::replace_updates_a_waiting_holder_and_refuses_a_running_one,
     unique::eight_concurrent_enqueues_of_one_key_make_one_job,
+    ordering::one_job_of_a_key_at_a_time_in_enqueue_order,
     lifecycle::a_job_past_its_deadline_is_never_claimed_and_expire_discards_it,
     lifecycle::a_paused_queue_or_kind_is_not_claimed_until_resumed,
     lifecycle::cancel_ends_a_waiting_job_at_once_and_requests_a_running_ones,
