@@ -50,11 +50,11 @@
 
 // Jobs, their options and what can happen to them.
 pub use job_core::{
-    AttemptError, AttemptInfo, Backoff, Deadline, EnqueueOptions, ErrorClass, Extensions, Failure,
-    Job, JobContext, JobError, JobId, JobOptions, JobRow, JobState, NewJob, OnDuplicate, Outcome,
-    RunAt, StopReason, Unique, UniqueScope, DEFAULT_MAX_SNOOZES, DEFAULT_PAYLOAD_LIMIT,
-    MAX_ERROR_HISTORY, MAX_ERROR_MESSAGE, MAX_NAME_LEN, MAX_STEP_NAME, MAX_STEP_OUTPUT, MAX_TAGS,
-    MAX_UNIQUE_KEY_LEN,
+    AttemptError, AttemptInfo, Backoff, Deadline, Dependency, DependencyMode, DependsOn,
+    EnqueueOptions, ErrorClass, Extensions, Failure, Job, JobContext, JobError, JobId, JobOptions,
+    JobRow, JobState, NewJob, OnDuplicate, Outcome, RunAt, StopReason, Unique, UniqueScope,
+    DEFAULT_MAX_SNOOZES, DEFAULT_PAYLOAD_LIMIT, MAX_ERROR_HISTORY, MAX_ERROR_MESSAGE, MAX_NAME_LEN,
+    MAX_STEP_NAME, MAX_STEP_OUTPUT, MAX_TAGS, MAX_UNIQUE_KEY_LEN,
 };
 // Telemetry: metrics, traces, progress.
 pub use job_core::{
@@ -85,7 +85,7 @@ pub use job_core::{
 pub use job_core::{Fault, FaultInjector, FaultPoint};
 pub use job_macros::job;
 // Enqueueing through any backend's executor.
-pub use job_core::{Enqueue, EnqueueExecutor, EnqueueMany};
+pub use job_core::{Batch, BatchIds, Enqueue, EnqueueExecutor, EnqueueMany};
 pub use job_postgres::{
     complete_in, enqueue, enqueue_many, pool_options, schema_script, Error as PgError, PgBackend,
     PgStore, TenantAdmin,

@@ -25,9 +25,10 @@ pub use model::backoff::Backoff;
 pub use model::error::{BoxError, BuildError, EnqueueError, JobError, StoreError};
 pub use model::job::{Job, JobId, JobOptions};
 pub use model::new_job::{
-    allowed_in_name, name_problem, payload_problem, Deadline, EnqueueOptions, NewJob, OnDuplicate,
-    RunAt, Unique, UniqueScope, DEFAULT_PAYLOAD_LIMIT, EARLIEST_TIME, FORBIDDEN_IN_NAMES,
-    LATEST_TIME, MAX_NAME_LEN, MAX_TAGS, MAX_UNIQUE_KEY_LEN,
+    allowed_in_name, name_problem, payload_problem, Deadline, Dependency, DependencyMode,
+    DependsOn, EnqueueOptions, NewJob, OnDuplicate, RunAt, Unique, UniqueScope,
+    DEFAULT_PAYLOAD_LIMIT, EARLIEST_TIME, FORBIDDEN_IN_NAMES, LATEST_TIME, MAX_DEPENDENCIES,
+    MAX_NAME_LEN, MAX_TAGS, MAX_UNIQUE_KEY_LEN,
 };
 pub use model::outcome::{AttemptEnd, ErrorClass, Failure, Outcome, DEFAULT_MAX_SNOOZES};
 pub use model::result::MAX_RESULT;
@@ -40,7 +41,7 @@ pub use telemetry::{
 };
 
 pub use contract::admin::{Admin, Cancelled, JobFilter, Pause, Redriven, StateCount, Stats};
-pub use contract::enqueue::{Enqueue, EnqueueExecutor, EnqueueMany};
+pub use contract::enqueue::{Batch, BatchIds, Enqueue, EnqueueExecutor, EnqueueMany};
 pub use contract::layer::{BoxFuture, Call, Layered, Returned, StoreLayer};
 pub use contract::report::{DeadLetterCount, QueueCount, Report, ReportRequest};
 pub use contract::store::{

@@ -53,15 +53,19 @@ CREATE TABLE job.ordering_wake (
 
 CREATE INDEX ordering_wake_key_idx ON job.ordering_wake (ordering_key);
 
--- Puts `key` on the wake-up list unless it is there (as far as this snapshot sees).
-CREATE FUNCTION job.ordering_wake_later(key text) RETURNS void
+-- Puts `key` on the wake-up list. `always`: even when this snapshot sees it there, which is
+-- what the release trigger needs: when it could not take the key's lock, the stager may be
+-- the holder, about to delete the entry it sees. The admit trigger holds the key's lock, so
+-- an entry it sees stays until after its commit, and it adds none then.
+CREATE FUNCTION job.ordering_wake_later(key text, always boolean) RETURNS void
 LANGUAGE sql
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
     INSERT INTO job.ordering_wake (ordering_key)
     SELECT key
-    WHERE NOT EXISTS (SELECT 1 FROM job.ordering_wake w WHERE w.ordering_key = key)
+    WHERE always
+       OR NOT EXISTS (SELECT 1 FROM job.ordering_wake w WHERE w.ordering_key = key)
 $$;
 
 -- The key's advisory lock: the same number from every caller.
@@ -122,7 +126,7 @@ BEGIN
                  AND o.state IN ('pending', 'scheduled', 'available', 'running', 'retryable'))
     THEN
         NEW.state := 'pending';
-        PERFORM job.ordering_wake_later(NEW.ordering_key);
+        PERFORM job.ordering_wake_later(NEW.ordering_key, false);
     END IF;
     RETURN NEW;
 END
@@ -138,7 +142,7 @@ BEGIN
     IF pg_try_advisory_xact_lock(job.ordering_lock_key(OLD.ordering_key)) THEN
         PERFORM job.ordering_promote(OLD.ordering_key);
     ELSE
-        PERFORM job.ordering_wake_later(OLD.ordering_key);
+        PERFORM job.ordering_wake_later(OLD.ordering_key, true);
     END IF;
     RETURN NULL;
 END
@@ -215,5 +219,5 @@ $$;
 -- As every function of the schema: no EXECUTE for PUBLIC. The workers' role needs it on
 -- job.ordering_wake_up and job.set_ordering_key (the README's grants); the triggers run as the schema's owner.
 REVOKE ALL ON FUNCTION job.ordering_lock_key(text), job.ordering_promote(text),
-    job.ordering_wake_later(text), job.ordering_wake_up(integer), job.ordering_admit(),
+    job.ordering_wake_later(text, boolean), job.ordering_wake_up(integer), job.ordering_admit(),
     job.ordering_release(), job.set_ordering_key(bigint, text) FROM PUBLIC;

@@ -6,10 +6,12 @@ use std::future::Future;
 
 use chrono::{DateTime, Utc};
 use job_core::duration_millis;
-use job_core::{Deadline, EnqueueError, EnqueueExecutor, JobId, NewJob, OnDuplicate, RunAt};
+use job_core::{
+    Deadline, DependsOn, EnqueueError, EnqueueExecutor, JobId, NewJob, OnDuplicate, RunAt,
+};
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::PgDatabaseError;
-use sqlx::{PgConnection, PgExecutor, PgPool, Postgres};
+use sqlx::{Acquire, PgConnection, PgExecutor, PgPool, Postgres};
 
 use crate::error::Error;
 use crate::sql;
@@ -33,6 +35,9 @@ pub async fn enqueue<'e, E: PgExecutor<'e>>(
     executor: E,
     job: &NewJob,
 ) -> Result<JobId, EnqueueError> {
+    if !job.depends_on.is_empty() {
+        return Err(needs_a_transaction());
+    }
     let (run_at, delay_ms) = split_run_at(job.run_at);
     let (deadline_at, deadline_ms) = split_deadline(job.deadline);
     let query = match &job.unique {
@@ -96,6 +101,102 @@ pub async fn enqueue_many<'e, E: PgExecutor<'e>>(
                 .into(),
         });
     }
+    if jobs.iter().any(|j| !j.depends_on.is_empty()) {
+        return Err(needs_a_transaction());
+    }
+    insert_many(executor, jobs).await
+}
+
+fn needs_a_transaction() -> EnqueueError {
+    EnqueueError::InvalidOption {
+        option: "depends_on",
+        reason: "a job with dependencies takes two statements: enqueue it with \
+                 `enqueue_with_dependencies`, `Enqueue`, `Batch` or the store"
+            .into(),
+    }
+}
+
+/// Inserts `jobs`, some of which wait for others (`NewJob::depends_on`: jobs enqueued before,
+/// or others of `jobs` by index, as a [`Batch`](job_core::Batch)'s callback waits for its
+/// members), and returns their ids in input order. Two statements in one transaction of its
+/// own, or a savepoint of the caller's when `conn` is in one (`&mut *tx`): the jobs, then what
+/// they wait for, which makes the waiting ones `pending` (migration 0013). A job waited for
+/// that does not exist is refused ([`EnqueueError::InvalidOption`] `depends_on`), and nothing
+/// is written.
+pub async fn enqueue_with_dependencies<'a, A>(
+    conn: A,
+    jobs: &[NewJob],
+) -> Result<Vec<JobId>, EnqueueError>
+where
+    A: Acquire<'a, Database = Postgres>,
+{
+    let n = jobs.len();
+    for (i, job) in jobs.iter().enumerate() {
+        for dep in &job.depends_on {
+            if let DependsOn::Batch(index) = dep.on {
+                if index >= n || index == i {
+                    return Err(EnqueueError::InvalidOption {
+                        option: "depends_on",
+                        reason: format!(
+                            "job {i} of the batch depends on job {index} of it, which is {}",
+                            if index == i { "itself" } else { "not in it" }
+                        ),
+                    });
+                }
+            }
+        }
+    }
+    let mut tx = conn.begin().await.map_err(Error::query("begin"))?;
+    let ids = insert_many(&mut *tx, jobs).await?;
+    let (mut dependents, mut waited_for, mut modes, mut outside) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for (job, id) in jobs.iter().zip(&ids) {
+        for dep in &job.depends_on {
+            let on = match dep.on {
+                DependsOn::Batch(index) => ids[index],
+                DependsOn::Job(on) => {
+                    outside.push(on);
+                    on
+                }
+                _ => unreachable!("DependsOn has no other variant"),
+            };
+            dependents.push(*id);
+            waited_for.push(on);
+            modes.push(dep.mode.as_str());
+        }
+    }
+    outside.sort_unstable();
+    outside.dedup();
+    sqlx::query(sql::DEPENDENCIES_ADD)
+        .bind(dependents)
+        .bind(waited_for)
+        .bind(modes)
+        .bind(outside)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| refused(None, "dependencies_add", e))?;
+    tx.commit().await.map_err(Error::query("commit"))?;
+    Ok(ids)
+}
+
+/// The ids of the jobs `id` depends on (a batch callback's members), in id order: read them
+/// with `Admin::list` (`JobFilter { ids, .. }`) for their states and results.
+pub async fn dependencies_of<'e, E: PgExecutor<'e>>(
+    executor: E,
+    id: JobId,
+) -> Result<Vec<JobId>, Error> {
+    sqlx::query_scalar(sql::DEPENDENCIES_OF)
+        .bind(id)
+        .fetch_all(executor)
+        .await
+        .map_err(Error::query("dependencies_of"))
+}
+
+/// [`enqueue_many`]'s statement, for jobs whose dependencies (if any) are recorded after.
+async fn insert_many<'e, E: PgExecutor<'e>>(
+    executor: E,
+    jobs: &[NewJob],
+) -> Result<Vec<JobId>, EnqueueError> {
     let n = jobs.len();
     let mut kinds = Vec::with_capacity(n);
     let mut queues = Vec::with_capacity(n);
@@ -201,6 +302,7 @@ fn refused(kind: Option<&str>, statement: &'static str, error: sqlx::Error) -> E
         Some("priority") => "priority",
         Some("max_attempts") => "max_attempts",
         Some("payload_version") => "payload_version",
+        Some("depends_on") => "depends_on",
         _ => return Error::query(statement)(error).into(),
     };
     // "job row refused: `payload` is 5 bytes, over the limit of 4 bytes"
@@ -253,41 +355,66 @@ fn split_deadline(deadline: Option<Deadline>) -> (Option<DateTime<Utc>>, Option<
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PgBackend {}
 
+/// One job through `conn`: one statement, or two in a transaction when it has dependencies.
+async fn enqueue_any<'a, A>(conn: A, job: &NewJob) -> Result<JobId, EnqueueError>
+where
+    A: Acquire<'a, Database = Postgres> + PgExecutor<'a>,
+{
+    if job.depends_on.is_empty() {
+        enqueue(conn, job).await
+    } else {
+        let ids = enqueue_with_dependencies(conn, std::slice::from_ref(job)).await?;
+        Ok(ids[0])
+    }
+}
+
+/// Many jobs through `conn`: one statement, or two in a transaction when any has dependencies.
+async fn enqueue_many_any<'a, A>(conn: A, jobs: &[NewJob]) -> Result<Vec<JobId>, EnqueueError>
+where
+    A: Acquire<'a, Database = Postgres> + PgExecutor<'a>,
+{
+    if jobs.iter().all(|j| j.depends_on.is_empty()) {
+        enqueue_many(conn, jobs).await
+    } else {
+        enqueue_with_dependencies(conn, jobs).await
+    }
+}
+
 impl EnqueueExecutor<PgBackend> for &PgPool {
     fn enqueue_job(self, job: &NewJob) -> impl Future<Output = Result<JobId, EnqueueError>> + Send {
-        enqueue(self, job)
+        enqueue_any(self, job)
     }
 
     fn enqueue_jobs(
         self,
         jobs: &[NewJob],
     ) -> impl Future<Output = Result<Vec<JobId>, EnqueueError>> + Send {
-        enqueue_many(self, jobs)
+        enqueue_many_any(self, jobs)
     }
 }
 
 impl EnqueueExecutor<PgBackend> for &mut PgConnection {
     fn enqueue_job(self, job: &NewJob) -> impl Future<Output = Result<JobId, EnqueueError>> + Send {
-        enqueue(self, job)
+        enqueue_any(self, job)
     }
 
     fn enqueue_jobs(
         self,
         jobs: &[NewJob],
     ) -> impl Future<Output = Result<Vec<JobId>, EnqueueError>> + Send {
-        enqueue_many(self, jobs)
+        enqueue_many_any(self, jobs)
     }
 }
 
 impl EnqueueExecutor<PgBackend> for &mut PoolConnection<Postgres> {
     fn enqueue_job(self, job: &NewJob) -> impl Future<Output = Result<JobId, EnqueueError>> + Send {
-        enqueue(&mut **self, job)
+        enqueue_any(&mut **self, job)
     }
 
     fn enqueue_jobs(
         self,
         jobs: &[NewJob],
     ) -> impl Future<Output = Result<Vec<JobId>, EnqueueError>> + Send {
-        enqueue_many(&mut **self, jobs)
+        enqueue_many_any(&mut **self, jobs)
     }
 }

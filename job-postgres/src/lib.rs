@@ -22,7 +22,7 @@ mod store;
 
 pub use admin::TenantAdmin;
 pub use complete::complete_in;
-pub use enqueue::{enqueue, enqueue_many, PgBackend};
+pub use enqueue::{dependencies_of, enqueue, enqueue_many, enqueue_with_dependencies, PgBackend};
 pub use error::Error;
 pub use inspect::{Check, Overview, Page, PageRequest, QueueOverview, StepRecord};
 pub use listen::CHANNEL;

@@ -82,6 +82,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "ordering",
         sql: include_str!("../migrations/0012_ordering.sql"),
     },
+    Migration {
+        version: 13,
+        name: "dependencies",
+        sql: include_str!("../migrations/0013_dependencies.sql"),
+    },
 ];
 
 /// The whole schema as one plain SQL script, for a DBA or a team without Rust:

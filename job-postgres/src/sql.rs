@@ -23,6 +23,8 @@ fn splice(statement: &str) -> String {
 
 pub(crate) const ENQUEUE: &str = include_str!("sql/enqueue.sql");
 pub(crate) const ENQUEUE_MANY: &str = include_str!("sql/enqueue_many.sql");
+pub(crate) const DEPENDENCIES_ADD: &str = include_str!("sql/dependencies_add.sql");
+pub(crate) const DEPENDENCIES_OF: &str = include_str!("sql/dependencies_of.sql");
 pub(crate) const CLAIM: &str = include_str!("sql/claim.sql");
 pub(crate) const HEARTBEAT: &str = include_str!("sql/heartbeat.sql");
 pub(crate) const FINALIZE: &str = include_str!("sql/finalize.sql");

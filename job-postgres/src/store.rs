@@ -62,6 +62,13 @@ impl PgStore {
         &self.pool
     }
 
+    /// The ids of the jobs job `id` depends on (for a batch's callback, its members), in id
+    /// order: a dependent handler reads their states and results with
+    /// `store.list(&JobFilter { ids, ..Default::default() })`.
+    pub async fn dependencies(&self, id: JobId) -> Result<Vec<JobId>, Error> {
+        enqueue::dependencies_of(&self.pool, id).await
+    }
+
     /// Brings the `job` schema up to date; see [`migrate::migrate`].
     pub async fn migrate(&self) -> Result<(), Error> {
         migrate::migrate(&self.pool).await
@@ -75,12 +82,15 @@ impl PgStore {
 impl Store for PgStore {
     async fn enqueue(&self, job: NewJob) -> Result<JobId, EnqueueError> {
         self.validate(&job)?;
-        enqueue::enqueue(&self.pool, &job).await
+        job_core::EnqueueExecutor::enqueue_job(&self.pool, &job).await
     }
 
     async fn enqueue_many(&self, jobs: Vec<NewJob>) -> Result<Vec<JobId>, EnqueueError> {
         for job in &jobs {
             self.validate(job)?;
+        }
+        if jobs.iter().any(|j| !j.depends_on.is_empty()) {
+            return enqueue::enqueue_with_dependencies(&self.pool, &jobs).await;
         }
         if jobs.len() <= ENQUEUE_CHUNK {
             return enqueue::enqueue_many(&self.pool, &jobs).await;

@@ -33,12 +33,10 @@ const UNIQUE_TRIES: u32 = 100;
 /// deadline are replaced and its id returned.
 pub async fn enqueue(conn: &mut SqliteConnection, job: &NewJob) -> Result<JobId, EnqueueError> {
     if job.ordering_key.is_some() {
-        return Err(EnqueueError::InvalidOption {
-            option: "ordering_key",
-            reason: "per-key ordering is not supported by the SQLite backend yet; use \
-                     PostgreSQL (README, Backends)"
-                .into(),
-        });
+        return Err(not_yet("ordering_key", "per-key ordering"));
+    }
+    if !job.depends_on.is_empty() {
+        return Err(not_yet("depends_on", "dependencies and batches"));
     }
     let Some(unique) = &job.unique else {
         let id: JobId = bind(sqlx::query_scalar(sql::INSERT), job)
@@ -107,6 +105,16 @@ pub async fn enqueue_many(
     let ids = insert_all(&mut tx, jobs).await?;
     tx.commit().await.map_err(Error::query("commit"))?;
     Ok(ids)
+}
+
+/// A refusal of an option this backend does not support yet.
+fn not_yet(option: &'static str, what: &str) -> EnqueueError {
+    EnqueueError::InvalidOption {
+        option,
+        reason: format!(
+            "{what}: not supported by the SQLite backend yet; use PostgreSQL (README, Backends)"
+        ),
+    }
 }
 
 /// Inserts `jobs` one statement each on `conn`, which is inside a transaction.

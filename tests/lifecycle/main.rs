@@ -11,6 +11,7 @@ mod cancel;
 mod concurrency;
 mod dead_letters;
 mod deadlines;
+mod dependencies;
 mod macros;
 mod metadata;
 mod ordering;

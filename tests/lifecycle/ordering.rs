@@ -348,3 +348,32 @@ async fn an_ordering_key_is_bounded_at_the_door() {
     assert!(raw.to_string().contains("jobs_ordering_key_check"), "{raw}");
     assert_eq!(count(&h.store, "SELECT count(*) FROM job.jobs").await, 0);
 }
+
+#[tokio::test]
+async fn a_head_finishing_while_the_stager_forgets_its_key_still_hands_the_key_on() {
+    // The stager holds the key's lock and has deleted the key's wake-up entry, not yet
+    // committed, when the head finishes: the release trigger cannot take the lock and must put
+    // the key back on the list although it still sees the entry being deleted.
+    let h = Harness::new().await;
+    let a = enqueue(&h.store, step("k", 0)).await;
+    let b = enqueue(&h.store, step("k", 1)).await;
+    assert_eq!(
+        count(&h.store, "SELECT count(*) FROM job.ordering_wake").await,
+        1,
+        "the admit trigger listed the key"
+    );
+    let mut stager = h.store.pool().begin().await.unwrap();
+    sqlx::query("SELECT pg_advisory_xact_lock(job.ordering_lock_key('k'))")
+        .execute(&mut *stager)
+        .await
+        .unwrap();
+    sqlx::query("DELETE FROM job.ordering_wake WHERE ordering_key = 'k'")
+        .execute(&mut *stager)
+        .await
+        .unwrap();
+    h.store.cancel(a).await.unwrap();
+    stager.commit().await.unwrap();
+    assert_eq!(h.row(b).await.state, JobState::Pending);
+    assert_eq!(h.store.stage_due(100).await.unwrap(), 1);
+    assert_eq!(h.row(b).await.state, JobState::Available);
+}

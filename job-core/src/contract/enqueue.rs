@@ -10,7 +10,10 @@ use chrono::{DateTime, Utc};
 
 use crate::model::error::EnqueueError;
 use crate::model::job::{Job, JobId};
-use crate::model::new_job::{Deadline, EnqueueOptions, NewJob, OnDuplicate, RunAt, UniqueScope};
+use crate::model::new_job::{
+    Deadline, Dependency, DependencyMode, DependsOn, EnqueueOptions, NewJob, OnDuplicate, RunAt,
+    UniqueScope,
+};
 
 /// Something jobs can be inserted through: a backend's pool, or a connection (the caller's
 /// open transaction, `&mut *tx`). `B` is the backend's marker type
@@ -181,6 +184,31 @@ impl<J: Job> Enqueue<J> {
         self
     }
 
+    /// Runs the job only after each of `jobs` has completed; when one ends cancelled or
+    /// discarded instead, this job is discarded with class `dependency` and never runs. It is
+    /// `pending` meanwhile. PostgreSQL only for now.
+    pub fn depends_on(mut self, jobs: impl IntoIterator<Item = JobId>) -> Self {
+        self.options
+            .depends_on
+            .extend(jobs.into_iter().map(|id| Dependency {
+                on: DependsOn::Job(id),
+                mode: DependencyMode::Completed,
+            }));
+        self
+    }
+
+    /// Runs the job once each of `jobs` has finished, however it ended (completed, cancelled
+    /// or discarded): a callback. PostgreSQL only for now.
+    pub fn after_all(mut self, jobs: impl IntoIterator<Item = JobId>) -> Self {
+        self.options
+            .depends_on
+            .extend(jobs.into_iter().map(|id| Dependency {
+                on: DependsOn::Job(id),
+                mode: DependencyMode::Finished,
+            }));
+        self
+    }
+
     /// The row this enqueue would insert, checked.
     pub fn build(&self) -> Result<NewJob, EnqueueError> {
         NewJob::build(
@@ -263,5 +291,96 @@ impl<J: Job> EnqueueMany<J> {
             })
             .collect::<Result<Vec<_>, _>>()?;
         executor.enqueue_jobs(&rows).await
+    }
+}
+
+/// A batch: member jobs, and a callback job that runs once when every member has finished,
+/// however each ended, all inserted in one statement (so in the caller's transaction, or not
+/// at all). The callback reads the members' outcomes and results through
+/// `PgStore::dependencies(ctx.id())`. PostgreSQL only for now.
+///
+/// ```no_run
+/// # use job_core::{Batch, EnqueueExecutor, Enqueue, Job, JobContext, JobError};
+/// # use serde::{Deserialize, Serialize};
+/// # #[derive(Serialize, Deserialize)] struct Resize { image: i64 }
+/// # impl Job for Resize { const KIND: &'static str = "resize";
+/// #   async fn perform(self, _: JobContext) -> Result<(), JobError> { Ok(()) } }
+/// # #[derive(Serialize, Deserialize)] struct AlbumReady { album: i64 }
+/// # impl Job for AlbumReady { const KIND: &'static str = "album_ready";
+/// #   async fn perform(self, _: JobContext) -> Result<(), JobError> { Ok(()) } }
+/// # async fn demo<B, E: EnqueueExecutor<B>>(tx: E) -> Result<(), job_core::EnqueueError> {
+/// let ids = Batch::new()
+///     .member(Enqueue::new(Resize { image: 1 }))
+///     .member(Enqueue::new(Resize { image: 2 }))
+///     .callback(Enqueue::new(AlbumReady { album: 7 }))
+///     .enqueue(tx)
+///     .await?;
+/// # let _ = ids; Ok(()) }
+/// ```
+#[derive(Debug, Default)]
+#[must_use = "a Batch does nothing until `.enqueue(executor)` is awaited"]
+pub struct Batch {
+    members: Vec<Result<NewJob, EnqueueError>>,
+    callback: Option<Result<NewJob, EnqueueError>>,
+}
+
+/// The ids a [`Batch`] was given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchIds {
+    /// The members', in the order they were added.
+    pub members: Vec<JobId>,
+    /// The callback's.
+    pub callback: JobId,
+}
+
+impl Batch {
+    /// An empty batch.
+    pub fn new() -> Self {
+        Batch::default()
+    }
+
+    /// Adds a member (with its own options).
+    pub fn member<J: Job>(mut self, member: Enqueue<J>) -> Self {
+        self.members.push(member.build());
+        self
+    }
+
+    /// Sets the job that runs once every member has finished.
+    pub fn callback<J: Job>(mut self, callback: Enqueue<J>) -> Self {
+        self.callback = Some(callback.build());
+        self
+    }
+
+    /// Checks every job and inserts members and callback in one statement through
+    /// `executor`. Nothing is written when any of them is refused; a batch needs at least one
+    /// member and a callback.
+    pub async fn enqueue<B, E: EnqueueExecutor<B>>(
+        self,
+        executor: E,
+    ) -> Result<BatchIds, EnqueueError> {
+        let invalid = |reason: &str| EnqueueError::InvalidOption {
+            option: "batch",
+            reason: reason.into(),
+        };
+        let mut callback = self
+            .callback
+            .ok_or_else(|| invalid("has no callback: call .callback(..) before .enqueue"))??;
+        if self.members.is_empty() {
+            return Err(invalid("has no member: add at least one"));
+        }
+        let mut jobs = self.members.into_iter().collect::<Result<Vec<_>, _>>()?;
+        let n = jobs.len();
+        callback.depends_on.extend((0..n).map(|index| Dependency {
+            on: DependsOn::Batch(index),
+            mode: DependencyMode::Finished,
+        }));
+        callback.validate(usize::MAX)?;
+        jobs.push(callback);
+        let mut ids = executor.enqueue_jobs(&jobs).await?;
+        let callback = ids.pop().expect("one id per job");
+        Ok(BatchIds {
+            members: ids,
+            callback,
+        })
     }
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use crate::model::error::EnqueueError;
-use crate::model::job::Job;
+use crate::model::job::{Job, JobId};
 
 /// The default payload size limit: 1 MiB of JSON. The database's limit
 /// (`job.settings.payload_limit`, which every enqueue obeys) starts at this value; a store may
@@ -150,6 +150,50 @@ impl UniqueScope {
     }
 }
 
+/// The most jobs one job may depend on.
+pub const MAX_DEPENDENCIES: usize = 10_000;
+
+/// A job another job waits for (see the README's dependencies and batches).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Dependency {
+    /// Which job.
+    pub on: DependsOn,
+    /// What it must end as.
+    pub mode: DependencyMode,
+}
+
+/// Which job a [`Dependency`] names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum DependsOn {
+    /// A job already enqueued.
+    Job(JobId),
+    /// The job at this index of the same bulk enqueue (a [`Batch`](crate::Batch)'s members).
+    Batch(usize),
+}
+
+/// What a dependency must end as for its dependent to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum DependencyMode {
+    /// Completed: when it ends cancelled or discarded (or is deleted) instead, the dependent
+    /// is discarded with class `dependency`, never run. The default.
+    #[default]
+    Completed,
+    /// Finished in any way: completed, cancelled or discarded (a batch's callback).
+    Finished,
+}
+
+impl DependencyMode {
+    /// The name stored in `job.dependencies.mode`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            DependencyMode::Completed => "completed",
+            DependencyMode::Finished => "finished",
+        }
+    }
+}
+
 /// What an enqueue does when a job with the same kind and unique key is active.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
 #[non_exhaustive]
@@ -203,6 +247,8 @@ pub struct EnqueueOptions {
     pub traceparent: Option<String>,
     /// An ordering key instead of the one [`Job::ordering_key`] derives from the payload.
     pub ordering_key: Option<String>,
+    /// Jobs this one waits for; it is `pending` until they have ended.
+    pub depends_on: Vec<Dependency>,
 }
 
 /// A validated job row to insert.
@@ -234,6 +280,8 @@ pub struct NewJob {
     pub traceparent: Option<String>,
     /// Its ordering key, if any: jobs with the same key run one at a time, in enqueue order.
     pub ordering_key: Option<String>,
+    /// Jobs it waits for: it is `pending` until they have ended as each one's mode asks.
+    pub depends_on: Vec<Dependency>,
 }
 
 impl NewJob {
@@ -255,6 +303,7 @@ impl NewJob {
             tenant: None,
             traceparent: None,
             ordering_key: None,
+            depends_on: Vec::new(),
         }
     }
 
@@ -292,6 +341,7 @@ impl NewJob {
                 .traceparent
                 .or_else(crate::telemetry::current_traceparent),
             ordering_key: options.ordering_key.or_else(|| job.ordering_key()),
+            depends_on: options.depends_on,
         };
         new.validate(payload_limit)?;
         Ok(new)
@@ -346,6 +396,32 @@ impl NewJob {
         }
         if let Some(key) = &self.ordering_key {
             check_key("ordering_key", key)?;
+        }
+        if !self.depends_on.is_empty() {
+            if self.depends_on.len() > MAX_DEPENDENCIES {
+                return Err(invalid(
+                    "depends_on",
+                    format!(
+                        "at most {MAX_DEPENDENCIES} dependencies, got {}",
+                        self.depends_on.len()
+                    ),
+                ));
+            }
+            if let Some(bad) = self.depends_on.iter().find_map(|d| match d.on {
+                DependsOn::Job(id) if id < 1 => Some(id),
+                _ => None,
+            }) {
+                return Err(invalid(
+                    "depends_on",
+                    format!("job ids are 1 or more, got {bad}"),
+                ));
+            }
+            if self.unique.is_some() || self.ordering_key.is_some() {
+                return Err(invalid(
+                    "depends_on",
+                    "cannot be combined with a unique or ordering key yet".into(),
+                ));
+            }
         }
         if self.tags.len() > MAX_TAGS {
             return Err(invalid(

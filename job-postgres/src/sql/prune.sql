@@ -1,6 +1,7 @@
 -- Deletes up to $3 completed jobs finished more than $1 milliseconds ago and cancelled jobs
 -- finished more than $2 milliseconds ago (never discarded ones), oldest first, skipping rows
--- someone holds. Returns how many.
+-- someone holds, and what those jobs depended on (job.dependencies, migration 0013). Returns
+-- how many jobs.
 WITH gone AS (
     DELETE FROM job.jobs
     WHERE id IN (
@@ -15,6 +16,9 @@ WITH gone AS (
         LIMIT $3::integer
         FOR UPDATE SKIP LOCKED
     )
-    RETURNING 1
+    RETURNING id
+),
+edges AS (
+    DELETE FROM job.dependencies d WHERE d.job_id IN (SELECT id FROM gone)
 )
 SELECT count(*) FROM gone

@@ -1,8 +1,15 @@
 -- Deletes the dead letters of dead_letters.sql (at most $9 discarded jobs matching the filter
--- $1..$8, $10, skipping rows someone holds). Returns the ids deleted.
-DELETE FROM job.jobs
-WHERE id IN (
-    SELECT j.id
+-- $1..$8, $10, skipping rows someone holds), and what they depended on (job.dependencies,
+-- migration 0013). Returns the ids deleted.
+WITH gone AS (
+    DELETE FROM job.jobs
+    WHERE id IN (
+        SELECT j.id
 -- @dead_letters
+    )
+    RETURNING id
+),
+edges AS (
+    DELETE FROM job.dependencies d WHERE d.job_id IN (SELECT id FROM gone)
 )
-RETURNING id
+SELECT id FROM gone

@@ -4,7 +4,9 @@
 -- waiting rows (one index probe each), then each queue's due rows in run_at order. Wakes the
 -- queues it filled (NOTIFY is delivered at commit). Then promotes the pending jobs of up to $1
 -- keys on the ordering wake-up list (job.ordering_wake_up, migration 0012; an empty list costs
--- one probe). Returns how many rows it staged and how many it promoted.
+-- one probe), and resolves up to $1 dependents whose dependencies have ended
+-- (job.dependencies_resolve, migration 0013). Returns how many rows it staged, and how many
+-- it promoted or discarded.
 WITH RECURSIVE queues AS (
     (SELECT j.queue FROM job.jobs j
      WHERE j.state IN ('scheduled', 'retryable')
@@ -44,4 +46,5 @@ woken AS (
     FROM (SELECT DISTINCT queue FROM staged) s
 )
 SELECT (SELECT count(*) FROM staged) AS staged, (SELECT count(*) FROM woken) AS woken,
-       job.ordering_wake_up($1::integer)::bigint AS promoted
+       job.ordering_wake_up($1::integer)::bigint
+           + job.dependencies_resolve($1::integer)::bigint AS promoted

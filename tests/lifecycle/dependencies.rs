@@ -1,0 +1,298 @@
+//! Dependencies and batches: a dependent runs only after the jobs it waits for have ended as
+//! it asks; a batch's callback runs once, after every member has finished, and reads their
+//! outcomes and results; all of it enqueued in one transaction with the caller's rows.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use job::{
+    Admin, Batch, Enqueue, EnqueueError, Job, JobContext, JobError, JobFilter, JobId, JobOptions,
+    JobState, PgStore,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::common::*;
+use crate::support::count;
+
+/// What ran, in order, by name.
+#[derive(Clone, Default)]
+struct Trail(Arc<Mutex<Vec<String>>>);
+
+impl Trail {
+    fn push(&self, name: &str) {
+        self.0.lock().unwrap().push(name.to_owned());
+    }
+
+    fn all(&self) -> Vec<String> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+/// Records its name and ends as told: completes with its name as result, or fails for good.
+#[derive(Debug, Serialize, Deserialize)]
+struct Task {
+    name: String,
+    fail: bool,
+}
+
+impl Job for Task {
+    const KIND: &'static str = "test.dep_task";
+    const OPTIONS: JobOptions = JobOptions {
+        backoff: FAST_BACKOFF,
+        ..JobOptions::DEFAULT
+    };
+
+    async fn perform(self, ctx: JobContext) -> Result<(), JobError> {
+        let trail = ctx.state::<Trail>()?;
+        trail.push(&format!("{}:start", self.name));
+        // Long enough that a dependent started too early would start before this ends.
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        trail.push(&format!("{}:end", self.name));
+        if self.fail {
+            return Err(JobError::terminal("told to fail"));
+        }
+        ctx.set_result(&self.name)?;
+        Ok(())
+    }
+}
+
+/// A batch's callback: reads its members' outcomes and results through the store.
+#[derive(Debug, Serialize, Deserialize)]
+struct Summary {}
+
+/// One member as the callback saw it: id, state, result.
+type Member = (JobId, JobState, Option<serde_json::Value>);
+
+/// What the callback saw, each time it ran.
+#[derive(Clone, Default)]
+struct Seen(Arc<Mutex<Vec<Vec<Member>>>>);
+
+impl Job for Summary {
+    const KIND: &'static str = "test.dep_summary";
+
+    async fn perform(self, ctx: JobContext) -> Result<(), JobError> {
+        let store = ctx.state::<PgStore>()?;
+        let ids = store.dependencies(ctx.id()).await?;
+        let rows = store
+            .list(&JobFilter {
+                ids,
+                ..Default::default()
+            })
+            .await?;
+        ctx.state::<Seen>()?.0.lock().unwrap().push(
+            rows.into_iter()
+                .map(|r| (r.id, r.state, r.result))
+                .collect(),
+        );
+        ctx.state::<Trail>()?.push("summary");
+        Ok(())
+    }
+}
+
+fn task(name: &str) -> Task {
+    Task {
+        name: name.into(),
+        fail: false,
+    }
+}
+
+fn failing(name: &str) -> Task {
+    Task {
+        name: name.into(),
+        fail: true,
+    }
+}
+
+fn worker(h: &Harness, trail: &Trail, seen: &Seen) -> job::Worker<PgStore> {
+    job::Worker::builder(h.store.clone())
+        .register::<Task>()
+        .register::<Summary>()
+        .queue("default", 4)
+        .poll_interval(Duration::from_millis(20))
+        .state(trail.clone())
+        .state(seen.clone())
+        .state(h.store.clone())
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_dependent_runs_after_what_it_waits_for_has_completed() {
+    let h = Harness::new().await;
+    let (trail, seen) = (Trail::default(), Seen::default());
+    let a = enqueue(&h.store, task("a")).await;
+    let b = enqueue(&h.store, task("b")).await;
+    let c = Enqueue::new(task("c"))
+        .depends_on([a, b])
+        .enqueue(h.store.pool())
+        .await
+        .unwrap();
+    assert_eq!(h.row(c).await.state, JobState::Pending);
+    assert_eq!(h.store.dependencies(c).await.unwrap(), [a, b]);
+    let w = worker(&h, &trail, &seen).start();
+    h.reaches(c, JobState::Completed).await;
+    w.shutdown().await;
+    let ran = trail.all();
+    let at = |what: &str| ran.iter().position(|r| r == what).expect(what);
+    assert!(
+        at("c:start") > at("a:end") && at("c:start") > at("b:end"),
+        "{ran:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_discarded_dependency_discards_its_dependents_down_the_chain() {
+    let h = Harness::new().await;
+    let (trail, seen) = (Trail::default(), Seen::default());
+    let a = enqueue(&h.store, failing("a")).await;
+    let b = Enqueue::new(task("b"))
+        .depends_on([a])
+        .enqueue(h.store.pool())
+        .await
+        .unwrap();
+    let c = Enqueue::new(task("c"))
+        .depends_on([b])
+        .enqueue(h.store.pool())
+        .await
+        .unwrap();
+    let w = worker(&h, &trail, &seen).start();
+    let c_row = h.reaches(c, JobState::Discarded).await;
+    w.shutdown().await;
+    let b_row = h.row(b).await;
+    assert_eq!(b_row.state, JobState::Discarded);
+    assert_eq!(b_row.errors[0].class, "dependency");
+    assert_eq!(
+        b_row.errors[0].message,
+        format!("job {a}, which this job depends on, was discarded")
+    );
+    assert_eq!(c_row.errors[0].class, "dependency");
+    assert_eq!(trail.all(), ["a:start", "a:end"], "neither dependent ran");
+}
+
+#[tokio::test]
+async fn a_batch_callback_runs_once_after_every_member_with_their_outcomes() {
+    let h = Harness::new().await;
+    let (trail, seen) = (Trail::default(), Seen::default());
+    let mut tx = h.store.pool().begin().await.unwrap();
+    let batch = Batch::new()
+        .member(Enqueue::new(task("m1")))
+        .member(Enqueue::new(failing("m2")))
+        .member(Enqueue::new(task("m3")))
+        .callback(Enqueue::new(Summary {}))
+        .enqueue(&mut *tx)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(h.row(batch.callback).await.state, JobState::Pending);
+    let w = worker(&h, &trail, &seen).start();
+    h.reaches(batch.callback, JobState::Completed).await;
+    w.shutdown().await;
+    let ran = trail.all();
+    assert_eq!(ran.len(), 7, "{ran:?}");
+    assert_eq!(ran.last().map(String::as_str), Some("summary"), "{ran:?}");
+    let seen = seen.0.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1, "the callback ran once");
+    let m = &batch.members;
+    assert_eq!(
+        seen[0],
+        [
+            (m[0], JobState::Completed, Some(serde_json::json!("m1"))),
+            (m[1], JobState::Discarded, None),
+            (m[2], JobState::Completed, Some(serde_json::json!("m3"))),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_rolled_back_batch_leaves_nothing_and_a_missing_dependency_is_refused() {
+    let h = Harness::new().await;
+    let mut tx = h.store.pool().begin().await.unwrap();
+    Batch::new()
+        .member(Enqueue::new(task("m1")))
+        .callback(Enqueue::new(Summary {}))
+        .enqueue(&mut *tx)
+        .await
+        .unwrap();
+    tx.rollback().await.unwrap();
+    assert_eq!(count(&h.store, "SELECT count(*) FROM job.jobs").await, 0);
+    assert_eq!(
+        count(&h.store, "SELECT count(*) FROM job.dependencies").await,
+        0
+    );
+
+    let err = Enqueue::new(task("x"))
+        .depends_on([987_654])
+        .enqueue(h.store.pool())
+        .await
+        .unwrap_err();
+    match err {
+        EnqueueError::InvalidOption {
+            option: "depends_on",
+            reason,
+        } => assert!(reason.contains("987654"), "{reason}"),
+        other => panic!("expected depends_on refused, got {other:?}"),
+    }
+    assert_eq!(count(&h.store, "SELECT count(*) FROM job.jobs").await, 0);
+
+    let err = Batch::new()
+        .callback(Enqueue::new(Summary {}))
+        .enqueue(h.store.pool())
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("no member"), "{err}");
+    let err = Enqueue::new(task("x"))
+        .depends_on([1])
+        .ordering_key("k")
+        .enqueue(h.store.pool())
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("depends_on"), "{err}");
+}
+
+#[tokio::test]
+async fn a_cancelled_dependent_is_left_alone_and_its_edges_go_when_pruned() {
+    let h = Harness::new().await;
+    let (trail, seen) = (Trail::default(), Seen::default());
+    let a = enqueue(&h.store, task("a")).await;
+    let b = Enqueue::new(task("b"))
+        .depends_on([a])
+        .enqueue(h.store.pool())
+        .await
+        .unwrap();
+    h.store.cancel(b).await.unwrap();
+    let w = worker(&h, &trail, &seen).start();
+    h.reaches(a, JobState::Completed).await;
+    eventually("the edge to be resolved", || async {
+        (count(
+            &h.store,
+            "SELECT count(*) FROM job.dependencies WHERE NOT resolved",
+        )
+        .await
+            == 0)
+            .then_some(())
+    })
+    .await;
+    w.shutdown().await;
+    assert_eq!(h.row(b).await.state, JobState::Cancelled);
+    assert_eq!(trail.all(), ["a:start", "a:end"]);
+    // Pruning the cancelled dependent takes its edge with it.
+    sqlx::query("UPDATE job.jobs SET finalized_at = now() - interval '30 days' WHERE id = $1")
+        .bind(b)
+        .execute(h.store.pool())
+        .await
+        .unwrap();
+    job::Store::prune(
+        &h.store,
+        &job::PruneRequest {
+            completed_retention: Duration::from_secs(3600),
+            cancelled_retention: Duration::from_secs(3600),
+            batch: 100,
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        count(&h.store, "SELECT count(*) FROM job.dependencies").await,
+        0
+    );
+}
