@@ -206,10 +206,13 @@ BEGIN
         LIMIT max_keys
     LOOP
         IF pg_try_advisory_xact_lock(job.ordering_lock_key(key)) THEN
+            -- Forget the key first, then promote: an entry a release commits after this
+            -- DELETE's snapshot stays for the next pass, and one it committed before is
+            -- deleted here, but then the promotion's later snapshot sees that head finished.
+            DELETE FROM job.ordering_wake w WHERE w.ordering_key = key;
             IF job.ordering_promote(key) THEN
                 promoted := promoted + 1;
             END IF;
-            DELETE FROM job.ordering_wake w WHERE w.ordering_key = key;
         END IF;
     END LOOP;
     RETURN promoted;
