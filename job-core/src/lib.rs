@@ -23,7 +23,7 @@ mod worker;
 pub use model::attempt_info::{AttemptInfo, StopReason};
 pub use model::backoff::Backoff;
 pub use model::error::{BoxError, BuildError, EnqueueError, JobError, StoreError};
-pub use model::job::{Job, JobId, JobOptions};
+pub use model::job::{Compensate, Discarded, DiscardedError, Job, JobId, JobOptions};
 pub use model::new_job::{
     allowed_in_name, name_problem, payload_problem, Deadline, Dependency, DependencyMode,
     DependsOn, EnqueueOptions, NewJob, OnDuplicate, RunAt, Unique, UniqueScope,

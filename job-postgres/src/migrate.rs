@@ -87,6 +87,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "dependencies",
         sql: include_str!("../migrations/0013_dependencies.sql"),
     },
+    Migration {
+        version: 14,
+        name: "compensation",
+        sql: include_str!("../migrations/0014_compensation.sql"),
+    },
 ];
 
 /// The whole schema as one plain SQL script, for a DBA or a team without Rust:

@@ -12,6 +12,24 @@ use crate::sql;
 /// The row of `job.leaders` the reporter holds.
 const ROLE: &str = "reporter";
 
+/// Records each kind's compensating job, or that it has none (`sql/register_kinds.sql`).
+pub(crate) async fn register_kinds(
+    pool: &PgPool,
+    kinds: &[(String, Option<job_core::Compensate>)],
+) -> Result<(), Error> {
+    let names: Vec<&str> = kinds.iter().map(|(k, _)| k.as_str()).collect();
+    let ckinds: Vec<Option<&str>> = kinds.iter().map(|(_, c)| c.map(|c| c.kind)).collect();
+    let cqueues: Vec<Option<&str>> = kinds.iter().map(|(_, c)| c.map(|c| c.queue)).collect();
+    sqlx::query(sql::REGISTER_KINDS)
+        .bind(names)
+        .bind(ckinds)
+        .bind(cqueues)
+        .execute(pool)
+        .await
+        .map_err(Error::query("register_kinds"))?;
+    Ok(())
+}
+
 pub(crate) async fn report(
     pool: &PgPool,
     request: &ReportRequest,

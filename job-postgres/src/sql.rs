@@ -55,6 +55,7 @@ pub(crate) const STEP_LOAD: &str = include_str!("sql/step_load.sql");
 pub(crate) const STEP_SAVE: &str = include_str!("sql/step_save.sql");
 pub(crate) const COMPLETE_IN: &str = include_str!("sql/complete_in.sql");
 pub(crate) const PROGRESS_SAVE: &str = include_str!("sql/progress_save.sql");
+pub(crate) const REGISTER_KINDS: &str = include_str!("sql/register_kinds.sql");
 pub(crate) const REPORT_OWNERS: &str = include_str!("sql/report_owners.sql");
 pub(crate) const REPORT_LEAD: &str = include_str!("sql/report_lead.sql");
 pub(crate) const REPORT: &str = include_str!("sql/report.sql");

@@ -136,6 +136,13 @@ impl Store for PgStore {
         Ok(report::report(&self.pool, request).await?)
     }
 
+    async fn register_kinds(
+        &self,
+        kinds: &[(String, Option<job_core::Compensate>)],
+    ) -> Result<(), StoreError> {
+        Ok(report::register_kinds(&self.pool, kinds).await?)
+    }
+
     async fn get(&self, id: JobId) -> Result<Option<JobRow>, StoreError> {
         Ok(row::get(&self.pool, id, None).await?)
     }

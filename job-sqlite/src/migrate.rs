@@ -29,6 +29,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "results",
         sql: include_str!("../migrations/0002_results.sql"),
     },
+    Migration {
+        version: 3,
+        name: "compensation",
+        sql: include_str!("../migrations/0003_compensation.sql"),
+    },
 ];
 
 /// Brings the schema in `pool`'s database up to date: applies every migration not recorded

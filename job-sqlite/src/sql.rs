@@ -2,6 +2,8 @@
 //! SQL). Each file's header comment says what the statement does and which guard it applies.
 
 pub(crate) const NOW: &str = include_str!("sql/now.sql");
+pub(crate) const REGISTER_KINDS: &str = include_str!("sql/register_kinds.sql");
+pub(crate) const UNREGISTER_KIND: &str = include_str!("sql/unregister_kind.sql");
 pub(crate) const INSERT: &str = include_str!("sql/insert.sql");
 pub(crate) const INSERT_UNIQUE: &str = include_str!("sql/insert_unique.sql");
 pub(crate) const INSERT_REPLACE: &str = include_str!("sql/insert_replace.sql");

@@ -201,6 +201,28 @@ fn pool_options(shared: &Arc<Shared>, connections: u32) -> SqlitePoolOptions {
 }
 
 impl Store for SqliteStore {
+    async fn register_kinds(
+        &self,
+        kinds: &[(String, Option<job_core::Compensate>)],
+    ) -> Result<(), StoreError> {
+        let mut w = self.write().await?;
+        for (kind, compensate) in kinds {
+            let query = match compensate {
+                Some(c) => sqlx::query(crate::sql::REGISTER_KINDS)
+                    .bind(kind)
+                    .bind(c.kind)
+                    .bind(c.queue),
+                None => sqlx::query(crate::sql::UNREGISTER_KIND).bind(kind),
+            };
+            query
+                .execute(&mut *w.tx)
+                .await
+                .map_err(Error::query("register_kinds"))?;
+        }
+        w.commit().await?;
+        Ok(())
+    }
+
     async fn enqueue(&self, job: NewJob) -> Result<JobId, EnqueueError> {
         self.validate(&job)?;
         let mut w = self.write().await?;

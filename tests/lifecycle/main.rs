@@ -8,6 +8,7 @@ mod common;
 mod support;
 
 mod cancel;
+mod compensation;
 mod concurrency;
 mod dead_letters;
 mod deadlines;

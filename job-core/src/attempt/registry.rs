@@ -131,7 +131,14 @@ impl Registry {
     /// the name rule ([`name_problem`]: no enqueue could ever fill it), is remembered and
     /// reported by [`Registry::check`], so the worker refuses to start.
     pub fn register<J: Job>(&mut self) {
-        for (option, name) in [("kind", J::KIND), ("queue", J::OPTIONS.queue)] {
+        let compensate = J::OPTIONS.compensate.map_or([None, None], |c| {
+            [
+                Some(("compensate", c.kind)),
+                Some(("compensate", c.queue)),
+            ]
+        });
+        let names = [Some(("kind", J::KIND)), Some(("queue", J::OPTIONS.queue))];
+        for (option, name) in names.into_iter().chain(compensate).flatten() {
             if let Some(problem) = name_problem(name) {
                 self.duplicate.get_or_insert(BuildError::InvalidOption {
                     option,

@@ -136,6 +136,14 @@ impl<S: Store, L: StoreLayer> Store for Layered<S, L> {
         .await
     }
 
+    async fn register_kinds(
+        &self,
+        kinds: &[(String, Option<crate::Compensate>)],
+    ) -> Result<(), StoreError> {
+        self.through("register_kinds", kinds.len(), self.inner.register_kinds(kinds))
+            .await
+    }
+
     async fn report(&self, request: &ReportRequest) -> Result<Option<Report>, StoreError> {
         self.through("report", 1, self.inner.report(request)).await
     }
@@ -242,6 +250,12 @@ impl Returned for Expired {
 impl Returned for u64 {
     fn rows(&self) -> usize {
         *self as usize
+    }
+}
+
+impl Returned for () {
+    fn rows(&self) -> usize {
+        0
     }
 }
 

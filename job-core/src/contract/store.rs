@@ -381,6 +381,19 @@ pub trait Store: Clone + Send + Sync + 'static {
         std::future::ready(Ok(None))
     }
 
+    /// Records what the database must know of the kinds a worker runs before it claims them:
+    /// each kind's compensating job, or that it has none ([`JobOptions::compensate`]). The
+    /// default records nothing (a store without compensation).
+    ///
+    /// [`JobOptions::compensate`]: crate::JobOptions::compensate
+    fn register_kinds(
+        &self,
+        kinds: &[(String, Option<crate::Compensate>)],
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        let _ = kinds;
+        std::future::ready(Ok(()))
+    }
+
     /// Reads one job.
     fn get(&self, id: JobId) -> impl Future<Output = Result<Option<JobRow>, StoreError>> + Send;
 

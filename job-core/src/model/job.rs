@@ -103,6 +103,54 @@ pub struct JobOptions {
     /// The team that owns this kind (`#[job(owner = "billing")]`): a label on its metrics and
     /// dead letters, so an alert reaches the team that can act. Defaults to `None`.
     pub owner: Option<&'static str>,
+    /// The job enqueued, in the same transaction, when a job of this kind is discarded
+    /// (`#[job(compensate = RefundCharge)]`): it gets a [`Discarded`](crate::Discarded)
+    /// argument `discarded` naming the job, its payload and its last error. Defaults to `None`.
+    pub compensate: Option<Compensate>,
+}
+
+/// The argument `discarded` of a compensating job (see [`JobOptions::compensate`]): the job
+/// that was discarded, as the database had it when it discarded it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Discarded {
+    /// Its id.
+    pub job_id: JobId,
+    /// Its kind.
+    pub kind: String,
+    /// Its payload.
+    pub payload: serde_json::Value,
+    /// The last entry of its error history (none when it was discarded without one).
+    pub error: Option<DiscardedError>,
+}
+
+/// The last error of a [`Discarded`] job.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct DiscardedError {
+    /// The attempt it ended.
+    pub attempt: i32,
+    /// Its class (`error`, `terminal`, `timeout`, `poison`, ...).
+    pub class: String,
+    /// Its message.
+    pub message: String,
+}
+
+/// The kind and queue of a compensating job (see [`JobOptions::compensate`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Compensate {
+    /// The compensating job's kind.
+    pub kind: &'static str,
+    /// Its queue.
+    pub queue: &'static str,
+}
+
+impl Compensate {
+    /// The kind and default queue of `J`, usable in `const` contexts.
+    pub const fn of<J: Job>() -> Compensate {
+        Compensate {
+            kind: J::KIND,
+            queue: J::OPTIONS.queue,
+        }
+    }
 }
 
 impl JobOptions {
@@ -116,6 +164,7 @@ impl JobOptions {
         backoff: Backoff::DEFAULT,
         concurrency: None,
         owner: None,
+        compensate: None,
     };
 }
 

@@ -160,6 +160,36 @@ impl<S: Store> Worker<S> {
     }
 }
 
+/// Tells the store what it must know of this worker's kinds before they are claimed (their
+/// compensating jobs). When a kind has one, claims wait until the store has it, retrying
+/// every second (a discard must never miss its compensation); otherwise one try, logged when
+/// it fails, so a worker without compensations never waits on it.
+async fn register_kinds<S: Store>(shared: &Shared<S>, shutdown: &CancellationToken) {
+    let kinds: Vec<(String, Option<crate::Compensate>)> = shared
+        .registry
+        .handlers()
+        .map(|h| (h.kind().to_owned(), h.options().compensate))
+        .collect();
+    let must = kinds.iter().any(|(_, c)| c.is_some());
+    loop {
+        match shared.store.register_kinds(&kinds).await {
+            Ok(()) => return,
+            Err(e) if must => {
+                tracing::error!(error = %e, "could not record the kinds' compensating jobs; \
+                                 claims wait until it is done");
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "could not record the kinds (none compensates)");
+                return;
+            }
+        }
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = tokio::time::sleep(Duration::from_secs(1)) => {}
+        }
+    }
+}
+
 async fn supervise<S: Store>(
     shared: Arc<Shared<S>>,
     keeper: Keeper,
@@ -172,6 +202,7 @@ async fn supervise<S: Store>(
     let stop_completer = CancellationToken::new();
     let stop_services = CancellationToken::new();
 
+    register_kinds(&shared, &shutdown).await;
     let wake: HashMap<String, Arc<Notify>> = queues
         .iter()
         .map(|(q, _)| (q.clone(), Arc::new(Notify::new())))

@@ -219,3 +219,69 @@ pub async fn expire_never_touches_a_running_job<S: Store + Admin>(store: S) {
         .unwrap();
     assert_eq!(applied, vec![Finalized::Applied]);
 }
+
+/// A kind registered with a compensating job (`Store::register_kinds`): discarding a job of
+/// it enqueues the compensating job, available at once in its queue, whose payload names the
+/// discarded job, its kind, payload and last error; other outcomes enqueue nothing, and a
+/// kind registered again without one no longer compensates.
+pub async fn a_discard_enqueues_the_kinds_compensating_job<S: Store>(store: S) {
+    const UNDO: &str = "conformance.undo";
+    let compensate = job_core::Compensate {
+        kind: UNDO,
+        queue: "undo",
+    };
+    store
+        .register_kinds(&[(NOOP.to_owned(), Some(compensate))])
+        .await
+        .unwrap();
+    let completed = running(&store).await;
+    finalize_one(&store, completed.lease, Outcome::Complete).await;
+    let job = running(&store).await;
+    let discard = Outcome::Discard {
+        failure: Failure {
+            attempt: 1,
+            class: ErrorClass::Terminal,
+            message: "cannot work".into(),
+        },
+    };
+    finalize_one(&store, job.lease, discard).await;
+    let claimed = store
+        .claim(&job_core::ClaimRequest {
+            queue: "undo".into(),
+            ..super::support::request(&[UNDO], 10)
+        })
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 1, "one compensating job: {claimed:?}");
+    let payload: serde_json::Value = serde_json::from_str(&claimed[0].payload).unwrap();
+    let discarded = &payload["discarded"];
+    assert_eq!(discarded["job_id"], job.lease.id);
+    assert_eq!(discarded["kind"], NOOP);
+    assert_eq!(discarded["payload"], serde_json::json!({"n": 1}));
+    assert_eq!(discarded["error"]["class"], "terminal");
+    assert_eq!(discarded["error"]["message"], "cannot work");
+    let decoded: job_core::Discarded = serde_json::from_value(discarded.clone()).unwrap();
+    assert_eq!(decoded.job_id, job.lease.id);
+
+    store
+        .register_kinds(&[(NOOP.to_owned(), None)])
+        .await
+        .unwrap();
+    let again = running(&store).await;
+    let discard = Outcome::Discard {
+        failure: Failure {
+            attempt: 1,
+            class: ErrorClass::Terminal,
+            message: "again".into(),
+        },
+    };
+    finalize_one(&store, again.lease, discard).await;
+    let claimed = store
+        .claim(&job_core::ClaimRequest {
+            queue: "undo".into(),
+            ..super::support::request(&[UNDO], 10)
+        })
+        .await
+        .unwrap();
+    assert_eq!(claimed, vec![], "no longer compensated");
+}

@@ -104,6 +104,7 @@ suite![
     lifecycle::snoozes_are_counted_and_handed_to_each_claim,
     lifecycle::prune_deletes_finished_jobs_past_retention_and_keeps_dead_letters,
     lifecycle::expire_never_touches_a_running_job,
+    lifecycle::a_discard_enqueues_the_kinds_compensating_job,
     steps::a_step_is_recorded_once_under_the_lease,
     steps::a_step_under_a_lost_lease_is_not_recorded,
     steps::steps_outlive_a_retry_and_go_with_the_job,

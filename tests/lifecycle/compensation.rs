@@ -1,0 +1,199 @@
+//! Compensation: a kind names a compensating job, enqueued in the same transaction that
+//! discards a job of it, with the discarded job's id, kind, payload and last error.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use job::{Compensate, Discarded, Job, JobContext, JobError, JobOptions, JobState, PgStore};
+use serde::{Deserialize, Serialize};
+
+use crate::common::*;
+use crate::support::count;
+
+/// Fails for good; compensated by [`Refund`].
+#[derive(Debug, Serialize, Deserialize)]
+struct Charge {
+    order_id: i64,
+    note: String,
+}
+
+impl Job for Charge {
+    const KIND: &'static str = "test.charge";
+    const OPTIONS: JobOptions = JobOptions {
+        backoff: FAST_BACKOFF,
+        compensate: Some(Compensate::of::<Refund>()),
+        ..JobOptions::DEFAULT
+    };
+
+    async fn perform(self, _ctx: JobContext) -> Result<(), JobError> {
+        Err(JobError::terminal("card declined"))
+    }
+}
+
+/// What the compensations saw.
+#[derive(Clone, Default)]
+struct Refunds(Arc<Mutex<Vec<Discarded>>>);
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Refund {
+    discarded: Discarded,
+}
+
+impl Job for Refund {
+    const KIND: &'static str = "test.refund";
+    const OPTIONS: JobOptions = JobOptions {
+        queue: "compensations",
+        ..JobOptions::DEFAULT
+    };
+
+    async fn perform(self, ctx: JobContext) -> Result<(), JobError> {
+        ctx.state::<Refunds>()?.0.lock().unwrap().push(self.discarded);
+        Ok(())
+    }
+}
+
+fn worker(store: &PgStore, refunds: &Refunds) -> job::Worker<PgStore> {
+    job::Worker::builder(store.clone())
+        .register::<Charge>()
+        .register::<Refund>()
+        .queue("default", 2)
+        .queue("compensations", 2)
+        .poll_interval(Duration::from_millis(20))
+        .state(refunds.clone())
+        .build()
+        .unwrap()
+}
+
+async fn refund_count(h: &Harness) -> i64 {
+    count(
+        &h.store,
+        "SELECT count(*) FROM job.jobs WHERE kind = 'test.refund'",
+    )
+    .await
+}
+
+#[tokio::test]
+async fn a_discarded_job_enqueues_its_compensation_with_what_it_was() {
+    let h = Harness::new().await;
+    let refunds = Refunds::default();
+    let id = enqueue(
+        &h.store,
+        Charge {
+            order_id: 7,
+            note: "first".into(),
+        },
+    )
+    .await;
+    let w = worker(&h.store, &refunds).start();
+    h.reaches(id, JobState::Discarded).await;
+    eventually("the refund to run", || async {
+        (refunds.0.lock().unwrap().len() == 1).then_some(())
+    })
+    .await;
+    w.shutdown().await;
+    let seen = refunds.0.lock().unwrap()[0].clone();
+    assert_eq!((seen.job_id, seen.kind.as_str()), (id, "test.charge"));
+    assert_eq!(
+        seen.payload,
+        serde_json::json!({"order_id": 7, "note": "first"})
+    );
+    let error = seen.error.expect("the last error");
+    assert_eq!(
+        (error.attempt, error.class.as_str(), error.message.as_str()),
+        (1, "terminal", "card declined")
+    );
+    assert_eq!(refund_count(&h).await, 1, "one compensation, once");
+}
+
+#[tokio::test]
+async fn every_path_to_discarded_compensates_in_the_same_transaction() {
+    let h = Harness::new().await;
+    let refunds = Refunds::default();
+    // Registering is what a worker does before it claims.
+    let w = worker(&h.store, &refunds).start();
+    w.shutdown().await;
+    let id = enqueue(
+        &h.store,
+        Charge {
+            order_id: 8,
+            note: "expired".into(),
+        },
+    )
+    .await;
+    // A discard that rolls back leaves no compensation behind...
+    let mut tx = h.store.pool().begin().await.unwrap();
+    sqlx::query(
+        "UPDATE job.jobs SET state = 'discarded', finalized_at = now() WHERE id = $1",
+    )
+    .bind(id)
+    .execute(&mut *tx)
+    .await
+    .unwrap();
+    tx.rollback().await.unwrap();
+    assert_eq!(refund_count(&h).await, 0);
+    // ...and the expirer's discard of a job past its deadline makes one.
+    sqlx::query("UPDATE job.jobs SET deadline = now() - interval '1 second' WHERE id = $1")
+        .bind(id)
+        .execute(h.store.pool())
+        .await
+        .unwrap();
+    job::Store::expire(&h.store, 100).await.unwrap();
+    assert_eq!(h.row(id).await.state, JobState::Discarded);
+    assert_eq!(refund_count(&h).await, 1);
+    let payload: serde_json::Value = sqlx::query_scalar(
+        "SELECT payload FROM job.jobs WHERE kind = 'test.refund'",
+    )
+    .fetch_one(h.store.pool())
+    .await
+    .unwrap();
+    assert_eq!(payload["discarded"]["error"]["class"], "expired");
+    assert_eq!(payload["discarded"]["job_id"], id);
+}
+
+#[tokio::test]
+async fn a_payload_too_large_to_wrap_is_omitted_and_the_discard_still_commits() {
+    let h = Harness::new().await;
+    let refunds = Refunds::default();
+    let w = worker(&h.store, &refunds).start();
+    w.shutdown().await;
+    sqlx::query("UPDATE job.settings SET payload_limit = 8192")
+        .execute(h.store.pool())
+        .await
+        .unwrap();
+    let id = enqueue(
+        &h.store,
+        Charge {
+            order_id: 9,
+            note: "x".repeat(6000),
+        },
+    )
+    .await;
+    let w = worker(&h.store, &refunds).start();
+    h.reaches(id, JobState::Discarded).await;
+    eventually("the refund to run", || async {
+        (refunds.0.lock().unwrap().len() == 1).then_some(())
+    })
+    .await;
+    w.shutdown().await;
+    let seen = refunds.0.lock().unwrap()[0].clone();
+    assert_eq!(seen.payload, serde_json::Value::Null);
+    assert_eq!(seen.job_id, id);
+}
+
+#[tokio::test]
+async fn a_kind_that_drops_its_compensation_no_longer_compensates() {
+    let h = Harness::new().await;
+    let refunds = Refunds::default();
+    worker(&h.store, &refunds).start().shutdown().await;
+    assert_eq!(
+        count(&h.store, "SELECT count(*) FROM job.compensations").await,
+        1
+    );
+    job::Store::register_kinds(&h.store, &[("test.charge".into(), None)])
+        .await
+        .unwrap();
+    assert_eq!(
+        count(&h.store, "SELECT count(*) FROM job.compensations").await,
+        0
+    );
+}
