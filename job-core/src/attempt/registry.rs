@@ -132,10 +132,7 @@ impl Registry {
     /// reported by [`Registry::check`], so the worker refuses to start.
     pub fn register<J: Job>(&mut self) {
         let compensate = J::OPTIONS.compensate.map_or([None, None], |c| {
-            [
-                Some(("compensate", c.kind)),
-                Some(("compensate", c.queue)),
-            ]
+            [Some(("compensate", c.kind)), Some(("compensate", c.queue))]
         });
         let names = [Some(("kind", J::KIND)), Some(("queue", J::OPTIONS.queue))];
         for (option, name) in names.into_iter().chain(compensate).flatten() {
