@@ -8,7 +8,7 @@ use std::time::Duration;
 use proc_macro2::{Span, TokenStream};
 use syn::ext::IdentExt;
 use syn::parse::{ParseStream, Parser};
-use syn::{Expr, Ident, Lit, Path, Token, UnOp};
+use syn::{Expr, Ident, Lit, Path, Token, TypePath, UnOp};
 
 use crate::duration;
 use crate::errors::Errors;
@@ -29,11 +29,13 @@ mod kw {
     syn::custom_keyword!(ordering);
     syn::custom_keyword!(concurrency);
     syn::custom_keyword!(owner);
+    syn::custom_keyword!(compensate);
 }
 
 /// Every key, for the message about an unknown one.
 const KEYS: &str = "`kind`, `version`, `upgrade`, `queue`, `priority`, `retry`, `timeout`, \
-                    `lease`, `backoff`, `unique`, `ordering`, `concurrency`, `owner`";
+                    `lease`, `backoff`, `unique`, `ordering`, `concurrency`, `owner`, \
+                    `compensate`";
 
 /// The longest queue or kind name the store accepts (`job_core::MAX_NAME_LEN`).
 pub(crate) const MAX_NAME_LEN: usize = 128;
@@ -65,6 +67,8 @@ pub(crate) struct JobArgs {
     pub(crate) ordering: Option<KeyTemplate>,
     pub(crate) concurrency: Option<u32>,
     pub(crate) owner: Option<String>,
+    /// The type of the compensating job, as written.
+    pub(crate) compensate: Option<TypePath>,
 }
 
 /// A key whose value is a key template, with the example its messages show.
@@ -244,6 +248,7 @@ struct Keys {
     ordering: Slot<KeyTemplate>,
     concurrency: Slot<u32>,
     owner: Slot<String>,
+    compensate: Slot<TypePath>,
 }
 
 impl Default for Keys {
@@ -262,6 +267,7 @@ impl Default for Keys {
             ordering: Slot::new(ORDERING.key),
             concurrency: Slot::new("concurrency"),
             owner: Slot::new("owner"),
+            compensate: Slot::new("compensate"),
         }
     }
 }
@@ -348,6 +354,10 @@ impl Keys {
             let key: kw::owner = input.parse()?;
             let value = value(input, at, "owner", r#"owner = "billing""#)?;
             self.owner.set(key.span, name("owner", &value), errors);
+        } else if input.peek(kw::compensate) {
+            let key: kw::compensate = input.parse()?;
+            let compensate = compensate_value(input, at)?;
+            self.compensate.set(key.span, compensate, errors);
         } else {
             let key = Ident::parse_any(input)
                 .map_err(|e| syn::Error::new(e.span(), format!("expected a key, one of {KEYS}")))?;
@@ -373,6 +383,7 @@ impl Keys {
             ordering: self.ordering.value,
             concurrency: self.concurrency.value,
             owner: self.owner.value,
+            compensate: self.compensate.value,
         };
         // A refused `upgrade` has its own error already.
         if let (Some(_), Some(span)) = (&args.upgrade, self.upgrade.span) {
@@ -501,6 +512,39 @@ fn template_value(
             span: syn::spanned::Spanned::span(&value),
         })
     }))
+}
+
+/// `= RefundCharge` after `compensate`, written `at`: a type path, ended by a comma or the end
+/// of the list. The outer error when the value cannot be read, the inner one when it is not a
+/// type path.
+fn compensate_value(input: ParseStream<'_>, at: Span) -> syn::Result<syn::Result<TypePath>> {
+    const EXAMPLE: &str = "compensate = RefundCharge";
+    if !input.peek(Token![=]) {
+        return Err(syn::Error::new(
+            at,
+            format!("`compensate` needs a value, like `{EXAMPLE}`"),
+        ));
+    }
+    input.parse::<Token![=]>()?;
+    // Read as a type first: `Wrapper<Inner>` is a type path but no expression.
+    let fork = input.fork();
+    if fork.parse::<TypePath>().is_ok() && (fork.is_empty() || fork.peek(Token![,])) {
+        return Ok(Ok(input.parse()?));
+    }
+    match input.parse::<Expr>()? {
+        // A path followed by more than a comma: the caller reports what follows.
+        Expr::Path(p) if p.attrs.is_empty() => Ok(Ok(TypePath {
+            qself: p.qself,
+            path: p.path,
+        })),
+        value => {
+            let message = format!(
+                "`compensate` takes the job type to enqueue when a job of this kind is \
+                 discarded, like `{EXAMPLE}`"
+            );
+            Ok(Err(syn::Error::new_spanned(value, message)))
+        }
+    }
 }
 
 /// After a key and its value: the end of the list or a comma.
@@ -891,6 +935,52 @@ mod tests {
             messages(quote! { unique = "a", ordering = "b", ordering = "c" }),
             ["`ordering` set twice"]
         );
+    }
+
+    #[test]
+    fn compensate_takes_a_type_path() {
+        let shown = |tokens| {
+            let path = parse_ok(tokens).compensate.unwrap();
+            quote!(#path).to_string().replace(' ', "")
+        };
+        assert_eq!(shown(quote! { compensate = RefundCharge }), "RefundCharge");
+        assert_eq!(
+            shown(quote! { compensate = crate::refunds::RefundCharge, retry = 1 }),
+            "crate::refunds::RefundCharge"
+        );
+        assert_eq!(
+            shown(quote! { compensate = Wrapper<Inner> }),
+            "Wrapper<Inner>"
+        );
+        assert_eq!(
+            shown(quote! { compensate = <A as Trait>::Job }),
+            "<AasTrait>::Job"
+        );
+        assert!(parse_ok(quote! { retry = 1 }).compensate.is_none());
+    }
+
+    #[test]
+    fn compensate_refuses_anything_but_a_type_path() {
+        let message = "`compensate` takes the job type to enqueue when a job of this kind is \
+                       discarded, like `compensate = RefundCharge`";
+        assert_eq!(messages(quote! { compensate = "refund" }), [message]);
+        assert_eq!(messages(quote! { compensate = refund_charge() }), [message]);
+        assert_eq!(
+            messages(quote! { compensate = &RefundCharge, retry = 1 }),
+            [message]
+        );
+        assert_eq!(
+            messages(quote! { compensate }),
+            ["`compensate` needs a value, like `compensate = RefundCharge`"]
+        );
+        assert_eq!(
+            messages(quote! { compensate = A, compensate = B }),
+            ["`compensate` set twice"]
+        );
+        // A path followed by more than a comma: the usual error about what follows.
+        let found = messages(quote! { compensate = A B, retry = 1 });
+        assert_eq!(found, ["expected `,`"]);
+        assert!(messages(quote! { compensates = A })[0].contains("`owner`, `compensate`"));
     }
 
     #[test]

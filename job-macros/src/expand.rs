@@ -282,6 +282,10 @@ fn generate(job: &JobFn, args: &JobArgs, key_fns: TokenStream) -> TokenStream {
     }
 }
 
+/// The fields of `job_core::JobOptions`, each set by one key; the `every-key` pass test sets
+/// them all.
+const JOB_OPTIONS_FIELDS: usize = 9;
+
 /// `const OPTIONS` with the keys that were given over `JobOptions::DEFAULT`; nothing when
 /// none was.
 fn options(args: &JobArgs) -> Option<TokenStream> {
@@ -317,11 +321,17 @@ fn options(args: &JobArgs) -> Option<TokenStream> {
     if let Some(owner) = &args.owner {
         set.push(quote!(owner: ::core::option::Option::Some(#owner)));
     }
+    if let Some(path) = &args.compensate {
+        // Spanned at the path, so a type that is not a `Job` is reported there.
+        let of = quote_spanned!(path.span()=> ::job::Compensate::of::<#path>());
+        set.push(quote!(compensate: ::core::option::Option::Some(#of)));
+    }
     if set.is_empty() {
         return None;
     }
     // With every field given, the update fills nothing; it stays for fields added later.
-    let allow = (set.len() == 8).then(|| quote!(#[allow(clippy::needless_update)]));
+    let allow =
+        (set.len() == JOB_OPTIONS_FIELDS).then(|| quote!(#[allow(clippy::needless_update)]));
     Some(quote! {
         #allow
         const OPTIONS: ::job::JobOptions = ::job::JobOptions {
@@ -460,6 +470,24 @@ mod tests {
             },
         );
         assert_snapshot("charge_account", out);
+    }
+
+    /// A compensating job's kind and queue, kept in `tests/expand/charge_card.expanded.rs`.
+    #[test]
+    fn compensate_expands_as_its_snapshot_shows() {
+        let out = job(
+            quote!(
+                queue = "payments",
+                compensate = crate::refunds::RefundCharge
+            ),
+            quote! {
+                async fn charge_card(_ctx: JobContext, order_id: i64) -> Result<(), JobError> {
+                    let _ = order_id;
+                    Ok(())
+                }
+            },
+        );
+        assert_snapshot("charge_card", out);
     }
 
     /// Compares `out`, unparsed, with `tests/expand/{name}.expanded.rs`; rewrites the file

@@ -144,6 +144,7 @@ use proc_macro::TokenStream;
 /// | `ordering = "account:{account_id}"` | a template of `{parameter}` names | each job's ordering key: jobs with the same key run one at a time, in enqueue order, across every worker (see the README's per-key ordering) |
 /// | `concurrency = N` | `1..` | at most `N` running jobs of the kind across every worker, enforced by the claim |
 /// | `owner = "billing"` | a name (1–128 bytes) | the team that owns the kind: a label on its metrics and shown with its dead letters |
+/// | `compensate = RefundCharge` | a job type | enqueued in the same transaction that discards a job of this kind, with an argument `discarded: job::Discarded` (the job's id, kind, payload and last error); see the README's compensation |
 ///
 /// Durations are [humantime](https://docs.rs/humantime) text, parsed at compile time:
 /// `"500ms"`, `"30s"`, `"2m"`, `"1h 30m"`, `"2 minutes"`; zero, negative and over 100 years

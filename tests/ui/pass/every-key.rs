@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use job::__private::serde_json::{json, Value};
-use job::{job, Backoff, Job, JobContext, JobError, JobOptions};
+use job::{job, Backoff, Compensate, Discarded, Job, JobContext, JobError, JobOptions};
 
 /// Version 1 called the field `id`.
 fn upgrade_report(from_version: i32, mut payload: Value) -> Result<Value, JobError> {
@@ -12,6 +12,13 @@ fn upgrade_report(from_version: i32, mut payload: Value) -> Result<Value, JobErr
         1 => Ok(json!({ "report_id": payload["id"].take(), "format": "pdf" })),
         v => Err(JobError::terminal(format!("no upgrade from version {v}"))),
     }
+}
+
+/// Enqueued when a `build_report` job is discarded.
+#[job(queue = "cleanup")]
+async fn drop_partial_report(_ctx: JobContext, discarded: Discarded) -> Result<(), JobError> {
+    let _ = discarded;
+    Ok(())
 }
 
 #[job(
@@ -28,6 +35,7 @@ fn upgrade_report(from_version: i32, mut payload: Value) -> Result<Value, JobErr
     ordering = "{{reports}}:{format}",
     concurrency = 4,
     owner = "reporting",
+    compensate = DropPartialReport,
 )]
 async fn build_report(_ctx: JobContext, report_id: i64, format: String) -> Result<(), JobError> {
     let _ = (report_id, format);
@@ -58,6 +66,10 @@ fn main() {
             backoff: Backoff::new(Duration::from_millis(250), Duration::from_secs(600)),
             concurrency: Some(4),
             owner: Some("reporting"),
+            compensate: Some(Compensate {
+                kind: "drop_partial_report",
+                queue: "cleanup",
+            }),
         }
     );
     let report = BuildReport {
