@@ -1594,12 +1594,14 @@ BEGIN
         ORDER BY d.depends_on
         LIMIT 1;
         IF FOUND THEN
+            -- clock_timestamp(), not now(): now() is the start of the stager's statement,
+            -- which may be before the dependency was finalized.
             UPDATE job.jobs j
             SET state        = 'discarded',
-                finalized_at = now(),
+                finalized_at = clock_timestamp(),
                 errors       = job.push_error(j.errors, jsonb_build_object(
                     'attempt', j.attempt,
-                    'at', now(),
+                    'at', clock_timestamp(),
                     'class', 'dependency',
                     'message', format('job %s, which this job depends on, was %s',
                                       failed.depends_on, failed.ended)))

@@ -32,7 +32,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
 use common::Violations;
-use common::{audit, fate, ledger_db, Chaos, Execution, JobRow, Planned, Records, Run};
+use common::{audit, fate, ledger_db, After, Chaos, Execution, JobRow, Planned, Records, Run};
 use job_chaos::ChaosWork;
 
 /// Ordering keys in a run.
@@ -101,6 +101,7 @@ fn plan(rng: &mut fastrand::Rng) -> Vec<Planned> {
                 due_in: Duration::ZERO,
                 ordering_key: Some(key_of(n)),
                 enqueue_after,
+                after: After::Nothing,
             });
         }
     }

@@ -18,7 +18,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{audit, fate, ledger_db, Chaos, Planned};
+use common::{audit, fate, ledger_db, After, Chaos, Planned};
 use job_chaos::ChaosWork;
 
 /// Jobs in a run unless `CHAOS_JOBS` says otherwise.
@@ -82,6 +82,7 @@ async fn killed_workers_lose_no_job_and_never_run_one_twice_at_once() {
                 due_in,
                 ordering_key: None,
                 enqueue_after: Duration::ZERO,
+                after: After::Nothing,
             }
         })
         .collect();

@@ -1,9 +1,9 @@
-//! What the real-process chaos tests (`sigkill.rs`, `ordering.rs`) share: the plan of a run
-//! ([`Planned`]), the chaos loop that enqueues it and SIGKILLs, restarts and pauses worker
-//! processes (the `job-chaos` binary) until every job is terminal ([`Chaos::run`]), and the
-//! audit of the database against the ledger the handlers wrote (`chaos.executions`, see
-//! `src/ledger.sql`) and the effects they committed with their completions (`chaos.effects`):
-//! [`audit`].
+//! What the real-process chaos tests (`sigkill.rs`, `ordering.rs`, `batches.rs`) share: the
+//! plan of a run ([`Planned`], with what each job waits for: [`After`]), the chaos loop that
+//! enqueues it and SIGKILLs, restarts and pauses worker processes (the `job-chaos` binary)
+//! until every job is terminal ([`Chaos::run`]), and the audit of the database against the
+//! ledger the handlers wrote (`chaos.executions`, see `src/ledger.sql`) and the effects they
+//! committed with their completions (`chaos.effects`): [`audit`].
 #![allow(dead_code, missing_docs, unreachable_pub)]
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -18,7 +18,8 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, TimeDelta, Utc};
 use job_chaos::{ChaosWork, ABORTED_LINE, LEASE, LEDGER_DDL, MAX_ATTEMPTS};
 use job_core::{
-    AttemptError, EnqueueOptions, NewJob, RunAt, Store, DEFAULT_PAYLOAD_LIMIT, MAX_ERROR_HISTORY,
+    AttemptError, Batch, Enqueue, EnqueueError, NewJob, Store, DEFAULT_PAYLOAD_LIMIT,
+    MAX_ERROR_HISTORY,
 };
 use job_testkit::TestDb;
 use sqlx::types::Json;
@@ -64,33 +65,166 @@ pub struct Planned {
     pub ordering_key: Option<String>,
     /// Enqueued this long after the chaos began; zero: before the first worker starts.
     pub enqueue_after: Duration,
+    /// What it waits for before it may run.
+    pub after: After,
+}
+
+/// What a planned job waits for (see the README's dependencies and batches).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum After {
+    /// Nothing: enqueued with the other such jobs of its wave in one statement.
+    #[default]
+    Nothing,
+    /// Nothing, but a member of batch `b`: enqueued with the batch's other members and its
+    /// callback in one transaction (`job_core::Batch`), all of them in the same wave, before
+    /// the callback in the plan.
+    Member(u32),
+    /// The callback of batch `b`: `pending` until every member of the batch has finished,
+    /// however it ended; then it runs, and completes once.
+    Callback(u32),
+    /// The plan's job number `n` (its `work.n`), enqueued before it: enqueued with
+    /// `Enqueue::depends_on`, it runs once that job has completed; when that one ends
+    /// discarded, it is discarded with class `dependency` and never runs.
+    DependsOn(u32),
+}
+
+/// How a planned job ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum End {
+    Completed,
+    /// Discarded after failing every attempt.
+    Discarded,
+    /// Discarded with class `dependency`, never run: the plan's job number `n` it depends on
+    /// does not complete.
+    Dependency(u32),
 }
 
 impl Planned {
+    /// Its enqueue, with the plan's options.
+    pub fn enqueue(&self) -> Enqueue<ChaosWork> {
+        let enqueue = Enqueue::new(self.work)
+            .max_attempts(self.max_attempts)
+            .schedule_in(self.due_in)
+            .payload_limit(DEFAULT_PAYLOAD_LIMIT);
+        match &self.ordering_key {
+            Some(key) => enqueue.ordering_key(key.clone()),
+            None => enqueue,
+        }
+    }
+
     fn new_job(&self) -> NewJob {
-        let options = EnqueueOptions {
-            max_attempts: Some(self.max_attempts),
-            run_at: RunAt::In(self.due_in),
-            ordering_key: self.ordering_key.clone(),
-            ..EnqueueOptions::default()
-        };
-        NewJob::build(&self.work, options, DEFAULT_PAYLOAD_LIMIT).expect("a valid chaos job")
+        self.enqueue().build().expect("a valid chaos job")
+    }
+
+    /// How it ends, given the plan's jobs by number: as its payload says, unless a job it
+    /// depends on does not complete.
+    pub fn end(&self, plan: &HashMap<u32, &Planned>) -> End {
+        if let After::DependsOn(n) = self.after {
+            if plan.get(&n).map(|on| on.end(plan)) != Some(End::Completed) {
+                return End::Dependency(n);
+            }
+        }
+        if self.work.fail_first < self.max_attempts {
+            End::Completed
+        } else {
+            End::Discarded
+        }
     }
 }
 
-/// Enqueues `batch` in one statement; returns the ids in the batch's order.
-async fn enqueue(db: &TestDb, seed: u64, batch: &[Planned]) -> Vec<i64> {
-    let ids = db
-        .store()
-        .enqueue_many(batch.iter().map(Planned::new_job).collect())
-        .await
-        .unwrap_or_else(|e| panic!("[CHAOS_SEED={seed}] enqueueing: {e}"));
-    assert_eq!(
-        ids.len(),
-        batch.len(),
-        "[CHAOS_SEED={seed}] enqueue_many returned too few ids"
-    );
-    ids
+/// Enqueues `wave` and returns its ids in its order: the jobs that wait for nothing in one
+/// statement, then each batch (its members and its callback) in a transaction of its own
+/// with `Batch`, and each dependent with `Enqueue::depends_on` naming the id of the job it
+/// waits for, which must have been enqueued before it (`ids_of`: the ids so far, by the jobs'
+/// numbers; the wave's are added).
+async fn enqueue(
+    db: &TestDb,
+    seed: u64,
+    wave: &[Planned],
+    ids_of: &mut HashMap<u32, i64>,
+) -> Vec<i64> {
+    let failed = |what: &str, e: &dyn std::fmt::Display| -> ! {
+        panic!("[CHAOS_SEED={seed}] enqueueing {what}: {e}")
+    };
+    let mut ids: Vec<Option<i64>> = vec![None; wave.len()];
+    let plain: Vec<usize> = (0..wave.len())
+        .filter(|&i| wave[i].after == After::Nothing)
+        .collect();
+    if !plain.is_empty() {
+        let got = db
+            .store()
+            .enqueue_many(plain.iter().map(|&i| wave[i].new_job()).collect())
+            .await
+            .unwrap_or_else(|e| failed("jobs", &e));
+        assert_eq!(
+            got.len(),
+            plain.len(),
+            "[CHAOS_SEED={seed}] enqueue_many returned too few ids"
+        );
+        for (&i, id) in plain.iter().zip(got) {
+            ids[i] = Some(id);
+            ids_of.insert(wave[i].work.n, id);
+        }
+    }
+    let pool = db.pool();
+    for (i, planned) in wave.iter().enumerate() {
+        match planned.after {
+            After::Nothing | After::Member(_) => {}
+            After::Callback(b) => {
+                let members: Vec<usize> = (0..i)
+                    .filter(|&m| wave[m].after == After::Member(b))
+                    .collect();
+                let batch = members
+                    .iter()
+                    .fold(Batch::new(), |batch, &m| batch.member(wave[m].enqueue()))
+                    .callback(planned.enqueue());
+                let what = format!("batch {b}");
+                let mut tx = pool.begin().await.unwrap_or_else(|e| failed(&what, &e));
+                let got = batch
+                    .enqueue(&mut *tx)
+                    .await
+                    .unwrap_or_else(|e: EnqueueError| failed(&what, &e));
+                tx.commit().await.unwrap_or_else(|e| failed(&what, &e));
+                assert_eq!(
+                    got.members.len(),
+                    members.len(),
+                    "[CHAOS_SEED={seed}] a batch returned too few ids"
+                );
+                for (&m, id) in members.iter().zip(got.members).chain([(&i, got.callback)]) {
+                    ids[m] = Some(id);
+                    ids_of.insert(wave[m].work.n, id);
+                }
+            }
+            After::DependsOn(n) => {
+                let on = *ids_of.get(&n).unwrap_or_else(|| {
+                    panic!(
+                        "a plan enqueues job #{n} before its dependent #{}",
+                        planned.work.n
+                    )
+                });
+                let id = planned
+                    .enqueue()
+                    .depends_on([on])
+                    .enqueue(&pool)
+                    .await
+                    .unwrap_or_else(|e| failed("a dependent", &e));
+                ids[i] = Some(id);
+                ids_of.insert(planned.work.n, id);
+            }
+        }
+    }
+    ids.into_iter()
+        .zip(wave)
+        .map(|(id, p)| {
+            id.unwrap_or_else(|| {
+                panic!(
+                    "job #{} of the plan is a member of a batch without a callback after it in \
+                     its wave",
+                    p.work.n
+                )
+            })
+        })
+        .collect()
 }
 
 /// A job's fate, as its `fail_first` and attempts: most complete at once, some fail an
@@ -138,14 +272,18 @@ pub struct Run {
     pub run_time: Duration,
     /// Each worker's last line of output after its drain.
     pub last_words: Vec<String>,
+    /// The longest a dependent was seen ready (every job it waits for ended) but still
+    /// pending, between the chaos loop's looks (a few hundred milliseconds apart).
+    pub longest_ready: Duration,
 }
 
 impl Chaos {
-    /// Enqueues `plan` (in its order, in batches of equal `enqueue_after`, which must not
-    /// decrease), starts the workers, and until every job is terminal keeps killing (SIGKILL)
-    /// and restarting them, or pausing (SIGSTOP) and resuming them; then stops them with
-    /// SIGTERM. Fails at once when an ordering key is stranded (see [`Headless`]), and when
-    /// the jobs are not all terminal by the deadline.
+    /// Enqueues `plan` (in its order, in waves of equal `enqueue_after`, which must not
+    /// decrease: see [`enqueue`]), starts the workers, and until every job is terminal keeps
+    /// killing (SIGKILL) and restarting them, or pausing (SIGSTOP) and resuming them; then
+    /// stops them with SIGTERM. Fails at once when a job is stranded (an ordering key without
+    /// a head or a wake-up, see [`Headless`]; a dependent nothing will resolve, see
+    /// [`Waiting`]), and when the jobs are not all terminal by the deadline.
     pub async fn run(
         &self,
         seed: u64,
@@ -159,16 +297,21 @@ impl Chaos {
             "a plan is enqueued in its order"
         );
         let pool = db.pool();
-        let mut batches = plan
+        let mut waves = plan
             .chunk_by(|a, b| a.enqueue_after == b.enqueue_after)
             .peekable();
         let mut ids = Vec::with_capacity(plan.len());
-        if let Some(batch) = batches.next_if(|b| b[0].enqueue_after.is_zero()) {
-            ids.extend(enqueue(db, seed, batch).await);
+        let mut ids_of = HashMap::new();
+        if let Some(wave) = waves.next_if(|w| w[0].enqueue_after.is_zero()) {
+            ids.extend(enqueue(db, seed, wave, &mut ids_of).await);
         }
         let before_workers = state_counts(&pool).await;
 
         let mut fleet = Fleet::new(self, seed, db.url());
+        // Dependents seen ready for the stager (every job they wait for has ended), since
+        // when; and the longest any was seen so.
+        let mut ready_since: HashMap<i64, Instant> = HashMap::new();
+        let mut longest_ready = Duration::ZERO;
         let started = Instant::now();
         for slot in 0..self.workers {
             fleet.spawn(slot);
@@ -177,8 +320,8 @@ impl Chaos {
             tokio::time::sleep(Duration::from_millis(rng.u64(self.kill_every_ms.clone()))).await;
             fleet.resume_due();
             fleet.check_alive();
-            while let Some(batch) = batches.next_if(|b| started.elapsed() >= b[0].enqueue_after) {
-                ids.extend(enqueue(db, seed, batch).await);
+            while let Some(wave) = waves.next_if(|w| started.elapsed() >= w[0].enqueue_after) {
+                ids.extend(enqueue(db, seed, wave, &mut ids_of).await);
             }
             let counts = state_counts(&pool).await;
             let stranded: Vec<Headless> = headless_keys(&pool)
@@ -198,6 +341,27 @@ impl Chaos {
                     fleet.dir.display()
                 );
             }
+            let (stranded, ready): (Vec<Waiting>, Vec<Waiting>) = waiting_dependents(&pool)
+                .await
+                .into_iter()
+                .partition(|w| w.open == 0);
+            if !stranded.is_empty() {
+                dump(&pool, &fleet.dir).await;
+                panic!(
+                    "[CHAOS_SEED={seed}] jobs stranded after {:.1?}: dependents left pending \
+                     with no unresolved edge, so no stager will ever promote or discard them \
+                     (it reads only unresolved edges): {stranded:?}; jobs per state: \
+                     {counts:?}; worker logs and the database's rows in {}",
+                    started.elapsed(),
+                    fleet.dir.display()
+                );
+            }
+            let now = Instant::now();
+            ready_since.retain(|id, _| ready.iter().any(|w| w.id == *id));
+            for w in &ready {
+                let since = *ready_since.entry(w.id).or_insert(now);
+                longest_ready = longest_ready.max(now - since);
+            }
             let terminal: i64 = ["completed", "cancelled", "discarded"]
                 .iter()
                 .filter_map(|s| counts.get(*s))
@@ -211,8 +375,9 @@ impl Chaos {
                 panic!(
                     "[CHAOS_SEED={seed}] only {terminal} of {} jobs terminal after {:?} \
                      ({} kills); jobs per state: {counts:?}; ordering keys whose pending jobs \
-                     have no head to wait for: {headless:?}; worker logs and the database's \
-                     rows in {}",
+                     have no head to wait for: {headless:?}; dependents whose dependencies \
+                     have all ended, waiting for a stager: {ready:?}; worker logs and the \
+                     database's rows in {}",
                     plan.len(),
                     self.deadline,
                     fleet.kills,
@@ -249,6 +414,7 @@ impl Chaos {
             fleet,
             run_time,
             last_words,
+            longest_ready,
         }
     }
 }
@@ -275,7 +441,8 @@ impl Run {
     pub fn summary(&self, records: &Records, audit: &Audit) -> String {
         let fleet = &self.fleet;
         let mut summary = format!(
-            "{} chaos: seed {}: {} jobs ({} completed, {} discarded) in {:.1?}, \
+            "{} chaos: seed {}: {} jobs ({} completed, {} discarded, {} of them by a \
+             dependency) in {:.1?}, \
              {} kills ({} of all workers at once), {} pauses, {} worker processes, {} executions \
              ({} of blocking jobs), {} effects; \
              {} attempts rescued after their lease expired ({} killed before the handler started, \
@@ -286,7 +453,8 @@ impl Run {
             self.seed,
             self.ids.len(),
             audit.completed,
-            audit.discarded,
+            audit.discarded + audit.dependency_discarded,
+            audit.dependency_discarded,
             self.run_time,
             fleet.kills,
             fleet.mass_kills,
@@ -668,6 +836,10 @@ async fn dump(pool: &PgPool, dir: &Path) {
             "ordering_wake.jsonl",
             "SELECT row_to_json(w)::text FROM job.ordering_wake w",
         ),
+        (
+            "dependencies.jsonl",
+            "SELECT row_to_json(d)::text FROM job.dependencies d ORDER BY job_id, depends_on",
+        ),
     ] {
         if let Ok(rows) = sqlx::query_scalar::<_, String>(query).fetch_all(pool).await {
             let _ = std::fs::write(dir.join(file), rows.join("\n"));
@@ -694,7 +866,7 @@ async fn state_counts(pool: &PgPool) -> HashMap<String, i64> {
 }
 
 /// An ordering key with pending jobs but no head (no job of it scheduled, available, running
-/// or retryable).
+/// or retryable). (A pending job without a key is a dependent: see [`Waiting`].)
 #[derive(Debug)]
 struct Headless {
     key: String,
@@ -714,7 +886,7 @@ async fn headless_keys(pool: &PgPool) -> Vec<Headless> {
         "SELECT p.ordering_key, array_agg(p.id ORDER BY p.id),
                 EXISTS (SELECT 1 FROM job.ordering_wake w WHERE w.ordering_key = p.ordering_key)
          FROM job.jobs p
-         WHERE p.state = 'pending'
+         WHERE p.state = 'pending' AND p.ordering_key IS NOT NULL
            AND NOT EXISTS (SELECT 1 FROM job.jobs h
                            WHERE h.ordering_key = p.ordering_key
                              AND h.state IN ('scheduled', 'available', 'running', 'retryable'))
@@ -729,6 +901,43 @@ async fn headless_keys(pool: &PgPool) -> Vec<Headless> {
         pending,
         listed,
     })
+    .collect()
+}
+
+/// A dependent (a pending job without an ordering key) none of whose unresolved edges waits
+/// for a job still unfinished.
+#[derive(Debug)]
+pub struct Waiting {
+    pub id: i64,
+    /// Its unresolved edges (`job.dependencies`), every one to a job that has ended (or is
+    /// gone): the next stager pass resolves it. None: stranded. The stager reads only
+    /// unresolved edges, and it marks a dependent's edges resolved and promotes or discards it
+    /// in one transaction (`job.dependencies_resolve`, migration 0013), as an enqueue inserts
+    /// its edges and makes it pending: a dependent seen pending without one in one snapshot
+    /// stays so forever.
+    pub open: i64,
+}
+
+/// The pending dependents that wait for no unfinished job, read in one statement.
+async fn waiting_dependents(pool: &PgPool) -> Vec<Waiting> {
+    sqlx::query_as::<_, (i64, i64)>(
+        "SELECT j.id, count(d.job_id) FILTER (WHERE NOT d.resolved)
+         FROM job.jobs j
+         LEFT JOIN job.dependencies d ON d.job_id = j.id
+         LEFT JOIN job.jobs x ON x.id = d.depends_on
+         WHERE j.state = 'pending' AND j.ordering_key IS NULL
+         GROUP BY j.id
+         HAVING count(d.job_id) FILTER (WHERE NOT d.resolved)
+              = count(d.job_id) FILTER (WHERE NOT d.resolved
+                                          AND (x.id IS NULL OR x.state IN ('completed',
+                                               'cancelled', 'discarded')))
+         ORDER BY j.id",
+    )
+    .fetch_all(pool)
+    .await
+    .expect("looking for dependents waiting for nothing")
+    .into_iter()
+    .map(|(id, open)| Waiting { id, open })
     .collect()
 }
 
@@ -934,6 +1143,8 @@ pub struct Audit {
     pub violations: Violations,
     pub completed: usize,
     pub discarded: usize,
+    /// Discarded with class `dependency` (never run) because a job they depend on was.
+    pub dependency_discarded: usize,
     pub rescued: usize,
     pub rescued_unstarted: usize,
     pub rescued_finished: usize,
@@ -945,6 +1156,37 @@ pub struct Audit {
     /// Allowed, since the effect still commits once (its transaction is guarded by the lease).
     pub overlaps_after_pause: Vec<String>,
     pub blocking_executions: usize,
+}
+
+/// Checks `row`, planned to be discarded because the job it depends on (`on`, if that was
+/// stored) did not complete: discarded without a single attempt, its only error entry of
+/// class `dependency` naming `on`, and never run (`ran`: its executions and effects).
+fn audit_dependency_discard(row: &JobRow, on: Option<i64>, ran: usize, v: &mut Violations) {
+    let id = row.id;
+    let message = on.map(|on| format!("job {on}, which this job depends on, was discarded"));
+    let entry_ok = |e: &AttemptError| {
+        e.class == "dependency" && e.attempt == 0 && Some(&e.message) == message.as_ref()
+    };
+    if row.state != "discarded"
+        || row.attempt != 0
+        || row.finalized_at.is_none()
+        || !matches!(row.errors.as_slice(), [e] if entry_ok(e))
+    {
+        v.push(
+            "discarded by its dependency",
+            format!(
+                "job {id}: {} after {} attempts (finalized at {:?}) with errors {:?}; expected \
+                 discarded, unattempted, with one `dependency` error: {message:?}",
+                row.state, row.attempt, row.finalized_at, row.errors
+            ),
+        );
+    }
+    if ran > 0 {
+        v.push(
+            "discarded by its dependency",
+            format!("job {id}: never to run, but {ran} executions and effects recorded"),
+        );
+    }
 }
 
 /// The attempts whose entries a history of `settled` attempts keeps: all of them, or the first
@@ -991,6 +1233,9 @@ fn parse_lease_expired(message: &str) -> Option<(&str, DateTime<Utc>)> {
 ///   ran on when resumed, after its lease was taken over.
 /// - Effects once: a completed job has exactly one effect, committed with its completion by
 ///   its final attempt under that attempt's lease; a discarded job has none.
+/// - Discarded by its dependency: a job planned to depend on one that does not complete
+///   ([`End::Dependency`]) is discarded without an attempt, its one error entry of class
+///   `dependency` naming the job it depended on, and never ran (no execution, no effect).
 pub fn audit(run: &Run, plan: &[Planned], records: &Records) -> Audit {
     let (ids, incarnations) = (&run.ids, &run.fleet.incarnations);
     let (rows, executions, effects) = (&records.rows, &records.executions, &records.effects);
@@ -1015,6 +1260,8 @@ pub fn audit(run: &Run, plan: &[Planned], records: &Records) -> Audit {
         );
     }
     let planned: HashMap<u32, &Planned> = plan.iter().map(|p| (p.work.n, p)).collect();
+    let planned_by_n = &planned;
+    let id_of: HashMap<u32, i64> = rows.iter().map(|r| (r.payload.n, r.id)).collect();
 
     // Whether the worker of `e` was paused while `e` could have been running: from a lease
     // before its recorded start (it may have been claimed and started, but not yet recorded)
@@ -1131,7 +1378,16 @@ pub fn audit(run: &Run, plan: &[Planned], records: &Records) -> Audit {
                 ),
             );
         }
-        let completes = work.fail_first < row.max_attempts;
+        let completes = match planned.end(planned_by_n) {
+            End::Dependency(on) => {
+                a.dependency_discarded += 1;
+                let ran = by_job.remove(&id).unwrap_or_default().len();
+                let effects = effects_of.remove(&id).unwrap_or_default().len();
+                audit_dependency_discard(row, id_of.get(&on).copied(), ran + effects, v);
+                continue;
+            }
+            end => end == End::Completed,
+        };
         match (row.state.as_str(), completes) {
             ("completed", true) => a.completed += 1,
             ("discarded", false) => {
