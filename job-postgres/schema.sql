@@ -1323,10 +1323,18 @@ AS $$
        OR NOT EXISTS (SELECT 1 FROM job.ordering_wake w WHERE w.ordering_key = key)
 $$;
 
--- The key's advisory lock: the same number from every caller.
+-- The key's advisory lock: the same number from every caller. One of 1,024 buckets under a
+-- base of the schema's own: every advisory lock takes a slot of the server's shared lock
+-- table (max_locks_per_transaction × max_connections, 6,400 by default), so a bulk enqueue of
+-- 100,000 distinct keys must not take 100,000 of them; it takes at most 1,024. Two keys in
+-- one bucket serialize their enqueuing transactions as one key would, which is all the
+-- bucket costs.
 CREATE FUNCTION job.ordering_lock_key(ordering_key text) RETURNS bigint
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
-AS $$ SELECT hashtextextended('job.ordering:' || ordering_key, 0) $$;
+AS $$
+    SELECT (hashtextextended('job.ordering', 0) & ~1023::bigint)
+           | (hashtextextended(ordering_key, 0) & 1023::bigint)
+$$;
 
 -- Makes the oldest pending job of `key` its head, unless it has one. The caller holds the
 -- key's lock. Wakes the promoted job's queue (NOTIFY is delivered at commit). Returns whether

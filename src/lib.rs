@@ -50,12 +50,11 @@
 
 // Jobs, their options and what can happen to them.
 pub use job_core::{
-    AttemptError, AttemptInfo, Backoff, Compensate, Deadline, Dependency, DependencyMode, DependsOn,
-    Discarded, DiscardedError,
-    EnqueueOptions, ErrorClass, Extensions, Failure, Job, JobContext, JobError, JobId, JobOptions,
-    JobRow, JobState, NewJob, OnDuplicate, Outcome, RunAt, StopReason, Unique, UniqueScope,
-    DEFAULT_MAX_SNOOZES, DEFAULT_PAYLOAD_LIMIT, MAX_ERROR_HISTORY, MAX_ERROR_MESSAGE, MAX_NAME_LEN,
-    MAX_STEP_NAME, MAX_STEP_OUTPUT, MAX_TAGS, MAX_UNIQUE_KEY_LEN,
+    AttemptError, AttemptInfo, Backoff, Compensate, Deadline, Dependency, DependencyMode,
+    DependsOn, Discarded, DiscardedError, EnqueueOptions, ErrorClass, Extensions, Failure, Job,
+    JobContext, JobError, JobId, JobOptions, JobRow, JobState, NewJob, OnDuplicate, Outcome, RunAt,
+    StopReason, Unique, UniqueScope, DEFAULT_MAX_SNOOZES, DEFAULT_PAYLOAD_LIMIT, MAX_ERROR_HISTORY,
+    MAX_ERROR_MESSAGE, MAX_NAME_LEN, MAX_STEP_NAME, MAX_STEP_OUTPUT, MAX_TAGS, MAX_UNIQUE_KEY_LEN,
 };
 // Telemetry: metrics, traces, progress.
 pub use job_core::{

@@ -47,7 +47,11 @@ impl Job for Refund {
     };
 
     async fn perform(self, ctx: JobContext) -> Result<(), JobError> {
-        ctx.state::<Refunds>()?.0.lock().unwrap().push(self.discarded);
+        ctx.state::<Refunds>()?
+            .0
+            .lock()
+            .unwrap()
+            .push(self.discarded);
         Ok(())
     }
 }
@@ -122,13 +126,11 @@ async fn every_path_to_discarded_compensates_in_the_same_transaction() {
     .await;
     // A discard that rolls back leaves no compensation behind...
     let mut tx = h.store.pool().begin().await.unwrap();
-    sqlx::query(
-        "UPDATE job.jobs SET state = 'discarded', finalized_at = now() WHERE id = $1",
-    )
-    .bind(id)
-    .execute(&mut *tx)
-    .await
-    .unwrap();
+    sqlx::query("UPDATE job.jobs SET state = 'discarded', finalized_at = now() WHERE id = $1")
+        .bind(id)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
     tx.rollback().await.unwrap();
     assert_eq!(refund_count(&h).await, 0);
     // ...and the expirer's discard of a job past its deadline makes one.
@@ -140,12 +142,11 @@ async fn every_path_to_discarded_compensates_in_the_same_transaction() {
     job::Store::expire(&h.store, 100).await.unwrap();
     assert_eq!(h.row(id).await.state, JobState::Discarded);
     assert_eq!(refund_count(&h).await, 1);
-    let payload: serde_json::Value = sqlx::query_scalar(
-        "SELECT payload FROM job.jobs WHERE kind = 'test.refund'",
-    )
-    .fetch_one(h.store.pool())
-    .await
-    .unwrap();
+    let payload: serde_json::Value =
+        sqlx::query_scalar("SELECT payload FROM job.jobs WHERE kind = 'test.refund'")
+            .fetch_one(h.store.pool())
+            .await
+            .unwrap();
     assert_eq!(payload["discarded"]["error"]["class"], "expired");
     assert_eq!(payload["discarded"]["job_id"], id);
 }

@@ -377,3 +377,23 @@ async fn a_head_finishing_while_the_stager_forgets_its_key_still_hands_the_key_o
     assert_eq!(h.store.stage_due(100).await.unwrap(), 1);
     assert_eq!(h.row(b).await.state, JobState::Available);
 }
+
+#[tokio::test]
+async fn a_bulk_enqueue_of_twenty_thousand_keys_fits_the_servers_lock_table() {
+    // Each key's admit takes an advisory lock held to commit; without buckets, 20,000 keys in
+    // one transaction overflow the shared lock table (6,400 slots by default).
+    let h = Harness::new().await;
+    let jobs: Vec<NewJob> = (0..20_000)
+        .map(|k| {
+            NewJob::build(
+                &step(&format!("key:{k}"), 0),
+                EnqueueOptions::default(),
+                DEFAULT_PAYLOAD_LIMIT,
+            )
+            .unwrap()
+        })
+        .collect();
+    let ids = h.store.enqueue_many(jobs).await.unwrap();
+    assert_eq!(ids.len(), 20_000);
+    assert_eq!(count_in(&h.store, JobState::Available).await, 20_000);
+}

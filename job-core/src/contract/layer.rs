@@ -140,8 +140,12 @@ impl<S: Store, L: StoreLayer> Store for Layered<S, L> {
         &self,
         kinds: &[(String, Option<crate::Compensate>)],
     ) -> Result<(), StoreError> {
-        self.through("register_kinds", kinds.len(), self.inner.register_kinds(kinds))
-            .await
+        self.through(
+            "register_kinds",
+            kinds.len(),
+            self.inner.register_kinds(kinds),
+        )
+        .await
     }
 
     async fn report(&self, request: &ReportRequest) -> Result<Option<Report>, StoreError> {
