@@ -1384,6 +1384,14 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     PERFORM pg_advisory_xact_lock(job.ordering_lock_key(NEW.ordering_key));
+    IF TG_OP = 'INSERT' THEN
+        -- The id was drawn before this lock was taken, so a transaction that waited for it
+        -- could hold a lower id than the one it waited for. Draw it again: the ids of a key
+        -- then follow the order in which their enqueuers took the key's lock, and "enqueue
+        -- order" is id order. Rows inserted one after the other in one statement still get
+        -- ascending ids (enqueue_many maps ids to inputs by that).
+        NEW.id := nextval(pg_get_serial_sequence('job.jobs', 'id'));
+    END IF;
     IF EXISTS (SELECT 1 FROM job.jobs o
                WHERE o.ordering_key = NEW.ordering_key AND o.id <> NEW.id
                  AND o.state IN ('pending', 'scheduled', 'available', 'running', 'retryable'))

@@ -397,3 +397,21 @@ async fn a_bulk_enqueue_of_twenty_thousand_keys_fits_the_servers_lock_table() {
     assert_eq!(ids.len(), 20_000);
     assert_eq!(count_in(&h.store, JobState::Available).await, 20_000);
 }
+
+#[tokio::test]
+async fn a_keyed_job_draws_its_id_after_taking_its_keys_lock() {
+    // An id drawn before the key's lock (here forced low, as a transaction that drew its id
+    // and then waited for the lock would hold) is drawn again once the lock is held, so the
+    // ids of a key follow the order in which their enqueuers took its lock.
+    let h = Harness::new().await;
+    let head = enqueue(&h.store, step("k", 0)).await;
+    let id: JobId = sqlx::query_scalar(
+        "INSERT INTO job.jobs (id, kind, payload, ordering_key) OVERRIDING SYSTEM VALUE \
+         VALUES (-5, 'test.ordered_step', '{}', 'k') RETURNING id",
+    )
+    .fetch_one(h.store.pool())
+    .await
+    .unwrap();
+    assert!(id > head, "id {id} drawn again after the head {head}");
+    assert_eq!(h.row(id).await.state, JobState::Pending);
+}
