@@ -68,6 +68,15 @@ fn worker(store: &PgStore, refunds: &Refunds) -> job::Worker<PgStore> {
         .unwrap()
 }
 
+/// Waits until job `id` is discarded and its one refund has run; returns what the refund saw.
+async fn discarded_then_refunded(h: &Harness, id: job::JobId, refunds: &Refunds) -> Discarded {
+    h.reaches(id, JobState::Discarded).await;
+    eventually("the refund to run", || async {
+        refunds.0.lock().unwrap().first().cloned()
+    })
+    .await
+}
+
 async fn refund_count(h: &Harness) -> i64 {
     count(
         &h.store,
@@ -89,13 +98,8 @@ async fn a_discarded_job_enqueues_its_compensation_with_what_it_was() {
     )
     .await;
     let w = worker(&h.store, &refunds).start();
-    h.reaches(id, JobState::Discarded).await;
-    eventually("the refund to run", || async {
-        (refunds.0.lock().unwrap().len() == 1).then_some(())
-    })
-    .await;
+    let seen = discarded_then_refunded(&h, id, &refunds).await;
     w.shutdown().await;
-    let seen = refunds.0.lock().unwrap()[0].clone();
     assert_eq!((seen.job_id, seen.kind.as_str()), (id, "test.charge"));
     assert_eq!(
         seen.payload,
@@ -170,13 +174,8 @@ async fn a_payload_too_large_to_wrap_is_omitted_and_the_discard_still_commits() 
     )
     .await;
     let w = worker(&h.store, &refunds).start();
-    h.reaches(id, JobState::Discarded).await;
-    eventually("the refund to run", || async {
-        (refunds.0.lock().unwrap().len() == 1).then_some(())
-    })
-    .await;
+    let seen = discarded_then_refunded(&h, id, &refunds).await;
     w.shutdown().await;
-    let seen = refunds.0.lock().unwrap()[0].clone();
     assert_eq!(seen.payload, serde_json::Value::Null);
     assert_eq!(seen.job_id, id);
 }

@@ -131,11 +131,11 @@ impl Registry {
     /// the name rule ([`name_problem`]: no enqueue could ever fill it), is remembered and
     /// reported by [`Registry::check`], so the worker refuses to start.
     pub fn register<J: Job>(&mut self) {
-        let compensate = J::OPTIONS.compensate.map_or([None, None], |c| {
-            [Some(("compensate", c.kind)), Some(("compensate", c.queue))]
-        });
-        let names = [Some(("kind", J::KIND)), Some(("queue", J::OPTIONS.queue))];
-        for (option, name) in names.into_iter().chain(compensate).flatten() {
+        let mut names = vec![("kind", J::KIND), ("queue", J::OPTIONS.queue)];
+        if let Some(c) = J::OPTIONS.compensate {
+            names.extend([("compensate", c.kind), ("compensate", c.queue)]);
+        }
+        for (option, name) in names {
             if let Some(problem) = name_problem(name) {
                 self.duplicate.get_or_insert(BuildError::InvalidOption {
                     option,

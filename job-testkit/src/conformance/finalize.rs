@@ -3,21 +3,14 @@
 use std::time::Duration;
 
 use job_core::{
-    Admin, ErrorClass, Failure, Finalize, Finalized, JobFilter, JobState, Lease, Outcome, Store,
+    Admin, ErrorClass, Finalize, Finalized, JobFilter, JobState, Lease, Outcome, Store,
 };
 use uuid::Uuid;
 
 use super::support::{
-    assert_lease_cleared, assert_nothing_to_claim, claim_one, finalize_one, row, running, NOOP,
+    assert_lease_cleared, assert_nothing_to_claim, claim_one, failure, finalize_one, row, running,
+    NOOP,
 };
-
-fn failure(attempt: i32, class: ErrorClass, message: &str) -> Failure {
-    Failure {
-        attempt,
-        class,
-        message: message.into(),
-    }
-}
 
 /// `Complete` makes the job `completed` and finalized, the lease cleared, no error recorded.
 pub async fn complete_marks_the_job_completed_and_finalized<S: Store>(store: S) {

@@ -9,7 +9,7 @@ use job_core::{
 };
 
 use super::support::{
-    assert_nothing_to_claim, claim_one, finalize_one, new_job, outlive, row, running, NOOP,
+    assert_nothing_to_claim, claim_one, failure, finalize_one, new_job, outlive, row, running, NOOP,
 };
 
 fn retry_later() -> Outcome {
@@ -225,7 +225,6 @@ pub async fn expire_never_touches_a_running_job<S: Store + Admin>(store: S) {
 /// discarded job, its kind, payload and last error; other outcomes enqueue nothing, and a
 /// kind registered again without one no longer compensates.
 pub async fn a_discard_enqueues_the_kinds_compensating_job<S: Store>(store: S) {
-    const UNDO: &str = "conformance.undo";
     let compensate = job_core::Compensate {
         kind: UNDO,
         queue: "undo",
@@ -236,52 +235,47 @@ pub async fn a_discard_enqueues_the_kinds_compensating_job<S: Store>(store: S) {
         .unwrap();
     let completed = running(&store).await;
     finalize_one(&store, completed.lease, Outcome::Complete).await;
-    let job = running(&store).await;
-    let discard = Outcome::Discard {
-        failure: Failure {
-            attempt: 1,
-            class: ErrorClass::Terminal,
-            message: "cannot work".into(),
-        },
-    };
-    finalize_one(&store, job.lease, discard).await;
-    let claimed = store
-        .claim(&job_core::ClaimRequest {
-            queue: "undo".into(),
-            ..super::support::request(&[UNDO], 10)
-        })
-        .await
-        .unwrap();
+    let job = discard_one(&store, "cannot work").await;
+    let claimed = claim_undo(&store).await;
     assert_eq!(claimed.len(), 1, "one compensating job: {claimed:?}");
     let payload: serde_json::Value = serde_json::from_str(&claimed[0].payload).unwrap();
     let discarded = &payload["discarded"];
-    assert_eq!(discarded["job_id"], job.lease.id);
+    assert_eq!(discarded["job_id"], job);
     assert_eq!(discarded["kind"], NOOP);
     assert_eq!(discarded["payload"], serde_json::json!({"n": 1}));
     assert_eq!(discarded["error"]["class"], "terminal");
     assert_eq!(discarded["error"]["message"], "cannot work");
     let decoded: job_core::Discarded = serde_json::from_value(discarded.clone()).unwrap();
-    assert_eq!(decoded.job_id, job.lease.id);
+    assert_eq!(decoded.job_id, job);
 
     store
         .register_kinds(&[(NOOP.to_owned(), None)])
         .await
         .unwrap();
-    let again = running(&store).await;
+    discard_one(&store, "again").await;
+    assert_eq!(claim_undo(&store).await, vec![], "no longer compensated");
+}
+
+/// The compensating kind of [`a_discard_enqueues_the_kinds_compensating_job`].
+const UNDO: &str = "conformance.undo";
+
+/// Runs a fresh [`NOOP`] and discards it with a terminal `message`; returns its id.
+async fn discard_one<S: Store>(store: &S, message: &str) -> job_core::JobId {
+    let job = running(store).await;
     let discard = Outcome::Discard {
-        failure: Failure {
-            attempt: 1,
-            class: ErrorClass::Terminal,
-            message: "again".into(),
-        },
+        failure: failure(1, ErrorClass::Terminal, message),
     };
-    finalize_one(&store, again.lease, discard).await;
-    let claimed = store
+    finalize_one(store, job.lease, discard).await;
+    job.lease.id
+}
+
+/// Claims what waits in queue `undo`.
+async fn claim_undo<S: Store>(store: &S) -> Vec<job_core::ClaimedJob> {
+    store
         .claim(&job_core::ClaimRequest {
             queue: "undo".into(),
             ..super::support::request(&[UNDO], 10)
         })
         .await
-        .unwrap();
-    assert_eq!(claimed, vec![], "no longer compensated");
+        .unwrap()
 }

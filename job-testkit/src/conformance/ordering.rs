@@ -5,10 +5,11 @@
 
 use std::time::Duration;
 
-use job_core::{EnqueueError, ErrorClass, Failure, JobId, JobState, NewJob, Outcome, Store};
+use job_core::{EnqueueError, ErrorClass, JobId, JobState, NewJob, Outcome, Store};
 
 use super::support::{
-    assert_nothing_to_claim, claim_one, finalize_one, new_job, request, row, ClaimDue, NOOP,
+    assert_nothing_to_claim, claim_one, failure, finalize_one, new_job, request, row, ClaimDue,
+    NOOP,
 };
 
 fn ordered(key: &str) -> NewJob {
@@ -69,11 +70,7 @@ pub async fn one_job_of_a_key_at_a_time_in_enqueue_order<S: Store>(store: S) {
         lease,
         Outcome::Retry {
             delay: Duration::ZERO,
-            failure: Failure {
-                attempt: 1,
-                class: ErrorClass::Error,
-                message: "not yet".into(),
-            },
+            failure: failure(1, ErrorClass::Error, "not yet"),
         },
     )
     .await;
@@ -94,11 +91,7 @@ pub async fn one_job_of_a_key_at_a_time_in_enqueue_order<S: Store>(store: S) {
         &store,
         next.lease,
         Outcome::Discard {
-            failure: Failure {
-                attempt: 1,
-                class: ErrorClass::Terminal,
-                message: "cannot work".into(),
-            },
+            failure: failure(1, ErrorClass::Terminal, "cannot work"),
         },
     )
     .await;

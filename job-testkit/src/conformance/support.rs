@@ -3,8 +3,8 @@
 use std::time::{Duration, Instant};
 
 use job_core::{
-    ClaimKind, ClaimRequest, ClaimedJob, Finalize, Finalized, JobId, JobRow, JobState, Lease,
-    NewJob, Outcome, Store, StoreError,
+    ClaimKind, ClaimRequest, ClaimedJob, ErrorClass, Failure, Finalize, Finalized, JobId, JobRow,
+    JobState, Lease, NewJob, Outcome, Store, StoreError,
 };
 
 /// A claim as a worker makes it: due jobs staged first ([`Store::stage_due`], which a
@@ -17,6 +17,15 @@ impl<S: Store> ClaimDue for S {
     async fn claim_due(&self, request: &ClaimRequest) -> Result<Vec<ClaimedJob>, StoreError> {
         self.stage_due(u32::MAX).await?;
         self.claim(request).await
+    }
+}
+
+/// A failure of `attempt` with `class` and `message`.
+pub(crate) fn failure(attempt: i32, class: ErrorClass, message: &str) -> Failure {
+    Failure {
+        attempt,
+        class,
+        message: message.into(),
     }
 }
 
