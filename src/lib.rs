@@ -50,11 +50,12 @@
 
 // Jobs, their options and what can happen to them.
 pub use job_core::{
-    AttemptError, AttemptInfo, Backoff, Compensate, Deadline, Dependency, DependencyMode,
+    AttemptError, AttemptInfo, Backoff, Breaker, Compensate, Deadline, Dependency, DependencyMode,
     DependsOn, Discarded, DiscardedError, EnqueueOptions, ErrorClass, Extensions, Failure, Job,
-    JobContext, JobError, JobId, JobOptions, JobRow, JobState, NewJob, OnDuplicate, Outcome, RunAt,
-    StopReason, Unique, UniqueScope, DEFAULT_MAX_SNOOZES, DEFAULT_PAYLOAD_LIMIT, MAX_ERROR_HISTORY,
-    MAX_ERROR_MESSAGE, MAX_NAME_LEN, MAX_STEP_NAME, MAX_STEP_OUTPUT, MAX_TAGS, MAX_UNIQUE_KEY_LEN,
+    JobContext, JobError, JobId, JobOptions, JobRow, JobState, NewJob, OnDuplicate, Outcome,
+    RateLimit, RunAt, StopReason, Unique, UniqueScope, DEFAULT_MAX_SNOOZES, DEFAULT_PAYLOAD_LIMIT,
+    MAX_ERROR_HISTORY, MAX_ERROR_MESSAGE, MAX_NAME_LEN, MAX_STEP_NAME, MAX_STEP_OUTPUT, MAX_TAGS,
+    MAX_UNIQUE_KEY_LEN,
 };
 // Telemetry: metrics, traces, progress.
 pub use job_core::{
@@ -74,7 +75,9 @@ pub use job_core::{
     RELEASE_TIMEOUT,
 };
 // Operating on stored jobs.
-pub use job_core::{Admin, Cancelled, JobFilter, Pause, Redriven, StateCount, Stats};
+pub use job_core::{
+    Admin, Cancelled, JobFilter, Pause, PauseEntry, PausedBy, Redriven, StateCount, Stats,
+};
 // The storage contract, for stores and wrappers of stores.
 pub use job_core::{
     AttemptHooks, BoxFuture, Call, ClaimKind, ClaimRequest, ClaimedJob, Expired, Finalize,

@@ -187,6 +187,7 @@ async fn two_stores_on_one_file_see_each_others_jobs() {
                 max_version: 1,
                 lease: std::time::Duration::from_secs(30),
                 concurrency: None,
+                rate: None,
             }],
             limit: 10,
             worker_id: "other".into(),

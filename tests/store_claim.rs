@@ -127,6 +127,7 @@ async fn a_claim_reads_only_what_it_can_take() {
         .unwrap();
     let limited = ClaimKind {
         concurrency: Some(2),
+        rate: None,
         ..kind("d.limited")
     };
     let mut two = request(&[], 2);

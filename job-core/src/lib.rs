@@ -23,7 +23,9 @@ mod worker;
 pub use model::attempt_info::{AttemptInfo, StopReason};
 pub use model::backoff::Backoff;
 pub use model::error::{BoxError, BuildError, EnqueueError, JobError, StoreError};
-pub use model::job::{Compensate, Discarded, DiscardedError, Job, JobId, JobOptions};
+pub use model::job::{
+    Breaker, Compensate, Discarded, DiscardedError, Job, JobId, JobOptions, RateLimit,
+};
 pub use model::new_job::{
     allowed_in_name, name_problem, payload_problem, Deadline, Dependency, DependencyMode,
     DependsOn, EnqueueOptions, NewJob, OnDuplicate, RunAt, Unique, UniqueScope,
@@ -40,14 +42,16 @@ pub use telemetry::{
     MetricKind, MAX_PROGRESS, MAX_PROGRESS_MESSAGE, METRICS, NO_OWNER, TRACEPARENT_LEN,
 };
 
-pub use contract::admin::{Admin, Cancelled, JobFilter, Pause, Redriven, StateCount, Stats};
+pub use contract::admin::{
+    Admin, Cancelled, JobFilter, Pause, PauseEntry, PausedBy, Redriven, StateCount, Stats,
+};
 pub use contract::enqueue::{Batch, BatchIds, Enqueue, EnqueueExecutor, EnqueueMany};
 pub use contract::layer::{BoxFuture, Call, Layered, Returned, StoreLayer};
 pub use contract::report::{DeadLetterCount, QueueCount, Report, ReportRequest};
 pub use contract::store::{
-    duration_millis, AttemptError, ClaimKind, ClaimRequest, ClaimedJob, Expired, Finalize,
-    Finalized, HeartbeatReport, JobRow, Lease, PruneRequest, Release, Renewal, Rescued, Store,
-    Wakeups,
+    duration_millis, AttemptError, BreakerCount, ClaimKind, ClaimRequest, ClaimedJob, Expired,
+    Finalize, Finalized, HeartbeatReport, JobRow, Lease, PruneRequest, Release, Renewal, Rescued,
+    Store, Tripped, Wakeups,
 };
 
 #[doc(hidden)]

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use job_core::duration_millis;
 use job_core::{
-    Admin, Cancelled, JobFilter, JobId, JobRow, JobState, Pause, Redriven, StateCount, Stats,
-    StoreError,
+    Admin, Cancelled, JobFilter, JobId, JobRow, JobState, Pause, PauseEntry, Redriven, StateCount,
+    Stats, StoreError,
 };
 use job_core::{Expired, PruneRequest};
 use sqlx::postgres::PgArguments;
@@ -252,6 +252,10 @@ impl Scope<'_> {
             .collect())
     }
 
+    async fn pauses(self) -> Result<Vec<PauseEntry>, StoreError> {
+        Ok(crate::report::pauses(self.pool).await?)
+    }
+
     async fn list(self, filter: &JobFilter) -> Result<Vec<JobRow>, StoreError> {
         let states = filter.states.iter().map(|s| s.as_str()).collect();
         let rows = bind_filter(sqlx::query(sql::LIST.as_str()), filter, states, self.tenant)
@@ -384,6 +388,10 @@ macro_rules! admin_in_scope {
 
             async fn paused(&self) -> Result<Vec<Pause>, StoreError> {
                 self.$scope().paused().await
+            }
+
+            async fn pauses(&self) -> Result<Vec<PauseEntry>, StoreError> {
+                self.$scope().pauses().await
             }
 
             async fn list(&self, filter: &JobFilter) -> Result<Vec<JobRow>, StoreError> {

@@ -7,7 +7,7 @@ use std::time::Duration;
 use job_core::duration_millis;
 use job_core::{
     storable_text, ClaimRequest, ClaimedJob, Finalize, Finalized, HeartbeatReport, JobId, JobState,
-    Lease, Outcome, Release, Renewal, Rescued, MAX_ERROR_MESSAGE,
+    Lease, Outcome, RateLimit, Release, Renewal, Rescued, MAX_ERROR_MESSAGE,
 };
 use sqlx::{PgExecutor, PgPool, Row};
 use uuid::Uuid;
@@ -15,9 +15,11 @@ use uuid::Uuid;
 use crate::error::Error;
 use crate::sql;
 
-/// Claims due jobs; when a requested kind has a concurrency limit, inside a transaction that
-/// first takes the advisory lock of each limited kind (`sql/claim_lock.sql`), so that
-/// concurrent claimers never count the same free room twice.
+/// Claims due jobs; when a requested kind has a concurrency or a rate limit, inside a
+/// transaction that first takes the advisory lock of each limited kind
+/// (`sql/claim_lock.sql`), so that concurrent claimers never count the same free room twice.
+/// A rate-limited kind's room is read under that lock (`sql/rate_room.sql`) and its claimed
+/// jobs recorded as starts before the transaction commits (`sql/rate_record.sql`).
 pub(crate) async fn claim_from_pool(
     pool: &PgPool,
     request: &ClaimRequest,
@@ -25,11 +27,11 @@ pub(crate) async fn claim_from_pool(
     let limited: Vec<&str> = request
         .kinds
         .iter()
-        .filter(|k| k.concurrency.is_some())
+        .filter(|k| k.concurrency.is_some() || k.rate.is_some())
         .map(|k| k.kind.as_str())
         .collect();
     if limited.is_empty() || request.limit == 0 {
-        return claim(pool, request).await;
+        return claim(pool, request, &[]).await;
     }
     let mut tx = pool.begin().await.map_err(Error::query("begin"))?;
     sqlx::query(sql::CLAIM_LOCK)
@@ -37,16 +39,69 @@ pub(crate) async fn claim_from_pool(
         .execute(&mut *tx)
         .await
         .map_err(Error::query("claim_lock"))?;
-    let claimed = claim(&mut *tx, request).await?;
+    let rated: Vec<(&str, RateLimit)> = request
+        .kinds
+        .iter()
+        .filter_map(|k| Some((k.kind.as_str(), k.rate?)))
+        .collect();
+    let rooms = rate_rooms(&mut tx, &rated).await?;
+    let claimed = claim(&mut *tx, request, &rooms).await?;
+    if !rated.is_empty() {
+        let counts: Vec<i32> = rated
+            .iter()
+            .map(|(kind, _)| {
+                let n = claimed.iter().filter(|j| j.kind == *kind).count();
+                i32::try_from(n).unwrap_or(i32::MAX)
+            })
+            .collect();
+        sqlx::query(sql::RATE_RECORD)
+            .bind(rated.iter().map(|(k, _)| *k).collect::<Vec<_>>())
+            .bind(counts)
+            .bind(
+                rated
+                    .iter()
+                    .map(|(_, r)| duration_millis(r.per))
+                    .collect::<Vec<_>>(),
+            )
+            .execute(&mut *tx)
+            .await
+            .map_err(Error::query("rate_record"))?;
+    }
     tx.commit().await.map_err(Error::query("commit"))?;
     Ok(claimed)
 }
 
+/// The starts each rate-limited kind may still make now (`sql/rate_room.sql`), read under the
+/// kinds' advisory locks.
+async fn rate_rooms(
+    tx: &mut sqlx::PgConnection,
+    rated: &[(&str, RateLimit)],
+) -> Result<Vec<(String, i32)>, Error> {
+    if rated.is_empty() {
+        return Ok(Vec::new());
+    }
+    let kinds: Vec<&str> = rated.iter().map(|(k, _)| *k).collect();
+    let limits: Vec<i32> = rated
+        .iter()
+        .map(|(_, r)| i32::try_from(r.starts).unwrap_or(i32::MAX))
+        .collect();
+    let periods: Vec<i64> = rated.iter().map(|(_, r)| duration_millis(r.per)).collect();
+    sqlx::query_as(sql::RATE_ROOM)
+        .bind(kinds)
+        .bind(limits)
+        .bind(periods)
+        .fetch_all(tx)
+        .await
+        .map_err(Error::query("rate_room"))
+}
+
 /// Claims due jobs of the requested kinds in one statement (see `sql/claim.sql`). A kind with a
-/// concurrency limit is only safe under its advisory lock: see [`claim_from_pool`].
+/// concurrency or a rate limit is only safe under its advisory lock, with its rate room read
+/// under that lock (`rooms`): see [`claim_from_pool`].
 pub(crate) async fn claim<'e, E: PgExecutor<'e>>(
     executor: E,
     request: &ClaimRequest,
+    rooms: &[(String, i32)],
 ) -> Result<Vec<ClaimedJob>, Error> {
     if request.kinds.is_empty() || request.limit == 0 {
         return Ok(Vec::new());
@@ -63,6 +118,20 @@ pub(crate) async fn claim<'e, E: PgExecutor<'e>>(
         .iter()
         .map(|k| k.concurrency.map(|c| i32::try_from(c).unwrap_or(i32::MAX)))
         .collect();
+    // A rate-limited kind without a room read (a caller that skipped rate_room.sql) takes
+    // nothing: the limit is never exceeded by mistake.
+    let rate_rooms: Vec<Option<i32>> = request
+        .kinds
+        .iter()
+        .map(|k| {
+            k.rate.map(|_| {
+                rooms
+                    .iter()
+                    .find(|(kind, _)| *kind == k.kind)
+                    .map_or(0, |(_, room)| *room)
+            })
+        })
+        .collect();
     let limit = i32::try_from(request.limit).unwrap_or(i32::MAX);
     let rows = sqlx::query(sql::CLAIM)
         .bind(&request.queue)
@@ -72,6 +141,7 @@ pub(crate) async fn claim<'e, E: PgExecutor<'e>>(
         .bind(limit)
         .bind(&request.worker_id)
         .bind(caps)
+        .bind(rate_rooms)
         .fetch_all(executor)
         .await
         .map_err(Error::query("claim"))?;

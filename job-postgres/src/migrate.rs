@@ -92,6 +92,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "compensation",
         sql: include_str!("../migrations/0014_compensation.sql"),
     },
+    Migration {
+        version: 15,
+        name: "flow_control",
+        sql: include_str!("../migrations/0015_flow_control.sql"),
+    },
 ];
 
 /// The whole schema as one plain SQL script, for a DBA or a team without Rust:

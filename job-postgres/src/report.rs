@@ -3,7 +3,10 @@
 
 use std::time::Duration;
 
-use job_core::{duration_millis, DeadLetterCount, JobState, QueueCount, Report, ReportRequest};
+use job_core::{
+    duration_millis, BreakerCount, DeadLetterCount, JobState, Pause, PauseEntry, PausedBy,
+    QueueCount, Report, ReportRequest, Tripped,
+};
 use sqlx::{PgPool, Row};
 
 use crate::error::Error;
@@ -99,5 +102,84 @@ pub(crate) async fn report(
         };
         read().map_err(Error::query("report"))?;
     }
+    report.paused = pauses(pool).await?;
     Ok(Some(report))
+}
+
+/// Every pause in force, with who made it, why and until when (`sql/pauses.sql`).
+pub(crate) async fn pauses<'e, E: sqlx::PgExecutor<'e>>(
+    executor: E,
+) -> Result<Vec<PauseEntry>, Error> {
+    let rows = sqlx::query(sql::PAUSES)
+        .fetch_all(executor)
+        .await
+        .map_err(Error::query("pauses"))?;
+    rows.iter()
+        .map(|row| {
+            let scope: String = row.try_get("scope")?;
+            let name: String = row.try_get("name")?;
+            let by: String = row.try_get("paused_by")?;
+            Ok(PauseEntry {
+                what: match scope.as_str() {
+                    "queue" => Pause::Queue(name),
+                    _ => Pause::Kind(name),
+                },
+                paused_by: PausedBy::parse(&by).unwrap_or(PausedBy::Operator),
+                reason: row.try_get("reason")?,
+                paused_at: row.try_get("paused_at")?,
+                resume_at: row.try_get("resume_at")?,
+            })
+        })
+        .collect::<Result<_, sqlx::Error>>()
+        .map_err(Error::query("pauses"))
+}
+
+/// Adds ended attempts to the kinds' circuit breakers (`sql/breaker_record.sql`) and returns
+/// those it tripped.
+pub(crate) async fn record_breakers(
+    pool: &PgPool,
+    counts: &[BreakerCount],
+) -> Result<Vec<Tripped>, Error> {
+    if counts.is_empty() {
+        return Ok(Vec::new());
+    }
+    let kinds: Vec<&str> = counts.iter().map(|c| c.kind.as_str()).collect();
+    let attempts: Vec<i64> = counts.iter().map(|c| i64::from(c.attempts)).collect();
+    let failures: Vec<i64> = counts.iter().map(|c| i64::from(c.failures)).collect();
+    let percents: Vec<i16> = counts
+        .iter()
+        .map(|c| i16::from(c.breaker.failure_percent))
+        .collect();
+    let mins: Vec<i32> = counts
+        .iter()
+        .map(|c| i32::try_from(c.breaker.min_attempts).unwrap_or(i32::MAX))
+        .collect();
+    let windows: Vec<i64> = counts
+        .iter()
+        .map(|c| duration_millis(c.breaker.window))
+        .collect();
+    let cool_downs: Vec<i64> = counts
+        .iter()
+        .map(|c| duration_millis(c.breaker.cool_down))
+        .collect();
+    let rows: Vec<(String, String, chrono::DateTime<chrono::Utc>)> =
+        sqlx::query_as(sql::BREAKER_RECORD)
+            .bind(kinds)
+            .bind(attempts)
+            .bind(failures)
+            .bind(percents)
+            .bind(mins)
+            .bind(windows)
+            .bind(cool_downs)
+            .fetch_all(pool)
+            .await
+            .map_err(Error::query("breaker_record"))?;
+    Ok(rows
+        .into_iter()
+        .map(|(kind, reason, resume_at)| Tripped {
+            kind,
+            reason,
+            resume_at,
+        })
+        .collect())
 }

@@ -143,6 +143,17 @@ impl Store for PgStore {
         Ok(report::register_kinds(&self.pool, kinds).await?)
     }
 
+    async fn record_breakers(
+        &self,
+        counts: &[job_core::BreakerCount],
+    ) -> Result<Vec<job_core::Tripped>, StoreError> {
+        Ok(report::record_breakers(&self.pool, counts).await?)
+    }
+
+    fn supports_flow_control(&self) -> bool {
+        true
+    }
+
     async fn get(&self, id: JobId) -> Result<Option<JobRow>, StoreError> {
         Ok(row::get(&self.pool, id, None).await?)
     }

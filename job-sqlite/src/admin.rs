@@ -4,8 +4,8 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use job_core::{
-    Admin, Cancelled, JobFilter, JobId, JobRow, JobState, Pause, Redriven, StateCount, Stats,
-    StoreError,
+    Admin, Cancelled, JobFilter, JobId, JobRow, JobState, Pause, PauseEntry, Redriven, StateCount,
+    Stats, StoreError,
 };
 use sqlx::query::Query;
 use sqlx::sqlite::SqliteArguments;
@@ -120,14 +120,16 @@ impl Admin for SqliteStore {
 
     async fn resume(&self, what: &Pause) -> Result<bool, StoreError> {
         let mut w = self.write().await?;
-        let done = sqlx::query(sql::RESUME)
+        let now = now(&mut w.tx).await?;
+        let was: Option<bool> = sqlx::query_scalar(sql::RESUME)
             .bind(what.scope())
             .bind(what.name())
-            .execute(&mut *w.tx)
+            .bind(now)
+            .fetch_optional(&mut *w.tx)
             .await
             .map_err(Error::query("resume"))?;
         w.commit().await?;
-        let resumed = done.rows_affected() > 0;
+        let resumed = was.unwrap_or(false);
         if resumed {
             // A resumed queue is woken so idle workers claim at once; a resumed kind waits for
             // the next poll, as with job-postgres.
@@ -139,17 +141,17 @@ impl Admin for SqliteStore {
     }
 
     async fn paused(&self) -> Result<Vec<Pause>, StoreError> {
-        let rows: Vec<(String, String)> = sqlx::query_as(sql::PAUSED)
-            .fetch_all(self.pool())
+        Ok(self.pauses().await?.into_iter().map(|p| p.what).collect())
+    }
+
+    async fn pauses(&self) -> Result<Vec<PauseEntry>, StoreError> {
+        let mut conn = self
+            .pool()
+            .acquire()
             .await
-            .map_err(Error::query("paused"))?;
-        Ok(rows
-            .into_iter()
-            .map(|(scope, name)| match scope.as_str() {
-                "queue" => Pause::Queue(name),
-                _ => Pause::Kind(name),
-            })
-            .collect())
+            .map_err(Error::query("acquire"))?;
+        let now = now(&mut conn).await?;
+        Ok(crate::lease::paused(&mut conn, now).await?)
     }
 
     async fn list(&self, filter: &JobFilter) -> Result<Vec<JobRow>, StoreError> {

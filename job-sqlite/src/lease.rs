@@ -6,8 +6,8 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use job_core::{
-    ClaimKind, ClaimRequest, ClaimedJob, Finalize, Finalized, HeartbeatReport, JobId, JobState,
-    Lease, Outcome, Release, Renewal, Rescued,
+    BreakerCount, ClaimKind, ClaimRequest, ClaimedJob, Finalize, Finalized, HeartbeatReport, JobId,
+    JobState, Lease, Outcome, Pause, PauseEntry, PausedBy, Release, Renewal, Rescued, Tripped,
 };
 use sqlx::{Row, SqliteConnection};
 use uuid::Uuid;
@@ -15,7 +15,7 @@ use uuid::Uuid;
 use crate::error::Error;
 use crate::history;
 use crate::sql;
-use crate::time::{after, now, to_time, Micros};
+use crate::time::{after, micros, now, to_time, Micros};
 
 /// The longest delay written: far beyond any backoff, and far inside what a time holds.
 const MAX_DELAY: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
@@ -68,8 +68,9 @@ async fn pick(
 }
 
 /// Claims due jobs of the requested kinds. Inside the immediate transaction no other claimer
-/// runs, so a kind's concurrency limit is counted once (`claim_running.sql`) and its room
-/// taken in the same transaction.
+/// runs, so a kind's concurrency limit (`claim_running.sql`) and rate limit
+/// (`rate_count.sql`) are counted once and its room taken, and its starts recorded
+/// (`rate_record.sql`), in the same transaction.
 pub(crate) async fn claim(
     conn: &mut SqliteConnection,
     request: &ClaimRequest,
@@ -78,10 +79,11 @@ pub(crate) async fn claim(
         return Ok(Vec::new());
     }
     let now = now(&mut *conn).await?;
-    let paused: Vec<(String, String)> = sqlx::query_as(sql::PAUSED)
-        .fetch_all(&mut *conn)
-        .await
-        .map_err(Error::query("paused"))?;
+    let paused: Vec<(String, String)> = paused(&mut *conn, now)
+        .await?
+        .into_iter()
+        .map(|p| (p.what.scope().to_owned(), p.what.name().to_owned()))
+        .collect();
     let is_paused = |scope: &str, name: &str| paused.iter().any(|(s, n)| s == scope && n == name);
     if is_paused("queue", &request.queue) {
         return Ok(Vec::new());
@@ -91,21 +93,28 @@ pub(crate) async fn claim(
         .iter()
         .filter(|k| !is_paused("kind", &k.kind))
         .collect();
-    let unlimited: Vec<&ClaimKind> = kinds
-        .iter()
-        .copied()
-        .filter(|k| k.concurrency.is_none())
-        .collect();
+    let limited = |k: &ClaimKind| k.concurrency.is_some() || k.rate.is_some();
+    let unlimited: Vec<&ClaimKind> = kinds.iter().copied().filter(|k| !limited(k)).collect();
     let mut picked = pick(conn, &request.queue, &unlimited, now, request.limit).await?;
-    for kind in kinds.iter().filter(|k| k.concurrency.is_some()) {
-        let cap = i64::from(kind.concurrency.unwrap_or(u32::MAX));
-        let running: i64 = sqlx::query_scalar(sql::CLAIM_RUNNING)
-            .bind(&kind.kind)
-            .fetch_one(&mut *conn)
-            .await
-            .map_err(Error::query("claim_running"))?;
-        let room = u32::try_from((cap - running).max(0)).unwrap_or(u32::MAX);
-        let room = room.min(request.limit);
+    for kind in kinds.iter().filter(|k| limited(k)) {
+        let mut room = request.limit;
+        if let Some(cap) = kind.concurrency {
+            let running: i64 = sqlx::query_scalar(sql::CLAIM_RUNNING)
+                .bind(&kind.kind)
+                .fetch_one(&mut *conn)
+                .await
+                .map_err(Error::query("claim_running"))?;
+            room = room.min(u32::try_from((i64::from(cap) - running).max(0)).unwrap_or(0));
+        }
+        if let Some(rate) = kind.rate {
+            let started: i64 = sqlx::query_scalar(sql::RATE_COUNT)
+                .bind(&kind.kind)
+                .bind(now.saturating_sub(micros(rate.per)))
+                .fetch_one(&mut *conn)
+                .await
+                .map_err(Error::query("rate_count"))?;
+            room = room.min(u32::try_from((i64::from(rate.starts) - started).max(0)).unwrap_or(0));
+        }
         picked.extend(pick(conn, &request.queue, &[*kind], now, room).await?);
     }
     picked.sort_by_key(|p| (p.priority, p.run_at, p.id));
@@ -151,7 +160,116 @@ pub(crate) async fn claim(
         .map_err(Error::query("claim_take"))?;
         claimed.push(job);
     }
+    for kind in request.kinds.iter() {
+        let Some(rate) = kind.rate else { continue };
+        let n = claimed.iter().filter(|j| j.kind == kind.kind).count();
+        sqlx::query(sql::RATE_FORGET)
+            .bind(&kind.kind)
+            .bind(now.saturating_sub(micros(rate.per)))
+            .execute(&mut *conn)
+            .await
+            .map_err(Error::query("rate_forget"))?;
+        sqlx::query(sql::RATE_RECORD)
+            .bind(&kind.kind)
+            .bind(i64::try_from(n).unwrap_or(i64::MAX))
+            .bind(now)
+            .execute(&mut *conn)
+            .await
+            .map_err(Error::query("rate_record"))?;
+    }
     Ok(claimed)
+}
+
+/// Every pause in force at `now` (`paused.sql`).
+pub(crate) async fn paused(
+    conn: &mut SqliteConnection,
+    now: Micros,
+) -> Result<Vec<PauseEntry>, Error> {
+    let rows = sqlx::query(sql::PAUSED)
+        .bind(now)
+        .fetch_all(conn)
+        .await
+        .map_err(Error::query("paused"))?;
+    rows.iter()
+        .map(|r| {
+            let scope: String = r.try_get("scope")?;
+            let name: String = r.try_get("name")?;
+            let by: String = r.try_get("paused_by")?;
+            let resume_at: Option<Micros> = r.try_get("resume_at")?;
+            Ok(PauseEntry {
+                what: match scope.as_str() {
+                    "queue" => Pause::Queue(name),
+                    _ => Pause::Kind(name),
+                },
+                paused_by: PausedBy::parse(&by).unwrap_or(PausedBy::Operator),
+                reason: r.try_get("reason")?,
+                paused_at: to_time(r.try_get("paused_at")?),
+                resume_at: resume_at.map(to_time),
+            })
+        })
+        .collect::<Result<_, sqlx::Error>>()
+        .map_err(Error::query("paused"))
+}
+
+/// Adds ended attempts to the kinds' circuit breakers and trips those over their threshold
+/// (`breaker_add.sql`, `breaker_trip.sql`, `pause_breaker.sql`), as job-postgres's
+/// `job.breaker_record`. In one immediate transaction.
+pub(crate) async fn record_breakers(
+    conn: &mut SqliteConnection,
+    counts: &[BreakerCount],
+) -> Result<Vec<Tripped>, Error> {
+    let now = now(&mut *conn).await?;
+    let mut tripped = Vec::new();
+    for c in counts {
+        let b = c.breaker;
+        let (attempts, failures, window_start): (i64, i64, Micros) =
+            sqlx::query_as(sql::BREAKER_ADD)
+                .bind(&c.kind)
+                .bind(i64::from(c.attempts))
+                .bind(i64::from(c.failures))
+                .bind(now)
+                .bind(micros(b.window))
+                .fetch_one(&mut *conn)
+                .await
+                .map_err(Error::query("breaker_add"))?;
+        if attempts < i64::from(b.min_attempts)
+            || failures * 100 < i64::from(b.failure_percent) * attempts
+        {
+            continue;
+        }
+        sqlx::query(sql::BREAKER_TRIP)
+            .bind(&c.kind)
+            .bind(now)
+            .execute(&mut *conn)
+            .await
+            .map_err(Error::query("breaker_trip"))?;
+        let reason = format!(
+            "circuit breaker: {failures} of {attempts} attempts failed ({}%) in the window since \
+             {}; it trips at {}% of at least {} attempts per {} ms",
+            failures * 100 / attempts,
+            to_time(window_start).format("%Y-%m-%dT%H:%M:%SZ"),
+            b.failure_percent,
+            b.min_attempts,
+            b.window.as_millis()
+        );
+        let resume_at = after(now, b.cool_down);
+        let paused = sqlx::query(sql::PAUSE_BREAKER)
+            .bind(&c.kind)
+            .bind(now)
+            .bind(&reason)
+            .bind(resume_at)
+            .execute(&mut *conn)
+            .await
+            .map_err(Error::query("pause_breaker"))?;
+        if paused.rows_affected() > 0 {
+            tripped.push(Tripped {
+                kind: c.kind.clone(),
+                reason,
+                resume_at: to_time(resume_at),
+            });
+        }
+    }
+    Ok(tripped)
 }
 
 /// Renews leases, each guarded by (id, lock_token) and running.

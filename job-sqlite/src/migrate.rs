@@ -34,6 +34,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "compensation",
         sql: include_str!("../migrations/0003_compensation.sql"),
     },
+    Migration {
+        version: 4,
+        name: "flow_control",
+        sql: include_str!("../migrations/0004_flow_control.sql"),
+    },
 ];
 
 /// Brings the schema in `pool`'s database up to date: applies every migration not recorded

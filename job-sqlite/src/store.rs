@@ -223,6 +223,23 @@ impl Store for SqliteStore {
         Ok(())
     }
 
+    async fn record_breakers(
+        &self,
+        counts: &[job_core::BreakerCount],
+    ) -> Result<Vec<job_core::Tripped>, StoreError> {
+        if counts.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut w = self.write().await?;
+        let tripped = lease::record_breakers(&mut w.tx, counts).await?;
+        w.commit().await?;
+        Ok(tripped)
+    }
+
+    fn supports_flow_control(&self) -> bool {
+        true
+    }
+
     async fn enqueue(&self, job: NewJob) -> Result<JobId, EnqueueError> {
         self.validate(&job)?;
         let mut w = self.write().await?;

@@ -240,6 +240,7 @@ async fn replacers_racing_a_claim_never_touch_the_running_row() {
                         max_version: 1,
                         lease: Duration::from_secs(30),
                         concurrency: None,
+                        rate: None,
                     }],
                     limit: 1,
                     worker_id: "racer".into(),

@@ -15,6 +15,7 @@ pub fn kind(name: &str) -> ClaimKind {
         max_version: 1,
         lease: Duration::from_secs(30),
         concurrency: None,
+        rate: None,
     }
 }
 

@@ -156,6 +156,7 @@ async fn progress_is_recorded_only_under_the_jobs_lease() {
             max_version: 1,
             lease: Duration::from_secs(30),
             concurrency: None,
+            rate: None,
         }],
         limit: 1,
         worker_id: "test".into(),

@@ -22,6 +22,7 @@ async fn claim_and_die(h: &Harness, kind: &str, lease: Duration) -> ClaimedJob {
                 max_version: 1,
                 lease,
                 concurrency: None,
+                rate: None,
             }],
             limit: 1,
             worker_id: "doomed".into(),

@@ -181,6 +181,7 @@ impl Registry {
                 max_version: h.version(),
                 lease: h.options().lease,
                 concurrency: h.options().concurrency,
+                rate: h.options().rate,
             })
             .collect();
         kinds.sort_by(|a, b| a.kind.cmp(&b.kind));

@@ -55,6 +55,50 @@ impl Pause {
     }
 }
 
+/// Who paused a queue or kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PausedBy {
+    /// An operator ([`Admin::pause`]): paused until resumed.
+    Operator,
+    /// The kind's circuit breaker ([`JobOptions::breaker`](crate::JobOptions::breaker)):
+    /// paused until resumed or until its cool-down ends.
+    Breaker,
+}
+
+impl PausedBy {
+    /// The name stored and shown (`operator` or `breaker`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PausedBy::Operator => "operator",
+            PausedBy::Breaker => "breaker",
+        }
+    }
+
+    /// Parses [`as_str`](Self::as_str)'s names.
+    pub fn parse(name: &str) -> Option<PausedBy> {
+        match name {
+            "operator" => Some(PausedBy::Operator),
+            "breaker" => Some(PausedBy::Breaker),
+            _ => None,
+        }
+    }
+}
+
+/// One pause in force, with who made it, why and until when ([`Admin::pauses`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PauseEntry {
+    /// What is paused.
+    pub what: Pause,
+    /// Who paused it.
+    pub paused_by: PausedBy,
+    /// Why, when the pause says (a breaker says what it counted).
+    pub reason: Option<String>,
+    /// Since when.
+    pub paused_at: DateTime<Utc>,
+    /// When it ends by itself (a breaker's cool-down); `None`: when resumed.
+    pub resume_at: Option<DateTime<Utc>>,
+}
+
 /// Which jobs a listing, redrive or purge is about. Every field set must match; unset fields
 /// match everything.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -162,8 +206,11 @@ pub trait Admin: Send + Sync {
     /// Lets claims of a paused queue or kind resume. Returns false when it was not paused.
     fn resume(&self, what: &Pause) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
-    /// Everything paused now.
+    /// Everything paused now (by an operator, or by a breaker whose cool-down has not ended).
     fn paused(&self) -> impl Future<Output = Result<Vec<Pause>, StoreError>> + Send;
+
+    /// Every pause in force, with who made it, why and until when.
+    fn pauses(&self) -> impl Future<Output = Result<Vec<PauseEntry>, StoreError>> + Send;
 
     /// Jobs matching `filter`, oldest first (by id), with their whole error history.
     fn list(

@@ -148,6 +148,22 @@ impl<S: Store, L: StoreLayer> Store for Layered<S, L> {
         .await
     }
 
+    async fn record_breakers(
+        &self,
+        counts: &[crate::BreakerCount],
+    ) -> Result<Vec<crate::Tripped>, StoreError> {
+        self.through(
+            "record_breakers",
+            counts.len(),
+            self.inner.record_breakers(counts),
+        )
+        .await
+    }
+
+    fn supports_flow_control(&self) -> bool {
+        self.inner.supports_flow_control()
+    }
+
     async fn report(&self, request: &ReportRequest) -> Result<Option<Report>, StoreError> {
         self.through("report", 1, self.inner.report(request)).await
     }
@@ -208,6 +224,13 @@ impl Returned for JobId {
 }
 
 impl Returned for Vec<JobId> {
+    fn rows(&self) -> usize {
+        self.len()
+    }
+}
+
+impl Returned for Vec<crate::Tripped> {
+    /// The breakers tripped.
     fn rows(&self) -> usize {
         self.len()
     }

@@ -52,4 +52,6 @@ pub struct Report {
     pub oldest_due: Vec<(String, Duration)>,
     /// Dead letters per queue and kind.
     pub dead_letters: Vec<DeadLetterCount>,
+    /// The pauses in force (by operators, and by breakers whose cool-down has not ended).
+    pub paused: Vec<crate::PauseEntry>,
 }

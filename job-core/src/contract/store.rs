@@ -36,6 +36,34 @@ pub struct ClaimKind {
     pub lease: Duration,
     /// The most jobs of this kind running at once across every worker (`None`: no limit).
     pub concurrency: Option<u32>,
+    /// The most attempts of this kind starting per period across every worker (`None`: no
+    /// limit). A claim counts each job it takes as a start.
+    pub rate: Option<crate::RateLimit>,
+}
+
+/// The attempts of one kind that ended since its circuit breaker was last told
+/// ([`Store::record_breakers`]), with the breaker's settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BreakerCount {
+    /// The kind.
+    pub kind: String,
+    /// Its breaker, as the worker has it (every worker of a kind must agree).
+    pub breaker: crate::Breaker,
+    /// Attempts that ended with an outcome written.
+    pub attempts: u32,
+    /// Of those, how many failed (a retry or a discard).
+    pub failures: u32,
+}
+
+/// A circuit breaker that tripped: its kind is paused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tripped {
+    /// The kind paused.
+    pub kind: String,
+    /// The reason stored with the pause.
+    pub reason: String,
+    /// When its cool-down ends.
+    pub resume_at: DateTime<Utc>,
 }
 
 /// What to claim.
@@ -392,6 +420,28 @@ pub trait Store: Clone + Send + Sync + 'static {
     ) -> impl Future<Output = Result<(), StoreError>> + Send {
         let _ = kinds;
         std::future::ready(Ok(()))
+    }
+
+    /// Adds ended attempts to the kinds' circuit breakers, trips those whose failure rate over
+    /// their window reached their threshold (pausing the kind with the reason until its
+    /// cool-down ends, see [`Breaker`](crate::Breaker)), and returns the ones this call
+    /// tripped. A store without breakers refuses (the default), and the worker refuses to start
+    /// a kind with a breaker on it ([`Store::supports_flow_control`]).
+    fn record_breakers(
+        &self,
+        counts: &[BreakerCount],
+    ) -> impl Future<Output = Result<Vec<Tripped>, StoreError>> + Send {
+        let _ = counts;
+        std::future::ready(Err(StoreError::refused(
+            "this store does not support circuit breakers",
+        )))
+    }
+
+    /// Whether this store enforces [`ClaimKind::rate`] and [`record_breakers`]
+    /// (Self::record_breakers). The worker refuses to start a kind with a rate limit or a
+    /// breaker on a store that does not. Defaults to false.
+    fn supports_flow_control(&self) -> bool {
+        false
     }
 
     /// Reads one job.

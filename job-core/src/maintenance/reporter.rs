@@ -136,6 +136,14 @@ impl<S: Store> Reporter<S> {
             ];
             set(names::DEAD_LETTERS, labels, d.count as f64);
         }
+        for p in &report.paused {
+            let labels = vec![
+                ("scope", p.what.scope().to_owned()),
+                ("name", p.what.name().to_owned()),
+                ("paused_by", p.paused_by.as_str().to_owned()),
+            ];
+            set(names::PAUSED, labels, 1.0);
+        }
         // What an earlier report had and this one has not is now zero (a queue emptied, the
         // dead letters purged).
         for (name, labels) in self.seen.difference(&now) {

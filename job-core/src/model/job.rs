@@ -107,6 +107,111 @@ pub struct JobOptions {
     /// (`#[job(compensate = RefundCharge)]`): it gets a [`Discarded`](crate::Discarded)
     /// argument `discarded` naming the job, its payload and its last error. Defaults to `None`.
     pub compensate: Option<Compensate>,
+    /// At most this many attempts of this kind start per period, across every worker
+    /// (`#[job(rate = "100/1m")]`): jobs over the limit wait, available, for room. Every
+    /// worker that runs the kind must agree on it. Defaults to `None` (no limit).
+    pub rate: Option<RateLimit>,
+    /// Pauses this kind when its failure rate over a window crosses a threshold
+    /// (`#[job(breaker(failures = 50, of = 20, window = "1m", cool_down = "5m"))]`), until an
+    /// operator resumes it or the cool-down ends. Defaults to `None`.
+    pub breaker: Option<Breaker>,
+}
+
+/// A rate limit ([`JobOptions::rate`]): at most `starts` attempts begin in any `per`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RateLimit {
+    /// Attempts that may begin in any window of `per`, across every worker: 1 to
+    /// [`RateLimit::MAX_STARTS`].
+    pub starts: u32,
+    /// The window: 1 millisecond to [`RateLimit::MAX_PERIOD`].
+    pub per: Duration,
+}
+
+impl RateLimit {
+    /// The most starts a limit may allow per window (the database keeps one timestamp per
+    /// start of the window).
+    pub const MAX_STARTS: u32 = 10_000;
+    /// The longest window.
+    pub const MAX_PERIOD: Duration = Duration::from_secs(7 * 24 * 3600);
+
+    /// `starts` per `per`, usable in `const` contexts; [`RateLimit::problem`] says whether it
+    /// is in range (the worker refuses to start with one that is not).
+    pub const fn new(starts: u32, per: Duration) -> RateLimit {
+        RateLimit { starts, per }
+    }
+
+    /// What is wrong with this limit, if anything.
+    pub fn problem(&self) -> Option<String> {
+        if self.starts == 0 || self.starts > Self::MAX_STARTS {
+            return Some(format!(
+                "starts must be 1 to {}, got {}",
+                Self::MAX_STARTS,
+                self.starts
+            ));
+        }
+        if self.per < Duration::from_millis(1) || self.per > Self::MAX_PERIOD {
+            return Some(format!(
+                "the period must be 1ms to 7 days, got {:?}",
+                self.per
+            ));
+        }
+        None
+    }
+}
+
+/// A circuit breaker ([`JobOptions::breaker`]). Over each `window`, once at least
+/// `min_attempts` attempts of the kind ended and `failure_percent` of them or more failed
+/// (an error, a timeout or a panic: a retry or a discard; snoozes and cancellations do not
+/// count), the kind is paused with the reason, across every worker, until an operator resumes
+/// it or `cool_down` has passed. Nothing is lost: its jobs wait, available.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Breaker {
+    /// The share of failed attempts that trips it, in percent: 1 to 100.
+    pub failure_percent: u8,
+    /// The fewest ended attempts in a window for it to trip: 1 to 1,000,000.
+    pub min_attempts: u32,
+    /// The window the counts cover (counts restart with each window): 1 second to 30 days.
+    pub window: Duration,
+    /// How long the kind stays paused unless an operator resumes it first: 1 second to 30 days.
+    pub cool_down: Duration,
+}
+
+impl Breaker {
+    /// The longest window or cool-down.
+    pub const MAX_DURATION: Duration = Duration::from_secs(30 * 24 * 3600);
+
+    /// A breaker that trips at `failure_percent` with the defaults for the rest: at least 20
+    /// attempts in a window of 1 minute, a cool-down of 5 minutes. Usable in `const` contexts.
+    pub const fn new(failure_percent: u8) -> Breaker {
+        Breaker {
+            failure_percent,
+            min_attempts: 20,
+            window: Duration::from_secs(60),
+            cool_down: Duration::from_secs(300),
+        }
+    }
+
+    /// What is wrong with this breaker, if anything.
+    pub fn problem(&self) -> Option<String> {
+        if self.failure_percent == 0 || self.failure_percent > 100 {
+            return Some(format!(
+                "failure_percent must be 1 to 100, got {}",
+                self.failure_percent
+            ));
+        }
+        if self.min_attempts == 0 || self.min_attempts > 1_000_000 {
+            return Some(format!(
+                "min_attempts must be 1 to 1000000, got {}",
+                self.min_attempts
+            ));
+        }
+        for (name, d) in [("window", self.window), ("cool_down", self.cool_down)] {
+            if d < Duration::from_secs(1) || d > Self::MAX_DURATION {
+                return Some(format!("{name} must be 1s to 30 days, got {d:?}"));
+            }
+        }
+        None
+    }
 }
 
 /// The argument `discarded` of a compensating job (see [`JobOptions::compensate`]): the job
@@ -165,6 +270,8 @@ impl JobOptions {
         concurrency: None,
         owner: None,
         compensate: None,
+        rate: None,
+        breaker: None,
     };
 }
 

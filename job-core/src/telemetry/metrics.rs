@@ -31,6 +31,8 @@ pub(crate) mod names {
     pub(crate) const OLDEST_DUE: &str = "job_oldest_due_age_seconds";
     pub(crate) const DEAD_LETTERS: &str = "job_dead_letters";
     pub(crate) const REPORTER: &str = "job_reporter_leader";
+    pub(crate) const BREAKER_TRIPS: &str = "job_breaker_trips_total";
+    pub(crate) const PAUSED: &str = "job_paused";
 }
 
 /// What kind of metric one of [`METRICS`] is.
@@ -177,6 +179,21 @@ pub const METRICS: &[MetricInfo] = &[
         help: "Discarded jobs (dead letters) per queue, kind and owner, from the reporter",
     },
     MetricInfo {
+        name: names::BREAKER_TRIPS,
+        kind: MetricKind::Counter,
+        unit: "",
+        labels: &["kind"],
+        help: "Times this worker's outcomes tripped the kind's circuit breaker, pausing the kind",
+    },
+    MetricInfo {
+        name: names::PAUSED,
+        kind: MetricKind::Gauge,
+        unit: "",
+        labels: &["scope", "name", "paused_by"],
+        help: "1 while the queue or kind is paused, by an operator or a circuit breaker \
+               (`paused_by`), from the reporter; the reason is in `job paused`",
+    },
+    MetricInfo {
         name: names::REPORTER,
         kind: MetricKind::Gauge,
         unit: "",
@@ -216,6 +233,11 @@ pub fn record_enqueued(job: &NewJob) {
         "kind" => job.kind.clone(),
     )
     .increment(1);
+}
+
+/// Counts a circuit breaker this worker's outcomes tripped (`job_breaker_trips_total`).
+pub(crate) fn breaker_tripped(kind: &str) {
+    counter!(names::BREAKER_TRIPS, "kind" => kind.to_owned()).increment(1);
 }
 
 /// The labels of one job's metrics: its queue, kind and owner.

@@ -8,10 +8,10 @@ mod metrics;
 mod progress;
 mod trace;
 
+pub(crate) use self::metrics::{breaker_tripped, names, queue_slots, JobLabels};
 pub use self::metrics::{
     describe_metrics, record_enqueued, MetricInfo, MetricKind, METRICS, NO_OWNER,
 };
-pub(crate) use self::metrics::{names, queue_slots, JobLabels};
 pub(crate) use progress::{fraction_json, value_json};
 pub use progress::{MAX_PROGRESS, MAX_PROGRESS_MESSAGE};
 pub(crate) use trace::attempt_span;

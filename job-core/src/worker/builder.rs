@@ -295,11 +295,41 @@ impl<S: Store> WorkerBuilder<S> {
             }
         }
         for h in self.registry.handlers() {
-            if h.options().concurrency == Some(0) {
+            let options = h.options();
+            if options.concurrency == Some(0) {
                 return Err(invalid(
                     "concurrency",
                     format!("the concurrency limit of `{}` must be at least 1", h.kind()),
                 ));
+            }
+            let flow = [
+                (
+                    "rate",
+                    options.rate.and_then(|r| r.problem()),
+                    options.rate.is_some(),
+                ),
+                (
+                    "breaker",
+                    options.breaker.and_then(|b| b.problem()),
+                    options.breaker.is_some(),
+                ),
+            ];
+            for (option, problem, set) in flow {
+                if let Some(problem) = problem {
+                    return Err(invalid(
+                        option,
+                        format!("the {option} of `{}`: {problem}", h.kind()),
+                    ));
+                }
+                if set && !self.store.supports_flow_control() {
+                    return Err(invalid(
+                        option,
+                        format!(
+                            "`{}` has a {option}, which this store does not enforce",
+                            h.kind()
+                        ),
+                    ));
+                }
             }
         }
         let periodic = self.periodic.into_iter().collect::<Result<Vec<_>, _>>()?;

@@ -15,14 +15,14 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::attempt::fault::FaultPoint;
-use crate::contract::store::{Finalize, Finalized, Store};
+use crate::contract::store::{BreakerCount, Finalize, Finalized, Store};
 use crate::model::attempt_info::AttemptInfo;
 use crate::model::error::StoreError;
 use crate::model::outcome::{ErrorClass, Failure, Outcome};
 
 use super::shared::Shared;
 use super::stats::bump;
-use crate::telemetry::JobLabels;
+use crate::telemetry::{breaker_tripped, JobLabels};
 
 /// How often an outcome refused alone is tried again as it is, before it is made storable.
 const REFUSED_TRIES: u32 = 3;
@@ -75,6 +75,48 @@ pub(crate) async fn run<S: Store>(
             }
         }
         flush(&shared, &mut batch).await;
+        record_breakers(&shared).await;
+    }
+}
+
+/// Adds the ended attempts counted since the last call to the kinds' circuit breakers (one
+/// statement, only when a kind with a breaker ended attempts). Counts the store could not take
+/// are kept for the next call: a breaker is a statistic, and late counts still count.
+async fn record_breakers<S: Store>(shared: &Shared<S>) {
+    let counts: Vec<BreakerCount> = {
+        let mut map = shared.breakers.lock().unwrap_or_else(|e| e.into_inner());
+        if map.is_empty() {
+            return;
+        }
+        let mut counts: Vec<_> = map.drain().map(|(_, c)| c).collect();
+        counts.sort_by(|a, b| a.kind.cmp(&b.kind));
+        counts
+    };
+    match shared.store.record_breakers(&counts).await {
+        Ok(tripped) => {
+            for t in tripped {
+                breaker_tripped(&t.kind);
+                tracing::error!(
+                    kind = %t.kind,
+                    reason = %t.reason,
+                    resume_at = %t.resume_at,
+                    "circuit breaker tripped: the kind is paused"
+                );
+            }
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "could not add to the circuit breakers' counts; kept for the next try");
+            let mut map = shared.breakers.lock().unwrap_or_else(|e| e.into_inner());
+            for c in counts {
+                let kept = map.entry(c.kind.clone()).or_insert(BreakerCount {
+                    attempts: 0,
+                    failures: 0,
+                    ..c.clone()
+                });
+                kept.attempts = kept.attempts.saturating_add(c.attempts);
+                kept.failures = kept.failures.saturating_add(c.failures);
+            }
+        }
     }
 }
 
@@ -212,6 +254,7 @@ fn drop_lost<S>(shared: &Shared<S>, batch: &mut Vec<Completion>) {
     batch.retain(|c| {
         let held = shared.inflight.holds(&c.finalize.lease);
         if !held && c.finalized_by_handler {
+            shared.count_for_breaker(&c.info.kind, false);
             shared.counters.applied(&Outcome::Complete);
             c.labels.finished(&Outcome::Complete, c.ran_for);
         } else if !held {
@@ -230,6 +273,11 @@ fn drop_lost<S>(shared: &Shared<S>, batch: &mut Vec<Completion>) {
 fn applied<S>(shared: &Shared<S>, c: &Completion, result: Finalized) {
     match result {
         Finalized::Applied => {
+            let failed = matches!(
+                c.finalize.outcome,
+                Outcome::Retry { .. } | Outcome::Discard { .. }
+            );
+            shared.count_for_breaker(&c.info.kind, failed);
             shared.counters.applied(&c.finalize.outcome);
             c.labels.finished(&c.finalize.outcome, c.ran_for);
             tracing::debug!(
@@ -240,6 +288,7 @@ fn applied<S>(shared: &Shared<S>, c: &Completion, result: Finalized) {
         }
         Finalized::LeaseLost if c.finalized_by_handler => {
             // The handler's own transaction completed the job.
+            shared.count_for_breaker(&c.info.kind, false);
             shared.counters.applied(&Outcome::Complete);
             c.labels.finished(&Outcome::Complete, c.ran_for);
             tracing::debug!(id = c.info.id, "finalized by the handler's own transaction");

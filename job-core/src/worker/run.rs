@@ -127,6 +127,7 @@ impl<S: Store> Worker<S> {
             rng: Mutex::new(fastrand::Rng::with_seed(seed)),
             completions: tx,
             executors: TaskTracker::new(),
+            breakers: Mutex::default(),
         });
         let keeper = Keeper::start(shared.clone(), self.store);
         let shutdown = CancellationToken::new();

@@ -1,6 +1,7 @@
 //! What every task of one worker shares: the store handle, the registry, the in-flight table,
 //! the counters, the completer's inbox. The keeper reaches it from its own thread.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::mpsc;
@@ -9,6 +10,7 @@ use tokio_util::task::TaskTracker;
 use crate::attempt::context::Extensions;
 use crate::attempt::fault::{Fault, FaultInjector, FaultPoint};
 use crate::attempt::registry::Registry;
+use crate::contract::store::BreakerCount;
 use crate::model::attempt_info::AttemptInfo;
 use crate::telemetry::JobLabels;
 
@@ -30,6 +32,9 @@ pub(crate) struct Shared<S> {
     pub(crate) completions: mpsc::UnboundedSender<Completion>,
     /// Tracks executor tasks so shutdown can wait for them.
     pub(crate) executors: TaskTracker,
+    /// Ended attempts of kinds with a circuit breaker, not yet added to the database's counts
+    /// (the completer adds them after each batch it writes).
+    pub(crate) breakers: Mutex<HashMap<String, BreakerCount>>,
 }
 
 impl<S> Shared<S> {
@@ -37,6 +42,24 @@ impl<S> Shared<S> {
     pub(crate) fn labels(&self, job: &AttemptInfo) -> JobLabels {
         let owner = self.registry.get(&job.kind).and_then(|h| h.options().owner);
         JobLabels::new(&job.queue, &job.kind, owner)
+    }
+
+    /// Counts an ended attempt of `kind` for its circuit breaker, when it has one.
+    pub(crate) fn count_for_breaker(&self, kind: &str, failed: bool) {
+        let Some(breaker) = self.registry.get(kind).and_then(|h| h.options().breaker) else {
+            return;
+        };
+        let mut counts = self.breakers.lock().unwrap_or_else(|e| e.into_inner());
+        let count = counts
+            .entry(kind.to_owned())
+            .or_insert_with(|| BreakerCount {
+                kind: kind.to_owned(),
+                breaker,
+                attempts: 0,
+                failures: 0,
+            });
+        count.attempts = count.attempts.saturating_add(1);
+        count.failures = count.failures.saturating_add(u32::from(failed));
     }
 
     /// Asks the injector, if any, whether the execution crashes at `point`; counts crashes.

@@ -186,6 +186,7 @@ pub async fn a_kind_concurrency_limit_caps_its_running_jobs<S: Store>(store: S) 
     let limited = ClaimRequest {
         kinds: vec![ClaimKind {
             concurrency: Some(2),
+            rate: None,
             ..kind(NOOP)
         }],
         ..request(&[], 10)

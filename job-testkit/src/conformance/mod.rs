@@ -15,6 +15,7 @@
 //! [`unique`] (keys and their scopes, replace, the typed duplicate, concurrent enqueues),
 //! [`lifecycle`] (deadlines, pauses, cancel, snooze counts, prune, expire), [`steps`]
 //! (durable step outputs under the lease), [`admin`] (list, redrive, purge, stats),
+//! [`flow`] (rate limits and circuit breakers),
 //! [`wakeups`] (a listener woken by an enqueue or a release) and [`worker`] (unknown kinds,
 //! poison payloads, payload versions and upgrades, the snooze limit). The store must
 //! implement [`Admin`](job_core::Admin) too.
@@ -44,6 +45,7 @@ pub mod claim;
 pub mod enqueue;
 mod factory;
 pub mod finalize;
+pub mod flow;
 pub mod heartbeat;
 mod jobs;
 pub mod lifecycle;

@@ -48,6 +48,7 @@ pub(crate) fn kind(name: &str) -> ClaimKind {
         max_version: 1,
         lease: LEASE,
         concurrency: None,
+        rate: None,
     }
 }
 

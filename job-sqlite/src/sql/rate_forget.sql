@@ -1,0 +1,3 @@
+-- Forgets the starts of kind ?1 at or before ?2 (the start of its rate window): they no
+-- longer count against its limit. In the claim's immediate transaction.
+DELETE FROM job_rate_starts WHERE kind = ?1 AND at <= ?2
