@@ -99,9 +99,6 @@ BEGIN
         CONTINUE WHEN cur.attempts < cur.min_attempts
                    OR cur.failures * 100 < cur.failure_percent::bigint * cur.attempts;
 
-        UPDATE job.breakers
-        SET attempts = 0, failures = 0, window_start = now(), trips = trips + 1, tripped_at = now()
-        WHERE job.breakers.kind = r.kind;
         why := format('circuit breaker: %s of %s attempts failed (%s%%) in the window since %s; '
                       'it trips at %s%% of at least %s attempts per %s ms',
                       cur.failures, cur.attempts, cur.failures * 100 / cur.attempts,
@@ -116,6 +113,13 @@ BEGIN
             resume_at = excluded.resume_at
         WHERE p.resume_at IS NOT NULL AND p.resume_at <= now();
         GET DIAGNOSTICS written = ROW_COUNT;
+        -- The counts start again either way; a trip while a pause is in force (the attempts
+        -- that were running when it tripped, ending) is not counted.
+        UPDATE job.breakers
+        SET attempts = 0, failures = 0, window_start = now(),
+            trips = trips + least(written, 1),
+            tripped_at = CASE WHEN written > 0 THEN now() ELSE tripped_at END
+        WHERE job.breakers.kind = r.kind;
         IF written > 0 THEN
             kind := r.kind;
             reason := why;

@@ -237,12 +237,6 @@ pub(crate) async fn record_breakers(
         {
             continue;
         }
-        sqlx::query(sql::BREAKER_TRIP)
-            .bind(&c.kind)
-            .bind(now)
-            .execute(&mut *conn)
-            .await
-            .map_err(Error::query("breaker_trip"))?;
         let reason = format!(
             "circuit breaker: {failures} of {attempts} attempts failed ({}%) in the window since \
              {}; it trips at {}% of at least {} attempts per {} ms",
@@ -261,6 +255,13 @@ pub(crate) async fn record_breakers(
             .execute(&mut *conn)
             .await
             .map_err(Error::query("pause_breaker"))?;
+        sqlx::query(sql::BREAKER_TRIP)
+            .bind(&c.kind)
+            .bind(now)
+            .bind(paused.rows_affected() > 0)
+            .execute(&mut *conn)
+            .await
+            .map_err(Error::query("breaker_trip"))?;
         if paused.rows_affected() > 0 {
             tripped.push(Tripped {
                 kind: c.kind.clone(),

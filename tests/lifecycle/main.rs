@@ -13,6 +13,7 @@ mod concurrency;
 mod dead_letters;
 mod deadlines;
 mod dependencies;
+mod flow;
 mod macros;
 mod metadata;
 mod ordering;

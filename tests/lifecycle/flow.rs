@@ -1,0 +1,355 @@
+//! Flow control across workers: a kind's rate limit bounds its starts in every window of its
+//! period, while other kinds run as usual; a kind's circuit breaker pauses it once its failure
+//! rate crosses the threshold, losing nothing, until an operator resumes it or the cool-down
+//! ends.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use job::{
+    Admin, Breaker, Enqueue, Job, JobContext, JobError, JobOptions, JobState, Pause, PausedBy,
+    RateLimit,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::common::*;
+use crate::support::count;
+
+/// The rated kind's limit: 4 starts in any 300 ms.
+const RATE: RateLimit = RateLimit::new(4, Duration::from_millis(300));
+
+/// Rate-limited; every fifth job fails its first attempt (a retry is a start too).
+#[derive(Debug, Serialize, Deserialize)]
+struct Rated {
+    n: u32,
+}
+
+#[derive(Clone, Default)]
+struct Handled(Arc<AtomicUsize>);
+
+impl Job for Rated {
+    const KIND: &'static str = "test.rated";
+    const OPTIONS: JobOptions = JobOptions {
+        rate: Some(RATE),
+        backoff: FAST_BACKOFF,
+        ..JobOptions::DEFAULT
+    };
+
+    async fn perform(self, ctx: JobContext) -> Result<(), JobError> {
+        ctx.state::<Handled>()?.0.fetch_add(1, Ordering::SeqCst);
+        if self.n % 5 == 0 && ctx.attempt() == 1 {
+            return Err(JobError::retryable("first attempt fails"));
+        }
+        Ok(())
+    }
+}
+
+/// Records, by the database's clock, every time a claim makes a `test.rated` row running.
+async fn record_starts(h: &Harness) {
+    for statement in [
+        "CREATE TABLE public.starts (id bigint, attempt integer, at timestamptz)",
+        "CREATE FUNCTION public.record_start() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+             INSERT INTO public.starts VALUES (NEW.id, NEW.attempt, clock_timestamp());
+             RETURN NULL;
+         END $$",
+        "CREATE TRIGGER record_start AFTER UPDATE OF state ON job.jobs FOR EACH ROW
+         WHEN (NEW.state = 'running' AND NEW.kind = 'test.rated')
+         EXECUTE FUNCTION public.record_start()",
+    ] {
+        sqlx::query(statement)
+            .execute(h.store.pool())
+            .await
+            .unwrap();
+    }
+}
+
+#[tokio::test]
+async fn three_workers_start_at_most_the_rate_in_any_window_while_other_kinds_run() {
+    let h = Harness::new().await;
+    record_starts(&h).await;
+    let handled = Handled::default();
+    Enqueue::<Rated>::many(h.store.pool(), (0..30).map(|n| Rated { n }))
+        .await
+        .unwrap();
+    Enqueue::<Noop>::many(h.store.pool(), (0..20).map(|n| Noop { n }))
+        .await
+        .unwrap();
+    let workers: Vec<_> = (0..3)
+        .map(|i| {
+            h.worker()
+                .register::<Rated>()
+                .id(format!("rated-{i}"))
+                .state(handled.clone())
+                .build()
+                .unwrap()
+                .start()
+        })
+        .collect();
+    eventually("every rated job to complete", || async {
+        let done: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM job.jobs WHERE kind = 'test.rated' AND state = 'completed'",
+        )
+        .fetch_one(h.store.pool())
+        .await
+        .unwrap();
+        (done == 30).then_some(())
+    })
+    .await;
+    for w in workers {
+        w.shutdown().await;
+    }
+
+    // 30 first attempts and 6 retries, each started once, by the claims and by the handlers.
+    let starts: Vec<(i64, i32, f64)> = sqlx::query_as(
+        "SELECT id, attempt, extract(epoch FROM at)::float8 FROM public.starts ORDER BY at",
+    )
+    .fetch_all(h.store.pool())
+    .await
+    .unwrap();
+    assert_eq!(starts.len(), 36, "{starts:?}");
+    assert_eq!(handled.0.load(Ordering::SeqCst), 36);
+    // No window of 300 ms holds a fifth start: each start is at least a period after the start
+    // four before it.
+    let period = RATE.per.as_secs_f64();
+    let crowded: Vec<_> = starts
+        .windows(5)
+        .filter(|w| w[4].2 - w[0].2 < period)
+        .map(|w| (w[0].0, w[4].0, w[4].2 - w[0].2))
+        .collect();
+    assert!(
+        crowded.is_empty(),
+        "five starts within {period}s: {crowded:?}"
+    );
+    // The unlimited kind did not wait for the limited one: its jobs were done before the
+    // limited kind's last start (36 starts at 4 per 300 ms take at least 2.4 s).
+    let (noops_done, last_noop, last_start): (i64, f64, f64) = sqlx::query_as(
+        "SELECT count(*), extract(epoch FROM max(finalized_at))::float8,
+                (SELECT extract(epoch FROM max(at))::float8 FROM public.starts)
+         FROM job.jobs WHERE kind = 'test.noop' AND state = 'completed'",
+    )
+    .fetch_one(h.store.pool())
+    .await
+    .unwrap();
+    assert_eq!(noops_done, 20);
+    assert!(
+        last_noop < last_start,
+        "the unlimited kind finished at {last_noop}, after the limited kind's last start at \
+         {last_start}"
+    );
+    // The window row holds no more than the limit's starts.
+    let kept: i32 = sqlx::query_scalar(
+        "SELECT cardinality(starts) FROM job.rate_windows WHERE kind = 'test.rated'",
+    )
+    .fetch_one(h.store.pool())
+    .await
+    .unwrap();
+    assert!(kept <= 4, "{kept} starts kept");
+}
+
+/// Fails while [`Health`] says broken; its breaker trips at half failed of at least 6.
+#[derive(Debug, Serialize, Deserialize)]
+struct Fragile {
+    n: u32,
+}
+
+#[derive(Clone)]
+struct Health {
+    broken: Arc<AtomicBool>,
+}
+
+const FRAGILE_BREAKER: Breaker = Breaker {
+    failure_percent: 50,
+    min_attempts: 6,
+    window: Duration::from_secs(60),
+    cool_down: Duration::from_secs(3600),
+};
+
+impl Job for Fragile {
+    const KIND: &'static str = "test.fragile";
+    const OPTIONS: JobOptions = JobOptions {
+        breaker: Some(FRAGILE_BREAKER),
+        backoff: FAST_BACKOFF,
+        max_attempts: 1000,
+        ..JobOptions::DEFAULT
+    };
+
+    async fn perform(self, ctx: JobContext) -> Result<(), JobError> {
+        if ctx.state::<Health>()?.broken.load(Ordering::SeqCst) {
+            return Err(JobError::retryable("the downstream service is down"));
+        }
+        Ok(())
+    }
+}
+
+/// Like [`Fragile`], with a cool-down of one second.
+#[derive(Debug, Serialize, Deserialize)]
+struct Brief {
+    n: u32,
+}
+
+impl Job for Brief {
+    const KIND: &'static str = "test.brief";
+    const OPTIONS: JobOptions = JobOptions {
+        breaker: Some(Breaker {
+            cool_down: Duration::from_secs(1),
+            ..FRAGILE_BREAKER
+        }),
+        backoff: FAST_BACKOFF,
+        max_attempts: 1000,
+        ..JobOptions::DEFAULT
+    };
+
+    async fn perform(self, ctx: JobContext) -> Result<(), JobError> {
+        if ctx.state::<Health>()?.broken.load(Ordering::SeqCst) {
+            return Err(JobError::retryable("the downstream service is down"));
+        }
+        Ok(())
+    }
+}
+
+fn breaker_workers(h: &Harness, health: &Health) -> Vec<job::WorkerHandle> {
+    (0..2)
+        .map(|i| {
+            h.worker()
+                .register::<Fragile>()
+                .register::<Brief>()
+                .id(format!("breaker-{i}"))
+                .state(health.clone())
+                .build()
+                .unwrap()
+                .start()
+        })
+        .collect()
+}
+
+/// Waits for the breaker of `kind` to pause it; returns the pause.
+async fn tripped(h: &Harness, kind: &str) -> job::PauseEntry {
+    eventually(&format!("the breaker of {kind} to trip"), || async {
+        h.store
+            .pauses()
+            .await
+            .unwrap()
+            .into_iter()
+            .find(|p| p.what == Pause::Kind(kind.to_owned()))
+    })
+    .await
+}
+
+async fn in_state(h: &Harness, kind: &str, state: &str) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM job.jobs WHERE kind = $1 AND state::text = $2")
+        .bind(kind)
+        .bind(state)
+        .fetch_one(h.store.pool())
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_failing_kind_trips_its_breaker_and_waits_for_an_operator_losing_nothing() {
+    let h = Harness::new().await;
+    let health = Health {
+        broken: Arc::new(AtomicBool::new(true)),
+    };
+    Enqueue::<Fragile>::many(h.store.pool(), (0..30).map(|n| Fragile { n }))
+        .await
+        .unwrap();
+    let workers = breaker_workers(&h, &health);
+    let pause = tripped(&h, "test.fragile").await;
+    assert_eq!(pause.paused_by, PausedBy::Breaker);
+    let reason = pause.reason.clone().unwrap_or_default();
+    assert!(
+        reason.starts_with("circuit breaker: ") && reason.contains("attempts failed"),
+        "{reason}"
+    );
+    assert!(pause.resume_at.is_some_and(|at| at > pause.paused_at));
+    // Once what was running when it tripped has ended, the service recovers; claims still skip
+    // the paused kind: two later jobs of another kind in the same queue run, none of it does.
+    eventually("the running attempts to end", || async {
+        (in_state(&h, "test.fragile", "running").await == 0).then_some(())
+    })
+    .await;
+    health.broken.store(false, Ordering::SeqCst);
+    for n in 0..2 {
+        let id = enqueue(&h.store, Noop { n }).await;
+        h.reaches(id, JobState::Completed).await;
+    }
+    assert_eq!(in_state(&h, "test.fragile", "completed").await, 0);
+    assert_eq!(in_state(&h, "test.fragile", "discarded").await, 0);
+    assert_eq!(
+        sqlx::query_scalar::<_, i64>(
+            "SELECT count(*) FROM job.jobs WHERE kind = 'test.fragile'
+             AND state IN ('available', 'retryable')"
+        )
+        .fetch_one(h.store.pool())
+        .await
+        .unwrap(),
+        30,
+        "every job waits"
+    );
+    // An operator resumes it: every job completes.
+    assert!(h
+        .store
+        .resume(&Pause::Kind("test.fragile".into()))
+        .await
+        .unwrap());
+    eventually("every fragile job to complete", || async {
+        (in_state(&h, "test.fragile", "completed").await == 30).then_some(())
+    })
+    .await;
+    for w in workers {
+        w.shutdown().await;
+    }
+    assert_eq!(h.store.pauses().await.unwrap(), vec![]);
+    let trips: i64 =
+        sqlx::query_scalar("SELECT trips FROM job.breakers WHERE kind = 'test.fragile'")
+            .fetch_one(h.store.pool())
+            .await
+            .unwrap();
+    assert_eq!(trips, 1);
+}
+
+#[tokio::test]
+async fn a_tripped_kind_resumes_by_itself_after_its_cool_down() {
+    let h = Harness::new().await;
+    let health = Health {
+        broken: Arc::new(AtomicBool::new(true)),
+    };
+    Enqueue::<Brief>::many(h.store.pool(), (0..20).map(|n| Brief { n }))
+        .await
+        .unwrap();
+    let workers = breaker_workers(&h, &health);
+    let pause = tripped(&h, "test.brief").await;
+    health.broken.store(false, Ordering::SeqCst);
+    eventually("every brief job to complete", || async {
+        (in_state(&h, "test.brief", "completed").await == 20).then_some(())
+    })
+    .await;
+    for w in workers {
+        w.shutdown().await;
+    }
+    // Nobody resumed it: the jobs that completed after the trip's in-flight attempts ran once
+    // the cool-down had ended.
+    let resume_at = pause.resume_at.expect("a breaker's pause ends");
+    let after: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM job.jobs WHERE kind = 'test.brief' AND finalized_at >= $1",
+    )
+    .bind(resume_at)
+    .fetch_one(h.store.pool())
+    .await
+    .unwrap();
+    assert!(
+        after > 0,
+        "no job ran after the cool-down ended at {resume_at}"
+    );
+    assert_eq!(h.store.pauses().await.unwrap(), vec![]);
+    assert_eq!(
+        count(
+            &h.store,
+            "SELECT count(*) FROM job.jobs WHERE state = 'discarded'"
+        )
+        .await,
+        0
+    );
+}
