@@ -1792,6 +1792,9 @@ ALTER TABLE job.pauses
         CONSTRAINT pauses_reason_check CHECK (octet_length(reason) <= 1024),
     ADD COLUMN resume_at timestamptz;
 
+-- SECURITY DEFINER (every object schema-qualified, search_path pinned): a worker role needs
+-- EXECUTE on it, and no write privilege on job.breakers or job.pauses.
+--
 -- Adds ended attempts to the breakers of kinds (p_kinds, with the attempts and failures
 -- counted by a worker and the breaker's settings as that worker has them, in lockstep),
 -- and returns the kinds it tripped, with the reason and when the pause ends. Kinds are
@@ -1811,6 +1814,8 @@ CREATE FUNCTION job.breaker_record(
 )
 RETURNS TABLE (kind text, reason text, resume_at timestamptz)
 LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -1876,6 +1881,9 @@ BEGIN
     END LOOP;
 END
 $$;
+
+REVOKE ALL ON FUNCTION job.breaker_record(text[], bigint[], bigint[], smallint[], integer[],
+                                          bigint[], bigint[]) FROM PUBLIC;
 $job_migration_0015$;
         INSERT INTO job.schema_migrations (version, name) VALUES (15, 'flow_control');
     END IF;

@@ -19,6 +19,12 @@ struct Ping {
 
 impl Job for Ping {
     const KIND: &'static str = "doors.ping";
+    // A rate limit and a breaker, so the worker's claims and outcomes use their statements.
+    const OPTIONS: job::JobOptions = job::JobOptions {
+        rate: Some(job::RateLimit::new(1000, Duration::from_secs(1))),
+        breaker: Some(job::Breaker::new(50)),
+        ..job::JobOptions::DEFAULT
+    };
     async fn perform(self, _: JobContext) -> Result<(), JobError> {
         Ok(())
     }
@@ -148,6 +154,15 @@ async fn an_owner_a_worker_and_an_enqueue_only_role_each_do_what_they_need_and_n
         crate::common::reaches(&store, id, JobState::Completed).await;
     }
     running.shutdown().await;
+    // ... recording its kind's starts and outcomes for the rate limit and the breaker ...
+    let (starts, attempts): (i32, i64) = sqlx::query_as(
+        "SELECT (SELECT cardinality(starts) FROM job.rate_windows WHERE kind = 'doors.ping'),
+                (SELECT attempts FROM job.breakers WHERE kind = 'doors.ping')",
+    )
+    .fetch_one(&admin)
+    .await
+    .unwrap();
+    assert_eq!((starts, attempts), (3, 3));
     // ... enqueues with the typed helper (the Rust producer's statements), unique ones too ...
     job::Enqueue::new(Ping { n: 4 })
         .unique_key("ping:4")
