@@ -106,19 +106,35 @@ pub(crate) async fn run(cli: Cli) -> Result<ExitCode, Error> {
             );
         }
         Command::Paused => {
-            let paused = store.paused().await?;
+            let paused = store.pauses().await?;
+            let until = |p: &job::PauseEntry| p.resume_at.map(|at| at.to_rfc3339());
             if json_out {
                 let list: Vec<_> = paused
                     .iter()
-                    .map(|p| json!({"scope": p.scope(), "name": p.name()}))
+                    .map(|p| {
+                        json!({
+                            "scope": p.what.scope(),
+                            "name": p.what.name(),
+                            "paused_by": p.paused_by.as_str(),
+                            "reason": p.reason,
+                            "paused_at": p.paused_at.to_rfc3339(),
+                            "resume_at": until(p),
+                        })
+                    })
                     .collect();
                 println!("{}", json(&list));
             } else if paused.is_empty() {
                 println!("nothing is paused");
             } else {
-                let mut t = table(["scope", "name"]);
+                let mut t = table(["scope", "name", "by", "until", "reason"]);
                 for p in &paused {
-                    t.add_row([p.scope(), p.name()]);
+                    t.add_row([
+                        p.what.scope().to_owned(),
+                        p.what.name().to_owned(),
+                        p.paused_by.as_str().to_owned(),
+                        until(p).unwrap_or_else(|| "resumed".to_owned()),
+                        p.reason.clone().unwrap_or_default(),
+                    ]);
                 }
                 println!("{t}");
             }

@@ -238,6 +238,10 @@ async fn pause_resume_paused_and_stats() {
     );
     let paused = json(&job(&db, &["--json", "paused"]));
     assert_eq!(paused.as_array().unwrap().len(), 2);
+    assert_eq!(paused[0]["paused_by"], "operator", "{paused}");
+    assert_eq!(paused[0]["resume_at"], serde_json::Value::Null);
+    let listed = ok(&job(&db, &["paused"]));
+    assert!(listed.contains("operator"), "{listed}");
 
     let stats = json(&job(&db, &["--json", "stats"]));
     let mail = stats["counts"]

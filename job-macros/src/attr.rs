@@ -30,12 +30,18 @@ mod kw {
     syn::custom_keyword!(concurrency);
     syn::custom_keyword!(owner);
     syn::custom_keyword!(compensate);
+    syn::custom_keyword!(rate);
+    syn::custom_keyword!(breaker);
+    syn::custom_keyword!(failure_percent);
+    syn::custom_keyword!(min_attempts);
+    syn::custom_keyword!(window);
+    syn::custom_keyword!(cool_down);
 }
 
 /// Every key, for the message about an unknown one.
 const KEYS: &str = "`kind`, `version`, `upgrade`, `queue`, `priority`, `retry`, `timeout`, \
                     `lease`, `backoff`, `unique`, `ordering`, `concurrency`, `owner`, \
-                    `compensate`";
+                    `compensate`, `rate`, `breaker`";
 
 /// The longest queue or kind name the store accepts (`job_core::MAX_NAME_LEN`).
 pub(crate) const MAX_NAME_LEN: usize = 128;
@@ -50,6 +56,21 @@ const MIN_LEASE: Duration = Duration::from_millis(30);
 /// test asserts that the two agree.
 const DEFAULT_BACKOFF_BASE: Duration = Duration::from_secs(1);
 const DEFAULT_BACKOFF_CAP: Duration = Duration::from_secs(3600);
+
+/// `job_core::RateLimit::MAX_STARTS`: the most starts a `rate` allows per period.
+const MAX_RATE_STARTS: i128 = 10_000;
+
+/// The shortest and longest period of a `rate` (`job_core::RateLimit::problem`).
+const MIN_RATE_PERIOD: Duration = Duration::from_millis(1);
+const MAX_RATE_PERIOD: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// The most attempts `breaker(min_attempts = ..)` allows (`job_core::Breaker::problem`).
+const MAX_BREAKER_ATTEMPTS: i128 = 1_000_000;
+
+/// The shortest and longest `window` and `cool_down` of a `breaker`
+/// (`job_core::Breaker::MAX_DURATION`).
+const MIN_BREAKER_DURATION: Duration = Duration::from_secs(1);
+const MAX_BREAKER_DURATION: Duration = Duration::from_secs(30 * 24 * 3600);
 
 /// The checked arguments. A key that was not given, or given wrong, is `None`.
 #[derive(Default)]
@@ -69,6 +90,8 @@ pub(crate) struct JobArgs {
     pub(crate) owner: Option<String>,
     /// The type of the compensating job, as written.
     pub(crate) compensate: Option<TypePath>,
+    pub(crate) rate: Option<RateArgs>,
+    pub(crate) breaker: Option<BreakerArgs>,
 }
 
 /// A key whose value is a key template, with the example its messages show.
@@ -187,6 +210,23 @@ pub(crate) struct BackoffArgs {
     pub(crate) cap: Option<Duration>,
 }
 
+/// `rate = "100/1m"`: at most `starts` attempts begin in any `per`.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct RateArgs {
+    pub(crate) starts: u32,
+    pub(crate) per: Duration,
+}
+
+/// `breaker(failure_percent = 50, ..)`: the keys left out take `job_core::Breaker::new`'s
+/// defaults.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct BreakerArgs {
+    pub(crate) failure_percent: u8,
+    pub(crate) min_attempts: Option<u32>,
+    pub(crate) window: Option<Duration>,
+    pub(crate) cool_down: Option<Duration>,
+}
+
 /// Parses the attribute's tokens. Mistakes go to `errors`; the keys that were right are kept,
 /// so the expansion can go on and spare the user follow-up errors.
 pub(crate) fn parse(tokens: TokenStream, errors: &mut Errors) -> JobArgs {
@@ -249,6 +289,9 @@ struct Keys {
     concurrency: Slot<u32>,
     owner: Slot<String>,
     compensate: Slot<TypePath>,
+    rate: Slot<RateArgs>,
+    /// `None` when a nested key was refused (its error is recorded already).
+    breaker: Slot<Option<BreakerArgs>>,
 }
 
 impl Default for Keys {
@@ -268,6 +311,8 @@ impl Default for Keys {
             concurrency: Slot::new("concurrency"),
             owner: Slot::new("owner"),
             compensate: Slot::new("compensate"),
+            rate: Slot::new("rate"),
+            breaker: Slot::new("breaker"),
         }
     }
 }
@@ -358,6 +403,14 @@ impl Keys {
             let key: kw::compensate = input.parse()?;
             let compensate = compensate_value(input, at)?;
             self.compensate.set(key.span, compensate, errors);
+        } else if input.peek(kw::rate) {
+            let key: kw::rate = input.parse()?;
+            let value = value(input, at, "rate", r#"rate = "100/1m""#)?;
+            self.rate.set(key.span, rate(&value), errors);
+        } else if input.peek(kw::breaker) {
+            let key: kw::breaker = input.parse()?;
+            let breaker = parse_breaker(input, errors)?;
+            self.breaker.set(key.span, breaker, errors);
         } else {
             let key = Ident::parse_any(input)
                 .map_err(|e| syn::Error::new(e.span(), format!("expected a key, one of {KEYS}")))?;
@@ -384,6 +437,8 @@ impl Keys {
             concurrency: self.concurrency.value,
             owner: self.owner.value,
             compensate: self.compensate.value,
+            rate: self.rate.value,
+            breaker: self.breaker.value.flatten(),
         };
         // A refused `upgrade` has its own error already.
         if let (Some(_), Some(span)) = (&args.upgrade, self.upgrade.span) {
@@ -479,6 +534,172 @@ fn parse_backoff(
         base: base.value,
         cap: cap.value,
     }))
+}
+
+/// `(failure_percent = 50, min_attempts = 20, window = "1m", cool_down = "5m")` after
+/// `breaker`: `failure_percent` is required. `Ok(Ok(None))` when a nested key was refused,
+/// its error recorded.
+fn parse_breaker(
+    input: ParseStream<'_>,
+    errors: &mut Errors,
+) -> syn::Result<syn::Result<Option<BreakerArgs>>> {
+    const EXAMPLE: &str =
+        r#"breaker(failure_percent = 50, min_attempts = 20, window = "1m", cool_down = "5m")"#;
+    if input.peek(Token![=]) {
+        let eq: Token![=] = input.parse()?;
+        let value: Expr = input.parse()?;
+        let message = format!("`breaker` takes a list, like `{EXAMPLE}`");
+        return Ok(Err(syn::Error::new_spanned(
+            quote::quote!(#eq #value),
+            message,
+        )));
+    }
+    if !input.peek(syn::token::Paren) {
+        return Err(input.error(format!("`breaker` needs a list, like `{EXAMPLE}`")));
+    }
+    let content;
+    let parens = syn::parenthesized!(content in input);
+    let mut failure_percent = Slot::new("failure_percent");
+    let mut min_attempts = Slot::new("min_attempts");
+    let mut window = Slot::new("window");
+    let mut cool_down = Slot::new("cool_down");
+    // Written, even without a value (whose error says so).
+    let mut percent_written = false;
+    while !content.is_empty() {
+        let at = content.span();
+        let parsed = (|| {
+            if content.peek(kw::failure_percent) {
+                let key: kw::failure_percent = content.parse()?;
+                percent_written = true;
+                let value = value(&content, at, "failure_percent", "failure_percent = 50")?;
+                let what = "between 1 and 100 (the percentage of failed attempts that trips \
+                            the breaker)";
+                let percent = integer(&value, "failure_percent", 1..=100, what);
+                failure_percent.set(key.span, percent, errors);
+            } else if content.peek(kw::min_attempts) {
+                let key: kw::min_attempts = content.parse()?;
+                let value = value(&content, at, "min_attempts", "min_attempts = 20")?;
+                let what = "between 1 and 1000000 (the fewest ended attempts in a window for \
+                            the breaker to trip)";
+                let attempts = integer(&value, "min_attempts", 1..=MAX_BREAKER_ATTEMPTS, what);
+                min_attempts.set(key.span, attempts, errors);
+            } else if content.peek(kw::window) {
+                let key: kw::window = content.parse()?;
+                let value = value(&content, at, "window", r#"window = "1m""#)?;
+                window.set(key.span, breaker_duration(&value, "window"), errors);
+            } else if content.peek(kw::cool_down) {
+                let key: kw::cool_down = content.parse()?;
+                let value = value(&content, at, "cool_down", r#"cool_down = "5m""#)?;
+                cool_down.set(key.span, breaker_duration(&value, "cool_down"), errors);
+            } else {
+                let key = Ident::parse_any(&content)?;
+                skip_value(&content)?;
+                let hint = match key.to_string().as_str() {
+                    "failures" | "failure_rate" | "threshold" | "percent" => {
+                        "; the share of failed attempts that trips it is `failure_percent = N`"
+                    }
+                    "of" | "attempts" | "min_calls" | "minimum" => {
+                        "; the fewest attempts in a window for it to trip is `min_attempts = N`"
+                    }
+                    "cooldown" | "cool_off" | "pause" => {
+                        "; how long it keeps the kind paused is `cool_down`"
+                    }
+                    _ => "",
+                };
+                let message = format!(
+                    "unknown `breaker` key `{key}`; expected `failure_percent`, `min_attempts`, \
+                     `window` or `cool_down`{hint}"
+                );
+                errors.push(syn::Error::new(key.span(), message));
+            }
+            end_of_key(&content)
+        })();
+        if let Err(e) = parsed {
+            errors.push(e);
+            skip_past_comma(&content);
+        }
+    }
+    if !percent_written {
+        let message = format!(
+            "`breaker` needs `failure_percent`, the percentage of failed attempts that trips it, \
+             like `{EXAMPLE}`"
+        );
+        return Ok(Err(syn::Error::new(parens.span.join(), message)));
+    }
+    // A refused key has its error already.
+    let refused = |span: Option<Span>, set: bool| span.is_some() && !set;
+    if refused(failure_percent.span, failure_percent.value.is_some())
+        || refused(min_attempts.span, min_attempts.value.is_some())
+        || refused(window.span, window.value.is_some())
+        || refused(cool_down.span, cool_down.value.is_some())
+    {
+        return Ok(Ok(None));
+    }
+    Ok(Ok(failure_percent.value.map(|failure_percent| {
+        BreakerArgs {
+            failure_percent,
+            min_attempts: min_attempts.value,
+            window: window.value,
+            cool_down: cool_down.value,
+        }
+    })))
+}
+
+/// A breaker's `window` or `cool_down`: a duration of 1s to 30 days.
+fn breaker_duration(expr: &Expr, key: &str) -> syn::Result<Duration> {
+    let d = duration(expr, key)?;
+    if !(MIN_BREAKER_DURATION..=MAX_BREAKER_DURATION).contains(&d) {
+        // As written: humantime shows 31 days as "1month 13h 26m 24s".
+        let written = string(expr, key, "")?;
+        let message = format!(
+            "`{key}` must be between 1s and 30 days, got {}",
+            written.trim()
+        );
+        return Err(syn::Error::new_spanned(expr, message));
+    }
+    Ok(d)
+}
+
+/// `"N/DURATION"`: at most N starts per period, like `"100/1m"`; a bare unit is one of it
+/// (`"10/s"`).
+fn rate(expr: &Expr) -> syn::Result<RateArgs> {
+    const LIKE: &str = r#"like "100/1m" (100 starts a minute) or "10/s""#;
+    let text = string(expr, "rate", &format!("starts per period, {LIKE}"))?;
+    let refuse = |message: String| syn::Error::new_spanned(expr, message);
+    let Some((starts, per)) = text.split_once('/') else {
+        return Err(refuse(format!(
+            "`rate` must be \"N/DURATION\", {LIKE}, got {text:?}"
+        )));
+    };
+    let (starts, per) = (starts.trim(), per.trim());
+    if starts.is_empty() || starts.contains(|c: char| !c.is_ascii_digit()) {
+        return Err(refuse(format!(
+            "`rate` must start with a whole number of starts, {LIKE}, got {starts:?}"
+        )));
+    }
+    let starts = match starts.parse::<i128>() {
+        Ok(n @ 1..=MAX_RATE_STARTS) => n as u32,
+        _ => {
+            return Err(refuse(format!(
+                "`rate` must allow between 1 and 10000 starts per period, got {starts}"
+            )))
+        }
+    };
+    // A bare unit is one of it: "10/s" is "10/1s".
+    let bare_unit = !per.is_empty() && per.chars().all(char::is_alphabetic);
+    let per_text = if bare_unit {
+        format!("1{per}")
+    } else {
+        per.to_owned()
+    };
+    let per = duration::parse(&per_text)
+        .map_err(|reason| refuse(format!("`rate` period {reason}; write a rate {LIKE}")))?;
+    if !(MIN_RATE_PERIOD..=MAX_RATE_PERIOD).contains(&per) {
+        return Err(refuse(format!(
+            "`rate` period must be between 1ms and 7 days, got {per_text}"
+        )));
+    }
+    Ok(RateArgs { starts, per })
 }
 
 /// `= value` after `key`, written `at`.
@@ -730,6 +951,7 @@ mod tests {
         let args = parse_ok(quote! {
             kind = "billing.send", version = 3, upgrade = crate::up, queue = "mail",
             priority = 2, retry = 5, timeout = "2m", lease = "1m", backoff(base = "2s", cap = "10m"),
+            rate = "100/1m", breaker(failure_percent = 50),
         });
         assert_eq!(args.kind.as_deref(), Some("billing.send"));
         assert_eq!(args.version, Some(3));
@@ -742,6 +964,14 @@ mod tests {
         let backoff = args.backoff.unwrap();
         assert_eq!(backoff.base, Some(Duration::from_secs(2)));
         assert_eq!(backoff.cap, Some(Duration::from_secs(600)));
+        assert_eq!(
+            args.rate,
+            Some(RateArgs {
+                starts: 100,
+                per: Duration::from_secs(60)
+            })
+        );
+        assert_eq!(args.breaker.unwrap().failure_percent, 50);
     }
 
     #[test]
@@ -981,6 +1211,229 @@ mod tests {
         let found = messages(quote! { compensate = A B, retry = 1 });
         assert_eq!(found, ["expected `,`"]);
         assert!(messages(quote! { compensates = A })[0].contains("`owner`, `compensate`"));
+    }
+
+    fn rate_of(tokens: TokenStream) -> (u32, Duration) {
+        let rate = parse_ok(tokens).rate.unwrap();
+        (rate.starts, rate.per)
+    }
+
+    #[test]
+    fn reads_rates() {
+        let secs = Duration::from_secs;
+        assert_eq!(rate_of(quote! { rate = "100/1m" }), (100, secs(60)));
+        assert_eq!(rate_of(quote! { rate = "10/s" }), (10, secs(1)));
+        assert_eq!(rate_of(quote! { rate = "10/minute" }), (10, secs(60)));
+        assert_eq!(rate_of(quote! { rate = " 3 / 1h 30m " }), (3, secs(5400)));
+        assert_eq!(
+            rate_of(quote! { rate = "10000/1ms" }),
+            (10_000, Duration::from_millis(1))
+        );
+        assert_eq!(rate_of(quote! { rate = "1/7days" }), (1, secs(7 * 86_400)));
+        assert!(parse_ok(quote! { retry = 1 }).rate.is_none());
+    }
+
+    #[test]
+    fn checks_rates() {
+        let like = r#"like "100/1m" (100 starts a minute) or "10/s""#;
+        assert_eq!(
+            messages(quote! { rate = "100" }),
+            [format!(r#"`rate` must be "N/DURATION", {like}, got "100""#)]
+        );
+        assert_eq!(
+            messages(quote! { rate = "ten/1m" }),
+            [format!(
+                r#"`rate` must start with a whole number of starts, {like}, got "ten""#
+            )]
+        );
+        assert_eq!(
+            messages(quote! { rate = "-1/1m" }),
+            [format!(
+                r#"`rate` must start with a whole number of starts, {like}, got "-1""#
+            )]
+        );
+        assert_eq!(
+            messages(quote! { rate = "1.5/s" }),
+            [format!(
+                r#"`rate` must start with a whole number of starts, {like}, got "1.5""#
+            )]
+        );
+        for (rate, got) in [
+            ("0/1m", "0"),
+            ("10001/1m", "10001"),
+            (
+                "99999999999999999999999999999999999999999/s",
+                "99999999999999999999999999999999999999999",
+            ),
+        ] {
+            assert_eq!(
+                messages(quote! { rate = #rate }),
+                [format!(
+                    "`rate` must allow between 1 and 10000 starts per period, got {got}"
+                )]
+            );
+        }
+        let soon = messages(quote! { rate = "10/soon" });
+        assert!(
+            soon[0].starts_with("`rate` period is not a duration ("),
+            "{soon:?}"
+        );
+        assert!(
+            soon[0].ends_with(&format!("; write a rate {like}")),
+            "{soon:?}"
+        );
+        assert!(messages(quote! { rate = "10/" })[0].starts_with("`rate` period is not a duration"));
+        assert!(
+            messages(quote! { rate = "10/30" })[0].starts_with("`rate` period is not a duration")
+        );
+        assert_eq!(
+            messages(quote! { rate = "10/0s" }),
+            [format!(
+                "`rate` period must be greater than zero; write a rate {like}"
+            )]
+        );
+        assert_eq!(
+            messages(quote! { rate = "10/500us" }),
+            ["`rate` period must be between 1ms and 7 days, got 500us"]
+        );
+        assert_eq!(
+            messages(quote! { rate = "10/8days" }),
+            ["`rate` period must be between 1ms and 7 days, got 8days"]
+        );
+        assert_eq!(
+            messages(quote! { rate = 100 }),
+            [format!("`rate` takes a string: starts per period, {like}")]
+        );
+        assert_eq!(
+            messages(quote! { rate }),
+            [r#"`rate` needs a value, like `rate = "100/1m"`"#]
+        );
+        assert_eq!(
+            messages(quote! { rate = "1/s", rate = "2/s" }),
+            ["`rate` set twice"]
+        );
+    }
+
+    #[test]
+    fn reads_breakers() {
+        let full = parse_ok(quote! {
+            breaker(failure_percent = 25, min_attempts = 100, window = "5m", cool_down = "1h")
+        });
+        assert_eq!(
+            full.breaker,
+            Some(BreakerArgs {
+                failure_percent: 25,
+                min_attempts: Some(100),
+                window: Some(Duration::from_secs(300)),
+                cool_down: Some(Duration::from_secs(3600)),
+            })
+        );
+        let least = parse_ok(quote! { breaker(failure_percent = 100), retry = 1 });
+        assert_eq!(
+            least.breaker,
+            Some(BreakerArgs {
+                failure_percent: 100,
+                min_attempts: None,
+                window: None,
+                cool_down: None,
+            })
+        );
+        let edges = parse_ok(quote! {
+            breaker(cool_down = "30days", window = "1s", min_attempts = 1000000, failure_percent = 1,)
+        });
+        let edges = edges.breaker.unwrap();
+        assert_eq!(
+            (edges.failure_percent, edges.min_attempts),
+            (1, Some(1_000_000))
+        );
+        assert_eq!(edges.window, Some(Duration::from_secs(1)));
+        assert_eq!(edges.cool_down, Some(Duration::from_secs(30 * 86_400)));
+    }
+
+    #[test]
+    fn checks_breaker_values() {
+        let percent = "`failure_percent` must be between 1 and 100 (the percentage of failed \
+                       attempts that trips the breaker)";
+        assert_eq!(
+            messages(quote! { breaker(failure_percent = 0) }),
+            [format!("{percent}, got 0")]
+        );
+        assert_eq!(
+            messages(quote! { breaker(failure_percent = 101) }),
+            [format!("{percent}, got 101")]
+        );
+        assert_eq!(
+            messages(quote! { breaker(failure_percent = 50, min_attempts = 0) }),
+            [
+                "`min_attempts` must be between 1 and 1000000 (the fewest ended attempts in a \
+              window for the breaker to trip), got 0"
+            ]
+        );
+        assert!(
+            messages(quote! { breaker(failure_percent = 50, min_attempts = 1000001) })[0]
+                .ends_with("got 1000001")
+        );
+        assert_eq!(
+            messages(quote! { breaker(failure_percent = 50, window = "500ms") }),
+            ["`window` must be between 1s and 30 days, got 500ms"]
+        );
+        assert_eq!(
+            messages(quote! { breaker(failure_percent = 50, cool_down = "31days") }),
+            ["`cool_down` must be between 1s and 30 days, got 31days"]
+        );
+        assert!(
+            messages(quote! { breaker(failure_percent = 50, window = "soon") })[0]
+                .starts_with("`window` is not a duration")
+        );
+        assert!(messages(quote! { breaker(failure_percent = "50%") })[0]
+            .starts_with("`failure_percent` takes an integer"));
+        // A refused key leaves the breaker out, with no second error.
+        let mut errors = Errors::default();
+        let args = parse(
+            quote! { breaker(failure_percent = 50, window = "0s") },
+            &mut errors,
+        );
+        assert_eq!(errors.len(), 1);
+        assert!(args.breaker.is_none());
+    }
+
+    #[test]
+    fn checks_breaker_keys() {
+        let example = r#"`breaker(failure_percent = 50, min_attempts = 20, window = "1m", cool_down = "5m")`"#;
+        assert_eq!(
+            messages(quote! { breaker(window = "1m") }),
+            [format!(
+                "`breaker` needs `failure_percent`, the percentage of failed attempts that \
+                 trips it, like {example}"
+            )]
+        );
+        assert_eq!(messages(quote! { breaker() }).len(), 1);
+        assert_eq!(
+            messages(quote! { breaker(failure_percent = 50, failure_percent = 60, jitter = true) }),
+            [
+                "`failure_percent` set twice",
+                "unknown `breaker` key `jitter`; expected `failure_percent`, `min_attempts`, \
+                 `window` or `cool_down`"
+            ]
+        );
+        assert!(messages(quote! { breaker(failures = 50) })[0]
+            .contains("trips it is `failure_percent = N`"));
+        assert_eq!(
+            messages(quote! { breaker(failure_percent = 50), breaker(failure_percent = 60) }),
+            ["`breaker` set twice"]
+        );
+        assert_eq!(
+            messages(quote! { breaker = 50 }),
+            [format!("`breaker` takes a list, like {example}")]
+        );
+        assert_eq!(
+            messages(quote! { breaker, retry = 1 }),
+            [format!("`breaker` needs a list, like {example}")]
+        );
+        assert_eq!(
+            messages(quote! { breaker(failure_percent) }),
+            ["`failure_percent` needs a value, like `failure_percent = 50`"]
+        );
     }
 
     #[test]

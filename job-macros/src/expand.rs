@@ -4,12 +4,12 @@
 use std::time::Duration;
 
 use proc_macro2::{Literal, Span, TokenStream};
-use quote::{format_ident, quote, quote_spanned};
+use quote::{format_ident, quote, quote_spanned, ToTokens};
 use syn::ext::IdentExt;
 use syn::spanned::Spanned;
 use syn::{Ident, ItemFn};
 
-use crate::attr::{self, BackoffArgs, JobArgs, KeyPart, KeyTemplate};
+use crate::attr::{self, BackoffArgs, BreakerArgs, JobArgs, KeyPart, KeyTemplate, RateArgs};
 use crate::errors::Errors;
 use crate::valid::{self, Field, JobFn};
 
@@ -284,7 +284,7 @@ fn generate(job: &JobFn, args: &JobArgs, key_fns: TokenStream) -> TokenStream {
 
 /// The fields of `job_core::JobOptions`, each set by one key; the `every-key` pass test sets
 /// them all.
-const JOB_OPTIONS_FIELDS: usize = 9;
+const JOB_OPTIONS_FIELDS: usize = 11;
 
 /// `const OPTIONS` with the keys that were given over `JobOptions::DEFAULT`; nothing when
 /// none was.
@@ -325,6 +325,38 @@ fn options(args: &JobArgs) -> Option<TokenStream> {
         // Spanned at the path, so a type that is not a `Job` is reported there.
         let of = quote_spanned!(path.span()=> ::job::Compensate::of::<#path>());
         set.push(quote!(compensate: ::core::option::Option::Some(#of)));
+    }
+    if let Some(RateArgs { starts, per }) = &args.rate {
+        let starts = Literal::u32_unsuffixed(*starts);
+        let per = duration(*per);
+        set.push(quote!(
+            rate: ::core::option::Option::Some(::job::RateLimit::new(#starts, #per))
+        ));
+    }
+    if let Some(BreakerArgs {
+        failure_percent,
+        min_attempts,
+        window,
+        cool_down,
+    }) = &args.breaker
+    {
+        let percent = Literal::u8_unsuffixed(*failure_percent);
+        // The keys left out take `Breaker::new`'s defaults.
+        let default = quote!(::job::Breaker::new(#percent));
+        let min_attempts = min_attempts.map_or_else(
+            || quote!(#default.min_attempts),
+            |n| Literal::u32_unsuffixed(n).into_token_stream(),
+        );
+        let window = window.map_or_else(|| quote!(#default.window), duration);
+        let cool_down = cool_down.map_or_else(|| quote!(#default.cool_down), duration);
+        set.push(quote!(
+            breaker: ::core::option::Option::Some(::job::Breaker {
+                failure_percent: #percent,
+                min_attempts: #min_attempts,
+                window: #window,
+                cool_down: #cool_down,
+            })
+        ));
     }
     if set.is_empty() {
         return None;
@@ -488,6 +520,25 @@ mod tests {
             },
         );
         assert_snapshot("charge_card", out);
+    }
+
+    /// A rate limit and a breaker, one key of it left to its default, kept in
+    /// `tests/expand/sync_partner.expanded.rs`.
+    #[test]
+    fn rate_and_breaker_expand_as_their_snapshot_shows() {
+        let out = job(
+            quote!(
+                rate = "100/1m",
+                breaker(failure_percent = 50, window = "2m", cool_down = "10m")
+            ),
+            quote! {
+                async fn sync_partner(_ctx: JobContext, account_id: i64) -> Result<(), JobError> {
+                    let _ = account_id;
+                    Ok(())
+                }
+            },
+        );
+        assert_snapshot("sync_partner", out);
     }
 
     /// Compares `out`, unparsed, with `tests/expand/{name}.expanded.rs`; rewrites the file

@@ -145,6 +145,8 @@ use proc_macro::TokenStream;
 /// | `concurrency = N` | `1..` | at most `N` running jobs of the kind across every worker, enforced by the claim |
 /// | `owner = "billing"` | a name (1–128 bytes) | the team that owns the kind: a label on its metrics and shown with its dead letters |
 /// | `compensate = RefundCharge` | a job type | enqueued in the same transaction that discards a job of this kind, with an argument `discarded: job::Discarded` (the job's id, kind, payload and last error); see the README's compensation |
+/// | `rate = "100/1m"` | `"N/DURATION"`: `N` in `1..=10000`, a period of `1ms` to 7 days | at most `N` attempts of the kind start in any period, across every worker; the rest wait, available. A bare unit is one of it: `"10/s"` is `"10/1s"` |
+/// | `breaker(failure_percent = 50, min_attempts = 20, window = "1m", cool_down = "5m")` | `failure_percent` in `1..=100` (required), `min_attempts` in `1..=1000000`, `window` and `cool_down` durations of `1s` to 30 days | pauses the kind across every worker when, within a `window`, at least `min_attempts` attempts ended and `failure_percent` percent or more of them failed, until an operator resumes it or `cool_down` has passed; the keys left out default to 20, 1m and 5m (`job::Breaker::new`) |
 ///
 /// Durations are [humantime](https://docs.rs/humantime) text, parsed at compile time:
 /// `"500ms"`, `"30s"`, `"2m"`, `"1h 30m"`, `"2 minutes"`; zero, negative and over 100 years
@@ -181,6 +183,27 @@ use proc_macro::TokenStream;
 /// let v1 = json!({ "email": "ada@example.com" });
 /// let v2 = <SendWelcome as Job>::upgrade(1, v1).unwrap();
 /// assert_eq!(v2, json!({ "address": "ada@example.com" }));
+/// ```
+///
+/// `rate` and `breaker` protect what a kind calls: the rate limit spaces its starts out
+/// across every worker (which must all agree on it), the breaker pauses the kind while too
+/// many of its attempts fail.
+///
+/// ```
+/// use job::prelude::*;
+///
+/// /// A partner API that allows 100 calls a minute and is sometimes down for a while.
+/// #[job(rate = "100/1m", breaker(failure_percent = 50, cool_down = "10m"))]
+/// async fn sync_partner(_ctx: JobContext, account_id: i64) -> Result<(), JobError> {
+///     let _ = account_id;
+///     Ok(())
+/// }
+///
+/// let options = <SyncPartner as Job>::OPTIONS;
+/// assert_eq!(options.rate, Some(job::RateLimit::new(100, std::time::Duration::from_secs(60))));
+/// let breaker = options.breaker.unwrap();
+/// assert_eq!((breaker.failure_percent, breaker.min_attempts), (50, 20));
+/// assert_eq!(breaker.cool_down, std::time::Duration::from_secs(600));
 /// ```
 ///
 /// # Errors

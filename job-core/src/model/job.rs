@@ -111,9 +111,10 @@ pub struct JobOptions {
     /// (`#[job(rate = "100/1m")]`): jobs over the limit wait, available, for room. Every
     /// worker that runs the kind must agree on it. Defaults to `None` (no limit).
     pub rate: Option<RateLimit>,
-    /// Pauses this kind when its failure rate over a window crosses a threshold
-    /// (`#[job(breaker(failures = 50, of = 20, window = "1m", cool_down = "5m"))]`), until an
-    /// operator resumes it or the cool-down ends. Defaults to `None`.
+    /// Pauses this kind when its failure rate over a window crosses a threshold, until an
+    /// operator resumes it or the cool-down ends
+    /// (`#[job(breaker(failure_percent = 50, min_attempts = 20, window = "1m", cool_down = "5m"))]`).
+    /// Defaults to `None`.
     pub breaker: Option<Breaker>,
 }
 

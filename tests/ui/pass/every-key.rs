@@ -4,7 +4,9 @@
 use std::time::Duration;
 
 use job::__private::serde_json::{json, Value};
-use job::{job, Backoff, Compensate, Discarded, Job, JobContext, JobError, JobOptions};
+use job::{
+    job, Backoff, Breaker, Compensate, Discarded, Job, JobContext, JobError, JobOptions, RateLimit,
+};
 
 /// Version 1 called the field `id`.
 fn upgrade_report(from_version: i32, mut payload: Value) -> Result<Value, JobError> {
@@ -36,6 +38,8 @@ async fn drop_partial_report(_ctx: JobContext, discarded: Discarded) -> Result<(
     concurrency = 4,
     owner = "reporting",
     compensate = DropPartialReport,
+    rate = "100/1m",
+    breaker(failure_percent = 50, min_attempts = 10, window = "2m", cool_down = "15m"),
 )]
 async fn build_report(_ctx: JobContext, report_id: i64, format: String) -> Result<(), JobError> {
     let _ = (report_id, format);
@@ -49,6 +53,19 @@ async fn only_base(_ctx: JobContext) -> Result<(), JobError> {
 
 #[job(backoff(cap = "1s"), retry = 0)]
 async fn only_cap(_ctx: JobContext) -> Result<(), JobError> {
+    Ok(())
+}
+
+#[job(rate = "10/s", breaker(failure_percent = 100))]
+async fn per_bare_unit(_ctx: JobContext) -> Result<(), JobError> {
+    Ok(())
+}
+
+#[job(
+    rate = "10000/1ms",
+    breaker(cool_down = "30 days", failure_percent = 1, window = "1s")
+)]
+async fn at_the_limits(_ctx: JobContext) -> Result<(), JobError> {
     Ok(())
 }
 
@@ -69,6 +86,13 @@ fn main() {
             compensate: Some(Compensate {
                 kind: "drop_partial_report",
                 queue: "cleanup",
+            }),
+            rate: Some(RateLimit::new(100, Duration::from_secs(60))),
+            breaker: Some(Breaker {
+                failure_percent: 50,
+                min_attempts: 10,
+                window: Duration::from_secs(120),
+                cool_down: Duration::from_secs(900),
             }),
         }
     );
@@ -95,4 +119,47 @@ fn main() {
     assert_eq!(OnlyCap::OPTIONS.backoff.cap, Duration::from_secs(1));
     assert_eq!(OnlyCap::OPTIONS.max_attempts, 1);
     assert_eq!(OnlyCap::OPTIONS.queue, JobOptions::DEFAULT.queue);
+    assert_eq!(OnlyCap::OPTIONS.rate, None);
+    assert_eq!(OnlyCap::OPTIONS.breaker, None);
+
+    // A bare unit is one of it; the breaker keys left out take `Breaker::new`'s defaults,
+    // documented as 20 attempts, 1m and 5m.
+    assert_eq!(
+        PerBareUnit::OPTIONS.rate,
+        Some(RateLimit::new(10, Duration::from_secs(1)))
+    );
+    assert_eq!(PerBareUnit::OPTIONS.breaker, Some(Breaker::new(100)));
+    assert_eq!(
+        Breaker::new(100),
+        Breaker {
+            failure_percent: 100,
+            min_attempts: 20,
+            window: Duration::from_secs(60),
+            cool_down: Duration::from_secs(300),
+        }
+    );
+    assert_eq!(
+        AtTheLimits::OPTIONS.rate,
+        Some(RateLimit::new(
+            RateLimit::MAX_STARTS,
+            Duration::from_millis(1)
+        ))
+    );
+    assert_eq!(
+        AtTheLimits::OPTIONS.breaker,
+        Some(Breaker {
+            failure_percent: 1,
+            window: Duration::from_secs(1),
+            cool_down: Breaker::MAX_DURATION,
+            ..Breaker::new(1)
+        })
+    );
+    for options in [
+        BuildReport::OPTIONS,
+        PerBareUnit::OPTIONS,
+        AtTheLimits::OPTIONS,
+    ] {
+        assert_eq!(options.rate.unwrap().problem(), None);
+        assert_eq!(options.breaker.unwrap().problem(), None);
+    }
 }
