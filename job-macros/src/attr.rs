@@ -31,6 +31,7 @@ mod kw {
     syn::custom_keyword!(owner);
     syn::custom_keyword!(compensate);
     syn::custom_keyword!(rate);
+    syn::custom_keyword!(rate_key);
     syn::custom_keyword!(breaker);
     syn::custom_keyword!(failure_percent);
     syn::custom_keyword!(min_attempts);
@@ -41,7 +42,7 @@ mod kw {
 /// Every key, for the message about an unknown one.
 const KEYS: &str = "`kind`, `version`, `upgrade`, `queue`, `priority`, `retry`, `timeout`, \
                     `lease`, `backoff`, `unique`, `ordering`, `concurrency`, `owner`, \
-                    `compensate`, `rate`, `breaker`";
+                    `compensate`, `rate`, `rate_key`, `breaker`";
 
 /// The longest queue or kind name the store accepts (`job_core::MAX_NAME_LEN`).
 pub(crate) const MAX_NAME_LEN: usize = 128;
@@ -91,14 +92,17 @@ pub(crate) struct JobArgs {
     /// The type of the compensating job, as written.
     pub(crate) compensate: Option<TypePath>,
     pub(crate) rate: Option<RateArgs>,
+    pub(crate) rate_key: Option<KeyTemplate>,
     pub(crate) breaker: Option<BreakerArgs>,
 }
 
 /// A key whose value is a key template, with the example its messages show.
 #[derive(Clone, Copy)]
 pub(crate) struct TemplateKey {
-    /// The key as the user writes it; the generated method is `{key}_key`.
+    /// The key as the user writes it.
     pub(crate) key: &'static str,
+    /// The `Job` method generated from it: `unique_key` for `unique`.
+    pub(crate) method: &'static str,
     /// The example's literal prefix: `invoice` in `"invoice:{invoice_id}"`.
     prefix: &'static str,
     /// The example's placeholder: `invoice_id` in `"invoice:{invoice_id}"`.
@@ -115,6 +119,7 @@ impl TemplateKey {
 /// `unique = "invoice:{invoice_id}"`: `Job::unique_key`.
 pub(crate) const UNIQUE: TemplateKey = TemplateKey {
     key: "unique",
+    method: "unique_key",
     prefix: "invoice",
     field: "invoice_id",
 };
@@ -122,16 +127,27 @@ pub(crate) const UNIQUE: TemplateKey = TemplateKey {
 /// `ordering = "account:{account_id}"`: `Job::ordering_key`.
 pub(crate) const ORDERING: TemplateKey = TemplateKey {
     key: "ordering",
+    method: "ordering_key",
     prefix: "account",
     field: "account_id",
 };
 
-/// `unique = "invoice:{invoice_id}"` or `ordering = "account:{account_id}"`: literal text and
-/// `{field}` placeholders (`{{` and `}}` for braces), and where the string was, for errors
-/// about the fields it names.
+/// `rate_key = "tenant:{tenant_id}"`: `Job::rate_key`. Needs `rate` in the same attribute.
+pub(crate) const RATE_KEY: TemplateKey = TemplateKey {
+    key: "rate_key",
+    method: "rate_key",
+    prefix: "tenant",
+    field: "tenant_id",
+};
+
+/// `unique = "invoice:{invoice_id}"`, `ordering = "account:{account_id}"` or
+/// `rate_key = "tenant:{tenant_id}"`: literal text and `{field}` placeholders (`{{` and `}}`
+/// for braces), and where the string was, for errors about the fields it names.
 pub(crate) struct KeyTemplate {
     /// Which key the template was given to.
     pub(crate) key: &'static str,
+    /// The `Job` method that returns the filled-in template.
+    pub(crate) method: &'static str,
     pub(crate) parts: Vec<KeyPart>,
     pub(crate) span: Span,
 }
@@ -290,6 +306,7 @@ struct Keys {
     owner: Slot<String>,
     compensate: Slot<TypePath>,
     rate: Slot<RateArgs>,
+    rate_key: Slot<KeyTemplate>,
     /// `None` when a nested key was refused (its error is recorded already).
     breaker: Slot<Option<BreakerArgs>>,
 }
@@ -312,6 +329,7 @@ impl Default for Keys {
             owner: Slot::new("owner"),
             compensate: Slot::new("compensate"),
             rate: Slot::new("rate"),
+            rate_key: Slot::new(RATE_KEY.key),
             breaker: Slot::new("breaker"),
         }
     }
@@ -407,6 +425,10 @@ impl Keys {
             let key: kw::rate = input.parse()?;
             let value = value(input, at, "rate", r#"rate = "100/1m""#)?;
             self.rate.set(key.span, rate(&value), errors);
+        } else if input.peek(kw::rate_key) {
+            let key: kw::rate_key = input.parse()?;
+            let rate_key = template_value(input, at, RATE_KEY)?;
+            self.rate_key.set(key.span, rate_key, errors);
         } else if input.peek(kw::breaker) {
             let key: kw::breaker = input.parse()?;
             let breaker = parse_breaker(input, errors)?;
@@ -438,6 +460,7 @@ impl Keys {
             owner: self.owner.value,
             compensate: self.compensate.value,
             rate: self.rate.value,
+            rate_key: self.rate_key.value,
             breaker: self.breaker.value.flatten(),
         };
         // A refused `upgrade` has its own error already.
@@ -456,6 +479,15 @@ impl Keys {
                     format!("`upgrade` needs `version = 2` or higher: {why}"),
                 )),
             }
+        }
+        // A refused `rate_key` has its own error already, and so has a refused `rate`. The
+        // template is kept, so that the fields it names are still checked.
+        if let (Some(rate_key), None) = (&args.rate_key, self.rate.span) {
+            errors.push(syn::Error::new(
+                rate_key.span,
+                "`rate_key` needs a `rate`, like `rate = \"100/1m\"`: each rate key gets its own \
+                 window of the kind's rate limit",
+            ));
         }
         if let (Some(backoff), Some(span)) = (&args.backoff, self.backoff.span) {
             let base = backoff.base.unwrap_or(DEFAULT_BACKOFF_BASE);
@@ -729,6 +761,7 @@ fn template_value(
             .map_err(|reason| syn::Error::new_spanned(&value, reason))?;
         Ok(KeyTemplate {
             key,
+            method: which.method,
             parts,
             span: syn::spanned::Spanned::span(&value),
         })
@@ -951,7 +984,7 @@ mod tests {
         let args = parse_ok(quote! {
             kind = "billing.send", version = 3, upgrade = crate::up, queue = "mail",
             priority = 2, retry = 5, timeout = "2m", lease = "1m", backoff(base = "2s", cap = "10m"),
-            rate = "100/1m", breaker(failure_percent = 50),
+            rate = "100/1m", rate_key = "tenant:{tenant_id}", breaker(failure_percent = 50),
         });
         assert_eq!(args.kind.as_deref(), Some("billing.send"));
         assert_eq!(args.version, Some(3));
@@ -971,6 +1004,8 @@ mod tests {
                 per: Duration::from_secs(60)
             })
         );
+        let rate_key = args.rate_key.unwrap();
+        assert_eq!((rate_key.key, rate_key.method), ("rate_key", "rate_key"));
         assert_eq!(args.breaker.unwrap().failure_percent, 50);
     }
 
@@ -1108,19 +1143,34 @@ mod tests {
         use KeyPart::{Field, Text};
         let args = parse_ok(quote! {
             unique = "invoice:{invoice_id}", ordering = "{{account}}:{ account_id }",
+            rate_key = "{tenant_id}/{region}", rate = "10/s",
         });
         let unique = args.unique.unwrap();
-        assert_eq!(unique.key, "unique");
+        assert_eq!((unique.key, unique.method), ("unique", "unique_key"));
         assert_eq!(
             unique.parts,
             [Text("invoice:".into()), Field("invoice_id".into())]
         );
         let ordering = args.ordering.unwrap();
-        assert_eq!(ordering.key, "ordering");
+        assert_eq!(
+            (ordering.key, ordering.method),
+            ("ordering", "ordering_key")
+        );
         assert_eq!(
             ordering.parts,
             [Text("{account}:".into()), Field("account_id".into())]
         );
+        let rate_key = args.rate_key.unwrap();
+        assert_eq!((rate_key.key, rate_key.method), ("rate_key", "rate_key"));
+        assert_eq!(
+            rate_key.parts,
+            [
+                Field("tenant_id".into()),
+                Text("/".into()),
+                Field("region".into())
+            ]
+        );
+        assert!(parse_ok(quote! { rate = "10/s" }).rate_key.is_none());
     }
 
     #[test]
@@ -1128,6 +1178,7 @@ mod tests {
         for (which, tokens) in [
             (UNIQUE, quote!(unique = "open {brace")),
             (ORDERING, quote!(ordering = "open {brace")),
+            (RATE_KEY, quote!(rate = "10/s", rate_key = "open {brace")),
         ] {
             let key = which.key;
             assert_eq!(
@@ -1164,6 +1215,68 @@ mod tests {
         assert_eq!(
             messages(quote! { unique = "a", ordering = "b", ordering = "c" }),
             ["`ordering` set twice"]
+        );
+        assert_eq!(
+            messages(quote! { rate = "10/s", rate_key = "a}b" }),
+            [r#"`rate_key` has an unmatched `}` in "a}b"; write `}}` for a brace"#]
+        );
+        assert_eq!(
+            messages(quote! { rate = "10/s", rate_key = "" }),
+            ["`rate_key` must not be empty"]
+        );
+        assert_eq!(
+            messages(quote! { rate = "10/s", rate_key = "tenant:{tenant id}" }),
+            ["`rate_key` placeholders name a job argument, like `{tenant_id}`, got `{tenant id}`"]
+        );
+        assert_eq!(
+            messages(quote! { rate = "10/s", rate_key = tenant_id }),
+            [r#"`rate_key` takes a string: a key template like "tenant:{tenant_id}""#]
+        );
+        assert_eq!(
+            messages(quote! { rate = "10/s", rate_key }),
+            [r#"`rate_key` needs a value, like `rate_key = "tenant:{tenant_id}"`"#]
+        );
+        assert_eq!(
+            messages(quote! { rate = "10/s", rate_key = "a", rate_key = "b" }),
+            ["`rate_key` set twice"]
+        );
+    }
+
+    #[test]
+    fn rate_key_needs_a_rate() {
+        let needs = "`rate_key` needs a `rate`, like `rate = \"100/1m\"`: each rate key gets its \
+                     own window of the kind's rate limit";
+        assert_eq!(
+            messages(quote! { rate_key = "tenant:{tenant_id}" }),
+            [needs]
+        );
+        assert_eq!(
+            messages(quote! { rate_key = "tenant:{tenant_id}", retry = 3, concurrency = 2 }),
+            [needs]
+        );
+        // The template is kept, so the fields it names are still checked.
+        let mut errors = Errors::default();
+        let args = parse(quote! { rate_key = "tenant:{tenant_id}" }, &mut errors);
+        assert_eq!(errors.len(), 1);
+        assert!(args.rate_key.is_some());
+        // Either order is fine.
+        assert!(parse_ok(quote! { rate_key = "t:{t}", rate = "10/s" })
+            .rate_key
+            .is_some());
+        assert!(parse_ok(quote! { rate = "10/s", rate_key = "t:{t}" })
+            .rate_key
+            .is_some());
+        // A refused `rate` or `rate_key` has its own error, and no second one.
+        let refused_rate = messages(quote! { rate = "10", rate_key = "t:{t}" });
+        assert_eq!(refused_rate.len(), 1, "{refused_rate:?}");
+        assert!(refused_rate[0].starts_with("`rate` must be"));
+        assert_eq!(
+            messages(quote! { rate_key = "t:{" }),
+            [r#"`rate_key` has an unclosed `{` in "t:{"; write `{{` for a brace"#]
+        );
+        assert_eq!(
+            messages(quote! { rate_key }),
+            [r#"`rate_key` needs a value, like `rate_key = "tenant:{tenant_id}"`"#]
         );
     }
 
@@ -1211,6 +1324,7 @@ mod tests {
         let found = messages(quote! { compensate = A B, retry = 1 });
         assert_eq!(found, ["expected `,`"]);
         assert!(messages(quote! { compensates = A })[0].contains("`owner`, `compensate`"));
+        assert!(messages(quote! { rate_limit = A })[0].contains("`rate`, `rate_key`, `breaker`"));
     }
 
     fn rate_of(tokens: TokenStream) -> (u32, Duration) {

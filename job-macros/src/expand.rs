@@ -31,7 +31,7 @@ pub(crate) fn job(attr: TokenStream, item: TokenStream) -> TokenStream {
     };
     let generated = valid::check(&mut item, &mut errors).map(|job| {
         // A template naming an unknown argument has its error, and no method.
-        let key_fns: TokenStream = [&args.unique, &args.ordering]
+        let key_fns: TokenStream = [&args.unique, &args.ordering, &args.rate_key]
             .into_iter()
             .flatten()
             .filter(|template| check_template(&job, template, &mut errors))
@@ -52,7 +52,8 @@ pub(crate) fn job(attr: TokenStream, item: TokenStream) -> TokenStream {
     }
 }
 
-/// Every placeholder of a key template (`unique`, `ordering`) must name an argument of the job.
+/// Every placeholder of a key template (`unique`, `ordering`, `rate_key`) must name an argument
+/// of the job.
 fn check_template(job: &JobFn, template: &KeyTemplate, errors: &mut Errors) -> bool {
     let known: Vec<String> = job
         .fields
@@ -82,8 +83,8 @@ fn check_template(job: &JobFn, template: &KeyTemplate, errors: &mut Errors) -> b
     ok
 }
 
-/// `fn unique_key` (`fn ordering_key`) formatting the payload's fields into the `unique`
-/// (`ordering`) template.
+/// `fn unique_key` (`fn ordering_key`, `fn rate_key`) formatting the payload's fields into the
+/// `unique` (`ordering`, `rate_key`) template.
 fn key_fn(template: &KeyTemplate, fields: &[Field]) -> Option<TokenStream> {
     let mut format = String::new();
     let mut values = Vec::new();
@@ -98,7 +99,7 @@ fn key_fn(template: &KeyTemplate, fields: &[Field]) -> Option<TokenStream> {
             }
         }
     }
-    let method = format_ident!("{}_key", template.key);
+    let method = Ident::new(template.method, Span::call_site());
     Some(quote! {
         fn #method(&self) -> ::core::option::Option<::std::string::String> {
             ::core::option::Option::Some(::std::format!(#format #(, #values)*))
@@ -522,13 +523,14 @@ mod tests {
         assert_snapshot("charge_card", out);
     }
 
-    /// A rate limit and a breaker, one key of it left to its default, kept in
+    /// A rate limit with a rate key and a breaker, one key of it left to its default, kept in
     /// `tests/expand/sync_partner.expanded.rs`.
     #[test]
     fn rate_and_breaker_expand_as_their_snapshot_shows() {
         let out = job(
             quote!(
                 rate = "100/1m",
+                rate_key = "account:{account_id}",
                 breaker(failure_percent = 50, window = "2m", cool_down = "10m")
             ),
             quote! {
@@ -579,6 +581,41 @@ mod tests {
                 "`ordering` names `{acount_id}`, which is not an argument of the job; \
                  its arguments are `invoice_id`, `account_id`"
             ),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_rate_key_naming_an_unknown_argument_gets_an_error_and_no_method() {
+        let out = job(
+            quote!(rate = "10/s", rate_key = "tenant:{tenant}"),
+            quote! {
+                async fn sync(_ctx: JobContext, tenant_id: i64) -> Result<(), JobError> { Ok(()) }
+            },
+        );
+        let text = out.to_string();
+        assert!(!text.contains("fn rate_key"), "{text}");
+        assert!(
+            text.contains(
+                "`rate_key` names `{tenant}`, which is not an argument of the job; \
+                 its arguments are `tenant_id`"
+            ),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_rate_key_without_a_rate_is_reported_with_its_fields() {
+        let out = job(
+            quote!(rate_key = "tenant:{tenant}"),
+            quote! {
+                async fn sync(_ctx: JobContext, tenant_id: i64) -> Result<(), JobError> { Ok(()) }
+            },
+        );
+        let text = out.to_string();
+        assert!(text.contains("`rate_key` needs a `rate`"), "{text}");
+        assert!(
+            text.contains("`rate_key` names `{tenant}`, which is not an argument"),
             "{text}"
         );
     }

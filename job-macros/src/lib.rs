@@ -61,9 +61,9 @@ use proc_macro::TokenStream;
 ///   It serializes to a JSON object, the only payload shape every door accepts.
 /// - **`impl Job`** for the payload: `KIND` (the function's name unless `kind` is given),
 ///   `VERSION` and `upgrade` when given, `OPTIONS` with the keys given over
-///   `JobOptions::DEFAULT`, `unique_key` and `ordering_key` when `unique` and `ordering` are
-///   given (their templates filled in from the payload's fields), and `perform`, which calls
-///   the function with the context and the fields.
+///   `JobOptions::DEFAULT`, `unique_key`, `ordering_key` and `rate_key` when `unique`,
+///   `ordering` and `rate_key` are given (their templates filled in from the payload's fields),
+///   and `perform`, which calls the function with the context and the fields.
 /// - **Typed enqueue helpers** on the payload: `enqueue(executor)` (any sqlx executor: `&pool`,
 ///   `&mut *tx`, `&mut conn`) and the one-line starts of a `job::Enqueue` builder: `queue`,
 ///   `priority`, `max_attempts`, `schedule_in` and `run_at`.
@@ -145,7 +145,8 @@ use proc_macro::TokenStream;
 /// | `concurrency = N` | `1..` | at most `N` running jobs of the kind across every worker, enforced by the claim |
 /// | `owner = "billing"` | a name (1–128 bytes) | the team that owns the kind: a label on its metrics and shown with its dead letters |
 /// | `compensate = RefundCharge` | a job type | enqueued in the same transaction that discards a job of this kind, with an argument `discarded: job::Discarded` (the job's id, kind, payload and last error); see the README's compensation |
-/// | `rate = "100/1m"` | `"N/DURATION"`: `N` in `1..=10000`, a period of `1ms` to 7 days | at most `N` attempts of the kind start in any period, across every worker; the rest wait, available. A bare unit is one of it: `"10/s"` is `"10/1s"` |
+/// | `rate = "100/1m"` | `"N/DURATION"`: `N` in `1..=10000`, a period of `1ms` to 7 days | at most `N` attempts of the kind start in any period, across every worker; the rest wait, available. A bare unit is one of it: `"10/s"` is `"10/1s"`. With `rate_key`, each key has its own window of `N` starts (jobs without a key share one) |
+/// | `rate_key = "tenant:{tenant_id}"` | a template of `{parameter}` names; needs `rate` | each job's rate key, from its payload: each key has its own window of the kind's `rate`, so one busy key does not slow the others; `.rate_key(..)` on an enqueue overrides it |
 /// | `breaker(failure_percent = 50, min_attempts = 20, window = "1m", cool_down = "5m")` | `failure_percent` in `1..=100` (required), `min_attempts` in `1..=1000000`, `window` and `cool_down` durations of `1s` to 30 days | pauses the kind across every worker when, within a `window`, at least `min_attempts` attempts ended and `failure_percent` percent or more of them failed, until an operator resumes it or `cool_down` has passed; the keys left out default to 20, 1m and 5m (`job::Breaker::new`) |
 ///
 /// Durations are [humantime](https://docs.rs/humantime) text, parsed at compile time:
@@ -186,14 +187,20 @@ use proc_macro::TokenStream;
 /// ```
 ///
 /// `rate` and `breaker` protect what a kind calls: the rate limit spaces its starts out
-/// across every worker (which must all agree on it), the breaker pauses the kind while too
-/// many of its attempts fail.
+/// across every worker (which must all agree on it), `rate_key` gives each key (a tenant, an
+/// account) its own window of it, the breaker pauses the kind while too many of its attempts
+/// fail.
 ///
 /// ```
 /// use job::prelude::*;
 ///
-/// /// A partner API that allows 100 calls a minute and is sometimes down for a while.
-/// #[job(rate = "100/1m", breaker(failure_percent = 50, cool_down = "10m"))]
+/// /// A partner API that allows each account 100 calls a minute and is sometimes down for a
+/// /// while.
+/// #[job(
+///     rate = "100/1m",
+///     rate_key = "account:{account_id}",
+///     breaker(failure_percent = 50, cool_down = "10m")
+/// )]
 /// async fn sync_partner(_ctx: JobContext, account_id: i64) -> Result<(), JobError> {
 ///     let _ = account_id;
 ///     Ok(())
@@ -201,6 +208,7 @@ use proc_macro::TokenStream;
 ///
 /// let options = <SyncPartner as Job>::OPTIONS;
 /// assert_eq!(options.rate, Some(job::RateLimit::new(100, std::time::Duration::from_secs(60))));
+/// assert_eq!(SyncPartner { account_id: 7 }.rate_key().as_deref(), Some("account:7"));
 /// let breaker = options.breaker.unwrap();
 /// assert_eq!((breaker.failure_percent, breaker.min_attempts), (50, 20));
 /// assert_eq!(breaker.cool_down, std::time::Duration::from_secs(600));

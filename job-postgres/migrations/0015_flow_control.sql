@@ -1,20 +1,45 @@
 -- 0015 flow control: rate limits and circuit breakers. Append-only: change the schema in a
 -- new numbered file.
 --
--- Rate limits (`#[job(rate = "100/1m")]`): job.rate_windows keeps, per limited kind, the
--- start times of its attempts in the last window, oldest first. A claim that may take a
--- limited kind holds the kind's advisory lock (claim_lock.sql) for its whole transaction,
--- reads the room left (rate_room.sql: the limit less the starts in the window ending at
--- clock_timestamp(), read after the lock is held), claims at most that many, and appends
--- one start per claimed job (rate_record.sql), dropping those older than the window. So the
--- starts of any window of the kind's period never exceed its limit, across every worker.
--- Bounded: a row holds at most the limit's starts (at most 10,000, checked by the worker).
+-- Rate limits (`#[job(rate = "100/1m")]`): at most N attempts of a kind start in any window
+-- of its period, across every worker; with a rate key (`rate_key = "tenant:{tenant_id}"`),
+-- each key of the kind has a window of its own, and jobs without a key share one.
+-- job.rate_windows keeps, per (kind, key) ('' for no key), the start times of the last
+-- window, oldest first: at most N of them (N is at most 10,000, checked by the worker). Claims
+-- of a rate-limited kind run claim_rated.sql under the kind's advisory lock (claim_lock.sql),
+-- which reads each key's room at clock_timestamp() (after the lock was granted, so every
+-- earlier claim of the kind has committed its starts), claims at most that many of the key's
+-- jobs and appends their starts in the same statement.
 CREATE TABLE job.rate_windows (
-    kind       text PRIMARY KEY CHECK (octet_length(kind) BETWEEN 1 AND 128),
+    kind       text NOT NULL CHECK (octet_length(kind) BETWEEN 1 AND 128),
+    rate_key   text NOT NULL DEFAULT '' CHECK (octet_length(rate_key) <= 512),
     starts     timestamptz[] NOT NULL DEFAULT '{}'
                CHECK (cardinality(starts) <= 10000),
-    updated_at timestamptz NOT NULL DEFAULT now()
+    updated_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (kind, rate_key)
 );
+
+-- A job's rate key. NOT VALID: no existing row has one, and validating would read the table.
+ALTER TABLE job.jobs ADD COLUMN rate_key text;
+ALTER TABLE job.jobs ADD CONSTRAINT jobs_rate_key_check
+    CHECK (rate_key IS NULL OR octet_length(rate_key) BETWEEN 1 AND 512) NOT VALID;
+
+-- The available jobs that have a rate key, by queue, kind and key in claim order: the claim of
+-- a rate-limited kind finds each key with waiting jobs by one probe (a loose index scan) and
+-- reads only the jobs its room takes, so a key at its limit costs nothing however many jobs it
+-- has waiting. Rows without a rate key are not in it (jobs_claim_idx has them).
+CREATE INDEX jobs_rate_key_idx ON job.jobs (queue, kind, rate_key, priority, run_at, id)
+    WHERE state = 'available' AND rate_key IS NOT NULL;
+
+-- Gives job `job_id` its rate key, from the statement that inserted it through
+-- job.enqueue_unique (as job.set_ordering_key).
+CREATE FUNCTION job.set_rate_key(job_id bigint, key text) RETURNS boolean
+    LANGUAGE sql VOLATILE
+    SET search_path = pg_catalog
+AS $$
+    UPDATE job.jobs SET rate_key = key WHERE id = job_id RETURNING true
+$$;
+REVOKE ALL ON FUNCTION job.set_rate_key(bigint, text) FROM PUBLIC;
 
 -- Circuit breakers (`#[job(breaker(failure_percent = 50, ...))]`): one row per kind with a
 -- breaker, counting the attempts that ended in the current window and how many failed.

@@ -63,8 +63,11 @@ pub async fn enqueue<'e, E: PgExecutor<'e>>(
             .bind(unique.scope.as_str())
             .bind(unique.on_duplicate == OnDuplicate::Replace);
     }
-    // $13 and $14 in enqueue.sql, $16 and $17 in enqueue_unique.sql: after the unique key's.
-    let query = query.bind(&job.traceparent).bind(&job.ordering_key);
+    // $13 to $15 in enqueue.sql, $16 to $18 in enqueue_unique.sql: after the unique key's.
+    let query = query
+        .bind(&job.traceparent)
+        .bind(&job.ordering_key)
+        .bind(&job.rate_key);
     let (id, outcome) = query
         .fetch_one(executor)
         .await
@@ -212,6 +215,7 @@ async fn insert_many<'e, E: PgExecutor<'e>>(
     let mut tenants = Vec::with_capacity(n);
     let mut traces = Vec::with_capacity(n);
     let mut orderings = Vec::with_capacity(n);
+    let mut rate_keys = Vec::with_capacity(n);
     for job in jobs {
         let (run_at, delay_ms) = split_run_at(job.run_at);
         kinds.push(job.kind.as_str());
@@ -231,7 +235,10 @@ async fn insert_many<'e, E: PgExecutor<'e>>(
         tenants.push(job.tenant.as_deref());
         traces.push(job.traceparent.as_deref());
         orderings.push(job.ordering_key.as_deref());
+        rate_keys.push(job.rate_key.as_deref());
     }
+    // A batch without rate keys binds no array: the missing column unnests as null.
+    let rate_keys = rate_keys.iter().any(Option::is_some).then_some(rate_keys);
     let mut ids: Vec<JobId> = sqlx::query_scalar(sql::ENQUEUE_MANY)
         .bind(kinds)
         .bind(queues)
@@ -247,6 +254,7 @@ async fn insert_many<'e, E: PgExecutor<'e>>(
         .bind(tenants)
         .bind(traces)
         .bind(orderings)
+        .bind(rate_keys)
         .fetch_all(executor)
         .await
         .map_err(|e| refused(None, "enqueue_many", e))?;

@@ -7,7 +7,7 @@ use std::time::Duration;
 use job_core::duration_millis;
 use job_core::{
     storable_text, ClaimRequest, ClaimedJob, Finalize, Finalized, HeartbeatReport, JobId, JobState,
-    Lease, Outcome, RateLimit, Release, Renewal, Rescued, MAX_ERROR_MESSAGE,
+    Lease, Outcome, Release, Renewal, Rescued, MAX_ERROR_MESSAGE,
 };
 use sqlx::{PgExecutor, PgPool, Row};
 use uuid::Uuid;
@@ -18,8 +18,9 @@ use crate::sql;
 /// Claims due jobs; when a requested kind has a concurrency or a rate limit, inside a
 /// transaction that first takes the advisory lock of each limited kind
 /// (`sql/claim_lock.sql`), so that concurrent claimers never count the same free room twice.
-/// A rate-limited kind's room is read under that lock (`sql/rate_room.sql`) and its claimed
-/// jobs recorded as starts before the transaction commits (`sql/rate_record.sql`).
+/// Each rate-limited kind is claimed by a statement of its own (`sql/claim_rated.sql`, which
+/// records its starts), first, and the other kinds by `sql/claim.sql` with what is left of
+/// the limit.
 pub(crate) async fn claim_from_pool(
     pool: &PgPool,
     request: &ClaimRequest,
@@ -31,7 +32,7 @@ pub(crate) async fn claim_from_pool(
         .map(|k| k.kind.as_str())
         .collect();
     if limited.is_empty() || request.limit == 0 {
-        return claim(pool, request, &[]).await;
+        return claim(pool, request).await;
     }
     let mut tx = pool.begin().await.map_err(Error::query("begin"))?;
     sqlx::query(sql::CLAIM_LOCK)
@@ -39,69 +40,53 @@ pub(crate) async fn claim_from_pool(
         .execute(&mut *tx)
         .await
         .map_err(Error::query("claim_lock"))?;
-    let rated: Vec<(&str, RateLimit)> = request
-        .kinds
-        .iter()
-        .filter_map(|k| Some((k.kind.as_str(), k.rate?)))
-        .collect();
-    let rooms = rate_rooms(&mut tx, &rated).await?;
-    let claimed = claim(&mut *tx, request, &rooms).await?;
-    if !rated.is_empty() {
-        let counts: Vec<i32> = rated
-            .iter()
-            .map(|(kind, _)| {
-                let n = claimed.iter().filter(|j| j.kind == *kind).count();
-                i32::try_from(n).unwrap_or(i32::MAX)
-            })
-            .collect();
-        sqlx::query(sql::RATE_RECORD)
-            .bind(rated.iter().map(|(k, _)| *k).collect::<Vec<_>>())
-            .bind(counts)
+    let mut claimed = Vec::new();
+    for kind in request.kinds.iter() {
+        let Some(rate) = kind.rate else { continue };
+        let left = request.limit.saturating_sub(claimed.len() as u32);
+        if left == 0 {
+            break;
+        }
+        let rows = sqlx::query(sql::CLAIM_RATED)
+            .bind(&request.queue)
+            .bind(&kind.kind)
+            .bind(kind.max_version)
+            .bind(duration_millis(kind.lease))
+            .bind(i32::try_from(left).unwrap_or(i32::MAX))
+            .bind(&request.worker_id)
+            .bind(i32::try_from(rate.starts).unwrap_or(i32::MAX))
+            .bind(duration_millis(rate.per))
             .bind(
-                rated
-                    .iter()
-                    .map(|(_, r)| duration_millis(r.per))
-                    .collect::<Vec<_>>(),
+                kind.concurrency
+                    .map(|c| i32::try_from(c).unwrap_or(i32::MAX)),
             )
-            .execute(&mut *tx)
+            .fetch_all(&mut *tx)
             .await
-            .map_err(Error::query("rate_record"))?;
+            .map_err(Error::query("claim_rated"))?;
+        claimed.extend(claimed_jobs(&rows).map_err(Error::query("claim_rated"))?);
     }
+    let rest = ClaimRequest {
+        queue: request.queue.clone(),
+        kinds: request
+            .kinds
+            .iter()
+            .filter(|k| k.rate.is_none())
+            .cloned()
+            .collect(),
+        limit: request.limit.saturating_sub(claimed.len() as u32),
+        worker_id: request.worker_id.clone(),
+    };
+    claimed.extend(claim(&mut *tx, &rest).await?);
     tx.commit().await.map_err(Error::query("commit"))?;
     Ok(claimed)
 }
 
-/// The starts each rate-limited kind may still make now (`sql/rate_room.sql`), read under the
-/// kinds' advisory locks.
-async fn rate_rooms(
-    tx: &mut sqlx::PgConnection,
-    rated: &[(&str, RateLimit)],
-) -> Result<Vec<(String, i32)>, Error> {
-    if rated.is_empty() {
-        return Ok(Vec::new());
-    }
-    let kinds: Vec<&str> = rated.iter().map(|(k, _)| *k).collect();
-    let limits: Vec<i32> = rated
-        .iter()
-        .map(|(_, r)| i32::try_from(r.starts).unwrap_or(i32::MAX))
-        .collect();
-    let periods: Vec<i64> = rated.iter().map(|(_, r)| duration_millis(r.per)).collect();
-    sqlx::query_as(sql::RATE_ROOM)
-        .bind(kinds)
-        .bind(limits)
-        .bind(periods)
-        .fetch_all(tx)
-        .await
-        .map_err(Error::query("rate_room"))
-}
-
 /// Claims due jobs of the requested kinds in one statement (see `sql/claim.sql`). A kind with a
-/// concurrency or a rate limit is only safe under its advisory lock, with its rate room read
-/// under that lock (`rooms`): see [`claim_from_pool`].
+/// concurrency limit is only safe under its advisory lock, and a rate-limited kind is claimed
+/// by `sql/claim_rated.sql`: see [`claim_from_pool`], which leaves such kinds out of this one.
 pub(crate) async fn claim<'e, E: PgExecutor<'e>>(
     executor: E,
     request: &ClaimRequest,
-    rooms: &[(String, i32)],
 ) -> Result<Vec<ClaimedJob>, Error> {
     if request.kinds.is_empty() || request.limit == 0 {
         return Ok(Vec::new());
@@ -118,20 +103,6 @@ pub(crate) async fn claim<'e, E: PgExecutor<'e>>(
         .iter()
         .map(|k| k.concurrency.map(|c| i32::try_from(c).unwrap_or(i32::MAX)))
         .collect();
-    // A rate-limited kind without a room read (a caller that skipped rate_room.sql) takes
-    // nothing: the limit is never exceeded by mistake.
-    let rate_rooms: Vec<Option<i32>> = request
-        .kinds
-        .iter()
-        .map(|k| {
-            k.rate.map(|_| {
-                rooms
-                    .iter()
-                    .find(|(kind, _)| *kind == k.kind)
-                    .map_or(0, |(_, room)| *room)
-            })
-        })
-        .collect();
     let limit = i32::try_from(request.limit).unwrap_or(i32::MAX);
     let rows = sqlx::query(sql::CLAIM)
         .bind(&request.queue)
@@ -141,10 +112,14 @@ pub(crate) async fn claim<'e, E: PgExecutor<'e>>(
         .bind(limit)
         .bind(&request.worker_id)
         .bind(caps)
-        .bind(rate_rooms)
         .fetch_all(executor)
         .await
         .map_err(Error::query("claim"))?;
+    claimed_jobs(&rows).map_err(Error::query("claim"))
+}
+
+/// The jobs a claim statement returned.
+fn claimed_jobs(rows: &[sqlx::postgres::PgRow]) -> Result<Vec<ClaimedJob>, sqlx::Error> {
     rows.iter()
         .map(|row| {
             Ok(ClaimedJob {
@@ -164,8 +139,7 @@ pub(crate) async fn claim<'e, E: PgExecutor<'e>>(
                 traceparent: row.try_get("trace_context")?,
             })
         })
-        .collect::<Result<_, sqlx::Error>>()
-        .map_err(Error::query("claim"))
+        .collect()
 }
 
 /// Records the latest progress of running jobs, guarded by (id, lock_token) and running.

@@ -102,5 +102,6 @@ pub(crate) fn decode(id: JobId, row: &PgRow) -> Result<JobRow, Error> {
         ordering_key: row
             .try_get("ordering_key")
             .map_err(column("ordering_key"))?,
+        rate_key: row.try_get("rate_key").map_err(column("rate_key"))?,
     })
 }

@@ -35,6 +35,9 @@ pub async fn enqueue(conn: &mut SqliteConnection, job: &NewJob) -> Result<JobId,
     if job.ordering_key.is_some() {
         return Err(not_yet("ordering_key", "per-key ordering"));
     }
+    if job.rate_key.is_some() {
+        return Err(not_yet("rate_key", "per-key rate limits"));
+    }
     if !job.depends_on.is_empty() {
         return Err(not_yet("depends_on", "dependencies and batches"));
     }

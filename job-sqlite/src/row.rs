@@ -124,5 +124,6 @@ pub(crate) fn decode(id: JobId, row: &SqliteRow) -> Result<JobRow, Error> {
         },
         // Refused at the door by this backend (README, Backends).
         ordering_key: None,
+        rate_key: None,
     })
 }

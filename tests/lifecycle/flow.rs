@@ -353,3 +353,216 @@ async fn a_tripped_kind_resumes_by_itself_after_its_cool_down() {
         0
     );
 }
+
+/// Rate-limited per tenant: 2 starts per tenant in any 5 s; jobs without a tenant share one
+/// window.
+#[derive(Debug, Serialize, Deserialize)]
+struct TenantSync {
+    tenant: String,
+    n: u32,
+}
+
+const PER_TENANT: RateLimit = RateLimit::new(2, Duration::from_secs(5));
+
+impl Job for TenantSync {
+    const KIND: &'static str = "test.tenant_sync";
+    const OPTIONS: JobOptions = JobOptions {
+        rate: Some(PER_TENANT),
+        ..JobOptions::DEFAULT
+    };
+
+    fn rate_key(&self) -> Option<String> {
+        (!self.tenant.is_empty()).then(|| format!("tenant:{}", self.tenant))
+    }
+
+    async fn perform(self, _ctx: JobContext) -> Result<(), JobError> {
+        Ok(())
+    }
+}
+
+fn tenant_jobs(tenant: &str, n: u32) -> impl Iterator<Item = TenantSync> + '_ {
+    (0..n).map(move |n| TenantSync {
+        tenant: tenant.into(),
+        n,
+    })
+}
+
+#[tokio::test]
+async fn each_rate_key_has_its_own_window_so_a_busy_key_holds_back_no_other() {
+    let h = Harness::new().await;
+    record_starts(&h).await;
+    for statement in [
+        "ALTER TABLE public.starts ADD COLUMN rate_key text",
+        "CREATE OR REPLACE FUNCTION public.record_start() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+             INSERT INTO public.starts VALUES (NEW.id, NEW.attempt, clock_timestamp(), NEW.rate_key);
+             RETURN NULL;
+         END $$",
+        "DROP TRIGGER record_start ON job.jobs",
+        "CREATE TRIGGER record_start AFTER UPDATE OF state ON job.jobs FOR EACH ROW
+         WHEN (NEW.state = 'running' AND NEW.kind = 'test.tenant_sync')
+         EXECUTE FUNCTION public.record_start()",
+    ] {
+        sqlx::query(statement)
+            .execute(h.store.pool())
+            .await
+            .unwrap();
+    }
+    let starts_of = |key: &'static str| {
+        let pool = h.store.pool().clone();
+        async move {
+            sqlx::query_scalar::<_, i64>("SELECT count(*) FROM public.starts WHERE rate_key = $1")
+                .bind(key)
+                .fetch_one(&pool)
+                .await
+                .unwrap()
+        }
+    };
+    // The busy tenant's four jobs: two start, two wait for the next window.
+    Enqueue::<TenantSync>::many(h.store.pool(), tenant_jobs("busy", 4))
+        .await
+        .unwrap();
+    let workers: Vec<_> = (0..2)
+        .map(|i| {
+            h.worker()
+                .register::<TenantSync>()
+                .id(format!("tenants-{i}"))
+                .build()
+                .unwrap()
+                .start()
+        })
+        .collect();
+    eventually("the busy tenant's window to fill", || async {
+        (starts_of("tenant:busy").await == 2).then_some(())
+    })
+    .await;
+    // Then two jobs of each other tenant, and two without one.
+    for tenant in ["a", "b", "c", ""] {
+        Enqueue::<TenantSync>::many(h.store.pool(), tenant_jobs(tenant, 2))
+            .await
+            .unwrap();
+    }
+    eventually("every tenant job to complete", || async {
+        let done: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM job.jobs WHERE kind = 'test.tenant_sync' AND state = 'completed'",
+        )
+        .fetch_one(h.store.pool())
+        .await
+        .unwrap();
+        (done == 12).then_some(())
+    })
+    .await;
+    for w in workers {
+        w.shutdown().await;
+    }
+    let starts: Vec<(Option<String>, f64)> = sqlx::query_as(
+        "SELECT rate_key, extract(epoch FROM at)::float8 FROM public.starts ORDER BY at",
+    )
+    .fetch_all(h.store.pool())
+    .await
+    .unwrap();
+    assert_eq!(starts.len(), 12, "{starts:?}");
+    let period = PER_TENANT.per.as_secs_f64();
+    let mut by_key: std::collections::BTreeMap<Option<String>, Vec<f64>> = Default::default();
+    for (key, at) in &starts {
+        by_key.entry(key.clone()).or_default().push(*at);
+    }
+    assert_eq!(by_key.len(), 5, "{by_key:?}");
+    for (key, times) in &by_key {
+        let crowded = times.windows(3).any(|w| w[2] - w[0] < period);
+        assert!(
+            !crowded,
+            "three starts of {key:?} within {period}s: {times:?}"
+        );
+    }
+    // Every other key started both its jobs while the busy key's window was still full (its
+    // first start less than a period before): none waited for the busy key's window.
+    let busy = &by_key[&Some("tenant:busy".to_owned())];
+    for (key, times) in by_key
+        .iter()
+        .filter(|(k, _)| k.as_deref() != Some("tenant:busy"))
+    {
+        assert!(
+            times.iter().all(|t| t - busy[0] < period),
+            "{key:?} waited for the busy key's window: started at {times:?}, the busy key at \
+             {busy:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn every_enqueue_stores_the_rate_key_and_a_kind_without_a_rate_refuses_one() {
+    let h = Harness::new().await;
+    let one = Enqueue::new(TenantSync {
+        tenant: "acme".into(),
+        n: 1,
+    })
+    .enqueue(h.store.pool())
+    .await
+    .unwrap();
+    let unique = Enqueue::new(TenantSync {
+        tenant: "acme".into(),
+        n: 2,
+    })
+    .unique_key("sync:2")
+    .enqueue(h.store.pool())
+    .await
+    .unwrap();
+    let overridden = Enqueue::new(TenantSync {
+        tenant: String::new(),
+        n: 3,
+    })
+    .rate_key("tenant:other")
+    .enqueue(h.store.pool())
+    .await
+    .unwrap();
+    let many = Enqueue::<TenantSync>::many(h.store.pool(), tenant_jobs("bulk", 2))
+        .await
+        .unwrap();
+    for (id, key) in [
+        (one, Some("tenant:acme")),
+        (unique, Some("tenant:acme")),
+        (overridden, Some("tenant:other")),
+        (many[0], Some("tenant:bulk")),
+    ] {
+        assert_eq!(h.row(id).await.rate_key.as_deref(), key, "job {id}");
+    }
+    let refused = Enqueue::new(Noop { n: 1 })
+        .rate_key("tenant:acme")
+        .enqueue(h.store.pool())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            refused,
+            job::EnqueueError::InvalidOption {
+                option: "rate_key",
+                ..
+            }
+        ),
+        "{refused}"
+    );
+    let too_long = Enqueue::new(TenantSync {
+        tenant: "x".repeat(600),
+        n: 4,
+    })
+    .enqueue(h.store.pool())
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(
+            too_long,
+            job::EnqueueError::InvalidOption {
+                option: "rate_key",
+                ..
+            }
+        ),
+        "{too_long}"
+    );
+    // The database refuses what the door would: a key over 512 bytes.
+    let raw = sqlx::query("UPDATE job.jobs SET rate_key = repeat('x', 513) WHERE id = $1")
+        .bind(one)
+        .execute(h.store.pool())
+        .await;
+    assert!(raw.is_err(), "{raw:?}");
+}

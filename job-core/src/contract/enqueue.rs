@@ -134,6 +134,15 @@ impl<J: Job> Enqueue<J> {
         self
     }
 
+    /// Rate-limits the job under `key`, overriding the key the job derives from its payload
+    /// (`#[job(rate_key = "...")]`): with its kind's rate limit (`#[job(rate = "10/s")]`),
+    /// each key has a window of its own (one tenant's quota does not slow another's). Refused
+    /// for a kind without a rate limit. 1 to 512 bytes.
+    pub fn rate_key(mut self, key: impl Into<String>) -> Self {
+        self.options.rate_key = Some(key.into());
+        self
+    }
+
     /// Which states the unique key counts. Defaults to [`UniqueScope::UntilFinished`].
     pub fn unique_scope(mut self, scope: UniqueScope) -> Self {
         self.options.unique_scope = scope;

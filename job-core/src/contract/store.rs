@@ -296,6 +296,8 @@ pub struct JobRow {
     pub result: Option<serde_json::Value>,
     /// Its ordering key, if any: jobs with the same key run one at a time, in enqueue order.
     pub ordering_key: Option<String>,
+    /// Its rate key, if any (see [`NewJob::rate_key`](crate::NewJob::rate_key)).
+    pub rate_key: Option<String>,
 }
 
 /// Wake-ups from the store: the name of a queue that has new work, or the empty name (which no

@@ -247,6 +247,8 @@ pub struct EnqueueOptions {
     pub traceparent: Option<String>,
     /// An ordering key instead of the one [`Job::ordering_key`] derives from the payload.
     pub ordering_key: Option<String>,
+    /// A rate key instead of the one [`Job::rate_key`] derives from the payload.
+    pub rate_key: Option<String>,
     /// Jobs this one waits for; it is `pending` until they have ended.
     pub depends_on: Vec<Dependency>,
 }
@@ -280,6 +282,9 @@ pub struct NewJob {
     pub traceparent: Option<String>,
     /// Its ordering key, if any: jobs with the same key run one at a time, in enqueue order.
     pub ordering_key: Option<String>,
+    /// Its rate key, if any: with its kind's rate limit ([`JobOptions::rate`](crate::JobOptions::rate)),
+    /// each key has a window of its own; jobs without one share the kind's.
+    pub rate_key: Option<String>,
     /// Jobs it waits for: it is `pending` until they have ended as each one's mode asks.
     pub depends_on: Vec<Dependency>,
 }
@@ -303,6 +308,7 @@ impl NewJob {
             tenant: None,
             traceparent: None,
             ordering_key: None,
+            rate_key: None,
             depends_on: Vec::new(),
         }
     }
@@ -341,8 +347,19 @@ impl NewJob {
                 .traceparent
                 .or_else(crate::telemetry::current_traceparent),
             ordering_key: options.ordering_key.or_else(|| job.ordering_key()),
+            rate_key: options.rate_key.or_else(|| job.rate_key()),
             depends_on: options.depends_on,
         };
+        if new.rate_key.is_some() && J::OPTIONS.rate.is_none() {
+            return Err(invalid(
+                "rate_key",
+                format!(
+                    "`{}` has no rate limit (`#[job(rate = \"N/period\")]`): a rate key would \
+                     limit nothing",
+                    J::KIND
+                ),
+            ));
+        }
         new.validate(payload_limit)?;
         Ok(new)
     }
@@ -396,6 +413,9 @@ impl NewJob {
         }
         if let Some(key) = &self.ordering_key {
             check_key("ordering_key", key)?;
+        }
+        if let Some(key) = &self.rate_key {
+            check_key("rate_key", key)?;
         }
         if !self.depends_on.is_empty() {
             if self.depends_on.len() > MAX_DEPENDENCIES {

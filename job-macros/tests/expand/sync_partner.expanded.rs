@@ -29,6 +29,9 @@ impl ::job::Job for SyncPartner {
         }),
         ..::job::JobOptions::DEFAULT
     };
+    fn rate_key(&self) -> ::core::option::Option<::std::string::String> {
+        ::core::option::Option::Some(::std::format!("account:{}", self.account_id))
+    }
     #[allow(clippy::useless_conversion)]
     async fn perform(
         self,

@@ -1,12 +1,12 @@
 -- Claims up to $5 available jobs of queue $1 for worker $6 in one statement. Per kind (arrays
--- $2..$4, $7, $8 in lockstep): name, newest payload version, lease in milliseconds, the
--- cluster-wide limit of running jobs (null: none), and the starts a rate-limited kind may
--- still make (null: no rate limit; rate_room.sql). Skipped: paused queues and kinds
+-- $2..$4, $7 in lockstep): name, newest payload version, lease in milliseconds, and the
+-- cluster-wide limit of running jobs (null: none). Skipped: paused queues and kinds
 -- (job.pauses; a breaker's pause until its resume_at), jobs past their deadline (the pruner
--- discards them), jobs whose cancellation was requested (the pruner cancels them). A limited
--- or rate-limited kind takes at most its room: the caller holds that kind's advisory lock
--- (claim_lock.sql) in the same transaction, taken in an earlier statement so that this one's
--- snapshot sees every claim made before it.
+-- discards them), jobs whose cancellation
+-- was requested (the pruner cancels them). A limited kind takes at most its limit minus its
+-- running jobs: the caller holds that kind's advisory lock (claim_lock.sql) in the same
+-- transaction, taken in an earlier statement so that this one's snapshot sees every claim made
+-- before it.
 --
 -- Only `available` rows are read (due `scheduled` and `retryable` ones are made available by
 -- stage.sql), one bounded scan of jobs_claim_idx per kind that may run: what a claim reads
@@ -14,9 +14,8 @@
 -- paused kinds or for kinds at their limit. The scans' rows are merged in the claim's order
 -- (priority, run_at, id). A unique key held 'started' is spent by the claim.
 WITH k AS (
-    SELECT k.kind, k.version, k.cap, k.rate_room
-    FROM unnest($2::text[], $3::integer[], $7::integer[], $8::integer[])
-         AS k(kind, version, cap, rate_room)
+    SELECT k.kind, k.version, k.cap
+    FROM unnest($2::text[], $3::integer[], $7::integer[]) AS k(kind, version, cap)
     WHERE NOT EXISTS (SELECT 1 FROM job.pauses p
                       WHERE p.scope = 'kind' AND p.name = k.kind
                         AND (p.resume_at IS NULL OR p.resume_at > now()))
@@ -28,13 +27,11 @@ WITH k AS (
 -- NULL is running, by jobs_lease_check): no extra index on the hot path.
 room AS MATERIALIZED (
     SELECT k.kind, k.version,
-           least(k.rate_room,
-                 CASE WHEN k.cap IS NULL THEN $5::integer
-                      ELSE least($5::integer,
-                                 k.cap - (SELECT count(*) FROM job.jobs r
-                                          WHERE r.locked_until IS NOT NULL
-                                            AND r.kind = k.kind)::integer)
-                 END) AS room
+           CASE WHEN k.cap IS NULL THEN $5::integer
+                ELSE least($5::integer,
+                           k.cap - (SELECT count(*) FROM job.jobs r
+                                    WHERE r.locked_until IS NOT NULL AND r.kind = k.kind)::integer)
+           END AS room
     FROM k
 ),
 picked AS (

@@ -204,3 +204,53 @@ pub async fn a_breaker_pause_ends_after_its_cool_down_and_yields_to_an_operator<
     );
     assert_eq!(store.pauses().await.unwrap(), vec![]);
 }
+
+/// With a rate key, each key of a rate-limited kind has a window of its own, and jobs without
+/// a key share one: at one start per hour, of two jobs of key `a`, one of `b` and two without a
+/// key, a claim takes one of `a`, the one of `b` and one without a key, and later claims none.
+/// A store without per-key rate limits must refuse a rate key at the door, naming `rate_key`,
+/// and write nothing.
+pub async fn a_rate_key_gives_each_key_its_own_window<S: Store>(store: S) {
+    if !store.supports_flow_control() {
+        return;
+    }
+    let keyed = |key: Option<&str>| job_core::NewJob {
+        rate_key: key.map(str::to_owned),
+        ..new_job(NOOP)
+    };
+    match store.enqueue(keyed(Some("a"))).await {
+        Ok(_) => {}
+        Err(job_core::EnqueueError::InvalidOption {
+            option: "rate_key", ..
+        }) => {
+            assert_eq!(
+                store.claim_due(&request(&[NOOP], 10)).await.unwrap(),
+                vec![]
+            );
+            return;
+        }
+        Err(e) => panic!("enqueue with a rate key failed: {e}"),
+    }
+    for key in [Some("a"), Some("b"), None, None] {
+        store.enqueue(keyed(key)).await.unwrap();
+    }
+    let rated = ClaimRequest {
+        kinds: vec![ClaimKind {
+            rate: Some(RateLimit::new(1, HOUR)),
+            ..kind(NOOP)
+        }],
+        ..request(&[], 10)
+    };
+    let first = store.claim_due(&rated).await.unwrap();
+    let mut keys: Vec<Option<String>> = Vec::new();
+    for job in &first {
+        keys.push(store.get(job.lease.id).await.unwrap().unwrap().rate_key);
+    }
+    keys.sort();
+    assert_eq!(
+        keys,
+        vec![None, Some("a".to_owned()), Some("b".to_owned())],
+        "{first:?}"
+    );
+    assert_eq!(store.claim_due(&rated).await.unwrap(), vec![]);
+}

@@ -39,6 +39,7 @@ async fn drop_partial_report(_ctx: JobContext, discarded: Discarded) -> Result<(
     owner = "reporting",
     compensate = DropPartialReport,
     rate = "100/1m",
+    rate_key = "{format}/{{tenant}}:{report_id}",
     breaker(failure_percent = 50, min_attempts = 10, window = "2m", cool_down = "15m"),
 )]
 async fn build_report(_ctx: JobContext, report_id: i64, format: String) -> Result<(), JobError> {
@@ -58,6 +59,13 @@ async fn only_cap(_ctx: JobContext) -> Result<(), JobError> {
 
 #[job(rate = "10/s", breaker(failure_percent = 100))]
 async fn per_bare_unit(_ctx: JobContext) -> Result<(), JobError> {
+    Ok(())
+}
+
+/// `rate_key` before `rate`, and a raw identifier named by its plain name.
+#[job(rate_key = "tenant:{tenant_id}:{type}", rate = "5/1s")]
+async fn per_tenant(_ctx: JobContext, tenant_id: u32, r#type: String) -> Result<(), JobError> {
+    let _ = (tenant_id, r#type);
     Ok(())
 }
 
@@ -104,6 +112,19 @@ fn main() {
     assert_eq!(OnlyBase {}.unique_key(), None);
     assert_eq!(report.ordering_key().as_deref(), Some("{reports}:pdf"));
     assert_eq!(OnlyBase {}.ordering_key(), None);
+    assert_eq!(report.rate_key().as_deref(), Some("pdf/{tenant}:7"));
+    assert_eq!(OnlyBase {}.rate_key(), None);
+    assert_eq!(PerBareUnit {}.rate_key(), None);
+    let tenant = PerTenant {
+        tenant_id: 42,
+        r#type: "sync".into(),
+    };
+    assert_eq!(tenant.rate_key().as_deref(), Some("tenant:42:sync"));
+    assert_eq!(tenant.unique_key(), None);
+    assert_eq!(
+        PerTenant::OPTIONS.rate,
+        Some(RateLimit::new(5, Duration::from_secs(1)))
+    );
     let upgraded = BuildReport::upgrade(1, json!({ "id": 7 })).unwrap();
     assert_eq!(upgraded, json!({ "report_id": 7, "format": "pdf" }));
 

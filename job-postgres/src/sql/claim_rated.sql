@@ -1,0 +1,126 @@
+-- Claims up to $5 available jobs of the rate-limited kind $2 in queue $1 for worker $6, at
+-- most $7 starts per key in any window of $8 milliseconds, and records their starts, in one
+-- statement. $3: the newest payload version the worker decodes; $4: the lease in
+-- milliseconds; $9: the kind's concurrency limit (null: none). The caller holds the kind's
+-- advisory lock (claim_lock.sql, an earlier statement of the same transaction), so no other
+-- claim of the kind runs meanwhile and every earlier one has committed its starts; the window
+-- ends at clock_timestamp(), read under that lock.
+--
+-- Each rate key with waiting jobs is found by one probe of jobs_rate_key_idx (a loose index
+-- scan) and gives up to its room (its limit less its starts in the window, job.rate_windows)
+-- of its jobs in claim order; a key at its limit reads nothing. The starts are stamped with
+-- clock_timestamp() once the rows are updated, so no start is stamped before it happened. Jobs without a key share the
+-- window of key '': they are looked for among the kind's first 100 available jobs
+-- (jobs_claim_idx), so a kind whose jobs have keys should give every job one. The rows are
+-- merged in the claim's order (priority, run_at, id). No SKIP LOCKED: claims of the kind are
+-- serialized, and the update re-checks that each row is still available.
+WITH RECURSIVE keys AS (
+    (SELECT j.rate_key FROM job.jobs j
+     WHERE j.queue = $1::text AND j.kind = $2::text
+       AND j.state = 'available' AND j.rate_key IS NOT NULL
+     ORDER BY j.rate_key LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.rate_key FROM job.jobs j
+            WHERE j.queue = $1::text AND j.kind = $2::text
+              AND j.state = 'available' AND j.rate_key IS NOT NULL
+              AND j.rate_key > k.rate_key
+            ORDER BY j.rate_key LIMIT 1)
+    FROM keys k
+    WHERE k.rate_key IS NOT NULL
+),
+go AS MATERIALIZED (
+    SELECT clock_timestamp() - $8::bigint * interval '1 millisecond' AS since,
+           CASE WHEN $9::integer IS NULL THEN $5::integer
+                ELSE least($5::integer,
+                           $9::integer - (SELECT count(*) FROM job.jobs r
+                                          WHERE r.locked_until IS NOT NULL
+                                            AND r.kind = $2::text)::integer)
+           END AS room
+    WHERE NOT EXISTS (SELECT 1 FROM job.pauses p
+                      WHERE p.scope = 'kind' AND p.name = $2::text
+                        AND (p.resume_at IS NULL OR p.resume_at > now()))
+      AND NOT EXISTS (SELECT 1 FROM job.pauses p
+                      WHERE p.scope = 'queue' AND p.name = $1::text
+                        AND (p.resume_at IS NULL OR p.resume_at > now()))
+),
+rooms AS MATERIALIZED (
+    SELECT k.key,
+           $7::integer - coalesce((SELECT count(*)::integer
+                                   FROM job.rate_windows w, unnest(w.starts) AS s(at)
+                                   WHERE w.kind = $2::text AND w.rate_key = k.key
+                                     AND s.at > go.since), 0) AS room
+    FROM go,
+         (SELECT rate_key AS key FROM keys WHERE rate_key IS NOT NULL UNION ALL SELECT '') k
+),
+candidates AS (
+    SELECT c.id, c.priority, c.run_at, r.key
+    FROM rooms r
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.priority, j.run_at
+        FROM job.jobs j
+        WHERE j.queue = $1::text AND j.kind = $2::text
+          AND j.state = 'available' AND j.rate_key = r.key
+          AND j.run_at <= now()
+          AND j.payload_version <= $3::integer
+          AND (j.deadline IS NULL OR j.deadline > now())
+          AND NOT j.cancel_requested
+        ORDER BY j.priority, j.run_at, j.id
+        LIMIT greatest(r.room, 0)
+    ) c
+    WHERE r.key <> '' AND r.room > 0
+    UNION ALL
+    SELECT c.id, c.priority, c.run_at, ''
+    FROM rooms r
+    CROSS JOIN LATERAL (
+        SELECT f.id, f.priority, f.run_at
+        FROM (SELECT j.id, j.priority, j.run_at, j.rate_key, j.payload_version, j.deadline,
+                     j.cancel_requested
+              FROM job.jobs j
+              WHERE j.queue = $1::text AND j.kind = $2::text AND j.state = 'available'
+              ORDER BY j.priority, j.run_at, j.id
+              LIMIT 100) f
+        WHERE f.rate_key IS NULL
+          AND f.payload_version <= $3::integer
+          AND (f.deadline IS NULL OR f.deadline > now())
+          AND NOT f.cancel_requested
+        ORDER BY f.priority, f.run_at, f.id
+        LIMIT greatest(r.room, 0)
+    ) c
+    WHERE r.key = '' AND r.room > 0
+),
+picked AS (
+    SELECT c.id, c.key
+    FROM candidates c
+    ORDER BY c.priority, c.run_at, c.id
+    LIMIT (SELECT greatest(go.room, 0) FROM go)
+),
+claimed AS (
+    UPDATE job.jobs j
+    SET state        = 'running',
+        attempt      = j.attempt + 1,
+        lock_token   = gen_random_uuid(),
+        locked_by    = $6::text,
+        locked_until = now() + $4::bigint * interval '1 millisecond',
+        unique_scope = CASE WHEN j.unique_scope = 'started' THEN 'spent' ELSE j.unique_scope END
+    FROM picked
+    WHERE j.id = picked.id AND j.state = 'available'
+    RETURNING j.id, j.lock_token, j.kind, j.queue, j.priority, j.payload, j.payload_version,
+              j.attempt, j.max_attempts, j.snoozes, j.run_at, j.trace_context,
+              coalesce(j.rate_key, '') AS key
+),
+recorded AS (
+    INSERT INTO job.rate_windows AS w (kind, rate_key, starts)
+    SELECT $2::text, n.key, array_fill(clock_timestamp(), ARRAY[n.count::integer])
+    FROM (SELECT key, count(*) FROM claimed GROUP BY key) n
+    ON CONFLICT (kind, rate_key) DO UPDATE
+    SET starts = ARRAY(SELECT s.at FROM unnest(w.starts) AS s(at)
+                       WHERE s.at > clock_timestamp() - $8::bigint * interval '1 millisecond'
+                       ORDER BY s.at)
+                 || excluded.starts,
+        updated_at = now()
+)
+SELECT id, lock_token, kind, queue, priority, payload::text AS payload, payload_version,
+       attempt, max_attempts, snoozes, trace_context,
+       greatest(0, extract(epoch FROM now() - run_at) * 1000)::bigint AS waited_ms
+FROM claimed
+ORDER BY priority, run_at, id
