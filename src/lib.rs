@@ -80,9 +80,9 @@ pub use job_core::{
 };
 // The storage contract, for stores and wrappers of stores.
 pub use job_core::{
-    AttemptHooks, BoxFuture, Call, ClaimKind, ClaimRequest, ClaimedJob, Expired, Finalize,
-    Finalized, HeartbeatReport, Layered, Lease, PruneRequest, Release, Renewal, Rescued, Returned,
-    Store, StoreLayer, StoreSteps, Wakeups,
+    AttemptHooks, BoxFuture, BreakerCount, Call, ClaimKind, ClaimRequest, ClaimedJob, Expired,
+    Finalize, Finalized, HeartbeatReport, Layered, Lease, PruneRequest, Release, Renewal, Rescued,
+    Returned, Store, StoreLayer, StoreSteps, Tripped, Wakeups,
 };
 // Fault injection (see `job-testkit`).
 pub use job_core::{Fault, FaultInjector, FaultPoint};

@@ -2,7 +2,9 @@
 
 use std::time::Duration;
 
-use job::{Admin, Cancelled, JobFilter, JobId, JobRow, Pause, Redriven, Store, StoreError};
+use job::{
+    Admin, Cancelled, JobFilter, JobId, JobRow, Pause, PauseEntry, Redriven, Store, StoreError,
+};
 use job_postgres::{Overview, Page, PageRequest, PgStore, StepRecord, TenantAdmin};
 
 #[derive(Debug, Clone)]
@@ -52,10 +54,11 @@ impl Scope {
         }
     }
 
-    pub(crate) async fn paused(&self) -> Result<Vec<Pause>, StoreError> {
+    /// Every pause in force, with who made it, why and until when.
+    pub(crate) async fn pauses(&self) -> Result<Vec<PauseEntry>, StoreError> {
         match self {
-            Scope::All(s) => s.paused().await,
-            Scope::Tenant(t) => t.paused().await,
+            Scope::All(s) => s.pauses().await,
+            Scope::Tenant(t) => t.pauses().await,
         }
     }
 

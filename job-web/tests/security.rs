@@ -509,3 +509,36 @@ async fn listing_pages_go_back_in_bounded_windows() {
     assert!(rare.contains(&format!("before={}", ids[4])), "{rare}");
     db.close().await;
 }
+
+#[tokio::test]
+async fn a_breakers_pause_shows_who_paused_why_and_until_when() {
+    let db = TestDb::new().await;
+    let store = db.store();
+    let breaker = job::Breaker {
+        min_attempts: 2,
+        ..job::Breaker::new(50)
+    };
+    let tripped = job::Store::record_breakers(
+        &store,
+        &[job::BreakerCount {
+            kind: "charge".into(),
+            breaker,
+            attempts: 2,
+            failures: 2,
+        }],
+    )
+    .await
+    .unwrap();
+    assert_eq!(tripped.len(), 1);
+    let router = Dashboard::new(store).router();
+    let page = get(&router, "/", None).await.body;
+    assert!(
+        page.contains("kind <code>charge</code> by breaker until "),
+        "{page}"
+    );
+    assert!(
+        page.contains("circuit breaker: 2 of 2 attempts failed (100%)"),
+        "{page}"
+    );
+    db.close().await;
+}

@@ -25,7 +25,8 @@ pub(crate) async fn page(
         .scope
         .overview(app.config.count_cap, app.config.recent_window)
         .await?;
-    let paused = app.scope.paused().await?;
+    let pauses = app.scope.pauses().await?;
+    let paused: Vec<&Pause> = pauses.iter().map(|p| &p.what).collect();
     let queue_paused = |name: &str| {
         paused
             .iter()
@@ -33,7 +34,7 @@ pub(crate) async fn page(
     };
     // Paused queues with no job to count still get a row, so they can be resumed.
     let mut names: Vec<&str> = overview.queues.iter().map(|q| q.queue.as_str()).collect();
-    for p in &paused {
+    for p in paused.iter().copied() {
         if let Pause::Queue(q) = p {
             if !names.contains(&q.as_str()) {
                 names.push(q);
@@ -113,9 +114,17 @@ pub(crate) async fn page(
             p.muted { "Nothing is paused." }
         } @else {
             ul.paused {
-                @for p in &paused {
+                @for entry in &pauses {
+                    @let p = &entry.what;
                     li {
                         (p.scope()) " " code { (p.name()) }
+                        " by " (entry.paused_by.as_str())
+                        @if let Some(until) = entry.resume_at {
+                            " until " (until.format("%Y-%m-%d %H:%M:%S UTC"))
+                        }
+                        @if let Some(reason) = &entry.reason {
+                            ": " span.reason { (reason) }
+                        }
                         " "
                         @if can_pause {
                             (form(&ctx, "/actions/resume", &[("scope", p.scope().into()), ("name", p.name().to_owned())], "Resume", "resume"))
