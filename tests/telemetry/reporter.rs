@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 use job::prelude::*;
-use job::{Reporter, ReporterConfig};
+use job::{Admin, Pause, Reporter, ReporterConfig};
 use job_testkit::prelude::*;
 
 use crate::support::{finished_row, recorder, sample};
@@ -157,5 +157,73 @@ async fn one_worker_reports_exact_gauges_and_hands_the_role_over() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert_eq!(a.run_once().await.unwrap(), None, "b holds the role now");
+    db.close().await;
+}
+
+#[job(
+    kind = "tr.broken",
+    queue = "rq-broken",
+    retry = 100,
+    backoff(base = "10ms", cap = "10ms"),
+    breaker(failure_percent = 100, min_attempts = 3)
+)]
+async fn tr_broken(_ctx: JobContext) -> Result<(), JobError> {
+    Err(JobError::retryable("the partner is down"))
+}
+
+#[tokio::test]
+async fn a_tripped_breaker_is_counted_and_its_pause_reported_until_resumed() {
+    recorder();
+    let db = TestDb::new().await;
+    let store = db.store();
+    for _ in 0..5 {
+        TrBroken {}.enqueue(&db.pool()).await.unwrap();
+    }
+    let worker = Worker::builder(store.clone())
+        .register::<TrBroken>()
+        .queue("rq-broken", 2)
+        .configure(|c| c.reporter.enabled = false)
+        .for_tests()
+        .build()
+        .unwrap()
+        .start();
+    let trips = || sample("job_breaker_trips_total", &[("kind", "tr.broken")]);
+    crate::support::until("the breaker to trip", || trips() == Some(1.0)).await;
+    worker.shutdown().await;
+    assert_eq!(
+        trips(),
+        Some(1.0),
+        "one trip, however many attempts failed after it"
+    );
+
+    let paused = || {
+        sample(
+            "job_paused",
+            &[
+                ("scope", "kind"),
+                ("name", "tr.broken"),
+                ("paused_by", "breaker"),
+            ],
+        )
+    };
+    let mut r = reporter(&store, "worker-breaker");
+    let report = r.run_once().await.unwrap().expect("the only reporter");
+    let entry = report
+        .paused
+        .iter()
+        .find(|p| p.what == Pause::Kind("tr.broken".into()))
+        .expect("the breaker's pause is reported");
+    assert_eq!(entry.paused_by, job::PausedBy::Breaker);
+    assert!(entry
+        .reason
+        .as_deref()
+        .is_some_and(|r| r.contains("attempts failed (100%)")));
+    assert_eq!(paused(), Some(1.0));
+    assert!(store
+        .resume(&Pause::Kind("tr.broken".into()))
+        .await
+        .unwrap());
+    r.run_once().await.unwrap().expect("still the reporter");
+    assert_eq!(paused(), Some(0.0));
     db.close().await;
 }
