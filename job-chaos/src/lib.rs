@@ -1,12 +1,13 @@
 //! The worker side of the real-process chaos test (`tests/sigkill.rs`): one job kind,
 //! [`ChaosWork`], whose handler records every execution in the `chaos.executions` ledger
-//! ([`LEDGER_DDL`]) of the same database, and the worker that runs it ([`worker`]). The
-//! `job-chaos` binary runs that worker until it is told to stop or killed.
+//! ([`LEDGER_DDL`]) of the same database, its rate-limited twin [`ChaosRated`]
+//! (`tests/rate_limits.rs`), and the worker that runs them ([`worker`]). The `job-chaos`
+//! binary runs that worker until it is told to stop or killed.
 
 use std::time::Duration;
 
 use chrono::{SecondsFormat, Utc};
-use job_core::{Backoff, BuildError, Job, JobContext, JobError, JobOptions};
+use job_core::{Backoff, BuildError, Job, JobContext, JobError, JobOptions, RateLimit};
 use job_core::{Prefetch, Worker, WorkerConfig};
 use job_postgres::PgStore;
 use serde::{Deserialize, Serialize};
@@ -215,14 +216,57 @@ impl Job for ChaosWork {
     }
 }
 
+/// The rate limit of [`ChaosRated`]: at most 5 attempts start in any 500 ms, per rate key.
+pub const RATED_LIMIT: RateLimit = RateLimit::new(5, Duration::from_millis(500));
+
+/// Rate-limited chaos work (`tests/rate_limits.rs`): at most [`RATED_LIMIT`] attempts start
+/// in any window, for each rate key (`tenant:<key>`, from the payload; jobs without a key
+/// share one window). Its handler is its `work`'s ([`ChaosWork`]): recorded in the same
+/// ledger, failing as planned, its effect committed with its completion.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChaosRated {
+    /// Its rate key's number, if it has one: see [`ChaosRated::rate_key_of`].
+    pub key: Option<u32>,
+    /// What an attempt does.
+    pub work: ChaosWork,
+}
+
+impl ChaosRated {
+    /// The rate key of key number `key`.
+    pub fn rate_key_of(key: u32) -> String {
+        format!("tenant:{key}")
+    }
+}
+
+impl Job for ChaosRated {
+    const KIND: &'static str = "chaos.rated";
+    const OPTIONS: JobOptions = JobOptions {
+        rate: Some(RATED_LIMIT),
+        ..ChaosWork::OPTIONS
+    };
+
+    fn rate_key(&self) -> Option<String> {
+        self.key.map(ChaosRated::rate_key_of)
+    }
+
+    async fn perform(self, ctx: JobContext) -> Result<(), JobError> {
+        self.work.perform(ctx).await
+    }
+}
+
 /// The chaos worker: [`ChaosWork`] on [`QUEUE`] with `concurrency` slots and its `prefetch`, polling every [`POLL_INTERVAL`], rescuing every [`RESCUE_EVERY`], its
-/// backoff jitter seeded with `seed`.
+/// backoff jitter seeded with `seed`. With `rated` it runs [`ChaosRated`] too; only the
+/// rate-limit test asks for it, because a worker that runs a rate-limited kind claims every
+/// kind in a transaction under that kind's advisory lock (claims of all the workers are then
+/// serialized, and a kill between a claim and its commit takes the claim back), and the other
+/// chaos tests are about the plain claim.
 pub fn worker(
     store: PgStore,
     id: &str,
     concurrency: usize,
     prefetch: Prefetch,
     seed: u64,
+    rated: bool,
 ) -> Result<Worker<PgStore>, BuildError> {
     let mut config = WorkerConfig::default();
     config.prefetch = prefetch;
@@ -235,8 +279,13 @@ pub fn worker(
         pool: store.pool().clone(),
         worker: id.to_owned(),
     };
-    Worker::builder(store)
-        .register::<ChaosWork>()
+    let builder = Worker::builder(store).register::<ChaosWork>();
+    let builder = if rated {
+        builder.register::<ChaosRated>()
+    } else {
+        builder
+    };
+    builder
         .queue(QUEUE, concurrency)
         .state(ledger)
         .config(config)

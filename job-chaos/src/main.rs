@@ -1,11 +1,11 @@
 //! `job-chaos`: a worker process for the real-process chaos test. It runs `chaos.work` jobs
-//! (see the library) until SIGTERM or ctrl-c, then drains and exits with code 0. With
-//! `--watch-stdin` it also stops when its stdin closes, so it never outlives a parent that
-//! died without stopping it.
+//! (see the library), and `chaos.rated` ones too with `--rated`, until SIGTERM or ctrl-c,
+//! then drains and exits with code 0. With `--watch-stdin` it also stops when its stdin
+//! closes, so it never outlives a parent that died without stopping it.
 //!
 //! ```text
 //! job-chaos --database-url URL --worker-id ID [--concurrency N] [--prefetch P] [--seed S]
-//!           [--current-thread] [--watch-stdin]
+//!           [--current-thread] [--watch-stdin] [--rated]
 //! ```
 //!
 //! Without `--prefetch` the worker prefetches as measured (the library default).
@@ -28,7 +28,7 @@ use tokio::sync::oneshot;
 mod trace;
 
 const USAGE: &str = "usage: job-chaos --database-url URL --worker-id ID [--concurrency N] \
-                     [--prefetch P] [--seed S] [--current-thread] [--watch-stdin]";
+                     [--prefetch P] [--seed S] [--current-thread] [--watch-stdin] [--rated]";
 
 struct Args {
     database_url: String,
@@ -38,6 +38,7 @@ struct Args {
     seed: u64,
     current_thread: bool,
     watch_stdin: bool,
+    rated: bool,
 }
 
 impl Args {
@@ -49,6 +50,7 @@ impl Args {
         let mut prefetch = None;
         let mut watch_stdin = false;
         let mut current_thread = false;
+        let mut rated = false;
         let mut args = std::env::args().skip(1);
         while let Some(arg) = args.next() {
             let mut value = || args.next().ok_or_else(|| format!("{arg} needs a value"));
@@ -60,6 +62,7 @@ impl Args {
                 "--prefetch" => prefetch = Some(value()?),
                 "--watch-stdin" => watch_stdin = true,
                 "--current-thread" => current_thread = true,
+                "--rated" => rated = true,
                 other => return Err(format!("unknown argument {other:?}")),
             }
         }
@@ -92,6 +95,7 @@ impl Args {
             seed,
             current_thread,
             watch_stdin,
+            rated,
         })
     }
 }
@@ -153,7 +157,14 @@ async fn run(args: Args) -> ExitCode {
         }
     };
     let store = PgStore::new(pool.clone());
-    let worker = match job_chaos::worker(store, id, args.concurrency, args.prefetch, args.seed) {
+    let worker = match job_chaos::worker(
+        store,
+        id,
+        args.concurrency,
+        args.prefetch,
+        args.seed,
+        args.rated,
+    ) {
         Ok(worker) => worker,
         Err(e) => {
             eprintln!("job-chaos {id}: invalid worker: {e}");

@@ -71,6 +71,7 @@ const CHAOS: Chaos = Chaos {
     pause_one_in: None,
     pause_ms: 0..=0,
     deadline: Duration::from_secs(60),
+    rated: false,
 };
 
 /// A member's or a chain link's work (numbered by [`add`]): mostly short, some a good part of the lease, a few

@@ -59,6 +59,7 @@ const CHAOS: Chaos = Chaos {
     pause_one_in: None,
     pause_ms: 0..=0,
     deadline: Duration::from_secs(90),
+    rated: false,
 };
 
 /// The ordering key of job `n` of the plan.

@@ -37,6 +37,7 @@ const CHAOS: Chaos = Chaos {
     pause_one_in: Some(4),
     pause_ms: 1500..=2500,
     deadline: Duration::from_secs(120),
+    rated: false,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

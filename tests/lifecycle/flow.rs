@@ -45,16 +45,20 @@ impl Job for Rated {
     }
 }
 
-/// Records, by the database's clock, every time a claim makes a `test.rated` row running.
+/// Records, by the database's clock, every time a claim makes a `test.rated` row running. A
+/// BEFORE trigger: it stamps each row as the claim writes it, after the claim read its room and
+/// before the claim stamps its starts, so a correct limiter keeps these stamps within the limit
+/// too (an AFTER trigger fires at the end of the statement, after the limiter's stamps, and its
+/// times can trail them by milliseconds on a loaded machine).
 async fn record_starts(h: &Harness) {
     for statement in [
         "CREATE TABLE public.starts (id bigint, attempt integer, at timestamptz)",
         "CREATE FUNCTION public.record_start() RETURNS trigger LANGUAGE plpgsql AS $$
          BEGIN
              INSERT INTO public.starts VALUES (NEW.id, NEW.attempt, clock_timestamp());
-             RETURN NULL;
+             RETURN NEW;
          END $$",
-        "CREATE TRIGGER record_start AFTER UPDATE OF state ON job.jobs FOR EACH ROW
+        "CREATE TRIGGER record_start BEFORE UPDATE OF state ON job.jobs FOR EACH ROW
          WHEN (NEW.state = 'running' AND NEW.kind = 'test.rated')
          EXECUTE FUNCTION public.record_start()",
     ] {
@@ -396,10 +400,10 @@ async fn each_rate_key_has_its_own_window_so_a_busy_key_holds_back_no_other() {
         "CREATE OR REPLACE FUNCTION public.record_start() RETURNS trigger LANGUAGE plpgsql AS $$
          BEGIN
              INSERT INTO public.starts VALUES (NEW.id, NEW.attempt, clock_timestamp(), NEW.rate_key);
-             RETURN NULL;
+             RETURN NEW;
          END $$",
         "DROP TRIGGER record_start ON job.jobs",
-        "CREATE TRIGGER record_start AFTER UPDATE OF state ON job.jobs FOR EACH ROW
+        "CREATE TRIGGER record_start BEFORE UPDATE OF state ON job.jobs FOR EACH ROW
          WHEN (NEW.state = 'running' AND NEW.kind = 'test.tenant_sync')
          EXECUTE FUNCTION public.record_start()",
     ] {

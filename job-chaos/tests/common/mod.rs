@@ -1,9 +1,10 @@
-//! What the real-process chaos tests (`sigkill.rs`, `ordering.rs`, `batches.rs`) share: the
-//! plan of a run ([`Planned`], with what each job waits for: [`After`]), the chaos loop that
-//! enqueues it and SIGKILLs, restarts and pauses worker processes (the `job-chaos` binary)
-//! until every job is terminal ([`Chaos::run`]), and the audit of the database against the
-//! ledger the handlers wrote (`chaos.executions`, see `src/ledger.sql`) and the effects they
-//! committed with their completions (`chaos.effects`): [`audit`].
+//! What the real-process chaos tests (`sigkill.rs`, `ordering.rs`, `batches.rs`,
+//! `rate_limits.rs`) share: the plan of a run ([`Planned`], with what each job waits for:
+//! [`After`]), the chaos loop that enqueues it and SIGKILLs, restarts and pauses worker
+//! processes (the `job-chaos` binary) until every job is terminal ([`Chaos::run`]), and the
+//! audit of the database against the ledger the handlers wrote (`chaos.executions`, see
+//! `src/ledger.sql`) and the effects they committed with their completions
+//! (`chaos.effects`): [`audit`].
 #![allow(dead_code, missing_docs, unreachable_pub)]
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -257,6 +258,8 @@ pub struct Chaos {
     pub pause_ms: RangeInclusive<u64>,
     /// The run fails if the jobs are not all terminal by then.
     pub deadline: Duration,
+    /// The workers run `chaos.rated` too (`--rated`, see `job_chaos::worker`).
+    pub rated: bool,
 }
 
 /// A finished chaos loop: every job terminal, every worker stopped.
@@ -283,7 +286,9 @@ impl Chaos {
     /// killing (SIGKILL) and restarting them, or pausing (SIGSTOP) and resuming them; then
     /// stops them with SIGTERM. Fails at once when a job is stranded (an ordering key without
     /// a head or a wake-up, see [`Headless`]; a dependent nothing will resolve, see
-    /// [`Waiting`]), and when the jobs are not all terminal by the deadline.
+    /// [`Waiting`]), and when the jobs are not all terminal by the deadline. Jobs the test
+    /// enqueued itself before (of any kind) are worked through with the plan's: the run ends
+    /// when they are terminal too.
     pub async fn run(
         &self,
         seed: u64,
@@ -297,6 +302,8 @@ impl Chaos {
             "a plan is enqueued in its order"
         );
         let pool = db.pool();
+        let enqueued_before: i64 = state_counts(&pool).await.values().sum();
+        let jobs = plan.len() as i64 + enqueued_before;
         let mut waves = plan
             .chunk_by(|a, b| a.enqueue_after == b.enqueue_after)
             .peekable();
@@ -366,19 +373,18 @@ impl Chaos {
                 .iter()
                 .filter_map(|s| counts.get(*s))
                 .sum();
-            if ids.len() == plan.len() && terminal == plan.len() as i64 {
+            if ids.len() == plan.len() && terminal == jobs {
                 break;
             }
             if started.elapsed() > self.deadline {
                 let headless = headless_keys(&pool).await;
                 dump(&pool, &fleet.dir).await;
                 panic!(
-                    "[CHAOS_SEED={seed}] only {terminal} of {} jobs terminal after {:?} \
+                    "[CHAOS_SEED={seed}] only {terminal} of {jobs} jobs terminal after {:?} \
                      ({} kills); jobs per state: {counts:?}; ordering keys whose pending jobs \
                      have no head to wait for: {headless:?}; dependents whose dependencies \
                      have all ended, waiting for a stager: {ready:?}; worker logs and the \
                      database's rows in {}",
-                    plan.len(),
                     self.deadline,
                     fleet.kills,
                     fleet.dir.display()
@@ -556,6 +562,7 @@ pub struct Fleet {
     url: String,
     workers: usize,
     concurrency: usize,
+    rated: bool,
     pub dir: PathBuf,
     slots: Vec<Option<Running>>,
     pub incarnations: Vec<Incarnation>,
@@ -578,6 +585,7 @@ impl Fleet {
             url,
             workers: chaos.workers,
             concurrency: chaos.concurrency,
+            rated: chaos.rated,
             dir,
             slots: (0..chaos.workers).map(|_| None).collect(),
             incarnations: Vec::new(),
@@ -617,6 +625,7 @@ impl Fleet {
                 &[]
             })
             .args(["--seed", &(self.seed ^ number as u64).to_string()])
+            .args(if self.rated { &["--rated"][..] } else { &[] })
             .arg("--watch-stdin")
             .env_remove("CHAOS_SEED")
             .stdin(Stdio::piped())
@@ -1121,7 +1130,7 @@ impl Violations {
         self.0.values().map(Vec::len).sum()
     }
 
-    fn is_empty(&self) -> bool {
+    pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
 
