@@ -439,8 +439,8 @@ pub trait Store: Clone + Send + Sync + 'static {
         )))
     }
 
-    /// Whether this store enforces [`ClaimKind::rate`] and [`record_breakers`]
-    /// (Self::record_breakers). The worker refuses to start a kind with a rate limit or a
+    /// Whether this store enforces [`ClaimKind::rate`] and
+    /// [`record_breakers`](Self::record_breakers). The worker refuses to start a kind with a rate limit or a
     /// breaker on a store that does not. Defaults to false.
     fn supports_flow_control(&self) -> bool {
         false
