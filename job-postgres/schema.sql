@@ -1766,6 +1766,15 @@ CREATE TABLE job.rate_windows (
     PRIMARY KEY (kind, rate_key)
 );
 
+-- Where the next claim of a rate-limited kind in a queue starts looking for keys with waiting
+-- jobs: a claim reads at most 256 keys, after this one and then from the first (round robin).
+CREATE TABLE job.rate_cursors (
+    kind      text NOT NULL CHECK (octet_length(kind) BETWEEN 1 AND 128),
+    queue     text NOT NULL CHECK (octet_length(queue) BETWEEN 1 AND 128),
+    after_key text NOT NULL CHECK (octet_length(after_key) <= 512),
+    PRIMARY KEY (kind, queue)
+);
+
 -- A job's rate key. NOT VALID: no existing row has one, and validating would read the table.
 ALTER TABLE job.jobs ADD COLUMN rate_key text;
 ALTER TABLE job.jobs ADD CONSTRAINT jobs_rate_key_check

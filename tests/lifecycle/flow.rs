@@ -570,3 +570,40 @@ async fn every_enqueue_stores_the_rate_key_and_a_kind_without_a_rate_refuses_one
         .await;
     assert!(raw.is_err(), "{raw:?}");
 }
+
+/// A claim reads at most 256 keys with waiting jobs, in rotation: with 300 keys of one job
+/// each, the first claim takes 256 of them, the next the other 44 (wrapping around to keys at
+/// their limit), and a third none; no key is read twice before every key was read once.
+#[tokio::test]
+async fn a_claim_reads_a_bounded_number_of_keys_in_rotation() {
+    let h = Harness::new().await;
+    let jobs = (0..300).map(|n| TenantSync {
+        tenant: format!("{n:03}"),
+        n,
+    });
+    Enqueue::<TenantSync>::many(h.store.pool(), jobs)
+        .await
+        .unwrap();
+    let request = job::ClaimRequest {
+        queue: "default".into(),
+        kinds: vec![job::ClaimKind {
+            kind: TenantSync::KIND.into(),
+            max_version: 1,
+            lease: Duration::from_secs(30),
+            concurrency: None,
+            rate: Some(RateLimit::new(1, Duration::from_secs(3600))),
+        }],
+        limit: 1000,
+        worker_id: "rotation".into(),
+    };
+    let claim = || async { job::Store::claim(&h.store, &request).await.unwrap() };
+    let first = claim().await;
+    assert_eq!(first.len(), 256);
+    let second = claim().await;
+    assert_eq!(second.len(), 44);
+    assert_eq!(claim().await.len(), 0);
+    let mut ids: Vec<_> = first.iter().chain(&second).map(|j| j.lease.id).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), 300, "every key's job once");
+}

@@ -7,17 +7,27 @@
 -- ends at clock_timestamp(), read under that lock.
 --
 -- Each rate key with waiting jobs is found by one probe of jobs_rate_key_idx (a loose index
--- scan) and gives up to its room (its limit less its starts in the window, job.rate_windows)
+-- scan), at most 256 keys per claim, in rotation: the scan starts after the key where the
+-- previous claim of the kind stopped (job.rate_cursors) and wraps around, so the claim's cost
+-- is bounded however many keys wait, and every key is looked at in turn. Each gives up to its
+-- room (its limit less its starts in the window, job.rate_windows)
 -- of its jobs in claim order; a key at its limit reads nothing. The starts are stamped with
 -- clock_timestamp() once the rows are updated, so no start is stamped before it happened. Jobs without a key share the
 -- window of key '': they are looked for among the kind's first 100 available jobs
 -- (jobs_claim_idx), so a kind whose jobs have keys should give every job one. The rows are
 -- merged in the claim's order (priority, run_at, id). No SKIP LOCKED: claims of the kind are
 -- serialized, and the update re-checks that each row is still available.
-WITH RECURSIVE keys AS (
-    (SELECT j.rate_key FROM job.jobs j
+WITH RECURSIVE cursor AS MATERIALIZED (
+    SELECT coalesce((SELECT c.after_key FROM job.rate_cursors c
+                     WHERE c.kind = $2::text AND c.queue = $1::text), '') AS after_key
+),
+-- The keys after the cursor, then from the first key up to the cursor: each a loose scan that
+-- stops once enough keys were read (a recursive query runs only as far as it is read).
+keys_after AS (
+    (SELECT j.rate_key FROM job.jobs j, cursor
      WHERE j.queue = $1::text AND j.kind = $2::text
        AND j.state = 'available' AND j.rate_key IS NOT NULL
+       AND j.rate_key > cursor.after_key
      ORDER BY j.rate_key LIMIT 1)
     UNION ALL
     SELECT (SELECT j.rate_key FROM job.jobs j
@@ -25,8 +35,41 @@ WITH RECURSIVE keys AS (
               AND j.state = 'available' AND j.rate_key IS NOT NULL
               AND j.rate_key > k.rate_key
             ORDER BY j.rate_key LIMIT 1)
-    FROM keys k
+    FROM keys_after k
     WHERE k.rate_key IS NOT NULL
+),
+keys_before AS (
+    (SELECT j.rate_key FROM job.jobs j, cursor
+     WHERE j.queue = $1::text AND j.kind = $2::text
+       AND j.state = 'available' AND j.rate_key IS NOT NULL
+       AND j.rate_key <= cursor.after_key
+     ORDER BY j.rate_key LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.rate_key FROM job.jobs j, cursor
+            WHERE j.queue = $1::text AND j.kind = $2::text
+              AND j.state = 'available' AND j.rate_key IS NOT NULL
+              AND j.rate_key > k.rate_key AND j.rate_key <= cursor.after_key
+            ORDER BY j.rate_key LIMIT 1)
+    FROM keys_before k
+    WHERE k.rate_key IS NOT NULL
+),
+ka AS MATERIALIZED (
+    SELECT rate_key FROM keys_after WHERE rate_key IS NOT NULL LIMIT 256
+),
+kb AS MATERIALIZED (
+    SELECT rate_key FROM keys_before
+    WHERE rate_key IS NOT NULL
+    LIMIT 256 - (SELECT count(*) FROM ka)
+),
+keys AS (
+    SELECT rate_key FROM ka UNION ALL SELECT rate_key FROM kb
+),
+-- Where the next claim starts: after the last key read, in the order read.
+moved AS (
+    INSERT INTO job.rate_cursors AS c (kind, queue, after_key)
+    SELECT $2::text, $1::text,
+           coalesce((SELECT max(rate_key) FROM kb), (SELECT max(rate_key) FROM ka), '')
+    ON CONFLICT (kind, queue) DO UPDATE SET after_key = excluded.after_key
 ),
 go AS MATERIALIZED (
     SELECT clock_timestamp() - $8::bigint * interval '1 millisecond' AS since,
@@ -50,7 +93,7 @@ rooms AS MATERIALIZED (
                                    WHERE w.kind = $2::text AND w.rate_key = k.key
                                      AND s.at > go.since), 0) AS room
     FROM go,
-         (SELECT rate_key AS key FROM keys WHERE rate_key IS NOT NULL UNION ALL SELECT '') k
+         (SELECT rate_key AS key FROM keys UNION ALL SELECT '') k
 ),
 candidates AS (
     SELECT c.id, c.priority, c.run_at, r.key
