@@ -50,17 +50,21 @@ impl Job for Rated {
 /// before the claim stamps its starts, so a correct limiter keeps these stamps within the limit
 /// too (an AFTER trigger fires at the end of the statement, after the limiter's stamps, and its
 /// times can trail them by milliseconds on a loaded machine).
-async fn record_starts(h: &Harness) {
+async fn record_starts(h: &Harness, kind: &str) {
+    let trigger = format!(
+        "CREATE TRIGGER record_start BEFORE UPDATE OF state ON job.jobs FOR EACH ROW
+         WHEN (NEW.state = 'running' AND NEW.kind = '{kind}')
+         EXECUTE FUNCTION public.record_start()"
+    );
     for statement in [
-        "CREATE TABLE public.starts (id bigint, attempt integer, at timestamptz)",
+        "CREATE TABLE public.starts (id bigint, attempt integer, at timestamptz, rate_key text)",
         "CREATE FUNCTION public.record_start() RETURNS trigger LANGUAGE plpgsql AS $$
          BEGIN
-             INSERT INTO public.starts VALUES (NEW.id, NEW.attempt, clock_timestamp());
+             INSERT INTO public.starts
+             VALUES (NEW.id, NEW.attempt, clock_timestamp(), NEW.rate_key);
              RETURN NEW;
          END $$",
-        "CREATE TRIGGER record_start BEFORE UPDATE OF state ON job.jobs FOR EACH ROW
-         WHEN (NEW.state = 'running' AND NEW.kind = 'test.rated')
-         EXECUTE FUNCTION public.record_start()",
+        &trigger,
     ] {
         sqlx::query(statement)
             .execute(h.store.pool())
@@ -72,7 +76,7 @@ async fn record_starts(h: &Harness) {
 #[tokio::test]
 async fn three_workers_start_at_most_the_rate_in_any_window_while_other_kinds_run() {
     let h = Harness::new().await;
-    record_starts(&h).await;
+    record_starts(&h, Rated::KIND).await;
     let handled = Handled::default();
     Enqueue::<Rated>::many(h.store.pool(), (0..30).map(|n| Rated { n }))
         .await
@@ -92,13 +96,7 @@ async fn three_workers_start_at_most_the_rate_in_any_window_while_other_kinds_ru
         })
         .collect();
     eventually("every rated job to complete", || async {
-        let done: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM job.jobs WHERE kind = 'test.rated' AND state = 'completed'",
-        )
-        .fetch_one(h.store.pool())
-        .await
-        .unwrap();
-        (done == 30).then_some(())
+        (in_state(&h, "test.rated", "completed").await == 30).then_some(())
     })
     .await;
     for w in workers {
@@ -394,24 +392,7 @@ fn tenant_jobs(tenant: &str, n: u32) -> impl Iterator<Item = TenantSync> + '_ {
 #[tokio::test]
 async fn each_rate_key_has_its_own_window_so_a_busy_key_holds_back_no_other() {
     let h = Harness::new().await;
-    record_starts(&h).await;
-    for statement in [
-        "ALTER TABLE public.starts ADD COLUMN rate_key text",
-        "CREATE OR REPLACE FUNCTION public.record_start() RETURNS trigger LANGUAGE plpgsql AS $$
-         BEGIN
-             INSERT INTO public.starts VALUES (NEW.id, NEW.attempt, clock_timestamp(), NEW.rate_key);
-             RETURN NEW;
-         END $$",
-        "DROP TRIGGER record_start ON job.jobs",
-        "CREATE TRIGGER record_start BEFORE UPDATE OF state ON job.jobs FOR EACH ROW
-         WHEN (NEW.state = 'running' AND NEW.kind = 'test.tenant_sync')
-         EXECUTE FUNCTION public.record_start()",
-    ] {
-        sqlx::query(statement)
-            .execute(h.store.pool())
-            .await
-            .unwrap();
-    }
+    record_starts(&h, TenantSync::KIND).await;
     let starts_of = |key: &'static str| {
         let pool = h.store.pool().clone();
         async move {
@@ -447,13 +428,7 @@ async fn each_rate_key_has_its_own_window_so_a_busy_key_holds_back_no_other() {
             .unwrap();
     }
     eventually("every tenant job to complete", || async {
-        let done: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM job.jobs WHERE kind = 'test.tenant_sync' AND state = 'completed'",
-        )
-        .fetch_one(h.store.pool())
-        .await
-        .unwrap();
-        (done == 12).then_some(())
+        (in_state(&h, "test.tenant_sync", "completed").await == 12).then_some(())
     })
     .await;
     for w in workers {
