@@ -3,9 +3,11 @@
 //! until then each call costs a load and a branch. [`METRICS`] is the one table of names,
 //! units and labels, which the README repeats and [`describe_metrics`] hands to the recorder.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use metrics::{counter, gauge, histogram, Label};
+use metrics::{counter, gauge, histogram, Label, SharedString};
 
 use crate::model::new_job::NewJob;
 use crate::model::outcome::Outcome;
@@ -240,29 +242,37 @@ pub(crate) fn breaker_tripped(kind: &str) {
     counter!(names::BREAKER_TRIPS, "kind" => kind.to_owned()).increment(1);
 }
 
-/// The labels of one job's metrics: its queue, kind and owner.
+/// The labels of one job's metrics: its queue, kind and owner. Built once per queue and kind
+/// (see `Shared::labels`); its values are shared strings, so a clone for each metric emitted
+/// copies no text.
 #[derive(Debug, Clone)]
-pub(crate) struct JobLabels(Vec<Label>);
+pub(crate) struct JobLabels(Arc<[Label]>);
 
 impl JobLabels {
     pub(crate) fn new(queue: &str, kind: &str, owner: Option<&str>) -> Self {
-        JobLabels(vec![
-            Label::new("queue", queue.to_owned()),
-            Label::new("kind", kind.to_owned()),
-            Label::new("owner", owner.unwrap_or(NO_OWNER).to_owned()),
-        ])
+        let shared = |s: &str| SharedString::from_shared(Arc::<str>::from(s));
+        JobLabels(Arc::from([
+            Label::new("queue", shared(queue)),
+            Label::new("kind", shared(kind)),
+            Label::new("owner", shared(owner.unwrap_or(NO_OWNER))),
+        ]))
+    }
+
+    fn base(&self) -> Vec<Label> {
+        self.0.to_vec()
     }
 
     fn with(&self, more: &[(&'static str, &'static str)]) -> Vec<Label> {
-        let mut labels = self.0.clone();
+        let mut labels = Vec::with_capacity(self.0.len() + more.len());
+        labels.extend_from_slice(&self.0);
         labels.extend(more.iter().map(|(k, v)| Label::new(*k, *v)));
         labels
     }
 
     /// A handler started, `waited` after the job became due.
     pub(crate) fn started(&self, waited: Duration) {
-        counter!(names::STARTED, self.0.clone()).increment(1);
-        histogram!(names::QUEUE_WAIT, self.0.clone()).record(waited.as_secs_f64());
+        counter!(names::STARTED, self.base()).increment(1);
+        histogram!(names::QUEUE_WAIT, self.base()).record(waited.as_secs_f64());
     }
 
     /// An outcome was written; `ran_for` is how long its handler ran, when it ran.
@@ -281,22 +291,51 @@ impl JobLabels {
 
     /// The lease was lost: the execution stopped or its outcome dropped.
     pub(crate) fn lease_lost(&self) {
-        counter!(names::LEASE_LOST, self.0.clone()).increment(1);
+        counter!(names::LEASE_LOST, self.base()).increment(1);
     }
 
     /// The worker fenced the execution.
     pub(crate) fn fenced(&self) {
-        counter!(names::FENCED, self.0.clone()).increment(1);
+        counter!(names::FENCED, self.base()).increment(1);
     }
 
     /// The execution was reported stuck.
     pub(crate) fn stuck(&self) {
-        counter!(names::STUCK, self.0.clone()).increment(1);
+        counter!(names::STUCK, self.base()).increment(1);
     }
 
     /// The handler reported progress.
     pub(crate) fn progress(&self) {
-        counter!(names::PROGRESS, self.0.clone()).increment(1);
+        counter!(names::PROGRESS, self.base()).increment(1);
+    }
+}
+
+/// The [`JobLabels`] of each kind and queue a worker has run, built on first use. A worker
+/// runs only its registered kinds from its configured queues, so this stays small.
+#[derive(Debug, Default)]
+pub(crate) struct LabelCache(Mutex<HashMap<String, Vec<(String, JobLabels)>>>);
+
+impl LabelCache {
+    /// The labels of `kind` in `queue`; `owner` is asked only when they are first built.
+    pub(crate) fn get<'a>(
+        &self,
+        queue: &str,
+        kind: &str,
+        owner: impl FnOnce() -> Option<&'a str>,
+    ) -> JobLabels {
+        let mut cache = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let cached = cache
+            .get(kind)
+            .and_then(|queues| queues.iter().find(|(q, _)| q == queue));
+        if let Some((_, labels)) = cached {
+            return labels.clone();
+        }
+        let labels = JobLabels::new(queue, kind, owner());
+        cache
+            .entry(kind.to_owned())
+            .or_default()
+            .push((queue.to_owned(), labels.clone()));
+        labels
     }
 }
 
@@ -317,4 +356,58 @@ pub(crate) fn queue_slots(queue: &str, in_flight: usize, free: usize, prefetched
     gauge!(names::IN_FLIGHT, "queue" => q()).set(in_flight as f64);
     gauge!(names::FREE_SLOTS, "queue" => q()).set(free as f64);
     gauge!(names::PREFETCHED, "queue" => q()).set(prefetched as f64);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn values(labels: &JobLabels) -> Vec<(String, String)> {
+        labels
+            .0
+            .iter()
+            .map(|l| (l.key().to_owned(), l.value().to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn the_label_cache_keeps_one_set_per_kind_and_queue() {
+        let cache = LabelCache::default();
+        let mut asked = 0;
+        let mut owner = || {
+            asked += 1;
+            Some("billing")
+        };
+        let a = cache.get("mail", "send", &mut owner);
+        let again = cache.get("mail", "send", &mut owner);
+        let other_queue = cache.get("bulk", "send", &mut owner);
+        let other_kind = cache.get("mail", "receipt", || None);
+        assert_eq!(asked, 2, "the owner is asked once per kind and queue");
+        assert!(Arc::ptr_eq(&a.0, &again.0), "a second call reuses the set");
+        let pair = |k: &str, v: &str| (k.to_owned(), v.to_owned());
+        assert_eq!(
+            values(&a),
+            [
+                pair("queue", "mail"),
+                pair("kind", "send"),
+                pair("owner", "billing")
+            ]
+        );
+        assert_eq!(
+            values(&other_queue),
+            [
+                pair("queue", "bulk"),
+                pair("kind", "send"),
+                pair("owner", "billing")
+            ]
+        );
+        assert_eq!(
+            values(&other_kind),
+            [
+                pair("queue", "mail"),
+                pair("kind", "receipt"),
+                pair("owner", NO_OWNER)
+            ]
+        );
+    }
 }

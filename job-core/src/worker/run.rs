@@ -12,6 +12,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::contract::store::{Release, Store};
 use crate::maintenance::{self, Periodic};
+use crate::telemetry::LabelCache;
 
 use super::builder::Worker;
 use super::completer::{self, Completion};
@@ -128,6 +129,7 @@ impl<S: Store> Worker<S> {
             completions: tx,
             executors: TaskTracker::new(),
             breakers: Mutex::default(),
+            label_cache: LabelCache::default(),
         });
         let keeper = Keeper::start(shared.clone(), self.store);
         let shutdown = CancellationToken::new();

@@ -12,7 +12,7 @@ use crate::attempt::fault::{Fault, FaultInjector, FaultPoint};
 use crate::attempt::registry::Registry;
 use crate::contract::store::BreakerCount;
 use crate::model::attempt_info::AttemptInfo;
-use crate::telemetry::JobLabels;
+use crate::telemetry::{JobLabels, LabelCache};
 
 use super::completer::Completion;
 use super::config::WorkerConfig;
@@ -35,13 +35,16 @@ pub(crate) struct Shared<S> {
     /// Ended attempts of kinds with a circuit breaker, not yet added to the database's counts
     /// (the completer adds them after each batch it writes).
     pub(crate) breakers: Mutex<HashMap<String, BreakerCount>>,
+    /// The metric labels built so far, one set per kind and queue.
+    pub(crate) label_cache: LabelCache,
 }
 
 impl<S> Shared<S> {
     /// The metric labels of `job`: its queue, kind and its kind's owner.
     pub(crate) fn labels(&self, job: &AttemptInfo) -> JobLabels {
-        let owner = self.registry.get(&job.kind).and_then(|h| h.options().owner);
-        JobLabels::new(&job.queue, &job.kind, owner)
+        self.label_cache.get(&job.queue, &job.kind, || {
+            self.registry.get(&job.kind).and_then(|h| h.options().owner)
+        })
     }
 
     /// Counts an ended attempt of `kind` for its circuit breaker, when it has one.
