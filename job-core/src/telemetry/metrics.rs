@@ -243,7 +243,7 @@ pub(crate) fn breaker_tripped(kind: &str) {
 }
 
 /// The labels of one job's metrics: its queue, kind and owner. Built once per queue and kind
-/// (see `Shared::labels`); its values are shared strings, so a clone for each metric emitted
+/// (see [`LabelCache`]); its values are shared strings, so a clone for each metric emitted
 /// copies no text.
 #[derive(Debug, Clone)]
 pub(crate) struct JobLabels(Arc<[Label]>);
