@@ -204,6 +204,10 @@ async fn claim_loop<S: Store>(
     }
     let leases: HashMap<String, Duration> =
         kinds.iter().map(|k| (k.kind.clone(), k.lease)).collect();
+    let windows: HashMap<String, Duration> = kinds
+        .iter()
+        .filter_map(|k| Some((k.kind.clone(), k.rate?.per)))
+        .collect();
     let request = Arc::new(ClaimRequest {
         queue,
         kinds,
@@ -216,7 +220,8 @@ async fn claim_loop<S: Store>(
     let mut claims: JoinSet<ClaimResult> = JoinSet::new();
     let mut failures = 0u32;
     // Set when a claim found fewer due jobs than it asked for: no new claim until a
-    // notification, the poll interval, or (after a failure) the pause has passed.
+    // notification, the poll interval (or the window of a rate-limited kind it took jobs of,
+    // see `rated_window`), or (after a failure) the pause has passed.
     let mut idle_until: Option<Instant> = None;
     loop {
         let suspended = lanes.suspended.load(Ordering::Acquire);
@@ -240,6 +245,7 @@ async fn claim_loop<S: Store>(
             done = claims.join_next(), if !claims.is_empty() => {
                 let Some(Ok(result)) = done else { continue };
                 let asked = result.permits.len();
+                let window = rated_window(&windows, &result);
                 target.observe(
                     result.returned - result.sent,
                     lanes.ended.load(Ordering::Acquire),
@@ -249,8 +255,10 @@ async fn claim_loop<S: Store>(
                     Ok(got) => {
                         lanes.gauges.claimed(got);
                         failures = 0;
-                        if got < asked && idle_until.is_none() {
-                            idle_until = Some(Instant::now() + shared.config.poll_interval);
+                        if got < asked {
+                            let poll = shared.config.poll_interval;
+                            let at = Instant::now() + window.map_or(poll, |w| w.min(poll));
+                            idle_until = Some(idle_until.map_or(at, |until| until.min(at)));
                         }
                     }
                     Err(e) => {
@@ -310,6 +318,25 @@ async fn claim_loop<S: Store>(
             }
         }
     }
+}
+
+/// When a short claim took jobs of a rate-limited kind, how long until the starts it made
+/// have left their window: the shortest such window, and a little more for the database's
+/// clock, which stamped them. The kind may be at its limit (the claim was short because the
+/// window was full), so the next claim comes then rather than at the next poll, which would
+/// hold a limit of many starts per short window to one window's worth per poll interval.
+/// A short claim that took no rate-limited job waits for the poll or a notification as
+/// usual, so an idle queue is not polled faster: while keys wait at their limit, the worker
+/// whose claims take their starts is the one that comes back for them.
+fn rated_window(windows: &HashMap<String, Duration>, result: &ClaimResult) -> Option<Duration> {
+    if windows.is_empty() {
+        return None;
+    }
+    let jobs = result.claimed.as_ref().ok()?;
+    let window = jobs.iter().filter_map(|j| windows.get(&j.kind)).min()?;
+    // The starts were stamped before the claim returned; a millisecond and a thousandth of
+    // the window cover the two clocks' rates drifting apart.
+    Some(*window + Duration::from_millis(1) + *window / 1000)
 }
 
 /// Records the leases of a claim's jobs and hands the jobs to the dispatcher, each with a

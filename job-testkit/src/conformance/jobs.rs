@@ -1,8 +1,9 @@
 //! Job types the worker contract tests register.
 
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use job_core::{Job, JobContext, JobError, JobId};
+use job_core::{Job, JobContext, JobError, JobId, JobOptions, RateLimit};
 use serde::{Deserialize, Serialize};
 
 /// What each handler ran with, by job id.
@@ -83,5 +84,21 @@ impl Job for Sleepy {
 
     async fn perform(self, _ctx: JobContext) -> Result<(), JobError> {
         Err(JobError::snooze(std::time::Duration::from_millis(1)))
+    }
+}
+
+/// `conformance.rated`: at most two starts in any 200 ms, across every worker.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct Rated {}
+
+impl Job for Rated {
+    const KIND: &'static str = "conformance.rated";
+    const OPTIONS: JobOptions = JobOptions {
+        rate: Some(RateLimit::new(2, Duration::from_millis(200))),
+        ..JobOptions::DEFAULT
+    };
+
+    async fn perform(self, _ctx: JobContext) -> Result<(), JobError> {
+        Ok(())
     }
 }

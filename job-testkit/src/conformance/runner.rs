@@ -91,6 +91,7 @@ suite![
     worker::an_older_payload_version_is_upgraded_before_it_runs,
     worker::a_payload_version_that_does_not_upgrade_is_discarded_as_poison,
     worker::a_job_that_snoozes_forever_is_discarded_at_the_snooze_limit,
+    worker::a_kind_at_its_rate_limit_is_claimed_again_when_its_window_has_room,
     unique::a_duplicate_key_is_refused_with_the_holders_id,
     unique::until_finished_holds_the_key_while_running_and_frees_it_when_finished,
     unique::until_started_frees_the_key_at_the_first_claim_for_good,

@@ -5,7 +5,7 @@ use std::time::Duration;
 use job_core::{Job, JobState, NewJob, Store};
 use job_core::{Worker, WorkerBuilder};
 
-use super::jobs::{Greet, Person, Seen, Sleepy};
+use super::jobs::{Greet, Person, Rated, Seen, Sleepy};
 use super::support::{reaches, row};
 
 fn worker<S: Store>(store: S, seen: &Seen) -> WorkerBuilder<S> {
@@ -149,4 +149,31 @@ pub async fn a_job_that_snoozes_forever_is_discarded_at_the_snooze_limit<S: Stor
         "{}",
         last.message
     );
+}
+
+/// A rate-limited kind whose window is full is claimed again once the window has room, not at
+/// the next poll. The poll interval is an hour and no enqueue or release wakes the worker after
+/// its first claim, so only the window can: six jobs at two starts per 200 ms all run.
+pub async fn a_kind_at_its_rate_limit_is_claimed_again_when_its_window_has_room<S: Store>(
+    store: S,
+) {
+    if !store.supports_flow_control() {
+        return;
+    }
+    let ids = store
+        .enqueue_many((0..6).map(|_| raw::<Rated>("{}", 1)).collect())
+        .await
+        .unwrap();
+    let worker = Worker::builder(store.clone())
+        .id("conformance-rated")
+        .poll_interval(Duration::from_secs(3600))
+        .register::<Rated>()
+        .queue("default", 4)
+        .build()
+        .unwrap()
+        .start();
+    for id in ids {
+        reaches(&store, id, JobState::Completed).await;
+    }
+    worker.shutdown().await;
 }
