@@ -44,9 +44,14 @@ fn rows_read(plan: &Value) -> f64 {
     total
 }
 
-/// Runs the claim under `EXPLAIN ANALYZE` in a transaction it rolls back; returns (jobs
-/// claimed, rows of `job.jobs` read).
-async fn explain_claim(pool: &sqlx::PgPool, request: &ClaimRequest) -> (f64, f64) {
+/// Runs the claim under `EXPLAIN ANALYZE` in a transaction it rolls back, taking only jobs
+/// ahead of the first waiting job of the `ahead_of` kinds (`$8`, as for rate-limited kinds);
+/// returns (jobs claimed, rows of `job.jobs` read).
+async fn explain_claim(
+    pool: &sqlx::PgPool,
+    request: &ClaimRequest,
+    ahead_of: &[&str],
+) -> (f64, f64) {
     let mut tx = pool.begin().await.unwrap();
     let kinds: Vec<&str> = request.kinds.iter().map(|k| k.kind.as_str()).collect();
     let versions: Vec<i32> = request.kinds.iter().map(|k| k.max_version).collect();
@@ -64,6 +69,7 @@ async fn explain_claim(pool: &sqlx::PgPool, request: &ClaimRequest) -> (f64, f64
         .bind(request.limit as i32)
         .bind(&request.worker_id)
         .bind(caps)
+        .bind(ahead_of)
         .fetch_one(&mut *tx)
         .await
         .unwrap();
@@ -140,7 +146,7 @@ async fn a_claim_reads_only_what_it_can_take() {
 
     let mut claim = request(&["a.claimed", "c.paused"], 100);
     claim.kinds.push(limited);
-    let (claimed, read) = explain_claim(pool, &claim).await;
+    let (claimed, read) = explain_claim(pool, &claim, &[]).await;
     assert_eq!(claimed, 10.0, "only the 10 due jobs of the claimed kind");
     // The 10 it claims (read by their kind's scan, then by the update's primary-key lookup and
     // the update itself), the 2 running jobs of the limited kind it counts, and nothing of
@@ -150,10 +156,24 @@ async fn a_claim_reads_only_what_it_can_take() {
         "the claim read {read} rows of job.jobs to claim {claimed}"
     );
 
+    // The same, ahead of a kind whose first waiting job is older than every job of the
+    // claimed kind (as lease.rs asks before claiming a rate-limited kind): nothing to take,
+    // and the bound stops the claimed kind's scan at its start instead of reading its 10 jobs
+    // and filtering them out. It reads the bound (1) and the limited kind's running jobs (2).
+    let (claimed, read) = explain_claim(pool, &claim, &["b.unregistered"]).await;
+    assert_eq!(
+        claimed, 0.0,
+        "every job of the claimed kind is behind the bound"
+    );
+    assert!(
+        read <= 3.0,
+        "a claim bounded ahead of another kind read {read} rows of job.jobs"
+    );
+
     // Idle: nothing due of a kind this worker runs, the same rows waiting.
     let idle = request(&["a.claimed"], 100);
     let _ = store.claim(&idle).await.unwrap();
-    let (claimed, read) = explain_claim(pool, &idle).await;
+    let (claimed, read) = explain_claim(pool, &idle, &[]).await;
     assert_eq!(claimed, 0.0);
     assert!(read <= 1.0, "an idle claim read {read} rows of job.jobs");
 }

@@ -332,9 +332,10 @@ impl RawClaim {
         lease: Duration,
     ) -> Result<RawClaim> {
         // $1..$6: queue, kinds, versions, leases, limit, worker; $7 (newer claim.sql): each
-        // kind's concurrency limit, none here.
+        // kind's concurrency limit, none here; $8 (newer still): rate-limited kinds to stay
+        // ahead of, none here.
         let params = param_count(sql);
-        if !(6..=7).contains(&params) {
+        if !(6..=8).contains(&params) {
             return Err("claim.sql changed parameters: update job-bench's raw loop".into());
         }
         Ok(RawClaim {
@@ -356,8 +357,11 @@ impl RawClaim {
             .bind(&self.leases)
             .bind(limit as i32)
             .bind("bench-raw");
-        if self.params == 7 {
+        if self.params >= 7 {
             claim = claim.bind(&self.caps);
+        }
+        if self.params >= 8 {
+            claim = claim.bind(Vec::<String>::new());
         }
         let rows = claim.fetch_all(pool).await?;
         rows.iter()

@@ -19,8 +19,11 @@ use crate::sql;
 /// transaction that first takes the advisory lock of each limited kind
 /// (`sql/claim_lock.sql`), so that concurrent claimers never count the same free room twice.
 /// Each rate-limited kind is claimed by a statement of its own (`sql/claim_rated.sql`, which
-/// records its starts), first, and the other kinds by `sql/claim.sql` with what is left of
-/// the limit.
+/// records its starts). So that claim order holds across them and the other kinds, the other
+/// kinds' jobs ahead of the rate-limited kinds' first waiting job are claimed first
+/// (`sql/claim.sql` with the bound), then the rate-limited kinds, then the other kinds again
+/// with what is left of the limit: a limited kind with room to spare takes no job of another
+/// kind's place, and one at its limit holds back none.
 pub(crate) async fn claim_from_pool(
     pool: &PgPool,
     request: &ClaimRequest,
@@ -32,7 +35,7 @@ pub(crate) async fn claim_from_pool(
         .map(|k| k.kind.as_str())
         .collect();
     if limited.is_empty() || request.limit == 0 {
-        return claim(pool, request).await;
+        return claim(pool, request, &[]).await;
     }
     let mut tx = pool.begin().await.map_err(Error::query("begin"))?;
     sqlx::query(sql::CLAIM_LOCK)
@@ -40,7 +43,27 @@ pub(crate) async fn claim_from_pool(
         .execute(&mut *tx)
         .await
         .map_err(Error::query("claim_lock"))?;
+    let rated: Vec<&str> = request
+        .kinds
+        .iter()
+        .filter(|k| k.rate.is_some())
+        .map(|k| k.kind.as_str())
+        .collect();
+    let others = |limit: u32| ClaimRequest {
+        queue: request.queue.clone(),
+        kinds: request
+            .kinds
+            .iter()
+            .filter(|k| k.rate.is_none())
+            .cloned()
+            .collect(),
+        limit,
+        worker_id: request.worker_id.clone(),
+    };
     let mut claimed = Vec::new();
+    if !rated.is_empty() && rated.len() < request.kinds.len() {
+        claimed.extend(claim(&mut *tx, &others(request.limit), &rated).await?);
+    }
     for kind in request.kinds.iter() {
         let Some(rate) = kind.rate else { continue };
         let left = request.limit.saturating_sub(claimed.len() as u32);
@@ -65,18 +88,8 @@ pub(crate) async fn claim_from_pool(
             .map_err(Error::query("claim_rated"))?;
         claimed.extend(claimed_jobs(&rows).map_err(Error::query("claim_rated"))?);
     }
-    let rest = ClaimRequest {
-        queue: request.queue.clone(),
-        kinds: request
-            .kinds
-            .iter()
-            .filter(|k| k.rate.is_none())
-            .cloned()
-            .collect(),
-        limit: request.limit.saturating_sub(claimed.len() as u32),
-        worker_id: request.worker_id.clone(),
-    };
-    claimed.extend(claim(&mut *tx, &rest).await?);
+    let rest = others(request.limit.saturating_sub(claimed.len() as u32));
+    claimed.extend(claim(&mut *tx, &rest, &[]).await?);
     tx.commit().await.map_err(Error::query("commit"))?;
     Ok(claimed)
 }
@@ -84,9 +97,12 @@ pub(crate) async fn claim_from_pool(
 /// Claims due jobs of the requested kinds in one statement (see `sql/claim.sql`). A kind with a
 /// concurrency limit is only safe under its advisory lock, and a rate-limited kind is claimed
 /// by `sql/claim_rated.sql`: see [`claim_from_pool`], which leaves such kinds out of this one.
+/// With `ahead_of` (rate-limited kinds of the queue), only jobs ahead of those kinds' first
+/// waiting job in claim order are taken.
 pub(crate) async fn claim<'e, E: PgExecutor<'e>>(
     executor: E,
     request: &ClaimRequest,
+    ahead_of: &[&str],
 ) -> Result<Vec<ClaimedJob>, Error> {
     if request.kinds.is_empty() || request.limit == 0 {
         return Ok(Vec::new());
@@ -112,6 +128,7 @@ pub(crate) async fn claim<'e, E: PgExecutor<'e>>(
         .bind(limit)
         .bind(&request.worker_id)
         .bind(caps)
+        .bind(ahead_of)
         .fetch_all(executor)
         .await
         .map_err(Error::query("claim"))?;

@@ -13,7 +13,37 @@
 -- follows what it returns, whatever waits for later, for kinds this worker does not run, for
 -- paused kinds or for kinds at their limit. The scans' rows are merged in the claim's order
 -- (priority, run_at, id). A unique key held 'started' is spent by the claim.
-WITH k AS (
+--
+-- $8: rate-limited kinds of the same queue, which claim_rated.sql claims after this statement
+-- (empty: none). Only jobs ahead of their first waiting job in claim order are taken then, so
+-- that a limited kind's jobs keep their place among the others' instead of coming after them
+-- (or before them, were the limited kinds claimed first); lease.rs claims the other kinds
+-- again, without the bound, with what the limited kinds left of the limit. The bound is a
+-- condition of each kind's index scan (a row comparison on jobs_claim_idx's columns after
+-- queue and kind), so the scan stops at it rather than reading the jobs behind it; without
+-- $8 it is past every row.
+WITH bound AS MATERIALIZED (
+    SELECT coalesce(h.priority, 32767::smallint) AS priority,
+           coalesce(h.run_at, 'infinity'::timestamptz) AS run_at,
+           coalesce(h.id, 9223372036854775807) AS id
+    FROM (SELECT 1) AS one
+    LEFT JOIN LATERAL (
+        SELECT f.priority, f.run_at, f.id
+        FROM unnest($8::text[]) AS r(kind)
+        CROSS JOIN LATERAL (
+            SELECT j.priority, j.run_at, j.id
+            FROM job.jobs j
+            WHERE j.queue = $1::text
+              AND j.kind = r.kind
+              AND j.state = 'available'
+            ORDER BY j.priority, j.run_at, j.id
+            LIMIT 1
+        ) f
+        ORDER BY 1, 2, 3
+        LIMIT 1
+    ) h ON true
+),
+k AS (
     SELECT k.kind, k.version, k.cap
     FROM unnest($2::text[], $3::integer[], $7::integer[]) AS k(kind, version, cap)
     WHERE NOT EXISTS (SELECT 1 FROM job.pauses p
@@ -31,8 +61,11 @@ room AS MATERIALIZED (
                 ELSE least($5::integer,
                            k.cap - (SELECT count(*) FROM job.jobs r
                                     WHERE r.locked_until IS NOT NULL AND r.kind = k.kind)::integer)
-           END AS room
+           END AS room,
+           bound.priority AS before_priority, bound.run_at AS before_run_at,
+           bound.id AS before_id
     FROM k
+    CROSS JOIN bound
 ),
 picked AS (
     SELECT c.id, c.priority, c.run_at
@@ -43,6 +76,8 @@ picked AS (
         WHERE j.queue = $1::text
           AND j.kind = room.kind
           AND j.state = 'available'
+          AND (j.priority, j.run_at, j.id)
+              < (room.before_priority, room.before_run_at, room.before_id)
           AND j.run_at <= now()
           AND j.payload_version <= room.version
           AND (j.deadline IS NULL OR j.deadline > now())

@@ -58,6 +58,44 @@ pub async fn a_rate_limit_caps_the_starts_of_its_kind_per_window<S: Store>(store
     );
 }
 
+/// A rate-limited kind and another kind of the same queue share one claim order: a job of
+/// the other kind enqueued before the limited kind's jobs is claimed before them, not after
+/// them, and one enqueued after them waits its turn, though the limit has room for all.
+pub async fn a_rate_limited_kind_keeps_claim_order_with_the_other_kinds<S: Store>(store: S) {
+    if !store.supports_flow_control() {
+        return;
+    }
+    let first = store.enqueue(new_job(OTHER)).await.unwrap();
+    let rated = store
+        .enqueue_many((0..4).map(|_| new_job(NOOP)).collect())
+        .await
+        .unwrap();
+    let last = store.enqueue(new_job(OTHER)).await.unwrap();
+    let request = ClaimRequest {
+        kinds: vec![
+            ClaimKind {
+                rate: Some(RateLimit::new(100, HOUR)),
+                ..kind(NOOP)
+            },
+            kind(OTHER),
+        ],
+        ..request(&[], 3)
+    };
+    let ids = |jobs: Vec<job_core::ClaimedJob>| {
+        let mut ids: Vec<_> = jobs.into_iter().map(|j| j.lease.id).collect();
+        ids.sort();
+        ids
+    };
+    assert_eq!(
+        ids(store.claim_due(&request).await.unwrap()),
+        [first, rated[0], rated[1]]
+    );
+    assert_eq!(
+        ids(store.claim_due(&request).await.unwrap()),
+        [rated[2], rated[3], last]
+    );
+}
+
 fn count(attempts: u32, failures: u32, breaker: Breaker) -> BreakerCount {
     BreakerCount {
         kind: NOOP.to_owned(),

@@ -101,6 +101,7 @@ suite![
     ordering::one_job_of_a_key_at_a_time_in_enqueue_order,
     flow::a_rate_limit_caps_the_starts_of_its_kind_per_window,
     flow::a_rate_key_gives_each_key_its_own_window,
+    flow::a_rate_limited_kind_keeps_claim_order_with_the_other_kinds,
     flow::a_tripped_breaker_pauses_its_kind_until_resumed,
     flow::a_breaker_pause_ends_after_its_cool_down_and_yields_to_an_operator,
     lifecycle::a_job_past_its_deadline_is_never_claimed_and_expire_discards_it,
