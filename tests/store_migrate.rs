@@ -75,3 +75,76 @@ async fn a_store_connects_by_the_test_databases_url() {
     store.pool().close().await;
     db.close().await;
 }
+
+/// Migration 0016 makes a pending job hold its unique key. Jobs the older index let in as
+/// duplicates of a pending holder are kept: the one the old index held keeps the key, the
+/// others' scope becomes 'spent', and the new index can be built.
+#[tokio::test]
+async fn migration_16_keeps_duplicates_admitted_before_it_and_spends_their_keys() {
+    let db = TestDb::new().await;
+    let pool = db.pool();
+    sqlx::raw_sql("DROP SCHEMA job CASCADE")
+        .execute(&pool)
+        .await
+        .unwrap();
+    sqlx::raw_sql(
+        "CREATE SCHEMA job;
+         CREATE TABLE job.schema_migrations (
+             version integer PRIMARY KEY, name text NOT NULL,
+             applied_at timestamptz NOT NULL DEFAULT now())",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    for m in job_postgres::MIGRATIONS.iter().filter(|m| m.version < 16) {
+        let mut tx = pool.begin().await.unwrap();
+        sqlx::raw_sql(m.sql).execute(&mut *tx).await.unwrap();
+        sqlx::query("INSERT INTO job.schema_migrations (version, name) VALUES ($1, $2)")
+            .bind(m.version)
+            .bind(m.name)
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+    }
+    // What the old index admitted: two pending jobs and an available one sharing key u.
+    let ids: Vec<i64> = sqlx::query_scalar(
+        "INSERT INTO job.jobs (kind, queue, payload, state, unique_key, unique_scope)
+         VALUES ('k', 'default', '{}', 'pending', 'u', 'finished'),
+                ('k', 'default', '{}', 'pending', 'u', 'finished'),
+                ('k', 'default', '{}', 'available', 'u', 'finished'),
+                ('k', 'default', '{}', 'pending', 'v', 'started')
+         RETURNING id",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    job_postgres::migrate(&pool).await.unwrap();
+    let scopes: Vec<(i64, String)> =
+        sqlx::query_as("SELECT id, unique_scope FROM job.jobs ORDER BY id")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        scopes,
+        [
+            (ids[0], "spent".to_owned()),
+            (ids[1], "spent".to_owned()),
+            (ids[2], "finished".to_owned()),
+            (ids[3], "started".to_owned()),
+        ]
+    );
+    // The pending holder of v now holds it.
+    let refused = sqlx::query(
+        "INSERT INTO job.jobs (kind, queue, payload, unique_key, unique_scope)
+         VALUES ('k', 'default', '{}', 'v', 'started')",
+    )
+    .execute(&pool)
+    .await
+    .unwrap_err();
+    assert!(
+        refused.to_string().contains("jobs_unique_idx"),
+        "{refused}"
+    );
+    db.close().await;
+}

@@ -97,6 +97,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "flow_control",
         sql: include_str!("../migrations/0015_flow_control.sql"),
     },
+    Migration {
+        version: 16,
+        name: "pending_unique",
+        sql: include_str!("../migrations/0016_pending_unique.sql"),
+    },
 ];
 
 /// The whole schema as one plain SQL script, for a DBA or a team without Rust:

@@ -288,6 +288,37 @@ async fn a_unique_job_can_carry_an_ordering_key() {
 }
 
 #[tokio::test]
+async fn a_unique_job_waiting_behind_its_ordering_key_holds_its_unique_key() {
+    // While it waits in `pending`, another job with its unique key is a duplicate of it,
+    // whatever its ordering key; so when the head finishes, nothing stops its promotion (the
+    // unique index refused it, failing the head's finalize, when `pending` held no key).
+    let h = Harness::new().await;
+    let head = enqueue(&h.store, step("k", 0)).await;
+    let unique = Enqueue::new(step("k", 1))
+        .unique_key("u")
+        .enqueue(h.store.pool())
+        .await
+        .unwrap();
+    assert_eq!(h.row(unique).await.state, JobState::Pending);
+    for other in [step("k", 2), step("other", 3)] {
+        match Enqueue::new(other)
+            .unique_key("u")
+            .enqueue(h.store.pool())
+            .await
+        {
+            Err(job::EnqueueError::Duplicate { existing, .. }) => assert_eq!(existing, unique),
+            got => panic!("expected a duplicate of job {unique}, got {got:?}"),
+        }
+    }
+    let book = Book::default();
+    let w = worker(&h, &book, "w").start();
+    h.reaches(unique, JobState::Completed).await;
+    w.shutdown().await;
+    assert_eq!(h.row(head).await.state, JobState::Completed);
+    assert_eq!(book.0.lock().unwrap().order["k"], [0, 1]);
+}
+
+#[tokio::test]
 async fn a_headless_key_left_by_a_race_is_promoted_by_the_stager() {
     // The release trigger could not take the key's lock (an enqueuer held it): the key is on
     // the wake-up list, and the stager promotes its oldest pending job.

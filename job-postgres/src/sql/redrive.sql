@@ -17,9 +17,10 @@ ranked AS (
               AND a.id <> d.id AND (
                   a.unique_scope = 'pruned'
                   OR (a.unique_scope = 'finished'
-                      AND a.state IN ('scheduled', 'available', 'running', 'retryable'))
+                      AND a.state IN ('pending', 'scheduled', 'available', 'running',
+                                      'retryable'))
                   OR (a.unique_scope = 'started'
-                      AND a.state IN ('scheduled', 'available', 'retryable')))
+                      AND a.state IN ('pending', 'scheduled', 'available', 'retryable')))
             LIMIT 1) AS holder,
            CASE WHEN d.unique_key IS NULL THEN d.id
                 ELSE first_value(d.id) OVER (PARTITION BY d.kind, d.unique_key ORDER BY d.id DESC)
