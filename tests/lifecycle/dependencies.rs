@@ -296,3 +296,37 @@ async fn a_cancelled_dependent_is_left_alone_and_its_edges_go_when_pruned() {
         0
     );
 }
+
+#[tokio::test]
+async fn a_completed_dependency_is_not_pruned_before_its_dependents_have_seen_it() {
+    // A job enqueued to wait for one that already completed must find it completed, however
+    // short the retention: the pruner keeps a job that an unresolved edge points at (it used
+    // to delete it, and the stager then discarded the dependent: "was deleted").
+    let h = Harness::new().await;
+    let (trail, seen) = (Trail::default(), Seen::default());
+    let a = enqueue(&h.store, task("a")).await;
+    let w = worker(&h, &trail, &seen).start();
+    h.reaches(a, JobState::Completed).await;
+    w.shutdown().await;
+    let c = Enqueue::new(task("c"))
+        .depends_on([a])
+        .enqueue(h.store.pool())
+        .await
+        .unwrap();
+    let prune_all = job::PruneRequest {
+        completed_retention: Duration::ZERO,
+        cancelled_retention: Duration::ZERO,
+        batch: 100,
+    };
+    assert_eq!(job::Store::prune(&h.store, &prune_all).await.unwrap(), 0);
+    assert_eq!(h.row(a).await.state, JobState::Completed);
+    let w = worker(&h, &trail, &seen).start();
+    h.reaches(c, JobState::Completed).await;
+    w.shutdown().await;
+    // Once the edge is resolved, both go.
+    assert_eq!(job::Store::prune(&h.store, &prune_all).await.unwrap(), 2);
+    assert_eq!(
+        count(&h.store, "SELECT count(*) FROM job.dependencies").await,
+        0
+    );
+}
