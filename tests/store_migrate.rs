@@ -142,9 +142,6 @@ async fn migration_16_keeps_duplicates_admitted_before_it_and_spends_their_keys(
     .execute(&pool)
     .await
     .unwrap_err();
-    assert!(
-        refused.to_string().contains("jobs_unique_idx"),
-        "{refused}"
-    );
+    assert!(refused.to_string().contains("jobs_unique_idx"), "{refused}");
     db.close().await;
 }

@@ -135,6 +135,18 @@ where
 {
     let n = jobs.len();
     for (i, job) in jobs.iter().enumerate() {
+        // As `NewJob::validate` says, checked here too since callers may pass unvalidated
+        // jobs: a dependent's promotion out of `pending` checks neither its ordering key's turn
+        // nor its unique key, so the combination would break both.
+        if !job.depends_on.is_empty() && (job.unique.is_some() || job.ordering_key.is_some()) {
+            return Err(EnqueueError::InvalidOption {
+                option: "depends_on",
+                reason: format!(
+                    "job {i} of the batch waits for other jobs and has a unique or ordering \
+                     key: they cannot be combined yet"
+                ),
+            });
+        }
         for dep in &job.depends_on {
             if let DependsOn::Batch(index) = dep.on {
                 if index >= n || index == i {

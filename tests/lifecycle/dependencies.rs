@@ -247,6 +247,30 @@ async fn a_rolled_back_batch_leaves_nothing_and_a_missing_dependency_is_refused(
         .await
         .unwrap_err();
     assert!(err.to_string().contains("depends_on"), "{err}");
+    // The same through the store's function, which takes jobs nobody validated.
+    let a = enqueue(&h.store, task("a")).await;
+    let unchecked = job_core::NewJob {
+        depends_on: vec![job_core::Dependency {
+            on: job_core::DependsOn::Job(a),
+            mode: job_core::DependencyMode::Completed,
+        }],
+        ordering_key: Some("k".into()),
+        ..job_core::NewJob::new(Task::KIND, r#"{"name":"x","fail":false}"#)
+    };
+    let err = job_postgres::enqueue_with_dependencies(h.store.pool(), &[unchecked])
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            EnqueueError::InvalidOption {
+                option: "depends_on",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert_eq!(count(&h.store, "SELECT count(*) FROM job.jobs").await, 1);
 }
 
 #[tokio::test]
