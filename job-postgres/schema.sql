@@ -2076,6 +2076,23 @@ BEGIN
         p_kind, quote_literal(p_unique_key);
 END
 $$;
+
+-- Takes the advisory locks of the ordering keys `keys` (job.ordering_lock_key, migration 0012),
+-- each bucket once, in ascending order; returns how many. A bulk insert calls it before its
+-- rows: the insert trigger (job.ordering_admit) takes each row's lock in input order, so two
+-- bulk inserts whose keys share buckets in different orders deadlocked. With every lock taken
+-- up front in one order, the trigger's own takes are re-entrant and wait for nothing.
+CREATE FUNCTION job.ordering_lock_keys(keys text[]) RETURNS integer
+LANGUAGE sql
+AS $$
+    SELECT count(*)::integer
+    FROM (SELECT pg_advisory_xact_lock(s.b)
+          FROM (SELECT DISTINCT job.ordering_lock_key(k) AS b
+                FROM unnest(keys) AS k
+                WHERE k IS NOT NULL
+                ORDER BY 1
+                OFFSET 0) s) l
+$$;
 $job_migration_0016$;
         INSERT INTO job.schema_migrations (version, name) VALUES (16, 'pending_unique');
     END IF;

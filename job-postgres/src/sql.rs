@@ -35,6 +35,7 @@ pub(crate) const GET: &str = include_str!("sql/get.sql");
 pub(crate) const ENQUEUE_UNIQUE: &str = include_str!("sql/enqueue_unique.sql");
 pub(crate) const CLAIM_LOCK: &str = include_str!("sql/claim_lock.sql");
 pub(crate) const CLAIM_RATED: &str = include_str!("sql/claim_rated.sql");
+pub(crate) const ORDERING_LOCK: &str = include_str!("sql/ordering_lock.sql");
 pub(crate) const BREAKER_RECORD: &str = include_str!("sql/breaker_record.sql");
 pub(crate) const PAUSES: &str = include_str!("sql/pauses.sql");
 pub(crate) const CANCEL: &str = include_str!("sql/cancel.sql");

@@ -96,6 +96,19 @@ impl Store for PgStore {
             return enqueue::enqueue_many(&self.pool, &jobs).await;
         }
         let mut tx = self.pool.begin().await.map_err(Error::query("begin"))?;
+        // Every chunk's ordering keys locked at once, in one order: chunk by chunk, two such
+        // enqueues sharing keys could each hold what the other's next chunk waits for.
+        let keys: Vec<&str> = jobs
+            .iter()
+            .filter_map(|j| j.ordering_key.as_deref())
+            .collect();
+        if !keys.is_empty() {
+            sqlx::query(crate::sql::ORDERING_LOCK)
+                .bind(keys)
+                .execute(&mut *tx)
+                .await
+                .map_err(Error::query("ordering_lock"))?;
+        }
         let mut ids = Vec::with_capacity(jobs.len());
         for chunk in jobs.chunks(ENQUEUE_CHUNK) {
             ids.extend(enqueue::enqueue_many(&mut *tx, chunk).await?);

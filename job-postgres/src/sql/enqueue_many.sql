@@ -2,7 +2,8 @@
 -- deadline as in enqueue.sql. Tags come as one JSON array text per job (arrays of arrays must
 -- be rectangular in PostgreSQL). Jobs with unique keys are not accepted here. $13: each job's
 -- W3C traceparent, or null. $14: each job's ordering key, or null (the jobs_ordering_admit_insert
--- trigger sees the rows inserted before it in this statement: the first of a key is its head).
+-- trigger sees the rows inserted before it in this statement: the first of a key is its head;
+-- their locks are taken first, in one order, by job.ordering_lock_keys, migration 0016).
 -- $15: each job's rate key, or null for a batch without any (a shorter array unnests as null).
 -- The unnests sit in the select list, where they advance in lockstep without
 -- materializing the rows first (a FROM unnest(...) does), and hand rows to the insert in
@@ -38,4 +39,5 @@ CROSS JOIN LATERAL (
     SELECT coalesce(u.run_at, now() + u.delay_ms * interval '1 millisecond') AS run_at,
            coalesce(u.deadline_at, now() + u.deadline_ms * interval '1 millisecond') AS deadline
 ) t
+WHERE (SELECT job.ordering_lock_keys($14::text[])) IS NOT NULL
 RETURNING id
