@@ -130,7 +130,7 @@ impl JobContext {
     /// with class `step_unstorable` and a message naming the step, whatever the handler
     /// returns, because `f`'s effect may have happened and must not run again on its own.
     ///
-    /// A name is 1 to [`MAX_STEP_NAME`] bytes and identifies the step within the job;
+    /// A name is 1 to [`MAX_STEP_NAME`] bytes without NUL and identifies the step within the job;
     /// calling one name again returns its first output. Without a store (a context built with
     /// [`JobContext::new`] alone) `f` runs every time and nothing is recorded.
     ///
@@ -158,6 +158,13 @@ impl JobContext {
                 "a step name must be 1 to {MAX_STEP_NAME} bytes, got {} bytes",
                 name.len()
             )));
+        }
+        // Refused here, before the step runs: PostgreSQL stores no NUL in text, so the step's
+        // output could not be recorded after its effect had happened.
+        if name.contains('\0') {
+            return Err(JobError::terminal(
+                "a step name must not contain a NUL character (U+0000)",
+            ));
         }
         let Some(hooks) = self.hooks() else {
             return f().await;
@@ -465,7 +472,11 @@ mod tests {
     async fn a_bad_step_name_is_terminal_and_runs_nothing() {
         let hooks = Arc::new(Counting::default());
         let ctx = context(&hooks);
-        for name in [String::new(), "x".repeat(MAX_STEP_NAME + 1)] {
+        for name in [
+            String::new(),
+            "x".repeat(MAX_STEP_NAME + 1),
+            "charge\0card".to_owned(),
+        ] {
             let result = ctx
                 .step(&name, || async { panic!("must not run") as Result<(), _> })
                 .await;
