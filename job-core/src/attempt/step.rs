@@ -22,8 +22,8 @@ pub(crate) use crate::contract::layer::BoxFuture;
 /// A step name's longest length in bytes.
 pub const MAX_STEP_NAME: usize = 128;
 
-/// The largest step output stored, in bytes of JSON: 1 MiB. A larger output ends the job
-/// (see [`JobContext::step`]).
+/// The largest step output stored, in bytes of JSON with its numbers written out in full (as
+/// the database stores them): 1 MiB. A larger output ends the job (see [`JobContext::step`]).
 pub const MAX_STEP_OUTPUT: usize = 1024 * 1024;
 
 /// What one attempt's context asks of the runtime: the job's recorded steps, recording a new
@@ -273,10 +273,11 @@ const RECORD_RETRY_MAX: Duration = Duration::from_secs(1);
 /// `output` as the JSON text a store can hold and give back as the same `T`, or why not.
 fn storable_output<T: Serialize + DeserializeOwned>(output: &T) -> Result<String, String> {
     let json = serde_json::to_string(output).map_err(|e| format!("it does not serialize: {e}"))?;
-    if json.len() > MAX_STEP_OUTPUT {
+    let stored = crate::model::json_size::stored_len(&json);
+    if stored > MAX_STEP_OUTPUT {
         return Err(format!(
-            "it is {} bytes of JSON, over the limit of {MAX_STEP_OUTPUT} bytes",
-            json.len()
+            "it is {stored} bytes of JSON (numbers written out in full, as stored), over the \
+             limit of {MAX_STEP_OUTPUT} bytes"
         ));
     }
     if has_escaped_nul(&json) {

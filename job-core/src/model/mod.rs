@@ -6,6 +6,7 @@ pub(crate) mod backoff;
 pub(crate) mod decode;
 pub(crate) mod error;
 pub(crate) mod job;
+pub(crate) mod json_size;
 pub(crate) mod new_job;
 pub(crate) mod outcome;
 pub(crate) mod result;

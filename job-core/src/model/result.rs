@@ -3,7 +3,8 @@
 
 use serde::Serialize;
 
-/// The largest result stored, in bytes of compact JSON. A larger one is refused when the
+/// The largest result stored, in bytes of compact JSON with its numbers written out in full
+/// (as the database stores them: `1e300` counts 301 bytes). A larger one is refused when the
 /// handler sets it (the attempt fails with a terminal error naming the size), so a job's row
 /// stays small however much its handler returns: keep large outputs in your own tables and
 /// return their ids.
@@ -15,11 +16,11 @@ pub const MAX_RESULT: usize = 64 * 1024;
 pub(crate) fn result_json<T: Serialize + ?Sized>(value: &T) -> Result<String, String> {
     let json = serde_json::to_string(value)
         .map_err(|e| format!("result: the value does not serialize to JSON: {e}"))?;
-    if json.len() > MAX_RESULT {
+    let stored = crate::model::json_size::stored_len(&json);
+    if stored > MAX_RESULT {
         return Err(format!(
-            "result: {} bytes of JSON, over the limit of {MAX_RESULT}; store large outputs in \
-             your own tables and return their ids",
-            json.len()
+            "result: {stored} bytes of JSON (numbers written out in full, as stored), over the \
+             limit of {MAX_RESULT}; store large outputs in your own tables and return their ids"
         ));
     }
     if crate::model::new_job::has_nul_escape(&json) {
@@ -45,6 +46,15 @@ mod tests {
         assert!(refused.starts_with("result: 65538 bytes"), "{refused}");
         let fits = "x".repeat(MAX_RESULT - 2);
         assert_eq!(result_json(&fits).unwrap().len(), MAX_RESULT);
+    }
+
+    #[test]
+    fn numbers_count_as_the_database_stores_them() {
+        // 10,000 × 1e300: 60,001 bytes as serde_json writes it, over 3 MB as jsonb stores it
+        // (the table's CHECK refused it after the job had run).
+        let refused = result_json(&vec![1e300f64; 10_000]).unwrap_err();
+        assert!(refused.starts_with("result: 3020001 bytes"), "{refused}");
+        assert!(result_json(&vec![1.5f64; 10_000]).is_ok());
     }
 
     #[test]

@@ -4,8 +4,9 @@
 
 use crate::model::text::storable_text;
 
-/// The longest progress stored, in bytes of compact JSON; a larger value is not stored (the
-/// previous one stays), and a warning is logged.
+/// The longest progress stored, in bytes of compact JSON with its numbers written out in full
+/// (as the database stores them); a larger value is not stored (the previous one stays), and
+/// a warning is logged.
 pub const MAX_PROGRESS: usize = 1024;
 
 /// The longest progress message stored, in bytes (cut there, without NUL characters).
@@ -33,7 +34,8 @@ pub(crate) fn fraction_json(fraction: f64, message: &str) -> String {
 /// [`MAX_PROGRESS`] bytes or holds a NUL character (which PostgreSQL's `jsonb` refuses).
 pub(crate) fn value_json(value: &serde_json::Value) -> Option<String> {
     let text = value.to_string();
-    (text.len() <= MAX_PROGRESS && !text.contains("\\u0000")).then_some(text)
+    (crate::model::json_size::stored_len(&text) <= MAX_PROGRESS && !text.contains("\\u0000"))
+        .then_some(text)
 }
 
 #[cfg(test)]
@@ -54,5 +56,12 @@ mod tests {
         assert!(value_json(&serde_json::json!({ "rows": 10 })).is_some());
         assert!(value_json(&serde_json::json!("x".repeat(MAX_PROGRESS))).is_none());
         assert!(value_json(&serde_json::json!("a\0b")).is_none());
+        // 43 bytes as serde_json writes it, 2,115 with its numbers written out (2,121 as jsonb
+        // prints it): over the table's CHECK, which refused the heartbeat's whole progress
+        // batch with it.
+        assert!(value_json(&serde_json::json!([
+            1e300, 1e300, 1e300, 1e300, 1e300, 1e300, 1e300
+        ]))
+        .is_none());
     }
 }

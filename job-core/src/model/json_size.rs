@@ -1,0 +1,110 @@
+//! How long JSON text is once the database has stored it as `jsonb`.
+//!
+//! `jsonb` keeps numbers as `numeric`, which prints them in full: serde_json's `1e300` (5
+//! bytes) comes back as a 1 followed by 300 zeros. Limits counted on serde_json's text would
+//! let a small value through that the database's CHECK on the stored text then refuses, after
+//! the work it records was done. So results, progress and step outputs are measured here, on
+//! the text with every number written as `numeric` writes it. Hand-written: serde_json has no
+//! such length, and a second parse to `numeric`'s rules is all it takes.
+
+/// The length of `json` (compact JSON as serde_json writes it) with every number written out
+/// in full, as PostgreSQL's `numeric` prints it: no exponent, as many decimals as the number
+/// has after its exponent is applied.
+pub(crate) fn stored_len(json: &str) -> usize {
+    let bytes = json.as_bytes();
+    let mut len = 0usize;
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'"' => {
+                // A string, escapes included, is stored as written.
+                let start = i;
+                i += 1;
+                while i < bytes.len() && bytes[i] != b'"' {
+                    i += if bytes[i] == b'\\' { 2 } else { 1 };
+                }
+                i = (i + 1).min(bytes.len());
+                len += i - start;
+            }
+            b'-' | b'0'..=b'9' => {
+                let start = i;
+                while i < bytes.len()
+                    && matches!(bytes[i], b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9')
+                {
+                    i += 1;
+                }
+                len = len.saturating_add(number_len(&json[start..i]));
+            }
+            _ => {
+                len += 1;
+                i += 1;
+            }
+        }
+    }
+    len
+}
+
+/// The length of the JSON number `n` as `numeric` prints it.
+fn number_len(n: &str) -> usize {
+    let (negative, n) = match n.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, n),
+    };
+    let (mantissa, exponent) = match n.find(['e', 'E']) {
+        Some(at) => (&n[..at], n[at + 1..].parse::<i64>().unwrap_or(0)),
+        None => (n, 0),
+    };
+    let (int, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    // `numeric` keeps the decimals the text had, less the exponent: 1.5e-10 has 11.
+    let scale = (frac.len() as i64).saturating_sub(exponent).max(0);
+    // Integer digits: those of the mantissa moved by the exponent, without leading zeros.
+    let digits = format!("{int}{frac}");
+    let point = (int.len() as i64).saturating_add(exponent);
+    let significant_from = digits.find(|c| c != '0').map_or(i64::MAX, |z| z as i64);
+    let int_len = (point - significant_from).max(1);
+    let total = i64::from(negative) + int_len + if scale > 0 { 1 + scale } else { 0 };
+    usize::try_from(total).unwrap_or(usize::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_are_measured_as_numeric_prints_them() {
+        // (serde_json's text, PostgreSQL's `SELECT 'n'::jsonb::text`)
+        for (json, stored) in [
+            ("0", "0"),
+            ("7", "7"),
+            ("-12", "-12"),
+            ("1.5", "1.5"),
+            ("1.0", "1.0"),
+            ("0.25", "0.25"),
+            ("1e3", "1000"),
+            ("1.5e2", "150"),
+            ("1.234e2", "123.4"),
+            ("1.5e-10", "0.00000000015"),
+            ("-2.5e-3", "-0.0025"),
+            ("0.5e3", "500"),
+        ] {
+            assert_eq!(number_len(json), stored.len(), "{json}");
+        }
+        assert_eq!(number_len("1e300"), 301);
+        assert_eq!(number_len("1.7976931348623157e308"), 309);
+        assert_eq!(number_len("5e-324"), 2 + 324);
+    }
+
+    #[test]
+    fn strings_and_structure_count_as_written() {
+        assert_eq!(stored_len(r#"{"a":[1,2]}"#), r#"{"a":[1,2]}"#.len());
+        assert_eq!(
+            stored_len(r#"["1e300","x\"1e9"]"#),
+            r#"["1e300","x\"1e9"]"#.len()
+        );
+        assert_eq!(stored_len("[1e3,true,null]"), "[1000,true,null]".len());
+        assert_eq!(
+            stored_len(&serde_json::to_string(&[1e300f64; 2]).unwrap()),
+            2 * 301 + 3
+        );
+    }
+}
