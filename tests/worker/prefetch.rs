@@ -1,9 +1,14 @@
 //! Prefetch: claimed jobs held beyond the running ones keep their leases while they wait for
 //! a slot, and go back at once when the worker shuts down.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
-use job::{BuildError, JobId, JobState, Prefetch, Store, WorkerHandle};
+use job::{
+    BoxFuture, BuildError, Call, JobId, JobState, Layered, Prefetch, Returned, Store, StoreError,
+    StoreLayer, WorkerHandle,
+};
 
 use crate::common::*;
 
@@ -206,6 +211,82 @@ async fn prefetched_jobs_that_wait_out_their_ttl_go_back_for_other_workers() {
     );
     assert_eq!(stats.released, 2);
     assert_eq!(second.stats().claimed, 2);
+    first.shutdown().await;
+    second.shutdown().await;
+}
+
+/// The first release it sees commits and then fails, as when the connection drops before
+/// the answer comes back.
+#[derive(Clone, Default)]
+struct ReplyLost(Arc<AtomicBool>);
+
+impl StoreLayer for ReplyLost {
+    fn call<'a, T: Returned + Send + 'a>(
+        &'a self,
+        call: Call,
+        run: BoxFuture<'a, Result<T, StoreError>>,
+    ) -> BoxFuture<'a, Result<T, StoreError>> {
+        let lose = call.name == "release" && !self.0.swap(true, Ordering::SeqCst);
+        Box::pin(async move {
+            let result = run.await;
+            if lose {
+                result?;
+                return Err(StoreError::new("injected: the release's answer was lost"));
+            }
+            result
+        })
+    }
+}
+
+#[tokio::test]
+async fn a_job_whose_give_back_may_have_committed_never_starts_here() {
+    // A prefetched job waits out its ttl and is given back; the release commits but its
+    // answer is lost, so the worker cannot know it did, and another worker may take the job
+    // at once. Started here when the slot frees, it would run twice at once.
+    let h = Harness::new().await;
+    let mut ids = Vec::new();
+    for n in 0..2 {
+        ids.push(enqueue(&h.store, Parked { n }).await);
+    }
+    let mut config = job::WorkerConfig::default();
+    config.prefetch = Prefetch::Fixed(1);
+    config.prefetch_ttl = Duration::from_millis(100);
+    config.poll_interval = Duration::from_millis(20);
+    let gate = Gate::default();
+    let first = job::Worker::builder(Layered::new(h.store.clone(), ReplyLost::default()))
+        .register::<Parked>()
+        .queue("default", 1)
+        .config(config)
+        .state(h.ledger.clone())
+        .state(gate.clone())
+        .build()
+        .unwrap()
+        .start();
+    let running = the_started_one(&h, &ids).await;
+    let given_back = ids.iter().copied().find(|id| *id != running).unwrap();
+    let row = h.reaches(given_back, JobState::Available).await;
+    assert_eq!(row.attempt, 0);
+    // The slot frees: the job given back must not start here.
+    gate.open();
+    h.reaches(running, JobState::Completed).await;
+    let open = Gate::default();
+    open.open();
+    let second = job::Worker::builder(h.store.clone())
+        .register::<Parked>()
+        .queue("default", 1)
+        .poll_interval(Duration::from_millis(20))
+        .state(h.ledger.clone())
+        .state(open)
+        .build()
+        .unwrap()
+        .start();
+    let row = h.reaches(given_back, JobState::Completed).await;
+    assert_eq!(row.attempt, 1);
+    assert_eq!(
+        h.ledger.runs(given_back),
+        1,
+        "it ran once, on the second worker"
+    );
     first.shutdown().await;
     second.shutdown().await;
 }

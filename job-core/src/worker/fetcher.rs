@@ -21,7 +21,7 @@
 //! other workers, and the claimer then takes no more than the free slots until the dispatcher
 //! next finds a slot free with nothing waiting.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -413,33 +413,44 @@ async fn dispatch<S: Store>(
 ) -> Vec<Claimed> {
     let ttl = shared.config.prefetch_ttl;
     let prefetching = shared.config.prefetch.max() > 0;
-    // Jobs taken back after a failed give-back, ahead of the channel.
-    let mut waiting: VecDeque<Claimed> = VecDeque::new();
-    // After a failed give-back, the next try waits another `ttl`.
+    // Jobs whose give-back failed. The release may have committed with its answer lost, so
+    // another worker may hold them now: they never start here, and their release is tried
+    // again every `ttl` (a committed one then finds its token gone and counts nothing), and
+    // at shutdown.
+    let mut unreleased: Vec<Claimed> = Vec::new();
     let mut retry_at: Option<Instant> = None;
     let mut unstarted = Vec::new();
     loop {
-        let next = match waiting.pop_front() {
-            Some(next) => next,
-            None => {
-                if rx.is_empty() && lanes.slots.available_permits() > 0 {
-                    // A slot is free and nothing waits for it: prefetch again.
-                    lanes.suspended.store(false, Ordering::Release);
+        if rx.is_empty() && lanes.slots.available_permits() > 0 {
+            // A slot is free and nothing waits for it: prefetch again.
+            lanes.suspended.store(false, Ordering::Release);
+        }
+        let next = tokio::select! {
+            biased;
+            _ = stop.cancelled() => break,
+            _ = sleep_until_or_forever(retry_at), if !unreleased.is_empty() => {
+                let stale = std::mem::take(&mut unreleased);
+                let n = stale.len();
+                match release(shared, stale).await {
+                    Ok(_) => {
+                        lanes.gauges.left(n);
+                        retry_at = None;
+                    }
+                    Err(kept) => {
+                        unreleased = kept;
+                        retry_at = Some(Instant::now() + ttl);
+                    }
                 }
-                let next = tokio::select! {
-                    biased;
-                    _ = stop.cancelled() => break,
-                    next = rx.recv() => next,
-                };
-                let Some(next) = next else { break };
-                next
+                continue;
             }
+            next = rx.recv() => next,
         };
+        let Some(next) = next else { break };
         let slot = match lanes.slots.clone().try_acquire_owned() {
             Ok(slot) => slot,
             Err(_) => {
                 super::stats::bump(&shared.counters.waited, 1);
-                let expires = (next.claimed_at + ttl).max(retry_at.unwrap_or(next.claimed_at));
+                let expires = next.claimed_at + ttl;
                 tokio::select! {
                     biased;
                     _ = stop.cancelled() => {
@@ -451,7 +462,6 @@ async fn dispatch<S: Store>(
                     }
                     _ = tokio::time::sleep_until(expires), if prefetching => {
                         let mut stale = vec![next];
-                        stale.extend(waiting.drain(..));
                         while let Ok(c) = rx.try_recv() {
                             stale.push(c);
                         }
@@ -468,8 +478,9 @@ async fn dispatch<S: Store>(
                                 );
                             }
                             Err(kept) => {
-                                // `release` logged why; keep them and try again after `ttl`.
-                                waiting.extend(kept);
+                                // `release` logged why; never started, released again after
+                                // `ttl` (see `unreleased`).
+                                unreleased.extend(kept);
                                 retry_at = Some(Instant::now() + ttl);
                             }
                         }
@@ -503,7 +514,7 @@ async fn dispatch<S: Store>(
         lanes.gauges.left(1);
         lanes.progress.notify_one();
     }
-    unstarted.extend(waiting);
+    unstarted.extend(unreleased);
     // The claimer stops too; what it claimed before it saw the stop comes through here.
     while let Some(next) = rx.recv().await {
         unstarted.push(next);
