@@ -59,6 +59,21 @@ async fn all_claimed(
     (worker, ids, gate, running)
 }
 
+/// A second worker of `concurrency` slots whose [`Parked`] jobs finish at once.
+fn open_worker(h: &Harness, concurrency: usize) -> WorkerHandle {
+    let open = Gate::default();
+    open.open();
+    job::Worker::builder(h.store.clone())
+        .register::<Parked>()
+        .queue("default", concurrency)
+        .poll_interval(Duration::from_millis(20))
+        .state(h.ledger.clone())
+        .state(open)
+        .build()
+        .unwrap()
+        .start()
+}
+
 /// Longer than any of these tests waits: the prefetched jobs are never given back.
 const NO_TTL: Duration = Duration::from_secs(600);
 
@@ -186,17 +201,7 @@ async fn prefetched_jobs_that_wait_out_their_ttl_go_back_for_other_workers() {
     })
     .await;
 
-    let open = Gate::default();
-    open.open();
-    let second = job::Worker::builder(h.store.clone())
-        .register::<Parked>()
-        .queue("default", 5)
-        .poll_interval(Duration::from_millis(20))
-        .state(h.ledger.clone())
-        .state(open)
-        .build()
-        .unwrap()
-        .start();
+    let second = open_worker(&h, 5);
     for id in &others {
         let row = h.reaches(*id, JobState::Completed).await;
         assert_eq!(row.attempt, 1);
@@ -269,17 +274,7 @@ async fn a_job_whose_give_back_may_have_committed_never_starts_here() {
     // The slot frees: the job given back must not start here.
     gate.open();
     h.reaches(running, JobState::Completed).await;
-    let open = Gate::default();
-    open.open();
-    let second = job::Worker::builder(h.store.clone())
-        .register::<Parked>()
-        .queue("default", 1)
-        .poll_interval(Duration::from_millis(20))
-        .state(h.ledger.clone())
-        .state(open)
-        .build()
-        .unwrap()
-        .start();
+    let second = open_worker(&h, 1);
     let row = h.reaches(given_back, JobState::Completed).await;
     assert_eq!(row.attempt, 1);
     assert_eq!(

@@ -58,9 +58,12 @@ fn number_len(n: &str) -> usize {
     // `numeric` keeps the decimals the text had, less the exponent: 1.5e-10 has 11.
     let scale = (frac.len() as i64).saturating_sub(exponent).max(0);
     // Integer digits: those of the mantissa moved by the exponent, without leading zeros.
-    let digits = format!("{int}{frac}");
     let point = (int.len() as i64).saturating_add(exponent);
-    let significant_from = digits.find(|c| c != '0').map_or(i64::MAX, |z| z as i64);
+    let significant_from = int
+        .bytes()
+        .chain(frac.bytes())
+        .position(|c| c != b'0')
+        .map_or(i64::MAX, |z| z as i64);
     let int_len = (point - significant_from).max(1);
     let total = i64::from(negative) + int_len + if scale > 0 { 1 + scale } else { 0 };
     usize::try_from(total).unwrap_or(usize::MAX)
