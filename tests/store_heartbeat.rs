@@ -81,3 +81,62 @@ async fn concurrent_heartbeat_and_finalize_of_overlapping_batches_never_deadlock
     }
     db.close().await;
 }
+
+/// A row that another transaction holds (here an open transaction that completed the job, as
+/// `complete_in` does before its commit) is reported busy, neither renewed nor lost, without
+/// the heartbeat waiting for it; the others are renewed. Once that transaction commits, the
+/// next heartbeat finds the lease gone.
+#[tokio::test]
+async fn a_row_another_transaction_holds_is_reported_busy_without_waiting_for_it() {
+    let db = TestDb::new().await;
+    let store = db.store();
+    store
+        .enqueue_many(vec![new_job("noop"), new_job("noop"), new_job("noop")])
+        .await
+        .unwrap();
+    let claimed = store
+        .claim(&store_support::request(&["noop"], 3))
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 3);
+    // The middle one is held: a heartbeat that waited for it would hold the first one too.
+    let held = claimed[1].lease;
+    let until = |id| {
+        sqlx::query_scalar::<_, chrono::DateTime<chrono::Utc>>(
+            "SELECT coalesce(locked_until, 'epoch') FROM job.jobs WHERE id = $1",
+        )
+        .bind(id)
+        .fetch_one(store.pool())
+    };
+    let held_until = until(held.id).await.unwrap();
+    let mut tx = store.pool().begin().await.unwrap();
+    sqlx::query(
+        "UPDATE job.jobs SET state = 'completed', finalized_at = now(), lock_token = NULL, \
+         locked_until = NULL, locked_by = NULL WHERE id = $1",
+    )
+    .bind(held.id)
+    .execute(&mut *tx)
+    .await
+    .unwrap();
+
+    let renewals: Vec<_> = claimed.iter().map(|c| renew(c.lease, 3600)).collect();
+    let report = tokio::time::timeout(Duration::from_secs(10), store.heartbeat(&renewals))
+        .await
+        .expect("the heartbeat waited for the row another transaction holds")
+        .unwrap();
+    assert_eq!(report.busy, vec![held.id], "{report:?}");
+    assert!(report.lost.is_empty(), "{report:?}");
+    assert_eq!(until(held.id).await.unwrap(), held_until, "not renewed");
+    for other in [claimed[0].lease.id, claimed[2].lease.id] {
+        let renewed = until(other).await.unwrap();
+        assert!(
+            renewed > chrono::Utc::now() + chrono::Duration::minutes(30),
+            "job {other} renewed by an hour: {renewed}"
+        );
+    }
+
+    tx.commit().await.unwrap();
+    let report = store.heartbeat(&renewals).await.unwrap();
+    assert_eq!((report.lost, report.busy), (vec![held.id], vec![]));
+    db.close().await;
+}

@@ -195,7 +195,7 @@ pub(crate) async fn heartbeat<'e, E: PgExecutor<'e>>(
         .map(|r| duration_millis(r.extend_by))
         .collect();
     let stuck: Vec<bool> = renewals.iter().map(|r| r.stuck).collect();
-    let renewed: Vec<(JobId, bool)> = sqlx::query_as(sql::HEARTBEAT)
+    let held: Vec<(JobId, bool, bool)> = sqlx::query_as(sql::HEARTBEAT)
         .bind(&ids)
         .bind(tokens)
         .bind(leases)
@@ -203,12 +203,16 @@ pub(crate) async fn heartbeat<'e, E: PgExecutor<'e>>(
         .fetch_all(executor)
         .await
         .map_err(Error::query("heartbeat"))?;
-    let alive: HashSet<JobId> = renewed.iter().map(|(id, _)| *id).collect();
+    let still: HashSet<JobId> = held.iter().map(|(id, _, _)| *id).collect();
     let mut report = HeartbeatReport {
-        lost: ids.into_iter().filter(|id| !alive.contains(id)).collect(),
-        cancel_requested: renewed
+        lost: ids.into_iter().filter(|id| !still.contains(id)).collect(),
+        busy: held
+            .iter()
+            .filter_map(|&(id, _, renewed)| (!renewed).then_some(id))
+            .collect(),
+        cancel_requested: held
             .into_iter()
-            .filter_map(|(id, cancel)| cancel.then_some(id))
+            .filter_map(|(id, cancel, renewed)| (renewed && cancel).then_some(id))
             .collect(),
     };
     report.cancel_requested.sort_unstable();

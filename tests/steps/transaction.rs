@@ -161,3 +161,112 @@ async fn a_stale_lease_commits_nothing_of_the_handlers_transaction() {
         "and its failure was not recorded either"
     );
 }
+
+/// Completes itself in its transaction, then holds the transaction open until the lease of
+/// the running [`RunAlongside`] job has been renewed (seen at four values), or 20 s have
+/// passed, then commits.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct HoldOpen {}
+
+impl Job for HoldOpen {
+    const KIND: &'static str = "steps.hold_open";
+    const OPTIONS: JobOptions = JobOptions {
+        lease: Duration::from_secs(1),
+        ..JobOptions::DEFAULT
+    };
+
+    async fn perform(self, ctx: JobContext) -> Result<(), JobError> {
+        let effects = ctx.state::<Effects>()?;
+        let pool = ctx.state::<PgPool>()?;
+        let mut tx = pool.begin().await?;
+        job_postgres::complete_in(&mut tx, &ctx).await?;
+        let mut leases = Vec::new();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        while leases.len() < 4 && tokio::time::Instant::now() < deadline {
+            let until: Option<chrono::DateTime<chrono::Utc>> = sqlx::query_scalar(
+                "SELECT locked_until FROM job.jobs \
+                 WHERE kind = 'steps.run_alongside' AND state = 'running'",
+            )
+            .fetch_optional(pool)
+            .await?
+            .flatten();
+            if until.is_some() && leases.last() != Some(&until) {
+                leases.push(until);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        effects.saw(ctx.id(), format!("{} leases seen", leases.len()));
+        tx.commit().await?;
+        Ok(())
+    }
+}
+
+/// Runs until no [`HoldOpen`] job waits or runs.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct RunAlongside {}
+
+impl Job for RunAlongside {
+    const KIND: &'static str = "steps.run_alongside";
+    const OPTIONS: JobOptions = JobOptions {
+        lease: Duration::from_secs(1),
+        ..JobOptions::DEFAULT
+    };
+
+    async fn perform(self, ctx: JobContext) -> Result<(), JobError> {
+        let effects = ctx.state::<Effects>()?;
+        let pool = ctx.state::<PgPool>()?;
+        effects.executed(ctx.id());
+        loop {
+            let holding: bool = sqlx::query_scalar(
+                "SELECT EXISTS (SELECT 1 FROM job.jobs WHERE kind = 'steps.hold_open' \
+                 AND state IN ('available', 'running'))",
+            )
+            .fetch_one(pool)
+            .await?;
+            if !holding {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// A handler that holds its `complete_in` transaction open holds its own job's row locked; the
+/// worker's heartbeat goes on renewing the other jobs' leases meanwhile, instead of waiting for
+/// that row (which would stop every execution of the worker once their leases ran short).
+#[tokio::test]
+async fn a_handler_holding_its_completing_transaction_open_does_not_hold_up_other_leases() {
+    let (h, effects) = setup().await;
+    // The held row first (a heartbeat waiting for it renews nothing), then last (a heartbeat
+    // waiting for it holds the other row locked as well).
+    for held_first in [true, false] {
+        let (hold, alongside) = if held_first {
+            let hold = enqueue(&h.store, HoldOpen {}).await;
+            (hold, enqueue(&h.store, RunAlongside {}).await)
+        } else {
+            let alongside = enqueue(&h.store, RunAlongside {}).await;
+            (enqueue(&h.store, HoldOpen {}).await, alongside)
+        };
+        let worker = steps_worker(&h.store, &effects)
+            .configure(|c| c.heartbeat_interval = Some(Duration::from_millis(100)))
+            .register::<HoldOpen>()
+            .register::<RunAlongside>()
+            .build()
+            .unwrap()
+            .start();
+        h.reaches(hold, JobState::Completed).await;
+        h.reaches(alongside, JobState::Completed).await;
+        let stats = worker.shutdown().await.stats;
+        assert_eq!(
+            effects.seen(hold),
+            ["4 leases seen"],
+            "held first: {held_first}: the other job's lease was renewed meanwhile"
+        );
+        assert_eq!(
+            (stats.fenced, stats.lease_lost),
+            (0, 0),
+            "held first: {held_first}"
+        );
+        assert_eq!(effects.executions(alongside), 1, "held first: {held_first}");
+    }
+}

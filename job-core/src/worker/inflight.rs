@@ -347,11 +347,16 @@ impl InFlight {
             .collect()
     }
 
-    /// The heartbeat sent at `sent` renewed these leases (all but `lost`).
-    pub(crate) fn renewed(&self, renewals: &[Renewal], lost: &[JobId], sent: Instant) {
+    /// The heartbeat sent at `sent` renewed those of `renewals` that `was_renewed` accepts.
+    pub(crate) fn renewed(
+        &self,
+        renewals: &[Renewal],
+        was_renewed: impl Fn(JobId) -> bool,
+        sent: Instant,
+    ) {
         let mut map = self.lock();
         for r in renewals {
-            if lost.contains(&r.lease.id) {
+            if !was_renewed(r.lease.id) {
                 continue;
             }
             if let Some(e) = map.get_mut(&r.lease) {

@@ -123,7 +123,17 @@ async fn beat<S: Store>(shared: &Shared<S>, store: &S, every: Duration) {
         let sent = Instant::now();
         match tokio::time::timeout(every, store.heartbeat(&renewals)).await {
             Ok(Ok(report)) => {
-                shared.inflight.renewed(&renewals, &report.lost, sent);
+                shared.inflight.renewed(
+                    &renewals,
+                    |id| !report.lost.contains(&id) && !report.busy.contains(&id),
+                    sent,
+                );
+                if !report.busy.is_empty() {
+                    tracing::debug!(
+                        jobs = ?report.busy,
+                        "leases not renewed this time: another transaction holds those jobs"
+                    );
+                }
                 for id in &report.lost {
                     let Some(lease) = lease_of(&renewals, *id) else {
                         continue;

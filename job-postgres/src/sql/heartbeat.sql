@@ -1,9 +1,13 @@
 -- Renews many leases, each guarded by (id, lock_token) and running: locked_until becomes the
 -- database's now plus that lease's milliseconds, and stuck_since records since when the worker
--- reports the execution stuck (kept while it stays stuck, cleared when not). Returns the
--- renewed ids with cancel_requested; a requested id that does not come back has lost its lease.
--- Rows are locked in id order first, as finalize.sql and release.sql do, so the heartbeat and
--- the completer of one worker, whose batches overlap, never deadlock each other.
+-- reports the execution stuck (kept while it stays stuck, cleared when not).
+-- Returns one row per requested lease that is still held: (id, cancel_requested, renewed).
+-- `renewed` false: another transaction holds the row right now (the handler's own
+-- `complete_in` transaction, the completer's finalize, an operator's UPDATE), so it was neither
+-- renewed nor found lost. The heartbeat never waits for it: one handler's open transaction
+-- must not hold up the leases of every other job of the worker. A requested id that does not
+-- come back has lost its lease.
+-- Rows are locked in id order, as finalize.sql and release.sql do, and never waited for.
 WITH u AS (
     SELECT * FROM unnest($1::bigint[], $2::uuid[], $3::bigint[], $4::boolean[])
                       AS u(id, token, lease_ms, stuck)
@@ -15,11 +19,21 @@ locked AS MATERIALIZED (
     FROM job.jobs j
     JOIN u ON j.id = u.id AND j.lock_token = u.token
     ORDER BY j.id
-    FOR UPDATE OF j
+    FOR UPDATE OF j SKIP LOCKED
+),
+renewed AS (
+    UPDATE job.jobs j
+    SET locked_until = now() + u.lease_ms * interval '1 millisecond',
+        stuck_since  = CASE WHEN u.stuck THEN coalesce(j.stuck_since, now()) END
+    FROM locked u
+    WHERE j.id = u.id
+    RETURNING j.id, j.cancel_requested
 )
-UPDATE job.jobs j
-SET locked_until = now() + u.lease_ms * interval '1 millisecond',
-    stuck_since  = CASE WHEN u.stuck THEN coalesce(j.stuck_since, now()) END
-FROM locked u
-WHERE j.id = u.id
-RETURNING j.id, j.cancel_requested
+SELECT id, cancel_requested, true AS renewed FROM renewed
+UNION ALL
+-- The rows skipped, as the statement's snapshot shows them: one whose lease changed hands
+-- since reads as held once more, and the next heartbeat finds it lost.
+SELECT j.id, false, false
+FROM u
+JOIN job.jobs j ON j.id = u.id AND j.lock_token = u.token
+WHERE NOT EXISTS (SELECT 1 FROM locked l WHERE l.id = u.id)

@@ -1,7 +1,9 @@
 -- Records the latest progress of many running jobs, each guarded by (id, lock_token) (a
 -- matching token implies running, by jobs_lease_check), with the database's time. Rows are
 -- locked in id order, as heartbeat.sql does, so that it never deadlocks with the worker's
--- heartbeat or completer. Returns how many were recorded.
+-- heartbeat or completer, and never waited for: a row another transaction holds (a handler's
+-- open `complete_in` transaction) keeps its last progress, and the lease keeper, which writes
+-- this between two heartbeats, is not held up. Returns how many were recorded.
 WITH u AS (
     SELECT * FROM unnest($1::bigint[], $2::uuid[], $3::text[]) AS u(id, token, progress)
 ),
@@ -10,7 +12,7 @@ locked AS MATERIALIZED (
     FROM job.jobs j
     JOIN u ON j.id = u.id AND j.lock_token = u.token
     ORDER BY j.id
-    FOR UPDATE OF j
+    FOR UPDATE OF j SKIP LOCKED
 ),
 saved AS (
     UPDATE job.jobs j
