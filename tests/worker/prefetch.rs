@@ -352,3 +352,39 @@ async fn by_default_a_queue_of_short_jobs_prefetches() {
     assert!(stats.waited > 0, "nothing was prefetched: {stats:?}");
     worker.shutdown().await;
 }
+
+#[tokio::test]
+async fn after_a_give_back_a_worker_claims_only_for_the_slots_nothing_holds() {
+    // One slot, two prefetched: the first claim takes three jobs far longer than the ttl, and
+    // the two waiting are given back. From then on the worker claims one job for its one slot
+    // each time it frees: a second claim sent while the first was in flight (the slot still
+    // free) would bring back a job to wait out its ttl and be given back, again and again.
+    let h = Harness::new().await;
+    let mut ids = Vec::new();
+    for _ in 0..5 {
+        ids.push(enqueue(&h.store, Sleepy { ms: 300 }).await);
+    }
+    let mut config = job::WorkerConfig::default();
+    config.prefetch = Prefetch::Fixed(2);
+    config.prefetch_ttl = Duration::from_millis(30);
+    config.poll_interval = Duration::from_millis(20);
+    let worker = job::Worker::builder(h.store.clone())
+        .register::<Sleepy>()
+        .queue("default", 1)
+        .config(config)
+        .state(h.ledger.clone())
+        .build()
+        .unwrap()
+        .start();
+    for id in &ids {
+        h.reaches(*id, JobState::Completed).await;
+        assert_eq!(h.ledger.runs(*id), 1);
+    }
+    let stats = worker.shutdown().await.stats;
+    assert_eq!(
+        (stats.released, stats.claimed),
+        (2, 7),
+        "only the first claim's prefetched jobs went back; the five jobs were claimed once \
+         each after that: {stats:?}"
+    );
+}

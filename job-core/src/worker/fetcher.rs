@@ -56,7 +56,8 @@ struct Lanes {
     /// The `concurrency` execution slots.
     slots: Arc<Semaphore>,
     /// Prefetched jobs waited out `prefetch_ttl` and were given back: claim no more than the
-    /// free slots until the dispatcher next finds a slot free with nothing waiting.
+    /// slots no job holds or waits for until the dispatcher next finds a slot free with
+    /// nothing waiting.
     suspended: AtomicBool,
     /// The queue's saturation gauges.
     gauges: Arc<SlotGauges>,
@@ -71,13 +72,16 @@ struct Lanes {
 impl Lanes {
     /// The most jobs the next claim may take: the room left under `concurrency + target` by
     /// the `in_use` jobs (running, waiting, or being claimed), at most the claim batch; while
-    /// prefetch is suspended, the free slots.
+    /// prefetch is suspended, the target is zero. (Not the free slots: a slot stays free
+    /// while a claim for it is in flight, and a second claim for the same slot would bring
+    /// back a job to wait out `prefetch_ttl` again.)
     fn cap(&self, max_batch: usize, concurrency: usize, target: usize, in_use: usize) -> usize {
-        if self.suspended.load(Ordering::Acquire) {
-            self.slots.available_permits().min(max_batch)
+        let target = if self.suspended.load(Ordering::Acquire) {
+            0
         } else {
-            (concurrency + target).saturating_sub(in_use).min(max_batch)
-        }
+            target
+        };
+        (concurrency + target).saturating_sub(in_use).min(max_batch)
     }
 }
 
@@ -224,7 +228,6 @@ async fn claim_loop<S: Store>(
     // see `rated_window`), or (after a failure) the pause has passed.
     let mut idle_until: Option<Instant> = None;
     loop {
-        let suspended = lanes.suspended.load(Ordering::Acquire);
         let in_use = held_total - held.available_permits();
         let cap = lanes.cap(max_batch, concurrency, target.get(), in_use);
         let want = if claims.is_empty() {
@@ -236,9 +239,8 @@ async fn claim_loop<S: Store>(
         };
         let ready = claims.len() < CLAIMS_IN_FLIGHT && idle_until.is_none();
         let may_claim = ready && cap >= want;
-        // No room: look again when a job starts or ends.
-        let wait_for_room = ready && !may_claim && !suspended;
-        let wait_for_slot = suspended && cap == 0 && claims.is_empty() && idle_until.is_none();
+        // No room: look again when a job starts or ends (an ended one frees its permit first).
+        let wait_for_room = ready && !may_claim;
         tokio::select! {
             biased;
             _ = stop.cancelled() => break,
@@ -304,8 +306,6 @@ async fn claim_loop<S: Store>(
                 });
             }
             _ = lanes.progress.notified(), if wait_for_room => {}
-            // Suspended with every slot taken: look again when one frees.
-            _ = lanes.slots.acquire(), if wait_for_slot => {}
             _ = wake.notified(), if idle_until.is_some() && failures == 0 => idle_until = None,
             _ = sleep_until_or_forever(idle_until), if idle_until.is_some() => idle_until = None,
         }
@@ -434,6 +434,7 @@ async fn dispatch<S: Store>(
                 match release(shared, stale).await {
                     Ok(_) => {
                         lanes.gauges.left(n);
+                        lanes.progress.notify_one();
                         retry_at = None;
                     }
                     Err(kept) => {
@@ -470,6 +471,8 @@ async fn dispatch<S: Store>(
                             Ok(released) => {
                                 lanes.gauges.left(n);
                                 lanes.suspended.store(true, Ordering::Release);
+                                // Their permits are free: the claimer looks at its room again.
+                                lanes.progress.notify_one();
                                 retry_at = None;
                                 tracing::info!(
                                     released,
