@@ -18,8 +18,9 @@
 //! A claimed job waiting in the buffer holds its lease like a running one: the heartbeat
 //! renews it, a crash leaves it to the rescuer, and shutdown releases it at once. Prefetched
 //! jobs that wait out `prefetch_ttl` (the slots are taken by long jobs) are given back for
-//! other workers, and the claimer then takes no more than the free slots until the dispatcher
-//! next finds a slot free with nothing waiting.
+//! other workers, and the claimer then takes no more than the slots that no job holds, waits
+//! for or is being claimed for, until the dispatcher next finds a slot free with nothing
+//! waiting.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
