@@ -9,6 +9,38 @@ async fn applied(pool: &sqlx::PgPool) -> Vec<(i32, String)> {
         .unwrap()
 }
 
+/// Replaces the test database's schema with the migrations below `version` only, applied and
+/// recorded as the migrator does: a database that has not been upgraded yet.
+async fn migrate_below(pool: &sqlx::PgPool, version: i32) {
+    sqlx::raw_sql("DROP SCHEMA job CASCADE")
+        .execute(pool)
+        .await
+        .unwrap();
+    sqlx::raw_sql(
+        "CREATE SCHEMA job;
+         CREATE TABLE job.schema_migrations (
+             version integer PRIMARY KEY, name text NOT NULL,
+             applied_at timestamptz NOT NULL DEFAULT now())",
+    )
+    .execute(pool)
+    .await
+    .unwrap();
+    for m in job_postgres::MIGRATIONS
+        .iter()
+        .filter(|m| m.version < version)
+    {
+        let mut tx = pool.begin().await.unwrap();
+        sqlx::raw_sql(m.sql).execute(&mut *tx).await.unwrap();
+        sqlx::query("INSERT INTO job.schema_migrations (version, name) VALUES ($1, $2)")
+            .bind(m.version)
+            .bind(m.name)
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+    }
+}
+
 #[tokio::test]
 async fn migrate_is_re_runnable() {
     let db = TestDb::new().await;
@@ -83,30 +115,7 @@ async fn a_store_connects_by_the_test_databases_url() {
 async fn migration_16_keeps_duplicates_admitted_before_it_and_spends_their_keys() {
     let db = TestDb::new().await;
     let pool = db.pool();
-    sqlx::raw_sql("DROP SCHEMA job CASCADE")
-        .execute(&pool)
-        .await
-        .unwrap();
-    sqlx::raw_sql(
-        "CREATE SCHEMA job;
-         CREATE TABLE job.schema_migrations (
-             version integer PRIMARY KEY, name text NOT NULL,
-             applied_at timestamptz NOT NULL DEFAULT now())",
-    )
-    .execute(&pool)
-    .await
-    .unwrap();
-    for m in job_postgres::MIGRATIONS.iter().filter(|m| m.version < 16) {
-        let mut tx = pool.begin().await.unwrap();
-        sqlx::raw_sql(m.sql).execute(&mut *tx).await.unwrap();
-        sqlx::query("INSERT INTO job.schema_migrations (version, name) VALUES ($1, $2)")
-            .bind(m.version)
-            .bind(m.name)
-            .execute(&mut *tx)
-            .await
-            .unwrap();
-        tx.commit().await.unwrap();
-    }
+    migrate_below(&pool, 16).await;
     // What the old index admitted: two pending jobs and an available one sharing key u.
     let ids: Vec<i64> = sqlx::query_scalar(
         "INSERT INTO job.jobs (kind, queue, payload, state, unique_key, unique_scope)
@@ -143,5 +152,104 @@ async fn migration_16_keeps_duplicates_admitted_before_it_and_spends_their_keys(
     .await
     .unwrap_err();
     assert!(refused.to_string().contains("jobs_unique_idx"), "{refused}");
+    db.close().await;
+}
+
+/// Migration 0017 replaces jobs_finalized_idx (every finished row) by one index per state the
+/// pruner deletes. On a database with finished jobs of every state, each new index holds
+/// exactly its state's rows, and pruning afterwards deletes what it did before and keeps the
+/// dead letters.
+#[tokio::test]
+async fn migration_17_indexes_completed_and_cancelled_jobs_apart_from_dead_letters() {
+    let db = TestDb::new().await;
+    let pool = db.pool();
+    migrate_below(&pool, 17).await;
+    sqlx::raw_sql(
+        "INSERT INTO job.jobs (kind, queue, payload, state, attempt, finalized_at)
+         SELECT 'k', 'default', '{}', s::job.job_state, 1, now() - a * interval '1 day'
+         FROM unnest(ARRAY['completed', 'completed', 'cancelled', 'cancelled', 'discarded'],
+                     ARRAY[2, 0, 9, 0, 30]) AS x(s, a);
+         INSERT INTO job.jobs (kind, queue, payload) VALUES ('k', 'default', '{}')",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    job_postgres::migrate(&pool).await.unwrap();
+    let indexes: Vec<(String, String)> = sqlx::query_as(
+        "SELECT indexname::text, indexdef FROM pg_indexes
+         WHERE schemaname = 'job' AND tablename = 'jobs'
+           AND indexname IN ('jobs_finalized_idx', 'jobs_completed_idx', 'jobs_cancelled_idx')
+         ORDER BY indexname",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        indexes,
+        [
+            (
+                "jobs_cancelled_idx".to_owned(),
+                "CREATE INDEX jobs_cancelled_idx ON job.jobs USING btree (finalized_at) \
+                 WHERE (state = 'cancelled'::job.job_state)"
+                    .to_owned()
+            ),
+            (
+                "jobs_completed_idx".to_owned(),
+                "CREATE INDEX jobs_completed_idx ON job.jobs USING btree (finalized_at) \
+                 WHERE (state = 'completed'::job.job_state)"
+                    .to_owned()
+            ),
+        ]
+    );
+    // Each state's rows, counted through its index: built over the rows already there.
+    for (state, index) in [
+        ("completed", "jobs_completed_idx"),
+        ("cancelled", "jobs_cancelled_idx"),
+    ] {
+        let mut tx = pool.begin().await.unwrap();
+        sqlx::raw_sql("SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off")
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+        let plan: Vec<String> = sqlx::query_scalar(&format!(
+            "EXPLAIN SELECT count(*) FROM job.jobs WHERE state = '{state}'"
+        ))
+        .fetch_all(&mut *tx)
+        .await
+        .unwrap();
+        assert!(
+            plan.iter().any(|line| line.contains(index)),
+            "{state} rows are not read through {index}: {plan:?}"
+        );
+        let n: i64 = sqlx::query_scalar(&format!(
+            "SELECT count(*) FROM job.jobs WHERE state = '{state}'"
+        ))
+        .fetch_one(&mut *tx)
+        .await
+        .unwrap();
+        assert_eq!(n, 2, "{index}");
+        tx.rollback().await.unwrap();
+    }
+    let store = job_postgres::PgStore::new(pool.clone());
+    let pruned = job_core::Store::prune(
+        &store,
+        &job_core::PruneRequest {
+            completed_retention: std::time::Duration::from_secs(24 * 3600),
+            cancelled_retention: std::time::Duration::from_secs(7 * 24 * 3600),
+            batch: 100,
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        pruned, 2,
+        "the completed job of 2 days ago, the cancelled one of 9"
+    );
+    let left: Vec<String> =
+        sqlx::query_scalar("SELECT state::text FROM job.jobs ORDER BY state::text")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert_eq!(left, ["available", "cancelled", "completed", "discarded"]);
     db.close().await;
 }

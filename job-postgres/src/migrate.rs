@@ -102,6 +102,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "pending_unique",
         sql: include_str!("../migrations/0016_pending_unique.sql"),
     },
+    Migration {
+        version: 17,
+        name: "finished_indexes",
+        sql: include_str!("../migrations/0017_finished_indexes.sql"),
+    },
 ];
 
 /// The whole schema as one plain SQL script, for a DBA or a team without Rust:

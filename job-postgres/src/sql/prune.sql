@@ -4,22 +4,43 @@
 -- that an unresolved edge points at is kept until the stager has resolved it
 -- (dependencies_open_idx): deleted, it would read as a dependency that did not complete, and
 -- its dependent would be discarded. Returns how many jobs.
+--
+-- Each state is read through its own index up to its own cutoff (jobs_completed_idx,
+-- jobs_cancelled_idx, migration 0017), oldest first and at most $3, and the $3 oldest of both
+-- are deleted: a pass reads what it may delete, never a dead letter nor a job within its
+-- retention. (One condition over both states gave no index condition and walked every
+-- finished row.) A branch may lock rows that are then not among the $3: at most $3 of them,
+-- until the statement's transaction ends. The batch is an array, so the delete looks its rows
+-- up by primary key: planned as `id IN (...)`, of $3 rows as far as the planner knew, it could
+-- hash a scan of the whole table.
 WITH gone AS (
     DELETE FROM job.jobs
-    WHERE id IN (
-        SELECT id
-        FROM job.jobs
-        WHERE finalized_at IS NOT NULL
-          AND ((state = 'completed'
-                AND finalized_at < now() - $1::bigint * interval '1 millisecond')
-            OR (state = 'cancelled'
-                AND finalized_at < now() - $2::bigint * interval '1 millisecond'))
-          AND NOT EXISTS (SELECT 1 FROM job.dependencies d
-                          WHERE d.depends_on = job.jobs.id AND NOT d.resolved)
-        ORDER BY finalized_at
+    WHERE id = ANY (ARRAY(
+        SELECT f.id
+        FROM (SELECT c.id, c.finalized_at
+              FROM (SELECT j.id, j.finalized_at
+                    FROM job.jobs j
+                    WHERE j.state = 'completed'
+                      AND j.finalized_at < now() - $1::bigint * interval '1 millisecond'
+                      AND NOT EXISTS (SELECT 1 FROM job.dependencies d
+                                      WHERE d.depends_on = j.id AND NOT d.resolved)
+                    ORDER BY j.finalized_at
+                    LIMIT $3::integer
+                    FOR UPDATE SKIP LOCKED) c
+              UNION ALL
+              SELECT c.id, c.finalized_at
+              FROM (SELECT j.id, j.finalized_at
+                    FROM job.jobs j
+                    WHERE j.state = 'cancelled'
+                      AND j.finalized_at < now() - $2::bigint * interval '1 millisecond'
+                      AND NOT EXISTS (SELECT 1 FROM job.dependencies d
+                                      WHERE d.depends_on = j.id AND NOT d.resolved)
+                    ORDER BY j.finalized_at
+                    LIMIT $3::integer
+                    FOR UPDATE SKIP LOCKED) c) f
+        ORDER BY f.finalized_at
         LIMIT $3::integer
-        FOR UPDATE SKIP LOCKED
-    )
+    ))
     RETURNING id
 ),
 edges AS (

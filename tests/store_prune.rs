@@ -1,0 +1,158 @@
+//! What a prune reads follows what it deletes (PostgreSQL specifics; the pruning contract is in
+//! `job_testkit::conformance::lifecycle`): dead letters, however many, and jobs still within
+//! their retention are never read. Measured on the statement's own plan (`EXPLAIN ANALYZE`,
+//! rows read by every scan of `job.jobs`), not by a clock.
+
+use std::time::Duration;
+
+use job_core::{PruneRequest, Store};
+use job_testkit::TestDb;
+use serde_json::Value;
+
+const PRUNE: &str = include_str!("../job-postgres/src/sql/prune.sql");
+
+/// Inserts `n` jobs in the finished `state`, finished `age` ago (an SQL interval), the oldest
+/// first; returns their ids in that order.
+async fn finished(pool: &sqlx::PgPool, n: i64, state: &str, age: &str) -> Vec<i64> {
+    sqlx::query_scalar(&format!(
+        "INSERT INTO job.jobs (kind, queue, payload, state, attempt, finalized_at)
+         SELECT 'p.kind', 'default', '{{}}', '{state}', 1,
+                now() - interval '{age}' - (($1::bigint - g) * interval '1 millisecond')
+         FROM generate_series(1, $1::bigint) g
+         ORDER BY g
+         RETURNING id"
+    ))
+    .bind(n)
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
+/// Rows every scan of `job.jobs` in `plan` read: those it returned (times its loops) and those
+/// its filter removed.
+fn rows_read(plan: &Value) -> f64 {
+    let mut total = 0.0;
+    let scan = plan["Node Type"]
+        .as_str()
+        .is_some_and(|node| node.contains("Scan"));
+    if scan && plan["Relation Name"] == "jobs" {
+        let loops = plan["Actual Loops"].as_f64().unwrap_or(1.0);
+        total += plan["Actual Rows"].as_f64().unwrap_or(0.0) * loops;
+        total += plan["Rows Removed by Filter"].as_f64().unwrap_or(0.0);
+        total += plan["Rows Removed by Index Recheck"]
+            .as_f64()
+            .unwrap_or(0.0);
+    }
+    if let Some(children) = plan["Plans"].as_array() {
+        total += children.iter().map(rows_read).sum::<f64>();
+    }
+    total
+}
+
+/// The jobs the `Delete on jobs` node of `plan` deleted.
+fn deleted(plan: &Value) -> Option<f64> {
+    if plan["Node Type"] == "ModifyTable" && plan["Relation Name"] == "jobs" {
+        return plan["Actual Rows"].as_f64();
+    }
+    plan["Plans"].as_array()?.iter().find_map(deleted)
+}
+
+/// Runs the prune under `EXPLAIN ANALYZE` in a transaction it rolls back; returns (jobs
+/// deleted, rows of `job.jobs` read).
+async fn explain_prune(pool: &sqlx::PgPool, request: &PruneRequest) -> (f64, f64) {
+    let mut tx = pool.begin().await.unwrap();
+    let (plan,): (Value,) = sqlx::query_as(&format!("EXPLAIN (ANALYZE, FORMAT JSON) {PRUNE}"))
+        .bind(request.completed_retention.as_millis() as i64)
+        .bind(request.cancelled_retention.as_millis() as i64)
+        .bind(request.batch as i32)
+        .fetch_one(&mut *tx)
+        .await
+        .unwrap();
+    tx.rollback().await.unwrap();
+    let root = &plan[0]["Plan"];
+    (deleted(root).unwrap(), rows_read(root))
+}
+
+const HOUR: Duration = Duration::from_secs(3600);
+
+#[tokio::test]
+async fn a_prune_reads_no_dead_letter_and_no_job_within_its_retention() {
+    let db = TestDb::new().await;
+    let store = db.store();
+    let pool = store.pool();
+    // 20,000 dead letters, older than both retentions; 10 completed jobs past their retention
+    // (an hour) and 2,000 within it; 3 cancelled jobs past theirs (a day) and 1,000 within it,
+    // all of these older than the completed retention.
+    let dead = finished(pool, 20_000, "discarded", "30 days").await;
+    let completed = finished(pool, 10, "completed", "2 hours").await;
+    finished(pool, 2_000, "completed", "1 minute").await;
+    let cancelled = finished(pool, 3, "cancelled", "2 days").await;
+    finished(pool, 1_000, "cancelled", "2 hours").await;
+    sqlx::query("ANALYZE job.jobs").execute(pool).await.unwrap();
+    let request = PruneRequest {
+        completed_retention: HOUR,
+        cancelled_retention: 24 * HOUR,
+        batch: 1000,
+    };
+
+    let (gone, read) = explain_prune(pool, &request).await;
+    assert_eq!(
+        gone, 13.0,
+        "the 10 completed and 3 cancelled jobs past retention"
+    );
+    // The 13 it deletes, read by their state's scan and by the delete's primary-key lookup,
+    // and nothing of the 20,000 dead letters or the 3,000 jobs within their retention.
+    assert!(
+        read <= 2.0 * gone,
+        "the prune read {read} rows of job.jobs to delete {gone}"
+    );
+
+    assert_eq!(store.prune(&request).await.unwrap(), 13);
+    let (gone, read) = explain_prune(pool, &request).await;
+    assert_eq!((gone, read), (0.0, 0.0), "a pass with nothing to delete");
+    let left: Vec<i64> = sqlx::query_scalar("SELECT id FROM job.jobs WHERE id = ANY ($1)")
+        .bind([completed, cancelled].concat())
+        .fetch_all(pool)
+        .await
+        .unwrap();
+    assert_eq!(left, Vec::<i64>::new());
+    let (dead_left,): (i64,) =
+        sqlx::query_as("SELECT count(*) FROM job.jobs WHERE state = 'discarded'")
+            .fetch_one(pool)
+            .await
+            .unwrap();
+    assert_eq!(dead_left, dead.len() as i64, "every dead letter kept");
+    db.close().await;
+}
+
+#[tokio::test]
+async fn a_prune_batch_takes_the_oldest_of_both_states_first() {
+    let db = TestDb::new().await;
+    let store = db.store();
+    let pool = store.pool();
+    // Past their retention, oldest first: cancelled 10 days ago, completed 5 days ago, then
+    // these three.
+    finished(pool, 1, "cancelled", "10 days").await;
+    finished(pool, 1, "completed", "5 days").await;
+    let cancelled_4d = finished(pool, 1, "cancelled", "4 days").await[0];
+    let completed_3d = finished(pool, 1, "completed", "3 days").await[0];
+    let completed_2d = finished(pool, 1, "completed", "2 days").await[0];
+    let request = PruneRequest {
+        completed_retention: 24 * HOUR,
+        cancelled_retention: 24 * HOUR,
+        batch: 2,
+    };
+    let left = || async {
+        sqlx::query_scalar::<_, i64>("SELECT id FROM job.jobs ORDER BY id")
+            .fetch_all(pool)
+            .await
+            .unwrap()
+    };
+    assert_eq!(store.prune(&request).await.unwrap(), 2);
+    assert_eq!(left().await, [cancelled_4d, completed_3d, completed_2d]);
+    assert_eq!(store.prune(&request).await.unwrap(), 2);
+    assert_eq!(left().await, [completed_2d]);
+    assert_eq!(store.prune(&request).await.unwrap(), 1);
+    assert_eq!(store.prune(&request).await.unwrap(), 0);
+    db.close().await;
+}
