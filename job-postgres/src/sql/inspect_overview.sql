@@ -3,9 +3,10 @@
 -- the dead letters, and the jobs finished in the last $3 seconds (by state). Each part reads
 -- at most $2 rows (waiting: $2 per queue and kind of state), each through the partial index
 -- that holds only its rows (jobs_claim_idx for available jobs, jobs_due_idx for scheduled and
--- retryable ones, jobs_rescue_idx, jobs_discarded_idx, jobs_finalized_idx), in that
--- index's order so that the plan is a bounded index scan: a part that reaches $2 rows is a
--- lower bound (the caller marks it), and no part reads the table.
+-- retryable ones, jobs_rescue_idx, jobs_discarded_idx; the recently finished jobs through
+-- jobs_completed_idx, jobs_cancelled_idx and jobs_discarded_idx, merged), in that index's order
+-- so that the plan is a bounded index scan: a part that reaches $2 rows is a lower bound (the
+-- caller marks it), and no part reads the table.
 WITH RECURSIVE available_queues AS (
     -- The queues that have available jobs, one index probe each (a loose scan of
     -- jobs_claim_idx).
@@ -70,11 +71,33 @@ WITH RECURSIVE available_queues AS (
     ORDER BY j.finalized_at, j.id
     LIMIT $2::integer
 ), recent AS (
-    SELECT j.queue, j.state::text AS state
-    FROM job.jobs j
-    WHERE j.finalized_at >= now() - make_interval(secs => $3::double precision)
-      AND ($1::text IS NULL OR j.tenant = $1::text)
-    ORDER BY j.finalized_at
+    -- The first $2 finished in the window, whatever their state: each state's first $2 from its
+    -- own index (migration 0017), merged.
+    SELECT r.queue, r.state
+    FROM ((SELECT j.queue, j.state::text AS state, j.finalized_at
+           FROM job.jobs j
+           WHERE j.state = 'completed'
+             AND j.finalized_at >= now() - make_interval(secs => $3::double precision)
+             AND ($1::text IS NULL OR j.tenant = $1::text)
+           ORDER BY j.finalized_at
+           LIMIT $2::integer)
+          UNION ALL
+          (SELECT j.queue, j.state::text, j.finalized_at
+           FROM job.jobs j
+           WHERE j.state = 'cancelled'
+             AND j.finalized_at >= now() - make_interval(secs => $3::double precision)
+             AND ($1::text IS NULL OR j.tenant = $1::text)
+           ORDER BY j.finalized_at
+           LIMIT $2::integer)
+          UNION ALL
+          (SELECT j.queue, j.state::text, j.finalized_at
+           FROM job.jobs j
+           WHERE j.state = 'discarded'
+             AND j.finalized_at >= now() - make_interval(secs => $3::double precision)
+             AND ($1::text IS NULL OR j.tenant = $1::text)
+           ORDER BY j.finalized_at
+           LIMIT $2::integer)) r
+    ORDER BY r.finalized_at
     LIMIT $2::integer
 )
 SELECT 'now' AS section, w.queue, w.state, count(*) AS n,
