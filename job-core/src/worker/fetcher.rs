@@ -21,6 +21,11 @@
 //! other workers, and the claimer then takes no more than the slots that no job holds, waits
 //! for or is being claimed for, until the dispatcher next finds a slot free with nothing
 //! waiting.
+//!
+//! Stopping waits for the store at most [`STOP_TIMEOUT`] in all (claims in flight, then the
+//! give-back), so that a hung database cannot hold up the drain: a claim whose answer has not
+//! come by then is abandoned (whatever it took never starts here, and its lease expires), and
+//! jobs whose give-back did not finish stay listed for the worker's final release.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -40,7 +45,14 @@ use super::config::Prefetch;
 use super::executor;
 use super::gauges::{Slot, SlotGauges};
 use super::inflight::Signals;
+use super::run::RELEASE_TIMEOUT;
 use super::shared::Shared;
+
+/// How long a fetcher that was told to stop waits for the store in all: for its claims in
+/// flight, then for the give-back of the jobs that never started. Half of
+/// [`RELEASE_TIMEOUT`], so that the worker's final release keeps the other half.
+pub(crate) const STOP_TIMEOUT: Duration =
+    Duration::from_millis(RELEASE_TIMEOUT.as_millis() as u64 / 2);
 
 /// A claimed job on its way to an execution slot, with the permit it holds in the claimer.
 struct Claimed {
@@ -171,9 +183,9 @@ pub(crate) async fn run<S: Store>(
     };
     let claimer = claim_loop(&shared, queue, concurrency, held, &lanes, tx, &wake, &stop);
     let dispatcher = dispatch(&shared, &lanes, rx, &stop);
-    let ((), unstarted) = tokio::join!(claimer, dispatcher);
+    let (deadline, unstarted) = tokio::join!(claimer, dispatcher);
     let n = unstarted.len();
-    let released = give_back(&shared, unstarted).await;
+    let released = give_back(&shared, unstarted, deadline).await;
     lanes.gauges.left(n);
     released
 }
@@ -202,7 +214,7 @@ async fn claim_loop<S: Store>(
     tx: mpsc::UnboundedSender<Claimed>,
     wake: &Notify,
     stop: &CancellationToken,
-) {
+) -> Instant {
     let mut kinds = shared.registry.claim_kinds();
     for kind in &mut kinds {
         kind.lease = shared.config.lease_of(kind.lease);
@@ -312,13 +324,29 @@ async fn claim_loop<S: Store>(
         }
     }
     // Stopping: a claim in flight may have taken rows; hand them over so they are released.
-    while let Some(done) = claims.join_next().await {
-        if let Ok(result) = done {
-            if let Ok(got) = accept(shared, &leases, &tx, result) {
-                lanes.gauges.claimed(got);
+    // Its answer may never come (a hung database): wait for it only so long.
+    let deadline = Instant::now() + STOP_TIMEOUT;
+    let answered = tokio::time::timeout_at(deadline, async {
+        while let Some(done) = claims.join_next().await {
+            if let Ok(result) = done {
+                if let Ok(got) = accept(shared, &leases, &tx, result) {
+                    lanes.gauges.claimed(got);
+                }
             }
         }
+    })
+    .await;
+    if answered.is_err() {
+        tracing::warn!(
+            queue = %request.queue,
+            claims = claims.len(),
+            waited = ?STOP_TIMEOUT,
+            "stopping: abandoned claims whose answer did not come in time; any jobs they took \
+             never start here, and their leases expire for the rescuer"
+        );
+        claims.abort_all();
     }
+    deadline
 }
 
 /// When a short claim took jobs of a rate-limited kind, how long until the starts it made
@@ -430,18 +458,14 @@ async fn dispatch<S: Store>(
             biased;
             _ = stop.cancelled() => break,
             _ = sleep_until_or_forever(retry_at), if !unreleased.is_empty() => {
-                let stale = std::mem::take(&mut unreleased);
-                let n = stale.len();
-                match release(shared, stale).await {
-                    Ok(_) => {
-                        lanes.gauges.left(n);
+                match release_unless_stopped(shared, &unreleased, stop).await {
+                    Some(_) => {
+                        lanes.gauges.left(unreleased.len());
+                        unreleased.clear();
                         lanes.progress.notify_one();
                         retry_at = None;
                     }
-                    Err(kept) => {
-                        unreleased = kept;
-                        retry_at = Some(Instant::now() + ttl);
-                    }
+                    None => retry_at = Some(Instant::now() + ttl),
                 }
                 continue;
             }
@@ -467,10 +491,10 @@ async fn dispatch<S: Store>(
                         while let Ok(c) = rx.try_recv() {
                             stale.push(c);
                         }
-                        let n = stale.len();
-                        match release(shared, stale).await {
-                            Ok(released) => {
-                                lanes.gauges.left(n);
+                        match release_unless_stopped(shared, &stale, stop).await {
+                            Some(released) => {
+                                lanes.gauges.left(stale.len());
+                                drop(stale);
                                 lanes.suspended.store(true, Ordering::Release);
                                 // Their permits are free: the claimer looks at its room again.
                                 lanes.progress.notify_one();
@@ -481,10 +505,11 @@ async fn dispatch<S: Store>(
                                     "gave back prefetched jobs that found no free slot"
                                 );
                             }
-                            Err(kept) => {
-                                // `release` logged why; never started, released again after
-                                // `ttl` (see `unreleased`).
-                                unreleased.extend(kept);
+                            None => {
+                                // Failed (logged) or cut short by the stop: never started,
+                                // released again after `ttl` or on the way out (see
+                                // `unreleased`).
+                                unreleased.extend(stale);
                                 retry_at = Some(Instant::now() + ttl);
                             }
                         }
@@ -527,8 +552,9 @@ async fn dispatch<S: Store>(
 }
 
 /// Releases the leases of claimed jobs that never started: back to `available`, the attempt
-/// not counted. Returns how many the store released, or the jobs when it failed.
-async fn release<S: Store>(shared: &Shared<S>, jobs: Vec<Claimed>) -> Result<u64, Vec<Claimed>> {
+/// not counted. Returns how many the store released, or `None` when it failed (logged). The
+/// jobs stay with the caller either way; once released, the worker no longer lists them.
+async fn release<S: Store>(shared: &Shared<S>, jobs: &[Claimed]) -> Option<u64> {
     let leases: Vec<Release> = jobs
         .iter()
         .map(|c| Release::unstarted(c.job.lease))
@@ -539,28 +565,63 @@ async fn release<S: Store>(shared: &Shared<S>, jobs: Vec<Claimed>) -> Result<u64
                 shared.inflight.remove(&r.lease);
             }
             shared.counters.released(n);
-            Ok(n)
+            Some(n)
         }
         Err(e) => {
             tracing::warn!(error = %e, jobs = leases.len(), "release of unstarted jobs failed");
-            Err(jobs)
+            None
+        }
+    }
+}
+
+/// [`release`], given up when `stop` fires first, so that a hung database cannot keep the
+/// dispatcher from stopping: `None` then, as for a failure. The release may have committed
+/// all the same; the jobs never start here, and releasing them again then changes nothing
+/// (a release is guarded by the lease token).
+async fn release_unless_stopped<S: Store>(
+    shared: &Shared<S>,
+    jobs: &[Claimed],
+    stop: &CancellationToken,
+) -> Option<u64> {
+    tokio::select! {
+        biased;
+        released = release(shared, jobs) => released,
+        _ = stop.cancelled() => {
+            tracing::warn!(
+                jobs = jobs.len(),
+                "stopping: gave up waiting for a give-back of prefetched jobs; they are given \
+                 back again on the way out"
+            );
+            None
         }
     }
 }
 
 /// Releases the leases of claimed jobs that never started, so that other workers take them
-/// at once. On failure they stay held, and the worker's final release tries again. Returns
-/// how many were released.
-async fn give_back<S: Store>(shared: &Shared<S>, unstarted: Vec<Claimed>) -> u64 {
+/// at once, waiting for the store until `deadline` at most. On failure or timeout they stay
+/// listed, and the worker's final release tries again. Returns how many were released.
+async fn give_back<S: Store>(
+    shared: &Shared<S>,
+    unstarted: Vec<Claimed>,
+    deadline: Instant,
+) -> u64 {
     if unstarted.is_empty() {
         return 0;
     }
-    match release(shared, unstarted).await {
-        Ok(n) => {
+    match tokio::time::timeout_at(deadline, release(shared, &unstarted)).await {
+        Ok(Some(n)) => {
             tracing::debug!(released = n, "released claimed jobs that never started");
             n
         }
-        Err(_) => 0,
+        Ok(None) => 0,
+        Err(_) => {
+            tracing::warn!(
+                jobs = unstarted.len(),
+                "stopping: the give-back of claimed jobs that never started did not finish in \
+                 time; left for the worker's final release"
+            );
+            0
+        }
     }
 }
 
