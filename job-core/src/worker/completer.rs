@@ -43,6 +43,9 @@ pub(crate) struct Completion {
     pub(crate) ran_for: Option<Duration>,
 }
 
+/// Writes outcomes until `stop`, then what is left. Shutdown waits for that last flush until
+/// the end of the grace at most, then stops this task wherever it is (a database that does not
+/// answer): the outcomes not written are released with the other leases left, or expire.
 pub(crate) async fn run<S: Store>(
     shared: Arc<Shared<S>>,
     mut rx: mpsc::UnboundedReceiver<Completion>,

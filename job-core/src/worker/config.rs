@@ -94,8 +94,10 @@ pub struct WorkerConfig {
     /// the outcomes of those that did to be written. Stopped executions keep their leases
     /// (renewed) until their code ends; those still running after this are abandoned: their
     /// leases are neither released nor renewed and expire in the store. `shutdown()` returns
-    /// within `drain_timeout + shutdown_grace` plus the release of the leases left, itself
-    /// bounded by [`RELEASE_TIMEOUT`](crate::worker::RELEASE_TIMEOUT). Defaults to 10 seconds.
+    /// within `drain_timeout + shutdown_grace +`
+    /// [`RELEASE_TIMEOUT`](crate::worker::RELEASE_TIMEOUT) (the give-back of unstarted jobs and
+    /// the release of the leases left), and 2 seconds more at most to close, even when the
+    /// database hangs. Defaults to 10 seconds.
     pub shutdown_grace: Duration,
     /// How long an execution's code may run past its timeout, or past being told to stop (a
     /// lost lease, a cancel, a shutdown), before it is reported stuck: logged at ERROR,

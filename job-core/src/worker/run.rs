@@ -42,13 +42,22 @@ pub struct DrainReport {
     pub stats: WorkerStats,
 }
 
-/// How long the last release of leases on shutdown may take, over all its tries. The drain
-/// returns within `drain_timeout + shutdown_grace + RELEASE_TIMEOUT` (and a moment to close
-/// the worker's connections).
+/// How long shutdown may wait for the store beyond `drain_timeout + shutdown_grace`, in all:
+/// for the give-back of claimed jobs that never started, before the drain (half of it at
+/// most), and for the last release of leases, over all its tries (the rest). The drain
+/// returns within `drain_timeout + shutdown_grace + RELEASE_TIMEOUT` (and 2 seconds more at
+/// most to stop the worker's tasks and close its connections), even when the database hangs.
+/// What cannot be written in that time is left in the store, where the leases expire and the
+/// rescuer takes the jobs.
 pub const RELEASE_TIMEOUT: Duration = Duration::from_secs(3);
 
-/// How long shutdown waits for the worker's own connections to close.
+/// How long shutdown waits, once the leases are released, for the lease keeper and the
+/// maintenance services to stop and for the worker's own connections to close.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How long the completer may go on writing past the shutdown grace, for the outcomes of
+/// executions that ended at its very end; taken from the time of the last release.
+const LAST_OUTCOMES: Duration = Duration::from_millis(100);
 
 /// A running worker. Dropping it does not stop the worker; call [`shutdown`](Self::shutdown).
 pub struct WorkerHandle {
@@ -95,8 +104,10 @@ impl WorkerHandle {
     /// `drain_timeout` for running jobs, then stops the rest and gives them up to
     /// `shutdown_grace` to end (their leases stay held meanwhile), writes every pending
     /// outcome, and releases the leases of the executions that did not finish. Returns within
-    /// `drain_timeout + shutdown_grace + RELEASE_TIMEOUT`, even when handlers never return or
-    /// the database is unreachable (see [`DrainReport::abandoned`]).
+    /// `drain_timeout + shutdown_grace +`
+    /// [`RELEASE_TIMEOUT`] (and 2 seconds more at most to close), even when handlers never
+    /// return or the database hangs: what could not be written by then is left to lease
+    /// expiry and the rescuer (see [`DrainReport::abandoned`]).
     pub async fn shutdown(self) -> DrainReport {
         self.shutdown.cancel();
         match self.task.await {
@@ -175,7 +186,11 @@ async fn register_kinds<S: Store>(shared: &Shared<S>, shutdown: &CancellationTok
         .collect();
     let must = kinds.iter().any(|(_, c)| c.is_some());
     loop {
-        match shared.store.register_kinds(&kinds).await {
+        let registered = tokio::select! {
+            r = shared.store.register_kinds(&kinds) => r,
+            () = shutdown.cancelled() => return,
+        };
+        match registered {
             Ok(()) => return,
             Err(e) if must => {
                 tracing::error!(error = %e, "could not record the kinds' compensating jobs; \
@@ -246,20 +261,38 @@ async fn supervise<S: Store>(
 
     shutdown.cancelled().await;
     tracing::info!(worker = %shared.config.id, "worker draining");
+    // Every wait below has a deadline, so that a hung database cannot hold shutdown past
+    // `drain_timeout + shutdown_grace + RELEASE_TIMEOUT` (and the close): the fetchers' stop
+    // and the last writes share `RELEASE_TIMEOUT`, the running jobs keep their whole drain
+    // and grace.
+    let began = Instant::now();
+    let writes_end =
+        began + shared.config.drain_timeout + shared.config.shutdown_grace + RELEASE_TIMEOUT;
     stop_fetching.cancel();
-    // Claimed jobs that never started are released by their fetcher as it stops.
+    // Claimed jobs that never started are released by their fetcher as it stops, which waits
+    // for the store `fetcher::STOP_TIMEOUT` at most; the backstop here only guards that.
     let mut released = 0;
-    for f in fetchers {
-        released += f.await.unwrap_or(0);
+    let fetchers_by = began + RELEASE_TIMEOUT;
+    for mut f in fetchers {
+        match tokio::time::timeout_at(fetchers_by, &mut f).await {
+            Ok(n) => released += n.unwrap_or(0),
+            Err(_) => {
+                tracing::warn!(
+                    "a fetcher did not stop in time: its claims in flight are abandoned, and \
+                     the jobs it held are left for the final release"
+                );
+                f.abort();
+            }
+        }
     }
     let _ = wakeups.await;
 
     shared.executors.close();
-    let finished_in_time =
-        tokio::time::timeout(shared.config.drain_timeout, shared.executors.wait())
-            .await
-            .is_ok();
-    let grace_ends = Instant::now() + shared.config.shutdown_grace;
+    let drain_ends = Instant::now() + shared.config.drain_timeout;
+    let grace_ends = drain_ends + shared.config.shutdown_grace;
+    let finished_in_time = tokio::time::timeout_at(drain_ends, shared.executors.wait())
+        .await
+        .is_ok();
     if !finished_in_time {
         let n = shared.inflight.abort_running();
         tracing::warn!(
@@ -277,15 +310,22 @@ async fn supervise<S: Store>(
             );
         }
     }
+    // The outcomes get the rest of the grace, or a whole grace from now when the jobs
+    // finished early; then a moment more for those of executions that ended at its end.
     stop_completer.cancel();
-    if tokio::time::timeout_at(
-        grace_ends.max(Instant::now() + Duration::from_millis(100)),
-        &mut completer,
-    )
-    .await
-    .is_err()
+    let now = Instant::now();
+    let outcomes_by = grace_ends
+        .min(now + shared.config.shutdown_grace)
+        .max(now + LAST_OUTCOMES)
+        .min(writes_end);
+    if tokio::time::timeout_at(outcomes_by, &mut completer)
+        .await
+        .is_err()
     {
-        tracing::error!("pending outcomes could not be written in time: releasing those jobs");
+        tracing::error!(
+            "pending outcomes could not be written in time (the database does not answer): \
+             releasing those jobs instead"
+        );
         completer.abort();
     }
 
@@ -298,13 +338,30 @@ async fn supervise<S: Store>(
             "abandoned on shutdown with its code still running: its lease will expire"
         );
     }
-    released += release(&shared, &leftovers.releases).await;
-    keeper.stop().await;
+    let release_by = writes_end.min(Instant::now() + RELEASE_TIMEOUT);
+    released += release(&shared, &leftovers.releases, release_by).await;
+
+    // Stopping the keeper and the services and closing the connections wait for the store
+    // too (a statement in flight, a connection to end): bounded together.
+    let close_by = Instant::now() + CLOSE_TIMEOUT;
     stop_services.cancel();
-    for service in services {
-        let _ = service.await;
+    let mut services = services;
+    let (keeper_stopped, services_stopped) = tokio::join!(
+        tokio::time::timeout_at(close_by, keeper.stop()),
+        tokio::time::timeout_at(close_by, async {
+            for service in &mut services {
+                let _ = service.await;
+            }
+        }),
+    );
+    if keeper_stopped.is_err() {
+        tracing::warn!("the lease keeper did not stop in time: left to end on its own");
     }
-    if tokio::time::timeout(CLOSE_TIMEOUT, shared.store.close())
+    if services_stopped.is_err() {
+        tracing::warn!("maintenance passes still waiting for the store: stopped");
+        services.iter().for_each(JoinHandle::abort);
+    }
+    if tokio::time::timeout_at(close_by, shared.store.close())
         .await
         .is_err()
     {
@@ -320,9 +377,10 @@ async fn supervise<S: Store>(
     }
 }
 
-/// Gives back the leases left at the end of shutdown, trying for at most
-/// [`RELEASE_TIMEOUT`]. Returns how many the store released.
-async fn release<S: Store>(shared: &Shared<S>, releases: &[Release]) -> u64 {
+/// Gives back the leases left at the end of shutdown, trying until `deadline` at most (and
+/// [`RELEASE_TIMEOUT`] at most). Returns how many the store released; those it could not
+/// release expire in the store.
+async fn release<S: Store>(shared: &Shared<S>, releases: &[Release], deadline: Instant) -> u64 {
     if releases.is_empty() {
         return 0;
     }
@@ -341,12 +399,13 @@ async fn release<S: Store>(shared: &Shared<S>, releases: &[Release]) -> u64 {
         }
         0
     };
-    match tokio::time::timeout(RELEASE_TIMEOUT, tries).await {
+    match tokio::time::timeout_at(deadline, tries).await {
         Ok(n) => n,
         Err(_) => {
             tracing::warn!(
                 leases = releases.len(),
-                "release on shutdown timed out: those leases expire in the store"
+                "release on shutdown timed out: those leases expire in the store, and the \
+                 rescuer takes the jobs"
             );
             0
         }
