@@ -10,4 +10,5 @@ mod many_workers;
 mod outage;
 mod outcomes;
 mod prefetch;
+mod shutdown;
 mod transactions;
