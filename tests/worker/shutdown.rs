@@ -201,7 +201,10 @@ async fn shutdown_returns_in_time_while_the_database_hangs_and_loses_no_job() {
     for id in &prefetched {
         h.reaches(*id, JobState::Running).await;
     }
-    assert_eq!(worker.in_flight(), 4);
+    eventually("the worker to hold four leases", || async {
+        (worker.in_flight() == 4).then_some(())
+    })
+    .await;
     let mut left = Vec::new();
     for n in 3..=4 {
         left.push(enqueue(&h.store, Parked { n }).await);
