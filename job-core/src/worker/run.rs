@@ -185,10 +185,23 @@ async fn register_kinds<S: Store>(shared: &Shared<S>, shutdown: &CancellationTok
         .map(|h| (h.kind().to_owned(), h.options().compensate))
         .collect();
     let must = kinds.iter().any(|(_, c)| c.is_some());
+    // A shutdown requested meanwhile lets the statement in flight finish, within the drain
+    // and grace it does not otherwise use (no job has been claimed yet), and RELEASE_TIMEOUT
+    // at most: a worker started and stopped at once still registers its kinds, and a hung
+    // database cannot hold shutdown past its bound.
+    let patience = RELEASE_TIMEOUT.min(shared.config.drain_timeout + shared.config.shutdown_grace);
     loop {
+        let attempt = shared.store.register_kinds(&kinds);
+        tokio::pin!(attempt);
         let registered = tokio::select! {
-            r = shared.store.register_kinds(&kinds) => r,
-            () = shutdown.cancelled() => return,
+            r = &mut attempt => r,
+            () = shutdown.cancelled() => match tokio::time::timeout(patience, attempt).await {
+                Ok(r) => r,
+                Err(_) => {
+                    tracing::warn!("shutdown while the kinds were being recorded: not recorded");
+                    return;
+                }
+            },
         };
         match registered {
             Ok(()) => return,
