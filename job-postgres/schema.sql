@@ -2143,3 +2143,30 @@ $job_migration_0017$;
 END
 $apply$;
 COMMIT;
+
+-- 0018 step_output_bound
+BEGIN;
+DO $lock$ BEGIN PERFORM pg_advisory_xact_lock(hashtextextended('job.schema_migrations', 0)); END $lock$;
+DO $apply$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = 18) THEN
+EXECUTE $job_migration_0018$
+-- 0018 a step's output is bounded in the table, as a result and a progress report are.
+-- Append-only: change the schema in a new numbered file.
+--
+-- The worker refuses a step output over 1 MiB, measured as jsonb stores it (MAX_STEP_OUTPUT
+-- and json_size::stored_len in job-core), before the database sees it; until now nothing but
+-- that check bounded job.steps.output, so any other writer could store any size. The CHECK
+-- bounds what every writer stores, at twice the worker's limit as jobs_result_check does
+-- (jsonb's text form spaces its separators). It is on the inserted value only: added NOT
+-- VALID, so the table is not scanned under its lock (rows already there were written through
+-- the worker's limit).
+
+ALTER TABLE job.steps ADD CONSTRAINT steps_output_check
+    CHECK (octet_length(output::text) <= 2097152) NOT VALID;
+$job_migration_0018$;
+        INSERT INTO job.schema_migrations (version, name) VALUES (18, 'step_output_bound');
+    END IF;
+END
+$apply$;
+COMMIT;

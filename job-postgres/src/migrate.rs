@@ -107,6 +107,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "finished_indexes",
         sql: include_str!("../migrations/0017_finished_indexes.sql"),
     },
+    Migration {
+        version: 18,
+        name: "step_output_bound",
+        sql: include_str!("../migrations/0018_step_output_bound.sql"),
+    },
 ];
 
 /// The whole schema as one plain SQL script, for a DBA or a team without Rust:

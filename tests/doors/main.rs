@@ -14,4 +14,5 @@ mod roles;
 mod rules;
 mod schema;
 mod secrets;
+mod stored;
 mod tenants;
