@@ -388,3 +388,74 @@ async fn after_a_give_back_a_worker_claims_only_for_the_slots_nothing_holds() {
          each after that: {stats:?}"
     );
 }
+
+/// The first release it sees fails before it runs (nothing committed), as a connection error
+/// would; it says when it has.
+#[derive(Clone, Default)]
+struct FirstReleaseFails(Arc<AtomicBool>);
+
+impl StoreLayer for FirstReleaseFails {
+    fn call<'a, T: Returned + Send + 'a>(
+        &'a self,
+        call: Call,
+        run: BoxFuture<'a, Result<T, StoreError>>,
+    ) -> BoxFuture<'a, Result<T, StoreError>> {
+        let fail = call.name == "release" && !self.0.swap(true, Ordering::SeqCst);
+        Box::pin(async move {
+            if fail {
+                drop(run);
+                return Err(StoreError::new("injected: the release failed before it ran"));
+            }
+            run.await
+        })
+    }
+}
+
+#[tokio::test]
+async fn a_failed_give_back_is_retried_while_later_ones_succeed() {
+    // Two prefetched jobs wait out their ttl and their give-back fails; two more are claimed,
+    // wait out theirs and go back. The first two must still go back on the next retry: kept
+    // (their leases renewed), they would never run anywhere, and their permits would keep the
+    // one slot's queue from claiming anything once it frees.
+    let h = Harness::new().await;
+    let mut first = Vec::new();
+    for n in 0..3 {
+        first.push(enqueue(&h.store, Parked { n }).await);
+    }
+    let layer = FirstReleaseFails::default();
+    let mut config = job::WorkerConfig::default();
+    config.prefetch = Prefetch::Fixed(4);
+    config.prefetch_ttl = Duration::from_millis(300);
+    config.poll_interval = Duration::from_millis(20);
+    let gate = Gate::default();
+    let worker = job::Worker::builder(Layered::new(h.store.clone(), layer.clone()))
+        .register::<Parked>()
+        .queue("default", 1)
+        .config(config)
+        .state(h.ledger.clone())
+        .state(gate.clone())
+        .build()
+        .unwrap()
+        .start();
+    let running = the_started_one(&h, &first).await;
+    let failed: Vec<JobId> = first.iter().copied().filter(|id| *id != running).collect();
+    eventually("the first give-back to fail", || async {
+        layer.0.load(Ordering::SeqCst).then_some(())
+    })
+    .await;
+    let later = [
+        enqueue(&h.store, Parked { n: 10 }).await,
+        enqueue(&h.store, Parked { n: 11 }).await,
+    ];
+    for id in later.iter().chain(&failed) {
+        let row = h.reaches(*id, JobState::Available).await;
+        assert_eq!(row.attempt, 0, "job {id} was given back, never started");
+    }
+    gate.open();
+    let fresh = enqueue(&h.store, Parked { n: 20 }).await;
+    for id in first.iter().chain(&later).chain([&fresh]) {
+        h.reaches(*id, JobState::Completed).await;
+        assert_eq!(h.ledger.runs(*id), 1);
+    }
+    worker.shutdown().await;
+}

@@ -449,7 +449,7 @@ async fn dispatch<S: Store>(
     let mut unreleased: Vec<Claimed> = Vec::new();
     let mut retry_at: Option<Instant> = None;
     let mut unstarted = Vec::new();
-    loop {
+    'dispatch: loop {
         if rx.is_empty() && lanes.slots.available_permits() > 0 {
             // A slot is free and nothing waits for it: prefetch again.
             lanes.suspended.store(false, Ordering::Release);
@@ -458,15 +458,7 @@ async fn dispatch<S: Store>(
             biased;
             _ = stop.cancelled() => break,
             _ = sleep_until_or_forever(retry_at), if !unreleased.is_empty() => {
-                match release_unless_stopped(shared, &unreleased, stop).await {
-                    Some(_) => {
-                        lanes.gauges.left(unreleased.len());
-                        unreleased.clear();
-                        lanes.progress.notify_one();
-                        retry_at = None;
-                    }
-                    None => retry_at = Some(Instant::now() + ttl),
-                }
+                retry_unreleased(shared, lanes, &mut unreleased, &mut retry_at, stop).await;
                 continue;
             }
             next = rx.recv() => next,
@@ -477,43 +469,51 @@ async fn dispatch<S: Store>(
             Err(_) => {
                 super::stats::bump(&shared.counters.waited, 1);
                 let expires = next.claimed_at + ttl;
-                tokio::select! {
-                    biased;
-                    _ = stop.cancelled() => {
-                        unstarted.push(next);
-                        break;
-                    }
-                    slot = lanes.slots.clone().acquire_owned() => {
-                        slot.expect("semaphore is never closed")
-                    }
-                    _ = tokio::time::sleep_until(expires), if prefetching => {
-                        let mut stale = vec![next];
-                        while let Ok(c) = rx.try_recv() {
-                            stale.push(c);
+                // Waiting for a slot, the release of jobs given back without success is
+                // still retried on time.
+                loop {
+                    tokio::select! {
+                        biased;
+                        _ = stop.cancelled() => {
+                            unstarted.push(next);
+                            break 'dispatch;
                         }
-                        match release_unless_stopped(shared, &stale, stop).await {
-                            Some(released) => {
-                                lanes.gauges.left(stale.len());
-                                drop(stale);
-                                lanes.suspended.store(true, Ordering::Release);
-                                // Their permits are free: the claimer looks at its room again.
-                                lanes.progress.notify_one();
-                                retry_at = None;
-                                tracing::info!(
-                                    released,
-                                    waited = ?ttl,
-                                    "gave back prefetched jobs that found no free slot"
-                                );
-                            }
-                            None => {
-                                // Failed (logged) or cut short by the stop: never started,
-                                // released again after `ttl` or on the way out (see
-                                // `unreleased`).
-                                unreleased.extend(stale);
-                                retry_at = Some(Instant::now() + ttl);
-                            }
+                        slot = lanes.slots.clone().acquire_owned() => {
+                            break slot.expect("semaphore is never closed");
                         }
-                        continue;
+                        _ = sleep_until_or_forever(retry_at), if !unreleased.is_empty() => {
+                            retry_unreleased(shared, lanes, &mut unreleased, &mut retry_at, stop)
+                                .await;
+                        }
+                        _ = tokio::time::sleep_until(expires), if prefetching => {
+                            let mut stale = vec![next];
+                            while let Ok(c) = rx.try_recv() {
+                                stale.push(c);
+                            }
+                            match release_unless_stopped(shared, &stale, stop).await {
+                                Some(released) => {
+                                    lanes.gauges.left(stale.len());
+                                    drop(stale);
+                                    lanes.suspended.store(true, Ordering::Release);
+                                    // Their permits are free: the claimer looks at its room again.
+                                    lanes.progress.notify_one();
+                                    tracing::info!(
+                                        released,
+                                        waited = ?ttl,
+                                        "gave back prefetched jobs that found no free slot"
+                                    );
+                                }
+                                None => {
+                                    // Failed (logged) or cut short by the stop: never started,
+                                    // released again after `ttl` or on the way out (see
+                                    // `unreleased`).
+                                    unreleased.extend(stale);
+                                    let at = Instant::now() + ttl;
+                                    retry_at = Some(retry_at.map_or(at, |r| r.min(at)));
+                                }
+                            }
+                            continue 'dispatch;
+                        }
                     }
                 }
             }
@@ -549,6 +549,27 @@ async fn dispatch<S: Store>(
         unstarted.push(next);
     }
     unstarted
+}
+
+/// Tries again to release the jobs whose give-back failed; on failure, once more after
+/// `prefetch_ttl`.
+async fn retry_unreleased<S: Store>(
+    shared: &Arc<Shared<S>>,
+    lanes: &Lanes,
+    unreleased: &mut Vec<Claimed>,
+    retry_at: &mut Option<Instant>,
+    stop: &CancellationToken,
+) {
+    match release_unless_stopped(shared, unreleased, stop).await {
+        Some(_) => {
+            lanes.gauges.left(unreleased.len());
+            unreleased.clear();
+            // Their permits are free.
+            lanes.progress.notify_one();
+            *retry_at = None;
+        }
+        None => *retry_at = Some(Instant::now() + shared.config.prefetch_ttl),
+    }
 }
 
 /// Releases the leases of claimed jobs that never started: back to `available`, the attempt
