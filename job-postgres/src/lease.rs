@@ -180,14 +180,81 @@ pub(crate) async fn save_progress<'e, E: PgExecutor<'e>>(
     Ok(saved.unsigned_abs())
 }
 
-/// Renews leases in one statement, guarded by (id, lock_token) and running.
-pub(crate) async fn heartbeat<'e, E: PgExecutor<'e>>(
-    executor: E,
+/// How long one heartbeat waits, in all, for the rows its first statement found held by
+/// another transaction. Enough for a lock held a moment (recording a step holds its job's row
+/// `FOR SHARE` until its commit; a finalize of the same job), and small beside any heartbeat
+/// period, so that a row held open (a handler's `complete_in` transaction before its commit)
+/// costs the heartbeat this much at most and is reported busy.
+const BUSY_WAIT: Duration = Duration::from_millis(50);
+
+/// Renews leases in one statement, guarded by (id, lock_token) and running, without waiting
+/// for a row another transaction holds; then renews those rows one at a time, each waiting for
+/// its lock at most what is left of [`BUSY_WAIT`]. A row still held then is reported busy.
+pub(crate) async fn heartbeat(
+    pool: &PgPool,
     renewals: &[Renewal],
 ) -> Result<HeartbeatReport, Error> {
     if renewals.is_empty() {
         return Ok(HeartbeatReport::default());
     }
+    let held = renew(pool, sql::HEARTBEAT, renewals).await?;
+    let still: HashSet<JobId> = held.iter().map(|(id, _, _)| *id).collect();
+    let mut report = HeartbeatReport {
+        lost: renewals
+            .iter()
+            .map(|r| r.lease.id)
+            .filter(|id| !still.contains(id))
+            .collect(),
+        busy: Vec::new(),
+        cancel_requested: Vec::new(),
+    };
+    let mut busy = Vec::new();
+    for (id, cancel, renewed) in held {
+        match (renewed, cancel) {
+            (true, true) => report.cancel_requested.push(id),
+            (true, false) => {}
+            (false, _) => busy.push(id),
+        }
+    }
+    let deadline = tokio::time::Instant::now() + BUSY_WAIT;
+    for id in busy {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let renewal = renewals.iter().find(|r| r.lease.id == id);
+        let (Some(renewal), false) = (renewal, left.is_zero()) else {
+            report.busy.push(id);
+            continue;
+        };
+        match renew_waiting(pool, renewal, left).await {
+            Ok(Some((_, cancel, true))) => {
+                if cancel {
+                    report.cancel_requested.push(id);
+                }
+            }
+            // Changed hands while this waited (the statement's snapshot still showed it
+            // held): the next heartbeat finds it lost.
+            Ok(Some((_, _, false))) => report.busy.push(id),
+            Ok(None) => report.lost.push(id),
+            // The lock was not free in time, or the statement failed: not renewed this time.
+            Err(e) => {
+                if !is_lock_timeout(&e) {
+                    tracing::debug!(id, error = %e, "renewing a busy lease failed");
+                }
+                report.busy.push(id);
+            }
+        }
+    }
+    report.cancel_requested.sort_unstable();
+    report.cancel_requested.dedup();
+    Ok(report)
+}
+
+/// Runs a heartbeat statement (`sql/heartbeat.sql` or its waiting form) for `renewals`:
+/// (id, cancel_requested, renewed) of each lease still held.
+async fn renew<'e, E: PgExecutor<'e>>(
+    executor: E,
+    statement: &str,
+    renewals: &[Renewal],
+) -> Result<Vec<(JobId, bool, bool)>, Error> {
     let ids: Vec<JobId> = renewals.iter().map(|r| r.lease.id).collect();
     let tokens: Vec<Uuid> = renewals.iter().map(|r| r.lease.token).collect();
     let leases: Vec<i64> = renewals
@@ -195,29 +262,44 @@ pub(crate) async fn heartbeat<'e, E: PgExecutor<'e>>(
         .map(|r| duration_millis(r.extend_by))
         .collect();
     let stuck: Vec<bool> = renewals.iter().map(|r| r.stuck).collect();
-    let held: Vec<(JobId, bool, bool)> = sqlx::query_as(sql::HEARTBEAT)
+    sqlx::query_as(statement)
         .bind(&ids)
         .bind(tokens)
         .bind(leases)
         .bind(stuck)
         .fetch_all(executor)
         .await
-        .map_err(Error::query("heartbeat"))?;
-    let still: HashSet<JobId> = held.iter().map(|(id, _, _)| *id).collect();
-    let mut report = HeartbeatReport {
-        lost: ids.into_iter().filter(|id| !still.contains(id)).collect(),
-        busy: held
-            .iter()
-            .filter_map(|&(id, _, renewed)| (!renewed).then_some(id))
-            .collect(),
-        cancel_requested: held
-            .into_iter()
-            .filter_map(|(id, cancel, renewed)| (renewed && cancel).then_some(id))
-            .collect(),
-    };
-    report.cancel_requested.sort_unstable();
-    report.cancel_requested.dedup();
-    Ok(report)
+        .map_err(Error::query("heartbeat"))
+}
+
+/// Renews one lease, waiting at most `wait` for its row's lock (`lock_timeout`, local to a
+/// transaction of its own). `None`: the lease is lost.
+async fn renew_waiting(
+    pool: &PgPool,
+    renewal: &Renewal,
+    wait: Duration,
+) -> Result<Option<(JobId, bool, bool)>, Error> {
+    let mut tx = pool.begin().await.map_err(Error::query("begin"))?;
+    sqlx::query("SELECT set_config('lock_timeout', $1, true)")
+        .bind(format!("{}ms", wait.as_millis().max(1)))
+        .execute(&mut *tx)
+        .await
+        .map_err(Error::query("lock_timeout"))?;
+    let row = renew(
+        &mut *tx,
+        &sql::HEARTBEAT_WAITING,
+        std::slice::from_ref(renewal),
+    )
+    .await?
+    .pop();
+    tx.commit().await.map_err(Error::query("commit"))?;
+    Ok(row)
+}
+
+/// Whether `error` is PostgreSQL's `lock_not_available` (a `lock_timeout` ran out).
+fn is_lock_timeout(error: &Error) -> bool {
+    matches!(error, Error::Query { source, .. }
+        if source.as_database_error().and_then(|d| d.code()).as_deref() == Some("55P03"))
 }
 
 /// The longest delay written: far beyond any backoff, and far inside what a timestamp holds

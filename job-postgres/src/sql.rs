@@ -27,6 +27,16 @@ pub(crate) const DEPENDENCIES_ADD: &str = include_str!("sql/dependencies_add.sql
 pub(crate) const DEPENDENCIES_OF: &str = include_str!("sql/dependencies_of.sql");
 pub(crate) const CLAIM: &str = include_str!("sql/claim.sql");
 pub(crate) const HEARTBEAT: &str = include_str!("sql/heartbeat.sql");
+/// `heartbeat.sql` waiting for the rows other transactions hold instead of skipping them
+/// (under a `lock_timeout` set by its caller).
+pub(crate) static HEARTBEAT_WAITING: LazyLock<String> = LazyLock::new(|| {
+    let waiting = HEARTBEAT.replace(
+        "FOR NO KEY UPDATE OF j SKIP LOCKED",
+        "FOR NO KEY UPDATE OF j",
+    );
+    assert_ne!(waiting, HEARTBEAT, "heartbeat.sql skips locked rows");
+    waiting
+});
 pub(crate) const FINALIZE: &str = include_str!("sql/finalize.sql");
 pub(crate) const RESCUE_EXPIRED: &str = include_str!("sql/rescue_expired.sql");
 pub(crate) const STAGE: &str = include_str!("sql/stage.sql");

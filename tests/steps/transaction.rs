@@ -270,3 +270,104 @@ async fn a_handler_holding_its_completing_transaction_open_does_not_hold_up_othe
         assert_eq!(effects.executions(alongside), 1, "held first: {held_first}");
     }
 }
+
+/// Records durable steps back to back for `secs` seconds, then completes.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct StepLoop {
+    pub secs: u64,
+}
+
+impl Job for StepLoop {
+    const KIND: &'static str = "steps.step_loop";
+    const OPTIONS: JobOptions = JobOptions {
+        lease: Duration::from_secs(1),
+        ..JobOptions::DEFAULT
+    };
+
+    async fn perform(self, ctx: JobContext) -> Result<(), JobError> {
+        let effects = ctx.state::<Effects>()?;
+        effects.executed(ctx.id());
+        let end = tokio::time::Instant::now() + Duration::from_secs(self.secs);
+        let mut i = 0u64;
+        while tokio::time::Instant::now() < end {
+            ctx.step(&format!("s{i}"), || async { Ok(i) }).await?;
+            i += 1;
+        }
+        Ok(())
+    }
+}
+
+/// Recording a step holds the job's row locked for a moment (`FOR SHARE` until its commit,
+/// and the foreign key's `FOR KEY SHARE`); a handler that records steps back to back holds it
+/// most of the time. The heartbeat waits for such a lock a moment instead of giving up on the
+/// row, so the lease is renewed and the execution is never fenced.
+#[tokio::test]
+async fn a_handler_recording_steps_back_to_back_keeps_its_lease() {
+    let (h, effects) = setup().await;
+    let id = enqueue(&h.store, StepLoop { secs: 4 }).await;
+    let worker = steps_worker(&h.store, &effects)
+        .register::<StepLoop>()
+        .build()
+        .unwrap()
+        .start();
+    let row = h.reaches(id, JobState::Completed).await;
+    let stats = worker.shutdown().await.stats;
+    assert_eq!((stats.fenced, stats.lease_lost), (0, 0), "{stats:?}");
+    assert_eq!((row.attempt, effects.executions(id)), (1, 1));
+}
+
+/// Reports progress, then holds its own row `FOR SHARE` for 300 ms (past a few heartbeats of
+/// 100 ms, within its lease), then waits until the report is stored.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct ReportWhileHeld {}
+
+impl Job for ReportWhileHeld {
+    const KIND: &'static str = "steps.report_while_held";
+    const OPTIONS: JobOptions = JobOptions {
+        lease: Duration::from_secs(3),
+        ..JobOptions::DEFAULT
+    };
+
+    async fn perform(self, ctx: JobContext) -> Result<(), JobError> {
+        let pool = ctx.state::<PgPool>()?;
+        ctx.progress_value(&serde_json::json!({"done": 7}));
+        let mut tx = pool.begin().await?;
+        sqlx::query("SELECT 1 FROM job.jobs WHERE id = $1 FOR SHARE")
+            .bind(ctx.id())
+            .execute(&mut *tx)
+            .await?;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        tx.commit().await?;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        while tokio::time::Instant::now() < deadline {
+            let stored: Option<serde_json::Value> =
+                sqlx::query_scalar("SELECT progress FROM job.jobs WHERE id = $1")
+                    .bind(ctx.id())
+                    .fetch_one(pool)
+                    .await?;
+            if stored.is_some() {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Err(JobError::terminal("the progress report was never stored"))
+    }
+}
+
+/// A progress report whose row another transaction held when the lease keeper wrote it is
+/// written with a later heartbeat, not dropped.
+#[tokio::test]
+async fn a_progress_report_not_written_because_its_row_was_held_is_written_later() {
+    let (h, effects) = setup().await;
+    let id = enqueue(&h.store, ReportWhileHeld {}).await;
+    let worker = steps_worker(&h.store, &effects)
+        .configure(|c| c.heartbeat_interval = Some(Duration::from_millis(100)))
+        .register::<ReportWhileHeld>()
+        .build()
+        .unwrap()
+        .start();
+    let row = h.reaches(id, JobState::Completed).await;
+    worker.shutdown().await;
+    assert!(row.errors.is_empty(), "{:?}", row.errors);
+    assert_eq!(row.attempt, 1);
+}

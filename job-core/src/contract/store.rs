@@ -154,9 +154,10 @@ pub struct HeartbeatReport {
     /// Leases that could not be renewed: the job was rescued, released or finalized elsewhere.
     pub lost: Vec<JobId>,
     /// Leases neither renewed nor found lost, because another transaction held the job's row
-    /// at that moment: typically the handler's own `job_postgres::complete_in`
-    /// transaction, or the completer finalizing the job. A heartbeat does not wait for such a
-    /// row, so one open transaction cannot hold up the other leases of the worker; the next
+    /// longer than the heartbeat waits for it (PostgreSQL: 50 ms in all per heartbeat, enough
+    /// for a step being recorded or a finalize): typically the handler's own
+    /// `job_postgres::complete_in` transaction before its commit. A heartbeat does not wait
+    /// longer, so one open transaction cannot hold up the other leases of the worker; the next
     /// heartbeat asks again, and self-fencing stops the execution if its lease cannot be
     /// renewed in time. Stores that cannot tell (SQLite, whose writers queue on one lock)
     /// leave it empty.

@@ -334,6 +334,21 @@ impl InFlight {
         out
     }
 
+    /// Marks again as to write the reports of `taken` that were not written (a row another
+    /// transaction held, a failed statement), unless a newer report replaced them meanwhile.
+    pub(crate) fn untake_progress(&self, taken: &[(Lease, String)]) {
+        let mut map = self.lock();
+        for (lease, progress) in taken {
+            if let Some(e) = map.get_mut(lease).filter(|e| e.held) {
+                if let Some((current, pending @ false)) = &mut e.progress {
+                    if current == progress {
+                        *pending = true;
+                    }
+                }
+            }
+        }
+    }
+
     /// Every held lease, to renew.
     pub(crate) fn renewals(&self) -> Vec<Renewal> {
         self.lock()

@@ -163,16 +163,28 @@ async fn beat<S: Store>(shared: &Shared<S>, store: &S, every: Duration) {
 
 /// Writes the progress handlers reported since the last heartbeat, all in one statement: a
 /// handler may report as often as it likes, the database sees one write per heartbeat period.
-/// A report that could not be written is dropped; the next one replaces it anyway.
+/// When some reports were not written (the statement skips a row another transaction holds,
+/// or it failed), they are written with the next heartbeat, unless a newer one replaces them.
 async fn save_progress<S: Store>(shared: &Shared<S>, store: &S, every: Duration) {
     let progress = shared.inflight.take_progress();
     if progress.is_empty() {
         return;
     }
-    match tokio::time::timeout(every, store.save_progress(&progress)).await {
-        Ok(Ok(_)) => {}
-        Ok(Err(e)) => tracing::warn!(error = %e, "progress not recorded"),
-        Err(_) => tracing::warn!(timeout = ?every, "recording progress timed out"),
+    let written = match tokio::time::timeout(every, store.save_progress(&progress)).await {
+        Ok(Ok(n)) => n,
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "progress not recorded");
+            0
+        }
+        Err(_) => {
+            tracing::warn!(timeout = ?every, "recording progress timed out");
+            0
+        }
+    };
+    if written < progress.len() as u64 {
+        // Which ones is not said: all are written again (the same values), the lost leases'
+        // reports excepted, since their executions are no longer held.
+        shared.inflight.untake_progress(&progress);
     }
 }
 

@@ -7,7 +7,11 @@
 -- renewed nor found lost. The heartbeat never waits for it: one handler's open transaction
 -- must not hold up the leases of every other job of the worker. A requested id that does not
 -- come back has lost its lease.
--- Rows are locked in id order, as finalize.sql and release.sql do, and never waited for.
+-- Rows are locked in id order, as finalize.sql and release.sql do, and never waited for; the
+-- store then renews the busy ones one at a time with this statement waiting for their locks
+-- (sql.rs, HEARTBEAT_WAITING) under a short lock_timeout. FOR NO KEY UPDATE, the lock the
+-- UPDATE takes anyway: it does not conflict with the FOR KEY SHARE lock that inserting a step
+-- (its foreign key) takes on the job's row.
 WITH u AS (
     SELECT * FROM unnest($1::bigint[], $2::uuid[], $3::bigint[], $4::boolean[])
                       AS u(id, token, lease_ms, stuck)
@@ -19,7 +23,7 @@ locked AS MATERIALIZED (
     FROM job.jobs j
     JOIN u ON j.id = u.id AND j.lock_token = u.token
     ORDER BY j.id
-    FOR UPDATE OF j SKIP LOCKED
+    FOR NO KEY UPDATE OF j SKIP LOCKED
 ),
 renewed AS (
     UPDATE job.jobs j
