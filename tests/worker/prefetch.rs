@@ -404,7 +404,9 @@ impl StoreLayer for FirstReleaseFails {
         Box::pin(async move {
             if fail {
                 drop(run);
-                return Err(StoreError::new("injected: the release failed before it ran"));
+                return Err(StoreError::new(
+                    "injected: the release failed before it ran",
+                ));
             }
             run.await
         })
