@@ -51,7 +51,7 @@ pub use contract::report::{DeadLetterCount, QueueCount, Report, ReportRequest};
 pub use contract::store::{
     duration_millis, AttemptError, BreakerCount, ClaimKind, ClaimRequest, ClaimedJob, Expired,
     Finalize, Finalized, HeartbeatReport, JobRow, Lease, PruneRequest, Release, Renewal, Rescued,
-    Store, Tripped, Wakeups,
+    Store, Tripped, Wakeups, HEARTBEAT_BUSY_WAIT,
 };
 
 #[doc(hidden)]

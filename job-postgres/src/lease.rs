@@ -182,10 +182,10 @@ pub(crate) async fn save_progress<'e, E: PgExecutor<'e>>(
 
 /// How long one heartbeat waits, in all, for the rows its first statement found held by
 /// another transaction. Enough for a lock held a moment (recording a step holds its job's row
-/// `FOR SHARE` until its commit; a finalize of the same job), and small beside any heartbeat
-/// period, so that a row held open (a handler's `complete_in` transaction before its commit)
-/// costs the heartbeat this much at most and is reported busy.
-const BUSY_WAIT: Duration = Duration::from_millis(50);
+/// `FOR SHARE` until its commit; a finalize of the same job), and small, so that a row held
+/// open (a handler's `complete_in` transaction before its commit) costs the heartbeat this
+/// much at most and is reported busy. The lease keeper allows for it in its timeout.
+const BUSY_WAIT: Duration = job_core::HEARTBEAT_BUSY_WAIT;
 
 /// Renews leases in one statement, guarded by (id, lock_token) and running, without waiting
 /// for a row another transaction holds; then renews those rows one at a time, each waiting for

@@ -163,15 +163,16 @@ async fn a_stale_lease_commits_nothing_of_the_handlers_transaction() {
 }
 
 /// Completes itself in its transaction, then holds the transaction open until the lease of
-/// the running [`RunAlongside`] job has been renewed (seen at four values), or 20 s have
-/// passed, then commits.
+/// the running [`RunAlongside`] job has been renewed (seen at twelve values) and 1.5 s have
+/// passed (longer than that job's lease), or 20 s have passed, then commits.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct HoldOpen {}
 
 impl Job for HoldOpen {
     const KIND: &'static str = "steps.hold_open";
     const OPTIONS: JobOptions = JobOptions {
-        lease: Duration::from_secs(1),
+        // Its own row is held, so its lease is not renewed while it holds it: long enough.
+        lease: Duration::from_secs(10),
         ..JobOptions::DEFAULT
     };
 
@@ -182,7 +183,11 @@ impl Job for HoldOpen {
         job_postgres::complete_in(&mut tx, &ctx).await?;
         let mut leases = Vec::new();
         let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-        while leases.len() < 4 && tokio::time::Instant::now() < deadline {
+        // Longer than the other job's lease of 1 s, whatever the heartbeat period.
+        let held_for = tokio::time::Instant::now() + Duration::from_millis(1500);
+        while (leases.len() < 12 || tokio::time::Instant::now() < held_for)
+            && tokio::time::Instant::now() < deadline
+        {
             let until: Option<chrono::DateTime<chrono::Utc>> = sqlx::query_scalar(
                 "SELECT locked_until FROM job.jobs \
                  WHERE kind = 'steps.run_alongside' AND state = 'running'",
@@ -195,7 +200,15 @@ impl Job for HoldOpen {
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        effects.saw(ctx.id(), format!("{} leases seen", leases.len()));
+        let seen = leases.len();
+        effects.saw(
+            ctx.id(),
+            if seen >= 12 {
+                "renewed throughout".to_owned()
+            } else {
+                format!("{seen} leases seen")
+            },
+        );
         tx.commit().await?;
         Ok(())
     }
@@ -238,8 +251,10 @@ impl Job for RunAlongside {
 async fn a_handler_holding_its_completing_transaction_open_does_not_hold_up_other_leases() {
     let (h, effects) = setup().await;
     // The held row first (a heartbeat waiting for it renews nothing), then last (a heartbeat
-    // waiting for it holds the other row locked as well).
-    for held_first in [true, false] {
+    // waiting for it holds the other row locked as well); heartbeats every 100 ms, then every
+    // 30 ms, shorter than the wait for a held row (job::HEARTBEAT_BUSY_WAIT), which must not
+    // cost the renewals the heartbeat made.
+    for (held_first, every) in [(true, 100), (false, 100), (true, 30)] {
         let (hold, alongside) = if held_first {
             let hold = enqueue(&h.store, HoldOpen {}).await;
             (hold, enqueue(&h.store, RunAlongside {}).await)
@@ -248,7 +263,7 @@ async fn a_handler_holding_its_completing_transaction_open_does_not_hold_up_othe
             (enqueue(&h.store, HoldOpen {}).await, alongside)
         };
         let worker = steps_worker(&h.store, &effects)
-            .configure(|c| c.heartbeat_interval = Some(Duration::from_millis(100)))
+            .configure(|c| c.heartbeat_interval = Some(Duration::from_millis(every)))
             .register::<HoldOpen>()
             .register::<RunAlongside>()
             .build()
@@ -259,15 +274,19 @@ async fn a_handler_holding_its_completing_transaction_open_does_not_hold_up_othe
         let stats = worker.shutdown().await.stats;
         assert_eq!(
             effects.seen(hold),
-            ["4 leases seen"],
-            "held first: {held_first}: the other job's lease was renewed meanwhile"
+            ["renewed throughout"],
+            "held first: {held_first}, every {every} ms: the other job's lease was renewed"
         );
         assert_eq!(
             (stats.fenced, stats.lease_lost),
             (0, 0),
-            "held first: {held_first}"
+            "held first: {held_first}, every {every} ms"
         );
-        assert_eq!(effects.executions(alongside), 1, "held first: {held_first}");
+        assert_eq!(
+            effects.executions(alongside),
+            1,
+            "held first: {held_first}, every {every} ms"
+        );
     }
 }
 

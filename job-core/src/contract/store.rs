@@ -148,14 +148,20 @@ impl Release {
     }
 }
 
+/// How long a [`Store::heartbeat`] may wait, in all, for rows another transaction holds a
+/// moment (recording a step, a finalize) before it reports them [`busy`](HeartbeatReport::busy).
+/// The lease keeper gives each heartbeat its period plus this, so that such a wait never
+/// costs the leases the heartbeat did renew, however short the period.
+pub const HEARTBEAT_BUSY_WAIT: Duration = Duration::from_millis(50);
+
 /// What a heartbeat found.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct HeartbeatReport {
     /// Leases that could not be renewed: the job was rescued, released or finalized elsewhere.
     pub lost: Vec<JobId>,
     /// Leases neither renewed nor found lost, because another transaction held the job's row
-    /// longer than the heartbeat waits for it (PostgreSQL: 50 ms in all per heartbeat, enough
-    /// for a step being recorded or a finalize): typically the handler's own
+    /// longer than the heartbeat waits for it ([`HEARTBEAT_BUSY_WAIT`] in all, enough for a
+    /// step being recorded or a finalize): typically the handler's own
     /// `job_postgres::complete_in` transaction before its commit. A heartbeat does not wait
     /// longer, so one open transaction cannot hold up the other leases of the worker; the next
     /// heartbeat asks again, and self-fencing stops the execution if its lease cannot be

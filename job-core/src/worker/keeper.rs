@@ -121,7 +121,10 @@ async fn beat<S: Store>(shared: &Shared<S>, store: &S, every: Duration) {
     let renewals = shared.inflight.renewals();
     if !renewals.is_empty() {
         let sent = Instant::now();
-        match tokio::time::timeout(every, store.heartbeat(&renewals)).await {
+        // The period, and the wait a store may spend on rows held a moment: a timeout here
+        // would discard the renewals the heartbeat did make.
+        let allowed = every + crate::contract::store::HEARTBEAT_BUSY_WAIT;
+        match tokio::time::timeout(allowed, store.heartbeat(&renewals)).await {
             Ok(Ok(report)) => {
                 shared.inflight.renewed(
                     &renewals,
@@ -154,7 +157,7 @@ async fn beat<S: Store>(shared: &Shared<S>, store: &S, every: Duration) {
                 }
             }
             Ok(Err(e)) => tracing::warn!(error = %e, "heartbeat failed"),
-            Err(_) => tracing::warn!(timeout = ?every, "heartbeat timed out"),
+            Err(_) => tracing::warn!(timeout = ?allowed, "heartbeat timed out"),
         }
         save_progress(shared, store, every).await;
     }

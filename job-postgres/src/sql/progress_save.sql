@@ -13,7 +13,7 @@ locked AS MATERIALIZED (
     FROM job.jobs j
     JOIN u ON j.id = u.id AND j.lock_token = u.token
     ORDER BY j.id
-    FOR UPDATE OF j SKIP LOCKED
+    FOR NO KEY UPDATE OF j SKIP LOCKED
 ),
 saved AS (
     UPDATE job.jobs j
