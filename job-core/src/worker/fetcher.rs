@@ -458,7 +458,7 @@ async fn dispatch<S: Store>(
             biased;
             _ = stop.cancelled() => break,
             _ = sleep_until_or_forever(retry_at), if !unreleased.is_empty() => {
-                retry_unreleased(shared, lanes, &mut unreleased, &mut retry_at, stop).await;
+                give_back_unreleased(shared, lanes, &mut unreleased, &mut retry_at, stop).await;
                 continue;
             }
             next = rx.recv() => next,
@@ -482,35 +482,31 @@ async fn dispatch<S: Store>(
                             break slot.expect("semaphore is never closed");
                         }
                         _ = sleep_until_or_forever(retry_at), if !unreleased.is_empty() => {
-                            retry_unreleased(shared, lanes, &mut unreleased, &mut retry_at, stop)
+                            give_back_unreleased(shared, lanes, &mut unreleased, &mut retry_at, stop)
                                 .await;
                         }
                         _ = tokio::time::sleep_until(expires), if prefetching => {
-                            let mut stale = vec![next];
+                            // Given back with any whose earlier give-back failed; on failure,
+                            // never started, released again after `ttl` or on the way out.
+                            unreleased.push(next);
                             while let Ok(c) = rx.try_recv() {
-                                stale.push(c);
+                                unreleased.push(c);
                             }
-                            match release_unless_stopped(shared, &stale, stop).await {
-                                Some(released) => {
-                                    lanes.gauges.left(stale.len());
-                                    drop(stale);
-                                    lanes.suspended.store(true, Ordering::Release);
-                                    // Their permits are free: the claimer looks at its room again.
-                                    lanes.progress.notify_one();
-                                    tracing::info!(
-                                        released,
-                                        waited = ?ttl,
-                                        "gave back prefetched jobs that found no free slot"
-                                    );
-                                }
-                                None => {
-                                    // Failed (logged) or cut short by the stop: never started,
-                                    // released again after `ttl` or on the way out (see
-                                    // `unreleased`).
-                                    unreleased.extend(stale);
-                                    let at = Instant::now() + ttl;
-                                    retry_at = Some(retry_at.map_or(at, |r| r.min(at)));
-                                }
+                            let released = give_back_unreleased(
+                                shared,
+                                lanes,
+                                &mut unreleased,
+                                &mut retry_at,
+                                stop,
+                            )
+                            .await;
+                            if let Some(released) = released {
+                                lanes.suspended.store(true, Ordering::Release);
+                                tracing::info!(
+                                    released,
+                                    waited = ?ttl,
+                                    "gave back prefetched jobs that found no free slot"
+                                );
                             }
                             continue 'dispatch;
                         }
@@ -551,25 +547,28 @@ async fn dispatch<S: Store>(
     unstarted
 }
 
-/// Tries again to release the jobs whose give-back failed; on failure, once more after
-/// `prefetch_ttl`.
-async fn retry_unreleased<S: Store>(
+/// Gives back the claimed jobs that will not start here (`unreleased`): on success they are
+/// gone, their permits free, and the count is returned; on failure (logged) or a stop they
+/// stay, to be tried again after `prefetch_ttl` (`retry_at`) or on the way out.
+async fn give_back_unreleased<S: Store>(
     shared: &Arc<Shared<S>>,
     lanes: &Lanes,
     unreleased: &mut Vec<Claimed>,
     retry_at: &mut Option<Instant>,
     stop: &CancellationToken,
-) {
-    match release_unless_stopped(shared, unreleased, stop).await {
+) -> Option<u64> {
+    let released = release_unless_stopped(shared, unreleased, stop).await;
+    match released {
         Some(_) => {
             lanes.gauges.left(unreleased.len());
             unreleased.clear();
-            // Their permits are free.
+            // Their permits are free: the claimer looks at its room again.
             lanes.progress.notify_one();
             *retry_at = None;
         }
         None => *retry_at = Some(Instant::now() + shared.config.prefetch_ttl),
     }
+    released
 }
 
 /// Releases the leases of claimed jobs that never started: back to `available`, the attempt
