@@ -3,11 +3,14 @@
 //! their retention are never read. Measured on the statement's own plan (`EXPLAIN ANALYZE`,
 //! rows read by every scan of `job.jobs`), not by a clock.
 
+mod store_support;
+
 use std::time::Duration;
 
 use job_core::{PruneRequest, Store};
 use job_testkit::TestDb;
 use serde_json::Value;
+use store_support::rows_read;
 
 const PRUNE: &str = include_str!("../job-postgres/src/sql/prune.sql");
 
@@ -26,27 +29,6 @@ async fn finished(pool: &sqlx::PgPool, n: i64, state: &str, age: &str) -> Vec<i6
     .fetch_all(pool)
     .await
     .unwrap()
-}
-
-/// Rows every scan of `job.jobs` in `plan` read: those it returned (times its loops) and those
-/// its filter removed.
-fn rows_read(plan: &Value) -> f64 {
-    let mut total = 0.0;
-    let scan = plan["Node Type"]
-        .as_str()
-        .is_some_and(|node| node.contains("Scan"));
-    if scan && plan["Relation Name"] == "jobs" {
-        let loops = plan["Actual Loops"].as_f64().unwrap_or(1.0);
-        total += plan["Actual Rows"].as_f64().unwrap_or(0.0) * loops;
-        total += plan["Rows Removed by Filter"].as_f64().unwrap_or(0.0);
-        total += plan["Rows Removed by Index Recheck"]
-            .as_f64()
-            .unwrap_or(0.0);
-    }
-    if let Some(children) = plan["Plans"].as_array() {
-        total += children.iter().map(rows_read).sum::<f64>();
-    }
-    total
 }
 
 /// The jobs the `Delete on jobs` node of `plan` deleted.

@@ -62,3 +62,25 @@ where
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+/// Rows every scan of `job.jobs` in an `EXPLAIN (ANALYZE, FORMAT JSON)` plan read: those it
+/// returned (times its loops) and those its filter or index recheck removed. What a statement
+/// reads, measured by its plan rather than by a clock.
+pub fn rows_read(plan: &serde_json::Value) -> f64 {
+    let mut total = 0.0;
+    let scan = plan["Node Type"]
+        .as_str()
+        .is_some_and(|node| node.contains("Scan"));
+    if scan && plan["Relation Name"] == "jobs" {
+        let loops = plan["Actual Loops"].as_f64().unwrap_or(1.0);
+        total += plan["Actual Rows"].as_f64().unwrap_or(0.0) * loops;
+        total += plan["Rows Removed by Filter"].as_f64().unwrap_or(0.0);
+        total += plan["Rows Removed by Index Recheck"]
+            .as_f64()
+            .unwrap_or(0.0);
+    }
+    if let Some(children) = plan["Plans"].as_array() {
+        total += children.iter().map(rows_read).sum::<f64>();
+    }
+    total
+}

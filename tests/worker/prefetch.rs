@@ -220,25 +220,43 @@ async fn prefetched_jobs_that_wait_out_their_ttl_go_back_for_other_workers() {
     second.shutdown().await;
 }
 
-/// The first release it sees commits and then fails, as when the connection drops before
-/// the answer comes back.
+/// Fails the first release it sees: after it ran (it committed, then its answer was lost, as
+/// when the connection drops before the answer comes back), or before it ran (nothing
+/// committed). Says when it has.
 #[derive(Clone, Default)]
-struct ReplyLost(Arc<AtomicBool>);
+struct FirstReleaseFails {
+    after_it_ran: bool,
+    failed: Arc<AtomicBool>,
+}
 
-impl StoreLayer for ReplyLost {
+impl FirstReleaseFails {
+    fn after_it_ran() -> Self {
+        FirstReleaseFails {
+            after_it_ran: true,
+            ..Self::default()
+        }
+    }
+}
+
+impl StoreLayer for FirstReleaseFails {
     fn call<'a, T: Returned + Send + 'a>(
         &'a self,
         call: Call,
         run: BoxFuture<'a, Result<T, StoreError>>,
     ) -> BoxFuture<'a, Result<T, StoreError>> {
-        let lose = call.name == "release" && !self.0.swap(true, Ordering::SeqCst);
+        let fail = call.name == "release" && !self.failed.swap(true, Ordering::SeqCst);
         Box::pin(async move {
-            let result = run.await;
-            if lose {
-                result?;
+            if !fail {
+                return run.await;
+            }
+            if self.after_it_ran {
+                run.await?;
                 return Err(StoreError::new("injected: the release's answer was lost"));
             }
-            result
+            drop(run);
+            Err(StoreError::new(
+                "injected: the release failed before it ran",
+            ))
         })
     }
 }
@@ -258,15 +276,18 @@ async fn a_job_whose_give_back_may_have_committed_never_starts_here() {
     config.prefetch_ttl = Duration::from_millis(100);
     config.poll_interval = Duration::from_millis(20);
     let gate = Gate::default();
-    let first = job::Worker::builder(Layered::new(h.store.clone(), ReplyLost::default()))
-        .register::<Parked>()
-        .queue("default", 1)
-        .config(config)
-        .state(h.ledger.clone())
-        .state(gate.clone())
-        .build()
-        .unwrap()
-        .start();
+    let first = job::Worker::builder(Layered::new(
+        h.store.clone(),
+        FirstReleaseFails::after_it_ran(),
+    ))
+    .register::<Parked>()
+    .queue("default", 1)
+    .config(config)
+    .state(h.ledger.clone())
+    .state(gate.clone())
+    .build()
+    .unwrap()
+    .start();
     let running = the_started_one(&h, &ids).await;
     let given_back = ids.iter().copied().find(|id| *id != running).unwrap();
     let row = h.reaches(given_back, JobState::Available).await;
@@ -389,30 +410,6 @@ async fn after_a_give_back_a_worker_claims_only_for_the_slots_nothing_holds() {
     );
 }
 
-/// The first release it sees fails before it runs (nothing committed), as a connection error
-/// would; it says when it has.
-#[derive(Clone, Default)]
-struct FirstReleaseFails(Arc<AtomicBool>);
-
-impl StoreLayer for FirstReleaseFails {
-    fn call<'a, T: Returned + Send + 'a>(
-        &'a self,
-        call: Call,
-        run: BoxFuture<'a, Result<T, StoreError>>,
-    ) -> BoxFuture<'a, Result<T, StoreError>> {
-        let fail = call.name == "release" && !self.0.swap(true, Ordering::SeqCst);
-        Box::pin(async move {
-            if fail {
-                drop(run);
-                return Err(StoreError::new(
-                    "injected: the release failed before it ran",
-                ));
-            }
-            run.await
-        })
-    }
-}
-
 #[tokio::test]
 async fn a_failed_give_back_is_retried_while_later_ones_succeed() {
     // Two prefetched jobs wait out their ttl and their give-back fails; two more are claimed,
@@ -442,7 +439,7 @@ async fn a_failed_give_back_is_retried_while_later_ones_succeed() {
     let running = the_started_one(&h, &first).await;
     let failed: Vec<JobId> = first.iter().copied().filter(|id| *id != running).collect();
     eventually("the first give-back to fail", || async {
-        layer.0.load(Ordering::SeqCst).then_some(())
+        layer.failed.load(Ordering::SeqCst).then_some(())
     })
     .await;
     let later = [
