@@ -29,7 +29,7 @@ async fn heartbeat_reports_requested_cancellations() {
         .await
         .unwrap();
     let report = store.heartbeat(&[renew(job.lease, 30)]).await.unwrap();
-    assert_eq!(report.cancel_requested, vec![job.lease.id]);
+    assert_eq!(report.cancel_requested, vec![job.lease]);
     assert!(report.lost.is_empty());
     db.close().await;
 }
@@ -124,7 +124,7 @@ async fn a_row_another_transaction_holds_is_reported_busy_without_waiting_for_it
         .await
         .expect("the heartbeat waited for the row another transaction holds")
         .unwrap();
-    assert_eq!(report.busy, vec![held.id], "{report:?}");
+    assert_eq!(report.busy, vec![held], "{report:?}");
     assert!(report.lost.is_empty(), "{report:?}");
     assert_eq!(until(held.id).await.unwrap(), held_until, "not renewed");
     for other in [claimed[0].lease.id, claimed[2].lease.id] {
@@ -137,6 +137,6 @@ async fn a_row_another_transaction_holds_is_reported_busy_without_waiting_for_it
 
     tx.commit().await.unwrap();
     let report = store.heartbeat(&renewals).await.unwrap();
-    assert_eq!((report.lost, report.busy), (vec![held.id], vec![]));
+    assert_eq!((report.lost, report.busy), (vec![held], vec![]));
     db.close().await;
 }

@@ -198,63 +198,73 @@ pub(crate) async fn heartbeat(
         return Ok(HeartbeatReport::default());
     }
     let held = renew(pool, sql::HEARTBEAT, renewals).await?;
-    let still: HashSet<JobId> = held.iter().map(|(id, _, _)| *id).collect();
+    let still: HashSet<Lease> = held.iter().map(|h| h.lease).collect();
     let mut report = HeartbeatReport {
         lost: renewals
             .iter()
-            .map(|r| r.lease.id)
-            .filter(|id| !still.contains(id))
+            .map(|r| r.lease)
+            .filter(|lease| !still.contains(lease))
             .collect(),
         busy: Vec::new(),
         cancel_requested: Vec::new(),
     };
     let mut busy = Vec::new();
-    for (id, cancel, renewed) in held {
-        match (renewed, cancel) {
-            (true, true) => report.cancel_requested.push(id),
+    for h in held {
+        match (h.renewed, h.cancel_requested) {
+            (true, true) => report.cancel_requested.push(h.lease),
             (true, false) => {}
-            (false, _) => busy.push(id),
+            (false, _) => busy.push(h.lease),
         }
     }
     let deadline = tokio::time::Instant::now() + BUSY_WAIT;
-    for id in busy {
+    for lease in busy {
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        let renewal = renewals.iter().find(|r| r.lease.id == id);
+        let renewal = renewals.iter().find(|r| r.lease == lease);
         let (Some(renewal), false) = (renewal, left.is_zero()) else {
-            report.busy.push(id);
+            report.busy.push(lease);
             continue;
         };
         match renew_waiting(pool, renewal, left).await {
-            Ok(Some((_, cancel, true))) => {
-                if cancel {
-                    report.cancel_requested.push(id);
+            Ok(Some(Held {
+                renewed: true,
+                cancel_requested,
+                ..
+            })) => {
+                if cancel_requested {
+                    report.cancel_requested.push(lease);
                 }
             }
             // Changed hands while this waited (the statement's snapshot still showed it
             // held): the next heartbeat finds it lost.
-            Ok(Some((_, _, false))) => report.busy.push(id),
-            Ok(None) => report.lost.push(id),
+            Ok(Some(Held { renewed: false, .. })) => report.busy.push(lease),
+            Ok(None) => report.lost.push(lease),
             // The lock was not free in time, or the statement failed: not renewed this time.
             Err(e) => {
                 if !is_lock_timeout(&e) {
-                    tracing::debug!(id, error = %e, "renewing a busy lease failed");
+                    tracing::debug!(id = lease.id, error = %e, "renewing a busy lease failed");
                 }
-                report.busy.push(id);
+                report.busy.push(lease);
             }
         }
     }
-    report.cancel_requested.sort_unstable();
-    report.cancel_requested.dedup();
     Ok(report)
 }
 
-/// Runs a heartbeat statement (`sql/heartbeat.sql` or its waiting form) for `renewals`:
-/// (id, cancel_requested, renewed) of each lease still held.
+/// One lease a heartbeat statement found still held.
+struct Held {
+    lease: Lease,
+    cancel_requested: bool,
+    /// False: another transaction held the row, so it was not renewed.
+    renewed: bool,
+}
+
+/// Runs a heartbeat statement (`sql/heartbeat.sql` or its waiting form) for `renewals`: each
+/// lease still held.
 async fn renew<'e, E: PgExecutor<'e>>(
     executor: E,
     statement: &str,
     renewals: &[Renewal],
-) -> Result<Vec<(JobId, bool, bool)>, Error> {
+) -> Result<Vec<Held>, Error> {
     let ids: Vec<JobId> = renewals.iter().map(|r| r.lease.id).collect();
     let tokens: Vec<Uuid> = renewals.iter().map(|r| r.lease.token).collect();
     let leases: Vec<i64> = renewals
@@ -262,14 +272,22 @@ async fn renew<'e, E: PgExecutor<'e>>(
         .map(|r| duration_millis(r.extend_by))
         .collect();
     let stuck: Vec<bool> = renewals.iter().map(|r| r.stuck).collect();
-    sqlx::query_as(statement)
+    let rows: Vec<(JobId, Uuid, bool, bool)> = sqlx::query_as(statement)
         .bind(&ids)
         .bind(tokens)
         .bind(leases)
         .bind(stuck)
         .fetch_all(executor)
         .await
-        .map_err(Error::query("heartbeat"))
+        .map_err(Error::query("heartbeat"))?;
+    Ok(rows
+        .into_iter()
+        .map(|(id, token, cancel_requested, renewed)| Held {
+            lease: Lease { id, token },
+            cancel_requested,
+            renewed,
+        })
+        .collect())
 }
 
 /// Renews one lease, waiting at most `wait` for its row's lock (`lock_timeout`, local to a
@@ -278,7 +296,7 @@ async fn renew_waiting(
     pool: &PgPool,
     renewal: &Renewal,
     wait: Duration,
-) -> Result<Option<(JobId, bool, bool)>, Error> {
+) -> Result<Option<Held>, Error> {
     let mut tx = pool.begin().await.map_err(Error::query("begin"))?;
     sqlx::query("SELECT set_config('lock_timeout', $1, true)")
         .bind(format!("{}ms", wait.as_millis().max(1)))

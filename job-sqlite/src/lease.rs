@@ -2,7 +2,6 @@
 //! Each runs on a connection inside the store's immediate transaction (the write lock held
 //! from its first statement), with the database's now read once at its start.
 
-use std::collections::HashSet;
 use std::time::Duration;
 
 use job_core::{
@@ -283,7 +282,6 @@ pub(crate) async fn heartbeat(
         return Ok(report);
     }
     let now = now(&mut *conn).await?;
-    let mut alive = HashSet::new();
     for r in renewals {
         let cancel: Option<bool> = sqlx::query_scalar(sql::HEARTBEAT)
             .bind(r.lease.id)
@@ -294,20 +292,12 @@ pub(crate) async fn heartbeat(
             .fetch_optional(&mut *conn)
             .await
             .map_err(Error::query("heartbeat"))?;
-        if let Some(cancel) = cancel {
-            alive.insert(r.lease.id);
-            if cancel {
-                report.cancel_requested.push(r.lease.id);
-            }
+        match cancel {
+            Some(true) => report.cancel_requested.push(r.lease),
+            Some(false) => {}
+            None => report.lost.push(r.lease),
         }
     }
-    report.lost = renewals
-        .iter()
-        .map(|r| r.lease.id)
-        .filter(|id| !alive.contains(id))
-        .collect();
-    report.cancel_requested.sort_unstable();
-    report.cancel_requested.dedup();
     Ok(report)
 }
 

@@ -188,7 +188,12 @@ async fn a_worker_that_cannot_renew_fences_itself_before_the_lease_expires() {
         (worker.in_flight() == 0).then_some(())
     })
     .await;
-    worker.shutdown().await;
+    let stats = worker.shutdown().await.stats;
+    assert_eq!(
+        (stats.fenced, stats.lease_lost),
+        (1, 0),
+        "a fenced execution is counted once, as fenced: the store never reported its lease lost"
+    );
     assert_eq!(
         h.row(id).await.state,
         JobState::Running,

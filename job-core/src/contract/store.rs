@@ -158,7 +158,9 @@ pub const HEARTBEAT_BUSY_WAIT: Duration = Duration::from_millis(50);
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct HeartbeatReport {
     /// Leases that could not be renewed: the job was rescued, released or finalized elsewhere.
-    pub lost: Vec<JobId>,
+    /// Each names its token as well as its job: of two leases of one job that a worker sends
+    /// (a give-back whose answer was lost, then the job claimed again), only the older is lost.
+    pub lost: Vec<Lease>,
     /// Leases neither renewed nor found lost, because another transaction held the job's row
     /// longer than the heartbeat waits for it ([`HEARTBEAT_BUSY_WAIT`] in all, enough for a
     /// step being recorded or a finalize): typically the handler's own
@@ -167,9 +169,9 @@ pub struct HeartbeatReport {
     /// heartbeat asks again, and self-fencing stops the execution if its lease cannot be
     /// renewed in time. Stores that cannot tell (SQLite, whose writers queue on one lock)
     /// leave it empty.
-    pub busy: Vec<JobId>,
-    /// Jobs renewed whose cancellation was requested.
-    pub cancel_requested: Vec<JobId>,
+    pub busy: Vec<Lease>,
+    /// Leases renewed whose job's cancellation was requested.
+    pub cancel_requested: Vec<Lease>,
 }
 
 /// A guarded finalize: apply `outcome` only while `lease` is still held.

@@ -8,7 +8,7 @@
 //! storable ([`Outcome::made_storable`]), then replaced by a discard of class `unstorable`,
 //! and if even that is refused it is left to the rescuer (its lease is no longer renewed).
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use tokio::sync::mpsc;
@@ -20,6 +20,7 @@ use crate::model::attempt_info::AttemptInfo;
 use crate::model::error::StoreError;
 use crate::model::outcome::{ErrorClass, Failure, Outcome};
 
+use super::inflight::Abort;
 use super::shared::Shared;
 use super::stats::bump;
 use crate::telemetry::{breaker_tripped, JobLabels};
@@ -37,6 +38,8 @@ pub(crate) struct Completion {
     pub(crate) info: Arc<AttemptInfo>,
     /// The handler finalized the job in its own transaction: a lost lease is expected.
     pub(crate) finalized_by_handler: bool,
+    /// Why the execution was taken away, once it is (read when its outcome is dropped).
+    pub(crate) abort: Arc<OnceLock<Abort>>,
     /// Its metric labels.
     pub(crate) labels: JobLabels,
     /// How long its handler ran, when it ran (a poison payload never starts one).
@@ -260,6 +263,12 @@ fn drop_lost<S>(shared: &Shared<S>, batch: &mut Vec<Completion>) {
             shared.count_for_breaker(&c.info.kind, false);
             shared.counters.applied(&Outcome::Complete);
             c.labels.finished(&Outcome::Complete, c.ran_for);
+        } else if !held && c.abort.get() == Some(&Abort::Fenced) {
+            // Counted by the keeper, which fenced it.
+            tracing::warn!(
+                id = c.info.id,
+                "outcome dropped: fenced before it was written"
+            );
         } else if !held {
             bump(&shared.counters.lease_lost, 1);
             c.labels.lease_lost();

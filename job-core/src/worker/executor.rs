@@ -149,6 +149,12 @@ async fn execute<S: Store>(
                         shared.inflight.remove(&lease);
                         return;
                     }
+                    // Counted by the keeper, which fenced it.
+                    Abort::Fenced => {
+                        tracing::warn!("fenced: execution stopped, nothing will be written");
+                        shared.inflight.remove(&lease);
+                        return;
+                    }
                     Abort::Finalized => {
                         shared.counters.applied(&Outcome::Complete);
                         labels.finished(&Outcome::Complete, ran);
@@ -207,13 +213,18 @@ async fn execute<S: Store>(
     let finalized_by_handler = signals.finalized_by_handler();
     if !shared.inflight.set_finalizing(&lease, Instant::now()) {
         shared.inflight.remove(&lease);
-        if signals.reason.get() == Some(&Abort::Finalized) {
-            shared.counters.applied(&Outcome::Complete);
-            labels.finished(&Outcome::Complete, ran);
-        } else {
-            // Fenced or lost while classifying: another worker may own the job now.
-            bump(&shared.counters.lease_lost, 1);
-            labels.lease_lost();
+        match signals.reason.get() {
+            Some(Abort::Finalized) => {
+                shared.counters.applied(&Outcome::Complete);
+                labels.finished(&Outcome::Complete, ran);
+            }
+            // Fenced while classifying: counted by the keeper.
+            Some(Abort::Fenced) => {}
+            // Lost while classifying: another worker may own the job now.
+            _ => {
+                bump(&shared.counters.lease_lost, 1);
+                labels.lease_lost();
+            }
         }
         return;
     }
@@ -228,6 +239,7 @@ async fn execute<S: Store>(
         },
         info,
         finalized_by_handler,
+        abort: signals.reason.clone(),
         labels,
         ran_for: ran,
     });

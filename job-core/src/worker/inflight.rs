@@ -15,13 +15,15 @@ use tokio_util::sync::CancellationToken;
 use crate::attempt::context::StopSignal;
 use crate::contract::store::{Lease, Release, Renewal};
 use crate::model::attempt_info::{AttemptInfo, StopReason};
-use crate::model::job::JobId;
 
 /// Why the runtime stopped an execution from outside the handler.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Abort {
-    /// The lease was lost or could not be renewed in time.
+    /// The store no longer holds the lease: a heartbeat or a guarded write found it gone.
     LeaseLost,
+    /// This worker stopped the execution itself: its lease could not be renewed in time
+    /// (self-fencing). Counted as fenced, not as lost: the store may still hold the lease.
+    Fenced,
     /// The drain deadline passed during shutdown.
     Shutdown,
     /// An injected fault killed the execution.
@@ -75,7 +77,9 @@ impl Signals {
         self.abort.cancel();
         self.stop.stop(match reason {
             Abort::Shutdown => StopReason::Shutdown,
-            Abort::LeaseLost | Abort::Crash | Abort::Finalized => StopReason::LeaseLost,
+            Abort::LeaseLost | Abort::Fenced | Abort::Crash | Abort::Finalized => {
+                StopReason::LeaseLost
+            }
         });
     }
 }
@@ -366,12 +370,12 @@ impl InFlight {
     pub(crate) fn renewed(
         &self,
         renewals: &[Renewal],
-        was_renewed: impl Fn(JobId) -> bool,
+        was_renewed: impl Fn(&Lease) -> bool,
         sent: Instant,
     ) {
         let mut map = self.lock();
         for r in renewals {
-            if !was_renewed(r.lease.id) {
+            if !was_renewed(&r.lease) {
                 continue;
             }
             if let Some(e) = map.get_mut(&r.lease) {
@@ -396,7 +400,7 @@ impl InFlight {
             .filter_map(|lease| map.get(lease).map(|e| e.info.clone()))
             .collect();
         for lease in &doomed {
-            Self::take_away(&mut map, lease, Abort::LeaseLost);
+            Self::take_away(&mut map, lease, Abort::Fenced);
         }
         infos
     }

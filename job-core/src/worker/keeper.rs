@@ -17,7 +17,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::attempt::fault::FaultPoint;
-use crate::contract::store::{Lease, Renewal, Store};
+use crate::contract::store::Store;
 
 use super::inflight::Abort;
 use super::shared::Shared;
@@ -128,7 +128,7 @@ async fn beat<S: Store>(shared: &Shared<S>, store: &S, every: Duration) {
             Ok(Ok(report)) => {
                 shared.inflight.renewed(
                     &renewals,
-                    |id| !report.lost.contains(&id) && !report.busy.contains(&id),
+                    |lease| !report.lost.contains(lease) && !report.busy.contains(lease),
                     sent,
                 );
                 if !report.busy.is_empty() {
@@ -137,11 +137,9 @@ async fn beat<S: Store>(shared: &Shared<S>, store: &S, every: Duration) {
                         "leases not renewed this time: another transaction holds those jobs"
                     );
                 }
-                for id in &report.lost {
-                    let Some(lease) = lease_of(&renewals, *id) else {
-                        continue;
-                    };
-                    match shared.inflight.lost(&lease) {
+                for lease in &report.lost {
+                    let id = lease.id;
+                    match shared.inflight.lost(lease) {
                         Some(Abort::Finalized) => tracing::debug!(
                             id,
                             "the handler's own transaction finalized the job: execution stopped"
@@ -150,10 +148,8 @@ async fn beat<S: Store>(shared: &Shared<S>, store: &S, every: Duration) {
                         None => {}
                     }
                 }
-                for id in report.cancel_requested {
-                    if let Some(lease) = lease_of(&renewals, id) {
-                        shared.inflight.request_cancel(&lease);
-                    }
+                for lease in &report.cancel_requested {
+                    shared.inflight.request_cancel(lease);
                 }
             }
             Ok(Err(e)) => tracing::warn!(error = %e, "heartbeat failed"),
@@ -189,10 +185,6 @@ async fn save_progress<S: Store>(shared: &Shared<S>, store: &S, every: Duration)
         // reports excepted, since their executions are no longer held.
         shared.inflight.untake_progress(&progress);
     }
-}
-
-fn lease_of(renewals: &[Renewal], id: crate::JobId) -> Option<Lease> {
-    renewals.iter().find(|r| r.lease.id == id).map(|r| r.lease)
 }
 
 /// Self-fencing, then the stuck watch.

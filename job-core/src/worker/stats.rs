@@ -27,9 +27,11 @@ pub struct WorkerStats {
     pub timeouts: u64,
     /// Attempts whose handler panicked.
     pub panics: u64,
-    /// Outcomes dropped, or executions stopped, because the lease was lost.
+    /// Outcomes dropped, or executions stopped, because the store no longer held the lease
+    /// (a heartbeat or a guarded write found it gone). Fenced ones are not counted here.
     pub lease_lost: u64,
-    /// Executions this worker stopped itself because their lease could not be renewed in time.
+    /// Executions this worker stopped itself (and their outcomes dropped) because their lease
+    /// could not be renewed in time.
     pub fenced: u64,
     /// Executions stopped by an injected crash fault.
     pub crashed: u64,

@@ -116,7 +116,7 @@ pub async fn cancel_ends_a_waiting_job_at_once_and_requests_a_running_ones<S: St
         }])
         .await
         .unwrap();
-    assert_eq!(report.cancel_requested, vec![job.lease.id]);
+    assert_eq!(report.cancel_requested, vec![job.lease]);
     // The handler did not stop: its retry makes the job wait, and the expire pass ends it.
     finalize_one(&store, job.lease, retry_later()).await;
     assert_nothing_to_claim(&store, NOOP).await;

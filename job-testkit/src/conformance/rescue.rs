@@ -139,7 +139,10 @@ pub async fn an_expired_lease_that_was_rescued_cannot_finalize<S: Store>(store: 
         extend_by: Duration::from_secs(30),
         stuck: false,
     };
-    assert_eq!(store.heartbeat(&[renewal]).await.unwrap().lost, vec![id]);
+    assert_eq!(
+        store.heartbeat(&[renewal]).await.unwrap().lost,
+        vec![claimed[0].lease]
+    );
     assert_eq!(row(&store, id).await, before);
 }
 
