@@ -124,8 +124,8 @@ fn needs_a_transaction() -> EnqueueError {
 /// members), and returns their ids in input order. Two statements in one transaction of its
 /// own, or a savepoint of the caller's when `conn` is in one (`&mut *tx`): the jobs, then what
 /// they wait for, which makes the waiting ones `pending` (migration 0013). A job waited for
-/// that does not exist is refused ([`EnqueueError::InvalidOption`] `depends_on`), and nothing
-/// is written.
+/// that does not exist, or jobs of `jobs` that wait for each other in a loop, are refused
+/// ([`EnqueueError::InvalidOption`] `depends_on`), and nothing is written.
 pub async fn enqueue_with_dependencies<'a, A>(
     conn: A,
     jobs: &[NewJob],
@@ -161,6 +161,19 @@ where
             }
         }
     }
+    if let Some(cycle) = dependency_loop(jobs) {
+        let path: Vec<String> = cycle.iter().map(usize::to_string).collect();
+        return Err(EnqueueError::InvalidOption {
+            option: "depends_on",
+            reason: format!(
+                "jobs {} of the batch wait for each other in a loop ({} waits for {}): none \
+                 of them could ever run",
+                path.join(", "),
+                path.join(" waits for "),
+                path[0]
+            ),
+        });
+    }
     let mut tx = conn.begin().await.map_err(Error::query("begin"))?;
     let ids = insert_many(&mut *tx, jobs).await?;
     let (mut dependents, mut waited_for, mut modes, mut outside) =
@@ -192,6 +205,54 @@ where
         .map_err(|e| refused(None, "dependencies_add", e))?;
     tx.commit().await.map_err(Error::query("commit"))?;
     Ok(ids)
+}
+
+/// A loop among the dependencies of `jobs` on each other (indexes already checked to be in
+/// range): the indexes of the jobs in it, in waiting order, each waiting for the next and the
+/// last for the first. Jobs in a loop would stay `pending` for ever. Kahn's algorithm: jobs
+/// that wait for no job of the batch left are taken away until none is; what remains waits,
+/// each, for another that remains, so following those edges from any of them closes a loop.
+fn dependency_loop(jobs: &[NewJob]) -> Option<Vec<usize>> {
+    let waits_for = |i: usize| {
+        jobs[i].depends_on.iter().filter_map(|d| match d.on {
+            DependsOn::Batch(index) => Some(index),
+            _ => None,
+        })
+    };
+    let n = jobs.len();
+    let mut waiting = vec![0usize; n];
+    let mut waited_by: Vec<Vec<usize>> = vec![Vec::new(); n];
+    for i in 0..n {
+        for on in waits_for(i) {
+            waiting[i] += 1;
+            waited_by[on].push(i);
+        }
+    }
+    let mut free: Vec<usize> = (0..n).filter(|&i| waiting[i] == 0).collect();
+    let mut left = n;
+    while let Some(on) = free.pop() {
+        left -= 1;
+        for &i in &waited_by[on] {
+            waiting[i] -= 1;
+            if waiting[i] == 0 {
+                free.push(i);
+            }
+        }
+    }
+    if left == 0 {
+        return None;
+    }
+    let mut at = (0..n).find(|&i| waiting[i] > 0)?;
+    let mut seen = vec![None; n];
+    let mut path = Vec::new();
+    loop {
+        if let Some(start) = seen[at] {
+            return Some(path.split_off(start));
+        }
+        seen[at] = Some(path.len());
+        path.push(at);
+        at = waits_for(at).find(|&on| waiting[on] > 0)?;
+    }
 }
 
 /// The ids of the jobs `id` depends on (a batch callback's members), in id order: read them

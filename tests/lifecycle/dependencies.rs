@@ -273,6 +273,56 @@ async fn a_rolled_back_batch_leaves_nothing_and_a_missing_dependency_is_refused(
     assert_eq!(count(&h.store, "SELECT count(*) FROM job.jobs").await, 1);
 }
 
+/// Jobs of one bulk enqueue that wait for each other in a loop could never run: the enqueue is
+/// refused, naming the loop, and writes nothing. Waiting for a job listed later is no loop.
+#[tokio::test]
+async fn jobs_of_a_batch_waiting_for_each_other_in_a_loop_are_refused() {
+    let h = Harness::new().await;
+    let job = |waits_for: &[usize]| job_core::NewJob {
+        depends_on: waits_for
+            .iter()
+            .map(|&index| job_core::Dependency {
+                on: job_core::DependsOn::Batch(index),
+                mode: job_core::DependencyMode::Finished,
+            })
+            .collect(),
+        ..job_core::NewJob::new(Task::KIND, r#"{"name":"x","fail":false}"#)
+    };
+    for (jobs, in_loop) in [
+        (vec![job(&[1]), job(&[0])], "jobs 0, 1 of the batch"),
+        (
+            vec![job(&[]), job(&[2, 0]), job(&[3]), job(&[1])],
+            "jobs 1, 2, 3 of the batch",
+        ),
+    ] {
+        let err = job_postgres::enqueue_with_dependencies(h.store.pool(), &jobs)
+            .await
+            .unwrap_err();
+        match err {
+            EnqueueError::InvalidOption {
+                option: "depends_on",
+                reason,
+            } => assert!(reason.contains(in_loop), "{reason}"),
+            other => panic!("expected depends_on refused, got {other:?}"),
+        }
+        assert_eq!(count(&h.store, "SELECT count(*) FROM job.jobs").await, 0);
+    }
+    // Listed before what it waits for, in no loop: accepted.
+    let ids =
+        job_postgres::enqueue_with_dependencies(h.store.pool(), &[job(&[2]), job(&[2]), job(&[])])
+            .await
+            .unwrap();
+    assert_eq!(ids.len(), 3);
+    assert_eq!(
+        count(
+            &h.store,
+            "SELECT count(*) FROM job.jobs WHERE state = 'pending'"
+        )
+        .await,
+        2
+    );
+}
+
 #[tokio::test]
 async fn a_cancelled_dependent_is_left_alone_and_its_edges_go_when_pruned() {
     let h = Harness::new().await;
