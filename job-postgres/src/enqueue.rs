@@ -222,9 +222,9 @@ fn dependency_loop(jobs: &[NewJob]) -> Option<Vec<usize>> {
     let n = jobs.len();
     let mut waiting = vec![0usize; n];
     let mut waited_by: Vec<Vec<usize>> = vec![Vec::new(); n];
-    for i in 0..n {
+    for (i, count) in waiting.iter_mut().enumerate() {
         for on in waits_for(i) {
-            waiting[i] += 1;
+            *count += 1;
             waited_by[on].push(i);
         }
     }
