@@ -282,3 +282,64 @@ async fn the_sql_function_rejects_a_bad_argument_by_name() {
     assert_eq!(count(&pool).await, 0);
     db.close().await;
 }
+
+/// An application's transaction that enqueues jobs waiting for others holds those (so that
+/// the pruner cannot delete them before it commits), as a foreign key would, and holds up none
+/// of the writes a worker makes to them: a claim, a heartbeat, a finalize.
+#[tokio::test]
+async fn an_open_enqueue_of_dependents_holds_up_no_claim_heartbeat_or_finalize() {
+    use job_core::{Dependency, DependencyMode, DependsOn, Finalize, Finalized, Outcome, Renewal};
+    let db = TestDb::new().await;
+    let store = db.store();
+    store.enqueue(new_job("noop")).await.unwrap();
+    let running = claim_one(&store, "noop").await;
+    let waiting = store.enqueue(new_job("noop")).await.unwrap();
+    let dependent = |on| job_core::NewJob {
+        depends_on: vec![Dependency {
+            on: DependsOn::Job(on),
+            mode: DependencyMode::Completed,
+        }],
+        ..new_job("later")
+    };
+    let mut tx = store.pool().begin().await.unwrap();
+    job_postgres::enqueue_with_dependencies(
+        &mut *tx,
+        &[dependent(running.lease.id), dependent(waiting)],
+    )
+    .await
+    .unwrap();
+    let within = Duration::from_secs(10);
+    let claimed = tokio::time::timeout(within, store.claim(&store_support::request(&["noop"], 10)))
+        .await
+        .expect("the claim waited for the enqueue's transaction")
+        .unwrap();
+    assert_eq!(
+        claimed.iter().map(|c| c.lease.id).collect::<Vec<_>>(),
+        [waiting],
+        "the job waited for was skipped while the enqueue was open"
+    );
+    let renewal = Renewal {
+        lease: running.lease,
+        extend_by: Duration::from_secs(30),
+        stuck: false,
+    };
+    let report = tokio::time::timeout(within, store.heartbeat(&[renewal]))
+        .await
+        .expect("the heartbeat waited for the enqueue's transaction")
+        .unwrap();
+    assert_eq!(report, Default::default());
+    let done = tokio::time::timeout(
+        within,
+        store.finalize(&[Finalize {
+            lease: running.lease,
+            outcome: Outcome::Complete,
+            result: None,
+        }]),
+    )
+    .await
+    .expect("the finalize waited for the enqueue's transaction")
+    .unwrap();
+    assert_eq!(done, [Finalized::Applied]);
+    tx.commit().await.unwrap();
+    db.close().await;
+}

@@ -112,6 +112,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "step_output_bound",
         sql: include_str!("../migrations/0018_step_output_bound.sql"),
     },
+    Migration {
+        version: 19,
+        name: "dependency_hold",
+        sql: include_str!("../migrations/0019_dependency_hold.sql"),
+    },
 ];
 
 /// The whole schema as one plain SQL script, for a DBA or a team without Rust:

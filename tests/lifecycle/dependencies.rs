@@ -404,3 +404,38 @@ async fn a_completed_dependency_is_not_pruned_before_its_dependents_have_seen_it
         0
     );
 }
+
+#[tokio::test]
+async fn a_dependency_is_not_pruned_while_a_dependent_is_being_enqueued() {
+    // The enqueue checks that the job waited for exists, and its edge is seen by the pruner
+    // only once it commits: in between, the pruner deleted the completed dependency, and the
+    // stager then discarded the dependent as "was deleted". The check now holds the row
+    // (FOR KEY SHARE) until the enqueue commits, and the pruner skips it.
+    let h = Harness::new().await;
+    let (trail, seen) = (Trail::default(), Seen::default());
+    let a = enqueue(&h.store, task("a")).await;
+    let w = worker(&h, &trail, &seen).start();
+    h.reaches(a, JobState::Completed).await;
+    w.shutdown().await;
+    let mut tx = h.store.pool().begin().await.unwrap();
+    let c = Enqueue::new(task("c"))
+        .depends_on([a])
+        .enqueue(&mut *tx)
+        .await
+        .unwrap();
+    let prune_all = job::PruneRequest {
+        completed_retention: Duration::ZERO,
+        cancelled_retention: Duration::ZERO,
+        batch: 100,
+    };
+    assert_eq!(
+        job::Store::prune(&h.store, &prune_all).await.unwrap(),
+        0,
+        "the dependency was pruned while its dependent's enqueue was open"
+    );
+    tx.commit().await.unwrap();
+    assert_eq!(job::Store::prune(&h.store, &prune_all).await.unwrap(), 0);
+    let w = worker(&h, &trail, &seen).start();
+    h.reaches(c, JobState::Completed).await;
+    w.shutdown().await;
+}

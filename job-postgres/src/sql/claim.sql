@@ -84,7 +84,7 @@ picked AS (
           AND NOT j.cancel_requested
         ORDER BY j.priority, j.run_at, j.id
         LIMIT room.room
-        FOR UPDATE SKIP LOCKED
+        FOR NO KEY UPDATE SKIP LOCKED
     ) c
     WHERE room.room > 0
     ORDER BY c.priority, c.run_at, c.id

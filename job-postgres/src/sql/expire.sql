@@ -8,13 +8,13 @@ WITH late AS (
       AND state IN ('available', 'scheduled', 'retryable')
     ORDER BY deadline
     LIMIT $1::integer
-    FOR UPDATE SKIP LOCKED
+    FOR NO KEY UPDATE SKIP LOCKED
 ),
 unwanted AS (
     SELECT id FROM job.jobs
     WHERE cancel_requested AND state IN ('available', 'scheduled', 'retryable')
     LIMIT $1::integer
-    FOR UPDATE SKIP LOCKED
+    FOR NO KEY UPDATE SKIP LOCKED
 ),
 ended AS (
     UPDATE job.jobs j

@@ -24,7 +24,7 @@ locked AS MATERIALIZED (
     FROM job.jobs j
     JOIN u ON j.id = u.id AND j.lock_token = u.token
     ORDER BY j.id
-    FOR UPDATE OF j
+    FOR NO KEY UPDATE OF j
 )
 UPDATE job.jobs j
 SET state        = u.state::job.job_state,

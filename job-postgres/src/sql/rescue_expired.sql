@@ -11,7 +11,7 @@ WITH expired AS (
     WHERE state = 'running' AND locked_until < now()
     ORDER BY locked_until
     LIMIT $1::integer
-    FOR UPDATE SKIP LOCKED
+    FOR NO KEY UPDATE SKIP LOCKED
 ),
 rescued AS (
     UPDATE job.jobs j

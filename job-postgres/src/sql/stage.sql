@@ -29,7 +29,7 @@ due AS (
           AND j.run_at <= now()
         ORDER BY j.run_at
         LIMIT $1::integer
-        FOR UPDATE SKIP LOCKED
+        FOR NO KEY UPDATE SKIP LOCKED
     ) d
     WHERE q.queue IS NOT NULL
     LIMIT $1::integer
