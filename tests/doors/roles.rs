@@ -169,6 +169,18 @@ async fn an_owner_a_worker_and_an_enqueue_only_role_each_do_what_they_need_and_n
         .enqueue(&as_worker)
         .await
         .unwrap();
+    job::Enqueue::new(Ping { n: 5 })
+        .unique_key("ping:5")
+        .rate_key("tenant:5")
+        .enqueue(&as_worker)
+        .await
+        .unwrap();
+    job::Enqueue::new(Ping { n: 6 })
+        .unique_key("ping:6")
+        .ordering_key("account:6")
+        .enqueue(&as_worker)
+        .await
+        .unwrap();
     // ... and changes nothing it does not need to.
     for statement in [
         "UPDATE job.settings SET payload_limit = 999999999",
