@@ -264,6 +264,26 @@ async fn the_sql_function_rejects_a_bad_argument_by_name() {
             "SELECT job.enqueue('noop', '{}', run_at => NULL)",
             "`run_at`",
         ),
+        (
+            "SELECT job.enqueue('noop', '{}', ordering_key => '')",
+            "`ordering_key`",
+        ),
+        (
+            "SELECT job.enqueue('noop', '{}', rate_key => repeat('k', 513))",
+            "`rate_key`",
+        ),
+        (
+            "SELECT job.enqueue('noop', '{}', unique_key => 'u', ordering_key => repeat('k', 513))",
+            "`ordering_key`",
+        ),
+        (
+            "SELECT * FROM job.enqueue_many('[{\"kind\": \"noop\", \"payload\": {}, \"rate_key\": \"\"}]')",
+            "`jobs[0].rate_key`",
+        ),
+        (
+            "SELECT * FROM job.enqueue_many('[{\"kind\": \"noop\", \"payload\": {}, \"ordering_key\": 7}]')",
+            "`jobs[0].ordering_key`",
+        ),
     ];
     for (statement, argument) in cases {
         let err = sqlx::query(statement).execute(&pool).await.unwrap_err();
@@ -280,6 +300,61 @@ async fn the_sql_function_rejects_a_bad_argument_by_name() {
         );
     }
     assert_eq!(count(&pool).await, 0);
+    db.close().await;
+}
+
+/// The SQL functions give a job its ordering and rate keys as the Rust builder does: the second
+/// job of a key waits (pending) behind the first, with a unique key too, and a duplicate's keys
+/// change nothing.
+#[tokio::test]
+async fn the_sql_functions_take_ordering_and_rate_keys() {
+    let db = TestDb::new().await;
+    let pool = db.pool();
+    let one = |sql: &'static str| {
+        let pool = pool.clone();
+        async move {
+            sqlx::query_scalar::<_, i64>(sql)
+                .fetch_one(&pool)
+                .await
+                .unwrap()
+        }
+    };
+    let head =
+        one("SELECT job.enqueue('noop', '{}', ordering_key => 'acct:1', rate_key => 't:1')").await;
+    let behind = one(
+        "SELECT job.enqueue('noop', '{}', unique_key => 'u:1', ordering_key => 'acct:1', \
+         rate_key => 't:2')",
+    )
+    .await;
+    let duplicate = one(
+        "SELECT job.enqueue('noop', '{}', unique_key => 'u:1', on_duplicate => 'existing', \
+         ordering_key => 'acct:9', rate_key => 't:9')",
+    )
+    .await;
+    assert_eq!(duplicate, behind);
+    let many: Vec<i64> = sqlx::query_scalar(
+        "SELECT * FROM job.enqueue_many('[{\"kind\": \"noop\", \"payload\": {}, \
+         \"ordering_key\": \"acct:2\", \"rate_key\": \"t:3\"}, {\"kind\": \"noop\", \
+         \"payload\": {}, \"ordering_key\": \"acct:2\"}]')",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    let rows: Vec<(i64, String, Option<String>, Option<String>)> =
+        sqlx::query_as("SELECT id, state::text, ordering_key, rate_key FROM job.jobs ORDER BY id")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    let key = |s: &str| Some(s.to_owned());
+    assert_eq!(
+        rows,
+        [
+            (head, "available".into(), key("acct:1"), key("t:1")),
+            (behind, "pending".into(), key("acct:1"), key("t:2")),
+            (many[0], "available".into(), key("acct:2"), key("t:3")),
+            (many[1], "pending".into(), key("acct:2"), None),
+        ]
+    );
     db.close().await;
 }
 

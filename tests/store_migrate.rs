@@ -253,3 +253,59 @@ async fn migration_17_indexes_completed_and_cancelled_jobs_apart_from_dead_lette
     assert_eq!(left, ["available", "cancelled", "completed", "discarded"]);
     db.close().await;
 }
+
+#[tokio::test]
+async fn migration_20_gives_the_new_job_enqueue_the_grants_of_the_old() {
+    // Two arguments more make a new function: the old one's grants must follow it, or a role
+    // that enqueued before the upgrade is refused after it.
+    let db = TestDb::new().await;
+    let pool = db.pool();
+    migrate_below(&pool, 20).await;
+    let suffix = &uuid::Uuid::new_v4().simple().to_string()[..12];
+    let (plain, quoted) = (format!("enq_{suffix}"), format!("Enq; {suffix}"));
+    let old = "job.enqueue(text, jsonb, text, integer, integer, timestamptz, integer, text, \
+               text, text, text[], text, timestamptz)";
+    sqlx::raw_sql(&format!(
+        "CREATE ROLE \"{plain}\"; CREATE ROLE \"{quoted}\";
+         GRANT USAGE ON SCHEMA job TO \"{plain}\", \"{quoted}\";
+         GRANT EXECUTE ON FUNCTION {old} TO \"{plain}\";
+         GRANT EXECUTE ON FUNCTION {old} TO \"{quoted}\" WITH GRANT OPTION"
+    ))
+    .execute(&pool)
+    .await
+    .unwrap();
+    job_postgres::migrate(&pool).await.unwrap();
+    let new = "job.enqueue(text, jsonb, text, integer, integer, timestamptz, integer, text, \
+               text, text, text[], text, timestamptz, text, text)";
+    let (may, grantable, public): (bool, bool, bool) = sqlx::query_as(&format!(
+        "SELECT has_function_privilege($1, '{new}', 'EXECUTE'),
+                has_function_privilege($2, '{new}', 'EXECUTE WITH GRANT OPTION'),
+                EXISTS (SELECT 1 FROM pg_proc p, aclexplode(p.proacl) a
+                        WHERE p.oid = '{new}'::regprocedure AND a.grantee = 0)"
+    ))
+    .bind(&plain)
+    .bind(&quoted)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!((may, grantable, public), (true, true, false));
+    let mut tx = pool.begin().await.unwrap();
+    sqlx::raw_sql(&format!("SET LOCAL ROLE \"{plain}\""))
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    let id: i64 = sqlx::query_scalar("SELECT job.enqueue('k', '{}', ordering_key => 'a')")
+        .fetch_one(&mut *tx)
+        .await
+        .unwrap();
+    tx.rollback().await.unwrap();
+    assert!(id > 0);
+    let admin = sqlx::PgPool::connect_with(db.connect_options().database("postgres"))
+        .await
+        .unwrap();
+    db.close().await;
+    sqlx::raw_sql(&format!("DROP ROLE \"{plain}\"; DROP ROLE \"{quoted}\""))
+        .execute(&admin)
+        .await
+        .unwrap();
+}

@@ -117,6 +117,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "dependency_hold",
         sql: include_str!("../migrations/0019_dependency_hold.sql"),
     },
+    Migration {
+        version: 20,
+        name: "sql_keys",
+        sql: include_str!("../migrations/0020_sql_keys.sql"),
+    },
 ];
 
 /// The whole schema as one plain SQL script, for a DBA or a team without Rust:
