@@ -278,10 +278,16 @@ impl InFlight {
 
     /// The store reported `lease` lost. Takes the execution away with [`Abort::Finalized`]
     /// when its handler finalized the job in its own transaction, else with
-    /// [`Abort::LeaseLost`]. Returns the reason, or `None` when the lease was not held.
+    /// [`Abort::LeaseLost`]. Returns the reason, or `None` when the lease was not held, or
+    /// when its outcome is with the completer: that guarded write decides and counts, and the
+    /// lease is most often gone because the write committed while the heartbeat ran.
     pub(crate) fn lost(&self, lease: &Lease) -> Option<Abort> {
         let mut map = self.lock();
-        let finalized = map.get(lease)?.signals.finalized_by_handler();
+        let entry = map.get(lease)?;
+        if matches!(entry.phase, Phase::Finalizing { .. }) {
+            return None;
+        }
+        let finalized = entry.signals.finalized_by_handler();
         let reason = if finalized {
             Abort::Finalized
         } else {
