@@ -93,7 +93,7 @@ impl<S: Store> Reporter<S> {
         let request = ReportRequest {
             holder: self.holder.clone(),
             // Three passes: a leader that misses two keeps its role.
-            hold_for: self.config.interval * 3,
+            hold_for: self.config.interval.saturating_mul(3),
             owners: self.owners.clone(),
         };
         let report = self.store.report(&request).await?;

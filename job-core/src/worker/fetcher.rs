@@ -42,6 +42,7 @@ use crate::model::attempt_info::AttemptInfo;
 use crate::model::error::StoreError;
 
 use super::config::Prefetch;
+use super::deadline::after;
 use super::executor;
 use super::gauges::{Slot, SlotGauges};
 use super::inflight::Signals;
@@ -272,7 +273,7 @@ async fn claim_loop<S: Store>(
                         failures = 0;
                         if got < asked {
                             let poll = shared.config.poll_interval;
-                            let at = Instant::now() + window.map_or(poll, |w| w.min(poll));
+                            let at = after(Instant::now(), window.map_or(poll, |w| w.min(poll)));
                             idle_until = Some(idle_until.map_or(at, |until| until.min(at)));
                         }
                     }
@@ -468,7 +469,7 @@ async fn dispatch<S: Store>(
             Ok(slot) => slot,
             Err(_) => {
                 super::stats::bump(&shared.counters.waited, 1);
-                let expires = next.claimed_at + ttl;
+                let expires = after(next.claimed_at, ttl);
                 // Waiting for a slot, the release of jobs given back without success is
                 // still retried on time.
                 loop {
@@ -566,7 +567,7 @@ async fn give_back_unreleased<S: Store>(
             lanes.progress.notify_one();
             *retry_at = None;
         }
-        None => *retry_at = Some(Instant::now() + shared.config.prefetch_ttl),
+        None => *retry_at = Some(after(Instant::now(), shared.config.prefetch_ttl)),
     }
     released
 }

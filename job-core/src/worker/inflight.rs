@@ -16,6 +16,8 @@ use crate::attempt::context::StopSignal;
 use crate::contract::store::{Lease, Release, Renewal};
 use crate::model::attempt_info::{AttemptInfo, StopReason};
 
+use super::deadline::saturating;
+
 /// Why the runtime stopped an execution from outside the handler.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Abort {
@@ -127,6 +129,12 @@ impl Entry {
     fn code_runs(&self) -> bool {
         matches!(self.phase, Phase::Running { .. })
     }
+
+    /// Whether the lease, as far as this worker knows, may expire within `margin` of `now`
+    /// (`now + margin >= valid_until`, without adding to an instant).
+    fn expires_within(&self, margin: Duration, now: Instant) -> bool {
+        self.valid_until.saturating_duration_since(now) <= margin
+    }
 }
 
 /// An execution reported stuck.
@@ -176,7 +184,7 @@ impl InFlight {
             Entry {
                 info,
                 lease_len,
-                valid_until: sent + lease_len,
+                valid_until: saturating(sent, lease_len),
                 claimed: sent,
                 signals: signals.clone(),
                 held: true,
@@ -195,7 +203,7 @@ impl InFlight {
     /// job's next owner.
     pub(crate) fn start(&self, lease: &Lease, timeout: Duration, now: Instant) -> bool {
         match self.lock().get_mut(lease) {
-            Some(e) if e.held && now + e.lease_len / 3 < e.valid_until => {
+            Some(e) if e.held && !e.expires_within(e.lease_len / 3, now) => {
                 e.phase = Phase::Running {
                     since: now,
                     timeout,
@@ -386,7 +394,7 @@ impl InFlight {
             }
             if let Some(e) = map.get_mut(&r.lease) {
                 if e.held {
-                    e.valid_until = sent + r.extend_by;
+                    e.valid_until = saturating(sent, r.extend_by);
                 }
             }
         }
@@ -398,7 +406,7 @@ impl InFlight {
         let mut map = self.lock();
         let doomed: Vec<Lease> = map
             .iter()
-            .filter(|(_, e)| e.held && now + e.lease_len / 3 >= e.valid_until)
+            .filter(|(_, e)| e.held && e.expires_within(e.lease_len / 3, now))
             .map(|(lease, _)| *lease)
             .collect();
         let infos = doomed
@@ -426,7 +434,8 @@ impl InFlight {
             else {
                 continue;
             };
-            let over_timeout = now.saturating_duration_since(since) > timeout + stuck_after;
+            let over_timeout =
+                now.saturating_duration_since(since) > timeout.saturating_add(stuck_after);
             let over_stop =
                 stopping_since.is_some_and(|s| now.saturating_duration_since(s) > stuck_after);
             if over_timeout || over_stop {
@@ -488,5 +497,61 @@ impl InFlight {
     /// to be written, including those whose lease was lost while their code still runs.
     pub(crate) fn len(&self) -> usize {
         self.lock().len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn claim(inflight: &InFlight, lease_len: Duration, sent: Instant) -> Lease {
+        let lease = Lease {
+            id: 1,
+            token: uuid::Uuid::new_v4(),
+        };
+        let info = Arc::new(AttemptInfo {
+            id: 1,
+            kind: "test.kind".into(),
+            queue: "default".into(),
+            attempt: 1,
+            max_attempts: 1,
+        });
+        inflight.insert(lease, info, lease_len, sent);
+        lease
+    }
+
+    #[test]
+    fn the_longest_timeout_and_stuck_after_report_nothing_stuck() {
+        let inflight = InFlight::default();
+        let now = Instant::now();
+        let lease = claim(&inflight, Duration::from_secs(3600), now);
+        assert!(inflight.start(&lease, Duration::MAX, now));
+        let later = now + Duration::from_secs(60);
+        assert!(inflight.watch_stuck(later, Duration::MAX).is_empty());
+        assert!(inflight
+            .watch_stuck(later, Duration::from_secs(1))
+            .is_empty());
+        assert!(inflight.holds(&lease));
+    }
+
+    #[test]
+    fn the_longest_lease_is_recorded_renewed_and_watched_without_a_panic() {
+        let inflight = InFlight::default();
+        let now = Instant::now();
+        claim(&inflight, Duration::MAX, now);
+        inflight.renewed(&inflight.renewals(), |_| true, now);
+        // Whether it is fenced depends on how far the platform's clock reaches; that it is
+        // asked without a panic is the point.
+        let _ = inflight.fence(now + Duration::from_secs(60));
+    }
+
+    #[test]
+    fn a_lease_within_a_third_of_its_end_is_fenced() {
+        let inflight = InFlight::default();
+        let now = Instant::now();
+        let lease = claim(&inflight, Duration::from_secs(3), now);
+        assert!(inflight.fence(now + Duration::from_millis(1999)).is_empty());
+        assert_eq!(inflight.fence(now + Duration::from_secs(2)).len(), 1);
+        assert!(!inflight.holds(&lease));
     }
 }

@@ -93,7 +93,7 @@ async fn run<S: Store>(shared: &Shared<S>, store: &S, stop: &CancellationToken) 
     // Fencing and the stuck watch do not wait for a heartbeat to return or time out: they
     // check four times per period, so a stalled heartbeat or a late tick cannot eat the
     // safety margin.
-    let mut watch_tick = tokio::time::interval(every / 4);
+    let mut watch_tick = tokio::time::interval((every / 4).max(Duration::from_millis(1)));
     watch_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let beats = async {
         loop {
@@ -123,7 +123,7 @@ async fn beat<S: Store>(shared: &Shared<S>, store: &S, every: Duration) {
         let sent = Instant::now();
         // The period, and the wait a store may spend on rows held a moment: a timeout here
         // would discard the renewals the heartbeat did make.
-        let allowed = every + crate::contract::store::HEARTBEAT_BUSY_WAIT;
+        let allowed = every.saturating_add(crate::contract::store::HEARTBEAT_BUSY_WAIT);
         match tokio::time::timeout(allowed, store.heartbeat(&renewals)).await {
             Ok(Ok(report)) => {
                 shared.inflight.renewed(

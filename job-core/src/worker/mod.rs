@@ -6,6 +6,7 @@
 mod builder;
 mod completer;
 mod config;
+mod deadline;
 mod executor;
 mod fetcher;
 mod gauges;

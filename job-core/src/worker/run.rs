@@ -16,6 +16,7 @@ use crate::telemetry::LabelCache;
 
 use super::builder::Worker;
 use super::completer::{self, Completion};
+use super::deadline::after;
 use super::fetcher;
 use super::inflight::InFlight;
 use super::keeper::Keeper;
@@ -189,7 +190,12 @@ async fn register_kinds<S: Store>(shared: &Shared<S>, shutdown: &CancellationTok
     // and grace it does not otherwise use (no job has been claimed yet), and RELEASE_TIMEOUT
     // at most: a worker started and stopped at once still registers its kinds, and a hung
     // database cannot hold shutdown past its bound.
-    let patience = RELEASE_TIMEOUT.min(shared.config.drain_timeout + shared.config.shutdown_grace);
+    let patience = RELEASE_TIMEOUT.min(
+        shared
+            .config
+            .drain_timeout
+            .saturating_add(shared.config.shutdown_grace),
+    );
     loop {
         let attempt = shared.store.register_kinds(&kinds);
         tokio::pin!(attempt);
@@ -279,8 +285,14 @@ async fn supervise<S: Store>(
     // and the last writes share `RELEASE_TIMEOUT`, the running jobs keep their whole drain
     // and grace.
     let began = Instant::now();
-    let writes_end =
-        began + shared.config.drain_timeout + shared.config.shutdown_grace + RELEASE_TIMEOUT;
+    let writes_end = after(
+        began,
+        shared
+            .config
+            .drain_timeout
+            .saturating_add(shared.config.shutdown_grace)
+            .saturating_add(RELEASE_TIMEOUT),
+    );
     stop_fetching.cancel();
     // Claimed jobs that never started are released by their fetcher as it stops, which waits
     // for the store `fetcher::STOP_TIMEOUT` at most; the backstop here only guards that.
@@ -301,8 +313,8 @@ async fn supervise<S: Store>(
     let _ = wakeups.await;
 
     shared.executors.close();
-    let drain_ends = Instant::now() + shared.config.drain_timeout;
-    let grace_ends = drain_ends + shared.config.shutdown_grace;
+    let drain_ends = after(Instant::now(), shared.config.drain_timeout);
+    let grace_ends = after(drain_ends, shared.config.shutdown_grace);
     let finished_in_time = tokio::time::timeout_at(drain_ends, shared.executors.wait())
         .await
         .is_ok();
@@ -328,7 +340,7 @@ async fn supervise<S: Store>(
     stop_completer.cancel();
     let now = Instant::now();
     let outcomes_by = grace_ends
-        .min(now + shared.config.shutdown_grace)
+        .min(after(now, shared.config.shutdown_grace))
         .max(now + LAST_OUTCOMES)
         .min(writes_end);
     if tokio::time::timeout_at(outcomes_by, &mut completer)
