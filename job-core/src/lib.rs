@@ -24,7 +24,7 @@ pub use model::attempt_info::{AttemptInfo, StopReason};
 pub use model::backoff::Backoff;
 pub use model::error::{BoxError, BuildError, EnqueueError, JobError, StoreError};
 pub use model::job::{
-    Breaker, Compensate, Discarded, DiscardedError, Job, JobId, JobOptions, RateLimit,
+    Breaker, Compensate, Discarded, DiscardedError, Job, JobId, JobOptions, RateLimit, MAX_DURATION,
 };
 pub use model::new_job::{
     allowed_in_name, name_problem, payload_problem, Deadline, Dependency, DependencyMode,

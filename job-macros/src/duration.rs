@@ -2,7 +2,8 @@
 
 use std::time::Duration;
 
-/// The longest duration accepted: the same bound the store puts on `schedule_in`.
+/// The longest duration accepted: `job_core::MAX_DURATION` (100 years), the bound the worker
+/// puts on every duration setting and an enqueue on `schedule_in`.
 const MAX: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
 /// Parses a humantime duration (`"2m"`, `"1h 30m"`, `"500ms"`, `"2 minutes"`), refusing zero,

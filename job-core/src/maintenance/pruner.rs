@@ -12,7 +12,7 @@ use crate::attempt::step::BoxFuture;
 use crate::contract::store::{Expired, PruneRequest, Store};
 use crate::model::error::{BuildError, StoreError};
 
-use super::service::{invalid, Service, ServiceConfig};
+use super::service::{at_most_max, invalid, Service, ServiceConfig};
 
 /// Pruner settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -151,7 +151,15 @@ impl PrunerConfig {
                 "vacuum_interval must be greater than zero",
             ));
         }
-        Ok(())
+        at_most_max(
+            "pruner",
+            &[
+                ("interval", Some(self.interval)),
+                ("completed_retention", Some(self.completed_retention)),
+                ("cancelled_retention", Some(self.cancelled_retention)),
+                ("vacuum_interval", self.vacuum_interval),
+            ],
+        )
     }
 }
 

@@ -16,7 +16,7 @@ use crate::contract::store::Store;
 use crate::model::error::{BuildError, StoreError};
 use crate::telemetry::{names, NO_OWNER};
 
-use super::service::{invalid, Service, ServiceConfig};
+use super::service::{at_most_max, invalid, Service, ServiceConfig};
 
 /// Reporter settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,7 +42,10 @@ impl ReporterConfig {
         if self.interval.is_zero() {
             return Err(invalid("reporter.interval", "must be greater than zero"));
         }
-        Ok(())
+        at_most_max(
+            "reporter.interval",
+            &[("the interval", Some(self.interval))],
+        )
     }
 }
 

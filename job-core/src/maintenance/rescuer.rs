@@ -8,7 +8,7 @@ use crate::attempt::step::BoxFuture;
 use crate::contract::store::{Rescued, Store};
 use crate::model::error::{BuildError, StoreError};
 
-use super::service::{invalid, Service, ServiceConfig};
+use super::service::{at_most_max, invalid, Service, ServiceConfig};
 
 /// Rescuer settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,7 +65,7 @@ impl RescuerConfig {
                 "interval and batch must be greater than zero",
             ));
         }
-        Ok(())
+        at_most_max("rescuer", &[("interval", Some(self.interval))])
     }
 }
 

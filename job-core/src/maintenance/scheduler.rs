@@ -19,7 +19,7 @@ use crate::model::new_job::{
     EnqueueOptions, NewJob, OnDuplicate, RunAt, UniqueScope, DEFAULT_PAYLOAD_LIMIT,
 };
 
-use super::service::{invalid, Service, ServiceConfig};
+use super::service::{at_most_max, invalid, Service, ServiceConfig};
 
 /// Scheduler settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -185,7 +185,7 @@ impl SchedulerConfig {
         if self.interval.is_zero() {
             return Err(invalid("scheduler", "interval must be greater than zero"));
         }
-        Ok(())
+        at_most_max("scheduler", &[("interval", Some(self.interval))])
     }
 }
 

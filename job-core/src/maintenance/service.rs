@@ -44,6 +44,20 @@ pub(crate) async fn run(mut service: Box<dyn Service>, stop: CancellationToken) 
     }
 }
 
+/// Refuses, as `option` of a service, the first of `durations` (each named) over
+/// [`MAX_DURATION`](crate::MAX_DURATION).
+pub(crate) fn at_most_max(
+    option: &'static str,
+    durations: &[(&str, Option<Duration>)],
+) -> Result<(), BuildError> {
+    for (name, duration) in durations {
+        if let Some(problem) = duration.and_then(crate::model::job::too_long) {
+            return Err(invalid(option, &format!("{name} {problem}")));
+        }
+    }
+    Ok(())
+}
+
 /// A `BuildError` naming the config `option` of a service.
 pub(crate) fn invalid(option: &'static str, reason: &str) -> BuildError {
     BuildError::InvalidOption {

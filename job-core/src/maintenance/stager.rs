@@ -11,7 +11,7 @@ use crate::attempt::step::BoxFuture;
 use crate::contract::store::Store;
 use crate::model::error::{BuildError, StoreError};
 
-use super::service::{invalid, Service, ServiceConfig};
+use super::service::{at_most_max, invalid, Service, ServiceConfig};
 
 /// Stager settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,7 +43,7 @@ impl StagerConfig {
                 "interval and batch must be greater than zero",
             ));
         }
-        Ok(())
+        at_most_max("stager", &[("interval", Some(self.interval))])
     }
 }
 

@@ -5,7 +5,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use crate::model::error::EnqueueError;
-use crate::model::job::{Job, JobId};
+use crate::model::job::{Job, JobId, MAX_DURATION};
 
 /// The default payload size limit: 1 MiB of JSON. The database's limit
 /// (`job.settings.payload_limit`, which every enqueue obeys) starts at this value; a store may
@@ -387,7 +387,7 @@ impl NewJob {
             ));
         }
         match self.run_at {
-            RunAt::In(delay) if delay > Duration::from_secs(100 * 365 * 24 * 3600) => {
+            RunAt::In(delay) if delay > MAX_DURATION => {
                 return Err(invalid("schedule_in", "must be under 100 years".into()));
             }
             RunAt::At(at) => {
@@ -398,7 +398,7 @@ impl NewJob {
             _ => {}
         }
         match self.deadline {
-            Some(Deadline::In(delay)) if delay > Duration::from_secs(100 * 365 * 24 * 3600) => {
+            Some(Deadline::In(delay)) if delay > MAX_DURATION => {
                 return Err(invalid("deadline_in", "must be under 100 years".into()));
             }
             Some(Deadline::At(at)) => {

@@ -9,7 +9,7 @@ use crate::attempt::registry::Registry;
 use crate::contract::store::Store;
 use crate::maintenance::{self, Periodic, PrunerConfig};
 use crate::model::error::BuildError;
-use crate::model::job::Job;
+use crate::model::job::{too_long, Job};
 use crate::model::new_job::name_problem;
 
 use super::config::WorkerConfig;
@@ -279,6 +279,39 @@ impl<S: Store> WorkerBuilder<S> {
         if c.finalize_batch == 0 {
             return Err(invalid("finalize_batch", "must be at least 1".into()));
         }
+        // Every deadline the worker computes from these must stay far inside its clock, and
+        // a lease far inside the times the tables accept.
+        let durations = [
+            ("poll_interval", Some(c.poll_interval)),
+            ("prefetch_ttl", Some(c.prefetch_ttl)),
+            ("drain_timeout", Some(c.drain_timeout)),
+            ("shutdown_grace", Some(c.shutdown_grace)),
+            ("stuck_after", Some(c.stuck_after)),
+            ("heartbeat_interval", c.heartbeat_interval),
+            ("lease", c.lease),
+        ];
+        for (option, duration) in durations {
+            if let Some(problem) = duration.and_then(too_long) {
+                return Err(invalid(option, problem));
+            }
+        }
+        for h in self.registry.handlers() {
+            let options = h.options();
+            if options.timeout.is_zero() {
+                return Err(invalid(
+                    "timeout",
+                    format!("the timeout of `{}` must be greater than zero", h.kind()),
+                ));
+            }
+            for (option, duration) in [("timeout", options.timeout), ("lease", options.lease)] {
+                if let Some(problem) = too_long(duration) {
+                    return Err(invalid(
+                        option,
+                        format!("the {option} of `{}` {problem}", h.kind()),
+                    ));
+                }
+            }
+        }
         let shortest = c.shortest_lease(&self.registry).unwrap_or(Duration::MAX);
         if shortest < Duration::from_millis(30) {
             return Err(invalid(
@@ -333,7 +366,10 @@ impl<S: Store> WorkerBuilder<S> {
             }
         }
         let periodic = self.periodic.into_iter().collect::<Result<Vec<_>, _>>()?;
-        // Each maintenance service checks its own settings.
+        // Each maintenance service checks its own settings: the rescuer's and the stager's as
+        // given, before `services` shortens their intervals to the leases and the poll.
+        c.rescuer.validate()?;
+        c.stager.validate()?;
         for service in maintenance::services(&self.store, c, &periodic, shortest, &self.registry) {
             service.config().validate()?;
         }

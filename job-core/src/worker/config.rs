@@ -57,7 +57,10 @@ impl From<usize> for Prefetch {
     }
 }
 
-/// How a worker runs. Every field has a default suited to production.
+/// How a worker runs. Every field has a default suited to production. Every duration, here and
+/// in the maintenance services' configs, is at most [`MAX_DURATION`](crate::MAX_DURATION)
+/// (100 years): [`WorkerBuilder::build`](crate::WorkerBuilder::build) refuses a longer one,
+/// naming it.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct WorkerConfig {

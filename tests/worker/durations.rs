@@ -1,0 +1,212 @@
+//! Durations have one bound, `MAX_DURATION` (100 years): `build()` refuses a longer worker
+//! setting or kind timeout or lease, naming it, and a worker whose every duration is the bound
+//! itself runs: its lease keeper renews and fences as with the defaults.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use job::{
+    BuildError, Job, JobContext, JobError, JobOptions, JobState, PgStore, WorkerBuilder,
+    WorkerConfig, MAX_DURATION,
+};
+use serde::{Deserialize, Serialize};
+use tokio::sync::Semaphore;
+
+use crate::common::*;
+
+/// Over the bound by a nanosecond, and as far over as a `Duration` goes.
+const TOO_LONG: [Duration; 2] = [
+    MAX_DURATION.saturating_add(Duration::from_nanos(1)),
+    Duration::MAX,
+];
+
+/// Opened by the test to let [`HeldLong`] finish.
+#[derive(Clone)]
+struct Release(Arc<Semaphore>);
+
+/// Holds its slot until [`Release`] opens, under a short lease and the longest timeout.
+#[derive(Debug, Serialize, Deserialize)]
+struct HeldLong {}
+
+impl Job for HeldLong {
+    const KIND: &'static str = "test.held_long";
+    const OPTIONS: JobOptions = JobOptions {
+        timeout: MAX_DURATION,
+        lease: Duration::from_millis(300),
+        max_attempts: 1,
+        ..JobOptions::DEFAULT
+    };
+
+    async fn perform(self, ctx: JobContext) -> Result<(), JobError> {
+        ctx.state::<Ledger>()?.record(&ctx);
+        let release = ctx.state::<Release>()?.0.clone();
+        let _ = release.acquire().await;
+        Ok(())
+    }
+}
+
+/// A hand-written kind whose timeout is `T` and lease `L` milliseconds.
+#[derive(Debug, Serialize, Deserialize)]
+struct Timed<const T: u64, const L: u64> {}
+
+impl<const T: u64, const L: u64> Job for Timed<T, L> {
+    const KIND: &'static str = "test.timed";
+    const OPTIONS: JobOptions = JobOptions {
+        timeout: Duration::from_millis(T),
+        lease: Duration::from_millis(L),
+        ..JobOptions::DEFAULT
+    };
+
+    async fn perform(self, _ctx: JobContext) -> Result<(), JobError> {
+        Ok(())
+    }
+}
+
+/// The option `build()` refused, and its message; fails the test when it built.
+fn refused(builder: WorkerBuilder<PgStore>) -> (&'static str, String) {
+    match builder.build() {
+        Err(e @ BuildError::InvalidOption { option, .. }) => (option, e.to_string()),
+        Err(other) => panic!("refused for another reason: {other}"),
+        Ok(_) => panic!("built"),
+    }
+}
+
+#[tokio::test]
+async fn worker_durations_over_the_bound_are_refused_naming_the_option() {
+    let h = Harness::new().await;
+    type Set = fn(&mut WorkerConfig, Duration);
+    let settings: [(&str, &str, Set); 12] = [
+        ("poll_interval", "poll_interval", |c, d| c.poll_interval = d),
+        ("prefetch_ttl", "prefetch_ttl", |c, d| c.prefetch_ttl = d),
+        ("drain_timeout", "drain_timeout", |c, d| c.drain_timeout = d),
+        ("shutdown_grace", "shutdown_grace", |c, d| {
+            c.shutdown_grace = d
+        }),
+        ("stuck_after", "stuck_after", |c, d| c.stuck_after = d),
+        ("heartbeat_interval", "heartbeat_interval", |c, d| {
+            c.heartbeat_interval = Some(d)
+        }),
+        ("lease", "lease", |c, d| c.lease = Some(d)),
+        ("stager", "interval", |c, d| c.stager.interval = d),
+        ("rescuer", "interval", |c, d| c.rescuer.interval = d),
+        ("scheduler", "interval", |c, d| c.scheduler.interval = d),
+        ("reporter.interval", "interval", |c, d| {
+            c.reporter.interval = d
+        }),
+        ("pruner", "interval", |c, d| c.pruner.interval = d),
+    ];
+    for too_long in TOO_LONG {
+        for (option, field, set) in settings {
+            let (refused_option, message) = refused(h.worker().configure(|c| set(c, too_long)));
+            assert_eq!(refused_option, option, "{message}");
+            assert!(message.contains(field), "{message}");
+            assert!(message.contains("at most 100 years"), "{message}");
+        }
+        let pruner: [(&str, Set); 3] = [
+            ("completed_retention", |c, d| {
+                c.pruner.completed_retention = d
+            }),
+            ("cancelled_retention", |c, d| {
+                c.pruner.cancelled_retention = d
+            }),
+            ("vacuum_interval", |c, d| c.pruner.vacuum_interval = Some(d)),
+        ];
+        for (field, set) in pruner {
+            let (option, message) = refused(h.worker().configure(|c| set(c, too_long)));
+            assert_eq!(option, "pruner", "{message}");
+            assert!(message.contains(field), "{message}");
+        }
+        // The builder's own setters reach the same checks.
+        assert_eq!(
+            refused(h.worker().drain_timeout(too_long)).0,
+            "drain_timeout"
+        );
+        assert_eq!(
+            refused(h.worker().poll_interval(too_long)).0,
+            "poll_interval"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_kind_timeout_or_lease_over_the_bound_is_refused_naming_the_kind() {
+    let h = Harness::new().await;
+    const CENTURY_MS: u64 = MAX_DURATION.as_millis() as u64;
+    const TEN_THOUSAND_YEARS_MS: u64 = CENTURY_MS * 100;
+    let cases = [
+        (
+            refused(h.worker().register::<Timed<{ CENTURY_MS + 1 }, 30_000>>()),
+            "timeout",
+        ),
+        (
+            refused(h.worker().register::<Timed<300_000, { CENTURY_MS + 1 }>>()),
+            "lease",
+        ),
+        (
+            refused(
+                h.worker()
+                    .register::<Timed<300_000, TEN_THOUSAND_YEARS_MS>>(),
+            ),
+            "lease",
+        ),
+        (
+            refused(h.worker().register::<Timed<0, 30_000>>()),
+            "timeout",
+        ),
+    ];
+    for ((option, message), expected) in cases {
+        assert_eq!(option, expected, "{message}");
+        assert!(message.contains("`test.timed`"), "{message}");
+    }
+    // The bound itself is accepted.
+    h.worker()
+        .register::<Timed<CENTURY_MS, CENTURY_MS>>()
+        .build()
+        .expect("the bound is allowed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_keeper_renews_leases_when_every_duration_is_the_bound() {
+    let h = Harness::new().await;
+    let release = Release(Arc::new(Semaphore::new(0)));
+    let id = enqueue(&h.store, HeldLong {}).await;
+    let worker = job::Worker::builder(h.store.clone())
+        .register::<HeldLong>()
+        .queue("default", 1)
+        .state(h.ledger.clone())
+        .state(release.clone())
+        .configure(|c| {
+            c.poll_interval = MAX_DURATION;
+            c.prefetch_ttl = MAX_DURATION;
+            c.drain_timeout = MAX_DURATION;
+            c.shutdown_grace = MAX_DURATION;
+            c.stuck_after = MAX_DURATION;
+            c.pruner.completed_retention = MAX_DURATION;
+            c.pruner.cancelled_retention = MAX_DURATION;
+            c.reporter.interval = MAX_DURATION;
+            c.scheduler.interval = MAX_DURATION;
+        })
+        .build()
+        .expect("every duration at the bound is allowed")
+        .start();
+    let first = h.reaches(id, JobState::Running).await;
+    let first_until = first.locked_until.expect("a running job has a lease");
+    // Renewed past three of its leases: the keeper kept beating (a dead keeper lets the lease
+    // expire, and the rescuer ends the job, which has one attempt).
+    let renewed = eventually("the lease to be renewed past three leases", || async {
+        let row = h.row(id).await;
+        let until = row.locked_until?;
+        (until > first_until + chrono::Duration::milliseconds(900)).then_some(row)
+    })
+    .await;
+    assert_eq!(renewed.state, JobState::Running);
+    assert_eq!(renewed.lock_token, first.lock_token, "the same lease");
+    assert_eq!(worker.stats().stuck, 0);
+
+    release.0.add_permits(1);
+    let row = h.reaches(id, JobState::Completed).await;
+    assert_eq!(row.attempt, 1);
+    assert_eq!(h.ledger.runs(id), 1);
+    let stats = worker.shutdown().await.stats;
+    assert_eq!((stats.lease_lost, stats.fenced, stats.stuck), (0, 0, 0));
+}
