@@ -1,10 +1,30 @@
 //! Periodic jobs: many schedulers, one job per period, decided by the unique index.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
-use job::{BuildError, JobState};
+use job::{
+    BuildError, Job, JobContext, JobError, JobState, Periodic, Scheduled, Scheduler,
+    SchedulerConfig,
+};
+use serde::{Deserialize, Serialize};
 
 use crate::common::*;
+
+/// A payload of free text: a NUL in it is refused at every door.
+#[derive(Debug, Serialize, Deserialize)]
+struct Text {
+    s: String,
+}
+
+impl Job for Text {
+    const KIND: &'static str = "test.text";
+
+    async fn perform(self, _ctx: JobContext) -> Result<(), JobError> {
+        Ok(())
+    }
+}
 
 #[tokio::test]
 async fn three_workers_on_one_schedule_enqueue_exactly_one_job_per_period() {
@@ -90,4 +110,74 @@ fn an_invalid_cron_expression_is_a_build_error_naming_it() {
     }
     assert!(err.to_string().contains("`every tuesday`"), "{err}");
     let _ = Duration::ZERO;
+}
+
+#[tokio::test]
+async fn a_refused_periodic_job_does_not_stop_the_schedules_after_it() {
+    let h = Harness::new().await;
+    // Its first job (the sample `Periodic::new` checks) is fine; every later one is refused.
+    let sampled = Arc::new(AtomicBool::new(false));
+    let refused = Periodic::new("* * * * * *", move || Text {
+        s: if sampled.swap(true, Ordering::SeqCst) {
+            "a\0b".into()
+        } else {
+            "ab".into()
+        },
+    })
+    .expect("the sample is fine");
+    let fine = Periodic::new("* * * * * *", || Noop { n: 7 }).unwrap();
+    let scheduler = Scheduler::new(
+        h.store.clone(),
+        vec![refused, fine],
+        SchedulerConfig::default(),
+    );
+    let now = chrono::Utc::now();
+    let done = scheduler
+        .run_once(now)
+        .await
+        .expect("a refusal is no failed look");
+    assert_eq!(
+        done,
+        Scheduled {
+            enqueued: 1,
+            duplicates: 0,
+            refused: 1
+        }
+    );
+    let kinds: Vec<String> = sqlx::query_scalar("SELECT kind FROM job.jobs")
+        .fetch_all(h.store.pool())
+        .await
+        .unwrap();
+    assert_eq!(kinds, ["test.noop"]);
+    // The refused period is not tried again; the next look has nothing new to do.
+    let again = scheduler.run_once(now).await.unwrap();
+    assert_eq!(again, Scheduled::default());
+}
+
+#[test]
+fn a_periodic_job_every_door_would_refuse_is_a_build_error_naming_its_schedule() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let store = rt.block_on(async { job_testkit::TestDb::new().await.store() });
+    let err = job::Worker::builder(store)
+        .register::<Noop>()
+        .queue("default", 1)
+        .periodic("* * * * * *", || Text { s: "a\0b".into() })
+        .periodic("* * * * * *", || Noop { n: 7 })
+        .build()
+        .err()
+        .expect("refused");
+    assert!(
+        matches!(
+            err,
+            BuildError::InvalidOption {
+                option: "periodic",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    let message = err.to_string();
+    for part in ["`test.text`", "`* * * * * *`", "NUL"] {
+        assert!(message.contains(part), "{message}");
+    }
 }

@@ -61,7 +61,11 @@ impl std::fmt::Debug for Periodic {
 
 impl Periodic {
     /// A schedule of `J` on `expression`, each period's payload made by `make`. An expression
-    /// that does not parse is a [`BuildError::InvalidSchedule`] naming it.
+    /// that does not parse is a [`BuildError::InvalidSchedule`] naming it. `make` is called
+    /// once here, and a job that every door would refuse (a payload with a NUL, over the size
+    /// limit, bad options) is a [`BuildError::InvalidOption`] `periodic` naming the kind and
+    /// the expression; a later period's job refused all the same is logged and skipped (see
+    /// [`Scheduler::run_once`]).
     pub fn new<J, F>(expression: &str, make: F) -> Result<Periodic, BuildError>
     where
         J: Job,
@@ -76,12 +80,23 @@ impl Periodic {
                 expression: expression.to_owned(),
                 reason: e.to_string(),
             })?;
-        Ok(Periodic {
+        let periodic = Periodic {
             kind: J::KIND,
             expression: expression.to_owned(),
             cron,
             make: Arc::new(move |options| NewJob::build(&make(), options, DEFAULT_PAYLOAD_LIMIT)),
-        })
+        };
+        // One sample, so that a schedule whose every job is refused fails at the door.
+        if let Err(refused) = periodic.job_for(Utc::now()) {
+            return Err(BuildError::InvalidOption {
+                option: "periodic",
+                reason: format!(
+                    "the job of `{}` on schedule `{expression}` is refused: {refused}",
+                    J::KIND
+                ),
+            });
+        }
+        Ok(periodic)
     }
 
     /// The scheduled kind.
@@ -137,6 +152,9 @@ pub struct Scheduled {
     pub enqueued: u64,
     /// Periods another scheduler had enqueued already.
     pub duplicates: u64,
+    /// Periods whose job was refused (its payload or options, by this side or the
+    /// database): logged at WARN, naming the schedule, and not tried again.
+    pub refused: u64,
 }
 
 impl<S: Store> Scheduler<S> {
@@ -152,7 +170,11 @@ impl<S: Store> Scheduler<S> {
     }
 
     /// One look at `now`: enqueues the next period of every schedule, unless this scheduler
-    /// already saw it enqueued. A duplicate (another worker got there first) is no error.
+    /// already saw it enqueued. A duplicate (another worker got there first) is no error. A
+    /// refused job (its payload or options) is one schedule's mistake: it is logged at WARN
+    /// with the schedule and the refusal, that period is not tried again, and the other
+    /// schedules go on. A store error that is no refusal (the database does not answer) ends
+    /// the look; the next one tries every schedule again.
     pub async fn run_once(&self, now: DateTime<Utc>) -> Result<Scheduled, StoreError> {
         let mut done = Scheduled::default();
         for (i, entry) in self.entries.iter().enumerate() {
@@ -162,12 +184,24 @@ impl<S: Store> Scheduler<S> {
             if self.lock()[i] == Some(period) {
                 continue;
             }
-            let job = entry.job_for(period).map_err(StoreError::new)?;
-            match self.store.enqueue(job).await {
+            let enqueued = match entry.job_for(period) {
+                Ok(job) => self.store.enqueue(job).await,
+                Err(refused) => Err(refused),
+            };
+            match enqueued {
                 Ok(_) => done.enqueued += 1,
                 Err(EnqueueError::Duplicate { .. }) => done.duplicates += 1,
-                Err(EnqueueError::Store(e)) => return Err(e),
-                Err(refused) => return Err(StoreError::new(refused)),
+                Err(EnqueueError::Store(e)) if !e.is_refused() => return Err(e),
+                Err(refused) => {
+                    tracing::warn!(
+                        kind = entry.kind,
+                        schedule = %entry.expression,
+                        %period,
+                        error = %refused,
+                        "periodic job refused: this period of the schedule is skipped"
+                    );
+                    done.refused += 1;
+                }
             }
             self.lock()[i] = Some(period);
         }

@@ -186,7 +186,10 @@ impl<S: Store> WorkerBuilder<S> {
     /// worker with the same schedule may declare it: each period is enqueued once, decided by
     /// its unique key (see [`Scheduler`](crate::maintenance::Scheduler)). An expression that
     /// does not parse makes [`build`](Self::build) fail with
-    /// [`BuildError::InvalidSchedule`].
+    /// [`BuildError::InvalidSchedule`]; `make` is called once here, and a job that would be
+    /// refused (its payload or options) makes it fail with [`BuildError::InvalidOption`]
+    /// `periodic`. A later job refused all the same is logged, naming the schedule, and that
+    /// period skipped; the other schedules go on.
     pub fn periodic<J, F>(mut self, schedule: &str, make: F) -> Self
     where
         J: Job,
