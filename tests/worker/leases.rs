@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use job::{JobState, Store};
+use job::{BoxFuture, Call, JobState, Layered, Returned, Store, StoreError, StoreLayer};
 use job_core::{ClaimKind, ClaimRequest, ClaimedJob, Finalize, Finalized, Outcome};
 use job_core::{Rescuer, RescuerConfig};
 
@@ -199,4 +199,81 @@ async fn a_worker_that_cannot_renew_fences_itself_before_the_lease_expires() {
         JobState::Running,
         "nothing was written after fencing"
     );
+}
+
+/// A store layer whose heartbeats panic, from the first on (a bug in a layer, say).
+#[derive(Clone)]
+struct PanickingHeartbeats;
+
+impl StoreLayer for PanickingHeartbeats {
+    fn call<'a, T: Returned + Send + 'a>(
+        &'a self,
+        call: Call,
+        run: BoxFuture<'a, Result<T, StoreError>>,
+    ) -> BoxFuture<'a, Result<T, StoreError>> {
+        if call.name == "heartbeat" {
+            return Box::pin(async { panic!("injected: the heartbeat panicked") });
+        }
+        run
+    }
+}
+
+#[tokio::test]
+async fn a_heartbeat_that_panics_does_not_stop_fencing() {
+    // The lease keeper is the only thing between a lease that runs out and a second execution
+    // on another worker. A panic in it used to end its thread: no renewal, and no fencing, so
+    // the execution ran on past its lease.
+    let h = Harness::new().await;
+    let id = enqueue(&h.store, Parked { n: 1 }).await;
+    let store = Layered::new(h.store.clone(), PanickingHeartbeats);
+    let worker = worker(&store, &h.ledger).build().unwrap().start();
+    h.reaches(id, JobState::Running).await;
+    eventually("the worker to fence the execution", || async {
+        (worker.stats().fenced >= 1).then_some(())
+    })
+    .await;
+    let still_live: bool =
+        sqlx::query_scalar("SELECT locked_until > now() FROM job.jobs WHERE id = $1")
+            .bind(id)
+            .fetch_one(h.store.pool())
+            .await
+            .unwrap();
+    assert!(still_live, "the worker must stop before its lease expires");
+    eventually("the fenced execution to leave the worker", || async {
+        (worker.in_flight() == 0).then_some(())
+    })
+    .await;
+    worker.shutdown().await;
+}
+
+/// A store layer whose first finalize panics.
+#[derive(Clone, Default)]
+struct FirstFinalizePanics(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl StoreLayer for FirstFinalizePanics {
+    fn call<'a, T: Returned + Send + 'a>(
+        &'a self,
+        call: Call,
+        run: BoxFuture<'a, Result<T, StoreError>>,
+    ) -> BoxFuture<'a, Result<T, StoreError>> {
+        if call.name == "finalize" && !self.0.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            return Box::pin(async { panic!("injected: the finalize panicked") });
+        }
+        run
+    }
+}
+
+#[tokio::test]
+async fn a_finalize_that_panics_does_not_stop_the_outcomes_after_it() {
+    // The completer writes every outcome of the worker. A panic in it used to end its task:
+    // the outcomes waited for ever, their leases renewed by the keeper, never rescued.
+    let h = Harness::new().await;
+    let first = enqueue(&h.store, Noop { n: 1 }).await;
+    let store = Layered::new(h.store.clone(), FirstFinalizePanics::default());
+    let worker = worker(&store, &h.ledger).build().unwrap().start();
+    h.reaches(first, JobState::Completed).await;
+    let second = enqueue(&h.store, Noop { n: 2 }).await;
+    h.reaches(second, JobState::Completed).await;
+    assert_eq!(worker.stats().completed, 2);
+    worker.shutdown().await;
 }

@@ -183,12 +183,13 @@ pub(crate) async fn run_task(
     }
 }
 
-fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
+/// The text a panic was raised with.
+pub(crate) fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
     match payload.downcast::<String>() {
         Ok(s) => *s,
         Err(payload) => match payload.downcast::<&'static str>() {
             Ok(s) => (*s).to_owned(),
-            Err(_) => "handler panicked with a non-string payload".to_owned(),
+            Err(_) => "panicked with a non-string payload".to_owned(),
         },
     }
 }

@@ -8,13 +8,17 @@
 //! storable ([`Outcome::made_storable`]), then replaced by a discard of class `unstorable`,
 //! and if even that is refused it is left to the rescuer (its lease is no longer renewed).
 
+use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
+
+use futures_util::FutureExt;
 
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::attempt::fault::FaultPoint;
+use crate::attempt::pipeline::panic_message;
 use crate::contract::store::{BreakerCount, Finalize, Finalized, Store};
 use crate::model::attempt_info::AttemptInfo;
 use crate::model::error::StoreError;
@@ -81,7 +85,15 @@ pub(crate) async fn run<S: Store>(
             }
         }
         flush(&shared, &mut batch).await;
-        record_breakers(&shared).await;
+        if AssertUnwindSafe(record_breakers(&shared))
+            .catch_unwind()
+            .await
+            .is_err()
+        {
+            tracing::error!(
+                "adding to the circuit breakers' counts panicked; those counts are lost"
+            );
+        }
     }
 }
 
@@ -136,7 +148,7 @@ async fn flush<S: Store>(shared: &Shared<S>, batch: &mut Vec<Completion>) {
             return;
         }
         let items: Vec<Finalize> = batch.iter().map(|c| c.finalize.clone()).collect();
-        match shared.store.finalize(&items).await {
+        match finalize(shared, &items).await {
             Ok(results) => {
                 for (c, result) in batch.drain(..).zip(results) {
                     applied(shared, &c, result);
@@ -168,6 +180,26 @@ async fn flush<S: Store>(shared: &Shared<S>, batch: &mut Vec<Completion>) {
     }
 }
 
+/// The store's finalize, a panic in it (a bug, or a store layer's) read as a refusal: the
+/// completer must outlive it, or the outcomes after it would wait for ever while the keeper
+/// renews their leases. As refused, the outcome is written alone, made storable, discarded,
+/// or at last left to the rescuer.
+async fn finalize<S: Store>(
+    shared: &Shared<S>,
+    items: &[Finalize],
+) -> Result<Vec<Finalized>, StoreError> {
+    match AssertUnwindSafe(shared.store.finalize(items))
+        .catch_unwind()
+        .await
+    {
+        Ok(written) => written,
+        Err(panic) => Err(StoreError::refused(format!(
+            "the store panicked writing the outcome: {}",
+            panic_message(panic)
+        ))),
+    }
+}
+
 /// Writes one outcome alone: as it is (a few times), then made storable, then as a discard of
 /// class `unstorable`; refused even so, it is given up and its lease left to expire.
 async fn write_alone<S: Store>(shared: &Shared<S>, mut c: Completion) {
@@ -179,11 +211,7 @@ async fn write_alone<S: Store>(shared: &Shared<S>, mut c: Completion) {
             drop_lost(shared, &mut one);
             return;
         }
-        let error = match shared
-            .store
-            .finalize(std::slice::from_ref(&c.finalize))
-            .await
-        {
+        let error = match finalize(shared, std::slice::from_ref(&c.finalize)).await {
             Ok(results) => {
                 let result = results.first().copied().unwrap_or(Finalized::LeaseLost);
                 applied(shared, &c, result);

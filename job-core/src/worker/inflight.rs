@@ -403,10 +403,20 @@ impl InFlight {
     /// Self-fencing: takes away every held lease that may expire within a third of its
     /// length, before another worker can claim it. Returns their executions.
     pub(crate) fn fence(&self, now: Instant) -> Vec<Arc<AttemptInfo>> {
+        self.fence_where(|e| e.expires_within(e.lease_len / 3, now))
+    }
+
+    /// Takes away every held lease: the lease keeper failed, so no lease is renewed nor
+    /// watched any more. Returns their executions.
+    pub(crate) fn fence_all(&self) -> Vec<Arc<AttemptInfo>> {
+        self.fence_where(|_| true)
+    }
+
+    fn fence_where(&self, doomed: impl Fn(&Entry) -> bool) -> Vec<Arc<AttemptInfo>> {
         let mut map = self.lock();
         let doomed: Vec<Lease> = map
             .iter()
-            .filter(|(_, e)| e.held && e.expires_within(e.lease_len / 3, now))
+            .filter(|(_, e)| e.held && doomed(e))
             .map(|(lease, _)| *lease)
             .collect();
         let infos = doomed

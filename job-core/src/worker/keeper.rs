@@ -9,8 +9,11 @@
 //! fencing clock. It shares only the in-flight table (a mutex held for microseconds) with the
 //! rest of the worker.
 
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
+
+use futures_util::FutureExt;
 
 use tokio::sync::oneshot;
 use tokio::time::Instant;
@@ -53,15 +56,28 @@ impl Keeper {
         let spawned = std::thread::Builder::new()
             .name("job-lease-keeper".into())
             .spawn(move || {
-                let runtime = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .expect("the lease keeper cannot build its Tokio runtime");
-                runtime.block_on(async {
-                    let store = store.dedicated("job lease keeper", KEEPER_CONNECTIONS);
-                    run(&shared, &store, &token).await;
-                    store.close().await;
-                });
+                // A keeper that ended while its worker runs would leave every execution
+                // unrenewed and unfenced: their leases would run out under them, and another
+                // worker would run the same jobs at once. So a panic (a bug, or a store
+                // layer's) stops every execution it kept, and the keeper starts again.
+                loop {
+                    let ran = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                        let runtime = tokio::runtime::Builder::new_current_thread()
+                            .enable_all()
+                            .build()
+                            .expect("the lease keeper cannot build its Tokio runtime");
+                        runtime.block_on(async {
+                            let store = store.dedicated("job lease keeper", KEEPER_CONNECTIONS);
+                            run(&shared, &store, &token).await;
+                            store.close().await;
+                        });
+                    }));
+                    if ran.is_ok() || token.is_cancelled() {
+                        break;
+                    }
+                    fence_all(&shared, "the lease keeper panicked");
+                    std::thread::sleep(RESTART_DELAY);
+                }
                 let _ = done_tx.send(());
             });
         if let Err(e) = spawned {
@@ -98,13 +114,26 @@ async fn run<S: Store>(shared: &Shared<S>, store: &S, stop: &CancellationToken) 
     let beats = async {
         loop {
             tick.tick().await;
-            beat(shared, store, every).await;
+            if AssertUnwindSafe(beat(shared, store, every))
+                .catch_unwind()
+                .await
+                .is_err()
+            {
+                // Nothing renewed this time: the watch fences what runs out, as when the
+                // database does not answer.
+                tracing::error!(
+                    "a heartbeat panicked (a bug, or a store layer's): no lease renewed this time"
+                );
+            }
         }
     };
     let watches = async {
         loop {
             watch_tick.tick().await;
-            watch(shared);
+            if std::panic::catch_unwind(AssertUnwindSafe(|| watch(shared))).is_err() {
+                // Fencing itself cannot be trusted: stop everything it kept.
+                fence_all(shared, "the lease keeper's watch panicked");
+            }
         }
     };
     tokio::select! {
@@ -187,15 +216,30 @@ async fn save_progress<S: Store>(shared: &Shared<S>, store: &S, every: Duration)
     }
 }
 
+/// How long a keeper that panicked waits before it starts again.
+const RESTART_DELAY: Duration = Duration::from_secs(1);
+
+/// Stops every execution the keeper holds a lease for, counted as fenced, saying `why`.
+fn fence_all<S>(shared: &Shared<S>, why: &str) {
+    let fenced = shared.inflight.fence_all();
+    count_fenced(shared, &fenced);
+    let jobs: Vec<crate::JobId> = fenced.iter().map(|info| info.id).collect();
+    tracing::error!(?jobs, "{why}: stopped every execution whose lease it kept");
+}
+
+fn count_fenced<S>(shared: &Shared<S>, fenced: &[Arc<crate::model::attempt_info::AttemptInfo>]) {
+    bump(&shared.counters.fenced, fenced.len() as u64);
+    for info in fenced {
+        shared.labels(info).fenced();
+    }
+}
+
 /// Self-fencing, then the stuck watch.
 fn watch<S>(shared: &Shared<S>) {
     let now = Instant::now();
     let fenced = shared.inflight.fence(now);
     if !fenced.is_empty() {
-        bump(&shared.counters.fenced, fenced.len() as u64);
-        for info in &fenced {
-            shared.labels(info).fenced();
-        }
+        count_fenced(shared, &fenced);
         let jobs: Vec<crate::JobId> = fenced.iter().map(|info| info.id).collect();
         tracing::error!(
             ?jobs,
