@@ -57,6 +57,8 @@ pub use job_core::{
     MAX_DURATION, MAX_ERROR_HISTORY, MAX_ERROR_MESSAGE, MAX_NAME_LEN, MAX_STEP_NAME,
     MAX_STEP_OUTPUT, MAX_TAGS, MAX_UNIQUE_KEY_LEN,
 };
+// The rules every door checks names (kinds, queues, tenants, tags) and payloads by.
+pub use job_core::{name_problem, payload_problem};
 // Telemetry: metrics, traces, progress.
 pub use job_core::{
     current_traceparent, describe_metrics, record_enqueued, valid_traceparent, DeadLetterCount,
@@ -64,7 +66,7 @@ pub use job_core::{
     METRICS, NO_OWNER, TRACEPARENT_LEN,
 };
 // Job results.
-pub use job_core::MAX_RESULT;
+pub use job_core::{MAX_JSON_DEPTH, MAX_RESULT};
 // Errors.
 pub use job_core::{BoxError, BuildError, EnqueueError, StoreError};
 // The worker and its maintenance services.

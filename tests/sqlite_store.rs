@@ -312,3 +312,30 @@ async fn a_begin_cancelled_at_any_point_never_keeps_the_write_lock() {
     assert_eq!(count(store.pool(), "job_jobs").await, 400);
     db.close().await;
 }
+
+#[tokio::test]
+async fn a_stored_value_serde_cannot_read_back_is_shown_as_its_text() {
+    // A raw write can store JSON nested deeper than serde_json reads (128 levels): the row,
+    // and every listing that holds it, must still read.
+    let db = TestSqlite::new().await;
+    let store = db.store();
+    let id = SendInvoice { invoice_id: 1 }
+        .enqueue(store.pool())
+        .await
+        .unwrap();
+    let deep = format!(r#"{{"a":{}1{}}}"#, "[".repeat(200), "]".repeat(200));
+    sqlx::query("UPDATE job_jobs SET payload = ?2, errors = ?3 WHERE id = ?1")
+        .bind(id)
+        .bind(&deep)
+        .bind(format!("[{deep}]"))
+        .execute(store.pool())
+        .await
+        .unwrap();
+    let row = store.get(id).await.unwrap().expect("the job");
+    assert_eq!(row.payload, serde_json::Value::String(deep.clone()));
+    assert_eq!(row.errors.len(), 1);
+    assert_eq!(row.errors[0].class, "unreadable");
+    let listed = store.list(&job::JobFilter::default()).await.unwrap();
+    assert_eq!(listed.len(), 1);
+    db.close().await;
+}

@@ -418,3 +418,52 @@ async fn an_open_enqueue_of_dependents_holds_up_no_claim_heartbeat_or_finalize()
     tx.commit().await.unwrap();
     db.close().await;
 }
+
+/// A payload nested deeper than a handler can read back (serde_json stops at 128 levels) is
+/// refused at the Rust door, naming it; one stored through SQL reads back as its text.
+#[tokio::test]
+async fn a_payload_nested_too_deep_is_refused_and_one_stored_by_sql_still_reads() {
+    #[derive(Serialize, Deserialize)]
+    struct Deep {
+        v: serde_json::Value,
+    }
+    impl Job for Deep {
+        const KIND: &'static str = "deep";
+        async fn perform(self, _: JobContext) -> Result<(), JobError> {
+            Ok(())
+        }
+    }
+    let nested = |levels: usize| -> serde_json::Value {
+        serde_json::from_str(&format!("{}1{}", "[".repeat(levels), "]".repeat(levels))).unwrap()
+    };
+    let db = TestDb::new().await;
+    let pool = db.pool();
+    Enqueue::new(Deep {
+        v: nested(job::MAX_JSON_DEPTH - 1),
+    })
+    .enqueue(&pool)
+    .await
+    .unwrap();
+    let err = Enqueue::new(Deep { v: nested(120) })
+        .enqueue(&pool)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, EnqueueError::InvalidOption { option: "payload", reason }
+            if reason.contains("nests 121 levels")),
+        "{err:?}"
+    );
+    let deep = format!(r#"{{"a":{}1{}}}"#, "[".repeat(200), "]".repeat(200));
+    let id: i64 = sqlx::query_scalar("SELECT job.enqueue('deep', $1::jsonb)")
+        .bind(&deep)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    let row = db.store().get(id).await.unwrap().expect("the job");
+    assert!(
+        matches!(&row.payload, serde_json::Value::String(text) if text.starts_with(r#"{"a": [[[["#)),
+        "{:?}",
+        row.payload
+    );
+    db.close().await;
+}

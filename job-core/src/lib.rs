@@ -26,6 +26,7 @@ pub use model::error::{BoxError, BuildError, EnqueueError, JobError, StoreError}
 pub use model::job::{
     Breaker, Compensate, Discarded, DiscardedError, Job, JobId, JobOptions, RateLimit, MAX_DURATION,
 };
+pub use model::json_size::MAX_JSON_DEPTH;
 pub use model::new_job::{
     allowed_in_name, name_problem, payload_problem, Deadline, Dependency, DependencyMode,
     DependsOn, EnqueueOptions, NewJob, OnDuplicate, RunAt, Unique, UniqueScope,

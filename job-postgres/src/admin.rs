@@ -207,6 +207,7 @@ impl Scope<'_> {
 
     async fn pause(self, what: &Pause) -> Result<bool, StoreError> {
         self.whole_queues("pause")?;
+        what.check()?;
         let row = sqlx::query(sql::PAUSE)
             .bind(what.scope())
             .bind(what.name())
@@ -218,6 +219,7 @@ impl Scope<'_> {
 
     async fn resume(self, what: &Pause) -> Result<bool, StoreError> {
         self.whole_queues("resume")?;
+        what.check()?;
         let row = sqlx::query(sql::RESUME)
             .bind(what.scope())
             .bind(what.name())

@@ -188,7 +188,7 @@ impl Reader<'_> {
             .map(|r| {
                 Ok(StepRecord {
                     name: r.try_get("name")?,
-                    output: r.try_get("output")?,
+                    output: crate::row::json(r, "output")?.unwrap_or_default(),
                     attempt: r.try_get("attempt")?,
                     recorded_at: r.try_get("recorded_at")?,
                 })

@@ -1,8 +1,7 @@
 //! Reading a job row back into [`JobRow`].
 
 use job_core::{AttemptError, JobId, JobRow, JobState};
-use sqlx::postgres::PgRow;
-use sqlx::types::Json;
+use sqlx::postgres::{PgRow, PgValueFormat};
 use sqlx::{PgExecutor, Row};
 
 use crate::error::Error;
@@ -42,9 +41,12 @@ pub(crate) fn decode(id: JobId, row: &PgRow) -> Result<JobRow, Error> {
     // Leniently: an entry that does not read as an `AttemptError` (a raw INSERT may write any
     // JSON array there) is shown as such rather than making the whole row, or a listing,
     // unreadable.
-    let Json(errors): Json<Vec<serde_json::Value>> =
-        row.try_get("errors").map_err(column("errors"))?;
     let created_at = row.try_get("created_at").map_err(column("created_at"))?;
+    let errors = match json(row, "errors").map_err(column("errors"))? {
+        Some(serde_json::Value::Array(entries)) => entries,
+        Some(other) => vec![other],
+        None => Vec::new(),
+    };
     let errors = errors
         .into_iter()
         .map(|entry| {
@@ -65,7 +67,9 @@ pub(crate) fn decode(id: JobId, row: &PgRow) -> Result<JobRow, Error> {
         queue: row.try_get("queue").map_err(column("queue"))?,
         priority: row.try_get("priority").map_err(column("priority"))?,
         state,
-        payload: row.try_get("payload").map_err(column("payload"))?,
+        payload: json(row, "payload")
+            .map_err(column("payload"))?
+            .unwrap_or_default(),
         payload_version: row
             .try_get("payload_version")
             .map_err(column("payload_version"))?,
@@ -92,16 +96,40 @@ pub(crate) fn decode(id: JobId, row: &PgRow) -> Result<JobRow, Error> {
         tags: tags.into_iter().flatten().collect(),
         tenant: row.try_get("tenant").map_err(column("tenant"))?,
         stuck_since: row.try_get("stuck_since").map_err(column("stuck_since"))?,
-        progress: row.try_get("progress").map_err(column("progress"))?,
+        progress: json(row, "progress").map_err(column("progress"))?,
         progress_at: row.try_get("progress_at").map_err(column("progress_at"))?,
         traceparent: row
             .try_get("trace_context")
             .map_err(column("trace_context"))?,
         owner: row.try_get("owner").map_err(column("owner"))?,
-        result: row.try_get("result").map_err(column("result"))?,
+        result: json(row, "result").map_err(column("result"))?,
         ordering_key: row
             .try_get("ordering_key")
             .map_err(column("ordering_key"))?,
         rate_key: row.try_get("rate_key").map_err(column("rate_key"))?,
     })
+}
+
+/// A `jsonb` column, read leniently: a value that serde_json does not read back (nested deeper
+/// than its limit of 128 levels, which PostgreSQL stores from any door) reads as its text, in a
+/// JSON string, rather than making its row, and every listing that holds it, unreadable.
+pub(crate) fn json(row: &PgRow, column: &str) -> Result<Option<serde_json::Value>, sqlx::Error> {
+    match row.try_get::<Option<serde_json::Value>, _>(column) {
+        Err(sqlx::Error::ColumnDecode { .. }) => {
+            let raw = row.try_get_raw(column)?;
+            let bytes = raw.as_bytes().map_err(|source| sqlx::Error::ColumnDecode {
+                index: column.to_owned(),
+                source,
+            })?;
+            // The binary form of jsonb is a version byte (1), then the text.
+            let text = match (raw.format(), bytes.split_first()) {
+                (PgValueFormat::Binary, Some((1, text))) => text,
+                _ => bytes,
+            };
+            Ok(Some(serde_json::Value::String(
+                String::from_utf8_lossy(text).into_owned(),
+            )))
+        }
+        read => read,
+    }
 }

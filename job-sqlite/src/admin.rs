@@ -105,6 +105,7 @@ impl Admin for SqliteStore {
     }
 
     async fn pause(&self, what: &Pause) -> Result<bool, StoreError> {
+        what.check()?;
         let mut w = self.write().await?;
         let now = now(&mut w.tx).await?;
         let done = sqlx::query(sql::PAUSE)
@@ -119,6 +120,7 @@ impl Admin for SqliteStore {
     }
 
     async fn resume(&self, what: &Pause) -> Result<bool, StoreError> {
+        what.check()?;
         let mut w = self.write().await?;
         let now = now(&mut w.tx).await?;
         let was: Option<bool> = sqlx::query_scalar(sql::RESUME)

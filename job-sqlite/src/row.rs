@@ -33,13 +33,12 @@ pub(crate) fn decode(id: JobId, row: &SqliteRow) -> Result<JobRow, Error> {
             reason: e.to_string(),
         }
     };
+    // Leniently, as job-postgres reads them: a value serde_json does not read back (nested
+    // deeper than its limit of 128 levels) reads as its text, in a JSON string, rather than
+    // making its row, and every listing that holds it, unreadable.
     let json = |name: &'static str| -> Result<serde_json::Value, Error> {
         let text: String = row.try_get(name).map_err(column(name))?;
-        serde_json::from_str(&text).map_err(|e| Error::Decode {
-            id,
-            column: name,
-            reason: e.to_string(),
-        })
+        Ok(serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text)))
     };
     let time = |name: &'static str| -> Result<Option<chrono::DateTime<chrono::Utc>>, Error> {
         let us: Option<i64> = row.try_get(name).map_err(column(name))?;
@@ -69,6 +68,12 @@ pub(crate) fn decode(id: JobId, row: &SqliteRow) -> Result<JobRow, Error> {
                 })
             })
             .collect(),
+        serde_json::Value::String(text) => vec![AttemptError {
+            attempt: 0,
+            at: created_at,
+            class: "unreadable".into(),
+            message: format!("the error history does not read as JSON: {text}"),
+        }],
         _ => Vec::new(),
     };
     let tags = match json("tags")? {
@@ -114,11 +119,7 @@ pub(crate) fn decode(id: JobId, row: &SqliteRow) -> Result<JobRow, Error> {
         traceparent: None,
         owner: None,
         result: match row.try_get::<Option<String>, _>("result") {
-            Ok(Some(text)) => Some(serde_json::from_str(&text).map_err(|e| Error::Decode {
-                id,
-                column: "result",
-                reason: e.to_string(),
-            })?),
+            Ok(Some(_)) => Some(json("result")?),
             Ok(None) => None,
             Err(e) => return Err(column("result")(e)),
         },

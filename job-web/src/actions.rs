@@ -11,6 +11,7 @@ use crate::auth::COOKIE;
 use crate::base::Base;
 use crate::dashboard::{App, AppState};
 use crate::error::WebError;
+use crate::fields::text;
 use crate::pages::layout::href;
 
 /// Every field any action form sends; each action reads its own.
@@ -54,24 +55,16 @@ fn redirect(base: &Base, path: &str, pairs: &[(&str, &str)]) -> Response {
     Redirect::to(&base.at(&href(path, pairs))).into_response()
 }
 
-fn set(value: &Option<String>) -> Option<String> {
-    value
-        .as_deref()
-        .map(str::trim)
-        .filter(|v| !v.is_empty())
-        .map(str::to_owned)
-}
-
 /// The dead letters an action is about: one job (`id`), or with `all`, every dead letter
 /// matching the filter fields, up to 1,000.
 fn target(form: &ActionForm) -> Result<JobFilter, WebError> {
     match (form.id, form.all.is_some()) {
         (Some(id), _) => Ok(JobFilter::ids([id])),
         (None, true) => Ok(JobFilter {
-            kind: set(&form.kind),
-            queue: set(&form.queue),
-            tenant: set(&form.tenant),
-            tag: set(&form.tag),
+            kind: text("kind", &form.kind)?,
+            queue: text("queue", &form.queue)?,
+            tenant: text("tenant", &form.tenant)?,
+            tag: text("tag", &form.tag)?,
             limit: Some(1000),
             ..JobFilter::dead_letters()
         }),
@@ -137,7 +130,11 @@ pub(crate) async fn purge(
 }
 
 fn pause_target(form: &ActionForm) -> Result<Pause, WebError> {
-    let name = set(&form.name).ok_or_else(|| WebError::bad_request("`name` is required"))?;
+    let name =
+        text("name", &form.name)?.ok_or_else(|| WebError::bad_request("`name` is required"))?;
+    if let Some(problem) = job::name_problem(&name) {
+        return Err(WebError::bad_request(format!("`name` {problem}")));
+    }
     match form.scope.as_deref() {
         Some("queue") => Ok(Pause::Queue(name)),
         Some("kind") => Ok(Pause::Kind(name)),

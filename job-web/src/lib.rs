@@ -29,6 +29,7 @@ mod auth;
 mod base;
 mod dashboard;
 mod error;
+mod fields;
 mod pages;
 mod scope;
 

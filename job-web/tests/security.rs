@@ -542,3 +542,105 @@ async fn a_breakers_pause_shows_who_paused_why_and_until_when() {
     );
     db.close().await;
 }
+
+#[tokio::test]
+async fn values_serde_cannot_read_and_fields_postgres_cannot_take_answer_cleanly() {
+    let db = TestDb::new().await;
+    // JSON nested deeper than serde_json reads (128 levels), stored through the SQL door.
+    let deep = |levels: usize| format!(r#"{{"a":{}1{}}}"#, "[".repeat(levels), "]".repeat(levels));
+    let dead = enqueue(&db, "deep", &deep(200), "mail", None).await;
+    discard(&db, dead, "poison", "too deep").await;
+    let done = enqueue(&db, "deep", "{}", "mail", None).await;
+    sqlx::query(
+        "UPDATE job.jobs SET state = 'completed', attempt = 1, finalized_at = now(),
+                progress = $2::jsonb, progress_at = now(), result = $3::jsonb
+         WHERE id = $1",
+    )
+    .bind(done)
+    .bind(deep(300))
+    .bind(deep(300))
+    .execute(&db.pool())
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO job.steps (job_id, name, output, attempt) VALUES ($1, 's', $2::jsonb, 1)",
+    )
+    .bind(done)
+    .bind(deep(200))
+    .execute(&db.pool())
+    .await
+    .unwrap();
+    let router = Dashboard::new(db.store()).operator_token("t0ken").router();
+    let op = login(&router, "t0ken").await;
+    for path in [
+        format!("/jobs/{dead}"),
+        format!("/jobs/{done}"),
+        "/dead".to_owned(),
+        "/jobs".to_owned(),
+        "/jobs?kind=deep".to_owned(),
+        "/".to_owned(),
+    ] {
+        let page = get(&router, &path, Some(&op)).await;
+        assert_eq!(page.status, StatusCode::OK, "{path}: {}", page.body);
+    }
+    let job = get(&router, &format!("/jobs/{dead}"), Some(&op)).await.body;
+    assert!(
+        job.contains("[[[[[[[[[["),
+        "the payload is shown as its text: {job}"
+    );
+
+    // A NUL in a filter field: refused, naming the field, not a database error.
+    for (path, field) in [
+        ("/jobs?kind=%00", "kind"),
+        ("/jobs?queue=a%00b", "queue"),
+        ("/jobs?tag=%00", "tag"),
+        ("/jobs?tenant=%00", "tenant"),
+        ("/dead?kind=%00", "kind"),
+    ] {
+        let page = get(&router, path, Some(&op)).await;
+        assert_eq!(
+            page.status,
+            StatusCode::BAD_REQUEST,
+            "{path}: {}",
+            page.body
+        );
+        assert!(
+            page.body.contains(&format!("`{field}`")),
+            "{path}: {}",
+            page.body
+        );
+    }
+    let token = csrf(&get(&router, "/dead", Some(&op)).await.body);
+    let answer = post(
+        &router,
+        "/actions/redrive",
+        &[("all", "1"), ("kind", "\0"), ("csrf", &token)],
+        Some(&op),
+    )
+    .await;
+    assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{}", answer.body);
+    // A pause of a name no queue or kind can have: refused, naming it, nothing paused.
+    let long = "q".repeat(200);
+    for name in ["has space", "a\0b", long.as_str()] {
+        let answer = post(
+            &router,
+            "/actions/pause",
+            &[("scope", "queue"), ("name", name), ("csrf", &token)],
+            Some(&op),
+        )
+        .await;
+        assert_eq!(
+            answer.status,
+            StatusCode::BAD_REQUEST,
+            "{name:?}: {}",
+            answer.body
+        );
+        assert!(answer.body.contains("`name`"), "{}", answer.body);
+    }
+    let paused: i64 = sqlx::query_scalar("SELECT count(*) FROM job.pauses")
+        .fetch_one(&db.pool())
+        .await
+        .unwrap();
+    assert_eq!(paused, 0);
+    db.close().await;
+}

@@ -53,6 +53,19 @@ impl Pause {
             Pause::Queue(n) | Pause::Kind(n) => n,
         }
     }
+
+    /// Refused (naming the name) when no queue or kind can have the name
+    /// ([`name_problem`](crate::name_problem)): [`Admin::pause`] and [`Admin::resume`] check
+    /// it first, so that a pause that could match nothing is never reported done.
+    pub fn check(&self) -> Result<(), StoreError> {
+        match crate::model::new_job::name_problem(self.name()) {
+            None => Ok(()),
+            Some(problem) => Err(StoreError::refused(format!(
+                "the {} name to pause or resume {problem}",
+                self.scope()
+            ))),
+        }
+    }
 }
 
 /// Who paused a queue or kind.

@@ -44,6 +44,48 @@ pub(crate) fn stored_len(json: &str) -> usize {
     len
 }
 
+/// The deepest a stored JSON value may nest (arrays and objects within one another): under
+/// serde_json's own limit of 128 levels, past which nothing written with it reads the value
+/// back (a handler its payload, an operator's listing its result).
+pub const MAX_JSON_DEPTH: usize = 100;
+
+/// How deep the arrays and objects of `json` (valid JSON text) nest: 0 for a scalar, 1 for
+/// `{}` or `[1]`. Hand-written for the reason above: serde_json says only that it gave up.
+pub(crate) fn depth(json: &str) -> usize {
+    let bytes = json.as_bytes();
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'"' => {
+                i += 1;
+                while i < bytes.len() && bytes[i] != b'"' {
+                    i += if bytes[i] == b'\\' { 2 } else { 1 };
+                }
+            }
+            b'[' | b'{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+        i += 1;
+    }
+    deepest
+}
+
+/// Why `json` nests too deep to be stored, or `None`.
+pub(crate) fn depth_problem(json: &str) -> Option<String> {
+    let depth = depth(json);
+    (depth > MAX_JSON_DEPTH).then(|| {
+        format!(
+            "nests {depth} levels deep, over the limit of {MAX_JSON_DEPTH}: serde_json reads \
+             128 at most, so it could not be read back"
+        )
+    })
+}
+
 /// The length of the JSON number `n` as `numeric` prints it.
 fn number_len(n: &str) -> usize {
     let (negative, n) = match n.strip_prefix('-') {
@@ -71,6 +113,27 @@ fn number_len(n: &str) -> usize {
 
 #[cfg(test)]
 mod tests {
+    fn nested(levels: usize) -> String {
+        format!("{}1{}", "[".repeat(levels), "]".repeat(levels))
+    }
+
+    #[test]
+    fn depth_counts_containers_not_brackets_in_strings() {
+        assert_eq!(depth("1"), 0);
+        assert_eq!(depth(r#"{"a":[1,{"b":[]}]}"#), 4);
+        assert_eq!(depth(r#"{"a":"[[[{{\"]]"}"#), 1);
+        assert_eq!(depth(&nested(300)), 300);
+        assert!(depth_problem(&nested(MAX_JSON_DEPTH)).is_none());
+        assert!(depth_problem(&nested(MAX_JSON_DEPTH + 1)).is_some());
+    }
+
+    #[test]
+    fn what_the_depth_bound_lets_through_serde_json_reads_back() {
+        assert!(serde_json::from_str::<serde_json::Value>(&nested(MAX_JSON_DEPTH)).is_ok());
+        // And the bound is there for a reason: serde_json gives up not far above it.
+        assert!(serde_json::from_str::<serde_json::Value>(&nested(129)).is_err());
+    }
+
     use super::*;
 
     #[test]

@@ -536,7 +536,7 @@ pub fn payload_problem(payload: &str) -> Option<String> {
                 .into(),
         );
     }
-    None
+    crate::model::json_size::depth_problem(payload).map(|p| format!("{p} by its handler"))
 }
 
 /// Whether JSON text holds the escape `\u0000`: a backslash that is not itself escaped,

@@ -26,6 +26,9 @@ pub(crate) fn result_json<T: Serialize + ?Sized>(value: &T) -> Result<String, St
     if crate::model::new_job::has_nul_escape(&json) {
         return Err("result: holds a NUL character (\\u0000), which cannot be stored".into());
     }
+    if let Some(problem) = crate::model::json_size::depth_problem(&json) {
+        return Err(format!("result: {problem}"));
+    }
     Ok(json)
 }
 
@@ -36,6 +39,8 @@ mod tests {
 
     #[test]
     fn results_are_compact_json_within_the_limit() {
+        let deep = (0..150).fold(serde_json::json!(1), |v, _| serde_json::json!([v]));
+        assert!(result_json(&deep).unwrap_err().contains("nests 150 levels"));
         assert_eq!(
             result_json(&json!({"a": [1, 2]})).unwrap(),
             r#"{"a":[1,2]}"#

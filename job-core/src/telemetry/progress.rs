@@ -34,8 +34,10 @@ pub(crate) fn fraction_json(fraction: f64, message: &str) -> String {
 /// [`MAX_PROGRESS`] bytes or holds a NUL character (which PostgreSQL's `jsonb` refuses).
 pub(crate) fn value_json(value: &serde_json::Value) -> Option<String> {
     let text = value.to_string();
-    (crate::model::json_size::stored_len(&text) <= MAX_PROGRESS && !text.contains("\\u0000"))
-        .then_some(text)
+    (crate::model::json_size::stored_len(&text) <= MAX_PROGRESS
+        && !text.contains("\\u0000")
+        && crate::model::json_size::depth_problem(&text).is_none())
+    .then_some(text)
 }
 
 #[cfg(test)]
@@ -56,6 +58,11 @@ mod tests {
         assert!(value_json(&serde_json::json!({ "rows": 10 })).is_some());
         assert!(value_json(&serde_json::json!("x".repeat(MAX_PROGRESS))).is_none());
         assert!(value_json(&serde_json::json!("a\0b")).is_none());
+        let deep = (0..150).fold(serde_json::json!(1), |v, _| serde_json::json!([v]));
+        assert!(
+            value_json(&deep).is_none(),
+            "nested past what serde_json reads back"
+        );
         // 43 bytes as serde_json writes it, 2,115 with its numbers written out (2,121 as jsonb
         // prints it): over the table's CHECK, which refused the heartbeat's whole progress
         // batch with it.

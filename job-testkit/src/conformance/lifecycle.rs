@@ -76,6 +76,21 @@ pub async fn a_paused_queue_or_kind_is_not_claimed_until_resumed<S: Store + Admi
     assert_eq!(claim_one(&store, NOOP).await.lease.id, id);
 }
 
+/// A pause or resume of a name no queue or kind can have (empty, a space, a NUL, over 128
+/// bytes) is refused, naming the name, and pauses nothing: reported done, it would match
+/// nothing while the operator believed the queue paused.
+pub async fn a_pause_of_a_name_no_queue_or_kind_can_have_is_refused<S: Store + Admin>(store: S) {
+    for name in ["", "has space", "nul\0byte", &"q".repeat(200)] {
+        for what in [Pause::Queue(name.into()), Pause::Kind(name.into())] {
+            let refused = store.pause(&what).await.unwrap_err();
+            assert!(refused.is_refused(), "{what:?}: {refused}");
+            assert!(refused.to_string().contains("name"), "{what:?}: {refused}");
+            assert!(store.resume(&what).await.unwrap_err().is_refused());
+        }
+    }
+    assert_eq!(store.paused().await.unwrap(), vec![]);
+}
+
 /// `cancel` ends a waiting job at once (`cancelled`, with a `cancelled` entry); of a running
 /// one it requests cancellation, which the heartbeat reports, and which `expire` completes
 /// once the job is waiting again. A missing or finished job says so.

@@ -107,6 +107,7 @@ suite![
     flow::a_breaker_pause_ends_after_its_cool_down_and_yields_to_an_operator,
     lifecycle::a_job_past_its_deadline_is_never_claimed_and_expire_discards_it,
     lifecycle::a_paused_queue_or_kind_is_not_claimed_until_resumed,
+    lifecycle::a_pause_of_a_name_no_queue_or_kind_can_have_is_refused,
     lifecycle::cancel_ends_a_waiting_job_at_once_and_requests_a_running_ones,
     lifecycle::snoozes_are_counted_and_handed_to_each_claim,
     lifecycle::prune_deletes_finished_jobs_past_retention_and_keeps_dead_letters,

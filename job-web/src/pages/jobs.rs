@@ -14,6 +14,7 @@ use super::layout::{self, clip, form, href, opt_time, state_badge, Nav, Notice};
 use crate::base::Base;
 use crate::dashboard::{AppState, Ctx};
 use crate::error::WebError;
+use crate::fields::text;
 
 /// The filter in the page's query string; empty fields are unset.
 #[derive(Debug, Default, Deserialize)]
@@ -28,17 +29,14 @@ pub(crate) struct ListQuery {
     notice: Notice,
 }
 
-fn set(value: &Option<String>) -> Option<String> {
-    value
-        .as_deref()
-        .map(str::trim)
-        .filter(|v| !v.is_empty())
-        .map(str::to_owned)
+/// A field as the page shows it again (once [`ListQuery::filter`] took it).
+fn shown(value: &Option<String>) -> Option<String> {
+    text("", value).ok().flatten()
 }
 
 impl ListQuery {
     pub(crate) fn filter(&self, state: Option<JobState>) -> Result<JobFilter, WebError> {
-        let states = match (state, set(&self.state)) {
+        let states = match (state, text("state", &self.state)?) {
             (Some(s), _) => vec![s],
             (None, Some(s)) => vec![s
                 .parse::<JobState>()
@@ -47,25 +45,25 @@ impl ListQuery {
         };
         Ok(JobFilter {
             states,
-            kind: set(&self.kind),
-            queue: set(&self.queue),
-            tenant: set(&self.tenant),
-            tag: set(&self.tag),
+            kind: text("kind", &self.kind)?,
+            queue: text("queue", &self.queue)?,
+            tenant: text("tenant", &self.tenant)?,
+            tag: text("tag", &self.tag)?,
             ..JobFilter::default()
         })
     }
 
-    /// The filter as query pairs, for links to the next page.
+    /// The filter as query pairs, for links to the next page (once [`Self::filter`] took it).
     fn pairs(&self) -> Vec<(&'static str, String)> {
         [
-            ("state", set(&self.state)),
-            ("kind", set(&self.kind)),
-            ("queue", set(&self.queue)),
-            ("tenant", set(&self.tenant)),
-            ("tag", set(&self.tag)),
+            ("state", &self.state),
+            ("kind", &self.kind),
+            ("queue", &self.queue),
+            ("tenant", &self.tenant),
+            ("tag", &self.tag),
         ]
         .into_iter()
-        .filter_map(|(k, v)| v.map(|v| (k, v)))
+        .filter_map(|(k, v)| shown(v).map(|v| (k, v)))
         .collect()
     }
 }
@@ -150,7 +148,7 @@ fn request(config: &crate::DashboardConfig, filter: JobFilter, before: Option<i6
 }
 
 fn filter_form(ctx: &Ctx, path: &str, query: &ListQuery, with_state: bool) -> Markup {
-    let current = set(&query.state);
+    let current = shown(&query.state);
     html! {
         form.filter method="get" action=(ctx.base.at(path)) {
             @if with_state {
@@ -163,12 +161,12 @@ fn filter_form(ctx: &Ctx, path: &str, query: &ListQuery, with_state: bool) -> Ma
                     }
                 }
             }
-            label { "kind " input type="text" name="kind" value=(set(&query.kind).unwrap_or_default()); }
-            label { "queue " input type="text" name="queue" value=(set(&query.queue).unwrap_or_default()); }
+            label { "kind " input type="text" name="kind" value=(shown(&query.kind).unwrap_or_default()); }
+            label { "queue " input type="text" name="queue" value=(shown(&query.queue).unwrap_or_default()); }
             @if ctx.tenant.is_none() {
-                label { "tenant " input type="text" name="tenant" value=(set(&query.tenant).unwrap_or_default()); }
+                label { "tenant " input type="text" name="tenant" value=(shown(&query.tenant).unwrap_or_default()); }
             }
-            label { "tag " input type="text" name="tag" value=(set(&query.tag).unwrap_or_default()); }
+            label { "tag " input type="text" name="tag" value=(shown(&query.tag).unwrap_or_default()); }
             button type="submit" { "Filter" }
         }
     }
