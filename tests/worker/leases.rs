@@ -277,3 +277,72 @@ async fn a_finalize_that_panics_does_not_stop_the_outcomes_after_it() {
     assert_eq!(worker.stats().completed, 2);
     worker.shutdown().await;
 }
+
+/// A store layer whose first finalize, once committed, answers only after `beats` more
+/// heartbeats: the completer's answer held up (a runtime blocked by a handler), while the
+/// lease keeper, on its own thread, finds the lease gone.
+#[derive(Clone, Default)]
+struct SlowFirstFinalizeAnswer {
+    heartbeats: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    delayed: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl StoreLayer for SlowFirstFinalizeAnswer {
+    fn call<'a, T: Returned + Send + 'a>(
+        &'a self,
+        call: Call,
+        run: BoxFuture<'a, Result<T, StoreError>>,
+    ) -> BoxFuture<'a, Result<T, StoreError>> {
+        use std::sync::atomic::Ordering::SeqCst;
+        match call.name {
+            "heartbeat" => Box::pin(async move {
+                let answer = run.await;
+                self.heartbeats.fetch_add(1, SeqCst);
+                answer
+            }),
+            "finalize" if !self.delayed.swap(true, SeqCst) => Box::pin(async move {
+                let answer = run.await;
+                // Past the fencing margin: a lease not renewed for 4 periods would be fenced.
+                let until = self.heartbeats.load(SeqCst) + 4;
+                while self.heartbeats.load(SeqCst) < until {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                answer
+            }),
+            _ => run,
+        }
+    }
+}
+
+#[tokio::test]
+async fn an_outcome_written_while_its_answer_is_held_up_is_counted_once_as_completed() {
+    // The heartbeat finds the lease gone because the finalize committed; the completer has
+    // not heard back yet. The keeper must leave that execution to the completer: fencing it
+    // counted a job that ended well as fenced.
+    let h = Harness::new().await;
+    let gate = Gate::default();
+    gate.open();
+    let store = Layered::new(h.store.clone(), SlowFirstFinalizeAnswer::default());
+    let worker = worker(&store, &h.ledger)
+        .state(gate.clone())
+        .build()
+        .unwrap()
+        .start();
+    // Runs on meanwhile, so that the keeper keeps beating (every 300 ms, a third of
+    // `Parked`'s lease).
+    let sleepy = enqueue(&h.store, Sleepy { ms: 3000 }).await;
+    h.reaches(sleepy, JobState::Running).await;
+    let parked = enqueue(&h.store, Parked { n: 1 }).await;
+    h.reaches(parked, JobState::Completed).await;
+    h.reaches(sleepy, JobState::Completed).await;
+    eventually("the completer to hear back", || async {
+        (worker.stats().completed == 2).then_some(())
+    })
+    .await;
+    let stats = worker.shutdown().await.stats;
+    assert_eq!(
+        (stats.completed, stats.fenced, stats.lease_lost),
+        (2, 0, 0),
+        "{stats:?}"
+    );
+}

@@ -291,8 +291,12 @@ impl InFlight {
     /// lease is most often gone because the write committed while the heartbeat ran.
     pub(crate) fn lost(&self, lease: &Lease) -> Option<Abort> {
         let mut map = self.lock();
-        let entry = map.get(lease)?;
+        let entry = map.get_mut(lease)?;
         if matches!(entry.phase, Phase::Finalizing { .. }) {
+            // No longer renewed nor fenced (a fence would count an execution that ended
+            // well); the completer, whose answer may be held up behind a blocked runtime,
+            // counts and forgets it.
+            entry.held = false;
             return None;
         }
         let finalized = entry.signals.finalized_by_handler();
