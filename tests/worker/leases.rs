@@ -346,3 +346,52 @@ async fn an_outcome_written_while_its_answer_is_held_up_is_counted_once_as_compl
         "{stats:?}"
     );
 }
+
+/// A store layer whose first `n` claims panic; it keeps when each claim came.
+#[derive(Clone, Default)]
+struct PanickingClaims {
+    calls: std::sync::Arc<std::sync::Mutex<Vec<std::time::Instant>>>,
+}
+
+impl StoreLayer for PanickingClaims {
+    fn call<'a, T: Returned + Send + 'a>(
+        &'a self,
+        call: Call,
+        run: BoxFuture<'a, Result<T, StoreError>>,
+    ) -> BoxFuture<'a, Result<T, StoreError>> {
+        if call.name != "claim" {
+            return run;
+        }
+        let mut calls = self.calls.lock().unwrap();
+        calls.push(std::time::Instant::now());
+        if calls.len() <= 6 {
+            return Box::pin(async { panic!("injected: the claim panicked") });
+        }
+        run
+    }
+}
+
+#[tokio::test]
+async fn a_claim_that_panics_is_paused_after_like_a_failed_one_and_claiming_goes_on() {
+    // A claim's task that panicked used to be claimed again at once: a claim that always
+    // panics spun. Six panics in a row now cost at least pauses of 50, 100 and 150 ms (50 ms
+    // more per failure, up to the poll interval), even with two claims in flight at once.
+    let h = Harness::new().await;
+    let layer = PanickingClaims::default();
+    let store = Layered::new(h.store.clone(), layer.clone());
+    let id = enqueue(&h.store, Noop { n: 1 }).await;
+    let worker = worker(&store, &h.ledger)
+        .poll_interval(Duration::from_millis(200))
+        .build()
+        .unwrap()
+        .start();
+    h.reaches(id, JobState::Completed).await;
+    worker.shutdown().await;
+    let calls = layer.calls.lock().unwrap().clone();
+    assert!(calls.len() >= 7, "{} claims", calls.len());
+    let panicking = calls[6] - calls[0];
+    assert!(
+        panicking >= Duration::from_millis(250),
+        "six panicking claims in {panicking:?}: no pause after them"
+    );
+}

@@ -259,7 +259,19 @@ async fn claim_loop<S: Store>(
             biased;
             _ = stop.cancelled() => break,
             done = claims.join_next(), if !claims.is_empty() => {
-                let Some(Ok(result)) = done else { continue };
+                let result = match done {
+                    Some(Ok(result)) => result,
+                    // The claim's task panicked (a bug, or a store layer's): its permits are
+                    // back, and any rows it took wait out their lease for the rescuer. Paused
+                    // like a failed claim, so that one that always panics does not spin.
+                    Some(Err(e)) if e.is_panic() => {
+                        failures += 1;
+                        tracing::error!(queue = %request.queue, "a claim panicked");
+                        idle_until = Some(Instant::now() + failure_pause(shared, failures));
+                        continue;
+                    }
+                    _ => continue,
+                };
                 let asked = result.permits.len();
                 let window = rated_window(&windows, &result);
                 target.observe(
@@ -279,12 +291,8 @@ async fn claim_loop<S: Store>(
                     }
                     Err(e) => {
                         failures += 1;
-                        let pause = shared
-                            .config
-                            .poll_interval
-                            .min(Duration::from_millis(50) * failures.min(20));
                         tracing::warn!(queue = %request.queue, error = %e, "claim failed");
-                        idle_until = Some(Instant::now() + pause);
+                        idle_until = Some(Instant::now() + failure_pause(shared, failures));
                     }
                 }
             }
@@ -570,6 +578,15 @@ async fn give_back_unreleased<S: Store>(
         None => *retry_at = Some(after(Instant::now(), shared.config.prefetch_ttl)),
     }
     released
+}
+
+/// The pause before claiming again after `failures` claims in a row failed: 50 ms more per
+/// failure, up to the poll interval.
+fn failure_pause<S>(shared: &Shared<S>, failures: u32) -> Duration {
+    shared
+        .config
+        .poll_interval
+        .min(Duration::from_millis(50) * failures.min(20))
 }
 
 /// Releases the leases of claimed jobs that never started: back to `available`, the attempt
