@@ -259,6 +259,7 @@ impl Scope<'_> {
     }
 
     async fn list(self, filter: &JobFilter) -> Result<Vec<JobRow>, StoreError> {
+        filter.check()?;
         let states = filter.states.iter().map(|s| s.as_str()).collect();
         let rows = bind_filter(sqlx::query(sql::LIST.as_str()), filter, states, self.tenant)
             .fetch_all(self.pool)
@@ -275,6 +276,7 @@ impl Scope<'_> {
     }
 
     async fn redrive(self, filter: &JobFilter) -> Result<Redriven, StoreError> {
+        filter.check()?;
         let mut tries = 0;
         let rows: Vec<(JobId, bool, Option<JobId>, i64)> = loop {
             tries += 1;
@@ -309,6 +311,7 @@ impl Scope<'_> {
     }
 
     async fn purge(self, filter: &JobFilter) -> Result<u64, StoreError> {
+        filter.check()?;
         let states = vec![JobState::Discarded.as_str()];
         let ids = bind_filter(
             sqlx::query(sql::PURGE.as_str()),
@@ -323,6 +326,7 @@ impl Scope<'_> {
     }
 
     async fn stats(self, filter: &JobFilter) -> Result<Stats, StoreError> {
+        filter.check()?;
         let counts: Vec<(String, String, i64)> = sqlx::query_as(sql::STATS_COUNTS.as_str())
             .bind(&filter.kind)
             .bind(&filter.queue)

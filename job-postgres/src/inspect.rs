@@ -362,8 +362,10 @@ impl PgStore {
 
     /// One listing page, newest first, keyset-paginated by id. It reads at most
     /// [`PageRequest::scan`] rows, whatever its filter: a filter that matches few jobs gives
-    /// short (even empty) pages with a [`Page::next`] to go on from.
+    /// short (even empty) pages with a [`Page::next`] to go on from. A filter field holding a
+    /// NUL character is refused ([`JobFilter::check`](job_core::JobFilter::check)).
     pub async fn page(&self, request: &PageRequest) -> Result<Page, StoreError> {
+        request.filter.check()?;
         Ok(self.reader().page(request).await?)
     }
 
@@ -398,6 +400,7 @@ impl TenantAdmin {
 
     /// A listing page of this tenant's jobs (see [`PgStore::page`]).
     pub async fn page(&self, request: &PageRequest) -> Result<Page, StoreError> {
+        request.filter.check()?;
         Ok(self.reader().page(request).await?)
     }
 

@@ -157,6 +157,7 @@ impl Admin for SqliteStore {
     }
 
     async fn list(&self, filter: &JobFilter) -> Result<Vec<JobRow>, StoreError> {
+        filter.check()?;
         let mut conn = self
             .pool()
             .acquire()
@@ -166,6 +167,7 @@ impl Admin for SqliteStore {
     }
 
     async fn redrive(&self, filter: &JobFilter) -> Result<Redriven, StoreError> {
+        filter.check()?;
         let mut w = self.write().await?;
         let now = now(&mut w.tx).await?;
         let dead = list(&mut w.tx, filter, &[JobState::Discarded]).await?;
@@ -213,6 +215,7 @@ impl Admin for SqliteStore {
     }
 
     async fn purge(&self, filter: &JobFilter) -> Result<u64, StoreError> {
+        filter.check()?;
         let mut w = self.write().await?;
         let dead = list(&mut w.tx, filter, &[JobState::Discarded]).await?;
         let ids: Vec<JobId> = dead.iter().map(|d| d.id).collect();
@@ -226,6 +229,7 @@ impl Admin for SqliteStore {
     }
 
     async fn stats(&self, filter: &JobFilter) -> Result<Stats, StoreError> {
+        filter.check()?;
         let mut conn = self
             .pool()
             .acquire()

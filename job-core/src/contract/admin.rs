@@ -157,6 +157,28 @@ impl JobFilter {
     pub fn effective_limit(&self) -> u32 {
         self.limit.unwrap_or(1000)
     }
+
+    /// Refused (naming the field) when `kind`, `queue`, `tenant` or `tag` holds a NUL
+    /// character, which no name can hold and PostgreSQL cannot take as text: [`Admin::list`],
+    /// [`redrive`](Admin::redrive), [`purge`](Admin::purge) and [`stats`](Admin::stats) check
+    /// it first, so such a filter is an error saying so rather than the database's.
+    pub fn check(&self) -> Result<(), StoreError> {
+        let fields = [
+            ("kind", &self.kind),
+            ("queue", &self.queue),
+            ("tenant", &self.tenant),
+            ("tag", &self.tag),
+        ];
+        match fields
+            .into_iter()
+            .find(|(_, value)| value.as_deref().is_some_and(|v| v.contains('\0')))
+        {
+            None => Ok(()),
+            Some((field, _)) => Err(StoreError::refused(format!(
+                "the filter's `{field}` holds a NUL character, which no {field} can hold"
+            ))),
+        }
+    }
 }
 
 /// What a redrive did.

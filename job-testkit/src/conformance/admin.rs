@@ -194,3 +194,35 @@ pub async fn stats_count_per_queue_and_state_with_the_oldest_due_age<S: Store + 
     assert_eq!(only_b.in_state(JobState::Available), 1);
     assert_eq!(only_b.dead_letters, 0);
 }
+
+/// A filter whose kind, queue, tenant or tag holds a NUL character (which no name can hold,
+/// and PostgreSQL cannot take as text) is refused by `list`, `redrive`, `purge` and `stats`,
+/// naming the field, and changes nothing: not the database's encoding error.
+pub async fn a_filter_field_holding_a_nul_is_refused_naming_it<S: Store + Admin>(store: S) {
+    let dead = dead_letter(&store, new_job(NOOP)).await;
+    for field in ["kind", "queue", "tenant", "tag"] {
+        let mut filter = JobFilter::dead_letters();
+        let nul = Some("a\0b".to_owned());
+        match field {
+            "kind" => filter.kind = nul,
+            "queue" => filter.queue = nul,
+            "tenant" => filter.tenant = nul,
+            _ => filter.tag = nul,
+        }
+        let refusals = [
+            store.list(&filter).await.map(drop).unwrap_err(),
+            store.redrive(&filter).await.map(drop).unwrap_err(),
+            store.purge(&filter).await.map(drop).unwrap_err(),
+            store.stats(&filter).await.map(drop).unwrap_err(),
+        ];
+        for refused in refusals {
+            assert!(refused.is_refused(), "{field}: {refused}");
+            assert!(
+                refused.to_string().contains(&format!("`{field}`"))
+                    && refused.to_string().contains("NUL"),
+                "{field}: {refused}"
+            );
+        }
+    }
+    assert_eq!(row(&store, dead).await.state, JobState::Discarded);
+}
