@@ -2,8 +2,11 @@
 //! are discarded with their reason, newer payload versions are left alone, and bad options
 //! are refused at enqueue.
 
-use job::{EnqueueError, JobState, Store};
+use std::time::Duration;
+
+use job::{EnqueueError, Job, JobContext, JobError, JobOptions, JobState, Store};
 use job_core::{EnqueueOptions, NewJob, DEFAULT_PAYLOAD_LIMIT};
+use serde::{Deserialize, Serialize};
 
 use crate::common::*;
 
@@ -130,4 +133,76 @@ async fn bad_options_are_refused_at_enqueue_and_nothing_is_written() {
         .await
         .unwrap();
     assert_eq!(rows, 0);
+}
+
+/// JSON nested `levels` deep: `[[..1..]]`, two bytes a level.
+fn nested(levels: usize) -> serde_json::Value {
+    (0..levels).fold(serde_json::json!(1), |v, _| serde_json::json!([v]))
+}
+
+/// Reports a progress value, then one nested 300 levels deep (600 bytes, within the size
+/// limit), waits until a report is stored, then sets a result nested 200 levels deep.
+#[derive(Debug, Serialize, Deserialize)]
+struct DeepValues {}
+
+impl Job for DeepValues {
+    const KIND: &'static str = "test.deep_values";
+    const OPTIONS: JobOptions = JobOptions {
+        lease: Duration::from_secs(3),
+        ..JobOptions::DEFAULT
+    };
+
+    async fn perform(self, ctx: JobContext) -> Result<(), JobError> {
+        let pool = ctx.state::<sqlx::PgPool>()?;
+        ctx.progress_value(&serde_json::json!({"step": 1}));
+        ctx.progress_value(&nested(300));
+        // Until the lease keeper wrote a report (a heartbeat is a third of the lease).
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let stored: Option<String> =
+                sqlx::query_scalar("SELECT progress::text FROM job.jobs WHERE id = $1")
+                    .bind(ctx.id())
+                    .fetch_one(pool)
+                    .await?;
+            if stored.is_some() {
+                break;
+            }
+            if tokio::time::Instant::now() > deadline {
+                return Err(JobError::terminal("no progress report was ever stored"));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        ctx.set_result(&nested(200))?;
+        Ok(())
+    }
+}
+
+/// A handler's result or progress value nested deeper than serde_json reads back is not
+/// stored: the result is refused with a terminal error naming it (the job a dead letter
+/// saying why), the progress report is dropped (the previous one stays). Stored, either would
+/// be a value no operator's read could take back.
+#[tokio::test]
+async fn a_result_or_progress_nested_too_deep_is_refused_naming_it() {
+    let h = Harness::new().await;
+    let id = enqueue(&h.store, DeepValues {}).await;
+    let worker = h
+        .worker()
+        .register::<DeepValues>()
+        .state(h.store.pool().clone())
+        .build()
+        .unwrap()
+        .start();
+    let row = h.reaches(id, JobState::Discarded).await;
+    worker.shutdown().await;
+    assert_eq!(row.attempt, 1, "not retried");
+    assert_eq!(row.result, None);
+    assert_eq!(row.errors[0].class, "terminal");
+    assert!(
+        row.errors[0]
+            .message
+            .starts_with("result: nests 200 levels deep"),
+        "{:?}",
+        row.errors
+    );
+    assert_eq!(row.progress, Some(serde_json::json!({"step": 1})));
 }

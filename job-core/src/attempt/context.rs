@@ -215,9 +215,11 @@ impl JobContext {
     /// value; a handler may also call this itself. The last value set before the handler
     /// returns counts.
     ///
-    /// The value is stored as compact JSON, at most [`MAX_RESULT`](crate::MAX_RESULT) bytes
-    /// and without a NUL character (which PostgreSQL's `jsonb` cannot hold). A value that does
-    /// not serialize or breaks either rule is refused with a terminal [`JobError`] naming it:
+    /// The value is stored as compact JSON, at most [`MAX_RESULT`](crate::MAX_RESULT) bytes,
+    /// without a NUL character (which PostgreSQL's `jsonb` cannot hold) and nested at most
+    /// [`MAX_JSON_DEPTH`](crate::MAX_JSON_DEPTH) levels (serde_json reads no deeper, so no
+    /// one could read it back). A value that does not serialize or breaks a rule is refused
+    /// with a terminal [`JobError`] naming it:
     /// returned with `?`, the job is discarded with that message rather than retried, since
     /// its effects have happened.
     ///
@@ -278,15 +280,18 @@ impl JobContext {
     }
 
     /// Reports progress as any small JSON value (at most [`MAX_PROGRESS`](crate::MAX_PROGRESS)
-    /// bytes of compact JSON; a larger one, or one holding a NUL character, is not stored and
-    /// a warning is logged), stored as it is. See [`progress`](Self::progress).
+    /// bytes of compact JSON, nested at most [`MAX_JSON_DEPTH`](crate::MAX_JSON_DEPTH) levels;
+    /// a larger or deeper one, or one holding a NUL character, is not stored, the previous
+    /// report stays, and a warning saying why is logged), stored as it is. See
+    /// [`progress`](Self::progress).
     pub fn progress_value(&self, value: &serde_json::Value) {
         let Some(hooks) = &self.hooks else { return };
         match crate::telemetry::value_json(value) {
-            Some(json) => hooks.progress(json),
-            None => tracing::warn!(
-                limit = crate::MAX_PROGRESS,
-                "progress not stored: over the limit or holding a NUL character"
+            Ok(json) => hooks.progress(json),
+            Err(reason) => tracing::warn!(
+                job_id = self.info.id,
+                %reason,
+                "progress not stored"
             ),
         }
     }

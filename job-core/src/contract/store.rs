@@ -261,7 +261,10 @@ pub struct JobRow {
     pub priority: i16,
     /// Its state.
     pub state: JobState,
-    /// The payload as JSON.
+    /// The payload as JSON. A stored value serde_json cannot read (nested past its 128
+    /// levels, which the Rust doors refuse but SQL can store) reads as its text, in a JSON
+    /// string, so that its row and every listing holding it stay readable; likewise
+    /// `progress` and `result`.
     pub payload: serde_json::Value,
     /// The payload's version.
     pub payload_version: i32,

@@ -30,14 +30,26 @@ pub(crate) fn fraction_json(fraction: f64, message: &str) -> String {
     serde_json::Value::Object(object).to_string()
 }
 
-/// The stored form of a progress value: its compact JSON, or `None` when it is over
-/// [`MAX_PROGRESS`] bytes or holds a NUL character (which PostgreSQL's `jsonb` refuses).
-pub(crate) fn value_json(value: &serde_json::Value) -> Option<String> {
+/// The stored form of a progress value: its compact JSON, or why it is not stored: over
+/// [`MAX_PROGRESS`] bytes, holding a NUL character (which PostgreSQL's `jsonb` refuses), or
+/// nested deeper than [`MAX_JSON_DEPTH`](crate::MAX_JSON_DEPTH) levels (which no operator's
+/// read could take back).
+pub(crate) fn value_json(value: &serde_json::Value) -> Result<String, String> {
     let text = value.to_string();
-    (crate::model::json_size::stored_len(&text) <= MAX_PROGRESS
-        && !text.contains("\\u0000")
-        && crate::model::json_size::depth_problem(&text).is_none())
-    .then_some(text)
+    let stored = crate::model::json_size::stored_len(&text);
+    if stored > MAX_PROGRESS {
+        return Err(format!(
+            "it is {stored} bytes of JSON (numbers written out in full, as stored), over the \
+             limit of {MAX_PROGRESS} bytes"
+        ));
+    }
+    if text.contains("\\u0000") {
+        return Err("it holds a NUL character (\\u0000), which cannot be stored".into());
+    }
+    if let Some(problem) = crate::model::json_size::depth_problem(&text) {
+        return Err(format!("it {problem}"));
+    }
+    Ok(text)
 }
 
 #[cfg(test)]
@@ -55,12 +67,17 @@ mod tests {
         let long = fraction_json(0.1, &"é\0".repeat(1000));
         assert!(long.len() <= MAX_PROGRESS_MESSAGE + 40, "{}", long.len());
         assert!(!long.contains("\\u0000"));
-        assert!(value_json(&serde_json::json!({ "rows": 10 })).is_some());
-        assert!(value_json(&serde_json::json!("x".repeat(MAX_PROGRESS))).is_none());
-        assert!(value_json(&serde_json::json!("a\0b")).is_none());
+        assert!(value_json(&serde_json::json!({ "rows": 10 })).is_ok());
+        assert!(value_json(&serde_json::json!("x".repeat(MAX_PROGRESS)))
+            .unwrap_err()
+            .contains("over the limit of 1024"));
+        assert!(value_json(&serde_json::json!("a\0b"))
+            .unwrap_err()
+            .contains("NUL"));
+        // 300 bytes, within the size limit, but nested past what serde_json reads back.
         let deep = (0..150).fold(serde_json::json!(1), |v, _| serde_json::json!([v]));
         assert!(
-            value_json(&deep).is_none(),
+            value_json(&deep).unwrap_err().contains("nests 150 levels"),
             "nested past what serde_json reads back"
         );
         // 43 bytes as serde_json writes it, 2,115 with its numbers written out (2,121 as jsonb
@@ -69,6 +86,6 @@ mod tests {
         assert!(value_json(&serde_json::json!([
             1e300, 1e300, 1e300, 1e300, 1e300, 1e300, 1e300
         ]))
-        .is_none());
+        .is_err());
     }
 }
