@@ -324,7 +324,7 @@ async fn a_stored_value_serde_cannot_read_back_is_shown_as_its_text() {
         .await
         .unwrap();
     let deep = format!(r#"{{"a":{}1{}}}"#, "[".repeat(200), "]".repeat(200));
-    sqlx::query("UPDATE job_jobs SET payload = ?2, errors = ?3 WHERE id = ?1")
+    sqlx::query("UPDATE job_jobs SET payload = ?2, errors = ?3, result = ?2 WHERE id = ?1")
         .bind(id)
         .bind(&deep)
         .bind(format!("[{deep}]"))
@@ -333,9 +333,11 @@ async fn a_stored_value_serde_cannot_read_back_is_shown_as_its_text() {
         .unwrap();
     let row = store.get(id).await.unwrap().expect("the job");
     assert_eq!(row.payload, serde_json::Value::String(deep.clone()));
+    assert_eq!(row.result, Some(serde_json::Value::String(deep.clone())));
     assert_eq!(row.errors.len(), 1);
     assert_eq!(row.errors[0].class, "unreadable");
     let listed = store.list(&job::JobFilter::default()).await.unwrap();
     assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].result, row.result);
     db.close().await;
 }

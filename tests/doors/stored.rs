@@ -42,3 +42,72 @@ async fn a_step_output_over_its_bound_is_refused_by_the_table() {
     );
     db.close().await;
 }
+
+/// JSON nested deeper than serde_json reads (128 levels) can be stored by SQL, through
+/// `job.enqueue` as a payload or by any writer as a result or progress. Every operator read of
+/// its row still answers, with the value as its text in a JSON string: `Admin::get`,
+/// `Admin::list` (a dead-letter listing holding it too) and `PgStore::page`, for the whole
+/// queue and for a tenant.
+#[tokio::test]
+async fn a_value_nested_past_what_serde_json_reads_is_read_back_as_its_text() {
+    use job::{Admin, JobFilter, JobState, Store};
+    use job_postgres::PageRequest;
+
+    let db = TestDb::new().await;
+    let pool = db.pool();
+    let store = db.store();
+    let deep = |levels: usize| format!(r#"{{"a":{}1{}}}"#, "[".repeat(levels), "]".repeat(levels));
+    let payload: i64 = sqlx::query_scalar("SELECT job.enqueue('doors.deep', $1::jsonb)")
+        .bind(deep(200))
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    let finished: i64 = sqlx::query_scalar("SELECT job.enqueue('doors.deep', '{}')")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    sqlx::query(
+        "UPDATE job.jobs SET state = 'discarded', attempt = 1, finalized_at = now(),
+                result = $2::jsonb, progress = $2::jsonb, progress_at = now(),
+                tenant = 'acme'
+         WHERE id = $1",
+    )
+    .bind(finished)
+    .bind(deep(300))
+    .execute(&pool)
+    .await
+    .unwrap();
+    // jsonb prints its text with a space after each colon.
+    let text = |v: &Option<serde_json::Value>| match v {
+        Some(serde_json::Value::String(text)) => text.clone(),
+        other => panic!("not read as its text: {other:?}"),
+    };
+    let got = store.get(payload).await.unwrap().expect("the job");
+    assert!(
+        text(&Some(got.payload)).starts_with(r#"{"a": [[[[[["#),
+        "the payload as its text"
+    );
+    let got = store.get(finished).await.unwrap().expect("the job");
+    assert_eq!(text(&got.result), text(&got.progress));
+    assert_eq!(text(&got.result).matches('[').count(), 300);
+
+    let listed = store.list(&JobFilter::default()).await.unwrap();
+    assert_eq!(listed.len(), 2);
+    let dead = store.list(&JobFilter::dead_letters()).await.unwrap();
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].state, JobState::Discarded);
+    let page = store.page(&PageRequest::default()).await.unwrap();
+    assert_eq!(page.jobs.len(), 2);
+    let tenant = store.for_tenant("acme");
+    assert_eq!(tenant.list(&JobFilter::default()).await.unwrap().len(), 1);
+    assert_eq!(
+        tenant
+            .page(&PageRequest::default())
+            .await
+            .unwrap()
+            .jobs
+            .len(),
+        1
+    );
+    db.close().await;
+}
