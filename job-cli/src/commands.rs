@@ -86,7 +86,7 @@ pub(crate) async fn run(cli: Cli) -> Result<ExitCode, Error> {
         Command::Redrive(dead) => redrive(&store, &dead, json_out).await?,
         Command::Purge { dead, yes } => return purge(&store, &dead, yes, json_out).await,
         Command::Pause(what) => {
-            let what = pause_target(what);
+            let what = pause_target(what)?;
             let changed = store.pause(&what).await?;
             let text = if changed { "paused" } else { "already paused" };
             say(
@@ -96,7 +96,7 @@ pub(crate) async fn run(cli: Cli) -> Result<ExitCode, Error> {
             );
         }
         Command::Resume(what) => {
-            let what = pause_target(what);
+            let what = pause_target(what)?;
             let changed = store.resume(&what).await?;
             let text = if changed { "resumed" } else { "was not paused" };
             say(
@@ -168,12 +168,18 @@ fn say(json_out: bool, value: serde_json::Value, text: &str) {
     }
 }
 
-fn pause_target(args: PauseArgs) -> Pause {
-    match (args.queue, args.kind) {
+/// What to pause or resume; refused, naming the option, when no queue or kind can have the
+/// name (the store refuses it too, but would not say which option gave it).
+fn pause_target(args: PauseArgs) -> Result<Pause, Error> {
+    let what = match (args.queue, args.kind) {
         (Some(q), _) => Pause::Queue(q),
         (None, Some(k)) => Pause::Kind(k),
         // clap's group makes one of them required.
         (None, None) => unreachable!("clap requires --queue or --kind"),
+    };
+    match job::name_problem(what.name()) {
+        Some(problem) => Err(format!("--{} {problem}", what.scope()).into()),
+        None => Ok(what),
     }
 }
 

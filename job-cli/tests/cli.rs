@@ -263,6 +263,57 @@ async fn pause_resume_paused_and_stats() {
     assert!(ok(&job(&db, &["resume", "--queue", "mail"])).contains("was not paused"));
     ok(&job(&db, &["resume", "--kind", "build_report"]));
     assert!(ok(&job(&db, &["paused"])).contains("nothing is paused"));
+
+    // A name no queue or kind can have: refused, naming the option, nothing paused.
+    let long = "q".repeat(200);
+    for (args, says) in [
+        (
+            ["pause", "--queue", "has space"],
+            "--queue must not contain whitespace",
+        ),
+        (
+            ["pause", "--kind", long.as_str()],
+            "--kind must be at most 128 bytes",
+        ),
+        (["resume", "--queue", ""], "--queue must not be empty"),
+    ] {
+        let out = job(&db, &args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+    }
+    assert!(ok(&job(&db, &["paused"])).contains("nothing is paused"));
+    db.close().await;
+}
+
+/// A row whose payload, result and progress nest deeper than serde_json reads (stored by SQL)
+/// is listed and shown, the values as their text, and does not hide the dead letters.
+#[tokio::test]
+async fn list_and_show_read_a_value_nested_past_what_serde_json_reads() {
+    let db = TestDb::new().await;
+    let deep = format!(r#"{{"a":{}1{}}}"#, "[".repeat(200), "]".repeat(200));
+    let id: i64 = sqlx::query_scalar("SELECT job.enqueue('deep', $1::jsonb)")
+        .bind(&deep)
+        .fetch_one(&db.pool())
+        .await
+        .unwrap();
+    discard(&db, id, "poison").await;
+    sqlx::query("UPDATE job.jobs SET result = payload, progress = payload WHERE id = $1")
+        .bind(id)
+        .execute(&db.pool())
+        .await
+        .unwrap();
+    let shown = ok(&job(&db, &["show", &id.to_string()]));
+    assert!(shown.contains("[[[[[[[[[["), "{shown}");
+    let listed = json(&job(&db, &["--json", "list", "--state", "discarded"]));
+    assert_eq!(listed.as_array().unwrap().len(), 1, "{listed}");
+    assert!(
+        listed[0]["payload"]
+            .as_str()
+            .is_some_and(|text| text.starts_with(r#"{"a": [[["#)),
+        "{listed}"
+    );
+    assert!(ok(&job(&db, &["list"])).contains("deep"));
     db.close().await;
 }
 
