@@ -513,8 +513,10 @@ fn check_name(option: &'static str, name: &str) -> Result<(), EnqueueError> {
 /// `#[job]` payload, a struct with named fields, serializes to; a hand-written [`Job`] must
 /// serialize to one too: a struct with named fields or a map, not a tuple, a newtype around a
 /// scalar, a unit struct or an enum), so that fields can be added and read by name, and no
-/// payload holds a NUL character (`\u0000`), which PostgreSQL's `jsonb` cannot store. The
-/// text itself is the serializer's: its JSON syntax is checked by the database.
+/// payload holds a NUL character (`\u0000`), which PostgreSQL's `jsonb` cannot store, or nests
+/// deeper than [`MAX_JSON_DEPTH`](crate::MAX_JSON_DEPTH) levels, which its handler could not
+/// read back (serde_json reads 128 at most). The text itself is the serializer's: its JSON
+/// syntax is checked by the database.
 pub fn payload_problem(payload: &str) -> Option<String> {
     let first = payload.trim_start().chars().next();
     let got = match first {
