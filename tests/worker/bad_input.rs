@@ -206,3 +206,45 @@ async fn a_result_or_progress_nested_too_deep_is_refused_naming_it() {
     );
     assert_eq!(row.progress, Some(serde_json::json!({"step": 1})));
 }
+
+/// Holds any JSON value: decoding its payload reads the whole value.
+#[derive(Debug, Serialize, Deserialize)]
+struct Holder {
+    v: serde_json::Value,
+}
+
+impl Job for Holder {
+    const KIND: &'static str = "test.holder";
+
+    async fn perform(self, ctx: JobContext) -> Result<(), JobError> {
+        ctx.state::<crate::common::Ledger>()?.record(&ctx);
+        Ok(())
+    }
+}
+
+/// A payload nested deeper than serde_json reads, which only SQL can store (the Rust doors
+/// refuse it), is discarded at once as poison with serde_json's reason when its handler's type
+/// reads the deep part: it stalls nothing. (A part the type ignores is skipped, at any depth.)
+#[tokio::test]
+async fn a_payload_stored_by_sql_too_deep_to_decode_is_discarded_as_poison() {
+    let h = Harness::new().await;
+    let deep = format!(r#"{{"v":{}1{}}}"#, "[".repeat(200), "]".repeat(200));
+    let id: i64 = sqlx::query_scalar("SELECT job.enqueue('test.holder', $1::jsonb)")
+        .bind(&deep)
+        .fetch_one(h.store.pool())
+        .await
+        .unwrap();
+    let after = enqueue(&h.store, Holder { v: nested(99) }).await;
+    let worker = h.worker().register::<Holder>().build().unwrap().start();
+    let row = h.reaches(id, JobState::Discarded).await;
+    h.reaches(after, JobState::Completed).await;
+    worker.shutdown().await;
+    assert_eq!(h.ledger.runs(id), 0, "the handler never sees it");
+    assert_eq!((row.attempt, row.errors.len()), (1, 1));
+    assert_eq!(row.errors[0].class, "poison");
+    assert!(
+        row.errors[0].message.contains("recursion limit"),
+        "{}",
+        row.errors[0].message
+    );
+}
