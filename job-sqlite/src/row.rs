@@ -36,9 +36,10 @@ pub(crate) fn decode(id: JobId, row: &SqliteRow) -> Result<JobRow, Error> {
     // Leniently, as job-postgres reads them: a value serde_json does not read back (nested
     // deeper than its limit of 128 levels) reads as its text, in a JSON string, rather than
     // making its row, and every listing that holds it, unreadable.
+    let lenient =
+        |text: String| serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text));
     let json = |name: &'static str| -> Result<serde_json::Value, Error> {
-        let text: String = row.try_get(name).map_err(column(name))?;
-        Ok(serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text)))
+        Ok(lenient(row.try_get(name).map_err(column(name))?))
     };
     let time = |name: &'static str| -> Result<Option<chrono::DateTime<chrono::Utc>>, Error> {
         let us: Option<i64> = row.try_get(name).map_err(column(name))?;
@@ -118,11 +119,10 @@ pub(crate) fn decode(id: JobId, row: &SqliteRow) -> Result<JobRow, Error> {
         progress_at: None,
         traceparent: None,
         owner: None,
-        result: match row.try_get::<Option<String>, _>("result") {
-            Ok(Some(_)) => Some(json("result")?),
-            Ok(None) => None,
-            Err(e) => return Err(column("result")(e)),
-        },
+        result: row
+            .try_get::<Option<String>, _>("result")
+            .map_err(column("result"))?
+            .map(lenient),
         // Refused at the door by this backend (README, Backends).
         ordering_key: None,
         rate_key: None,
