@@ -1,7 +1,8 @@
 //! What a claim reads follows what it returns (PostgreSQL specifics; the claim's contract is in
 //! `job_testkit::conformance::claim`): rows it cannot take, however many, are never read.
 //! Measured on the statement's own plan (`EXPLAIN ANALYZE`, rows read by every scan of
-//! `job.jobs`), not by a clock.
+//! `job.jobs`), not by a clock: the statement inside `job.claim` (migration 0021), read back
+//! from the database and planned generically, as the function plans it.
 
 mod store_support;
 
@@ -9,8 +10,6 @@ use job_core::{ClaimKind, ClaimRequest, Store};
 use job_testkit::TestDb;
 use serde_json::Value;
 use store_support::{kind, request, rows_read};
-
-const CLAIM: &str = include_str!("../job-postgres/src/sql/claim.sql");
 
 /// Inserts `n` jobs of `kind` in `state`, due `run_at` (an SQL expression).
 async fn fill(pool: &sqlx::PgPool, n: i64, kind: &str, state: &str, run_at: &str) {
@@ -26,6 +25,31 @@ async fn fill(pool: &sqlx::PgPool, n: i64, kind: &str, state: &str, run_at: &str
     .unwrap();
 }
 
+/// The statement `job.claim` runs (its `RETURN QUERY`), as the database holds it, and a check
+/// that the function plans it once per connection.
+async fn claim_statement(tx: &mut sqlx::PgConnection) -> String {
+    let (source, config): (String, Vec<String>) = sqlx::query_as(
+        "SELECT prosrc, proconfig FROM pg_proc
+         WHERE oid = 'job.claim(text, text[], integer[], bigint[], integer, text, integer[],
+                                text[])'::regprocedure",
+    )
+    .fetch_one(&mut *tx)
+    .await
+    .unwrap();
+    assert!(
+        config
+            .iter()
+            .any(|c| c == "plan_cache_mode=force_generic_plan"),
+        "job.claim must plan its statement once per connection: {config:?}"
+    );
+    let start = source
+        .find("RETURN QUERY")
+        .expect("job.claim returns a query")
+        + 12;
+    let end = source.rfind(';').expect("the query ends with a semicolon");
+    source[start..end].to_owned()
+}
+
 /// Runs the claim under `EXPLAIN ANALYZE` in a transaction it rolls back, taking only jobs
 /// ahead of the first waiting job of the `ahead_of` kinds (`$8`, as for rate-limited kinds);
 /// returns (jobs claimed, rows of `job.jobs` read).
@@ -35,6 +59,15 @@ async fn explain_claim(
     ahead_of: &[&str],
 ) -> (f64, f64) {
     let mut tx = pool.begin().await.unwrap();
+    let statement = claim_statement(&mut tx).await;
+    sqlx::raw_sql(&format!(
+        "SET LOCAL plan_cache_mode = force_generic_plan;
+         PREPARE claim_statement (text, text[], integer[], bigint[], integer, text, integer[],
+                                  text[]) AS {statement}"
+    ))
+    .execute(&mut *tx)
+    .await
+    .unwrap();
     let kinds: Vec<&str> = request.kinds.iter().map(|k| k.kind.as_str()).collect();
     let versions: Vec<i32> = request.kinds.iter().map(|k| k.max_version).collect();
     let leases: Vec<i64> = request.kinds.iter().map(|_| 30_000).collect();
@@ -43,20 +76,36 @@ async fn explain_claim(
         .iter()
         .map(|k| k.concurrency.map(|c| c as i32))
         .collect();
-    let (plan,): (Value,) = sqlx::query_as(&format!("EXPLAIN (ANALYZE, FORMAT JSON) {CLAIM}"))
-        .bind(&request.queue)
-        .bind(kinds)
-        .bind(versions)
-        .bind(leases)
-        .bind(request.limit as i32)
-        .bind(&request.worker_id)
-        .bind(caps)
-        .bind(ahead_of)
-        .fetch_one(&mut *tx)
+    // EXECUTE takes no protocol parameters: its arguments are quoted into its text.
+    let explain: String = sqlx::query_scalar(
+        "SELECT format('EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE claim_statement(%L::text,
+             %L::text[], %L::integer[], %L::bigint[], %L::integer, %L::text, %L::integer[],
+             %L::text[])', $1::text, $2::text[], $3::integer[], $4::bigint[], $5::integer,
+             $6::text, $7::integer[], $8::text[])",
+    )
+    .bind(&request.queue)
+    .bind(kinds)
+    .bind(versions)
+    .bind(leases)
+    .bind(request.limit as i32)
+    .bind(&request.worker_id)
+    .bind(caps)
+    .bind(ahead_of)
+    .fetch_one(&mut *tx)
+    .await
+    .unwrap();
+    let (plan,): (Value,) = sqlx::query_as(&explain).fetch_one(&mut *tx).await.unwrap();
+    // A prepared statement outlives the transaction: the pooled connection goes on.
+    sqlx::raw_sql("DEALLOCATE claim_statement")
+        .execute(&mut *tx)
         .await
         .unwrap();
     tx.rollback().await.unwrap();
     let root = &plan[0]["Plan"];
+    assert_eq!(
+        root["Node Type"], "Sort",
+        "the plan of the claim's own statement, not of a call: {plan}"
+    );
     (root["Actual Rows"].as_f64().unwrap(), rows_read(root))
 }
 

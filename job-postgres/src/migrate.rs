@@ -122,6 +122,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "sql_keys",
         sql: include_str!("../migrations/0020_sql_keys.sql"),
     },
+    Migration {
+        version: 21,
+        name: "claim_function",
+        sql: include_str!("../migrations/0021_claim_function.sql"),
+    },
 ];
 
 /// The whole schema as one plain SQL script, for a DBA or a team without Rust:

@@ -132,6 +132,8 @@ async fn an_owner_a_worker_and_an_enqueue_only_role_each_do_what_they_need_and_n
         "INSERT INTO job.pauses (scope, name) VALUES ('queue', 'default')",
         "SELECT * FROM job.enqueue_unique('doors.ping', 'default', 0::smallint, '{}', 1, 25, now(), NULL, 'k', 'finished', false, '{}', NULL)",
         "SELECT job.name_problem('x')",
+        // EXECUTE is PUBLIC's, but it runs as its caller: no table privilege, no claim.
+        "SELECT * FROM job.claim('default', '{doors.ping}', '{1}', '{30000}', 10, 'w', '{NULL}', '{}')",
         "SELECT * FROM job.admission_problem('a', 'b', '{}', '{}', NULL, NULL)",
         "CREATE TABLE job.mine (x int)",
         "CREATE FUNCTION job.enqueue(x int) RETURNS int LANGUAGE sql AS 'SELECT 1'",
