@@ -531,7 +531,15 @@ async fn dispatch<S: Store>(
             claimed_at: _,
         } = next;
         let slot = Slot::new(slot, lanes.gauges.clone());
-        let execution = executor::run(shared.clone(), job, info, signals, (slot, held));
+        // Boxed once here: the execution's state machine is large, and unboxed it would be
+        // copied whole into the task at spawn, again on its first poll and at its end.
+        let execution = Box::pin(executor::run(
+            shared.clone(),
+            job,
+            info,
+            signals,
+            (slot, held),
+        ));
         let (ended, busy, progress) = (
             lanes.ended.clone(),
             lanes.busy_nanos.clone(),
