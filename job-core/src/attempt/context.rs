@@ -121,10 +121,27 @@ impl JobContext {
         }
     }
 
-    /// Shares `stop` with the runtime, which fires it (with a reason) to stop the execution.
-    pub(crate) fn with_stop(mut self, stop: StopSignal) -> Self {
-        self.stop = stop;
-        self
+    /// The worker's context for one attempt: as [`JobContext::new`], but sharing the worker's
+    /// `info` rather than a copy of it, and sharing `stop` with the runtime, which fires it
+    /// (with a reason) to stop the execution (no token of its own built only to be replaced:
+    /// allocations saved on every job).
+    pub(crate) fn for_worker(
+        info: Arc<AttemptInfo>,
+        lease: Lease,
+        state: Arc<Extensions>,
+        stop: StopSignal,
+    ) -> Self {
+        JobContext {
+            info,
+            lease,
+            state,
+            stop,
+            hooks: None,
+            steps: Arc::new(StepCache::new()),
+            work: TaskTracker::new(),
+            unstorable_step: Arc::default(),
+            result: Arc::default(),
+        }
     }
 
     /// The facts of this attempt.

@@ -18,8 +18,6 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use tokio_util::sync::CancellationToken;
-
 use crate::attempt::context::JobContext;
 use crate::attempt::fault::{Fault, FaultPoint};
 use crate::attempt::pipeline::{conclude, run_task, start_attempt, StopCause};
@@ -96,13 +94,12 @@ async fn execute<S: Store>(
         info: info.clone(),
         signals: signals.clone(),
     });
-    let ctx = JobContext::new(
-        (*info).clone(),
+    let ctx = JobContext::for_worker(
+        info.clone(),
         lease,
         shared.state.clone(),
-        CancellationToken::new(),
+        signals.stop.clone(),
     )
-    .with_stop(signals.stop.clone())
     .with_hooks(hooks);
     let view = ctx.clone();
     let mut ran = None;
