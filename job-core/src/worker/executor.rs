@@ -34,6 +34,7 @@ use super::shared::Shared;
 use super::stats::bump;
 use crate::telemetry::attempt_span;
 
+/// Runs `job`, whose kind and queue are read from `info` (the fetcher moved them there).
 pub(crate) async fn run<S: Store>(
     shared: Arc<Shared<S>>,
     job: ClaimedJob,
@@ -42,10 +43,10 @@ pub(crate) async fn run<S: Store>(
     permits: (Slot, OwnedSemaphorePermit),
 ) {
     let span = attempt_span(
-        &job.kind,
+        &info.kind,
         job.lease.id,
         job.attempt,
-        &job.queue,
+        &info.queue,
         job.traceparent.as_deref(),
     );
     execute(shared, job, info, signals).instrument(span).await;
