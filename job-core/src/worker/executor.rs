@@ -74,10 +74,10 @@ async fn execute<S: Store>(
         return;
     };
     let options = handler.options();
-    if !shared
+    let Some(claimed) = shared
         .inflight
         .start(&lease, options.timeout, Instant::now())
-    {
+    else {
         // The job waited so long for its start (a runtime whose threads were all busy, a long
         // wait in the prefetch buffer) that its lease is lost or about to be: running it now
         // could overlap its next owner.
@@ -86,7 +86,7 @@ async fn execute<S: Store>(
         tracing::warn!("lease too close to its expiry when the job could start: not running it");
         give_back_unstarted(&shared, lease).await;
         return;
-    }
+    };
     let hooks = Arc::new(Hooks {
         labels: labels.clone(),
         shared: shared.clone(),
@@ -112,7 +112,9 @@ async fn execute<S: Store>(
                 return;
             }
             let started = Instant::now();
-            labels.started(job.waited + shared.inflight.since_claim(&lease, started));
+            // The part of its queue wait spent in this worker (waiting for a slot, or for
+            // the runtime): since its claim was sent.
+            labels.started(job.waited + started.saturating_duration_since(claimed));
             let task = run_task(
                 future,
                 options.timeout,

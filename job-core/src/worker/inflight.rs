@@ -200,8 +200,9 @@ impl InFlight {
     /// starts nothing, when the lease is not held any more or is so close to its expiry that
     /// it would be fenced: the job waited too long for its start (a runtime whose threads were
     /// all busy, a long wait in the prefetch buffer), and running it now could overlap the
-    /// job's next owner.
-    pub(crate) fn start(&self, lease: &Lease, timeout: Duration, now: Instant) -> bool {
+    /// job's next owner. When it starts, returns when the claim of `lease` was sent (the part
+    /// of the job's queue wait spent in this worker runs from then), read under the same lock.
+    pub(crate) fn start(&self, lease: &Lease, timeout: Duration, now: Instant) -> Option<Instant> {
         match self.lock().get_mut(lease) {
             Some(e) if e.held && !e.expires_within(e.lease_len / 3, now) => {
                 e.phase = Phase::Running {
@@ -209,18 +210,10 @@ impl InFlight {
                     timeout,
                     stopping_since: None,
                 };
-                true
+                Some(e.claimed)
             }
-            _ => false,
+            _ => None,
         }
-    }
-
-    /// How long before `now` the claim of `lease` was sent: the part of the job's queue wait
-    /// spent in this worker (waiting for a slot, or for the runtime).
-    pub(crate) fn since_claim(&self, lease: &Lease, now: Instant) -> Duration {
-        self.lock()
-            .get(lease)
-            .map_or(Duration::ZERO, |e| now.saturating_duration_since(e.claimed))
     }
 
     /// The runtime told the execution of `lease` to stop (timeout, abort): from now on, its
@@ -539,7 +532,7 @@ mod tests {
         let inflight = InFlight::default();
         let now = Instant::now();
         let lease = claim(&inflight, Duration::from_secs(3600), now);
-        assert!(inflight.start(&lease, Duration::MAX, now));
+        assert!(inflight.start(&lease, Duration::MAX, now).is_some());
         let later = now + Duration::from_secs(60);
         assert!(inflight.watch_stuck(later, Duration::MAX).is_empty());
         assert!(inflight
