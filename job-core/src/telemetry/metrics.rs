@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use metrics::{counter, gauge, histogram, Label, SharedString};
+use metrics::{counter, gauge, histogram, Key, Label, Level, Metadata, SharedString};
 
 use crate::model::new_job::NewJob;
 use crate::model::outcome::Outcome;
@@ -246,37 +246,82 @@ pub(crate) fn breaker_tripped(kind: &str) {
 /// (see [`LabelCache`]); its values are shared strings, so a clone for each metric emitted
 /// copies no text.
 #[derive(Debug, Clone)]
-pub(crate) struct JobLabels(Arc<[Label]>);
+pub(crate) struct JobLabels(Arc<LabelSet>);
+
+/// What [`JobLabels`] share: the labels, and the keys of the metrics every successful job
+/// emits, built with them once rather than for each job (a key handed to the recorder by
+/// reference is what `counter!` and `histogram!` build and hand over on every call).
+#[derive(Debug)]
+struct LabelSet {
+    labels: [Label; 3],
+    started: Key,
+    queue_wait: Key,
+    completed: Key,
+    completed_duration: Key,
+}
+
+/// The metadata `counter!` and `histogram!` give the recorder from this module.
+static METADATA: Metadata<'static> =
+    Metadata::new(module_path!(), Level::INFO, Some(module_path!()));
 
 impl JobLabels {
     pub(crate) fn new(queue: &str, kind: &str, owner: Option<&str>) -> Self {
         let shared = |s: &str| SharedString::from_shared(Arc::<str>::from(s));
-        JobLabels(Arc::from([
+        let labels = [
             Label::new("queue", shared(queue)),
             Label::new("kind", shared(kind)),
             Label::new("owner", shared(owner.unwrap_or(NO_OWNER))),
-        ]))
+        ];
+        let with = |more: &[(&'static str, &'static str)]| {
+            let mut all = labels.to_vec();
+            all.extend(more.iter().map(|(k, v)| Label::new(*k, *v)));
+            all
+        };
+        let (name, class) = outcome_labels(&Outcome::Complete);
+        JobLabels(Arc::new(LabelSet {
+            started: Key::from_parts(names::STARTED, labels.to_vec()),
+            queue_wait: Key::from_parts(names::QUEUE_WAIT, labels.to_vec()),
+            completed: Key::from_parts(
+                names::FINISHED,
+                with(&[("outcome", name), ("class", class)]),
+            ),
+            completed_duration: Key::from_parts(names::DURATION, with(&[("outcome", name)])),
+            labels,
+        }))
     }
 
     fn base(&self) -> Vec<Label> {
-        self.0.to_vec()
+        self.0.labels.to_vec()
     }
 
     fn with(&self, more: &[(&'static str, &'static str)]) -> Vec<Label> {
-        let mut labels = Vec::with_capacity(self.0.len() + more.len());
-        labels.extend_from_slice(&self.0);
+        let mut labels = Vec::with_capacity(self.0.labels.len() + more.len());
+        labels.extend_from_slice(&self.0.labels);
         labels.extend(more.iter().map(|(k, v)| Label::new(*k, *v)));
         labels
     }
 
     /// A handler started, `waited` after the job became due.
     pub(crate) fn started(&self, waited: Duration) {
-        counter!(names::STARTED, self.base()).increment(1);
-        histogram!(names::QUEUE_WAIT, self.base()).record(waited.as_secs_f64());
+        let set = &*self.0;
+        metrics::with_recorder(|r| r.register_counter(&set.started, &METADATA)).increment(1);
+        metrics::with_recorder(|r| r.register_histogram(&set.queue_wait, &METADATA))
+            .record(waited.as_secs_f64());
     }
 
     /// An outcome was written; `ran_for` is how long its handler ran, when it ran.
     pub(crate) fn finished(&self, outcome: &Outcome, ran_for: Option<Duration>) {
+        if matches!(outcome, Outcome::Complete) {
+            let set = &*self.0;
+            metrics::with_recorder(|r| r.register_counter(&set.completed, &METADATA)).increment(1);
+            if let Some(ran_for) = ran_for {
+                metrics::with_recorder(|r| {
+                    r.register_histogram(&set.completed_duration, &METADATA)
+                })
+                .record(ran_for.as_secs_f64());
+            }
+            return;
+        }
         let (name, class) = outcome_labels(outcome);
         counter!(
             names::FINISHED,
@@ -365,6 +410,7 @@ mod tests {
     fn values(labels: &JobLabels) -> Vec<(String, String)> {
         labels
             .0
+            .labels
             .iter()
             .map(|l| (l.key().to_owned(), l.value().to_owned()))
             .collect()
