@@ -137,23 +137,46 @@ pub(crate) async fn claim<'e, E: PgExecutor<'e>>(
 
 /// The jobs a claim statement returned.
 fn claimed_jobs(rows: &[sqlx::postgres::PgRow]) -> Result<Vec<ClaimedJob>, sqlx::Error> {
+    use sqlx::Column;
+    let Some(first) = rows.first() else {
+        return Ok(Vec::new());
+    };
+    // Every row of one statement has the same columns: each is found by its name once, not
+    // once per row (a hash lookup each, a dozen per job).
+    let at = |name: &str| first.try_column(name).map(|c| c.ordinal());
+    let (id, token, kind, queue, priority, payload) = (
+        at("id")?,
+        at("lock_token")?,
+        at("kind")?,
+        at("queue")?,
+        at("priority")?,
+        at("payload")?,
+    );
+    let (payload_version, attempt, max_attempts, snoozes, waited_ms, trace_context) = (
+        at("payload_version")?,
+        at("attempt")?,
+        at("max_attempts")?,
+        at("snoozes")?,
+        at("waited_ms")?,
+        at("trace_context")?,
+    );
     rows.iter()
         .map(|row| {
             Ok(ClaimedJob {
                 lease: Lease {
-                    id: row.try_get("id")?,
-                    token: row.try_get("lock_token")?,
+                    id: row.try_get(id)?,
+                    token: row.try_get(token)?,
                 },
-                kind: row.try_get("kind")?,
-                queue: row.try_get("queue")?,
-                priority: row.try_get("priority")?,
-                payload: row.try_get("payload")?,
-                payload_version: row.try_get("payload_version")?,
-                attempt: row.try_get("attempt")?,
-                max_attempts: row.try_get("max_attempts")?,
-                snoozes: row.try_get("snoozes")?,
-                waited: Duration::from_millis(row.try_get::<i64, _>("waited_ms")?.unsigned_abs()),
-                traceparent: row.try_get("trace_context")?,
+                kind: row.try_get(kind)?,
+                queue: row.try_get(queue)?,
+                priority: row.try_get(priority)?,
+                payload: row.try_get(payload)?,
+                payload_version: row.try_get(payload_version)?,
+                attempt: row.try_get(attempt)?,
+                max_attempts: row.try_get(max_attempts)?,
+                snoozes: row.try_get(snoozes)?,
+                waited: Duration::from_millis(row.try_get::<i64, _>(waited_ms)?.unsigned_abs()),
+                traceparent: row.try_get(trace_context)?,
             })
         })
         .collect()
