@@ -9,7 +9,7 @@
 //! and if even that is refused it is left to the rescuer (its lease is no longer renewed).
 
 use std::panic::AssertUnwindSafe;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::FutureExt;
@@ -24,7 +24,7 @@ use crate::model::attempt_info::AttemptInfo;
 use crate::model::error::StoreError;
 use crate::model::outcome::{ErrorClass, Failure, Outcome};
 
-use super::inflight::Abort;
+use super::inflight::{Abort, Flags};
 use super::shared::Shared;
 use super::stats::bump;
 use crate::telemetry::{breaker_tripped, JobLabels};
@@ -43,7 +43,7 @@ pub(crate) struct Completion {
     /// The handler finalized the job in its own transaction: a lost lease is expected.
     pub(crate) finalized_by_handler: bool,
     /// Why the execution was taken away, once it is (read when its outcome is dropped).
-    pub(crate) abort: Arc<OnceLock<Abort>>,
+    pub(crate) abort: Arc<Flags>,
     /// Its metric labels.
     pub(crate) labels: JobLabels,
     /// How long its handler ran, when it ran (a poison payload never starts one).
@@ -291,7 +291,7 @@ fn drop_lost<S>(shared: &Shared<S>, batch: &mut Vec<Completion>) {
             shared.count_for_breaker(&c.info.kind, false);
             shared.counters.applied(&Outcome::Complete);
             c.labels.finished(&Outcome::Complete, c.ran_for);
-        } else if !held && c.abort.get() == Some(&Abort::Fenced) {
+        } else if !held && c.abort.reason.get() == Some(&Abort::Fenced) {
             // Counted by the keeper, which fenced it.
             tracing::warn!(
                 id = c.info.id,

@@ -11,7 +11,6 @@
 //! [`Hooks`].
 
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use tokio::sync::OwnedSemaphorePermit;
@@ -141,7 +140,7 @@ async fn execute<S: Store>(
                 tracing::debug!(?ran_for, "the stopped handler's code has ended");
             }
             if signals.abort.is_cancelled() {
-                match signals.reason.get().copied().unwrap_or(Abort::LeaseLost) {
+                match signals.reason().unwrap_or(Abort::LeaseLost) {
                     Abort::LeaseLost => {
                         bump(&shared.counters.lease_lost, 1);
                         labels.lease_lost();
@@ -213,7 +212,7 @@ async fn execute<S: Store>(
     let finalized_by_handler = signals.finalized_by_handler();
     if !shared.inflight.set_finalizing(&lease, Instant::now()) {
         shared.inflight.remove(&lease);
-        match signals.reason.get() {
+        match signals.reason() {
             Some(Abort::Finalized) => {
                 shared.counters.applied(&Outcome::Complete);
                 labels.finished(&Outcome::Complete, ran);
@@ -239,7 +238,7 @@ async fn execute<S: Store>(
         },
         info,
         finalized_by_handler,
-        abort: signals.reason.clone(),
+        abort: signals.flags.clone(),
         labels,
         ran_for: ran,
     });
@@ -307,9 +306,7 @@ impl<S: Store> AttemptHooks for Hooks<S> {
     }
 
     fn finalized_in_transaction(&self) {
-        self.signals
-            .finalized_by_handler
-            .store(true, Ordering::Release);
+        self.signals.set_finalized_by_handler();
     }
 
     fn progress(&self, progress: String) {

@@ -44,12 +44,20 @@ pub(crate) struct Signals {
     pub(crate) stop: StopSignal,
     /// Fired when the runtime takes the execution away; the executor drops the handler.
     pub(crate) abort: CancellationToken,
+    /// Why `abort` fired, and what was asked or said of the execution: in one allocation,
+    /// shared by every holder of these signals.
+    pub(crate) flags: Arc<Flags>,
+}
+
+/// What [`Signals`] record of one execution.
+#[derive(Debug, Default)]
+pub(crate) struct Flags {
     /// Why `abort` fired.
-    pub(crate) reason: Arc<OnceLock<Abort>>,
+    pub(crate) reason: OnceLock<Abort>,
     /// Set when an operator asked for the job to be cancelled (`cancel` fires too).
-    pub(crate) cancel_requested: Arc<AtomicBool>,
+    cancel_requested: AtomicBool,
     /// Set when the handler finalized the job in its own transaction.
-    pub(crate) finalized_by_handler: Arc<AtomicBool>,
+    finalized_by_handler: AtomicBool,
 }
 
 impl Signals {
@@ -57,26 +65,36 @@ impl Signals {
         Signals {
             stop: StopSignal::default(),
             abort: CancellationToken::new(),
-            reason: Arc::new(OnceLock::new()),
-            cancel_requested: Arc::new(AtomicBool::new(false)),
-            finalized_by_handler: Arc::new(AtomicBool::new(false)),
+            flags: Arc::default(),
         }
+    }
+
+    /// Why `abort` fired, once it did.
+    pub(crate) fn reason(&self) -> Option<Abort> {
+        self.flags.reason.get().copied()
+    }
+
+    /// The handler said it finalized the job in its own transaction.
+    pub(crate) fn set_finalized_by_handler(&self) {
+        self.flags
+            .finalized_by_handler
+            .store(true, Ordering::Release);
     }
 
     /// Whether an operator asked for the job to be cancelled.
     pub(crate) fn cancel_requested(&self) -> bool {
-        self.cancel_requested.load(Ordering::Acquire)
+        self.flags.cancel_requested.load(Ordering::Acquire)
     }
 
     /// Whether the handler said it finalized the job in its own transaction.
     pub(crate) fn finalized_by_handler(&self) -> bool {
-        self.finalized_by_handler.load(Ordering::Acquire)
+        self.flags.finalized_by_handler.load(Ordering::Acquire)
     }
 
     /// Abort first, then tell the handler: an executor that sees the handler end because of
     /// the cancel signal then always sees the abort too, and writes nothing.
     fn abort(&self, reason: Abort) {
-        let _ = self.reason.set(reason);
+        let _ = self.flags.reason.set(reason);
         self.abort.cancel();
         self.stop.stop(match reason {
             Abort::Shutdown => StopReason::Shutdown,
@@ -367,7 +385,10 @@ impl InFlight {
     /// Tells the handler of `lease` that cancellation was requested.
     pub(crate) fn request_cancel(&self, lease: &Lease) {
         if let Some(e) = self.lock().get(lease) {
-            e.signals.cancel_requested.store(true, Ordering::Release);
+            e.signals
+                .flags
+                .cancel_requested
+                .store(true, Ordering::Release);
             e.signals.stop.stop(StopReason::CancelRequested);
         }
     }
