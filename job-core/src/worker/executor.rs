@@ -69,7 +69,7 @@ async fn execute<S: Store>(
         // The claim only takes registered kinds; should a store hand over another, give it back
         // untouched for a worker that knows it.
         tracing::error!("claimed a kind this worker does not know; releasing it");
-        give_back_unstarted(&shared, lease).await;
+        Box::pin(give_back_unstarted(&shared, lease)).await;
         return;
     };
     let options = handler.options();
@@ -83,7 +83,7 @@ async fn execute<S: Store>(
         bump(&shared.counters.fenced, 1);
         labels.fenced();
         tracing::warn!("lease too close to its expiry when the job could start: not running it");
-        give_back_unstarted(&shared, lease).await;
+        Box::pin(give_back_unstarted(&shared, lease)).await;
         return;
     };
     let hooks = Arc::new(Hooks {
@@ -246,6 +246,8 @@ async fn execute<S: Store>(
 
 /// Gives back a claimed job whose handler did not start: available again at once, the attempt
 /// not counted. On failure the lease runs out in the store and the rescuer takes the job.
+/// Its callers box it: it is rare, and its store future, held inline, would make every
+/// execution's future larger (and so its allocation slower).
 async fn give_back_unstarted<S: Store>(shared: &Shared<S>, lease: Lease) {
     if shared.inflight.remove(&lease) {
         match shared.store.release(&[Release::unstarted(lease)]).await {
