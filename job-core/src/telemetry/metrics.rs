@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use metrics::{counter, gauge, histogram, Key, Label, Level, Metadata, SharedString};
+use metrics::{counter, histogram, Key, Label, Level, Metadata, SharedString};
 
 use crate::model::new_job::NewJob;
 use crate::model::outcome::Outcome;
@@ -395,12 +395,36 @@ fn outcome_labels(outcome: &Outcome) -> (&'static str, &'static str) {
     }
 }
 
-/// The saturation gauges of one worker's queue.
-pub(crate) fn queue_slots(queue: &str, in_flight: usize, free: usize, prefetched: usize) {
-    let q = || queue.to_owned();
-    gauge!(names::IN_FLIGHT, "queue" => q()).set(in_flight as f64);
-    gauge!(names::FREE_SLOTS, "queue" => q()).set(free as f64);
-    gauge!(names::PREFETCHED, "queue" => q()).set(prefetched as f64);
+/// The saturation gauges of one worker's queue, their keys built once: they are set at every
+/// start and end of a job, and a key built for each (its label's text copied) would cost two
+/// allocations a gauge.
+#[derive(Debug)]
+pub(crate) struct QueueSlots {
+    in_flight: Key,
+    free: Key,
+    prefetched: Key,
+}
+
+impl QueueSlots {
+    pub(crate) fn new(queue: &str) -> Self {
+        let key = |name| Key::from_parts(name, vec![Label::new("queue", queue.to_owned())]);
+        QueueSlots {
+            in_flight: key(names::IN_FLIGHT),
+            free: key(names::FREE_SLOTS),
+            prefetched: key(names::PREFETCHED),
+        }
+    }
+
+    /// Sets the gauges.
+    pub(crate) fn set(&self, in_flight: usize, free: usize, prefetched: usize) {
+        for (key, value) in [
+            (&self.in_flight, in_flight),
+            (&self.free, free),
+            (&self.prefetched, prefetched),
+        ] {
+            metrics::with_recorder(|r| r.register_gauge(key, &METADATA)).set(value as f64);
+        }
+    }
 }
 
 #[cfg(test)]

@@ -6,11 +6,11 @@ use std::sync::Arc;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::telemetry::queue_slots;
+use crate::telemetry::QueueSlots;
 
 /// What the gauges of one queue are computed from.
 pub(crate) struct SlotGauges {
-    queue: String,
+    gauges: QueueSlots,
     concurrency: usize,
     slots: Arc<Semaphore>,
     /// Claimed jobs not yet started (prefetched, or on their way to a free slot).
@@ -20,7 +20,7 @@ pub(crate) struct SlotGauges {
 impl SlotGauges {
     pub(crate) fn new(queue: &str, concurrency: usize, slots: Arc<Semaphore>) -> Arc<Self> {
         let gauges = Arc::new(SlotGauges {
-            queue: queue.to_owned(),
+            gauges: QueueSlots::new(queue),
             concurrency,
             slots,
             waiting: AtomicUsize::new(0),
@@ -50,8 +50,7 @@ impl SlotGauges {
     /// Sets the gauges from the slots and the waiting jobs.
     pub(crate) fn report(&self) {
         let free = self.slots.available_permits().min(self.concurrency);
-        queue_slots(
-            &self.queue,
+        self.gauges.set(
             self.concurrency - free,
             free,
             self.waiting.load(Ordering::Acquire),
