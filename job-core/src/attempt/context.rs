@@ -64,17 +64,30 @@ impl fmt::Debug for Extensions {
 }
 
 /// What tells an execution to stop, and why: shared by its context and the runtime.
+///
+/// Behind one `Arc`: it is cloned and dropped several times per job, and a cancellation
+/// token's own clone and drop each take a lock.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct StopSignal {
+pub(crate) struct StopSignal(Arc<Stop>);
+
+#[derive(Debug, Default)]
+struct Stop {
     token: CancellationToken,
-    reason: Arc<OnceLock<StopReason>>,
+    reason: OnceLock<StopReason>,
 }
 
 impl StopSignal {
+    fn with_token(token: CancellationToken) -> Self {
+        StopSignal(Arc::new(Stop {
+            token,
+            reason: OnceLock::new(),
+        }))
+    }
+
     /// Tells the execution to stop, for `reason` unless an earlier stop gave one.
     pub(crate) fn stop(&self, reason: StopReason) {
-        let _ = self.reason.set(reason);
-        self.token.cancel();
+        let _ = self.0.reason.set(reason);
+        self.0.token.cancel();
     }
 }
 
@@ -109,10 +122,7 @@ impl JobContext {
             info: Arc::new(info),
             lease,
             state,
-            stop: StopSignal {
-                token: cancel,
-                reason: Arc::default(),
-            },
+            stop: StopSignal::with_token(cancel),
             hooks: None,
             steps: Arc::new(StepCache::new()),
             work: TaskTracker::new(),
@@ -360,19 +370,19 @@ impl JobContext {
     /// shutdown). Check it before each expensive step, and between pieces of work inside
     /// [`blocking`](Self::blocking) closures, which nothing else can stop.
     pub fn is_cancelled(&self) -> bool {
-        self.stop.token.is_cancelled()
+        self.stop.0.token.is_cancelled()
     }
 
     /// Completes when this execution is told to stop.
     pub async fn cancelled(&self) {
-        self.stop.token.cancelled().await
+        self.stop.0.token.cancelled().await
     }
 
     /// Why this execution was told to stop, once it was: an operator's cancel request, its
     /// timeout, a lost lease or a shutdown. `None` while it runs on, or when the stop came
     /// from outside the runtime (a context built by hand).
     pub fn stop_reason(&self) -> Option<StopReason> {
-        self.stop.reason.get().copied()
+        self.stop.0.reason.get().copied()
     }
 }
 

@@ -28,7 +28,7 @@ use crate::model::outcome::{AttemptEnd, Outcome};
 
 use super::completer::Completion;
 use super::gauges::Slot;
-use super::inflight::{Abort, Signals};
+use super::inflight::{Abort, Flags, Signals};
 use super::shared::Shared;
 use super::stats::bump;
 use crate::telemetry::attempt_span;
@@ -92,7 +92,7 @@ async fn execute<S: Store>(
         steps: StoreSteps::new(shared.store.clone(), lease),
         lease,
         info: info.clone(),
-        signals: signals.clone(),
+        flags: signals.flags.clone(),
     });
     let ctx = JobContext::for_worker(
         info.clone(),
@@ -117,7 +117,7 @@ async fn execute<S: Store>(
             let task = run_task(
                 future,
                 options.timeout,
-                signals.abort.cancelled(),
+                signals.flags.abort.cancelled(),
                 |cause| {
                     if cause == StopCause::TimedOut {
                         signals.stop.stop(StopReason::TimedOut);
@@ -139,7 +139,7 @@ async fn execute<S: Store>(
             if task.stopped.is_some() {
                 tracing::debug!(?ran_for, "the stopped handler's code has ended");
             }
-            if signals.abort.is_cancelled() {
+            if signals.flags.abort.is_cancelled() {
                 match signals.reason().unwrap_or(Abort::LeaseLost) {
                     Abort::LeaseLost => {
                         bump(&shared.counters.lease_lost, 1);
@@ -265,7 +265,9 @@ struct Hooks<S> {
     steps: StoreSteps<S>,
     lease: Lease,
     info: Arc<AttemptInfo>,
-    signals: Signals,
+    /// Of the execution's signals, what the hooks set (not the whole, whose tokens are
+    /// costlier to clone).
+    flags: Arc<Flags>,
 }
 
 impl<S: Store> AttemptHooks for Hooks<S> {
@@ -308,7 +310,7 @@ impl<S: Store> AttemptHooks for Hooks<S> {
     }
 
     fn finalized_in_transaction(&self) {
-        self.signals.set_finalized_by_handler();
+        self.flags.set_finalized_by_handler();
     }
 
     fn progress(&self, progress: String) {

@@ -42,16 +42,17 @@ pub(crate) struct Signals {
     /// Fired for every stop (cancel requested, timeout included), with why: what the handler
     /// sees in its context.
     pub(crate) stop: StopSignal,
-    /// Fired when the runtime takes the execution away; the executor drops the handler.
-    pub(crate) abort: CancellationToken,
-    /// Why `abort` fired, and what was asked or said of the execution: in one allocation,
-    /// shared by every holder of these signals.
+    /// The abort, why it fired, and what was asked or said of the execution: in one
+    /// allocation, shared by every holder of these signals (a clone of the abort token itself
+    /// would take a lock).
     pub(crate) flags: Arc<Flags>,
 }
 
-/// What [`Signals`] record of one execution.
+/// What [`Signals`] record of one execution, and its abort.
 #[derive(Debug, Default)]
 pub(crate) struct Flags {
+    /// Fired when the runtime takes the execution away; the executor drops the handler.
+    pub(crate) abort: CancellationToken,
     /// Why `abort` fired.
     pub(crate) reason: OnceLock<Abort>,
     /// Set when an operator asked for the job to be cancelled (`cancel` fires too).
@@ -60,11 +61,17 @@ pub(crate) struct Flags {
     finalized_by_handler: AtomicBool,
 }
 
+impl Flags {
+    /// The handler said it finalized the job in its own transaction.
+    pub(crate) fn set_finalized_by_handler(&self) {
+        self.finalized_by_handler.store(true, Ordering::Release);
+    }
+}
+
 impl Signals {
     fn new() -> Self {
         Signals {
             stop: StopSignal::default(),
-            abort: CancellationToken::new(),
             flags: Arc::default(),
         }
     }
@@ -72,13 +79,6 @@ impl Signals {
     /// Why `abort` fired, once it did.
     pub(crate) fn reason(&self) -> Option<Abort> {
         self.flags.reason.get().copied()
-    }
-
-    /// The handler said it finalized the job in its own transaction.
-    pub(crate) fn set_finalized_by_handler(&self) {
-        self.flags
-            .finalized_by_handler
-            .store(true, Ordering::Release);
     }
 
     /// Whether an operator asked for the job to be cancelled.
@@ -95,7 +95,7 @@ impl Signals {
     /// the cancel signal then always sees the abort too, and writes nothing.
     fn abort(&self, reason: Abort) {
         let _ = self.flags.reason.set(reason);
-        self.abort.cancel();
+        self.flags.abort.cancel();
         self.stop.stop(match reason {
             Abort::Shutdown => StopReason::Shutdown,
             Abort::LeaseLost | Abort::Fenced | Abort::Crash | Abort::Finalized => {
