@@ -5,7 +5,6 @@
 //! (timeout, cancel, shutdown) keeps its lease held until its code has really returned.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
@@ -177,51 +176,11 @@ pub(crate) struct Leftovers {
     pub(crate) abandoned: Vec<Arc<AttemptInfo>>,
 }
 
-/// The hasher of the in-flight table's leases: a multiply-and-rotate fold of the id and token
-/// (as `rustc-hash`'s), rather than SipHash, for the table is looked up several times per job.
-/// The keys are the claim's: tokens are random UUIDs, which spread them well, and no one
-/// outside chooses them, so SipHash's resistance to chosen keys buys nothing here.
-#[derive(Debug, Default, Clone, Copy)]
-struct LeaseHasher(u64);
-
-impl LeaseHasher {
-    const K: u64 = 0xf135_7aea_2e62_a9c5;
-
-    fn add(&mut self, word: u64) {
-        self.0 = (self.0 ^ word).wrapping_mul(Self::K);
-    }
-}
-
-impl Hasher for LeaseHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        let mut chunks = bytes.chunks_exact(8);
-        for chunk in &mut chunks {
-            self.add(u64::from_le_bytes(chunk.try_into().expect("8 bytes")));
-        }
-        let rest = chunks.remainder();
-        if !rest.is_empty() {
-            let mut last = [0u8; 8];
-            last[..rest.len()].copy_from_slice(rest);
-            self.add(u64::from_le_bytes(last));
-        }
-    }
-
-    fn write_u64(&mut self, n: u64) {
-        self.add(n);
-    }
-
-    fn write_usize(&mut self, n: usize) {
-        self.add(n as u64);
-    }
-
-    fn finish(&self) -> u64 {
-        // The product's high bits are its best mixed: rotated to where the table's index
-        // reads them.
-        self.0.rotate_left(26)
-    }
-}
-
-type Table = HashMap<Lease, Entry, BuildHasherDefault<LeaseHasher>>;
+/// The in-flight table hashes its leases with `rustc-hash` rather than SipHash, for it is
+/// looked up several times per job. The keys are the claim's: tokens are random UUIDs, which
+/// spread them well, and no one outside chooses them, so SipHash's resistance to chosen keys
+/// buys nothing here.
+type Table = HashMap<Lease, Entry, rustc_hash::FxBuildHasher>;
 
 /// The executions of this worker.
 #[derive(Debug, Default)]
