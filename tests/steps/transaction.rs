@@ -298,8 +298,10 @@ pub struct StepLoop {
 
 impl Job for StepLoop {
     const KIND: &'static str = "steps.step_loop";
+    // Three seconds, so that only a heartbeat that gives up on the row, not a test machine
+    // starved of CPU for a second, lets the lease run out (a 1 s lease was fenced under load).
     const OPTIONS: JobOptions = JobOptions {
-        lease: Duration::from_secs(1),
+        lease: Duration::from_secs(3),
         ..JobOptions::DEFAULT
     };
 
@@ -323,7 +325,8 @@ impl Job for StepLoop {
 #[tokio::test]
 async fn a_handler_recording_steps_back_to_back_keeps_its_lease() {
     let (h, effects) = setup().await;
-    let id = enqueue(&h.store, StepLoop { secs: 4 }).await;
+    // Well past two leases of back-to-back steps.
+    let id = enqueue(&h.store, StepLoop { secs: 7 }).await;
     let worker = steps_worker(&h.store, &effects)
         .register::<StepLoop>()
         .build()
