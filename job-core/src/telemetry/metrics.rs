@@ -260,6 +260,14 @@ struct LabelSet {
     completed_duration: Key,
 }
 
+/// `base`, then `more`.
+fn labels_with(base: &[Label], more: &[(&'static str, &'static str)]) -> Vec<Label> {
+    let mut labels = Vec::with_capacity(base.len() + more.len());
+    labels.extend_from_slice(base);
+    labels.extend(more.iter().map(|(k, v)| Label::new(*k, *v)));
+    labels
+}
+
 /// The metadata `counter!` and `histogram!` give the recorder from this module.
 static METADATA: Metadata<'static> =
     Metadata::new(module_path!(), Level::INFO, Some(module_path!()));
@@ -272,11 +280,7 @@ impl JobLabels {
             Label::new("kind", shared(kind)),
             Label::new("owner", shared(owner.unwrap_or(NO_OWNER))),
         ];
-        let with = |more: &[(&'static str, &'static str)]| {
-            let mut all = labels.to_vec();
-            all.extend(more.iter().map(|(k, v)| Label::new(*k, *v)));
-            all
-        };
+        let with = |more: &[(&'static str, &'static str)]| labels_with(&labels, more);
         let (name, class) = outcome_labels(&Outcome::Complete);
         JobLabels(Arc::new(LabelSet {
             started: Key::from_parts(names::STARTED, labels.to_vec()),
@@ -295,10 +299,7 @@ impl JobLabels {
     }
 
     fn with(&self, more: &[(&'static str, &'static str)]) -> Vec<Label> {
-        let mut labels = Vec::with_capacity(self.0.labels.len() + more.len());
-        labels.extend_from_slice(&self.0.labels);
-        labels.extend(more.iter().map(|(k, v)| Label::new(*k, *v)));
-        labels
+        labels_with(&self.0.labels, more)
     }
 
     /// A handler started, `waited` after the job became due.
