@@ -276,3 +276,103 @@ async fn due_jobs_become_claimable_through_the_stager_and_keep_their_place() {
         1
     );
 }
+
+/// The statement that claims a rate-limited kind, as the store sends it.
+const CLAIM_RATED: &str = include_str!("../job-postgres/src/sql/claim_rated.sql");
+
+/// Runs the rate-limited claim of `kind` under `EXPLAIN ANALYZE` with plans of `plan_mode`
+/// (`force_generic_plan`: a connection's statement after its fifth execution;
+/// `force_custom_plan`: before) and commits it, so that its key cursor and start windows move
+/// on as a worker's would. Returns (jobs claimed, rows of `job.jobs` read).
+async fn explain_rated(
+    pool: &sqlx::PgPool,
+    plan_mode: &str,
+    kind: &str,
+    limit: i32,
+    starts_per_key: i32,
+) -> (f64, f64) {
+    let mut tx = pool.begin().await.unwrap();
+    sqlx::raw_sql(&format!(
+        "SET LOCAL plan_cache_mode = {plan_mode};
+         PREPARE claim_rated (text, text, integer, bigint, integer, text, integer, bigint,
+                              integer) AS {}",
+        CLAIM_RATED.trim_end().trim_end_matches(';')
+    ))
+    .execute(&mut *tx)
+    .await
+    .unwrap();
+    // At most `starts_per_key` starts per key in any minute, no concurrency limit.
+    let (plan,): (Value,) = sqlx::query_as(&format!(
+        "EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE claim_rated('default', '{kind}', 1, 30000,
+             {limit}, 'worker-1', {starts_per_key}, 60000, NULL)"
+    ))
+    .fetch_one(&mut *tx)
+    .await
+    .unwrap();
+    sqlx::raw_sql("DEALLOCATE claim_rated")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    let root = &plan[0]["Plan"];
+    (root["Actual Rows"].as_f64().unwrap(), rows_read(root))
+}
+
+#[tokio::test]
+async fn a_rate_limited_claim_reads_its_keys_and_what_it_can_take_not_its_backlog() {
+    let db = TestDb::new().await;
+    let store = db.store();
+    let pool = store.pool();
+    const KEYS: f64 = 40.0;
+    // For each plan mode its own kind: 20,000 due jobs over 40 rate keys. And 20,000 due jobs
+    // of a kind nobody runs, older than all of them.
+    for kind in ["r.generic", "r.custom"] {
+        sqlx::query(
+            "INSERT INTO job.jobs (kind, queue, payload, state, run_at, rate_key)
+             SELECT $1, 'default', '{}', 'available',
+                    now() - interval '1 hour' + g * interval '1 millisecond',
+                    'tenant-' || (g % 40)
+             FROM generate_series(1, 20000) g",
+        )
+        .bind(kind)
+        .execute(pool)
+        .await
+        .unwrap();
+    }
+    fill(
+        pool,
+        20_000,
+        "b.unregistered",
+        "available",
+        "now() - interval '1 day'",
+    )
+    .await;
+    sqlx::query("ANALYZE job.jobs").execute(pool).await.unwrap();
+
+    for (mode, kind) in [
+        ("force_generic_plan", "r.generic"),
+        ("force_custom_plan", "r.custom"),
+    ] {
+        // Keys with room to spare (1,000 starts a minute each): the claim reads each key's
+        // first jobs, up to its own limit of 10 per key, never the 500 each key holds. The
+        // second claim starts after the key the first stopped at.
+        for round in ["first", "second"] {
+            let (claimed, read) = explain_rated(pool, mode, kind, 10, 1000).await;
+            assert_eq!(claimed, 10.0, "{mode}, {round} claim");
+            assert!(
+                read <= 4.0 * KEYS + KEYS * 10.0 + 2.0 * claimed,
+                "{mode}, {round} claim: read {read} rows of job.jobs to claim {claimed}"
+            );
+        }
+        // One start per key a minute: each key has had its start, so nothing is due; the
+        // claim looks at each key, not at the 19,980 jobs waiting behind them.
+        let (claimed, read) = explain_rated(pool, mode, kind, 100, 1).await;
+        assert_eq!(claimed, 20.0, "{mode}: the 20 keys without a start yet");
+        let (claimed, read_full) = explain_rated(pool, mode, kind, 100, 1).await;
+        assert_eq!(claimed, 0.0, "{mode}: every key at its limit");
+        assert!(
+            read <= 4.0 * KEYS + 2.0 * 20.0 && read_full <= 4.0 * KEYS,
+            "{mode}: read {read} rows to claim 20 and {read_full} to claim none"
+        );
+    }
+}

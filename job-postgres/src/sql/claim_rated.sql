@@ -10,8 +10,10 @@
 -- scan), at most 256 keys per claim, in rotation: the scan starts after the key where the
 -- previous claim of the kind stopped (job.rate_cursors) and wraps around, so the claim's cost
 -- is bounded however many keys wait, and every key is looked at in turn. Each gives up to its
--- room (its limit less its starts in the window, job.rate_windows)
--- of its jobs in claim order; a key at its limit reads nothing. The starts are stamped with
+-- room (its limit less its starts in the window, job.rate_windows, and at most the claim's
+-- own limit) of its jobs in claim order; a key at its limit reads nothing. So a claim reads
+-- at most its keys and, for each, what the claim could take, whatever waits behind them
+-- (tests/store_claim.rs measures it on the statement's plans). The starts are stamped with
 -- clock_timestamp() once the rows are updated, so no start is stamped before it happened. Jobs without a key share the
 -- window of key '': they are looked for among the kind's first 100 available jobs
 -- (jobs_claim_idx), so a kind whose jobs have keys should give every job one. The rows are
@@ -24,10 +26,10 @@ WITH RECURSIVE cursor AS MATERIALIZED (
 -- The keys after the cursor, then from the first key up to the cursor: each a loose scan that
 -- stops once enough keys were read (a recursive query runs only as far as it is read).
 keys_after AS (
-    (SELECT j.rate_key FROM job.jobs j, cursor
+    (SELECT j.rate_key FROM job.jobs j
      WHERE j.queue = $1::text AND j.kind = $2::text
        AND j.state = 'available' AND j.rate_key IS NOT NULL
-       AND j.rate_key > cursor.after_key
+       AND j.rate_key > (SELECT after_key FROM cursor)
      ORDER BY j.rate_key LIMIT 1)
     UNION ALL
     SELECT (SELECT j.rate_key FROM job.jobs j
@@ -38,18 +40,23 @@ keys_after AS (
     FROM keys_after k
     WHERE k.rate_key IS NOT NULL
 ),
+-- Each step takes the next key and only then compares it with the cursor: a comparison inside
+-- the scan would read on through every row past the cursor to find none.
 keys_before AS (
-    (SELECT j.rate_key FROM job.jobs j, cursor
-     WHERE j.queue = $1::text AND j.kind = $2::text
-       AND j.state = 'available' AND j.rate_key IS NOT NULL
-       AND j.rate_key <= cursor.after_key
-     ORDER BY j.rate_key LIMIT 1)
+    (SELECT f.rate_key
+     FROM (SELECT j.rate_key FROM job.jobs j
+           WHERE j.queue = $1::text AND j.kind = $2::text
+             AND j.state = 'available' AND j.rate_key IS NOT NULL
+           ORDER BY j.rate_key LIMIT 1) f
+     WHERE f.rate_key <= (SELECT after_key FROM cursor))
     UNION ALL
-    SELECT (SELECT j.rate_key FROM job.jobs j, cursor
-            WHERE j.queue = $1::text AND j.kind = $2::text
-              AND j.state = 'available' AND j.rate_key IS NOT NULL
-              AND j.rate_key > k.rate_key AND j.rate_key <= cursor.after_key
-            ORDER BY j.rate_key LIMIT 1)
+    SELECT (SELECT f.rate_key
+            FROM (SELECT j.rate_key FROM job.jobs j
+                  WHERE j.queue = $1::text AND j.kind = $2::text
+                    AND j.state = 'available' AND j.rate_key IS NOT NULL
+                    AND j.rate_key > k.rate_key
+                  ORDER BY j.rate_key LIMIT 1) f
+            WHERE f.rate_key <= (SELECT after_key FROM cursor))
     FROM keys_before k
     WHERE k.rate_key IS NOT NULL
 ),
@@ -86,12 +93,15 @@ go AS MATERIALIZED (
                       WHERE p.scope = 'queue' AND p.name = $1::text
                         AND (p.resume_at IS NULL OR p.resume_at > now()))
 ),
+-- A key's room: its limit less its starts in the window, and never more than the claim's, so
+-- that no key reads more of its jobs than the claim could take.
 rooms AS MATERIALIZED (
     SELECT k.key,
-           $7::integer - coalesce((SELECT count(*)::integer
-                                   FROM job.rate_windows w, unnest(w.starts) AS s(at)
-                                   WHERE w.kind = $2::text AND w.rate_key = k.key
-                                     AND s.at > go.since), 0) AS room
+           least(go.room,
+                 $7::integer - coalesce((SELECT count(*)::integer
+                                         FROM job.rate_windows w, unnest(w.starts) AS s(at)
+                                         WHERE w.kind = $2::text AND w.rate_key = k.key
+                                           AND s.at > go.since), 0)) AS room
     FROM go,
          (SELECT rate_key AS key FROM keys UNION ALL SELECT '') k
 ),
@@ -132,7 +142,7 @@ candidates AS (
     WHERE r.key = '' AND r.room > 0
 ),
 picked AS (
-    SELECT c.id, c.key
+    SELECT c.id
     FROM candidates c
     ORDER BY c.priority, c.run_at, c.id
     LIMIT (SELECT greatest(go.room, 0) FROM go)
@@ -145,8 +155,9 @@ claimed AS (
         locked_by    = $6::text,
         locked_until = now() + $4::bigint * interval '1 millisecond',
         unique_scope = CASE WHEN j.unique_scope = 'started' THEN 'spent' ELSE j.unique_scope END
-    FROM picked
-    WHERE j.id = picked.id AND j.state = 'available'
+    -- By primary key, whatever the planner thinks of the picked rows' number: joined, they
+    -- could be matched by a scan of the whole table.
+    WHERE j.id = ANY (ARRAY(SELECT picked.id FROM picked)) AND j.state = 'available'
     RETURNING j.id, j.lock_token, j.kind, j.queue, j.priority, j.payload, j.payload_version,
               j.attempt, j.max_attempts, j.snoozes, j.run_at, j.trace_context,
               coalesce(j.rate_key, '') AS key
