@@ -1,5 +1,7 @@
 //! What a claim reads follows what it returns (PostgreSQL specifics; the claim's contract is in
-//! `job_testkit::conformance::claim`): rows it cannot take, however many, are never read.
+//! `job_testkit::conformance::claim`): rows it cannot take, however many, are never read. The
+//! same holds for the rate-limited kinds' claim and for the statements that feed claims (the
+//! stager and the rescuer): each reads what it changes, not the table.
 //! Measured on the statement's own plan (`EXPLAIN ANALYZE`, rows read by every scan of
 //! `job.jobs`), not by a clock: the statement inside `job.claim` (migration 0021), read back
 //! from the database and planned generically, as the function plans it.
@@ -376,3 +378,99 @@ async fn a_rate_limited_claim_reads_its_keys_and_what_it_can_take_not_its_backlo
         );
     }
 }
+
+/// Runs `sql` (a statement of the store's, with parameters of `types`) prepared with plans of
+/// `plan_mode` under `EXPLAIN ANALYZE`, with `args` (SQL literals), in `tx`; returns the rows of
+/// `job.jobs` it read.
+async fn rows_read_by(
+    tx: &mut sqlx::PgConnection,
+    plan_mode: &str,
+    sql: &str,
+    types: &str,
+    args: &str,
+) -> f64 {
+    sqlx::raw_sql(&format!(
+        "SET LOCAL plan_cache_mode = {plan_mode};
+         PREPARE measured {types} AS {}",
+        sql.trim_end().trim_end_matches(';')
+    ))
+    .execute(&mut *tx)
+    .await
+    .unwrap();
+    let (plan,): (Value,) = sqlx::query_as(&format!(
+        "EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE measured {args}"
+    ))
+    .fetch_one(&mut *tx)
+    .await
+    .unwrap();
+    sqlx::raw_sql("DEALLOCATE measured")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    rows_read(&plan[0]["Plan"])
+}
+
+#[tokio::test]
+async fn the_stager_and_the_rescuer_read_what_they_change_not_the_table() {
+    // They feed the claim: due scheduled and retryable rows become available, and running
+    // rows whose lease ran out become retryable. A generic plan (a connection's statement
+    // after its fifth execution) once matched the rows they change with a scan of the whole
+    // table: every row, on every poll of every worker.
+    let db = TestDb::new().await;
+    let store = db.store();
+    let pool = store.pool();
+    fill(
+        pool,
+        40_000,
+        "a.later",
+        "scheduled",
+        "now() + interval '30 days'",
+    )
+    .await;
+    fill(
+        pool,
+        5_000,
+        "a.due",
+        "scheduled",
+        "now() - interval '1 hour'",
+    )
+    .await;
+    sqlx::query(
+        "INSERT INTO job.jobs (kind, queue, payload, state, run_at, attempt, lock_token,
+                               locked_until, locked_by)
+         SELECT 'a.expired', 'default', '{}', 'running', now() - interval '1 hour', 1,
+                gen_random_uuid(), now() - interval '1 minute' + g * interval '1 millisecond',
+                'gone-worker'
+         FROM generate_series(1, 5000) g",
+    )
+    .execute(pool)
+    .await
+    .unwrap();
+    sqlx::query("ANALYZE job.jobs").execute(pool).await.unwrap();
+    for mode in ["force_generic_plan", "force_custom_plan"] {
+        let mut tx = pool.begin().await.unwrap();
+        let staged = rows_read_by(&mut tx, mode, STAGE, "(integer)", "(100)").await;
+        let rescued = rows_read_by(&mut tx, mode, RESCUE, "(integer)", "(100)").await;
+        let changed: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT state::text, count(*) FROM job.jobs
+             WHERE state IN ('available', 'retryable') GROUP BY 1 ORDER BY 1",
+        )
+        .fetch_all(&mut *tx)
+        .await
+        .unwrap();
+        tx.rollback().await.unwrap();
+        assert_eq!(
+            changed,
+            vec![("available".to_owned(), 100), ("retryable".to_owned(), 100)],
+            "{mode}"
+        );
+        assert!(
+            staged <= 3.0 * 100.0 + 10.0 && rescued <= 3.0 * 100.0 + 10.0,
+            "{mode}: the stager read {staged} rows and the rescuer {rescued} to change 100 each"
+        );
+    }
+}
+
+/// The stager's and the rescuer's statements, as the store sends them.
+const STAGE: &str = include_str!("../job-postgres/src/sql/stage.sql");
+const RESCUE: &str = include_str!("../job-postgres/src/sql/rescue_expired.sql");

@@ -28,8 +28,9 @@ rescued AS (
         locked_until = NULL,
         locked_by    = NULL,
         stuck_since  = NULL
-    FROM expired
-    WHERE j.id = expired.id AND j.state = 'running' AND j.locked_until < now()
+    -- By primary key: joined, the rows could be matched by a scan of every running row.
+    WHERE j.id = ANY (ARRAY(SELECT expired.id FROM expired))
+      AND j.state = 'running' AND j.locked_until < now()
     RETURNING j.state, j.queue
 ),
 woken AS (

@@ -37,8 +37,9 @@ due AS (
 staged AS (
     UPDATE job.jobs j
     SET state = 'available'
-    FROM due
-    WHERE j.id = due.id AND j.state IN ('scheduled', 'retryable')
+    -- By primary key, whatever the planner makes of `due`'s size: joined, the rows could be
+    -- matched by a scan of the whole table (a generic plan did, reading every row).
+    WHERE j.id = ANY (ARRAY(SELECT due.id FROM due)) AND j.state IN ('scheduled', 'retryable')
     RETURNING j.queue
 ),
 woken AS (
