@@ -373,6 +373,9 @@ async fn redrive(store: &PgStore, dead: &DeadArgs, json_out: bool) -> Result<(),
     Ok(())
 }
 
+/// Deletes dead letters. Asked first (unless `--yes`), it deletes exactly the ones it listed
+/// in its question, not what the filter matches once answered, and says which of those it
+/// could not delete (no longer dead letters, or held by another operation).
 async fn purge(
     store: &PgStore,
     dead: &DeadArgs,
@@ -380,35 +383,64 @@ async fn purge(
     json_out: bool,
 ) -> Result<ExitCode, Error> {
     let filter = dead.filter()?;
-    if !yes {
-        let matching = store
-            .list(&JobFilter {
-                states: vec![JobState::Discarded],
-                ..filter.clone()
-            })
-            .await?;
-        if matching.is_empty() {
-            say(json_out, json!({"purged": 0}), "no matching dead letters");
-            return Ok(ExitCode::SUCCESS);
-        }
-        eprint!(
-            "Delete {} dead letter(s) for good (ids {}..{})? [y/N] ",
-            matching.len(),
-            matching[0].id,
-            matching[matching.len() - 1].id
+    if yes {
+        let n = store.purge(&filter).await?;
+        say(
+            json_out,
+            json!({"purged": n, "not_purged": []}),
+            &format!("purged {n} dead letter(s)"),
         );
-        std::io::stderr().flush()?;
-        let mut answer = String::new();
-        std::io::stdin().lock().read_line(&mut answer)?;
-        if !matches!(answer.trim(), "y" | "Y" | "yes") {
-            eprintln!("job: nothing purged");
-            return Ok(ExitCode::FAILURE);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let matching = store
+        .list(&JobFilter {
+            states: vec![JobState::Discarded],
+            ..filter.clone()
+        })
+        .await?;
+    if matching.is_empty() {
+        say(
+            json_out,
+            json!({"purged": 0, "not_purged": []}),
+            "no matching dead letters",
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    eprint!(
+        "Delete {} dead letter(s) for good (ids {}..{})? [y/N] ",
+        matching.len(),
+        matching[0].id,
+        matching[matching.len() - 1].id
+    );
+    std::io::stderr().flush()?;
+    let mut answer = String::new();
+    std::io::stdin().lock().read_line(&mut answer)?;
+    if !matches!(answer.trim(), "y" | "Y" | "yes") {
+        eprintln!("job: nothing purged");
+        return Ok(ExitCode::FAILURE);
+    }
+    // Exactly the confirmed ids: the filter may match other rows by now.
+    let confirmed = JobFilter {
+        ids: matching.iter().map(|j| j.id).collect(),
+        limit: Some(u32::try_from(matching.len())?),
+        ..JobFilter::default()
+    };
+    let n = store.purge(&confirmed).await?;
+    let left = store.list(&confirmed).await?;
+    for j in &left {
+        if j.state == JobState::Discarded {
+            eprintln!(
+                "job: {} was not purged: another operation held it; run purge again",
+                j.id
+            );
+        } else {
+            eprintln!("job: {} was not purged: it is {} now", j.id, j.state);
         }
     }
-    let n = store.purge(&filter).await?;
+    let not_purged: Vec<_> = left.iter().map(|j| j.id).collect();
     say(
         json_out,
-        json!({"purged": n}),
+        json!({"purged": n, "not_purged": not_purged}),
         &format!("purged {n} dead letter(s)"),
     );
     Ok(ExitCode::SUCCESS)

@@ -353,3 +353,69 @@ async fn check_reconciles_and_flags_leases_no_rescuer_takes() {
     assert!(long.status.success());
     db.close().await;
 }
+
+/// Starts `job` with `args`, reads its stderr up to the purge prompt, and returns the child
+/// waiting for an answer, with what it printed so far.
+fn job_at_prompt(db: &TestDb, args: &[&str]) -> (std::process::Child, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_job"))
+        .args(args)
+        .env("DATABASE_URL", db.url())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the job binary runs");
+    let stderr = child.stderr.as_mut().unwrap();
+    let mut said = Vec::new();
+    let mut byte = [0u8; 1];
+    while !said.ends_with(b"[y/N] ") {
+        let n = std::io::Read::read(stderr, &mut byte).unwrap();
+        assert_eq!(n, 1, "no prompt: {}", String::from_utf8_lossy(&said));
+        said.push(byte[0]);
+    }
+    (child, String::from_utf8(said).unwrap())
+}
+
+/// Answers the prompt of a child from `job_at_prompt`.
+fn answer(mut child: std::process::Child, input: &str) -> Output {
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(input.as_bytes()).unwrap();
+    drop(stdin);
+    child.wait_with_output().unwrap()
+}
+
+#[tokio::test]
+async fn purge_deletes_only_the_dead_letters_it_asked_about() {
+    let db = TestDb::new().await;
+    let shown = enqueue(&db, &["charge", "{}"]);
+    let redriven = enqueue(&db, &["charge", "{}"]);
+    let later = enqueue(&db, &["charge", "{}"]);
+    discard(&db, shown, "boom").await;
+    discard(&db, redriven, "boom").await;
+
+    let (child, prompt) = job_at_prompt(&db, &["purge", "--queue", "default"]);
+    assert!(prompt.contains("Delete 2 dead letter(s)"), "{prompt}");
+    // While the operator reads: another job becomes a dead letter, one shown is redriven.
+    discard(&db, later, "boom").await;
+    sqlx::query("UPDATE job.jobs SET state = 'available', finalized_at = NULL WHERE id = $1")
+        .bind(redriven)
+        .execute(&db.pool())
+        .await
+        .unwrap();
+    let out = answer(child, "y\n");
+    assert!(ok(&out).contains("purged 1 dead letter(s)"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!("{redriven} was not purged: it is available now")),
+        "{stderr}"
+    );
+    let left = json(&job(&db, &["--json", "list"]));
+    let left: Vec<(i64, &str)> = left
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| (j["id"].as_i64().unwrap(), j["state"].as_str().unwrap()))
+        .collect();
+    assert_eq!(left, [(redriven, "available"), (later, "discarded")]);
+    db.close().await;
+}
