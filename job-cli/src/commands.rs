@@ -447,9 +447,12 @@ async fn purge(
 }
 
 async fn enqueue(store: &PgStore, args: EnqueueArgs) -> Result<i64, Error> {
-    let payload: serde_json::Value =
-        serde_json::from_str(&args.payload).map_err(|e| format!("the payload is not JSON: {e}"))?;
-    let mut job = NewJob::new(args.kind, payload.to_string());
+    // Read as serde_json reads it (a handler will: syntax, escapes, numbers within an f64's
+    // range), but stored as the text given: written back from the `Value`, a number past an
+    // f64's precision would change, where `jsonb` keeps it exact.
+    serde_json::from_str::<serde_json::Value>(&args.payload)
+        .map_err(|e| format!("the payload is not JSON: {e}"))?;
+    let mut job = NewJob::new(args.kind, args.payload);
     if let Some(q) = args.queue {
         job.queue = q;
     }

@@ -419,3 +419,39 @@ async fn purge_deletes_only_the_dead_letters_it_asked_about() {
     assert_eq!(left, [(redriven, "available"), (later, "discarded")]);
     db.close().await;
 }
+
+#[tokio::test]
+async fn enqueue_stores_the_payload_numbers_as_given() {
+    let db = TestDb::new().await;
+    let id = enqueue(
+        &db,
+        &[
+            "k",
+            r#"{"a": 123456789012345678901234567890, "b": 18446744073709551616, "c": 0.10000000000000000555}"#,
+        ],
+    );
+    let stored: String = sqlx::query_scalar("SELECT payload::text FROM job.jobs WHERE id = $1")
+        .bind(id)
+        .fetch_one(&db.pool())
+        .await
+        .unwrap();
+    assert_eq!(
+        stored,
+        r#"{"a": 123456789012345678901234567890, "b": 18446744073709551616, "c": 0.10000000000000000555}"#
+    );
+    // What is not JSON, or not one object, is still refused, naming the payload.
+    for bad in [
+        r#"{"a": }"#,
+        r#"{"a": 1} x"#,
+        "[1]",
+        r#"{"a": "\u0000"}"#,
+        r#"{"a": "\ud800"}"#,
+        r#"{"a": 1e400}"#,
+    ] {
+        let out = job(&db, &["enqueue", "k", bad]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{bad}");
+        assert!(stderr.contains("payload"), "{bad}: {stderr}");
+    }
+    db.close().await;
+}
