@@ -9,7 +9,9 @@ use job_postgres::{Check, PgStore};
 use serde_json::json;
 
 use crate::cli::{Cli, Command, DeadArgs, EnqueueArgs, PauseArgs};
-use crate::output::{self, json, numeric, table, when, JobView, StepView};
+use crate::output::{
+    self, json, numeric, print, print_json, table, when, JobView, StdoutError, StepView,
+};
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
 
@@ -17,7 +19,7 @@ type Error = Box<dyn std::error::Error + Send + Sync>;
 /// found something wrong).
 pub(crate) async fn run(cli: Cli) -> Result<ExitCode, Error> {
     if let Command::Migrate { print: true } = cli.command {
-        print!("{}", job_postgres::schema_script());
+        output::print_raw(&job_postgres::schema_script())?;
         return Ok(ExitCode::SUCCESS);
     }
     let url = cli
@@ -33,7 +35,7 @@ pub(crate) async fn run(cli: Cli) -> Result<ExitCode, Error> {
                 json_out,
                 json!({"migrated": true}),
                 "the job schema is up to date",
-            );
+            )?;
         }
         Command::Stats(filter) => stats(&store, &filter.filter(), json_out).await?,
         Command::List {
@@ -55,11 +57,11 @@ pub(crate) async fn run(cli: Cli) -> Result<ExitCode, Error> {
             let jobs = store.list(&filter).await?;
             if json_out {
                 let views: Vec<JobView> = jobs.iter().map(JobView::from).collect();
-                println!("{}", json(&views));
+                print_json(&views)?;
             } else if jobs.is_empty() {
-                println!("no matching jobs");
+                print("no matching jobs")?;
             } else {
-                println!("{}", output::jobs_table(&jobs));
+                print(output::jobs_table(&jobs))?;
             }
         }
         Command::Show { id } => return show(&store, id, json_out).await,
@@ -80,7 +82,7 @@ pub(crate) async fn run(cli: Cli) -> Result<ExitCode, Error> {
                 Cancelled::AlreadyFinished(_) => "already_finished",
                 Cancelled::NotFound => "not_found",
             };
-            say(json_out, json!({"id": id, "outcome": key}), &text);
+            say(json_out, json!({"id": id, "outcome": key}), &text)?;
             return Ok(ExitCode::from(code));
         }
         Command::Redrive(dead) => redrive(&store, &dead, json_out).await?,
@@ -93,7 +95,7 @@ pub(crate) async fn run(cli: Cli) -> Result<ExitCode, Error> {
                 json_out,
                 json!({"scope": what.scope(), "name": what.name(), "changed": changed}),
                 &format!("{} {}: {text}", what.scope(), what.name()),
-            );
+            )?;
         }
         Command::Resume(what) => {
             let what = pause_target(what)?;
@@ -103,7 +105,7 @@ pub(crate) async fn run(cli: Cli) -> Result<ExitCode, Error> {
                 json_out,
                 json!({"scope": what.scope(), "name": what.name(), "changed": changed}),
                 &format!("{} {}: {text}", what.scope(), what.name()),
-            );
+            )?;
         }
         Command::Paused => {
             let paused = store.pauses().await?;
@@ -122,9 +124,9 @@ pub(crate) async fn run(cli: Cli) -> Result<ExitCode, Error> {
                         })
                     })
                     .collect();
-                println!("{}", json(&list));
+                print_json(&list)?;
             } else if paused.is_empty() {
-                println!("nothing is paused");
+                print("nothing is paused")?;
             } else {
                 let mut t = table(["scope", "name", "by", "until", "reason"]);
                 for p in &paused {
@@ -136,16 +138,16 @@ pub(crate) async fn run(cli: Cli) -> Result<ExitCode, Error> {
                         p.reason.clone().unwrap_or_default(),
                     ]);
                 }
-                println!("{t}");
+                print(&t)?;
             }
         }
         Command::Enqueue(args) => {
             let id = enqueue(&store, args).await?;
-            say(json_out, json!({"id": id}), &id.to_string());
+            say(json_out, json!({"id": id}), &id.to_string())?;
         }
         Command::Check { lease } => {
             let check = store.check(lease).await?;
-            print_check(&check, json_out);
+            print_check(&check, json_out)?;
             if !check.problems().is_empty() {
                 return Ok(ExitCode::from(2));
             }
@@ -160,11 +162,11 @@ pub(crate) async fn run(cli: Cli) -> Result<ExitCode, Error> {
 }
 
 /// Prints `value` with `--json`, else `text`.
-fn say(json_out: bool, value: serde_json::Value, text: &str) {
+fn say(json_out: bool, value: serde_json::Value, text: &str) -> Result<(), StdoutError> {
     if json_out {
-        println!("{}", json(&value));
+        print_json(&value)
     } else {
-        println!("{text}");
+        print(text)
     }
 }
 
@@ -196,16 +198,13 @@ async fn stats(store: &PgStore, filter: &JobFilter, json_out: bool) -> Result<()
             .iter()
             .map(|p| json!({"scope": p.scope(), "name": p.name()}))
             .collect();
-        println!(
-            "{}",
-            json(&json!({
-                "counts": counts,
-                "oldest_available_age_ms": stats.oldest_available_age.map(|d| d.as_millis() as u64),
-                "dead_letters": stats.dead_letters,
-                "stuck": stats.stuck,
-                "paused": paused,
-            }))
-        );
+        print_json(&json!({
+            "counts": counts,
+            "oldest_available_age_ms": stats.oldest_available_age.map(|d| d.as_millis() as u64),
+            "dead_letters": stats.dead_letters,
+            "stuck": stats.stuck,
+            "paused": paused,
+        }))?;
         return Ok(());
     }
     let mut queues: Vec<&str> = stats.counts.iter().map(|c| c.queue.as_str()).collect();
@@ -230,9 +229,9 @@ async fn stats(store: &PgStore, filter: &JobFilter, json_out: bool) -> Result<()
     }
     numeric(&mut t, &[1, 2, 3, 4, 5, 6, 7]);
     if queues.is_empty() {
-        println!("no jobs");
+        print("no jobs")?;
     } else {
-        println!("{t}");
+        print(&t)?;
     }
     let oldest = stats
         .oldest_available_age
@@ -240,12 +239,12 @@ async fn stats(store: &PgStore, filter: &JobFilter, json_out: bool) -> Result<()
             humantime::format_duration(std::time::Duration::from_secs(d.as_secs())).to_string()
         })
         .unwrap_or_else(|| "none due".to_owned());
-    println!(
+    print(format_args!(
         "oldest due job waiting: {oldest}; dead letters: {}; stuck: {}",
         stats.dead_letters, stats.stuck
-    );
+    ))?;
     for p in paused.iter().filter(|p| matches!(p, Pause::Kind(_))) {
-        println!("kind {} is paused", p.name());
+        print(format_args!("kind {} is paused", p.name()))?;
     }
     Ok(())
 }
@@ -258,10 +257,7 @@ async fn show(store: &PgStore, id: i64, json_out: bool) -> Result<ExitCode, Erro
     let steps = store.steps(id).await?;
     if json_out {
         let steps: Vec<StepView> = steps.iter().map(StepView::from).collect();
-        println!(
-            "{}",
-            json(&json!({"job": JobView::from(&job), "steps": steps}))
-        );
+        print_json(&json!({"job": JobView::from(&job), "steps": steps}))?;
         return Ok(ExitCode::SUCCESS);
     }
     let mut t = table(["field", "value"]);
@@ -306,20 +302,20 @@ async fn show(store: &PgStore, id: i64, json_out: bool) -> Result<ExitCode, Erro
     for (k, v) in rows.into_iter().filter(|(_, v)| !v.is_empty()) {
         t.add_row([k.to_owned(), v]);
     }
-    println!("{t}");
-    println!("payload:");
-    println!("{}", json(&job.payload));
+    print(&t)?;
+    print("payload:")?;
+    print(json(&job.payload))?;
     if let Some(progress) = &job.progress {
-        println!("progress: {}", json(progress));
+        print(format_args!("progress: {}", json(progress)))?;
     }
     if let Some(result) = &job.result {
-        println!("result:");
-        println!("{}", json(result));
+        print("result:")?;
+        print(json(result))?;
     }
     if job.errors.is_empty() {
-        println!("error history: none");
+        print("error history: none")?;
     } else {
-        println!("error history:");
+        print("error history:")?;
         let mut t = table(["attempt", "at", "class", "message"]);
         for e in &job.errors {
             t.add_row([
@@ -330,12 +326,12 @@ async fn show(store: &PgStore, id: i64, json_out: bool) -> Result<ExitCode, Erro
             ]);
         }
         numeric(&mut t, &[0]);
-        println!("{t}");
+        print(&t)?;
     }
     if steps.is_empty() {
-        println!("steps: none recorded");
+        print("steps: none recorded")?;
     } else {
-        println!("steps:");
+        print("steps:")?;
         let mut t = table(["step", "attempt", "recorded", "output"]);
         for s in &steps {
             t.add_row([
@@ -346,7 +342,7 @@ async fn show(store: &PgStore, id: i64, json_out: bool) -> Result<ExitCode, Erro
             ]);
         }
         numeric(&mut t, &[1]);
-        println!("{t}");
+        print(&t)?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -360,15 +356,18 @@ async fn redrive(store: &PgStore, dead: &DeadArgs, json_out: bool) -> Result<(),
             .iter()
             .map(|(id, holder)| json!({"id": id, "held_by": holder}))
             .collect();
-        println!(
-            "{}",
-            json(&json!({"redriven": out.redriven, "skipped": skipped}))
-        );
+        print_json(&json!({"redriven": out.redriven, "skipped": skipped}))?;
         return Ok(());
     }
-    println!("redriven: {} job(s) {:?}", out.redriven.len(), out.redriven);
+    print(format_args!(
+        "redriven: {} job(s) {:?}",
+        out.redriven.len(),
+        out.redriven
+    ))?;
     for (id, holder) in &out.skipped {
-        println!("skipped {id}: active job {holder} holds its unique key");
+        print(format_args!(
+            "skipped {id}: active job {holder} holds its unique key"
+        ))?;
     }
     Ok(())
 }
@@ -389,7 +388,7 @@ async fn purge(
             json_out,
             json!({"purged": n, "not_purged": []}),
             &format!("purged {n} dead letter(s)"),
-        );
+        )?;
         return Ok(ExitCode::SUCCESS);
     }
     let matching = store
@@ -403,7 +402,7 @@ async fn purge(
             json_out,
             json!({"purged": 0, "not_purged": []}),
             "no matching dead letters",
-        );
+        )?;
         return Ok(ExitCode::SUCCESS);
     }
     eprint!(
@@ -442,7 +441,7 @@ async fn purge(
         json_out,
         json!({"purged": n, "not_purged": not_purged}),
         &format!("purged {n} dead letter(s)"),
-    );
+    )?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -486,7 +485,7 @@ async fn enqueue(store: &PgStore, args: EnqueueArgs) -> Result<i64, Error> {
     Ok(job_postgres::enqueue(store.pool(), &job).await?)
 }
 
-fn print_check(check: &Check, json_out: bool) {
+fn print_check(check: &Check, json_out: bool) -> Result<(), StdoutError> {
     let problems = check.problems();
     if json_out {
         let counts: serde_json::Map<String, serde_json::Value> = check
@@ -499,32 +498,29 @@ fn print_check(check: &Check, json_out: bool) {
             .iter()
             .map(|(c, n)| (c.clone(), json!(n)))
             .collect();
-        println!(
-            "{}",
-            json(&json!({
-                "ok": problems.is_empty(),
-                "counts": counts,
-                "leases": {
-                    "held": check.leases_held,
-                    "expired": check.leases_expired,
-                    "overdue": check.leases_overdue,
-                    "not_running": check.leases_not_running,
-                    "oldest_expiry": check.oldest_expiry,
-                },
-                "stuck": check.stuck,
-                "orphan_steps": check.orphan_steps,
-                "dead_letters_by_class": classes,
-                "problems": problems,
-            }))
-        );
-        return;
+        print_json(&json!({
+            "ok": problems.is_empty(),
+            "counts": counts,
+            "leases": {
+                "held": check.leases_held,
+                "expired": check.leases_expired,
+                "overdue": check.leases_overdue,
+                "not_running": check.leases_not_running,
+                "oldest_expiry": check.oldest_expiry,
+            },
+            "stuck": check.stuck,
+            "orphan_steps": check.orphan_steps,
+            "dead_letters_by_class": classes,
+            "problems": problems,
+        }))?;
+        return Ok(());
     }
     let mut t = table(["state", "jobs"]);
     for (s, n) in &check.counts {
         t.add_row([s.to_string(), n.to_string()]);
     }
     numeric(&mut t, &[1]);
-    println!("{t}");
+    print(&t)?;
     let mut t = table(["check", "count"]);
     t.add_row(["leases held".to_owned(), check.leases_held.to_string()]);
     t.add_row([
@@ -545,22 +541,23 @@ fn print_check(check: &Check, json_out: bool) {
         check.orphan_steps.to_string(),
     ]);
     numeric(&mut t, &[1]);
-    println!("{t}");
+    print(&t)?;
     if !check.dead_letters_by_class.is_empty() {
         let mut t = table(["dead letters by last error class", "jobs"]);
         for (c, n) in &check.dead_letters_by_class {
             t.add_row([c.clone(), n.to_string()]);
         }
         numeric(&mut t, &[1]);
-        println!("{t}");
+        print(&t)?;
     }
     if problems.is_empty() {
-        println!("ok: the queue reconciles");
+        print("ok: the queue reconciles")?;
     } else {
         for p in problems {
-            println!("PROBLEM: {p}");
+            print(format_args!("PROBLEM: {p}"))?;
         }
     }
+    Ok(())
 }
 
 async fn web(

@@ -1,5 +1,8 @@
 //! How results are printed: tables (comfy-table) for people, JSON (serde_json) for scripts.
 
+use std::fmt::Display;
+use std::io::Write;
+
 use chrono::{DateTime, Utc};
 use comfy_table::presets::UTF8_FULL_CONDENSED;
 use comfy_table::{CellAlignment, ContentArrangement, Table};
@@ -162,4 +165,33 @@ pub(crate) fn jobs_table(jobs: &[JobRow]) -> Table {
     }
     numeric(&mut t, &[0, 5]);
     t
+}
+
+/// Writing to stdout failed (a full disk, a closed file): the command stops and says so.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot write to stdout: {0}")]
+pub(crate) struct StdoutError(#[from] std::io::Error);
+
+/// Writes `text` as it is to stdout (the schema script).
+pub(crate) fn print_raw(text: &str) -> Result<(), StdoutError> {
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())?;
+    out.flush()?;
+    Ok(())
+}
+
+/// Writes `text` and a newline to stdout, for people.
+pub(crate) fn print(text: impl Display) -> Result<(), StdoutError> {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{text}")?;
+    out.flush()?;
+    Ok(())
+}
+
+/// Writes `value` as pretty JSON and a newline to stdout, for scripts.
+pub(crate) fn print_json<T: Serialize>(value: &T) -> Result<(), StdoutError> {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{}", json(value))?;
+    out.flush()?;
+    Ok(())
 }

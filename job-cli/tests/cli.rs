@@ -455,3 +455,30 @@ async fn enqueue_stores_the_payload_numbers_as_given() {
     }
     db.close().await;
 }
+
+/// A full disk behind stdout is an error saying so (exit 1), not a panic (101).
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn a_stdout_that_cannot_be_written_is_an_error_not_a_panic() {
+    let db = TestDb::new().await;
+    enqueue(&db, &["k", "{}"]);
+    for args in [
+        &["list", "--limit", "5"][..],
+        &["--json", "list"],
+        &["migrate", "--print"],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_job"))
+            .args(args)
+            .env("DATABASE_URL", db.url())
+            .stdout(std::fs::File::create("/dev/full").unwrap())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("job: cannot write to stdout: No space left on device"),
+            "{args:?}: {stderr}"
+        );
+    }
+    db.close().await;
+}
