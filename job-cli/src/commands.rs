@@ -10,7 +10,7 @@ use serde_json::json;
 
 use crate::cli::{Cli, Command, DeadArgs, EnqueueArgs, PauseArgs};
 use crate::output::{
-    self, json, numeric, print, print_json, table, when, JobView, StdoutError, StepView,
+    self, add_row, json, numeric, print, print_json, table, when, JobView, StdoutError, StepView,
 };
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
@@ -130,13 +130,16 @@ pub(crate) async fn run(cli: Cli) -> Result<ExitCode, Error> {
             } else {
                 let mut t = table(["scope", "name", "by", "until", "reason"]);
                 for p in &paused {
-                    t.add_row([
-                        p.what.scope().to_owned(),
-                        p.what.name().to_owned(),
-                        p.paused_by.as_str().to_owned(),
-                        until(p).unwrap_or_else(|| "resumed".to_owned()),
-                        p.reason.clone().unwrap_or_default(),
-                    ]);
+                    add_row(
+                        &mut t,
+                        [
+                            p.what.scope().to_owned(),
+                            p.what.name().to_owned(),
+                            p.paused_by.as_str().to_owned(),
+                            until(p).unwrap_or_else(|| "resumed".to_owned()),
+                            p.reason.clone().unwrap_or_default(),
+                        ],
+                    );
                 }
                 print(&t)?;
             }
@@ -225,7 +228,7 @@ async fn stats(store: &PgStore, filter: &JobFilter, json_out: bool) -> Result<()
                 .map_or(0, |c| c.count);
             row.push(n.to_string());
         }
-        t.add_row(row);
+        add_row(&mut t, row);
     }
     numeric(&mut t, &[1, 2, 3, 4, 5, 6, 7]);
     if queues.is_empty() {
@@ -300,7 +303,7 @@ async fn show(store: &PgStore, id: i64, json_out: bool) -> Result<ExitCode, Erro
         ),
     ];
     for (k, v) in rows.into_iter().filter(|(_, v)| !v.is_empty()) {
-        t.add_row([k.to_owned(), v]);
+        add_row(&mut t, [k.to_owned(), v]);
     }
     print(&t)?;
     print("payload:")?;
@@ -318,12 +321,15 @@ async fn show(store: &PgStore, id: i64, json_out: bool) -> Result<ExitCode, Erro
         print("error history:")?;
         let mut t = table(["attempt", "at", "class", "message"]);
         for e in &job.errors {
-            t.add_row([
-                e.attempt.to_string(),
-                when(Some(e.at)),
-                e.class.clone(),
-                e.message.clone(),
-            ]);
+            add_row(
+                &mut t,
+                [
+                    e.attempt.to_string(),
+                    when(Some(e.at)),
+                    e.class.clone(),
+                    e.message.clone(),
+                ],
+            );
         }
         numeric(&mut t, &[0]);
         print(&t)?;
@@ -334,12 +340,15 @@ async fn show(store: &PgStore, id: i64, json_out: bool) -> Result<ExitCode, Erro
         print("steps:")?;
         let mut t = table(["step", "attempt", "recorded", "output"]);
         for s in &steps {
-            t.add_row([
-                s.name.clone(),
-                s.attempt.to_string(),
-                when(Some(s.recorded_at)),
-                s.output.to_string(),
-            ]);
+            add_row(
+                &mut t,
+                [
+                    s.name.clone(),
+                    s.attempt.to_string(),
+                    when(Some(s.recorded_at)),
+                    s.output.to_string(),
+                ],
+            );
         }
         numeric(&mut t, &[1]);
         print(&t)?;
@@ -517,35 +526,53 @@ fn print_check(check: &Check, json_out: bool) -> Result<(), StdoutError> {
     }
     let mut t = table(["state", "jobs"]);
     for (s, n) in &check.counts {
-        t.add_row([s.to_string(), n.to_string()]);
+        add_row(&mut t, [s.to_string(), n.to_string()]);
     }
     numeric(&mut t, &[1]);
     print(&t)?;
     let mut t = table(["check", "count"]);
-    t.add_row(["leases held".to_owned(), check.leases_held.to_string()]);
-    t.add_row([
-        "running without a live lease (expired, the rescuer's to take)".to_owned(),
-        check.leases_expired.to_string(),
-    ]);
-    t.add_row([
-        "leases expired for more than a lease".to_owned(),
-        check.leases_overdue.to_string(),
-    ]);
-    t.add_row([
-        "leases on rows that are not running".to_owned(),
-        check.leases_not_running.to_string(),
-    ]);
-    t.add_row(["stuck executions".to_owned(), check.stuck.to_string()]);
-    t.add_row([
-        "steps without a job".to_owned(),
-        check.orphan_steps.to_string(),
-    ]);
+    add_row(
+        &mut t,
+        ["leases held".to_owned(), check.leases_held.to_string()],
+    );
+    add_row(
+        &mut t,
+        [
+            "running without a live lease (expired, the rescuer's to take)".to_owned(),
+            check.leases_expired.to_string(),
+        ],
+    );
+    add_row(
+        &mut t,
+        [
+            "leases expired for more than a lease".to_owned(),
+            check.leases_overdue.to_string(),
+        ],
+    );
+    add_row(
+        &mut t,
+        [
+            "leases on rows that are not running".to_owned(),
+            check.leases_not_running.to_string(),
+        ],
+    );
+    add_row(
+        &mut t,
+        ["stuck executions".to_owned(), check.stuck.to_string()],
+    );
+    add_row(
+        &mut t,
+        [
+            "steps without a job".to_owned(),
+            check.orphan_steps.to_string(),
+        ],
+    );
     numeric(&mut t, &[1]);
     print(&t)?;
     if !check.dead_letters_by_class.is_empty() {
         let mut t = table(["dead letters by last error class", "jobs"]);
         for (c, n) in &check.dead_letters_by_class {
-            t.add_row([c.clone(), n.to_string()]);
+            add_row(&mut t, [c.clone(), n.to_string()]);
         }
         numeric(&mut t, &[1]);
         print(&t)?;

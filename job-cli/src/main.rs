@@ -33,7 +33,7 @@ fn main() -> ExitCode {
     match runtime.block_on(commands::run(cli)) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("job: {e}");
+            eprintln!("job: {}", output::printable(&e.to_string()));
             ExitCode::FAILURE
         }
     }

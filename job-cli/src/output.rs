@@ -1,6 +1,7 @@
 //! How results are printed: tables (comfy-table) for people, JSON (serde_json) for scripts.
 
-use std::fmt::Display;
+use std::borrow::Cow;
+use std::fmt::{Display, Write as _};
 use std::io::Write;
 
 use chrono::{DateTime, Utc};
@@ -22,6 +23,50 @@ where
         .set_content_arrangement(ContentArrangement::Dynamic)
         .set_header(header);
     table
+}
+
+/// Adds a row to `table`, each cell through [`printable`] (before the table measures it, so
+/// that an escaped cell keeps the columns aligned).
+pub(crate) fn add_row<I>(table: &mut Table, cells: I)
+where
+    I: IntoIterator,
+    I::Item: AsRef<str>,
+{
+    table.add_row(
+        cells
+            .into_iter()
+            .map(|c| printable(c.as_ref()).into_owned()),
+    );
+}
+
+/// `text` with every character a terminal acts on rather than shows written as a visible
+/// escape (`\u{1b}`, `\r`, `\t`): the C0 controls but the newline, DEL, the C1 controls, and
+/// the invisible formatting characters that make text read as other text (zero-width
+/// characters, bidirectional marks, embeddings, overrides and isolates, the BOM). Everything
+/// printed for people goes through it ([`print`], [`add_row`]); `--json` stays exact JSON.
+pub(crate) fn printable(text: &str) -> Cow<'_, str> {
+    if !text.chars().any(needs_escape) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        match c {
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if needs_escape(c) => {
+                let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
+            }
+            c => out.push(c),
+        }
+    }
+    Cow::Owned(out)
+}
+
+fn needs_escape(c: char) -> bool {
+    (c.is_control() && c != '\n')
+        || matches!(c,
+            '\u{061c}' | '\u{200b}'..='\u{200f}' | '\u{2028}'..='\u{202e}'
+            | '\u{2060}'..='\u{2069}' | '\u{feff}')
 }
 
 /// Right-aligns the given columns (numbers).
@@ -152,16 +197,19 @@ pub(crate) fn jobs_table(jobs: &[JobRow]) -> Table {
             .last()
             .map(|e| format!("{}: {}", e.class, clip(&e.message, 60)))
             .unwrap_or_default();
-        t.add_row([
-            j.id.to_string(),
-            state,
-            j.kind.clone(),
-            j.queue.clone(),
-            j.tenant.clone().unwrap_or_default(),
-            format!("{}/{}", j.attempt, j.max_attempts),
-            when(j.finalized_at.or(Some(j.run_at))),
-            last,
-        ]);
+        add_row(
+            &mut t,
+            [
+                j.id.to_string(),
+                state,
+                j.kind.clone(),
+                j.queue.clone(),
+                j.tenant.clone().unwrap_or_default(),
+                format!("{}/{}", j.attempt, j.max_attempts),
+                when(j.finalized_at.or(Some(j.run_at))),
+                last,
+            ],
+        );
     }
     numeric(&mut t, &[0, 5]);
     t
@@ -180,10 +228,12 @@ pub(crate) fn print_raw(text: &str) -> Result<(), StdoutError> {
     Ok(())
 }
 
-/// Writes `text` and a newline to stdout, for people.
+/// Writes `text` and a newline to stdout, for people: through [`printable`], so stored text
+/// cannot drive the terminal.
 pub(crate) fn print(text: impl Display) -> Result<(), StdoutError> {
+    let text = text.to_string();
     let mut out = std::io::stdout().lock();
-    writeln!(out, "{text}")?;
+    writeln!(out, "{}", printable(&text))?;
     out.flush()?;
     Ok(())
 }

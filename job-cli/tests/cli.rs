@@ -482,3 +482,59 @@ async fn a_stdout_that_cannot_be_written_is_an_error_not_a_panic() {
     }
     db.close().await;
 }
+
+/// Stored text a terminal would act on (escape sequences, C1 controls, bidirectional
+/// overrides) is shown escaped in tables and text, and exact in `--json`.
+#[tokio::test]
+async fn show_and_list_escape_control_characters_from_stored_data() {
+    let db = TestDb::new().await;
+    let key = "key\u{1b}]0;PWNED\u{7}\u{1b}[2J";
+    let id = enqueue(
+        &db,
+        &["k", r#"{"a": "\u009b2J\u202e"}"#, "--unique-key", key],
+    );
+    discard(&db, id, "bad\u{1b}[31m red\r\u{202e}txt.exe").await;
+    sqlx::query(
+        "UPDATE job.jobs SET errors = jsonb_set(errors, '{0,class}', to_jsonb($2::text))
+         WHERE id = $1",
+    )
+    .bind(id)
+    .bind("class\u{1b}[1m\u{9b}")
+    .execute(&db.pool())
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO job.steps (job_id, name, output, attempt)
+         VALUES ($1, $2, to_jsonb($3::text), 1)",
+    )
+    .bind(id)
+    .bind("step\u{1b}[2K")
+    .bind("out\u{9b}\u{7f}")
+    .execute(&db.pool())
+    .await
+    .unwrap();
+    let raw = |text: &str| {
+        text.chars()
+            .find(|&c| c != '\n' && (c.is_control() || ('\u{202a}'..='\u{202e}').contains(&c)))
+    };
+    let shown = ok(&job(&db, &["show", &id.to_string()]));
+    assert_eq!(raw(&shown), None, "{shown:?}");
+    for escaped in [
+        r"key\u{1b}]0;PWNED\u{7}\u{1b}[2J",
+        r"bad\u{1b}[31m red\r\u{202e}txt.exe",
+        r"class\u{1b}[1m\u{9b}",
+        r"step\u{1b}[2K",
+        r"out\u{9b}\u{7f}",
+        r"\u{9b}2J\u{202e}",
+    ] {
+        assert!(shown.contains(escaped), "{escaped} in {shown}");
+    }
+    let listed = ok(&job(&db, &["list"]));
+    assert_eq!(raw(&listed), None, "{listed:?}");
+    assert!(listed.contains(r"bad\u{1b}[31m red\r"), "{listed}");
+    let exact = json(&job(&db, &["--json", "show", &id.to_string()]));
+    assert_eq!(exact["job"]["unique_key"], key);
+    assert_eq!(exact["job"]["errors"][0]["class"], "class\u{1b}[1m\u{9b}");
+    assert_eq!(exact["steps"][0]["name"], "step\u{1b}[2K");
+    db.close().await;
+}
