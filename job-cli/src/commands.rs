@@ -3,10 +3,13 @@
 
 use std::io::{BufRead, Write};
 use std::process::ExitCode;
+use std::time::Duration;
 
 use job::{Admin, Cancelled, JobFilter, JobState, NewJob, Pause, RunAt, Store};
 use job_postgres::{Check, PgStore};
 use serde_json::json;
+use sqlx::postgres::{PgConnectOptions, PgConnection};
+use sqlx::Connection;
 
 use crate::cli::{Cli, Command, DeadArgs, EnqueueArgs, PauseArgs};
 use crate::output::{
@@ -26,7 +29,7 @@ pub(crate) async fn run(cli: Cli) -> Result<ExitCode, Error> {
         .database_url
         .clone()
         .ok_or("no database: give --database-url or set DATABASE_URL")?;
-    let store = PgStore::connect(&url).await?;
+    let store = connect(&url).await?;
     let json_out = cli.json;
     match cli.command {
         Command::Migrate { .. } => {
@@ -162,6 +165,43 @@ pub(crate) async fn run(cli: Cli) -> Result<ExitCode, Error> {
         } => web(store, listen, tenant, operator_token_file).await?,
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// How long connecting to the database may take before the command gives up.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The store at `url`, connected now: one connection is opened first, so that a refused
+/// connection, a failed login or a missing database is reported at once with its cause and
+/// where it was looked for (the pool would retry a refused connection for its whole acquire
+/// timeout, then say only that it timed out). The password is never shown.
+async fn connect(url: &str) -> Result<PgStore, Error> {
+    let options: PgConnectOptions = url
+        .parse()
+        .map_err(|e| format!("--database-url is not a PostgreSQL URL: {e}"))?;
+    let database = match options.get_database() {
+        Some(db) => format!("database `{db}`"),
+        None => "the user's default database".to_owned(),
+    };
+    let target = match options.get_socket() {
+        Some(dir) => format!("{database} on socket {}", dir.display()),
+        None => format!(
+            "{database} on {}:{}",
+            options.get_host(),
+            options.get_port()
+        ),
+    };
+    let target = format!("{target} as `{}`", options.get_username());
+    let probe = tokio::time::timeout(CONNECT_TIMEOUT, PgConnection::connect_with(&options))
+        .await
+        .map_err(|_| format!("cannot connect to {target}: no answer within {CONNECT_TIMEOUT:?}"))?
+        .map_err(|e| format!("cannot connect to {target}: {e}"))?;
+    let _ = probe.close().await;
+    let pool = job_postgres::pool_options()
+        .acquire_timeout(CONNECT_TIMEOUT)
+        .connect_with(options)
+        .await
+        .map_err(|e| format!("cannot connect to {target}: {e}"))?;
+    Ok(PgStore::new(pool))
 }
 
 /// Prints `value` with `--json`, else `text`.

@@ -538,3 +538,40 @@ async fn show_and_list_escape_control_characters_from_stored_data() {
     assert_eq!(exact["steps"][0]["name"], "step\u{1b}[2K");
     db.close().await;
 }
+
+/// A database that cannot be reached is reported with its cause and where it was looked
+/// for, not after the pool's 30 s as "pool timed out"; the password is not shown.
+#[tokio::test]
+async fn an_unreachable_database_is_reported_with_its_cause() {
+    let db = TestDb::new().await;
+    let options = db.connect_options();
+    let missing = format!(
+        "postgres://{}@{}:{}/job_cli_no_such_database",
+        options.get_username(),
+        options.get_host(),
+        options.get_port()
+    );
+    for (url, says) in [
+        (
+            "postgres://postgres:hunter2@127.0.0.1:1/x".to_owned(),
+            vec!["database `x` on 127.0.0.1:1", "refused"],
+        ),
+        (
+            missing,
+            vec!["database `job_cli_no_such_database`", "does not exist"],
+        ),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_job"))
+            .args(["--database-url", &url, "stats"])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        for said in says {
+            assert!(stderr.contains(said), "{said} in {stderr}");
+        }
+        assert!(!stderr.contains("hunter2"), "{stderr}");
+        assert!(!stderr.contains("timed out"), "{stderr}");
+    }
+    db.close().await;
+}
