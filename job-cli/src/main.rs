@@ -19,6 +19,7 @@ fn main() -> ExitCode {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
     let cli = cli::Cli::parse();
+    init_tracing();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -37,4 +38,26 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// What is logged when `RUST_LOG` is not set: the job crates' information and every crate's
+/// warnings.
+const DEFAULT_LOG: &str = "warn,job=info,job_core=info,job_postgres=info,job_web=info";
+
+/// Logs to stderr, so that what the framework reports through `tracing` is seen: the
+/// dashboard's store errors and refused logins, the pool's warnings, applied migrations.
+/// `RUST_LOG` chooses what (`RUST_LOG=debug`); an invalid one is said and ignored.
+fn init_tracing() {
+    use tracing_subscriber::EnvFilter;
+    let filter = match std::env::var("RUST_LOG") {
+        Ok(spec) if !spec.trim().is_empty() => EnvFilter::try_new(&spec).unwrap_or_else(|e| {
+            eprintln!("job: RUST_LOG ignored ({e}); logging {DEFAULT_LOG}");
+            EnvFilter::new(DEFAULT_LOG)
+        }),
+        _ => EnvFilter::new(DEFAULT_LOG),
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
 }

@@ -575,3 +575,51 @@ async fn an_unreachable_database_is_reported_with_its_cause() {
     }
     db.close().await;
 }
+
+/// `job web` logs the dashboard's warnings to stderr: a wrong operator token is recorded.
+#[tokio::test]
+async fn web_logs_a_failed_login_to_stderr() {
+    use std::io::{BufRead, BufReader, Read};
+    let db = TestDb::new().await;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_job"))
+        .args(["web", "--listen", "127.0.0.1:0"])
+        .env("DATABASE_URL", db.url())
+        .env("JOB_OPERATOR_TOKEN", "the-token")
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the job binary runs");
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut said = String::new();
+    let addr = loop {
+        let mut line = String::new();
+        assert_ne!(stderr.read_line(&mut line).unwrap(), 0, "{said}");
+        said.push_str(&line);
+        if let Some(rest) = line.strip_prefix("job web: serving on http://") {
+            break rest.split('/').next().unwrap().to_owned();
+        }
+    };
+    let mut http = std::net::TcpStream::connect(&addr).unwrap();
+    let body = "token=wrong";
+    write!(
+        http,
+        "POST /login HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/x-www-form-urlencoded\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut response = String::new();
+    http.read_to_string(&mut response).unwrap();
+    assert!(response.starts_with("HTTP/1.1 403"), "{response}");
+    // The warning is written before the response is sent: all of it is in the pipe now.
+    child.kill().unwrap();
+    child.wait().unwrap();
+    stderr.read_to_string(&mut said).unwrap();
+    assert!(
+        said.contains("a login with a wrong operator token"),
+        "{said}"
+    );
+    db.close().await;
+}
