@@ -25,6 +25,7 @@ pub(crate) async fn run(cli: Cli) -> Result<ExitCode, Error> {
         output::print_raw(&job_postgres::schema_script())?;
         return Ok(ExitCode::SUCCESS);
     }
+    check_options(&cli.command)?;
     let url = cli
         .database_url
         .clone()
@@ -165,6 +166,22 @@ pub(crate) async fn run(cli: Cli) -> Result<ExitCode, Error> {
         } => web(store, listen, tenant, operator_token_file).await?,
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Refuses, naming the option, values clap's types let through but the command cannot use;
+/// checked before connecting.
+fn check_options(command: &Command) -> Result<(), Error> {
+    if let Command::Check { lease } = command {
+        if *lease > job::MAX_DURATION {
+            return Err(format!(
+                "--lease must be at most 100 years (36500 days, the framework's MAX_DURATION), \
+                 got {}",
+                humantime::format_duration(*lease)
+            )
+            .into());
+        }
+    }
+    Ok(())
 }
 
 /// How long connecting to the database may take before the command gives up.

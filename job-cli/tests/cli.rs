@@ -623,3 +623,27 @@ async fn web_logs_a_failed_login_to_stderr() {
     );
     db.close().await;
 }
+
+/// Fails `args` and expects stderr to say `says` (exit 1).
+fn refused(db: &TestDb, args: &[&str], says: &str) {
+    let out = job(db, args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+    assert!(stderr.contains(says), "{args:?}: {stderr}");
+}
+
+#[tokio::test]
+async fn check_refuses_a_lease_over_the_maximum_duration() {
+    let db = TestDb::new().await;
+    for lease in ["18446744073709551615s", "99999999years", "1000years"] {
+        refused(
+            &db,
+            &["check", "--lease", lease],
+            "--lease must be at most 100 years",
+        );
+    }
+    assert!(job(&db, &["check", "--lease", "36500days"])
+        .status
+        .success());
+    db.close().await;
+}
