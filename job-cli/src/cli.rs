@@ -8,6 +8,10 @@ use chrono::{DateTime, Utc};
 use clap::{Args, Parser, Subcommand};
 use job::{JobFilter, JobState};
 
+/// The most jobs `job list` prints at once: every row is read into memory, its whole error
+/// history with it.
+pub(crate) const MAX_LIST_LIMIT: u32 = 10_000;
+
 /// Operate the job framework's queue on PostgreSQL.
 #[derive(Debug, Parser)]
 #[command(name = "job", version, about)]
@@ -48,7 +52,8 @@ pub(crate) enum Command {
         /// Only jobs finished before this instant (RFC 3339).
         #[arg(long)]
         finalized_to: Option<DateTime<Utc>>,
-        /// At most this many jobs.
+        /// At most this many jobs: 1 to 10000 (`MAX_LIST_LIMIT`); narrow the listing with
+        /// the filters or `--id` to see others.
         #[arg(long, default_value_t = 100)]
         limit: u32,
     },

@@ -11,7 +11,7 @@ use serde_json::json;
 use sqlx::postgres::{PgConnectOptions, PgConnection};
 use sqlx::Connection;
 
-use crate::cli::{Cli, Command, DeadArgs, EnqueueArgs, PauseArgs};
+use crate::cli::{Cli, Command, DeadArgs, EnqueueArgs, PauseArgs, MAX_LIST_LIMIT};
 use crate::output::{
     self, add_row, json, numeric, print, print_json, table, when, JobView, StdoutError, StepView,
 };
@@ -171,17 +171,20 @@ pub(crate) async fn run(cli: Cli) -> Result<ExitCode, Error> {
 /// Refuses, naming the option, values clap's types let through but the command cannot use;
 /// checked before connecting.
 fn check_options(command: &Command) -> Result<(), Error> {
-    if let Command::Check { lease } = command {
-        if *lease > job::MAX_DURATION {
-            return Err(format!(
-                "--lease must be at most 100 years (36500 days, the framework's MAX_DURATION), \
-                 got {}",
-                humantime::format_duration(*lease)
-            )
-            .into());
-        }
+    match command {
+        Command::Check { lease } if *lease > job::MAX_DURATION => Err(format!(
+            "--lease must be at most 100 years (36500 days, the framework's MAX_DURATION), \
+             got {}",
+            humantime::format_duration(*lease)
+        )
+        .into()),
+        Command::List { limit, .. } if !(1..=MAX_LIST_LIMIT).contains(limit) => Err(format!(
+            "--limit must be from 1 to {MAX_LIST_LIMIT}, got {limit}: narrow the listing with \
+             --state, --kind, --queue, --tenant, --tag, --finalized-from/--finalized-to or --id"
+        )
+        .into()),
+        _ => Ok(()),
     }
-    Ok(())
 }
 
 /// How long connecting to the database may take before the command gives up.

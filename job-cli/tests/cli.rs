@@ -647,3 +647,19 @@ async fn check_refuses_a_lease_over_the_maximum_duration() {
         .success());
     db.close().await;
 }
+
+#[tokio::test]
+async fn list_limit_is_bounded_and_positive() {
+    let db = TestDb::new().await;
+    enqueue(&db, &["k", "{}"]);
+    for limit in ["0", "10001", "4294967295"] {
+        refused(
+            &db,
+            &["list", "--limit", limit],
+            "--limit must be from 1 to 10000",
+        );
+    }
+    let listed = json(&job(&db, &["--json", "list", "--limit", "10000"]));
+    assert_eq!(listed.as_array().unwrap().len(), 1);
+    db.close().await;
+}
