@@ -98,7 +98,7 @@ pub(crate) enum Command {
         /// Where to listen.
         #[arg(long, default_value = "127.0.0.1:8080")]
         listen: SocketAddr,
-        /// Show and act on this tenant's jobs only.
+        /// Show and act on this tenant's jobs only (a name as the framework accepts it).
         #[arg(long)]
         tenant: Option<String>,
         /// A file holding the operator token (else `JOB_OPERATOR_TOKEN`); without a token the

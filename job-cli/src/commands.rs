@@ -183,6 +183,14 @@ fn check_options(command: &Command) -> Result<(), Error> {
              --state, --kind, --queue, --tenant, --tag, --finalized-from/--finalized-to or --id"
         )
         .into()),
+        // The rule the framework applies to every tenant it stores or filters by.
+        Command::Web {
+            tenant: Some(tenant),
+            ..
+        } => match job::name_problem(tenant) {
+            Some(problem) => Err(format!("--tenant {problem}").into()),
+            None => Ok(()),
+        },
         _ => Ok(()),
     }
 }

@@ -649,6 +649,39 @@ async fn check_refuses_a_lease_over_the_maximum_duration() {
 }
 
 #[tokio::test]
+async fn web_refuses_a_tenant_no_job_can_have() {
+    use std::io::{BufRead, BufReader};
+    let db = TestDb::new().await;
+    let long = "t".repeat(200);
+    for (tenant, says) in [
+        ("", "--tenant must not be empty"),
+        ("a b", "--tenant must not contain whitespace"),
+        (long.as_str(), "--tenant must be at most 128 bytes"),
+    ] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_job"))
+            .args(["web", "--listen", "127.0.0.1:0", "--tenant", tenant])
+            .env("DATABASE_URL", db.url())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the job binary runs");
+        let mut first = String::new();
+        BufReader::new(child.stderr.take().unwrap())
+            .read_line(&mut first)
+            .unwrap();
+        if first.contains("serving on") {
+            // Started anyway: stopped before the assertion below fails.
+            child.kill().unwrap();
+        }
+        let status = child.wait().unwrap();
+        assert!(first.contains(says), "{tenant:?}: {first}");
+        assert_eq!(status.code(), Some(1), "{tenant:?}: {first}");
+    }
+    db.close().await;
+}
+
+#[tokio::test]
 async fn list_limit_is_bounded_and_positive() {
     let db = TestDb::new().await;
     enqueue(&db, &["k", "{}"]);
