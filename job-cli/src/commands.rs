@@ -86,7 +86,12 @@ pub(crate) async fn run(cli: Cli) -> Result<ExitCode, Error> {
                 Cancelled::AlreadyFinished(_) => "already_finished",
                 Cancelled::NotFound => "not_found",
             };
-            say(json_out, json!({"id": id, "outcome": key}), &text)?;
+            if code != 0 && !json_out {
+                // Like `show`: a missing job is an error, said on stderr.
+                eprintln!("job: {text}");
+            } else {
+                say(json_out, json!({"id": id, "outcome": key}), &text)?;
+            }
             return Ok(ExitCode::from(code));
         }
         Command::Redrive(dead) => redrive(&store, &dead, json_out).await?,

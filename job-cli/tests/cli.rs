@@ -696,3 +696,17 @@ async fn list_limit_is_bounded_and_positive() {
     assert_eq!(listed.as_array().unwrap().len(), 1);
     db.close().await;
 }
+
+#[tokio::test]
+async fn cancel_of_a_missing_job_says_so_on_stderr() {
+    let db = TestDb::new().await;
+    let out = job(&db, &["cancel", "0"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("job: no job 0"));
+    let out = job(&db, &["--json", "cancel", "0"]);
+    assert_eq!(out.status.code(), Some(1));
+    let said: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(said["outcome"], "not_found");
+    db.close().await;
+}
