@@ -94,7 +94,7 @@ pub(crate) async fn run(cli: Cli) -> Result<ExitCode, Error> {
             }
             return Ok(ExitCode::from(code));
         }
-        Command::Redrive(dead) => redrive(&store, &dead, json_out).await?,
+        Command::Redrive(dead) => return redrive(&store, &dead, json_out).await,
         Command::Purge { dead, yes } => return purge(&store, &dead, yes, json_out).await,
         Command::Pause(what) => {
             let what = pause_target(what)?;
@@ -429,17 +429,34 @@ async fn show(store: &PgStore, id: i64, json_out: bool) -> Result<ExitCode, Erro
     Ok(ExitCode::SUCCESS)
 }
 
-async fn redrive(store: &PgStore, dead: &DeadArgs, json_out: bool) -> Result<(), Error> {
+/// Redrives dead letters; an id named that was neither redriven nor skipped (not a dead
+/// letter, or no such job) is said, and makes the exit code 1.
+async fn redrive(store: &PgStore, dead: &DeadArgs, json_out: bool) -> Result<ExitCode, Error> {
     let filter = dead.filter()?;
     let out = store.redrive(&filter).await?;
+    let not_dead: Vec<i64> = dead
+        .ids
+        .iter()
+        .copied()
+        .filter(|id| !out.redriven.contains(id) && !out.skipped.iter().any(|(s, _)| s == id))
+        .collect();
+    let code = if not_dead.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    };
     if json_out {
         let skipped: Vec<_> = out
             .skipped
             .iter()
             .map(|(id, holder)| json!({"id": id, "held_by": holder}))
             .collect();
-        print_json(&json!({"redriven": out.redriven, "skipped": skipped}))?;
-        return Ok(());
+        print_json(&json!({
+            "redriven": out.redriven,
+            "skipped": skipped,
+            "not_dead_letters": not_dead,
+        }))?;
+        return Ok(code);
     }
     print(format_args!(
         "redriven: {} job(s) {:?}",
@@ -451,7 +468,11 @@ async fn redrive(store: &PgStore, dead: &DeadArgs, json_out: bool) -> Result<(),
             "skipped {id}: active job {holder} holds its unique key"
         ))?;
     }
-    Ok(())
+    if !not_dead.is_empty() {
+        let ids: Vec<String> = not_dead.iter().map(i64::to_string).collect();
+        eprintln!("job: not dead letters: {}", ids.join(", "));
+    }
+    Ok(code)
 }
 
 /// Deletes dead letters. Asked first (unless `--yes`), it deletes exactly the ones it listed

@@ -710,3 +710,25 @@ async fn cancel_of_a_missing_job_says_so_on_stderr() {
     assert_eq!(said["outcome"], "not_found");
     db.close().await;
 }
+
+#[tokio::test]
+async fn redrive_names_the_ids_that_were_not_dead_letters() {
+    let db = TestDb::new().await;
+    let dead = enqueue(&db, &["k", "{}"]);
+    let waiting = enqueue(&db, &["k", "{}"]);
+    discard(&db, dead, "boom").await;
+    let (dead_s, waiting_s) = (dead.to_string(), waiting.to_string());
+    let out = job(&db, &["redrive", &waiting_s, "999999"]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!("not dead letters: {waiting}, 999999")),
+        "{stderr}"
+    );
+    let out = job(&db, &["--json", "redrive", &dead_s, &waiting_s]);
+    assert_eq!(out.status.code(), Some(1));
+    let said: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(said["redriven"], serde_json::json!([dead]));
+    assert_eq!(said["not_dead_letters"], serde_json::json!([waiting]));
+    db.close().await;
+}
