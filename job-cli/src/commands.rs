@@ -188,6 +188,15 @@ fn check_options(command: &Command) -> Result<(), Error> {
              --state, --kind, --queue, --tenant, --tag, --finalized-from/--finalized-to or --id"
         )
         .into()),
+        Command::List {
+            finalized_from: Some(from),
+            finalized_to: Some(to),
+            ..
+        } if from >= to => Err(format!(
+            "--finalized-from ({from}) must be before --finalized-to ({to}): the range \
+             includes its start, not its end"
+        )
+        .into()),
         // The rule the framework applies to every tenant it stores or filters by.
         Command::Web {
             tenant: Some(tenant),

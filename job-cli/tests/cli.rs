@@ -732,3 +732,21 @@ async fn redrive_names_the_ids_that_were_not_dead_letters() {
     assert_eq!(said["not_dead_letters"], serde_json::json!([waiting]));
     db.close().await;
 }
+
+#[tokio::test]
+async fn list_refuses_a_finalized_range_that_ends_before_it_starts() {
+    let db = TestDb::new().await;
+    refused(
+        &db,
+        &[
+            "list",
+            "--finalized-from",
+            "2026-02-01T00:00:00Z",
+            "--finalized-to",
+            "2026-01-01T00:00:00Z",
+        ],
+        "--finalized-from (2026-02-01 00:00:00 UTC) must be before --finalized-to \
+         (2026-01-01 00:00:00 UTC)",
+    );
+    db.close().await;
+}
