@@ -703,7 +703,9 @@ async fn web(
                 .trim()
                 .to_owned(),
         ),
-        None => std::env::var("JOB_OPERATOR_TOKEN").ok(),
+        None => std::env::var("JOB_OPERATOR_TOKEN")
+            .ok()
+            .map(|token| token.trim().to_owned()),
     };
     let mut dashboard = match tenant {
         Some(t) => job_web::Dashboard::for_tenant(store.for_tenant(t)),

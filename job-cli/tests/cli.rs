@@ -576,33 +576,50 @@ async fn an_unreachable_database_is_reported_with_its_cause() {
     db.close().await;
 }
 
-/// `job web` logs the dashboard's warnings to stderr: a wrong operator token is recorded.
-#[tokio::test]
-async fn web_logs_a_failed_login_to_stderr() {
-    use std::io::{BufRead, BufReader, Read};
-    let db = TestDb::new().await;
+/// Starts `job web` on a free port with `token` as `JOB_OPERATOR_TOKEN`, and returns it with
+/// its address and its stderr, read up to the line saying where it serves. The caller kills
+/// and waits for it (clippy does not follow the child into the returned tuple).
+#[allow(clippy::zombie_processes)]
+fn start_web(
+    db: &TestDb,
+    token: &str,
+) -> (
+    std::process::Child,
+    String,
+    std::io::BufReader<std::process::ChildStderr>,
+) {
+    use std::io::BufRead;
     let mut child = Command::new(env!("CARGO_BIN_EXE_job"))
         .args(["web", "--listen", "127.0.0.1:0"])
         .env("DATABASE_URL", db.url())
-        .env("JOB_OPERATOR_TOKEN", "the-token")
+        .env("JOB_OPERATOR_TOKEN", token)
         .env_remove("RUST_LOG")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .expect("the job binary runs");
-    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
     let mut said = String::new();
-    let addr = loop {
+    loop {
         let mut line = String::new();
-        assert_ne!(stderr.read_line(&mut line).unwrap(), 0, "{said}");
+        if stderr.read_line(&mut line).unwrap_or(0) == 0 {
+            child.wait().unwrap();
+            panic!("job web did not start: {said}");
+        }
         said.push_str(&line);
         if let Some(rest) = line.strip_prefix("job web: serving on http://") {
-            break rest.split('/').next().unwrap().to_owned();
+            let addr = rest.split('/').next().unwrap().to_owned();
+            return (child, addr, stderr);
         }
-    };
-    let mut http = std::net::TcpStream::connect(&addr).unwrap();
-    let body = "token=wrong";
+    }
+}
+
+/// POSTs a login with `token` to the dashboard at `addr`; returns the whole response.
+fn log_in(addr: &str, token: &str) -> String {
+    use std::io::Read;
+    let mut http = std::net::TcpStream::connect(addr).unwrap();
+    let body = format!("token={token}");
     write!(
         http,
         "POST /login HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/x-www-form-urlencoded\r\n\
@@ -612,15 +629,38 @@ async fn web_logs_a_failed_login_to_stderr() {
     .unwrap();
     let mut response = String::new();
     http.read_to_string(&mut response).unwrap();
+    response
+}
+
+/// `job web` logs the dashboard's warnings to stderr: a wrong operator token is recorded.
+#[tokio::test]
+async fn web_logs_a_failed_login_to_stderr() {
+    use std::io::Read;
+    let db = TestDb::new().await;
+    let (mut child, addr, mut stderr) = start_web(&db, "the-token");
+    let response = log_in(&addr, "wrong");
     assert!(response.starts_with("HTTP/1.1 403"), "{response}");
     // The warning is written before the response is sent: all of it is in the pipe now.
     child.kill().unwrap();
     child.wait().unwrap();
+    let mut said = String::new();
     stderr.read_to_string(&mut said).unwrap();
     assert!(
         said.contains("a login with a wrong operator token"),
         "{said}"
     );
+    db.close().await;
+}
+
+/// The operator token from `JOB_OPERATOR_TOKEN` is trimmed, as the one from a file is.
+#[tokio::test]
+async fn web_trims_the_operator_token_from_the_environment() {
+    let db = TestDb::new().await;
+    let (mut child, addr, _stderr) = start_web(&db, " the-token\n");
+    let response = log_in(&addr, "the-token");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(response.starts_with("HTTP/1.1 303"), "{response}");
     db.close().await;
 }
 
