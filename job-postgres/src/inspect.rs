@@ -6,11 +6,12 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use job_core::{JobFilter, JobId, JobRow, JobState, StoreError};
+use job_core::{JobFilter, JobId, JobState, StoreError};
 use sqlx::{PgPool, Row};
 
 use crate::error::Error;
-use crate::{row, sql, PgStore, TenantAdmin};
+use crate::summary::{self, JobSummary, SUMMARY_CLASS_CHARS, SUMMARY_MESSAGE_CHARS};
+use crate::{sql, PgStore, TenantAdmin};
 
 /// One recorded durable step of a job (`ctx.step`).
 #[derive(Debug, Clone, PartialEq)]
@@ -55,8 +56,9 @@ impl Default for PageRequest {
 /// A listing page, newest first.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Page {
-    /// The matching jobs, highest id first.
-    pub jobs: Vec<JobRow>,
+    /// The matching jobs, highest id first: what a listing shows of each, not its payload
+    /// (read a whole job with [`Admin::get`](job_core::Admin::get)).
+    pub jobs: Vec<JobSummary>,
     /// Where the next page starts (its [`PageRequest::before`]); `None` when the page reached
     /// the oldest row.
     pub next: Option<JobId>,
@@ -230,15 +232,14 @@ impl Reader<'_> {
             .bind(request.before)
             .bind(i32::try_from(size + 1).unwrap_or(i32::MAX))
             .bind(self.tenant)
+            .bind(SUMMARY_CLASS_CHARS as i32)
+            .bind(SUMMARY_MESSAGE_CHARS as i32)
             .fetch_all(self.pool)
             .await
             .map_err(Error::query("inspect_page"))?;
         let mut jobs = rows
             .iter()
-            .map(|r| {
-                let id: JobId = r.try_get("id").map_err(Error::query("inspect_page"))?;
-                row::decode(id, r)
-            })
+            .map(summary::decode)
             .collect::<Result<Vec<_>, Error>>()?;
         let next = if jobs.len() > size as usize {
             jobs.truncate(size as usize);

@@ -19,6 +19,7 @@ mod row;
 mod sql;
 mod steps;
 mod store;
+mod summary;
 
 pub use admin::TenantAdmin;
 pub use complete::complete_in;
@@ -29,3 +30,4 @@ pub use listen::CHANNEL;
 pub use migrate::{migrate, script as schema_script, Migration, MIGRATIONS};
 pub use pool::pool_options;
 pub use store::PgStore;
+pub use summary::{JobSummary, LastError, SUMMARY_CLASS_CHARS, SUMMARY_MESSAGE_CHARS};

@@ -1,12 +1,12 @@
 //! The jobs page and the dead letters page: a filter form and one keyset page of jobs, newest
 //! first (`inspect_window.sql` then `inspect_page.sql`: at most `page_scan` rows read, never a
-//! count). The dead letters page adds redrive and purge, per job and for the whole filter.
+//! count; of each job its summary, never its payload or whole error history). The dead letters page adds redrive and purge, per job and for the whole filter.
 
 use axum::extract::Query;
 use axum::http::HeaderMap;
 use axum::response::Html;
-use job::{JobFilter, JobRow, JobState};
-use job_postgres::{Page, PageRequest};
+use job::{JobFilter, JobState};
+use job_postgres::{JobSummary, Page, PageRequest};
 use maud::{html, Markup};
 use serde::Deserialize;
 
@@ -195,8 +195,8 @@ fn table(ctx: &Ctx, page: &Page, dead: bool) -> Markup {
     }
 }
 
-fn row(ctx: &Ctx, job: &JobRow, dead: bool) -> Markup {
-    let last = job.errors.last();
+fn row(ctx: &Ctx, job: &JobSummary, dead: bool) -> Markup {
+    let last = job.last_error.as_ref();
     html! {
         tr data-id=(job.id) {
             td.num { a href=(ctx.base.at(&format!("/jobs/{}", job.id))) { (job.id) } }

@@ -120,3 +120,65 @@ pub async fn state(db: &TestDb, id: i64) -> Option<String> {
         .await
         .unwrap()
 }
+
+/// A TCP relay to the test database that counts the bytes the server sends: what the
+/// dashboard's statements read, whatever the page shows of it.
+pub struct CountingProxy {
+    pub options: sqlx::postgres::PgConnectOptions,
+    from_server: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl CountingProxy {
+    pub async fn start(db: &TestDb) -> CountingProxy {
+        let upstream = db.connect_options();
+        let target = format!("{}:{}", upstream.get_host(), upstream.get_port());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let from_server = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let counter = from_server.clone();
+        tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                let target = target.clone();
+                let counter = counter.clone();
+                tokio::spawn(async move {
+                    let mut server = tokio::net::TcpStream::connect(&target).await.unwrap();
+                    let (mut client_read, mut client_write) = client.split();
+                    let (mut server_read, mut server_write) = server.split();
+                    let up = tokio::io::copy(&mut client_read, &mut server_write);
+                    let down = async {
+                        let mut buf = vec![0u8; 64 << 10];
+                        loop {
+                            let n = match tokio::io::AsyncReadExt::read(&mut server_read, &mut buf)
+                                .await
+                            {
+                                Ok(0) | Err(_) => break,
+                                Ok(n) => n,
+                            };
+                            counter.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+                            if tokio::io::AsyncWriteExt::write_all(&mut client_write, &buf[..n])
+                                .await
+                                .is_err()
+                            {
+                                break;
+                            }
+                        }
+                    };
+                    let _ = tokio::join!(up, down);
+                });
+            }
+        });
+        let options = upstream
+            .host("127.0.0.1")
+            .port(port)
+            .ssl_mode(sqlx::postgres::PgSslMode::Disable);
+        CountingProxy {
+            options,
+            from_server,
+        }
+    }
+
+    /// Bytes the server has sent through the relay so far.
+    pub fn bytes_from_server(&self) -> u64 {
+        self.from_server.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
