@@ -12,7 +12,7 @@ use job_postgres::{PgStore, TenantAdmin};
 use crate::auth::{Operator, Session};
 use crate::base::Base;
 use crate::scope::Scope;
-use crate::{actions, pages};
+use crate::{actions, deadline, pages};
 
 /// How the dashboard reads.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,6 +28,12 @@ pub struct DashboardConfig {
     /// How far back the queues page counts finished jobs as its throughput. Defaults to 5
     /// minutes.
     pub recent_window: Duration,
+    /// How long a page or an action may wait for the database (a lock, a connection from the
+    /// pool) before it is answered 503 "the database did not answer within ..." instead. An
+    /// action cut short may or may not have been done; a statement already sent keeps waiting
+    /// on its connection until it gets its lock or the pool's own `statement_timeout` ends it.
+    /// Defaults to 5 seconds.
+    pub answer_within: Duration,
     /// Marks the session cookie `Secure` (sent over HTTPS only). Defaults to false, so that a
     /// dashboard on `http://127.0.0.1` works; set it behind HTTPS.
     pub secure_cookie: bool,
@@ -40,6 +46,7 @@ impl Default for DashboardConfig {
             page_scan: 20_000,
             count_cap: 10_000,
             recent_window: Duration::from_secs(300),
+            answer_within: Duration::from_secs(5),
             secure_cookie: false,
         }
     }
@@ -90,6 +97,7 @@ impl Dashboard {
 
     /// The dashboard's routes, to serve or to `nest` into an application's router.
     pub fn router(self) -> Router {
+        let within = self.config.answer_within;
         let app = Arc::new(App {
             scope: self.scope,
             operator: self.operator,
@@ -108,6 +116,10 @@ impl Dashboard {
             .route("/actions/pause", post(actions::pause))
             .route("/actions/resume", post(actions::resume))
             .route("/assets/dashboard.css", get(stylesheet))
+            .layer(axum::middleware::from_fn_with_state(
+                within,
+                deadline::bound,
+            ))
             .layer(axum::middleware::map_response(secure_headers))
             .with_state(app)
     }

@@ -28,6 +28,7 @@ mod actions;
 mod auth;
 mod base;
 mod dashboard;
+mod deadline;
 mod error;
 mod fields;
 mod pages;

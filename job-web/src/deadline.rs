@@ -1,0 +1,60 @@
+//! The bound on every request's wait ([`DashboardConfig::answer_within`]): a page or an action
+//! that has not answered by then (the database holds a lock it waits for, or gives no
+//! connection) is answered 503 rather than left hanging.
+//!
+//! [`DashboardConfig::answer_within`]: crate::DashboardConfig::answer_within
+
+use std::time::Duration;
+
+use axum::extract::{Request, State};
+use axum::http::{Method, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+use crate::error::WebError;
+
+pub(crate) async fn bound(
+    State(within): State<Duration>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let acts = request.method() == Method::POST;
+    match tokio::time::timeout(within, next.run(request)).await {
+        Ok(response) => response,
+        Err(_) => {
+            tracing::warn!(within = ?within, "job-web: a request timed out waiting for the database");
+            let then = if acts {
+                ": the action may or may not have been done, reload the page to see"
+            } else {
+                ": try again"
+            };
+            WebError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!(
+                    "the database did not answer within {}{then}",
+                    seconds(within)
+                ),
+            )
+            .into_response()
+        }
+    }
+}
+
+/// `5 s`, `1.5 s`, `0.2 s`.
+fn seconds(d: Duration) -> String {
+    let s = format!("{:.3}", d.as_secs_f64());
+    let s = s.trim_end_matches('0').trim_end_matches('.');
+    format!("{s} s")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bounds_read_as_seconds() {
+        assert_eq!(seconds(Duration::from_secs(5)), "5 s");
+        assert_eq!(seconds(Duration::from_millis(1500)), "1.5 s");
+        assert_eq!(seconds(Duration::from_millis(200)), "0.2 s");
+    }
+}
