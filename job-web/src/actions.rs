@@ -1,7 +1,6 @@
 //! The actions: every one a POST from a logged-in operator carrying the session's CSRF token,
 //! answered with a redirect to a page that shows the outcome (post/redirect/get).
 
-use axum::extract::Form;
 use axum::http::{header, HeaderMap};
 use axum::response::{IntoResponse, Redirect, Response};
 use job::{Cancelled, JobFilter, Pause};
@@ -11,6 +10,7 @@ use crate::auth::COOKIE;
 use crate::base::Base;
 use crate::dashboard::{App, AppState};
 use crate::error::WebError;
+use crate::extract::Form;
 use crate::fields::text;
 use crate::pages::layout::href;
 

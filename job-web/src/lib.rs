@@ -30,6 +30,7 @@ mod base;
 mod dashboard;
 mod deadline;
 mod error;
+mod extract;
 mod fields;
 mod pages;
 mod scope;

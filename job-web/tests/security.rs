@@ -7,7 +7,7 @@ mod support;
 use axum::http::StatusCode;
 use job_testkit::TestDb;
 use job_web::Dashboard;
-use support::{csrf, discard, enqueue, get, login, post, state};
+use support::{csrf, discard, enqueue, get, login, post, post_raw, state};
 
 const SCRIPT: &str = "<script>alert('owned')</script>";
 
@@ -642,5 +642,93 @@ async fn values_serde_cannot_read_and_fields_postgres_cannot_take_answer_cleanly
         .await
         .unwrap();
     assert_eq!(paused, 0);
+    db.close().await;
+}
+
+#[tokio::test]
+async fn form_and_query_fields_that_are_not_utf8_are_refused_naming_the_field() {
+    let db = TestDb::new().await;
+    let id = enqueue(&db, "charge", "{}", "mail", None).await;
+    let router = Dashboard::new(db.store()).operator_token("t0ken").router();
+    let cookie = login(&router, "t0ken").await;
+    let token = csrf(&get(&router, "/", Some(&cookie)).await.body);
+    for (path, body, field) in [
+        (
+            "/actions/pause",
+            format!("name=%ff&scope=kind&csrf={token}"),
+            "`name`",
+        ),
+        (
+            "/actions/pause",
+            format!("name=mail&scope=%c3&csrf={token}"),
+            "`scope`",
+        ),
+        (
+            "/actions/resume",
+            format!("name=mail%e2%82&scope=queue&csrf={token}"),
+            "`name`",
+        ),
+        (
+            "/actions/cancel",
+            format!("id={id}&csrf={token}&note=%ff"),
+            "`note`",
+        ),
+        (
+            "/actions/redrive",
+            format!("all=1&kind=%ff&csrf={token}"),
+            "`kind`",
+        ),
+        (
+            "/actions/purge",
+            format!("all=1&confirm=yes&tag=%80&csrf={token}"),
+            "`tag`",
+        ),
+        (
+            "/actions/cancel",
+            format!("id={id}&csrf={token}&%ff=1"),
+            "name is not UTF-8",
+        ),
+        ("/login", "token=%ff".to_owned(), "`token`"),
+    ] {
+        let answer = post_raw(&router, path, &body, Some(&cookie)).await;
+        assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{path} {body}");
+        assert!(
+            answer.body.contains(field),
+            "{path} {body}: {}",
+            answer.body
+        );
+    }
+    for (path, field) in [
+        ("/jobs?kind=%ff", "`kind`"),
+        ("/jobs?state=available&queue=%c3%28", "`queue`"),
+        ("/dead?tenant=%ff", "`tenant`"),
+        ("/jobs?tag=x%fe", "`tag`"),
+        ("/?done=%ff", "`done`"),
+        (&format!("/jobs/{id}?n=%ff"), "`n`"),
+        ("/login?%ff", "name is not UTF-8"),
+    ] {
+        let page = get(&router, path, Some(&cookie)).await;
+        assert_eq!(page.status, StatusCode::BAD_REQUEST, "{path}");
+        assert!(page.body.contains(field), "{path}: {}", page.body);
+    }
+    // Nothing was paused, cancelled or resumed; UTF-8 names still work.
+    let paused: i64 = sqlx::query_scalar("SELECT count(*) FROM job.pauses")
+        .fetch_one(&db.pool())
+        .await
+        .unwrap();
+    assert_eq!(paused, 0);
+    assert_eq!(state(&db, id).await.as_deref(), Some("available"));
+    assert_eq!(
+        get(&router, "/jobs?kind=%D0%BE%D1%87", None).await.status,
+        StatusCode::OK
+    );
+    let answer = post_raw(
+        &router,
+        "/actions/pause",
+        &format!("name=%D0%BE%D1%87&scope=kind&csrf={token}"),
+        Some(&cookie),
+    )
+    .await;
+    assert_eq!(answer.status, StatusCode::SEE_OTHER, "{}", answer.body);
     db.close().await;
 }

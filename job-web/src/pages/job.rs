@@ -3,7 +3,7 @@
 //! (`get.sql`, `inspect_steps.sql`). The page is a list of sections: one more is one more
 //! function in that list.
 
-use axum::extract::{Path, Query};
+use axum::extract::Path;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Html;
 use job::{JobRow, JobState};
@@ -14,6 +14,7 @@ use super::layout::{self, form, opt_time, pretty, state_badge, time, Nav, Notice
 use crate::base::Base;
 use crate::dashboard::{AppState, Ctx};
 use crate::error::WebError;
+use crate::extract::Query;
 
 pub(crate) async fn page(
     axum::extract::State(app): AppState,

@@ -2,7 +2,6 @@
 //! first (`inspect_window.sql` then `inspect_page.sql`: at most `page_scan` rows read, never a
 //! count; of each job its summary, never its payload or whole error history). The dead letters page adds redrive and purge, per job and for the whole filter.
 
-use axum::extract::Query;
 use axum::http::HeaderMap;
 use axum::response::Html;
 use job::{JobFilter, JobState};
@@ -14,6 +13,7 @@ use super::layout::{self, clip, form, href, opt_time, state_badge, Nav, Notice};
 use crate::base::Base;
 use crate::dashboard::{AppState, Ctx};
 use crate::error::WebError;
+use crate::extract::Query;
 use crate::fields::text;
 
 /// The filter in the page's query string; empty fields are unset.

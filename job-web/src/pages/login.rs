@@ -1,6 +1,5 @@
 //! The login page: the operator gives the token.
 
-use axum::extract::Query;
 use axum::http::HeaderMap;
 use axum::response::Html;
 use maud::html;
@@ -8,6 +7,7 @@ use maud::html;
 use super::layout::{self, Nav, Notice};
 use crate::base::Base;
 use crate::dashboard::AppState;
+use crate::extract::Query;
 
 pub(crate) async fn page(
     axum::extract::State(app): AppState,

@@ -3,7 +3,6 @@
 //! resume. One statement for the counts (`inspect_overview.sql`, each part capped and read
 //! through its partial index) and one for the pauses.
 
-use axum::extract::Query;
 use axum::http::HeaderMap;
 use axum::response::Html;
 use job::Pause;
@@ -13,6 +12,7 @@ use super::layout::{self, age, count, form, href, Nav, Notice};
 use crate::base::Base;
 use crate::dashboard::{AppState, Ctx};
 use crate::error::WebError;
+use crate::extract::Query;
 
 pub(crate) async fn page(
     axum::extract::State(app): AppState,

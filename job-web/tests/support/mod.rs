@@ -62,6 +62,16 @@ pub async fn post(
     send(router, request.body(Body::from(body)).unwrap()).await
 }
 
+/// POSTs `body` as it is, as a form.
+pub async fn post_raw(router: &Router, path: &str, body: &str, cookie: Option<&str>) -> Answer {
+    let mut request =
+        Request::post(path).header(header::CONTENT_TYPE, "application/x-www-form-urlencoded");
+    if let Some(c) = cookie {
+        request = request.header(header::COOKIE, c);
+    }
+    send(router, request.body(Body::from(body.to_owned())).unwrap()).await
+}
+
 /// Logs in with `token` and returns the session cookie (`name=value`).
 pub async fn login(router: &Router, token: &str) -> String {
     let answer = post(router, "/login", &[("token", token)], None).await;
