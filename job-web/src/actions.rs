@@ -1,7 +1,9 @@
 //! The actions: every one a POST from a logged-in operator carrying the session's CSRF token,
 //! answered with a redirect to a page that shows the outcome (post/redirect/get).
 
-use axum::http::{header, HeaderMap};
+use std::time::Instant;
+
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use job::{Cancelled, JobFilter, Pause};
 use serde::Deserialize;
@@ -13,6 +15,7 @@ use crate::error::WebError;
 use crate::extract::Form;
 use crate::fields::text;
 use crate::pages::layout::href;
+use crate::throttle::FAILURES;
 
 /// Every field any action form sends; each action reads its own.
 #[derive(Debug, Default, Deserialize)]
@@ -200,8 +203,27 @@ pub(crate) async fn login(
             "this dashboard is read-only: no operator token is configured",
         ));
     };
+    let now = Instant::now();
+    if let Err(wait) = app.logins.admit(now) {
+        tracing::warn!("job-web: a login refused after too many wrong operator tokens");
+        let mut response = WebError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            format!(
+                "{FAILURES} wrong operator tokens within a minute: logging in is refused for \
+                 {} s more",
+                wait.as_secs().max(1)
+            ),
+        )
+        .into_response();
+        response.headers_mut().insert(
+            header::RETRY_AFTER,
+            HeaderValue::from(wait.as_secs().max(1)),
+        );
+        return Ok(response);
+    }
     if !operator.accepts(form.token.as_deref().unwrap_or_default()) {
         tracing::warn!("job-web: a login with a wrong operator token");
+        app.logins.failed(now);
         return Err(WebError::forbidden("wrong operator token"));
     }
     let cookie = session_cookie(&app, &base, &operator.new_session(), 12 * 3600);

@@ -1,7 +1,7 @@
 //! [`Dashboard`]: the configuration and the router.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::http::{header, HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
@@ -12,6 +12,7 @@ use job_postgres::{PgStore, TenantAdmin};
 use crate::auth::{Operator, Session};
 use crate::base::Base;
 use crate::scope::Scope;
+use crate::throttle::LoginThrottle;
 use crate::{actions, deadline, pages};
 
 /// How the dashboard reads.
@@ -102,6 +103,7 @@ impl Dashboard {
             scope: self.scope,
             operator: self.operator,
             config: self.config,
+            logins: LoginThrottle::new(Instant::now()),
         });
         Router::new()
             .route("/", get(pages::overview::page))
@@ -131,6 +133,8 @@ pub(crate) struct App {
     pub(crate) scope: Scope,
     pub(crate) operator: Option<Operator>,
     pub(crate) config: DashboardConfig,
+    /// Wrong logins, to refuse logging in after too many.
+    pub(crate) logins: LoginThrottle,
 }
 
 pub(crate) type AppState = axum::extract::State<Arc<App>>;

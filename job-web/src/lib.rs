@@ -34,5 +34,6 @@ mod extract;
 mod fields;
 mod pages;
 mod scope;
+mod throttle;
 
 pub use dashboard::{Dashboard, DashboardConfig};

@@ -732,3 +732,38 @@ async fn form_and_query_fields_that_are_not_utf8_are_refused_naming_the_field() 
     assert_eq!(answer.status, StatusCode::SEE_OTHER, "{}", answer.body);
     db.close().await;
 }
+
+#[tokio::test]
+async fn after_ten_wrong_tokens_in_a_minute_logging_in_is_refused() {
+    let db = TestDb::new().await;
+    let router = Dashboard::new(db.store())
+        .operator_token("right-token")
+        .router();
+    let session = login(&router, "right-token").await;
+    for n in 0..10 {
+        let answer = post(&router, "/login", &[("token", "guess")], None).await;
+        assert_eq!(answer.status, StatusCode::FORBIDDEN, "guess {n}");
+    }
+    // Now even the right token is refused, or a guess could still tell.
+    for token in ["guess", "right-token"] {
+        let answer = post(&router, "/login", &[("token", token)], None).await;
+        assert_eq!(answer.status, StatusCode::TOO_MANY_REQUESTS, "{token}");
+        assert!(answer.set_cookie.is_none());
+        assert!(
+            answer.body.contains("logging in is refused for"),
+            "{}",
+            answer.body
+        );
+    }
+    // A session opened before still acts.
+    assert!(get(&router, "/", Some(&session))
+        .await
+        .body
+        .contains("Log out"));
+    // Another dashboard (another process) counts its own.
+    let other = Dashboard::new(db.store())
+        .operator_token("right-token")
+        .router();
+    login(&other, "right-token").await;
+    db.close().await;
+}
