@@ -14,7 +14,7 @@ pub const SUMMARY_CLASS_CHARS: usize = 100;
 pub const SUMMARY_MESSAGE_CHARS: usize = 500;
 
 /// One job of a listing page ([`Page`](crate::Page)): what a list shows, without the payload,
-/// result, progress or error history, which [`Admin::get`](job_core::Admin::get) reads.
+/// result, progress or error history, which [`Store::get`](job_core::Store::get) reads.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobSummary {
     /// The job's id.
