@@ -57,7 +57,7 @@ impl Default for PageRequest {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Page {
     /// The matching jobs, highest id first: what a listing shows of each, not its payload
-    /// (read a whole job with [`Admin::get`](job_core::Admin::get)).
+    /// (read a whole job with [`Store::get`](job_core::Store::get)).
     pub jobs: Vec<JobSummary>,
     /// Where the next page starts (its [`PageRequest::before`]); `None` when the page reached
     /// the oldest row.
