@@ -188,6 +188,18 @@ fn check_options(command: &Command) -> Result<(), Error> {
              --state, --kind, --queue, --tenant, --tag, --finalized-from/--finalized-to or --id"
         )
         .into()),
+        // redrive and purge read what they match (purge's prompt whole rows): bounded like a
+        // listing, and run again for more.
+        Command::Redrive(dead) | Command::Purge { dead, .. }
+            if !(1..=MAX_LIST_LIMIT).contains(&dead.limit) =>
+        {
+            Err(format!(
+                "--limit must be from 1 to {MAX_LIST_LIMIT}, got {}: run the command again for \
+                 the dead letters after those",
+                dead.limit
+            )
+            .into())
+        }
         Command::List {
             finalized_from: Some(from),
             finalized_to: Some(to),

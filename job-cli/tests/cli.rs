@@ -738,6 +738,18 @@ async fn list_limit_is_bounded_and_positive() {
 }
 
 #[tokio::test]
+async fn redrive_and_purge_limits_are_bounded_and_positive() {
+    let db = TestDb::new().await;
+    for command in [&["redrive", "--all"][..], &["purge", "--all", "--yes"]] {
+        for limit in ["0", "10001", "4294967295"] {
+            let args: Vec<&str> = command.iter().copied().chain(["--limit", limit]).collect();
+            refused(&db, &args, "--limit must be from 1 to 10000");
+        }
+    }
+    db.close().await;
+}
+
+#[tokio::test]
 async fn cancel_of_a_missing_job_says_so_on_stderr() {
     let db = TestDb::new().await;
     let out = job(&db, &["cancel", "0"]);
