@@ -127,6 +127,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "claim_function",
         sql: include_str!("../migrations/0021_claim_function.sql"),
     },
+    Migration {
+        version: 22,
+        name: "door_bounds",
+        sql: include_str!("../migrations/0022_door_bounds.sql"),
+    },
 ];
 
 /// The whole schema as one plain SQL script, for a DBA or a team without Rust:

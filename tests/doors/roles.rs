@@ -183,6 +183,11 @@ async fn an_owner_a_worker_and_an_enqueue_only_role_each_do_what_they_need_and_n
         .enqueue(&as_worker)
         .await
         .unwrap();
+    // ... in bulk, which takes its ordering keys' locks first (job.ordering_lock_keys) ...
+    let many = job::Enqueue::<Ping>::many(&as_worker, [Ping { n: 7 }, Ping { n: 8 }])
+        .await
+        .unwrap();
+    assert_eq!(many.len(), 2);
     // ... and changes nothing it does not need to.
     for statement in [
         "UPDATE job.settings SET payload_limit = 999999999",

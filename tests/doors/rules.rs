@@ -312,3 +312,84 @@ async fn an_update_that_sets_an_admitted_column_is_checked_and_others_are_not() 
     assert_eq!((row.priority, row.payload), (3, json!({ "n": 2 })));
     db.close().await;
 }
+
+/// Asserts that `statement` is refused by the check constraint `constraint`.
+async fn refused_by_constraint(pool: &sqlx::PgPool, statement: &str, constraint: &str) {
+    let error = sqlx::raw_sql(statement)
+        .execute(pool)
+        .await
+        .map(|_| ())
+        .expect_err(statement);
+    let db = error.as_database_error().expect("a database error");
+    assert_eq!(db.code().as_deref(), Some("23514"), "{statement}: {db}");
+    assert_eq!(db.constraint(), Some(constraint), "{statement}: {db}");
+}
+
+#[tokio::test]
+async fn raw_writes_a_worker_or_a_reader_would_fail_on_are_refused() {
+    // What a role with table privileges could store by hand and a worker then failed on for
+    // every claim of its queue or every batch the row was in (counters at the integer's end,
+    // a running row at attempt 0), or a reader failed or panicked on (tags not starting at
+    // index 1, infinite times).
+    let db = TestDb::new().await;
+    let pool = db.pool();
+    let insert = |columns: &str, values: &str| {
+        format!("INSERT INTO job.jobs (kind, payload, {columns}) VALUES ('doors.any', '{{}}', {values})")
+    };
+    for (statement, constraint) in [
+        (insert("attempt", "2147483647"), "jobs_attempt_check"),
+        (insert("snoozes", "2147483647"), "jobs_snoozes_check"),
+        (
+            insert(
+                "state, attempt, lock_token, locked_until, locked_by",
+                "'running', 0, gen_random_uuid(), now() + interval '1 minute', 'w'",
+            ),
+            "jobs_attempt_check",
+        ),
+        (insert("tags", "'[5:5]={a}'"), "jobs_tags_check"),
+        (
+            insert("progress_at", "'infinity'"),
+            "jobs_progress_at_check",
+        ),
+        (
+            insert(
+                "state, attempt, lock_token, locked_until, locked_by, stuck_since",
+                "'running', 1, gen_random_uuid(), now() + interval '1 minute', 'w', '-infinity'",
+            ),
+            "jobs_stuck_since_check",
+        ),
+        (
+            "INSERT INTO job.pauses (scope, name, paused_at) VALUES ('queue', 'q', '-infinity')"
+                .to_owned(),
+            "pauses_paused_at_check",
+        ),
+        (
+            "INSERT INTO job.pauses (scope, name, resume_at) VALUES ('queue', 'q', 'infinity')"
+                .to_owned(),
+            "pauses_resume_at_check",
+        ),
+        (
+            "INSERT INTO job.leaders (role, holder, until) VALUES ('r', 'h', 'infinity')"
+                .to_owned(),
+            "leaders_until_check",
+        ),
+    ] {
+        refused_by_constraint(&pool, &statement, constraint).await;
+    }
+    // Through the SQL door too, and what the bounds leave is written.
+    refused_by_constraint(
+        &pool,
+        "SELECT job.enqueue('doors.any', '{}', tags => '[5:5]={a}')",
+        "jobs_tags_check",
+    )
+    .await;
+    assert_eq!(rows(&pool).await, 0, "nothing was written");
+    sqlx::raw_sql(&insert(
+        "attempt, snoozes, tags",
+        "2147483646, 2147483646, '{a}'",
+    ))
+    .execute(&pool)
+    .await
+    .unwrap();
+    db.close().await;
+}

@@ -439,3 +439,57 @@ async fn a_dependency_is_not_pruned_while_a_dependent_is_being_enqueued() {
     h.reaches(c, JobState::Completed).await;
     w.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_dependent_given_an_ordering_key_by_hand_does_not_stop_the_stager() {
+    // The doors refuse a job that both waits for dependencies and holds an ordering key; a
+    // raw write (job.set_ordering_key, granted to the workers' role) can still make one. The
+    // stager promoted it when its dependency ended without asking its key, broke the key's
+    // one-head index, and so failed its whole statement on every pass, for every queue.
+    use job::Store as _;
+    let h = Harness::new().await;
+    let pool = h.store.pool();
+    let parent = enqueue(&h.store, task("parent")).await;
+    let head = Enqueue::new(task("head"))
+        .ordering_key("account:1")
+        .enqueue(pool)
+        .await
+        .unwrap();
+    let dependent = Enqueue::new(task("dependent"))
+        .depends_on([parent])
+        .enqueue(pool)
+        .await
+        .unwrap();
+    sqlx::query("SELECT job.set_ordering_key($1, 'account:1')")
+        .bind(dependent)
+        .execute(pool)
+        .await
+        .unwrap();
+    let (elsewhere,): (i64,) = sqlx::query_as(
+        "INSERT INTO job.jobs (kind, queue, payload, state, run_at)
+         VALUES ('test.elsewhere', 'other', '{}', 'scheduled', now() - interval '1 minute')
+         RETURNING id",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    let finish = |id: JobId| async move {
+        sqlx::query("UPDATE job.jobs SET state = 'completed', finalized_at = now() WHERE id = $1")
+            .bind(id)
+            .execute(pool)
+            .await
+            .unwrap();
+    };
+    finish(parent).await;
+    h.store.stage_due(100).await.unwrap();
+    assert_eq!(h.row(elsewhere).await.state, JobState::Available);
+    assert_eq!(
+        h.row(dependent).await.state,
+        JobState::Pending,
+        "its key still has a head"
+    );
+    // The head ends: the dependent, its dependency met, is the key's next job.
+    finish(head).await;
+    h.store.stage_due(100).await.unwrap();
+    assert_eq!(h.row(dependent).await.state, JobState::Available);
+}
