@@ -393,3 +393,50 @@ async fn raw_writes_a_worker_or_a_reader_would_fail_on_are_refused() {
     .unwrap();
     db.close().await;
 }
+
+#[tokio::test]
+async fn bulk_sql_enqueues_take_their_ordering_keys_locks_in_one_order() {
+    // A transaction holds key a (it enqueued a's job, as the README says: in key order). A
+    // bulk enqueue of [b, a] then waits for a. Taking its keys row by row, in the array's
+    // order, it held b meanwhile, and the first transaction's enqueue of b deadlocked with it.
+    let db = TestDb::new().await;
+    let pool = db.pool();
+    let bulk = |keys: &[&str]| {
+        let jobs: Vec<_> = keys
+            .iter()
+            .map(|k| json!({"kind": "doors.any", "payload": {}, "ordering_key": k}))
+            .collect();
+        format!(
+            "SELECT count(*) FROM job.enqueue_many({})",
+            literal(&json!(jobs).to_string())
+        )
+    };
+    let mut first = pool.begin().await.unwrap();
+    sqlx::raw_sql(&bulk(&["key:a"]))
+        .execute(&mut *first)
+        .await
+        .unwrap();
+    let waiting = {
+        let (pool, statement) = (pool.clone(), bulk(&["key:b", "key:a"]));
+        tokio::spawn(async move { sqlx::raw_sql(&statement).execute(&pool).await })
+    };
+    crate::common::eventually("the bulk enqueue to wait for key a", || async {
+        let waits: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+                            WHERE wait_event_type = 'Lock' AND query LIKE '%key:b%')",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        waits.then_some(())
+    })
+    .await;
+    sqlx::raw_sql(&bulk(&["key:b"]))
+        .execute(&mut *first)
+        .await
+        .expect("no deadlock: the waiting enqueue holds no key yet");
+    first.commit().await.unwrap();
+    waiting.await.unwrap().expect("the waiting enqueue goes on");
+    assert_eq!(rows(&pool).await, 4);
+    db.close().await;
+}
