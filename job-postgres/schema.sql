@@ -2723,8 +2723,9 @@ EXECUTE $job_migration_0022$
 -- role) could store and a worker or a reader would then fail on, for every row of its batch
 -- or every call, is refused by the table; a job that both waits for dependencies and holds an
 -- ordering key (the doors refuse one, a raw write can make it) no longer stops the stager;
--- `job.ordering_lock_keys` runs as its owner; and `job.enqueue_many` takes its ordering keys'
--- locks first, in one order. Append-only: change the schema in a new
+-- `job.ordering_lock_keys` runs as its owner; `job.enqueue_many` takes its ordering keys'
+-- locks first, in one order; and a change of `job.settings` holds writes to job.jobs, not
+-- reads. Append-only: change the schema in a new
 -- numbered file.
 --
 -- The constraints are NOT VALID: they hold for every row written from now on, without a scan
@@ -3069,6 +3070,30 @@ BEGIN
         RETURNING job.jobs.id
     )
     SELECT inserted.id FROM inserted ORDER BY inserted.id;
+END
+$$;
+
+-- job.apply_settings as in migration 0005, replacing the admission trigger in place (CREATE OR
+-- REPLACE TRIGGER, PostgreSQL 14): DROP TRIGGER took an ACCESS EXCLUSIVE lock on job.jobs, so
+-- a change of the payload limit held every read and claim too until it committed, where the
+-- README says writes.
+CREATE OR REPLACE FUNCTION job.apply_settings() RETURNS trigger
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    EXECUTE format(
+        'CREATE OR REPLACE FUNCTION job.quickly_admissible(kind text, queue text, payload jsonb, '
+        'tags text[], tenant text, unique_key text) RETURNS boolean '
+        'LANGUAGE sql IMMUTABLE PARALLEL SAFE AS %L',
+        'SELECT ' || job.admission_predicate('', NEW.payload_limit));
+    EXECUTE format(
+        'CREATE OR REPLACE TRIGGER jobs_admission '
+        'BEFORE INSERT OR UPDATE OF kind, queue, payload, tags, tenant, unique_key ON job.jobs '
+        'FOR EACH ROW WHEN (%s IS NOT TRUE) EXECUTE FUNCTION job.check_admission()',
+        job.admission_predicate('NEW.', NEW.payload_limit));
+    RETURN NULL;
 END
 $$;
 $job_migration_0022$;

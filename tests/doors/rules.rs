@@ -440,3 +440,41 @@ async fn bulk_sql_enqueues_take_their_ordering_keys_locks_in_one_order() {
     assert_eq!(rows(&pool).await, 4);
     db.close().await;
 }
+
+#[tokio::test]
+async fn a_change_of_the_payload_limit_holds_writes_not_reads() {
+    let db = TestDb::new().await;
+    let pool = db.pool();
+    sqlx::raw_sql("INSERT INTO job.jobs (kind, payload) VALUES ('doors.any', '{}')")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let mut change = pool.begin().await.unwrap();
+    sqlx::query("UPDATE job.settings SET payload_limit = 2097152")
+        .execute(&mut *change)
+        .await
+        .unwrap();
+    // A bound on the wait, not a timing: a read that waited for the change's lock fails.
+    let mut reader = pool.begin().await.unwrap();
+    sqlx::query("SET LOCAL lock_timeout = '300ms'")
+        .execute(&mut *reader)
+        .await
+        .unwrap();
+    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM job.jobs")
+        .fetch_one(&mut *reader)
+        .await
+        .expect("a read while the limit changes");
+    assert_eq!(n, 1);
+    let write = sqlx::query("INSERT INTO job.jobs (kind, payload) VALUES ('doors.any', '{}')")
+        .execute(&mut *reader)
+        .await
+        .expect_err("writes wait for the change");
+    assert_eq!(
+        write.as_database_error().and_then(|e| e.code()).as_deref(),
+        Some("55P03"),
+        "{write}"
+    );
+    reader.rollback().await.unwrap();
+    change.commit().await.unwrap();
+    db.close().await;
+}
