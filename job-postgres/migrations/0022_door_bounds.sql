@@ -27,6 +27,13 @@ ALTER TABLE job.jobs ADD CONSTRAINT jobs_snoozes_check
 ALTER TABLE job.jobs ADD CONSTRAINT jobs_tags_check
     CHECK (cardinality(tags) = 0 OR array_lower(tags, 1) = 1) NOT VALID;
 
+-- Who holds a lease or a role: a worker's id, at most 128 bytes (the builder refuses longer).
+-- Unbounded, a raw write's 10 MB `locked_by` was copied by the rescuer into the error history.
+ALTER TABLE job.jobs ADD CONSTRAINT jobs_locked_by_check
+    CHECK (octet_length(locked_by) <= 128) NOT VALID;
+ALTER TABLE job.leaders ADD CONSTRAINT leaders_holder_check
+    CHECK (octet_length(holder) <= 512 AND octet_length(role) <= 128) NOT VALID;
+
 -- Times the readers decode: infinity or a year past 9999 made them panic (chrono), as for the
 -- columns of migration 0007.
 ALTER TABLE job.jobs ADD CONSTRAINT jobs_progress_at_check
@@ -192,7 +199,9 @@ END
 $$;
 
 
--- job.enqueue_many as in migration 0020, taking its ordering keys' locks before its rows'.
+-- job.enqueue_many as in migration 0020, taking its ordering keys' locks before its rows', and
+-- checking its tags in strict mode: the lax jsonpath looked inside a nested array, so
+-- `"tags": [["a"]]` passed and was stored as the tag `["a"]`.
 CREATE OR REPLACE FUNCTION job.enqueue_many(jobs jsonb) RETURNS SETOF bigint
 LANGUAGE plpgsql
 SECURITY DEFINER
@@ -263,7 +272,7 @@ BEGIN
             END IF;
         END LOOP;
         IF j ? 'tags' AND jsonb_typeof(j -> 'tags') = 'array'
-           AND jsonb_path_exists(j -> 'tags', '$[*] ? (@.type() != "string")') THEN
+           AND jsonb_path_exists(j -> 'tags', 'strict $[*] ? (@.type() != "string")') THEN
             RAISE EXCEPTION 'invalid enqueue argument `%.tags`: must be an array of strings', at
                 USING ERRCODE = 'invalid_parameter_value';
         END IF;

@@ -373,10 +373,33 @@ async fn raw_writes_a_worker_or_a_reader_would_fail_on_are_refused() {
                 .to_owned(),
             "leaders_until_check",
         ),
+        (
+            insert(
+                "state, attempt, lock_token, locked_until, locked_by",
+                "'running', 1, gen_random_uuid(), now() + interval '1 minute', repeat('w', 129)",
+            ),
+            "jobs_locked_by_check",
+        ),
+        (
+            "INSERT INTO job.leaders (role, holder, until) VALUES ('r', repeat('h', 513), now())"
+                .to_owned(),
+            "leaders_holder_check",
+        ),
     ] {
         refused_by_constraint(&pool, &statement, constraint).await;
     }
     // Through the SQL door too, and what the bounds leave is written.
+    for tags in [r#"[["a"]]"#, "[[]]", r#"[["a", "b"]]"#] {
+        refused_by_sql(
+            &pool,
+            &format!(
+                r#"SELECT job.enqueue_many('[{{"kind": "doors.any", "payload": {{}}, "tags": {tags}}}]')"#
+            ),
+            "22023",
+            "jobs[0].tags",
+        )
+        .await;
+    }
     refused_by_constraint(
         &pool,
         "SELECT job.enqueue('doors.any', '{}', tags => '[5:5]={a}')",
