@@ -2724,8 +2724,9 @@ EXECUTE $job_migration_0022$
 -- or every call, is refused by the table; a job that both waits for dependencies and holds an
 -- ordering key (the doors refuse one, a raw write can make it) no longer stops the stager;
 -- `job.ordering_lock_keys` runs as its owner; `job.enqueue_many` takes its ordering keys'
--- locks first, in one order; and a change of `job.settings` holds writes to job.jobs, not
--- reads. Append-only: change the schema in a new
+-- locks first, in one order; a change of `job.settings` holds writes to job.jobs, not reads;
+-- and a compensating job omits a discarded payload that does not fit with its error instead
+-- of being given up. Append-only: change the schema in a new
 -- numbered file.
 --
 -- The constraints are NOT VALID: they hold for every row written from now on, without a scan
@@ -3102,6 +3103,51 @@ BEGIN
         'BEFORE INSERT OR UPDATE OF kind, queue, payload, tags, tenant, unique_key ON job.jobs '
         'FOR EACH ROW WHEN (%s IS NOT TRUE) EXECUTE FUNCTION job.check_admission()',
         job.admission_predicate('NEW.', NEW.payload_limit));
+    RETURN NULL;
+END
+$$;
+
+-- job.compensate as in migration 0014, measuring the whole wrapping against the payload limit:
+-- a fixed margin of 4 KiB let a payload through that did not fit with an error message of up
+-- to 8 KiB, and the compensating job was refused and given up (a WARNING only).
+CREATE OR REPLACE FUNCTION job.compensate() RETURNS trigger
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    c record;
+    fits boolean;
+    wrapped jsonb;
+BEGIN
+    SELECT * INTO c FROM job.compensations WHERE kind = NEW.kind;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    -- The whole wrapping is measured, as the admission rule measures a payload: the discarded
+    -- payload goes in when it fits with the id, kind and last error, else it is omitted.
+    wrapped := jsonb_build_object('discarded', jsonb_build_object(
+        'job_id', NEW.id,
+        'kind', NEW.kind,
+        'payload', NEW.payload,
+        'payload_omitted', false,
+        'error', NEW.errors -> -1));
+    SELECT octet_length(wrapped::text) <= s.payload_limit INTO fits FROM job.settings s;
+    IF NOT coalesce(fits, false) THEN
+        wrapped := jsonb_build_object('discarded', jsonb_build_object(
+            'job_id', NEW.id,
+            'kind', NEW.kind,
+            'payload', NULL,
+            'payload_omitted', true,
+            'error', NEW.errors -> -1));
+    END IF;
+    BEGIN
+        INSERT INTO job.jobs (kind, queue, payload, tenant, trace_context)
+        VALUES (c.compensate_kind, c.compensate_queue, wrapped, NEW.tenant, NEW.trace_context);
+    EXCEPTION WHEN OTHERS THEN
+        RAISE WARNING 'job %: compensating job % not enqueued: %', NEW.id, c.compensate_kind,
+            SQLERRM;
+    END;
     RETURN NULL;
 END
 $$;

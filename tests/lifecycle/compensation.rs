@@ -169,7 +169,8 @@ async fn a_payload_too_large_to_wrap_is_omitted_and_the_discard_still_commits() 
         &h.store,
         Charge {
             order_id: 9,
-            note: "x".repeat(6000),
+            // Fits the limit alone (8,127 bytes), not with its wrapping.
+            note: "x".repeat(8100),
         },
     )
     .await;
@@ -196,4 +197,50 @@ async fn a_kind_that_drops_its_compensation_no_longer_compensates() {
         count(&h.store, "SELECT count(*) FROM job.compensations").await,
         0
     );
+}
+
+#[tokio::test]
+async fn a_payload_that_fits_alone_but_not_with_its_error_is_omitted_not_the_compensation() {
+    // The wrapping's margin was a fixed 4 KiB, which an error message of up to 8 KiB
+    // overran: the compensating job was refused and given up, with a WARNING only.
+    let h = Harness::new().await;
+    let pool = h.store.pool();
+    let refunds = Refunds::default();
+    worker(&h.store, &refunds).start().shutdown().await;
+    sqlx::query("UPDATE job.settings SET payload_limit = 32768")
+        .execute(pool)
+        .await
+        .unwrap();
+    let payload = serde_json::json!({"order_id": 10, "note": "x".repeat(28_000)});
+    let (id,): (i64,) = sqlx::query_as(
+        "INSERT INTO job.jobs (kind, payload, state, attempt, lock_token, locked_until, locked_by)
+         VALUES ('test.charge', $1, 'running', 1, gen_random_uuid(),
+                 now() + interval '1 minute', 'w')
+         RETURNING id",
+    )
+    .bind(&payload)
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    sqlx::query(
+        "UPDATE job.jobs
+         SET state = 'discarded', finalized_at = now(), lock_token = NULL, locked_until = NULL,
+             locked_by = NULL,
+             errors = job.push_error(errors, jsonb_build_object(
+                 'attempt', 1, 'at', now(), 'class', 'terminal', 'message', repeat('m', 8000)))
+         WHERE id = $1",
+    )
+    .bind(id)
+    .execute(pool)
+    .await
+    .unwrap();
+    let wrapped: serde_json::Value =
+        sqlx::query_scalar("SELECT payload FROM job.jobs WHERE kind = 'test.refund'")
+            .fetch_one(pool)
+            .await
+            .expect("the compensating job");
+    assert_eq!(wrapped["discarded"]["job_id"], id);
+    assert_eq!(wrapped["discarded"]["payload_omitted"], true);
+    assert_eq!(wrapped["discarded"]["payload"], serde_json::Value::Null);
+    assert_eq!(wrapped["discarded"]["error"]["class"], "terminal");
 }
