@@ -4,8 +4,9 @@
 -- ordering key (the doors refuse one, a raw write can make it) no longer stops the stager;
 -- `job.ordering_lock_keys` runs as its owner; `job.enqueue_many` takes its ordering keys'
 -- locks first, in one order; a change of `job.settings` holds writes to job.jobs, not reads;
--- and a compensating job omits a discarded payload that does not fit with its error instead
--- of being given up. Append-only: change the schema in a new
+-- a compensating job omits a discarded payload that does not fit with its error instead of
+-- being given up; and `on_duplicate => 'replace'` replaces a holder pending behind its
+-- ordering key, as the README says of every waiting one. Append-only: change the schema in a new
 -- numbered file.
 --
 -- The constraints are NOT VALID: they hold for every row written from now on, without a scan
@@ -428,5 +429,95 @@ BEGIN
             SQLERRM;
     END;
     RETURN NULL;
+END
+$$;
+
+-- job.enqueue_unique as in migration 0016, replacing a holder that waits in `pending` (behind
+-- its ordering key) too, keeping it there; it raised "already active" as for a running one.
+CREATE OR REPLACE FUNCTION job.enqueue_unique(
+    p_kind            text,
+    p_queue           text,
+    p_priority        smallint,
+    p_payload         jsonb,
+    p_payload_version integer,
+    p_max_attempts    integer,
+    p_run_at          timestamptz,
+    p_deadline        timestamptz,
+    p_unique_key      text,
+    p_unique_scope    text,
+    p_replace         boolean,
+    p_tags            text[],
+    p_tenant          text,
+    OUT id            bigint,
+    OUT outcome       text
+)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    v_state job.job_state := CASE WHEN p_run_at > now() THEN 'scheduled' ELSE 'available' END;
+BEGIN
+    FOR i IN 1..100 LOOP
+        IF p_replace THEN
+            INSERT INTO job.jobs AS j (kind, queue, priority, payload, payload_version,
+                                       max_attempts, run_at, state, deadline, unique_key,
+                                       unique_scope, tags, tenant)
+            VALUES (p_kind, p_queue, p_priority, p_payload, p_payload_version, p_max_attempts,
+                    p_run_at, v_state, p_deadline, p_unique_key, p_unique_scope, p_tags,
+                    p_tenant)
+            ON CONFLICT (kind, unique_key)
+                WHERE unique_key IS NOT NULL AND (
+                    unique_scope = 'pruned'
+                    OR (unique_scope = 'finished'
+                        AND state IN ('pending', 'scheduled', 'available', 'running', 'retryable'))
+                    OR (unique_scope = 'started'
+                        AND state IN ('pending', 'scheduled', 'available', 'retryable')))
+            DO UPDATE SET payload         = excluded.payload,
+                          payload_version = excluded.payload_version,
+                          run_at          = excluded.run_at,
+                          deadline        = excluded.deadline,
+                          state           = CASE WHEN j.state IN ('retryable', 'pending')
+                                                 THEN j.state ELSE excluded.state END
+                -- Only a waiting row is replaced: the lock taken by ON CONFLICT makes this
+                -- test see a claim that moved the row to running an instant ago. A row
+                -- pending behind its ordering key stays pending, in its place.
+                WHERE j.state IN ('pending', 'scheduled', 'available', 'retryable')
+            RETURNING j.id, CASE WHEN j.xmax = 0 THEN 'inserted' ELSE 'replaced' END
+            INTO enqueue_unique.id, enqueue_unique.outcome;
+        ELSE
+            INSERT INTO job.jobs (kind, queue, priority, payload, payload_version,
+                                  max_attempts, run_at, state, deadline, unique_key,
+                                  unique_scope, tags, tenant)
+            VALUES (p_kind, p_queue, p_priority, p_payload, p_payload_version, p_max_attempts,
+                    p_run_at, v_state, p_deadline, p_unique_key, p_unique_scope, p_tags,
+                    p_tenant)
+            ON CONFLICT (kind, unique_key)
+                WHERE unique_key IS NOT NULL AND (
+                    unique_scope = 'pruned'
+                    OR (unique_scope = 'finished'
+                        AND state IN ('pending', 'scheduled', 'available', 'running', 'retryable'))
+                    OR (unique_scope = 'started'
+                        AND state IN ('pending', 'scheduled', 'available', 'retryable')))
+            DO NOTHING
+            RETURNING job.jobs.id, 'inserted' INTO enqueue_unique.id, enqueue_unique.outcome;
+        END IF;
+        IF enqueue_unique.id IS NOT NULL THEN
+            RETURN;
+        END IF;
+        -- A duplicate holds the key: read it with this statement's fresh snapshot.
+        SELECT j.id, 'duplicate' INTO enqueue_unique.id, enqueue_unique.outcome
+        FROM job.jobs j
+        WHERE j.kind = p_kind AND j.unique_key = p_unique_key AND (
+            j.unique_scope = 'pruned'
+            OR (j.unique_scope = 'finished'
+                AND j.state IN ('pending', 'scheduled', 'available', 'running', 'retryable'))
+            OR (j.unique_scope = 'started'
+                AND j.state IN ('pending', 'scheduled', 'available', 'retryable')));
+        IF enqueue_unique.id IS NOT NULL THEN
+            RETURN;
+        END IF;
+        -- The duplicate finished between the insert and the read: try again.
+    END LOOP;
+    RAISE EXCEPTION 'enqueue of `%` with unique key % kept racing a finishing duplicate',
+        p_kind, quote_literal(p_unique_key);
 END
 $$;

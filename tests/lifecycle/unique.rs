@@ -221,6 +221,39 @@ async fn replace_updates_a_waiting_job_and_refuses_a_running_one() {
 }
 
 #[tokio::test]
+async fn replace_updates_a_job_pending_behind_its_ordering_key_and_keeps_it_there() {
+    // A job waiting behind its ordering key is waiting like a scheduled one; it was refused
+    // as if it ran ("already active").
+    let h = Harness::new().await;
+    let head = Enqueue::new(invoice(6, "head"))
+        .ordering_key("account:6")
+        .enqueue(h.store.pool())
+        .await
+        .unwrap();
+    let waiting = Enqueue::new(invoice(7, "old"))
+        .ordering_key("account:6")
+        .enqueue(h.store.pool())
+        .await
+        .unwrap();
+    assert_eq!(h.row(waiting).await.state, JobState::Pending);
+    let replaced = Enqueue::new(invoice(7, "new"))
+        .ordering_key("account:6")
+        .replace_duplicate()
+        .enqueue(h.store.pool())
+        .await
+        .expect("a pending holder is replaced");
+    assert_eq!(replaced, waiting);
+    let after = h.row(waiting).await;
+    assert_eq!(after.payload["note"], "new");
+    assert_eq!(
+        after.state,
+        JobState::Pending,
+        "still behind its key's head"
+    );
+    assert_eq!(h.row(head).await.state, JobState::Available);
+}
+
+#[tokio::test]
 async fn replacers_racing_a_claim_never_touch_the_running_row() {
     let h = Harness::new().await;
     for round in 0..20 {
