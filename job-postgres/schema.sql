@@ -2922,9 +2922,11 @@ END
 $$;
 
 
--- job.enqueue_many as in migration 0020, taking its ordering keys' locks before its rows', and
--- checking its tags in strict mode: the lax jsonpath looked inside a nested array, so
--- `"tags": [["a"]]` passed and was stored as the tag `["a"]`.
+-- job.enqueue_many as in migration 0020, taking its ordering keys' locks before its rows',
+-- checking its tags in strict mode (the lax jsonpath looked inside a nested array, so
+-- `"tags": [["a"]]` passed and was stored as the tag `["a"]`), and reading integers written
+-- with a fraction of zero (`1.0`, which the checks accept) through numeric: cast from their
+-- text they failed with an error naming nothing (22P02).
 CREATE OR REPLACE FUNCTION job.enqueue_many(jobs jsonb) RETURNS SETOF bigint
 LANGUAGE plpgsql
 SECURITY DEFINER
@@ -3020,10 +3022,10 @@ BEGIN
         kind := j ->> 'kind';
         payload := j -> 'payload';
         queue := coalesce(j ->> 'queue', 'default');
-        priority := coalesce((j ->> 'priority')::integer, 0);
-        max_attempts := coalesce((j ->> 'max_attempts')::integer, 25);
+        priority := coalesce((j ->> 'priority')::numeric::integer, 0);
+        max_attempts := coalesce((j ->> 'max_attempts')::numeric::integer, 25);
         run_at := coalesce((j ->> 'run_at')::timestamptz, now());
-        payload_version := coalesce((j ->> 'payload_version')::integer, 1);
+        payload_version := coalesce((j ->> 'payload_version')::numeric::integer, 1);
         tags := CASE WHEN jsonb_typeof(j -> 'tags') = 'array'
                      THEN ARRAY(SELECT jsonb_array_elements_text(j -> 'tags')) ELSE '{}' END;
         tenant := j ->> 'tenant';
@@ -3060,10 +3062,10 @@ BEGIN
                               run_at, state, deadline, tags, tenant, ordering_key, rate_key)
         SELECT e.value ->> 'kind',
                coalesce(e.value ->> 'queue', 'default'),
-               coalesce((e.value ->> 'priority')::smallint, 0),
+               coalesce((e.value ->> 'priority')::numeric::smallint, 0),
                e.value -> 'payload',
-               coalesce((e.value ->> 'payload_version')::integer, 1),
-               coalesce((e.value ->> 'max_attempts')::integer, 25),
+               coalesce((e.value ->> 'payload_version')::numeric::integer, 1),
+               coalesce((e.value ->> 'max_attempts')::numeric::integer, 25),
                t.run_at,
                CASE WHEN t.run_at > now() THEN 'scheduled' ELSE 'available' END::job.job_state,
                (e.value ->> 'deadline')::timestamptz,

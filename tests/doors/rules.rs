@@ -407,6 +407,28 @@ async fn raw_writes_a_worker_or_a_reader_would_fail_on_are_refused() {
     )
     .await;
     assert_eq!(rows(&pool).await, 0, "nothing was written");
+    // An integer written with a zero fraction is the integer; another fraction is refused.
+    let id: i64 = sqlx::query_scalar(
+        r#"SELECT * FROM job.enqueue_many('[{"kind": "doors.any", "payload": {},
+               "priority": 2.0, "max_attempts": 3.00, "payload_version": 1.0}]')"#,
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    let (priority, attempts): (i16, i32) =
+        sqlx::query_as("SELECT priority, max_attempts FROM job.jobs WHERE id = $1")
+            .bind(id)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!((priority, attempts), (2, 3));
+    refused_by_sql(
+        &pool,
+        r#"SELECT job.enqueue_many('[{"kind": "doors.any", "payload": {}, "priority": 1.5}]')"#,
+        "22023",
+        "jobs[0].priority",
+    )
+    .await;
     sqlx::raw_sql(&insert(
         "attempt, snoozes, tags",
         "2147483646, 2147483646, '{a}'",
