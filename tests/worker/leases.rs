@@ -274,6 +274,11 @@ async fn a_finalize_that_panics_does_not_stop_the_outcomes_after_it() {
     h.reaches(first, JobState::Completed).await;
     let second = enqueue(&h.store, Noop { n: 2 }).await;
     h.reaches(second, JobState::Completed).await;
+    // The row commits before the completer has the answer and counts it.
+    eventually("both outcomes to be counted", || async {
+        (worker.stats().completed >= 2).then_some(())
+    })
+    .await;
     assert_eq!(worker.stats().completed, 2);
     worker.shutdown().await;
 }
