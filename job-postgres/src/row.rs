@@ -22,22 +22,40 @@ pub(crate) async fn get<'e, E: PgExecutor<'e>>(
     row.map(|row| decode(id, &row)).transpose()
 }
 
-pub(crate) fn decode(id: JobId, row: &PgRow) -> Result<JobRow, Error> {
-    let column = |column: &'static str| {
-        move |e: sqlx::Error| Error::Decode {
-            id,
-            column,
-            reason: e.to_string(),
-        }
-    };
-    let state: String = row.try_get("state").map_err(column("state"))?;
-    let state: JobState = state
+/// Maps a decoding failure of `column` of job `id` to an error naming both.
+pub(crate) fn column_error(id: JobId, column: &'static str) -> impl Fn(sqlx::Error) -> Error {
+    move |e: sqlx::Error| Error::Decode {
+        id,
+        column,
+        reason: e.to_string(),
+    }
+}
+
+/// The row's `state`, as read by [`decode`] and by the listing's summaries.
+pub(crate) fn state(id: JobId, row: &PgRow) -> Result<JobState, Error> {
+    let state: String = row.try_get("state").map_err(column_error(id, "state"))?;
+    state
         .parse()
         .map_err(|e: job_core::UnknownState| Error::Decode {
             id,
             column: "state",
             reason: e.to_string(),
-        })?;
+        })
+}
+
+/// The row's tags. Leniently: a NULL among them, which no door lets in any more, is skipped.
+pub(crate) fn tags(id: JobId, row: &PgRow) -> Result<Vec<String>, Error> {
+    let tags: Vec<Option<String>> = row.try_get("tags").map_err(column_error(id, "tags"))?;
+    Ok(tags.into_iter().flatten().collect())
+}
+
+/// What an entry of the error history that does not read as one says instead.
+pub(crate) const UNREADABLE_ERROR: &str =
+    "this entry of the error history is not {attempt, at, class, message}";
+
+pub(crate) fn decode(id: JobId, row: &PgRow) -> Result<JobRow, Error> {
+    let column = |column: &'static str| column_error(id, column);
+    let state = state(id, row)?;
     // Leniently: an entry that does not read as an `AttemptError` (a raw INSERT may write any
     // JSON array there) is shown as such rather than making the whole row, or a listing,
     // unreadable.
@@ -54,13 +72,10 @@ pub(crate) fn decode(id: JobId, row: &PgRow) -> Result<JobRow, Error> {
                 attempt: 0,
                 at: created_at,
                 class: "unreadable".into(),
-                message: "this entry of the error history is not {attempt, at, class, message}"
-                    .into(),
+                message: UNREADABLE_ERROR.into(),
             })
         })
         .collect();
-    // Likewise a NULL among the tags, which no door lets in any more.
-    let tags: Vec<Option<String>> = row.try_get("tags").map_err(column("tags"))?;
     Ok(JobRow {
         id: row.try_get("id").map_err(column("id"))?,
         kind: row.try_get("kind").map_err(column("kind"))?,
@@ -93,7 +108,7 @@ pub(crate) fn decode(id: JobId, row: &PgRow) -> Result<JobRow, Error> {
             .map_err(column("finalized_at"))?,
         deadline: row.try_get("deadline").map_err(column("deadline"))?,
         unique_key: row.try_get("unique_key").map_err(column("unique_key"))?,
-        tags: tags.into_iter().flatten().collect(),
+        tags: tags(id, row)?,
         tenant: row.try_get("tenant").map_err(column("tenant"))?,
         stuck_since: row.try_get("stuck_since").map_err(column("stuck_since"))?,
         progress: json(row, "progress").map_err(column("progress"))?,

@@ -7,6 +7,7 @@ use sqlx::postgres::PgRow;
 use sqlx::Row;
 
 use crate::error::Error;
+use crate::row as job_row;
 
 /// Characters of the last error's class a [`JobSummary`] holds at most.
 pub const SUMMARY_CLASS_CHARS: usize = 100;
@@ -61,21 +62,8 @@ pub struct LastError {
 
 pub(crate) fn decode(row: &PgRow) -> Result<JobSummary, Error> {
     let id: JobId = row.try_get("id").map_err(Error::query("inspect_page"))?;
-    let column = |column: &'static str| {
-        move |e: sqlx::Error| Error::Decode {
-            id,
-            column,
-            reason: e.to_string(),
-        }
-    };
-    let state: String = row.try_get("state").map_err(column("state"))?;
-    let state: JobState = state
-        .parse()
-        .map_err(|e: job_core::UnknownState| Error::Decode {
-            id,
-            column: "state",
-            reason: e.to_string(),
-        })?;
+    let column = |column: &'static str| job_row::column_error(id, column);
+    let state = job_row::state(id, row)?;
     let has_error: bool = row.try_get("has_error").map_err(column("has_error"))?;
     let class: Option<String> = row.try_get("error_class").map_err(column("error_class"))?;
     let message: Option<String> = row
@@ -86,11 +74,9 @@ pub(crate) fn decode(row: &PgRow) -> Result<JobSummary, Error> {
         (true, Some(class), Some(message)) => Some(LastError { class, message }),
         (true, _, _) => Some(LastError {
             class: "unreadable".into(),
-            message: "this entry of the error history is not {attempt, at, class, message}".into(),
+            message: job_row::UNREADABLE_ERROR.into(),
         }),
     };
-    // A NULL among the tags, which no door lets in any more, is skipped (as row.rs does).
-    let tags: Vec<Option<String>> = row.try_get("tags").map_err(column("tags"))?;
     Ok(JobSummary {
         id,
         kind: row.try_get("kind").map_err(column("kind"))?,
@@ -106,7 +92,7 @@ pub(crate) fn decode(row: &PgRow) -> Result<JobSummary, Error> {
         finalized_at: row
             .try_get("finalized_at")
             .map_err(column("finalized_at"))?,
-        tags: tags.into_iter().flatten().collect(),
+        tags: job_row::tags(id, row)?,
         tenant: row.try_get("tenant").map_err(column("tenant"))?,
         stuck_since: row.try_get("stuck_since").map_err(column("stuck_since"))?,
         cancel_requested: row
