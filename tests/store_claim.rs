@@ -294,30 +294,19 @@ async fn explain_rated(
     starts_per_key: i32,
 ) -> (f64, f64) {
     let mut tx = pool.begin().await.unwrap();
-    sqlx::raw_sql(&format!(
-        "SET LOCAL plan_cache_mode = {plan_mode};
-         PREPARE claim_rated (text, text, integer, bigint, integer, text, integer, bigint,
-                              integer) AS {}",
-        CLAIM_RATED.trim_end().trim_end_matches(';')
-    ))
-    .execute(&mut *tx)
-    .await
-    .unwrap();
     // At most `starts_per_key` starts per key in any minute, no concurrency limit.
-    let (plan,): (Value,) = sqlx::query_as(&format!(
-        "EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE claim_rated('default', '{kind}', 1, 30000,
-             {limit}, 'worker-1', {starts_per_key}, 60000, NULL)"
-    ))
-    .fetch_one(&mut *tx)
-    .await
-    .unwrap();
-    sqlx::raw_sql("DEALLOCATE claim_rated")
-        .execute(&mut *tx)
-        .await
-        .unwrap();
+    let root = explain_prepared(
+        &mut tx,
+        plan_mode,
+        CLAIM_RATED,
+        "(text, text, integer, bigint, integer, text, integer, bigint, integer)",
+        &format!(
+            "('default', '{kind}', 1, 30000, {limit}, 'worker-1', {starts_per_key}, 60000, NULL)"
+        ),
+    )
+    .await;
     tx.commit().await.unwrap();
-    let root = &plan[0]["Plan"];
-    (root["Actual Rows"].as_f64().unwrap(), rows_read(root))
+    (root["Actual Rows"].as_f64().unwrap(), rows_read(&root))
 }
 
 #[tokio::test]
@@ -380,15 +369,15 @@ async fn a_rate_limited_claim_reads_its_keys_and_what_it_can_take_not_its_backlo
 }
 
 /// Runs `sql` (a statement of the store's, with parameters of `types`) prepared with plans of
-/// `plan_mode` under `EXPLAIN ANALYZE`, with `args` (SQL literals), in `tx`; returns the rows of
-/// `job.jobs` it read.
-async fn rows_read_by(
+/// `plan_mode` under `EXPLAIN ANALYZE`, with `args` (SQL literals), in `tx`; returns the root
+/// of its plan.
+async fn explain_prepared(
     tx: &mut sqlx::PgConnection,
     plan_mode: &str,
     sql: &str,
     types: &str,
     args: &str,
-) -> f64 {
+) -> Value {
     sqlx::raw_sql(&format!(
         "SET LOCAL plan_cache_mode = {plan_mode};
          PREPARE measured {types} AS {}",
@@ -407,7 +396,7 @@ async fn rows_read_by(
         .execute(&mut *tx)
         .await
         .unwrap();
-    rows_read(&plan[0]["Plan"])
+    plan[0]["Plan"].clone()
 }
 
 #[tokio::test]
@@ -449,8 +438,9 @@ async fn the_stager_and_the_rescuer_read_what_they_change_not_the_table() {
     sqlx::query("ANALYZE job.jobs").execute(pool).await.unwrap();
     for mode in ["force_generic_plan", "force_custom_plan"] {
         let mut tx = pool.begin().await.unwrap();
-        let staged = rows_read_by(&mut tx, mode, STAGE, "(integer)", "(100)").await;
-        let rescued = rows_read_by(&mut tx, mode, RESCUE, "(integer)", "(100)").await;
+        let staged = rows_read(&explain_prepared(&mut tx, mode, STAGE, "(integer)", "(100)").await);
+        let rescued =
+            rows_read(&explain_prepared(&mut tx, mode, RESCUE, "(integer)", "(100)").await);
         let changed: Vec<(String, i64)> = sqlx::query_as(
             "SELECT state::text, count(*) FROM job.jobs
              WHERE state IN ('available', 'retryable') GROUP BY 1 ORDER BY 1",
