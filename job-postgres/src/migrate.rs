@@ -132,6 +132,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "door_bounds",
         sql: include_str!("../migrations/0022_door_bounds.sql"),
     },
+    Migration {
+        version: 23,
+        name: "dependency_wake",
+        sql: include_str!("../migrations/0023_dependency_wake.sql"),
+    },
 ];
 
 /// The whole schema as one plain SQL script, for a DBA or a team without Rust:

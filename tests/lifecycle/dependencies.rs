@@ -493,3 +493,288 @@ async fn a_dependent_given_an_ordering_key_by_hand_does_not_stop_the_stager() {
     h.store.stage_due(100).await.unwrap();
     assert_eq!(h.row(dependent).await.state, JobState::Available);
 }
+
+/// Rows and index entries the current transaction has read from the job schema's tables and
+/// indexes (its own, not yet flushed statistics).
+const READ_IN_TRANSACTION: &str = "\
+SELECT coalesce(sum(pg_stat_get_xact_tuples_returned(c.oid)
+                    + pg_stat_get_xact_tuples_fetched(c.oid)), 0)::bigint
+FROM pg_class c
+WHERE c.relnamespace = 'job'::regnamespace AND c.relkind IN ('r', 'i')";
+
+/// One pass of the stager's dependency resolution (not yet due for its once-a-minute sweep),
+/// in a transaction of its own: what it changed, and how many rows and index entries it read.
+async fn resolve_pass(pool: &sqlx::PgPool) -> (i32, i64) {
+    let mut tx = pool.begin().await.unwrap();
+    sqlx::query("UPDATE job.dependency_sweep SET at = now()")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    let before: i64 = sqlx::query_scalar(READ_IN_TRANSACTION)
+        .fetch_one(&mut *tx)
+        .await
+        .unwrap();
+    let changed: i32 = sqlx::query_scalar("SELECT job.dependencies_resolve(1000)")
+        .fetch_one(&mut *tx)
+        .await
+        .unwrap();
+    let after: i64 = sqlx::query_scalar(READ_IN_TRANSACTION)
+        .fetch_one(&mut *tx)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    (changed, after - before)
+}
+
+#[tokio::test]
+async fn the_stager_reads_what_ended_not_every_open_edge() {
+    // Every pass of every worker's stager joined each unresolved edge to the job it waits for:
+    // with 100,000 open edges whose jobs were still waiting, about 60 ms to find nothing. A
+    // pass now reads the jobs that ended among those waited for (jobs_awaited_idx), and new
+    // edges once, to flag their jobs.
+    use job::Store as _;
+    let h = Harness::new().await;
+    let pool = h.store.pool();
+    const N: i64 = 3_000;
+    sqlx::query(
+        "WITH parents AS (
+             INSERT INTO job.jobs (kind, queue, payload)
+             SELECT 'test.dep_task', 'default', '{\"name\": \"p\", \"fail\": false}'
+             FROM generate_series(1, $1::bigint)
+             RETURNING id
+         ),
+         dependents AS (
+             INSERT INTO job.jobs (kind, queue, payload, state)
+             SELECT 'test.dep_task', 'default', '{\"name\": \"d\", \"fail\": false}', 'pending'
+             FROM generate_series(1, $1::bigint)
+             RETURNING id
+         )
+         INSERT INTO job.dependencies (job_id, depends_on, mode)
+         SELECT d.id, p.id, 'completed'
+         FROM (SELECT id, row_number() OVER (ORDER BY id) AS n FROM parents) p
+         JOIN (SELECT id, row_number() OVER (ORDER BY id) AS n FROM dependents) d USING (n)",
+    )
+    .bind(N)
+    .execute(pool)
+    .await
+    .unwrap();
+    sqlx::query("ANALYZE job.jobs, job.dependencies")
+        .execute(pool)
+        .await
+        .unwrap();
+    // The first passes flag the jobs waited for, up to the pass's limit each. (A pass may
+    // step once over the index entries the last one's flags left behind, at most its limit,
+    // until they are marked dead or vacuumed: vacuumed here, as the pruner or autovacuum do.)
+    for _ in 0..N / 1000 {
+        h.store.stage_due(1000).await.unwrap();
+    }
+    sqlx::query("VACUUM job.dependencies")
+        .execute(pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        count(
+            &h.store,
+            "SELECT count(*) FROM job.dependencies WHERE NOT flagged"
+        )
+        .await,
+        0
+    );
+    let (changed, read) = resolve_pass(pool).await;
+    assert_eq!(changed, 0);
+    assert!(
+        read < 50,
+        "a pass read {read} rows and index entries to find that none of {N} jobs waited for \
+         has ended"
+    );
+    // Three of them end, by any statement: the next pass makes their dependents available,
+    // reading about what they are.
+    let ended: Vec<i64> = sqlx::query_scalar(
+        "UPDATE job.jobs SET state = 'completed', finalized_at = now()
+         WHERE id IN (SELECT depends_on FROM job.dependencies ORDER BY depends_on LIMIT 3)
+         RETURNING id",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    let (changed, read) = resolve_pass(pool).await;
+    assert_eq!(changed, 3);
+    assert!(read < 200, "a pass read {read} to resolve 3 dependents");
+    let available = count(
+        &h.store,
+        "SELECT count(*) FROM job.jobs WHERE state = 'available' AND payload->>'name' = 'd'",
+    )
+    .await;
+    assert_eq!(available, 3);
+    // Their flags are cleared once no open edge points at them, so later passes skip them.
+    let flagged: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM job.jobs WHERE id = ANY ($1) AND awaited")
+            .bind(&ended)
+            .fetch_one(pool)
+            .await
+            .unwrap();
+    assert_eq!(flagged, 0);
+}
+
+#[tokio::test]
+async fn a_dependent_whose_dependency_was_deleted_is_discarded() {
+    // A job waited for that is deleted (a purge, raw SQL) leaves no ended row to find. Deleted
+    // before the stager flagged it, its dependents are resolved by the pass that finds it
+    // missing; deleted after, by the sweep that runs at most once a minute.
+    use job::Store as _;
+    let h = Harness::new().await;
+    let pool = h.store.pool();
+    let depend = |on: JobId, name: &'static str| async move {
+        Enqueue::new(task(name))
+            .depends_on([on])
+            .enqueue(pool)
+            .await
+            .unwrap()
+    };
+    let delete = |id: JobId| async move {
+        sqlx::query("DELETE FROM job.jobs WHERE id = $1")
+            .bind(id)
+            .execute(pool)
+            .await
+            .unwrap();
+    };
+    let early = enqueue(&h.store, task("early")).await;
+    let early_dependent = depend(early, "early_dependent").await;
+    delete(early).await;
+    sqlx::query("UPDATE job.dependency_sweep SET at = now()")
+        .execute(pool)
+        .await
+        .unwrap();
+    h.store.stage_due(100).await.unwrap();
+    let row = h.row(early_dependent).await;
+    assert_eq!(row.state, JobState::Discarded);
+    assert!(
+        row.errors
+            .last()
+            .is_some_and(|e| e.message.contains(&format!("job {early}"))
+                && e.message.ends_with("was deleted")),
+        "{:?}",
+        row.errors
+    );
+
+    let late = enqueue(&h.store, task("late")).await;
+    let late_dependent = depend(late, "late_dependent").await;
+    h.store.stage_due(100).await.unwrap();
+    let awaited: bool = sqlx::query_scalar("SELECT awaited FROM job.jobs WHERE id = $1")
+        .bind(late)
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    assert!(awaited, "the stager flags the job waited for");
+    delete(late).await;
+    let (changed, _) = resolve_pass(pool).await;
+    assert_eq!(changed, 0, "no sweep was due");
+    assert_eq!(h.row(late_dependent).await.state, JobState::Pending);
+    sqlx::query("UPDATE job.dependency_sweep SET at = now() - interval '2 minutes'")
+        .execute(pool)
+        .await
+        .unwrap();
+    h.store.stage_due(100).await.unwrap();
+    assert_eq!(h.row(late_dependent).await.state, JobState::Discarded);
+}
+
+#[tokio::test]
+async fn concurrent_stagers_neither_deadlock_nor_miss_a_dependent() {
+    // Four stagers pass at once while the jobs waited for end in a shuffled order and new
+    // dependents arrive: each pass flags, resolves and clears under SKIP LOCKED row locks, so
+    // none waits for another (a deadlock would fail a pass) and every dependent is resolved.
+    use job::Store as _;
+    let h = Harness::new().await;
+    let pool = h.store.pool().clone();
+    const N: i64 = 400;
+    let parents: Vec<i64> = sqlx::query_scalar(
+        "INSERT INTO job.jobs (kind, queue, payload)
+         SELECT 'test.dep_task', 'default', '{\"name\": \"p\", \"fail\": false}'
+         FROM generate_series(1, $1::bigint)
+         RETURNING id",
+    )
+    .bind(N)
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stagers: Vec<_> = (0..4)
+        .map(|_| {
+            let (store, done) = (h.store.clone(), done.clone());
+            tokio::spawn(async move {
+                let mut passes = 0u32;
+                while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                    store.stage_due(50).await.unwrap();
+                    passes += 1;
+                }
+                passes
+            })
+        })
+        .collect();
+    // Each dependent waits for two of the parents; half arrive before any parent ends.
+    let mut dependents = Vec::new();
+    let mut order = parents.clone();
+    fastrand::shuffle(&mut order);
+    for (i, pair) in parents.chunks(2).enumerate() {
+        let d = Enqueue::new(task("d"))
+            .depends_on([pair[0], pair[1]])
+            .enqueue(&pool)
+            .await
+            .unwrap();
+        dependents.push(d);
+        if i == parents.len() / 4 {
+            sqlx::query(
+                "UPDATE job.jobs SET state = 'completed', finalized_at = now()
+                 WHERE id = ANY ($1)",
+            )
+            .bind(&order[..order.len() / 2])
+            .execute(&pool)
+            .await
+            .unwrap();
+        }
+    }
+    for chunk in order[order.len() / 2..].chunks(10) {
+        sqlx::query(
+            "UPDATE job.jobs SET state = 'completed', finalized_at = now() WHERE id = ANY ($1)",
+        )
+        .bind(chunk)
+        .execute(&pool)
+        .await
+        .unwrap();
+    }
+    let waiting = |pool: sqlx::PgPool| async move {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT count(*) FROM job.jobs WHERE payload->>'name' = 'd' AND state = 'pending'",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap()
+    };
+    eventually("every dependent resolved", || {
+        let pool = pool.clone();
+        async move { (waiting(pool).await == 0).then_some(()) }
+    })
+    .await;
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    for s in stagers {
+        assert!(s.await.unwrap() > 0);
+    }
+    let available: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM job.jobs WHERE id = ANY ($1) AND state = 'available'",
+    )
+    .bind(&dependents)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(available, N / 2);
+    assert_eq!(
+        count(
+            &h.store,
+            "SELECT count(*) FROM job.jobs WHERE awaited OR id IN (
+                 SELECT job_id FROM job.dependencies WHERE NOT resolved)"
+        )
+        .await,
+        0,
+        "every flag cleared, every edge resolved"
+    );
+}
