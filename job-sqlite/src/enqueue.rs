@@ -42,10 +42,13 @@ pub async fn enqueue(conn: &mut SqliteConnection, job: &NewJob) -> Result<JobId,
         return Err(not_yet("depends_on", "dependencies and batches"));
     }
     let Some(unique) = &job.unique else {
-        let id: JobId = bind(sqlx::query_scalar(sql::INSERT), job)
+        let inserted = bind(sqlx::query_scalar(sql::INSERT), job)
             .fetch_one(&mut *conn)
-            .await
-            .map_err(Error::query("insert"))?;
+            .await;
+        let id: JobId = match inserted {
+            Ok(id) => id,
+            Err(e) => return Err(refused(conn, job, "insert", e).await),
+        };
         job_core::record_enqueued(job);
         return Ok(id);
     };
@@ -54,10 +57,13 @@ pub async fn enqueue(conn: &mut SqliteConnection, job: &NewJob) -> Result<JobId,
         _ => sql::INSERT_UNIQUE,
     };
     for _ in 0..UNIQUE_TRIES {
-        let inserted: Option<JobId> = bind(sqlx::query_scalar(statement), job)
+        let inserted: Option<JobId> = match bind(sqlx::query_scalar(statement), job)
             .fetch_optional(&mut *conn)
             .await
-            .map_err(Error::query("insert_unique"))?;
+        {
+            Ok(inserted) => inserted,
+            Err(e) => return Err(refused(conn, job, "insert_unique", e).await),
+        };
         if let Some(id) = inserted {
             job_core::record_enqueued(job);
             return Ok(id);
@@ -108,6 +114,35 @@ pub async fn enqueue_many(
     let ids = insert_all(&mut tx, jobs).await?;
     tx.commit().await.map_err(Error::query("commit"))?;
     Ok(ids)
+}
+
+/// The words of migration 0005's triggers refusing a payload over `job_settings.payload_limit`.
+const PAYLOAD_REFUSED: &str = "job row refused: `payload` is over the payload limit";
+
+/// `e`, the failure of `statement` inserting `job`, as the enqueue's error: a payload refused
+/// by the database's limit as [`EnqueueError::PayloadTooLarge`] with that limit (read on the
+/// same connection: the refused statement rolled back alone), anything else as the store's.
+async fn refused(
+    conn: &mut SqliteConnection,
+    job: &NewJob,
+    statement: &'static str,
+    e: sqlx::Error,
+) -> EnqueueError {
+    let over_limit =
+        matches!(&e, sqlx::Error::Database(db) if db.message().contains(PAYLOAD_REFUSED));
+    if over_limit {
+        if let Ok(limit) = sqlx::query_scalar::<_, i64>(sql::PAYLOAD_LIMIT)
+            .fetch_one(&mut *conn)
+            .await
+        {
+            return EnqueueError::PayloadTooLarge {
+                kind: job.kind.clone(),
+                size: job.payload.len(),
+                limit: usize::try_from(limit).unwrap_or(usize::MAX),
+            };
+        }
+    }
+    Error::query(statement)(e).into()
 }
 
 /// A refusal of an option this backend does not support yet.

@@ -39,6 +39,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "flow_control",
         sql: include_str!("../migrations/0004_flow_control.sql"),
     },
+    Migration {
+        version: 5,
+        name: "payload_limit",
+        sql: include_str!("../migrations/0005_payload_limit.sql"),
+    },
 ];
 
 /// Brings the schema in `pool`'s database up to date: applies every migration not recorded

@@ -6,6 +6,7 @@ pub(crate) const REGISTER_KINDS: &str = include_str!("sql/register_kinds.sql");
 pub(crate) const UNREGISTER_KIND: &str = include_str!("sql/unregister_kind.sql");
 pub(crate) const INSERT: &str = include_str!("sql/insert.sql");
 pub(crate) const INSERT_UNIQUE: &str = include_str!("sql/insert_unique.sql");
+pub(crate) const PAYLOAD_LIMIT: &str = include_str!("sql/payload_limit.sql");
 pub(crate) const INSERT_REPLACE: &str = include_str!("sql/insert_replace.sql");
 pub(crate) const UNIQUE_HOLDER: &str = include_str!("sql/unique_holder.sql");
 pub(crate) const GET: &str = include_str!("sql/get.sql");

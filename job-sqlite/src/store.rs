@@ -98,7 +98,9 @@ impl SqliteStore {
         })
     }
 
-    /// Refuses enqueued payloads over `limit` bytes of compact JSON. None by default.
+    /// Refuses enqueued payloads over `limit` bytes of compact JSON before writing. None by
+    /// default; the database's own limit (`job_settings.payload_limit`, 1 MiB unless changed
+    /// there) applies in any case.
     pub fn with_payload_limit(mut self, limit: usize) -> Self {
         self.payload_limit = limit;
         self
