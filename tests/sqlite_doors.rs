@@ -172,3 +172,116 @@ async fn sqliteprobe_a_compensating_job_omits_a_payload_whose_wrapping_is_over_t
     assert_eq!(payload["discarded"]["payload_omitted"], false);
     db.close().await;
 }
+
+/// Inserts a job row of kind `k` on `queue` raw, with `set` (column, SQL value) over a
+/// waiting row's defaults.
+async fn insert_raw(
+    store: &SqliteStore,
+    queue: &str,
+    set: &[(&str, &str)],
+) -> Result<u64, sqlx::Error> {
+    let mut row: Vec<(&str, String)> = vec![
+        ("kind", "'k'".into()),
+        ("queue", format!("'{queue}'")),
+        ("payload", "'{}'".into()),
+        ("state", "'available'".into()),
+        ("created_at", "0".into()),
+        ("run_at", "0".into()),
+    ];
+    row.retain(|(c, _)| !set.iter().any(|(s, _)| s == c));
+    row.extend(set.iter().map(|&(c, v)| (c, v.to_owned())));
+    let columns: Vec<&str> = row.iter().map(|(c, _)| *c).collect();
+    let values: Vec<&str> = row.iter().map(|(_, v)| v.as_str()).collect();
+    raw(
+        store,
+        &format!(
+            "INSERT INTO job_jobs ({}) VALUES ({})",
+            columns.join(", "),
+            values.join(", ")
+        ),
+    )
+    .await
+}
+
+#[tokio::test]
+async fn sqliteprobe_a_raw_row_no_worker_could_take_is_refused_naming_its_column() {
+    let db = TestSqlite::new().await;
+    let store = db.store();
+    let running = [
+        ("state", "'running'"),
+        ("lock_token", "x'00112233445566778899aabbccddeeff'"),
+        ("locked_until", "0"),
+    ];
+    let long_id = format!("'{}'", "w".repeat(129));
+    let cases: Vec<(&str, Vec<(&str, &str)>)> = vec![
+        ("attempt", vec![("attempt", "2147483647")]),
+        ("snoozes", vec![("snoozes", "2147483647")]),
+        ("max_attempts", vec![("max_attempts", "2147483648")]),
+        ("payload_version", vec![("payload_version", "2147483648")]),
+        ("run_at", vec![("run_at", "-9223372036854775808")]),
+        ("deadline", vec![("deadline", "9223372036854775807")]),
+        ("created_at", vec![("created_at", "253402300800000000")]),
+        ("attempt", running.to_vec()),
+        (
+            "locked_by",
+            [
+                &running[..],
+                &[("attempt", "1"), ("locked_by", long_id.as_str())],
+            ]
+            .concat(),
+        ),
+    ];
+    for (column, set) in cases {
+        let err = insert_raw(&store, "q", &set).await;
+        let err = err.expect_err(&format!("refused: {set:?}")).to_string();
+        assert!(err.contains(&format!("`{column}`")), "{column}: {err}");
+    }
+
+    insert_raw(&store, "q", &[]).await.unwrap();
+    let err = raw(&store, "UPDATE job_jobs SET attempt = 2147483647")
+        .await
+        .expect_err("a raw update too");
+    assert!(err.to_string().contains("`attempt`"), "{err}");
+
+    // At the bound: stored, and passed over by the claim, which takes the rest of its queue.
+    insert_raw(
+        &store,
+        "q",
+        &[("attempt", "2147483646"), ("snoozes", "2147483646")],
+    )
+    .await
+    .unwrap();
+    let claimed = claim(&store, "k", "q").await;
+    assert_eq!(claimed.len(), 1, "the ordinary row: {claimed:?}");
+    db.close().await;
+}
+
+#[tokio::test]
+async fn sqliteprobe_rows_written_raw_before_the_bounds_never_stop_a_claim() {
+    let db = TestSqlite::new().await;
+    let store = db.store();
+    // As a file written before migration 0006 holds them.
+    raw(&store, "DROP TRIGGER IF EXISTS job_jobs_bounds_insert")
+        .await
+        .unwrap();
+    for set in [
+        ("attempt", "2147483647"),
+        ("max_attempts", "9999999999"),
+        ("snoozes", "9999999999"),
+        ("run_at", "-9223372036854775808"),
+    ] {
+        insert_raw(&store, "q", &[set]).await.unwrap();
+    }
+    let ordinary = NewJob {
+        queue: "q".into(),
+        ..NewJob::new("k", "{}")
+    };
+    let ordinary = store.enqueue(ordinary).await;
+    let ordinary = ordinary.unwrap();
+    let claimed = store.claim(&request("k", "q")).await;
+    let claimed = claimed.expect("the claim reads past what it could not take");
+    let ids: Vec<i64> = claimed.iter().map(|j| j.lease.id).collect();
+    assert!(ids.contains(&ordinary), "{ids:?}");
+    assert_eq!(ids.len(), 2, "the ordinary row and the early one: {ids:?}");
+    db.close().await;
+}

@@ -122,7 +122,9 @@ pub(crate) async fn claim(
     let mut claimed = Vec::with_capacity(picked.len());
     for p in picked {
         // How long it had been due, on the database's clock (the first part of its wait).
-        let waited = Duration::from_micros(u64::try_from(now - p.run_at).unwrap_or(0));
+        // Saturating: a run_at written raw before migration 0006 may be anything.
+        let waited =
+            Duration::from_micros(u64::try_from(now.saturating_sub(p.run_at)).unwrap_or(0));
         let lease = request
             .kinds
             .iter()

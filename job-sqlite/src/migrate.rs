@@ -44,6 +44,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "payload_limit",
         sql: include_str!("../migrations/0005_payload_limit.sql"),
     },
+    Migration {
+        version: 6,
+        name: "counters_and_times",
+        sql: include_str!("../migrations/0006_counters_and_times.sql"),
+    },
 ];
 
 /// Brings the schema in `pool`'s database up to date: applies every migration not recorded

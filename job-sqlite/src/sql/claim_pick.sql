@@ -2,7 +2,8 @@
 -- each at most the newest payload version that kind's worker decodes, in claim order
 -- (priority, run time, id), at most ?4; ?3 is the database's now. Skipped: jobs past their
 -- deadline (the pruner discards them) and jobs whose cancellation was requested (the pruner
--- cancels them). Runs inside the claim's immediate transaction: no other writer can take
+-- cancels them), and rows whose next attempt or counts a worker could not hold (written raw
+-- before migration 0006, or at `attempt` 2147483646). Runs inside the claim's immediate transaction: no other writer can take
 -- these rows before claim_take.sql does.
 SELECT j.id, j.kind, j.priority, j.run_at
 FROM job_jobs j
@@ -14,5 +15,8 @@ WHERE j.state IN ('available', 'scheduled', 'retryable')
   AND j.payload_version <= k.version
   AND (j.deadline IS NULL OR j.deadline > ?3)
   AND j.cancel_requested = 0
+  AND j.attempt < 2147483646
+  AND j.max_attempts <= 2147483647
+  AND j.snoozes <= 2147483647
 ORDER BY j.priority, j.run_at, j.id
 LIMIT ?4
