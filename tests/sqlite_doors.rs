@@ -285,3 +285,37 @@ async fn sqliteprobe_rows_written_raw_before_the_bounds_never_stop_a_claim() {
     assert_eq!(ids.len(), 2, "the ordinary row and the early one: {ids:?}");
     db.close().await;
 }
+
+#[tokio::test]
+async fn sqliteprobe_a_file_that_cannot_be_opened_or_written_is_named_in_the_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("no-such-directory").join("jobs.sqlite");
+    let garbage = dir.path().join("not-a-database.sqlite");
+    std::fs::write(&garbage, "x".repeat(4096)).unwrap();
+    let a_directory = dir.path().join("a-directory");
+    std::fs::create_dir(&a_directory).unwrap();
+    for path in [&missing, &garbage, &a_directory] {
+        let err = SqliteStore::open(path)
+            .await
+            .expect_err("not a database file");
+        let shown = err.to_string();
+        assert!(
+            shown.contains(&path.display().to_string()),
+            "the error names the file: {shown}"
+        );
+    }
+
+    // A read-only file (as root, file permissions do not stop a write: open it read-only).
+    let read_only = dir.path().join("read-only.sqlite");
+    std::fs::write(&read_only, "").unwrap();
+    let options = SqliteStore::options(&read_only).read_only(true);
+    let err = match SqliteStore::connect_with(options).await {
+        Err(err) => err,
+        Ok(store) => store.migrate().await.expect_err("nothing can be written"),
+    };
+    let shown = err.to_string();
+    assert!(
+        shown.contains(&read_only.display().to_string()) && shown.contains("readonly"),
+        "the error names the file and why: {shown}"
+    );
+}

@@ -8,6 +8,17 @@ pub enum Error {
     /// Could not open the database file.
     #[error("could not open sqlite database: {0}")]
     Connect(#[source] sqlx::Error),
+    /// Opening or migrating the database file at `path` failed (a missing directory, a file
+    /// that is not a database, a read-only file, ...): the error names the file, which
+    /// SQLite's own words ("unable to open database file") do not.
+    #[error("sqlite database `{}`: {source}", path.display())]
+    File {
+        /// The database file.
+        path: std::path::PathBuf,
+        /// What failed.
+        #[source]
+        source: Box<Error>,
+    },
     /// A statement failed (the database busy past the busy timeout, a constraint, ...).
     #[error("statement `{statement}` failed: {source}")]
     Query {
@@ -48,6 +59,14 @@ pub enum Error {
 }
 
 impl Error {
+    /// `self`, which happened opening or migrating the file at `path`, naming it.
+    pub(crate) fn in_file(self, path: &std::path::Path) -> Error {
+        Error::File {
+            path: path.to_path_buf(),
+            source: Box::new(self),
+        }
+    }
+
     pub(crate) fn query(statement: &'static str) -> impl FnOnce(sqlx::Error) -> Error {
         move |source| Error::Query { statement, source }
     }
@@ -57,6 +76,9 @@ impl Error {
     /// a value too big, a type mismatch. A busy or locked database, an I/O error or a closed
     /// pool is not a refusal: it passes.
     pub fn is_refusal(&self) -> bool {
+        if let Error::File { source, .. } = self {
+            return source.is_refusal();
+        }
         let Error::Query { source, .. } = self else {
             return false;
         };

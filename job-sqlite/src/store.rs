@@ -79,7 +79,7 @@ impl SqliteStore {
     }
 
     /// Opens a pool with `options`, without migrating. Every connection it opens carries the
-    /// hooks of the in-process wake-ups.
+    /// hooks of the in-process wake-ups. A failure names the file ([`Error::File`]).
     pub async fn connect_with(options: SqliteConnectOptions) -> Result<Self, Error> {
         let shared = Arc::new(Shared {
             options,
@@ -89,7 +89,7 @@ impl SqliteStore {
         let pool = pool_options(&shared, POOL_SIZE)
             .connect_with(shared.options.clone())
             .await
-            .map_err(Error::Connect)?;
+            .map_err(|e| Error::Connect(e).in_file(shared.options.get_filename()))?;
         Ok(SqliteStore {
             pool,
             shared,
@@ -122,9 +122,12 @@ impl SqliteStore {
         self.shared.options.get_filename().to_path_buf()
     }
 
-    /// Brings the schema up to date; see [`migrate::migrate`].
+    /// Brings the schema up to date; see [`migrate::migrate`]. A failure names the file
+    /// ([`Error::File`]).
     pub async fn migrate(&self) -> Result<(), Error> {
-        migrate::migrate(&self.pool).await
+        migrate::migrate(&self.pool)
+            .await
+            .map_err(|e| e.in_file(&self.path()))
     }
 
     /// Begins an immediate transaction after this process's earlier writes.
