@@ -319,3 +319,80 @@ async fn sqliteprobe_a_file_that_cannot_be_opened_or_written_is_named_in_the_err
         "the error names the file and why: {shown}"
     );
 }
+
+#[tokio::test]
+async fn sqliteprobe_a_raw_row_breaking_the_name_tag_key_or_payload_rules_is_refused() {
+    let db = TestSqlite::new().await;
+    let store = db.store();
+    let many_tags = format!(
+        "json_array({})",
+        (0..33)
+            .map(|i| format!("'t{i}'"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let cases: Vec<(&str, Vec<(&str, &str)>)> = vec![
+        ("kind", vec![("kind", "'a' || char(10) || 'b'")]),
+        ("kind", vec![("kind", "'a' || char(8203) || 'b'")]),
+        ("queue", vec![("queue", "'q' || char(0) || 'r'")]),
+        ("tenant", vec![("tenant", "'t' || char(8238)")]),
+        ("tags", vec![("tags", "'[1, 2]'")]),
+        ("tags", vec![("tags", "'[\"a b\"]'")]),
+        ("tags", vec![("tags", many_tags.as_str())]),
+        (
+            "unique_key",
+            vec![
+                ("unique_key", "'k' || char(0) || 'x'"),
+                ("unique_scope", "'finished'"),
+            ],
+        ),
+        ("payload", vec![("payload", r#"'{"a": "x\u0000y"}'"#)]),
+        ("payload", vec![("payload", r#"'{"a": "\\\u0000"}'"#)]),
+    ];
+    for (column, set) in cases {
+        let err = insert_raw(&store, "q", &set).await;
+        let err = err.expect_err(&format!("refused: {set:?}")).to_string();
+        assert!(err.contains(&format!("`{column}`")), "{column}: {err}");
+    }
+    // What the rules allow is stored: an escaped backslash before `u0000`, names in any
+    // script, tags.
+    insert_raw(
+        &store,
+        "q",
+        &[
+            ("payload", r#"'{"a": "\\u0000"}'"#),
+            ("kind", "'ünïcødé.名前'"),
+            ("tags", "'[\"a\", \"b\"]'"),
+        ],
+    )
+    .await
+    .unwrap();
+    let err = raw(&store, "UPDATE job_jobs SET queue = 'a b'")
+        .await
+        .expect_err("a raw update too");
+    assert!(err.to_string().contains("`queue`"), "{err}");
+    db.close().await;
+}
+
+/// The GLOB class of migration 0007 refuses exactly the characters `job_core::name_problem`
+/// refuses, over every code point (NUL is checked apart).
+#[tokio::test]
+async fn sqliteprobe_the_sql_name_rule_matches_the_rust_one_over_every_code_point() {
+    let db = TestSqlite::new().await;
+    let store = db.store();
+    let refused: Vec<i64> = sqlx::query_scalar(
+        "WITH RECURSIVE c(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM c WHERE n < 1114111) \
+         SELECT n FROM c WHERE (n < 55296 OR n > 57343) \
+           AND ('x' || char(n)) GLOB (SELECT pattern FROM job_forbidden_in_names)",
+    )
+    .fetch_all(store.pool())
+    .await
+    .unwrap();
+    let expected: Vec<i64> = (1..=0x10FFFFu32)
+        .filter_map(char::from_u32)
+        .filter(|c| job::name_problem(&format!("x{c}")).is_some())
+        .map(|c| i64::from(u32::from(c)))
+        .collect();
+    assert_eq!(refused, expected);
+    db.close().await;
+}

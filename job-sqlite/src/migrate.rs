@@ -49,6 +49,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "counters_and_times",
         sql: include_str!("../migrations/0006_counters_and_times.sql"),
     },
+    Migration {
+        version: 7,
+        name: "names",
+        sql: include_str!("../migrations/0007_names.sql"),
+    },
 ];
 
 /// Brings the schema in `pool`'s database up to date: applies every migration not recorded
