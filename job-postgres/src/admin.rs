@@ -154,8 +154,9 @@ impl TenantAdmin {
         &self.tenant
     }
 
-    /// The store behind this handle, for the scoped reads of `inspect.rs`.
-    pub(crate) fn store(&self) -> &PgStore {
+    /// The store behind this handle (every tenant's jobs): the dashboard opens its own
+    /// connections from its pool's connect options.
+    pub fn store(&self) -> &PgStore {
         &self.store
     }
 
