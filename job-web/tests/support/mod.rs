@@ -19,14 +19,16 @@ pub struct Answer {
 
 async fn send(router: &Router, request: Request<Body>) -> Answer {
     let response = router.clone().oneshot(request).await.unwrap();
-    let header = |name| {
-        response
-            .headers()
-            .get(name)
-            .map(|v: &axum::http::HeaderValue| v.to_str().unwrap().to_owned())
+    // In a block of its own, so that the future stays `Send` (tests run requests at once).
+    let (location, set_cookie) = {
+        let header = |name| {
+            response
+                .headers()
+                .get(name)
+                .map(|v: &axum::http::HeaderValue| v.to_str().unwrap().to_owned())
+        };
+        (header(header::LOCATION), header(header::SET_COOKIE))
     };
-    let location = header(header::LOCATION);
-    let set_cookie = header(header::SET_COOKIE);
     let status = response.status();
     let body = axum::body::to_bytes(response.into_body(), 16 << 20)
         .await
