@@ -85,7 +85,7 @@ pub(crate) async fn cancel(
     let id = form
         .id
         .ok_or_else(|| WebError::bad_request("`id` is required"))?;
-    let done = match app.scope.cancel(id).await? {
+    let done = match app.scope().cancel(id).await? {
         Cancelled::Now => "cancelled",
         Cancelled::Requested => "cancel_requested",
         Cancelled::AlreadyFinished(_) => "already_finished",
@@ -102,7 +102,7 @@ pub(crate) async fn redrive(
 ) -> Result<Response, WebError> {
     authorize(&app, &headers, &form)?;
     let filter = target(&form)?;
-    let out = app.scope.redrive(&filter).await?;
+    let out = app.scope().redrive(&filter).await?;
     let n = out.redriven.len().to_string();
     let done = if out.skipped.is_empty() {
         "redriven"
@@ -128,7 +128,7 @@ pub(crate) async fn purge(
             "purging every matching dead letter needs the confirmation box ticked",
         ));
     }
-    let n = app.scope.purge(&filter).await?.to_string();
+    let n = app.scope().purge(&filter).await?.to_string();
     Ok(redirect(&base, "/dead", &[("done", "purged"), ("n", &n)]))
 }
 
@@ -146,13 +146,13 @@ fn pause_target(form: &ActionForm) -> Result<Pause, WebError> {
 }
 
 async fn set_paused(app: &App, form: &ActionForm, pause: bool) -> Result<&'static str, WebError> {
-    if app.scope.tenant().is_some() {
+    if app.scope().tenant().is_some() {
         return Err(WebError::forbidden(
             "pausing and resuming act on every tenant's jobs: not from a tenant's dashboard",
         ));
     }
     let what = pause_target(form)?;
-    let changed = app.scope.set_paused(&what, pause).await?;
+    let changed = app.scope().set_paused(&what, pause).await?;
     Ok(match (pause, changed) {
         (true, true) => "paused",
         (true, false) => "already_paused",

@@ -1,6 +1,6 @@
 //! [`Dashboard`]: the configuration and the router.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use axum::http::{header, HeaderMap, HeaderValue};
@@ -13,7 +13,7 @@ use crate::auth::{Operator, Session};
 use crate::base::Base;
 use crate::scope::Scope;
 use crate::throttle::LoginThrottle;
-use crate::{actions, deadline, pages};
+use crate::{actions, connections, deadline, pages};
 
 /// How the dashboard reads.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,12 +29,23 @@ pub struct DashboardConfig {
     /// How far back the queues page counts finished jobs as its throughput. Defaults to 5
     /// minutes.
     pub recent_window: Duration,
-    /// How long a page or an action may wait for the database (a lock, a connection from the
-    /// pool) before it is answered 503 "the database did not answer within ..." instead. An
-    /// action cut short may or may not have been done; a statement already sent keeps waiting
-    /// on its connection until it gets its lock or the pool's own `statement_timeout` ends it.
-    /// Defaults to 5 seconds.
+    /// How long a page or an action may wait for the database (a lock, a connection) before it
+    /// is answered 503 "the database did not answer within ..." instead. The database itself
+    /// ends each of the request's statements before that: the dashboard's connections get,
+    /// as `statement_timeout`, what is left of the request's time less a margin (a fifth of
+    /// `answer_within`, at most 0.5 s). So a page or an action cut short leaves nothing
+    /// running or waiting for a lock on the server, and an action cut short was not done: the
+    /// page says "the action was not done (the database stopped it)". Only an answer that does
+    /// not come from the database within `answer_within` (a lost network) says the action
+    /// "may or may not have been done". Defaults to 5 seconds.
     pub answer_within: Duration,
+    /// Connections the dashboard opens for itself, at most, from the connect options of the
+    /// store's pool (URL, role, TLS, `options`; not hooks set on the application's pool
+    /// options), named `<application_name>: job dashboard`: it never uses the application's
+    /// pool, so a stalled page cannot take a connection the application needs. None is opened
+    /// before a page needs it, and none is kept a minute unused. Count them in the server's
+    /// `max_connections`. 0 is taken as 1. Defaults to 4.
+    pub connections: u32,
     /// Marks the session cookie `Secure` (sent over HTTPS only). Defaults to false, so that a
     /// dashboard on `http://127.0.0.1` works; set it behind HTTPS.
     pub secure_cookie: bool,
@@ -48,6 +59,7 @@ impl Default for DashboardConfig {
             count_cap: 10_000,
             recent_window: Duration::from_secs(300),
             answer_within: Duration::from_secs(5),
+            connections: 4,
             secure_cookie: false,
         }
     }
@@ -99,8 +111,12 @@ impl Dashboard {
     /// The dashboard's routes, to serve or to `nest` into an application's router.
     pub fn router(self) -> Router {
         let within = self.config.answer_within;
+        if self.config.connections == 0 {
+            tracing::warn!("job-web: DashboardConfig::connections is 0: the dashboard opens 1");
+        }
         let app = Arc::new(App {
-            scope: self.scope,
+            given: self.scope,
+            scope: OnceLock::new(),
             operator: self.operator,
             config: self.config,
             logins: LoginThrottle::new(Instant::now()),
@@ -130,7 +146,12 @@ impl Dashboard {
 /// The dashboard's shared state.
 #[derive(Debug)]
 pub(crate) struct App {
-    pub(crate) scope: Scope,
+    /// The scope as the application gave it, on the application's pool: only its connect
+    /// options are used.
+    given: Scope,
+    /// The same scope on the dashboard's own connections, made by the first request (inside
+    /// the runtime, which the pool's maintenance needs).
+    scope: OnceLock<Scope>,
     pub(crate) operator: Option<Operator>,
     pub(crate) config: DashboardConfig,
     /// Wrong logins, to refuse logging in after too many.
@@ -159,6 +180,14 @@ impl Ctx {
 }
 
 impl App {
+    /// What the dashboard reaches, on its own connections (see `connections.rs`).
+    pub(crate) fn scope(&self) -> &Scope {
+        self.scope.get_or_init(|| {
+            self.given
+                .on(connections::store(self.given.store(), &self.config))
+        })
+    }
+
     pub(crate) fn session(&self, headers: &HeaderMap) -> Option<(&Operator, Session)> {
         let operator = self.operator.as_ref()?;
         Some((operator, operator.session(headers)?))
@@ -171,7 +200,7 @@ impl App {
                 .session(headers)
                 .map(|(operator, session)| operator.csrf(&session)),
             has_operator: self.operator.is_some(),
-            tenant: self.scope.tenant().map(str::to_owned),
+            tenant: self.given.tenant().map(str::to_owned),
         }
     }
 }

@@ -1,17 +1,21 @@
 //! The bound on every request's wait ([`DashboardConfig::answer_within`]): a page or an action
 //! that has not answered by then (the database holds a lock it waits for, or gives no
-//! connection) is answered 503 rather than left hanging.
+//! connection) is answered 503 rather than left hanging. The database gives up on the
+//! request's statements a little before that bound (see `connections.rs`), so the 503 usually
+//! comes from its error, after the statement was stopped; this timeout is the last resort
+//! (a database that does not even answer that), and says it does not know what was done.
 //!
 //! [`DashboardConfig::answer_within`]: crate::DashboardConfig::answer_within
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::extract::{Request, State};
 use axum::http::{Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use crate::error::WebError;
+use crate::connections;
+use crate::error::{GaveUp, WebError};
 
 pub(crate) async fn bound(
     State(within): State<Duration>,
@@ -19,7 +23,18 @@ pub(crate) async fn bound(
     next: Next,
 ) -> Response {
     let acts = request.method() == Method::POST;
-    match tokio::time::timeout(within, next.run(request)).await {
+    let deadline = Instant::now() + within;
+    let run = connections::until(deadline, next.run(request));
+    match tokio::time::timeout(within, run).await {
+        Ok(response) if response.extensions().get::<GaveUp>().is_some() => {
+            tracing::warn!(within = ?within, "job-web: the database gave up on a request's statement at its bound");
+            let then = if acts {
+                ": the action was not done (the database stopped it), try again"
+            } else {
+                ": try again"
+            };
+            unanswered(within, then)
+        }
         Ok(response) => response,
         Err(_) => {
             tracing::warn!(within = ?within, "job-web: a request timed out waiting for the database");
@@ -28,16 +43,21 @@ pub(crate) async fn bound(
             } else {
                 ": try again"
             };
-            WebError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                format!(
-                    "the database did not answer within {}{then}",
-                    seconds(within)
-                ),
-            )
-            .into_response()
+            unanswered(within, then)
         }
     }
+}
+
+/// The 503 of a request the database did not answer within `within`.
+fn unanswered(within: Duration, then: &str) -> Response {
+    WebError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        format!(
+            "the database did not answer within {}{then}",
+            seconds(within)
+        ),
+    )
+    .into_response()
 }
 
 /// `5 s`, `1.5 s`, `0.2 s`.

@@ -9,13 +9,22 @@ use maud::html;
 pub(crate) struct WebError {
     pub(crate) status: StatusCode,
     pub(crate) message: String,
+    /// The database gave up on a statement at the request's bound (see `connections.rs`):
+    /// `deadline::bound` words the answer.
+    gave_up: bool,
 }
+
+/// Marks an answer whose statement the database gave up on at the request's bound, or that
+/// found no connection within it: nothing of it was done.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct GaveUp;
 
 impl WebError {
     pub(crate) fn new(status: StatusCode, message: impl Into<String>) -> WebError {
         WebError {
             status,
             message: message.into(),
+            gave_up: false,
         }
     }
 
@@ -30,6 +39,12 @@ impl WebError {
 
 impl From<job::StoreError> for WebError {
     fn from(e: job::StoreError) -> WebError {
+        if gave_up(&e) {
+            return WebError {
+                gave_up: true,
+                ..WebError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
+            };
+        }
         tracing::error!(error = %e, "job-web: store error");
         WebError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
     }
@@ -44,6 +59,27 @@ impl IntoResponse for WebError {
                 body { h1 { (self.status) } p.error { (self.message) } }
             }
         };
-        (self.status, Html(page.into_string())).into_response()
+        let mut response = (self.status, Html(page.into_string())).into_response();
+        if self.gave_up {
+            response.extensions_mut().insert(GaveUp);
+        }
+        response
+    }
+}
+
+/// Whether the database ended the statement at its `statement_timeout` (or `lock_timeout`),
+/// or the pool gave no connection in time: the statement did nothing (it was rolled back, or
+/// never sent).
+fn gave_up(e: &job::StoreError) -> bool {
+    let Some(job_postgres::Error::Query { source, .. }) =
+        e.inner().downcast_ref::<job_postgres::Error>()
+    else {
+        return false;
+    };
+    match source {
+        sqlx::Error::PoolTimedOut => true,
+        // query_canceled (57014: statement_timeout), lock_not_available (55P03: lock_timeout).
+        sqlx::Error::Database(db) => matches!(db.code().as_deref(), Some("57014" | "55P03")),
+        _ => false,
     }
 }

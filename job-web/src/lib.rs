@@ -9,7 +9,9 @@
 //! POST carrying a CSRF token tied to the operator's session. Every value shown from a payload,
 //! an error or a step output is escaped, and the pages need no JavaScript. Mounted with a
 //! [`TenantAdmin`](job_postgres::TenantAdmin) ([`Dashboard::for_tenant`]), it shows and touches
-//! that tenant's jobs only.
+//! that tenant's jobs only. It runs its statements on connections of its own
+//! ([`DashboardConfig::connections`]), never the application's pool, and the database stops
+//! each one when its request runs out of time ([`DashboardConfig::answer_within`]).
 //!
 //! ```no_run
 //! # async fn demo(store: job::PgStore) -> std::io::Result<()> {
@@ -27,6 +29,7 @@
 mod actions;
 mod auth;
 mod base;
+mod connections;
 mod dashboard;
 mod deadline;
 mod error;

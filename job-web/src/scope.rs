@@ -14,6 +14,22 @@ pub(crate) enum Scope {
 }
 
 impl Scope {
+    /// The same scope on `store`'s connections (the dashboard's own: see `connections.rs`).
+    pub(crate) fn on(&self, store: PgStore) -> Scope {
+        match self {
+            Scope::All(_) => Scope::All(store),
+            Scope::Tenant(t) => Scope::Tenant(store.for_tenant(t.tenant())),
+        }
+    }
+
+    /// The store whose connect options the dashboard's own connections are made from.
+    pub(crate) fn store(&self) -> &PgStore {
+        match self {
+            Scope::All(s) => s,
+            Scope::Tenant(t) => t.store(),
+        }
+    }
+
     /// The tenant the dashboard is limited to, if any.
     pub(crate) fn tenant(&self) -> Option<&str> {
         match self {

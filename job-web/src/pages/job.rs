@@ -24,10 +24,10 @@ pub(crate) async fn page(
     Query(notice): Query<Notice>,
 ) -> Result<Html<String>, WebError> {
     let ctx = app.ctx(base, &headers);
-    let Some(job) = app.scope.get(id).await? else {
+    let Some(job) = app.scope().get(id).await? else {
         return Err(WebError::new(StatusCode::NOT_FOUND, format!("no job {id}")));
     };
-    let steps = app.scope.steps(id).await?;
+    let steps = app.scope().steps(id).await?;
     let body = html! {
         h1 { "Job " (job.id) " " (state_badge(job.state, job.stuck_since.is_some())) }
         (actions(&ctx, &job))

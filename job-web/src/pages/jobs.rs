@@ -77,7 +77,7 @@ pub(crate) async fn page(
     let ctx = app.ctx(base, &headers);
     let filter = query.filter(None)?;
     let page = app
-        .scope
+        .scope()
         .page(&request(&app.config, filter, query.before))
         .await?;
     let body = html! {
@@ -100,7 +100,7 @@ pub(crate) async fn dead_letters(
     let ctx = app.ctx(base, &headers);
     let filter = query.filter(Some(JobState::Discarded))?;
     let page = app
-        .scope
+        .scope()
         .page(&request(&app.config, filter, query.before))
         .await?;
     let mut filter_fields = query.pairs();

@@ -22,10 +22,10 @@ pub(crate) async fn page(
 ) -> Result<Html<String>, WebError> {
     let ctx = app.ctx(base, &headers);
     let overview = app
-        .scope
+        .scope()
         .overview(app.config.count_cap, app.config.recent_window)
         .await?;
-    let pauses = app.scope.pauses().await?;
+    let pauses = app.scope().pauses().await?;
     let paused: Vec<&Pause> = pauses.iter().map(|p| &p.what).collect();
     let queue_paused = |name: &str| {
         paused
