@@ -59,7 +59,7 @@ fn discard(job: &ClaimedJob, message: &str) -> Finalize {
 }
 
 #[tokio::test]
-async fn sqliteprobe_a_payload_over_the_limit_is_refused_at_every_door() {
+async fn a_payload_over_the_limit_is_refused_at_every_door() {
     let db = TestSqlite::new().await;
     let store = db.store();
     let over = payload_of(DEFAULT_PAYLOAD_LIMIT + 1);
@@ -125,7 +125,7 @@ async fn sqliteprobe_a_payload_over_the_limit_is_refused_at_every_door() {
 }
 
 #[tokio::test]
-async fn sqliteprobe_a_compensating_job_omits_a_payload_whose_wrapping_is_over_the_limit() {
+async fn a_compensating_job_omits_a_payload_whose_wrapping_is_over_the_limit() {
     let db = TestSqlite::new().await;
     let store = db.store();
     let undo = job::Compensate {
@@ -204,7 +204,7 @@ async fn insert_raw(
 }
 
 #[tokio::test]
-async fn sqliteprobe_a_raw_row_no_worker_could_take_is_refused_naming_its_column() {
+async fn a_raw_row_no_worker_could_take_is_refused_naming_its_column() {
     let db = TestSqlite::new().await;
     let store = db.store();
     let running = [
@@ -257,7 +257,7 @@ async fn sqliteprobe_a_raw_row_no_worker_could_take_is_refused_naming_its_column
 }
 
 #[tokio::test]
-async fn sqliteprobe_rows_written_raw_before_the_bounds_never_stop_a_claim() {
+async fn rows_written_raw_before_the_bounds_never_stop_a_claim() {
     let db = TestSqlite::new().await;
     let store = db.store();
     // As a file written before migration 0006 holds them.
@@ -287,7 +287,7 @@ async fn sqliteprobe_rows_written_raw_before_the_bounds_never_stop_a_claim() {
 }
 
 #[tokio::test]
-async fn sqliteprobe_a_file_that_cannot_be_opened_or_written_is_named_in_the_error() {
+async fn a_file_that_cannot_be_opened_or_written_is_named_in_the_error() {
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join("no-such-directory").join("jobs.sqlite");
     let garbage = dir.path().join("not-a-database.sqlite");
@@ -321,7 +321,7 @@ async fn sqliteprobe_a_file_that_cannot_be_opened_or_written_is_named_in_the_err
 }
 
 #[tokio::test]
-async fn sqliteprobe_a_raw_row_breaking_the_name_tag_key_or_payload_rules_is_refused() {
+async fn a_raw_row_breaking_the_name_tag_key_or_payload_rules_is_refused() {
     let db = TestSqlite::new().await;
     let store = db.store();
     let many_tags = format!(
@@ -377,7 +377,7 @@ async fn sqliteprobe_a_raw_row_breaking_the_name_tag_key_or_payload_rules_is_ref
 /// The GLOB class of migration 0007 refuses exactly the characters `job_core::name_problem`
 /// refuses, over every code point (NUL is checked apart).
 #[tokio::test]
-async fn sqliteprobe_the_sql_name_rule_matches_the_rust_one_over_every_code_point() {
+async fn the_sql_name_rule_matches_the_rust_one_over_every_code_point() {
     let db = TestSqlite::new().await;
     let store = db.store();
     let refused: Vec<i64> = sqlx::query_scalar(
@@ -394,5 +394,75 @@ async fn sqliteprobe_the_sql_name_rule_matches_the_rust_one_over_every_code_poin
         .map(|c| i64::from(u32::from(c)))
         .collect();
     assert_eq!(refused, expected);
+    db.close().await;
+}
+
+#[tokio::test]
+async fn a_row_stored_before_the_rules_is_discarded_with_its_compensation() {
+    // A row written raw before migration 0007 may hold a NUL in its payload and a tenant the
+    // rules refuse. Its compensating job, which would carry both, was refused by the rules,
+    // and with it the discard: the job could never end. The compensation now leaves out what
+    // the rules refuse, and a raw compensation row with a refused name is refused itself.
+    let db = TestSqlite::new().await;
+    let store = db.store();
+    let undo = job::Compensate {
+        kind: "probe.undo",
+        queue: "undo",
+    };
+    store
+        .register_kinds(&[("k".to_owned(), Some(undo))])
+        .await
+        .unwrap();
+    // As before 0007: the insert rule dropped, the row written, the rule put back.
+    let (rule,): (String,) = sqlx::query_as(
+        "SELECT sql FROM sqlite_master WHERE type = 'trigger' AND name = 'job_jobs_names_insert'",
+    )
+    .fetch_one(store.pool())
+    .await
+    .unwrap();
+    let mut conn = store.pool().acquire().await.unwrap();
+    let mut tx = sqlx::Connection::begin(&mut *conn).await.unwrap();
+    for sql in [
+        "DROP TRIGGER job_jobs_names_insert",
+        "INSERT INTO job_jobs (kind, queue, payload, tenant, state, created_at, run_at)
+         VALUES ('k', 'default', '{\"a\":\"x\\u0000y\"}', 'bad tenant', 'available', 0, 0)",
+        &rule,
+    ] {
+        sqlx::query(sql).execute(&mut *tx).await.unwrap();
+    }
+    tx.commit().await.unwrap();
+    drop(conn);
+    let job = claim(&store, "k", "default").await.remove(0);
+    assert_eq!(
+        store.finalize(&[discard(&job, "no")]).await.unwrap(),
+        vec![Finalized::Applied],
+        "the discard went through"
+    );
+    let compensating = claim(&store, "probe.undo", "undo").await;
+    assert_eq!(compensating.len(), 1, "one compensating job");
+    let payload: serde_json::Value = serde_json::from_str(&compensating[0].payload).unwrap();
+    assert_eq!(payload["discarded"]["payload_omitted"], true);
+    assert_eq!(payload["discarded"]["error"]["message"], "no");
+    let (tenant,): (Option<String>,) =
+        sqlx::query_as("SELECT tenant FROM job_jobs WHERE kind = 'probe.undo'")
+            .fetch_one(store.pool())
+            .await
+            .unwrap();
+    assert_eq!(tenant, None);
+
+    for (kind, queue) in [("probe.undo\n", "undo"), ("probe.undo", "un do")] {
+        let refused = raw(
+            &store,
+            &format!(
+                "UPDATE job_compensations SET compensate_kind = '{kind}', compensate_queue = '{queue}'"
+            ),
+        )
+        .await
+        .unwrap_err();
+        assert!(
+            refused.to_string().contains("compensation refused"),
+            "{refused}"
+        );
+    }
     db.close().await;
 }

@@ -87,3 +87,92 @@ BEGIN
       AND (instr(CAST(NEW.payload AS BLOB), x'00') > 0
          OR instr(replace(NEW.payload, '\\', ''), '\u0000') > 0);
 END;
+
+-- job_compensations is written by workers from their kinds' options (names the Rust API
+-- checked); a raw write there is held to the same rules, since a compensating job of a kind
+-- or queue the rules refuse would make every discard of its kind fail.
+CREATE TRIGGER job_compensations_names
+BEFORE INSERT ON job_compensations
+FOR EACH ROW
+BEGIN
+    SELECT RAISE(ABORT, 'compensation refused: `compensate_kind` and `compensate_queue` must be 1 to 128 bytes, without whitespace, control or format characters')
+    WHERE length(CAST(NEW.compensate_kind AS BLOB)) NOT BETWEEN 1 AND 128
+       OR instr(CAST(NEW.compensate_kind AS BLOB), x'00') > 0
+       OR NEW.compensate_kind GLOB (SELECT pattern FROM job_forbidden_in_names)
+       OR length(CAST(NEW.compensate_queue AS BLOB)) NOT BETWEEN 1 AND 128
+       OR instr(CAST(NEW.compensate_queue AS BLOB), x'00') > 0
+       OR NEW.compensate_queue GLOB (SELECT pattern FROM job_forbidden_in_names);
+END;
+
+CREATE TRIGGER job_compensations_names_update
+BEFORE UPDATE OF compensate_kind, compensate_queue ON job_compensations
+FOR EACH ROW
+BEGIN
+    SELECT RAISE(ABORT, 'compensation refused: `compensate_kind` and `compensate_queue` must be 1 to 128 bytes, without whitespace, control or format characters')
+    WHERE length(CAST(NEW.compensate_kind AS BLOB)) NOT BETWEEN 1 AND 128
+       OR instr(CAST(NEW.compensate_kind AS BLOB), x'00') > 0
+       OR NEW.compensate_kind GLOB (SELECT pattern FROM job_forbidden_in_names)
+       OR length(CAST(NEW.compensate_queue AS BLOB)) NOT BETWEEN 1 AND 128
+       OR instr(CAST(NEW.compensate_queue AS BLOB), x'00') > 0
+       OR NEW.compensate_queue GLOB (SELECT pattern FROM job_forbidden_in_names);
+END;
+
+-- The compensating job never breaks the discard that inserts it. A row stored before these
+-- rules may hold what they refuse: its payload (or last error) with a NUL is left out of the
+-- wrapping, as an oversized one is (`payload_omitted: true`), and a tenant the rules refuse is
+-- not copied. A compensation row written raw before this migration with a name the rules
+-- refuse gives no compensating job (the worker that registers the kind rewrites the row).
+DROP TRIGGER job_jobs_compensate;
+CREATE TRIGGER job_jobs_compensate
+AFTER UPDATE OF state ON job_jobs
+FOR EACH ROW WHEN NEW.state = 'discarded' AND OLD.state IS NOT 'discarded'
+BEGIN
+    INSERT INTO job_jobs (kind, queue, payload, run_at, state, tenant, created_at)
+    SELECT c.compensate_kind, c.compensate_queue,
+           CASE WHEN length(CAST(w.whole AS BLOB)) <= s.payload_limit
+                     AND NOT n.payload_nul AND NOT n.error_nul THEN w.whole
+                WHEN length(CAST(w.omitted AS BLOB)) <= s.payload_limit
+                     AND NOT n.error_nul THEN w.omitted
+                ELSE w.bare END,
+           t.now, 'available',
+           CASE WHEN length(CAST(NEW.tenant AS BLOB)) BETWEEN 1 AND 128
+                     AND instr(CAST(NEW.tenant AS BLOB), x'00') = 0
+                     AND NOT NEW.tenant GLOB (SELECT pattern FROM job_forbidden_in_names)
+                THEN NEW.tenant END,
+           t.now
+    FROM job_compensations c,
+         job_settings s,
+         (SELECT CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000 AS now) t,
+         (SELECT instr(CAST(NEW.payload AS BLOB), x'00') > 0
+                 OR instr(replace(NEW.payload, '\\', ''), '\u0000') > 0 AS payload_nul,
+                 coalesce(instr(CAST(NEW.errors -> '$[#-1]' AS BLOB), x'00') > 0
+                          OR instr(replace(NEW.errors -> '$[#-1]', '\\', ''), '\u0000') > 0,
+                          0) AS error_nul) n,
+         (SELECT json_object('discarded', json_object(
+                     'job_id', NEW.id,
+                     'kind', NEW.kind,
+                     'payload', json(NEW.payload),
+                     'payload_omitted', json('false'),
+                     'error', json(NEW.errors -> '$[#-1]'))) AS whole,
+                 json_object('discarded', json_object(
+                     'job_id', NEW.id,
+                     'kind', NEW.kind,
+                     'payload', NULL,
+                     'payload_omitted', json('true'),
+                     'error', json(NEW.errors -> '$[#-1]'))) AS omitted,
+                 json_object('discarded', json_object(
+                     'job_id', NEW.id,
+                     'kind', NEW.kind,
+                     'payload', NULL,
+                     'payload_omitted', json('true'),
+                     'error', NULL)) AS bare) w
+    WHERE c.kind = NEW.kind
+      AND s.one = 1
+      AND length(CAST(w.bare AS BLOB)) <= s.payload_limit
+      AND length(CAST(c.compensate_kind AS BLOB)) BETWEEN 1 AND 128
+      AND instr(CAST(c.compensate_kind AS BLOB), x'00') = 0
+      AND NOT c.compensate_kind GLOB (SELECT pattern FROM job_forbidden_in_names)
+      AND length(CAST(c.compensate_queue AS BLOB)) BETWEEN 1 AND 128
+      AND instr(CAST(c.compensate_queue AS BLOB), x'00') = 0
+      AND NOT c.compensate_queue GLOB (SELECT pattern FROM job_forbidden_in_names);
+END;
