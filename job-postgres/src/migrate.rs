@@ -137,6 +137,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "dependency_wake",
         sql: include_str!("../migrations/0023_dependency_wake.sql"),
     },
+    Migration {
+        version: 24,
+        name: "jit_off",
+        sql: include_str!("../migrations/0024_jit_off.sql"),
+    },
 ];
 
 /// The whole schema as one plain SQL script, for a DBA or a team without Rust:

@@ -187,7 +187,18 @@ impl Store for PgStore {
         // One connection is opened at once and kept open (reopened in the background when
         // lost), so the first heartbeat or claim does not pay for a connect, which under load
         // can take longer than a heartbeat period.
+        // JIT compilation off for the session: every statement the worker sends is short, and
+        // a generic plan estimated above jit_above_cost on a large table spent 35 ms compiling
+        // a claim that runs in 1 (migration 0024, which turns it off in the functions too). A
+        // statement, not a startup option, so that a pooler that refuses unknown startup
+        // parameters still lets the worker in.
         let pool = pool_options()
+            .after_connect(|conn, _meta| {
+                Box::pin(async move {
+                    sqlx::Executor::execute(conn, crate::sql::JIT_OFF_SESSION).await?;
+                    Ok(())
+                })
+            })
             .max_connections(connections.max(1))
             .min_connections(1)
             .idle_timeout(Some(std::time::Duration::from_secs(60)))
