@@ -142,6 +142,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "jit_off",
         sql: include_str!("../migrations/0024_jit_off.sql"),
     },
+    Migration {
+        version: 25,
+        name: "raw_bounds",
+        sql: include_str!("../migrations/0025_raw_bounds.sql"),
+    },
 ];
 
 /// The whole schema as one plain SQL script, for a DBA or a team without Rust:

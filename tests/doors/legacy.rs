@@ -134,3 +134,95 @@ async fn rows_written_before_the_rules_survive_the_migration_and_still_run() {
     assert_eq!(store.cancel(ids[4]).await.unwrap(), job::Cancelled::Now);
     db.close().await;
 }
+
+#[tokio::test]
+async fn rows_stored_before_the_raw_bounds_keep_running_and_their_histories_are_cut() {
+    // Before migration 0023 a row could hold an error history of any size (a raw write, or a
+    // build before migration 0004) and any 55 characters as its trace, and the settings row
+    // could be deleted. Such rows still claim, complete, rescue and cancel: job.push_error
+    // cuts what it keeps, and an update that leaves `errors` as it was is not refused.
+    let db = TestDb::new().await;
+    let pool = db.pool();
+    migrate_up_to(&pool, 22).await;
+    let history = "(SELECT jsonb_agg(jsonb_build_object('attempt', i, 'at', now(), 'class',
+                    'error', 'message', repeat('m', 100000))) FROM generate_series(1, 25) i)";
+    let trace = "repeat('z', 55)";
+    let ids: Vec<i64> = sqlx::query_scalar(&format!(
+        "INSERT INTO job.jobs (kind, payload, errors, trace_context, state, attempt, max_attempts,
+                               lock_token, locked_until, locked_by) VALUES
+             ('legacy.big', '{{\"doc\": \"x\"}}', {history}, {trace}, 'available', 0, 25,
+              NULL, NULL, NULL),
+             ('legacy.comp', '{{}}', {history}, {trace}, 'running', 1, 1,
+              gen_random_uuid(), now() - interval '1 minute', 'w'),
+             ('legacy.waits', '{{}}', {history}, {trace}, 'available', 0, 25, NULL, NULL, NULL)
+         RETURNING id"
+    ))
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    sqlx::raw_sql(
+        "INSERT INTO job.compensations (kind, compensate_kind, compensate_queue)
+             VALUES ('legacy.comp', 'legacy.undo', 'default');
+         DELETE FROM job.settings;",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let store = PgStore::new(pool.clone());
+    store.migrate().await.unwrap();
+    let limit: i32 = sqlx::query_scalar("SELECT payload_limit FROM job.settings")
+        .fetch_one(&pool)
+        .await
+        .expect("the deleted settings row is back");
+    assert_eq!(limit, 1024 * 1024);
+
+    // Claimed and completed: finalize writes `errors = j.errors`, unchanged.
+    let worker = Worker::builder(store.clone())
+        .register::<Big>()
+        .queue("default", 1)
+        .poll_interval(Duration::from_millis(50))
+        .build()
+        .unwrap()
+        .start();
+    crate::common::reaches(&store, ids[0], JobState::Completed).await;
+    worker.shutdown().await;
+    // Rescued (and discarded, so compensated), and cancelled: both append an entry.
+    store.rescue_expired(10).await.unwrap();
+    assert_eq!(
+        store.get(ids[1]).await.unwrap().unwrap().state,
+        JobState::Discarded
+    );
+    assert_eq!(store.cancel(ids[2]).await.unwrap(), job::Cancelled::Now);
+    let cut: Vec<(i64, i32, i32, Option<String>)> = sqlx::query_as(
+        "SELECT id, jsonb_array_length(errors), octet_length(errors::text), errors -> -1 ->> 'class'
+         FROM job.jobs WHERE id = ANY($1) ORDER BY id",
+    )
+    .bind(&ids)
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(cut[0].1, 25, "a completion keeps the history as it was");
+    for (id, entries, bytes, last) in &cut[1..] {
+        assert_eq!(*entries, 20, "job {id}");
+        assert!(*bytes <= 2 * 1024 * 1024, "job {id}: {bytes} bytes");
+        assert!(last.is_some(), "job {id}: the new entry is last");
+    }
+    let first: String =
+        sqlx::query_scalar("SELECT errors -> 0 ->> 'message' FROM job.jobs WHERE id = $1")
+            .bind(ids[1])
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert!(
+        first.ends_with(" bytes cut]"),
+        "{}",
+        &first[first.len() - 40..]
+    );
+    let compensation: Option<String> =
+        sqlx::query_scalar("SELECT trace_context FROM job.jobs WHERE kind = 'legacy.undo'")
+            .fetch_one(&pool)
+            .await
+            .expect("the compensating job was enqueued, without the trace it could not carry");
+    assert_eq!(compensation, None);
+    db.close().await;
+}

@@ -208,6 +208,26 @@ async fn an_owner_a_worker_and_an_enqueue_only_role_each_do_what_they_need_and_n
             .unwrap_err(),
     );
     assert_eq!(code, "23514");
+    // So do migration 0023's bounds, whose triggers call the owner's functions.
+    for (statement, column) in [
+        (
+            "UPDATE job.jobs SET errors = (SELECT jsonb_agg(i) FROM generate_series(1, 21) i)",
+            "`errors`",
+        ),
+        (
+            "INSERT INTO job.jobs (kind, payload, trace_context) VALUES ('doors.ping', '{}', repeat('z', 55))",
+            "`trace_context`",
+        ),
+        (
+            "INSERT INTO job.compensations (kind, compensate_kind, compensate_queue)
+                 VALUES ('doors.ping', 'doors pong', 'default')",
+            "`compensate_kind`",
+        ),
+    ] {
+        let (code, message) = db_error(sqlx::raw_sql(statement).execute(&as_worker).await.unwrap_err());
+        assert_eq!(code, "23514", "{statement}: {message}");
+        assert!(message.contains(column), "{statement}: {message}");
+    }
 
     // The owner migrates again (nothing to do), and can change the payload limit.
     owner_store.migrate().await.unwrap();

@@ -523,3 +523,174 @@ async fn a_change_of_the_payload_limit_holds_writes_not_reads() {
     change.commit().await.unwrap();
     db.close().await;
 }
+
+#[tokio::test]
+async fn raw_writes_are_bounded_as_the_doors_bound_them() {
+    // Migration 0023: what a raw write could still store unbounded (an error history of any
+    // size, a kind owner's kind, a key waiting for the stager), or store and then fail every
+    // use of (a trace that is no traceparent, a compensating kind or queue no job may have),
+    // what the SQL door let through (the unique scope only a claim gives), and the settings
+    // row whose deletion turned the payload limit off.
+    let db = TestDb::new().await;
+    let pool = db.pool();
+    let id = Enqueue::new(AnyPayload(json!({})))
+        .enqueue(&pool)
+        .await
+        .unwrap();
+    let many = |n: usize| format!("(SELECT jsonb_agg(i) FROM generate_series(1, {n}) i)");
+    for statement in [
+        format!(
+            "UPDATE job.jobs SET errors = jsonb_build_array(repeat('x', 3 * 1024 * 1024)) WHERE id = {id}"
+        ),
+        format!(
+            "UPDATE job.jobs SET errors = {} WHERE id = {id}",
+            many(job::MAX_ERROR_HISTORY + 1)
+        ),
+        format!(
+            "INSERT INTO job.jobs (kind, payload, errors) VALUES ('doors.any', '{{}}', {})",
+            many(job::MAX_ERROR_HISTORY + 1)
+        ),
+    ] {
+        refused_by_sql(&pool, &statement, "23514", "errors").await;
+    }
+    // What job.push_error makes at its largest is not refused: a full history of entries
+    // whose messages are as long as the Rust side lets them be, each byte a control
+    // character that the JSON text escapes in six.
+    let (entries, bytes): (i32, i32) = sqlx::query_as(&format!(
+        "WITH e AS (SELECT jsonb_build_object('attempt', 2147483646, 'at', now(),
+                        'class', 'lease_expired', 'message', repeat(chr(1), {})) AS entry)
+         UPDATE job.jobs SET errors = job.push_error(
+             (SELECT jsonb_agg(e.entry) FROM e, generate_series(1, {})), (SELECT entry FROM e))
+         WHERE id = {id}
+         RETURNING jsonb_array_length(errors), octet_length(errors::text)",
+        job::MAX_ERROR_MESSAGE,
+        job::MAX_ERROR_HISTORY,
+    ))
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(entries as usize, job::MAX_ERROR_HISTORY);
+    assert!(bytes > 900_000, "{bytes}");
+    let row = db.store().get(id).await.unwrap().unwrap();
+    assert_eq!(row.errors.len(), job::MAX_ERROR_HISTORY);
+    assert_eq!(row.errors[0].message.len(), job::MAX_ERROR_MESSAGE);
+
+    // The trace: a W3C traceparent as the Rust side writes and reads it, or none.
+    let good = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    for bad in [
+        "z".repeat(55),
+        good.to_uppercase(),
+        good.replace("4bf92f3577b34da6a3ce929d0e0e4736", &"0".repeat(32)),
+        good.replace("00f067aa0ba902b7", &"0".repeat(16)),
+        good.replacen("00-", "01-", 1),
+        good.replace("-00f0", "x00f0"),
+    ] {
+        refused_by_sql(
+            &pool,
+            &format!(
+                "INSERT INTO job.jobs (kind, payload, trace_context) VALUES ('doors.any', '{{}}', '{bad}')"
+            ),
+            "23514",
+            "trace_context",
+        )
+        .await;
+        refused_by_sql(
+            &pool,
+            &format!("UPDATE job.jobs SET trace_context = '{bad}' WHERE id = {id}"),
+            "23514",
+            "trace_context",
+        )
+        .await;
+    }
+    sqlx::raw_sql(&format!(
+        "UPDATE job.jobs SET trace_context = '{good}' WHERE id = {id}"
+    ))
+    .execute(&pool)
+    .await
+    .unwrap();
+
+    // Names outside job.jobs.
+    for (statement, constraint) in [
+        (
+            "INSERT INTO job.kind_owners (kind, owner) VALUES (repeat('k', 129), 'team')",
+            "kind_owners_kind_check",
+        ),
+        (
+            "INSERT INTO job.kind_owners (kind, owner) VALUES ('', 'team')",
+            "kind_owners_kind_check",
+        ),
+        (
+            "INSERT INTO job.ordering_wake (ordering_key) VALUES (repeat('k', 513))",
+            "ordering_wake_ordering_key_check",
+        ),
+    ] {
+        refused_by_constraint(&pool, statement, constraint).await;
+    }
+    for (values, column) in [
+        ("'doors.any', 'refund it', 'default'", "compensate_kind"),
+        ("'doors.any', 'refund', E'q\\u200b'", "compensate_queue"),
+        ("E'doors\\tany', 'refund', 'default'", "kind"),
+        (
+            "'doors.any', repeat('r', 129), 'default'",
+            "compensate_kind",
+        ),
+    ] {
+        refused_by_sql(
+            &pool,
+            &format!(
+                "INSERT INTO job.compensations (kind, compensate_kind, compensate_queue) VALUES ({values})"
+            ),
+            "23514",
+            column,
+        )
+        .await;
+    }
+    sqlx::raw_sql(
+        "INSERT INTO job.compensations (kind, compensate_kind, compensate_queue)
+             VALUES ('doors.any', 'doors.refund', 'default')",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    refused_by_sql(
+        &pool,
+        "UPDATE job.compensations SET compensate_kind = 'doors refund'",
+        "23514",
+        "compensate_kind",
+    )
+    .await;
+
+    // The unique scope 'spent' is a claim's to give.
+    let unique = |scope: &str| {
+        format!(
+            "SELECT * FROM job.enqueue_unique('doors.any', 'default', 0::smallint, '{{}}', 1, 25,
+                 now(), NULL, 'key:1', {scope}, false, '{{}}', NULL)"
+        )
+    };
+    for scope in ["'spent'", "NULL"] {
+        refused_by_sql(&pool, &unique(scope), "22023", "p_unique_scope").await;
+    }
+    sqlx::raw_sql(&unique("'started'"))
+        .execute(&pool)
+        .await
+        .unwrap();
+
+    // The settings row stays, and with it the payload limit.
+    for statement in ["DELETE FROM job.settings", "TRUNCATE job.settings"] {
+        let (code, message) = db_error(sqlx::raw_sql(statement).execute(&pool).await.unwrap_err());
+        assert_eq!(code, "23001", "{statement}: {message}");
+        assert!(message.contains("job.settings"), "{message}");
+    }
+    refused_by_sql(
+        &pool,
+        &format!(
+            "INSERT INTO job.jobs (kind, payload) VALUES ('doors.any', '{}')",
+            padded(1024 * 1024 + 1)
+        ),
+        "23514",
+        "payload",
+    )
+    .await;
+    assert_eq!(rows(&pool).await, 2);
+    db.close().await;
+}
