@@ -145,7 +145,7 @@ async fn rows_stored_before_the_raw_bounds_keep_running_and_their_histories_are_
     let pool = db.pool();
     migrate_up_to(&pool, 22).await;
     let history = "(SELECT jsonb_agg(jsonb_build_object('attempt', i, 'at', now(), 'class',
-                    'error', 'message', repeat('m', 100000))) FROM generate_series(1, 25) i)";
+                    'error', 'message', repeat('m', 200000))) FROM generate_series(1, 25) i)";
     let trace = "repeat('z', 55)";
     let ids: Vec<i64> = sqlx::query_scalar(&format!(
         "INSERT INTO job.jobs (kind, payload, errors, trace_context, state, attempt, max_attempts,
