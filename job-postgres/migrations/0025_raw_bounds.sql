@@ -3,8 +3,9 @@
 -- by the table as the doors refuse it: an error history of any size, a kind owner's kind of
 -- any length, a trace context of any 55 characters, a compensating job's kind or queue that
 -- no job may have; `job.enqueue_unique` refuses the scope 'spent', which only a claim sets;
--- and the row of `job.settings` can no longer be deleted (which turned the payload limit
--- off). Append-only: change the schema in a new numbered file.
+-- the row of `job.settings` can no longer be deleted (which turned the payload limit off);
+-- and an edge of `job.dependencies` that closes a loop (whose jobs stayed pending for ever)
+-- is refused. Append-only: change the schema in a new numbered file.
 --
 -- As in migration 0005, rows stored before keep what they have: the new rules are triggers
 -- that fire on INSERT and on an UPDATE that sets their column (the claim, heartbeat and
@@ -365,5 +366,75 @@ CREATE TRIGGER settings_keep_table
 
 INSERT INTO job.settings DEFAULT VALUES ON CONFLICT (singleton) DO NOTHING;
 
+-- Dependencies that wait for each other: jobs in a loop of open edges stayed `pending` for
+-- ever (the stager promotes a job only when every job it waits for has ended). The Rust side
+-- refuses a loop within a batch, and its other edges point at jobs that already exist, which
+-- cannot wait for a job not yet enqueued; a raw write could close one. Each new open edge
+-- (an INSERT, or an UPDATE that opens an edge or moves it) is refused when the job it waits
+-- for already waits, through open edges, for its dependent. The walk goes from the dependent
+-- to the jobs that wait for it (dependencies_open_idx), which for a job the Rust side has just
+-- enqueued is none or the few of its batch. Measured (one statement, 30,000 edges stored): a
+-- batch callback's 10,000 edges 32-43 ms (23-40 ms without the check), 10,000 jobs waiting
+-- for one 32-51 ms (23-34 ms), one edge at the end of a chain of 10,000 1.4-2.1 ms
+-- (0.4-0.5 ms); 1,000 statements of 3 edges 43-65 ms (20-31 ms). Nested loops and no JIT:
+-- planned without statistics for the transition table, the walk scanned the whole table at
+-- each step (16 ms for the chain's edge, 2.9 ms for a statement of 3 edges) or was compiled
+-- for longer than it ran.
+-- Two transactions that each add one half of a loop at once are not seen by each other.
+CREATE FUNCTION job.dependencies_refuse_loops() RETURNS trigger
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET enable_hashjoin = off
+SET enable_mergejoin = off
+SET jit = off
+AS $$
+DECLARE
+    looped record;
+BEGIN
+    IF TG_LEVEL = 'ROW' THEN
+        WITH RECURSIVE waiting(target, id) AS (
+            SELECT NEW.depends_on, NEW.job_id
+            UNION
+            SELECT w.target, d.job_id
+            FROM waiting w
+            JOIN job.dependencies d ON d.depends_on = w.id AND NOT d.resolved
+            WHERE w.id <> w.target
+        )
+        SELECT w.target INTO looped FROM waiting w WHERE w.id = w.target LIMIT 1;
+    ELSE
+        WITH RECURSIVE waiting(target, id) AS (
+            SELECT a.depends_on, a.job_id FROM added a WHERE NOT a.resolved
+            UNION
+            SELECT w.target, d.job_id
+            FROM waiting w
+            JOIN job.dependencies d ON d.depends_on = w.id AND NOT d.resolved
+            WHERE w.id <> w.target
+        )
+        SELECT w.target INTO looped FROM waiting w WHERE w.id = w.target LIMIT 1;
+    END IF;
+    IF FOUND THEN
+        RAISE EXCEPTION 'dependency refused: `depends_on` closes a loop: job % would wait for '
+                        'itself, and never run', looped.target
+            USING ERRCODE = 'check_violation', COLUMN = 'depends_on', TABLE = 'dependencies',
+                  SCHEMA = 'job', CONSTRAINT = TG_NAME;
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER dependencies_loops_insert
+    AFTER INSERT ON job.dependencies
+    REFERENCING NEW TABLE AS added
+    FOR EACH STATEMENT EXECUTE FUNCTION job.dependencies_refuse_loops();
+-- Row by row, so that the stager's updates (which close edges) call nothing.
+CREATE TRIGGER dependencies_loops_update
+    AFTER UPDATE OF job_id, depends_on, resolved ON job.dependencies
+    FOR EACH ROW
+    WHEN (NOT NEW.resolved AND (OLD.resolved OR OLD.job_id <> NEW.job_id
+                                OR OLD.depends_on <> NEW.depends_on))
+    EXECUTE FUNCTION job.dependencies_refuse_loops();
+
 REVOKE ALL ON FUNCTION job.check_errors(), job.check_trace_context(),
-    job.check_compensation(), job.keep_settings() FROM PUBLIC;
+    job.check_compensation(), job.keep_settings(),
+    job.dependencies_refuse_loops() FROM PUBLIC;

@@ -776,5 +776,63 @@ async fn concurrent_stagers_neither_deadlock_nor_miss_a_dependent() {
         .await,
         0,
         "every flag cleared, every edge resolved"
+
+#[tokio::test]
+async fn raw_edges_that_close_a_loop_are_refused() {
+    // The Rust side refuses a loop within a batch, and its other edges point at jobs that
+    // already exist; a raw write to job.dependencies could close one, and every job in it
+    // stayed pending for ever. Migration 0023 refuses the edge, whatever wrote it.
+    let h = Harness::new().await;
+    let pool = h.store.pool();
+    let a = enqueue(&h.store, task("a")).await;
+    let b = Enqueue::new(task("b"))
+        .depends_on([a])
+        .enqueue(pool)
+        .await
+        .unwrap();
+    let c = Enqueue::new(task("c"))
+        .depends_on([b])
+        .enqueue(pool)
+        .await
+        .unwrap();
+    let refused = |statement: String| async move {
+        let error = sqlx::raw_sql(&statement)
+            .execute(pool)
+            .await
+            .map(|_| ())
+            .expect_err(&statement);
+        let db = error.as_database_error().expect("a database error");
+        assert_eq!(db.code().as_deref(), Some("23514"), "{statement}: {db}");
+        assert!(db.message().contains("`depends_on`"), "{statement}: {db}");
+    };
+    let edge = |job: JobId, on: JobId, resolved: bool| {
+        format!(
+            "INSERT INTO job.dependencies (job_id, depends_on, mode, resolved)
+             VALUES ({job}, {on}, 'completed', {resolved})"
+        )
+    };
+    refused(edge(a, c, false)).await;
+    refused(edge(a, a, false)).await;
+    refused(format!(
+        "INSERT INTO job.dependencies (job_id, depends_on, mode)
+         VALUES ({a}, {b}, 'completed'), ({b}, {c}, 'completed')"
+    ))
+    .await;
+    refused(format!(
+        "UPDATE job.dependencies SET depends_on = {c} WHERE job_id = {b}"
+    ))
+    .await;
+    // An edge that closes no loop, and a closed one, are written; reopening the closed one
+    // would close a loop.
+    for statement in [edge(c, a, false), edge(a, c, true)] {
+        sqlx::raw_sql(&statement).execute(pool).await.unwrap();
+    }
+    refused(format!(
+        "UPDATE job.dependencies SET resolved = false WHERE job_id = {a}"
+    ))
+    .await;
+    assert_eq!(
+        count(&h.store, "SELECT count(*) FROM job.dependencies").await,
+        4
     );
 }
