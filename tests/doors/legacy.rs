@@ -137,7 +137,7 @@ async fn rows_written_before_the_rules_survive_the_migration_and_still_run() {
 
 #[tokio::test]
 async fn rows_stored_before_the_raw_bounds_keep_running_and_their_histories_are_cut() {
-    // Before migration 0023 a row could hold an error history of any size (a raw write, or a
+    // Before migration 0025 a row could hold an error history of any size (a raw write, or a
     // build before migration 0004) and any 55 characters as its trace, and the settings row
     // could be deleted. Such rows still claim, complete, rescue and cancel: job.push_error
     // cuts what it keeps, and an update that leaves `errors` as it was is not refused.

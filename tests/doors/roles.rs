@@ -208,7 +208,7 @@ async fn an_owner_a_worker_and_an_enqueue_only_role_each_do_what_they_need_and_n
             .unwrap_err(),
     );
     assert_eq!(code, "23514");
-    // So do migration 0023's bounds, whose triggers call the owner's functions.
+    // So do migration 0025's bounds, whose triggers call the owner's functions.
     for (statement, column) in [
         (
             "UPDATE job.jobs SET errors = (SELECT jsonb_agg(i) FROM generate_series(1, 21) i)",

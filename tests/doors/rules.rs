@@ -526,7 +526,7 @@ async fn a_change_of_the_payload_limit_holds_writes_not_reads() {
 
 #[tokio::test]
 async fn raw_writes_are_bounded_as_the_doors_bound_them() {
-    // Migration 0023: what a raw write could still store unbounded (an error history of any
+    // Migration 0025: what a raw write could still store unbounded (an error history of any
     // size, a kind owner's kind, a key waiting for the stager), or store and then fail every
     // use of (a trace that is no traceparent, a compensating kind or queue no job may have),
     // what the SQL door let through (the unique scope only a claim gives), and the settings

@@ -781,7 +781,7 @@ async fn concurrent_stagers_neither_deadlock_nor_miss_a_dependent() {
 async fn raw_edges_that_close_a_loop_are_refused() {
     // The Rust side refuses a loop within a batch, and its other edges point at jobs that
     // already exist; a raw write to job.dependencies could close one, and every job in it
-    // stayed pending for ever. Migration 0023 refuses the edge, whatever wrote it.
+    // stayed pending for ever. Migration 0025 refuses the edge, whatever wrote it.
     let h = Harness::new().await;
     let pool = h.store.pool();
     let a = enqueue(&h.store, task("a")).await;
