@@ -776,6 +776,8 @@ async fn concurrent_stagers_neither_deadlock_nor_miss_a_dependent() {
         .await,
         0,
         "every flag cleared, every edge resolved"
+    );
+}
 
 #[tokio::test]
 async fn raw_edges_that_close_a_loop_are_refused() {
