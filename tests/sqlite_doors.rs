@@ -469,3 +469,72 @@ async fn a_row_stored_before_the_rules_is_discarded_with_its_compensation() {
     }
     db.close().await;
 }
+
+#[tokio::test]
+async fn an_error_history_is_bounded_for_every_writer() {
+    // A raw write stored a history of any size (3 MB was accepted). Migration 0008 refuses
+    // one over 20 entries or 2 MiB; a row stored before keeps its history until its next
+    // error, whose write cuts every entry over 64 KiB, so the job still ends.
+    let db = TestSqlite::new().await;
+    let store = db.store();
+    let big = format!(
+        "'[{{\"attempt\":1,\"at\":\"2026-01-01T00:00:00Z\",\"class\":\"error\",\"message\":\"' || \
+         replace(hex(zeroblob({})), '00', 'mm') || '\"}}]'",
+        1_500_000
+    );
+    let many = format!(
+        "'[{}]'",
+        vec![
+            "{\"attempt\":1,\"at\":\"2026-01-01T00:00:00Z\",\"class\":\"e\",\"message\":\"m\"}";
+            21
+        ]
+        .join(",")
+    );
+    for history in [&big, &many] {
+        let refused = insert_raw(&store, "default", &[("errors", history.as_str())])
+            .await
+            .unwrap_err();
+        assert!(refused.to_string().contains("`errors`"), "{refused}");
+    }
+    let id = store.enqueue(NewJob::new("k", "{}")).await.unwrap();
+    let refused = raw(
+        &store,
+        &format!("UPDATE job_jobs SET errors = {big} WHERE id = {id}"),
+    )
+    .await
+    .unwrap_err();
+    assert!(refused.to_string().contains("`errors`"), "{refused}");
+
+    // As before 0008: the update rule dropped, the history written, the rule put back.
+    let (rule,): (String,) = sqlx::query_as(
+        "SELECT sql FROM sqlite_master WHERE type = 'trigger' AND name = 'job_jobs_errors_update'",
+    )
+    .fetch_one(store.pool())
+    .await
+    .unwrap();
+    let mut conn = store.pool().acquire().await.unwrap();
+    let mut tx = sqlx::Connection::begin(&mut *conn).await.unwrap();
+    for sql in [
+        "DROP TRIGGER job_jobs_errors_update".to_owned(),
+        format!("UPDATE job_jobs SET errors = {big} WHERE id = {id}"),
+        rule,
+    ] {
+        sqlx::query(&sql).execute(&mut *tx).await.unwrap();
+    }
+    tx.commit().await.unwrap();
+    drop(conn);
+    let job = claim(&store, "k", "default").await.remove(0);
+    assert_eq!(
+        store.finalize(&[discard(&job, "no")]).await.unwrap(),
+        vec![Finalized::Applied],
+        "the job ends"
+    );
+    let (length,): (i64,) = sqlx::query_as(&format!(
+        "SELECT length(errors) FROM job_jobs WHERE id = {id}"
+    ))
+    .fetch_one(store.pool())
+    .await
+    .unwrap();
+    assert!(length < 3 * 64 * 1024, "a history of {length} bytes");
+    db.close().await;
+}

@@ -54,6 +54,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "names",
         sql: include_str!("../migrations/0007_names.sql"),
     },
+    Migration {
+        version: 8,
+        name: "error_history",
+        sql: include_str!("../migrations/0008_error_history.sql"),
+    },
 ];
 
 /// Brings the schema in `pool`'s database up to date: applies every migration not recorded
