@@ -37,7 +37,9 @@ pub struct DashboardConfig {
     /// running or waiting for a lock on the server, and an action cut short was not done: the
     /// page says "the action was not done (the database stopped it)". Only an answer that does
     /// not come from the database within `answer_within` (a lost network) says the action
-    /// "may or may not have been done". Defaults to 5 seconds.
+    /// "may or may not have been done". Taken as 100 ms at least and 1 hour at most (PostgreSQL's
+    /// `statement_timeout` goes no further than 24 days, and nobody waits longer for a page).
+    /// Defaults to 5 seconds.
     pub answer_within: Duration,
     /// Connections the dashboard opens for itself, at most, from the connect options of the
     /// store's pool (URL, role, TLS, `options`; not hooks set on the application's pool
@@ -64,6 +66,13 @@ impl Default for DashboardConfig {
         }
     }
 }
+
+/// The shortest [`DashboardConfig::answer_within`] taken: a shorter one would answer every page
+/// 503 before the database could.
+const MIN_ANSWER_WITHIN: Duration = Duration::from_millis(100);
+/// The longest [`DashboardConfig::answer_within`] taken: far inside the longest
+/// `statement_timeout` PostgreSQL accepts (2^31 - 1 ms), and inside `Instant`'s range.
+const MAX_ANSWER_WITHIN: Duration = Duration::from_secs(3600);
 
 /// The operator dashboard: build it, then mount [`Dashboard::router`] (see the crate docs).
 #[derive(Debug, Clone)]
@@ -109,8 +118,17 @@ impl Dashboard {
     }
 
     /// The dashboard's routes, to serve or to `nest` into an application's router.
-    pub fn router(self) -> Router {
-        let within = self.config.answer_within;
+    pub fn router(mut self) -> Router {
+        let given = self.config.answer_within;
+        let within = given.clamp(MIN_ANSWER_WITHIN, MAX_ANSWER_WITHIN);
+        if within != given {
+            tracing::warn!(
+                given = ?given,
+                taken = ?within,
+                "job-web: DashboardConfig::answer_within is outside 100 ms to 1 hour"
+            );
+        }
+        self.config.answer_within = within;
         if self.config.connections == 0 {
             tracing::warn!("job-web: DashboardConfig::connections is 0: the dashboard opens 1");
         }

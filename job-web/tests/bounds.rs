@@ -145,6 +145,41 @@ async fn pages_and_actions_answer_503_while_the_jobs_table_is_locked() {
 }
 
 /// How many backends of the test database wait on a lock `locker` (a backend pid) holds.
+#[tokio::test]
+async fn an_answer_bound_out_of_range_is_taken_within_range() {
+    let db = TestDb::new().await;
+    enqueue(&db, "charge", "{}", "mail", None).await;
+    // 30 days was past the longest `statement_timeout` PostgreSQL takes: every connection was
+    // refused and the page waited for one for 30 days; `Duration::MAX` overflowed `Instant`.
+    for within in [
+        Duration::from_secs(30 * 24 * 3600),
+        Duration::MAX,
+        Duration::ZERO,
+    ] {
+        let config = job_web::DashboardConfig {
+            answer_within: within,
+            ..Default::default()
+        };
+        let router = Dashboard::new(db.store()).config(config).router();
+        let request = tokio::spawn(async move { get(&router, "/jobs", None).await });
+        let page = tokio::time::timeout(Duration::from_secs(30), request)
+            .await
+            .unwrap_or_else(|_| panic!("answer_within {within:?}: no answer after 30 s"))
+            .unwrap_or_else(|e| panic!("answer_within {within:?}: the page panicked: {e}"));
+        if within.is_zero() {
+            // Taken as 100 ms: a loaded machine may not answer that fast, but never "0 s".
+            assert!(
+                page.status == StatusCode::OK || page.body.contains("within 0.1 s"),
+                "{}: {}",
+                page.status,
+                page.body
+            );
+        } else {
+            assert_eq!(page.status, StatusCode::OK, "{within:?}: {}", page.body);
+        }
+    }
+}
+
 async fn waiting_on(db: &TestDb, locker: i32) -> i64 {
     sqlx::query_scalar(
         "SELECT count(*) FROM pg_stat_activity
