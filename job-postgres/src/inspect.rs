@@ -230,7 +230,7 @@ impl Reader<'_> {
             .bind(&filter.ids)
             .bind(low)
             .bind(request.before)
-            .bind(i32::try_from(size + 1).unwrap_or(i32::MAX))
+            .bind(i32::try_from(size.saturating_add(1)).unwrap_or(i32::MAX))
             .bind(self.tenant)
             .bind(SUMMARY_CLASS_CHARS as i32)
             .bind(SUMMARY_MESSAGE_CHARS as i32)

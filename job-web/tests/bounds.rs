@@ -180,6 +180,22 @@ async fn an_answer_bound_out_of_range_is_taken_within_range() {
     }
 }
 
+#[tokio::test]
+async fn the_largest_page_size_lists_jobs() {
+    let db = TestDb::new().await;
+    let id = enqueue(&db, "charge", "{}", "mail", None).await;
+    let config = job_web::DashboardConfig {
+        page_size: u32::MAX,
+        ..Default::default()
+    };
+    let router = Dashboard::new(db.store()).config(config).router();
+    // `page_size + 1` overflowed in `PgStore::page`: the request panicked.
+    let request = tokio::spawn(async move { get(&router, "/jobs", None).await });
+    let page = request.await.expect("the page does not panic");
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    assert!(page.body.contains(&format!("/jobs/{id}")), "{}", page.body);
+}
+
 async fn waiting_on(db: &TestDb, locker: i32) -> i64 {
     sqlx::query_scalar(
         "SELECT count(*) FROM pg_stat_activity
