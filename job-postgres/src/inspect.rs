@@ -257,6 +257,8 @@ impl Reader<'_> {
     }
 
     async fn overview(self, cap: u32, window: Duration) -> Result<Overview, Error> {
+        // Further back than that, `now() - window` leaves the timestamps PostgreSQL has.
+        let window = window.min(job_core::MAX_DURATION);
         let mut tx = self
             .pool
             .begin()
@@ -372,7 +374,8 @@ impl PgStore {
 
     /// The queues at a glance, each part read through its partial index and capped at `cap`
     /// rows (counts at the cap are lower bounds: [`Overview::capped`]); "recent" is the last
-    /// `window`. Never a count over the whole table.
+    /// `window`, at most 100 years ([`MAX_DURATION`](job_core::MAX_DURATION); a longer one is
+    /// taken as that). Never a count over the whole table.
     pub async fn overview(&self, cap: u32, window: Duration) -> Result<Overview, StoreError> {
         Ok(self.reader().overview(cap, window).await?)
     }

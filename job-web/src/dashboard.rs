@@ -26,8 +26,8 @@ pub struct DashboardConfig {
     /// Rows each part of the queues page (waiting, running, dead letters, recently finished)
     /// reads at most; counts at the cap show as `N+`. Defaults to 10,000.
     pub count_cap: u32,
-    /// How far back the queues page counts finished jobs as its throughput. Defaults to 5
-    /// minutes.
+    /// How far back the queues page counts finished jobs as its throughput, at most 100 years
+    /// (a longer one is taken as that). Defaults to 5 minutes.
     pub recent_window: Duration,
     /// How long a page or an action may wait for the database (a lock, a connection) before it
     /// is answered 503 "the database did not answer within ..." instead. The database itself

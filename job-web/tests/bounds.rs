@@ -196,6 +196,27 @@ async fn the_largest_page_size_lists_jobs() {
     assert!(page.body.contains(&format!("/jobs/{id}")), "{}", page.body);
 }
 
+#[tokio::test]
+async fn the_longest_recent_window_counts_as_100_years() {
+    let db = TestDb::new().await;
+    enqueue(&db, "charge", "{}", "mail", None).await;
+    let config = job_web::DashboardConfig {
+        recent_window: Duration::MAX,
+        ..Default::default()
+    };
+    let router = Dashboard::new(db.store()).config(config).router();
+    // `now() - window` left PostgreSQL's timestamps: a 500 "timestamp out of range".
+    let page = get(&router, "/", None).await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    assert!(page.body.contains("mail"), "{}", page.body);
+    let overview = db
+        .store()
+        .overview(10, Duration::MAX)
+        .await
+        .expect("an overview of the longest window");
+    assert_eq!(overview.window, job::MAX_DURATION);
+}
+
 async fn waiting_on(db: &TestDb, locker: i32) -> i64 {
     sqlx::query_scalar(
         "SELECT count(*) FROM pg_stat_activity
