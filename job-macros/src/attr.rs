@@ -913,12 +913,50 @@ pub(crate) fn check_name(key: &str, name: &str) -> Result<(), String> {
             "`{key}` must be at most {MAX_NAME_LEN} bytes, got {len}"
         ));
     }
-    if name.chars().any(|c| c.is_whitespace() || c.is_control()) {
+    if name.chars().any(|c| !allowed_in_name(c)) {
         return Err(format!(
-            "`{key}` must not contain whitespace or control characters, got {name:?}"
+            "`{key}` must not contain whitespace, control or format characters, got {name:?}"
         ));
     }
     Ok(())
+}
+
+/// `job_core::FORBIDDEN_IN_NAMES`: whitespace, control and format characters (zero-width
+/// spaces, bidirectional overrides), which the store refuses in a name. A unit test checks that
+/// the two lists agree.
+const FORBIDDEN_IN_NAMES: &[(u32, u32)] = &[
+    (0x0000, 0x0020),
+    (0x007F, 0x00A0),
+    (0x00AD, 0x00AD),
+    (0x0600, 0x0605),
+    (0x061C, 0x061C),
+    (0x06DD, 0x06DD),
+    (0x070F, 0x070F),
+    (0x0890, 0x0891),
+    (0x08E2, 0x08E2),
+    (0x1680, 0x1680),
+    (0x180E, 0x180E),
+    (0x2000, 0x200F),
+    (0x2028, 0x202F),
+    (0x205F, 0x206F),
+    (0x3000, 0x3000),
+    (0xFEFF, 0xFEFF),
+    (0xFFF9, 0xFFFB),
+    (0x110BD, 0x110BD),
+    (0x110CD, 0x110CD),
+    (0x13430, 0x1343F),
+    (0x1BCA0, 0x1BCA3),
+    (0x1D173, 0x1D17A),
+    (0xE0001, 0xE0001),
+    (0xE0020, 0xE007F),
+];
+
+/// Whether `c` may appear in a name (`job_core::allowed_in_name`).
+fn allowed_in_name(c: char) -> bool {
+    let c = u32::from(c);
+    !FORBIDDEN_IN_NAMES
+        .iter()
+        .any(|&(from, to)| (from..=to).contains(&c))
 }
 
 /// A humantime duration in a string: `"2m"`, `"1h 30m"`, `"500ms"`.
@@ -1068,7 +1106,9 @@ mod tests {
         );
         assert_eq!(
             messages(quote! { kind = "send invoice" }),
-            [r#"`kind` must not contain whitespace or control characters, got "send invoice""#]
+            [
+                r#"`kind` must not contain whitespace, control or format characters, got "send invoice""#
+            ]
         );
         let long = "q".repeat(129);
         assert_eq!(
@@ -1076,6 +1116,26 @@ mod tests {
             ["`queue` must be at most 128 bytes, got 129"]
         );
         assert!(check_name("queue", &"q".repeat(128)).is_ok());
+    }
+
+    #[test]
+    fn names_follow_the_rule_of_the_store() {
+        // Format characters were let through, and the worker refused the kind at start.
+        assert_eq!(
+            messages(quote! { queue = "mail\u{200B}" }),
+            [
+                r#"`queue` must not contain whitespace, control or format characters, got "mail\u{200b}""#
+            ]
+        );
+        for c in (0..=u32::from(char::MAX)).filter_map(char::from_u32) {
+            let name = format!("a{c}b");
+            assert_eq!(
+                check_name("queue", &name).is_ok(),
+                job::name_problem(&name).is_none(),
+                "U+{:04X}",
+                u32::from(c)
+            );
+        }
     }
 
     #[test]

@@ -151,8 +151,9 @@ use proc_macro::TokenStream;
 ///
 /// Durations are [humantime](https://docs.rs/humantime) text, parsed at compile time:
 /// `"500ms"`, `"30s"`, `"2m"`, `"1h 30m"`, `"2 minutes"`; zero, negative and over 100 years
-/// are refused. Names are non-empty, at most 128 bytes, with no whitespace or control
-/// characters.
+/// are refused. Names are non-empty, at most 128 bytes, with no whitespace, control or format
+/// characters (the store's rule, `job::name_problem`: zero-width spaces and bidirectional
+/// overrides are refused too).
 ///
 /// `upgrade` names a `fn(i32, serde_json::Value) -> Result<serde_json::Value, JobError>`
 /// called with the stored version and payload of every job older than `version`. A
