@@ -4,7 +4,9 @@
 
 use std::time::Duration;
 
-use job::{EnqueueError, Job, JobContext, JobError, JobOptions, JobState, Store};
+use job::{
+    BuildError, EnqueueError, Job, JobContext, JobError, JobOptions, JobState, ReportRequest, Store,
+};
 use job_core::{EnqueueOptions, NewJob, DEFAULT_PAYLOAD_LIMIT};
 use serde::{Deserialize, Serialize};
 
@@ -247,4 +249,47 @@ async fn a_payload_stored_by_sql_too_deep_to_decode_is_discarded_as_poison() {
         "{}",
         row.errors[0].message
     );
+}
+
+/// A hand-written kind whose owner is empty: the store refuses to record it.
+#[derive(Debug, Serialize, Deserialize)]
+struct Unowned {}
+
+impl Job for Unowned {
+    const KIND: &'static str = "test.unowned";
+    const OPTIONS: JobOptions = JobOptions {
+        owner: Some(""),
+        ..JobOptions::DEFAULT
+    };
+
+    async fn perform(self, _ctx: JobContext) -> Result<(), JobError> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_hand_written_owner_the_store_cannot_record_is_refused_at_build() {
+    let h = Harness::new().await;
+    // What the reporter of a worker running `Unowned` sends on every pass: the store refuses
+    // it, and with it the whole pass (no gauges, no reporter's role).
+    let report = ReportRequest {
+        holder: "w".into(),
+        hold_for: Duration::from_secs(1),
+        owners: vec![("test.unowned".into(), String::new())],
+    };
+    let refused = h.store.report(&report).await;
+    assert!(refused.is_err(), "the store records no empty owner");
+    match h.worker().register::<Unowned>().build() {
+        Err(
+            e @ BuildError::InvalidOption {
+                option: "owner", ..
+            },
+        ) => {
+            let message = e.to_string();
+            assert!(message.contains("must be 1 to 128 bytes"), "{message}");
+            assert!(message.contains("Unowned"), "{message}");
+        }
+        Err(other) => panic!("refused for another reason: {other}"),
+        Ok(_) => panic!("built a worker whose reporter fails every pass"),
+    }
 }

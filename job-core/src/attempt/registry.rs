@@ -11,7 +11,7 @@ use crate::attempt::context::JobContext;
 use crate::contract::store::ClaimKind;
 use crate::model::error::{BuildError, JobError};
 use crate::model::job::{Job, JobOptions};
-use crate::model::new_job::name_problem;
+use crate::model::new_job::{name_problem, MAX_NAME_LEN};
 
 /// A handler's future, boxed so handlers of many types share one map.
 pub type BoxJobFuture = Pin<Box<dyn Future<Output = Result<(), JobError>> + Send + 'static>>;
@@ -127,13 +127,29 @@ impl Registry {
         self.handlers().map(|h| h.options().lease).min()
     }
 
-    /// Adds `J`. A second type under the same kind, or a kind or default queue that breaks
-    /// the name rule ([`name_problem`]: no enqueue could ever fill it), is remembered and
-    /// reported by [`Registry::check`], so the worker refuses to start.
+    /// Adds `J`. A second type under the same kind, a kind or default queue that breaks the
+    /// name rule ([`name_problem`]: no enqueue could ever fill it), or an owner the store
+    /// cannot record (empty, over 128 bytes, a NUL), is remembered and reported by
+    /// [`Registry::check`], so the worker refuses to start.
     pub fn register<J: Job>(&mut self) {
         let mut names = vec![("kind", J::KIND), ("queue", J::OPTIONS.queue)];
         if let Some(c) = J::OPTIONS.compensate {
             names.extend([("compensate", c.kind), ("compensate", c.queue)]);
+        }
+        // Recorded with the kind by the reporter on every pass, which the store refuses whole
+        // for an owner it cannot store (`job.kind_owners`: 1 to 128 bytes).
+        if let Some(owner) = J::OPTIONS.owner {
+            if owner.is_empty() || owner.len() > MAX_NAME_LEN || owner.contains('\0') {
+                self.duplicate.get_or_insert(BuildError::InvalidOption {
+                    option: "owner",
+                    reason: format!(
+                        "owner {owner:?} of `{}` must be 1 to {MAX_NAME_LEN} bytes without a NUL \
+                         character, got {} bytes",
+                        type_name::<J>(),
+                        owner.len()
+                    ),
+                });
+            }
         }
         for (option, name) in names {
             if let Some(problem) = name_problem(name) {

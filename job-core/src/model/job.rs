@@ -121,7 +121,9 @@ pub struct JobOptions {
     /// (no limit beyond each queue's concurrency).
     pub concurrency: Option<u32>,
     /// The team that owns this kind (`#[job(owner = "billing")]`): a label on its metrics and
-    /// dead letters, so an alert reaches the team that can act. Defaults to `None`.
+    /// dead letters, so an alert reaches the team that can act. 1 to 128 bytes without a NUL
+    /// (`WorkerBuilder::build` refuses another; `#[job(owner)]` also refuses whitespace, control
+    /// and format characters). Defaults to `None`.
     pub owner: Option<&'static str>,
     /// The job enqueued, in the same transaction, when a job of this kind is discarded
     /// (`#[job(compensate = RefundCharge)]`): it gets a [`Discarded`](crate::Discarded)
