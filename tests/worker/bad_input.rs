@@ -5,7 +5,8 @@
 use std::time::Duration;
 
 use job::{
-    BuildError, EnqueueError, Job, JobContext, JobError, JobOptions, JobState, ReportRequest, Store,
+    Backoff, BuildError, EnqueueError, Job, JobContext, JobError, JobOptions, JobState,
+    ReportRequest, Store,
 };
 use job_core::{EnqueueOptions, NewJob, DEFAULT_PAYLOAD_LIMIT};
 use serde::{Deserialize, Serialize};
@@ -291,5 +292,42 @@ async fn a_hand_written_owner_the_store_cannot_record_is_refused_at_build() {
         }
         Err(other) => panic!("refused for another reason: {other}"),
         Ok(_) => panic!("built a worker whose reporter fails every pass"),
+    }
+}
+
+/// A hand-written kind whose backoff has no base: every retry would follow at once.
+#[derive(Debug, Serialize, Deserialize)]
+struct Hasty {}
+
+impl Job for Hasty {
+    const KIND: &'static str = "test.hasty";
+    const OPTIONS: JobOptions = JobOptions {
+        backoff: Backoff {
+            base: Duration::ZERO,
+            cap: Duration::ZERO,
+        },
+        ..JobOptions::DEFAULT
+    };
+
+    async fn perform(self, _ctx: JobContext) -> Result<(), JobError> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_hand_written_backoff_without_a_base_is_refused_at_build() {
+    let h = Harness::new().await;
+    match h.worker().register::<Hasty>().build() {
+        Err(
+            e @ BuildError::InvalidOption {
+                option: "backoff", ..
+            },
+        ) => {
+            let message = e.to_string();
+            assert!(message.contains("`test.hasty`"), "{message}");
+            assert!(message.contains("greater than zero"), "{message}");
+        }
+        Err(other) => panic!("refused for another reason: {other}"),
+        Ok(_) => panic!("built a worker that retries `test.hasty` at once, every time"),
     }
 }

@@ -10,7 +10,8 @@ use std::time::Duration;
 /// dependency that just recovered is not stampeded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Backoff {
-    /// The unit delay. Defaults to 1 second.
+    /// The unit delay, above zero (`WorkerBuilder::build` refuses a kind whose base is zero).
+    /// Defaults to 1 second.
     pub base: Duration,
     /// The largest delay ever drawn. Defaults to 1 hour.
     pub cap: Duration,

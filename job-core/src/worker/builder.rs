@@ -306,6 +306,16 @@ impl<S: Store> WorkerBuilder<S> {
                     format!("the timeout of `{}` must be greater than zero", h.kind()),
                 ));
             }
+            // `Backoff::new` refuses it; written as a struct, every retry would follow at once.
+            if options.backoff.base.is_zero() {
+                return Err(invalid(
+                    "backoff",
+                    format!(
+                        "the backoff base of `{}` must be greater than zero",
+                        h.kind()
+                    ),
+                ));
+            }
             for (option, duration) in [("timeout", options.timeout), ("lease", options.lease)] {
                 if let Some(problem) = too_long(duration) {
                     return Err(invalid(
