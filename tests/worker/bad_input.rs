@@ -331,3 +331,59 @@ async fn a_hand_written_backoff_without_a_base_is_refused_at_build() {
         Ok(_) => panic!("built a worker that retries `test.hasty` at once, every time"),
     }
 }
+
+/// Reports a progress value holding a backslash followed by `u0000` (text, not a NUL), and
+/// waits until a report is stored.
+#[derive(Debug, Serialize, Deserialize)]
+struct WindowsPath {}
+
+impl Job for WindowsPath {
+    const KIND: &'static str = "test.windows_path";
+    const OPTIONS: JobOptions = JobOptions {
+        lease: Duration::from_secs(1),
+        max_attempts: 1,
+        ..JobOptions::DEFAULT
+    };
+
+    async fn perform(self, ctx: JobContext) -> Result<(), JobError> {
+        let pool = ctx.state::<sqlx::PgPool>()?;
+        ctx.progress_value(&serde_json::json!({ "file": r"C:\u0000\report.csv" }));
+        // Heartbeats come every third of the lease; a report refused is never stored.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let stored: Option<String> =
+                sqlx::query_scalar("SELECT progress::text FROM job.jobs WHERE id = $1")
+                    .bind(ctx.id())
+                    .fetch_one(pool)
+                    .await?;
+            if stored.is_some() {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() > deadline {
+                return Err(JobError::terminal("no progress report was ever stored"));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// Only a NUL is refused in a progress value, not the text `\u0000` (an escaped backslash
+/// before `u0000`), as in a result.
+#[tokio::test]
+async fn a_progress_value_with_a_backslash_before_u0000_is_stored() {
+    let h = Harness::new().await;
+    let id = enqueue(&h.store, WindowsPath {}).await;
+    let worker = h
+        .worker()
+        .register::<WindowsPath>()
+        .state(h.store.pool().clone())
+        .build()
+        .unwrap()
+        .start();
+    let row = h.reaches(id, JobState::Completed).await;
+    worker.shutdown().await;
+    assert_eq!(
+        row.progress,
+        Some(serde_json::json!({ "file": r"C:\u0000\report.csv" }))
+    );
+}

@@ -43,7 +43,7 @@ pub(crate) fn value_json(value: &serde_json::Value) -> Result<String, String> {
              limit of {MAX_PROGRESS} bytes"
         ));
     }
-    if text.contains("\\u0000") {
+    if crate::model::new_job::has_nul_escape(&text) {
         return Err("it holds a NUL character (\\u0000), which cannot be stored".into());
     }
     if let Some(problem) = crate::model::json_size::depth_problem(&text) {
@@ -74,6 +74,8 @@ mod tests {
         assert!(value_json(&serde_json::json!("a\0b"))
             .unwrap_err()
             .contains("NUL"));
+        // A backslash followed by `u0000` is text, not a NUL.
+        assert!(value_json(&serde_json::json!(r"C:\u0000")).is_ok());
         // 300 bytes, within the size limit, but nested past what serde_json reads back.
         let deep = (0..150).fold(serde_json::json!(1), |v, _| serde_json::json!([v]));
         assert!(
