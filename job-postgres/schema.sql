@@ -3625,14 +3625,16 @@ CREATE TRIGGER jobs_errors_insert
                ELSE false END)
     EXECUTE FUNCTION job.check_errors();
 
+-- A finalize names `errors` in every UPDATE and changes it only on a failure: the unchanged
+-- history is compared first, so a completion never measures its history as text.
 CREATE TRIGGER jobs_errors_update
     BEFORE UPDATE OF errors ON job.jobs
     FOR EACH ROW
-    WHEN (CASE WHEN jsonb_typeof(NEW.errors) = 'array'
-               THEN jsonb_array_length(NEW.errors) > 20
-                    OR octet_length(NEW.errors::text) > 2097152
-               ELSE false END
-          AND NEW.errors IS DISTINCT FROM OLD.errors)
+    WHEN (NEW.errors IS DISTINCT FROM OLD.errors
+          AND CASE WHEN jsonb_typeof(NEW.errors) = 'array'
+                   THEN jsonb_array_length(NEW.errors) > 20
+                        OR octet_length(NEW.errors::text) > 2097152
+                   ELSE false END)
     EXECUTE FUNCTION job.check_errors();
 
 -- The trace context: a W3C traceparent of version 00 as the Rust side writes and reads it
