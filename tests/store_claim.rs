@@ -118,7 +118,9 @@ async fn a_claim_reads_only_what_it_can_take() {
     let pool = store.pool();
     // 20,000 jobs of the claimed kind scheduled next month; 20,000 due jobs of a kind this
     // worker does not run, older than everything; 5,000 due jobs of a paused kind; a limited
-    // kind at its limit (2 running) with 5,000 due; and 10 due jobs of the claimed kind.
+    // kind at its limit (2 running) with 5,000 due; 5,000 running jobs of another kind (the
+    // limited kind's room is counted over its own running jobs, not every running job); and
+    // 10 due jobs of the claimed kind.
     fill(
         pool,
         20_000,
@@ -159,6 +161,16 @@ async fn a_claim_reads_only_what_it_can_take() {
         "now() - interval '1 hour'",
     )
     .await;
+    sqlx::query(
+        "INSERT INTO job.jobs (kind, queue, payload, state, attempt, lock_token, locked_until,
+                               locked_by)
+         SELECT 'e.running', 'default', '{}', 'running', 1, gen_random_uuid(),
+                now() + interval '1 hour', 'live-worker'
+         FROM generate_series(1, 5000) g",
+    )
+    .execute(pool)
+    .await
+    .unwrap();
     sqlx::query("ANALYZE job.jobs").execute(pool).await.unwrap();
     sqlx::query("INSERT INTO job.pauses (scope, name) VALUES ('kind', 'c.paused')")
         .execute(pool)
@@ -182,8 +194,8 @@ async fn a_claim_reads_only_what_it_can_take() {
     let (claimed, read) = explain_claim(pool, &claim, &[]).await;
     assert_eq!(claimed, 10.0, "only the 10 due jobs of the claimed kind");
     // The 10 it claims (read by their kind's scan, then by the update's primary-key lookup),
-    // the 2 running jobs of the limited kind it counts, and nothing of
-    // the 50,000 it cannot take.
+    // the 2 running jobs of the limited kind it counts, and nothing of the 50,000 it cannot
+    // take or of the 5,000 running jobs of another kind.
     assert!(
         read <= 3.0 * claimed + 2.0,
         "the claim read {read} rows of job.jobs to claim {claimed}"
@@ -450,8 +462,10 @@ async fn the_stager_and_the_rescuer_read_what_they_change_not_the_table() {
     for mode in ["force_generic_plan", "force_custom_plan"] {
         let mut tx = pool.begin().await.unwrap();
         let staged = rows_read(&explain_prepared(&mut tx, mode, STAGE, "(integer)", "(100)").await);
+        let rescue =
+            function_statement(&mut tx, "job.rescue_expired(integer)", &["in_limit"]).await;
         let rescued =
-            rows_read(&explain_prepared(&mut tx, mode, RESCUE, "(integer)", "(100)").await);
+            rows_read(&explain_prepared(&mut tx, mode, &rescue, "(integer)", "(100)").await);
         let changed: Vec<(String, i64)> = sqlx::query_as(
             "SELECT state::text, count(*) FROM job.jobs
              WHERE state IN ('available', 'retryable') GROUP BY 1 ORDER BY 1",
@@ -472,9 +486,42 @@ async fn the_stager_and_the_rescuer_read_what_they_change_not_the_table() {
     }
 }
 
-/// The stager's and the rescuer's statements, as the store sends them.
+/// The stager's statement, as the store sends it.
 const STAGE: &str = include_str!("../job-postgres/src/sql/stage.sql");
-const RESCUE: &str = include_str!("../job-postgres/src/sql/rescue_expired.sql");
+
+/// The statement a PL/pgSQL function runs (its `RETURN QUERY`), as the database holds it, with
+/// its arguments (`names`, in order) as `$1`, `$2`, ...; and the function's own settings
+/// (`SET` clauses other than search_path, such as `enable_bitmapscan = off`) applied to the
+/// transaction, so that the statement is planned as the function plans it.
+async fn function_statement(tx: &mut sqlx::PgConnection, function: &str, names: &[&str]) -> String {
+    let (source, config): (String, Option<Vec<String>>) =
+        sqlx::query_as("SELECT prosrc, proconfig FROM pg_proc WHERE oid = $1::regprocedure")
+            .bind(function)
+            .fetch_one(&mut *tx)
+            .await
+            .unwrap();
+    for setting in config.unwrap_or_default() {
+        let (name, value) = setting.split_once('=').unwrap();
+        if name != "search_path" {
+            sqlx::query("SELECT set_config($1, $2, true)")
+                .bind(name)
+                .bind(value)
+                .execute(&mut *tx)
+                .await
+                .unwrap();
+        }
+    }
+    let start = source
+        .find("RETURN QUERY")
+        .unwrap_or_else(|| panic!("{function} returns a query"))
+        + 12;
+    let end = source.rfind(';').expect("the query ends with a semicolon");
+    let mut statement = source[start..end].to_owned();
+    for (i, name) in names.iter().enumerate() {
+        statement = statement.replace(name, &format!("${}", i + 1));
+    }
+    statement
+}
 
 #[tokio::test]
 async fn claims_and_stage_passes_are_never_jit_compiled() {

@@ -147,6 +147,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "raw_bounds",
         sql: include_str!("../migrations/0025_raw_bounds.sql"),
     },
+    Migration {
+        version: 26,
+        name: "running_by_kind",
+        sql: include_str!("../migrations/0026_running_by_kind.sql"),
+    },
 ];
 
 /// The whole schema as one plain SQL script, for a DBA or a team without Rust:

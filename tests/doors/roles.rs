@@ -134,6 +134,7 @@ async fn an_owner_a_worker_and_an_enqueue_only_role_each_do_what_they_need_and_n
         "SELECT job.name_problem('x')",
         // EXECUTE is PUBLIC's, but it runs as its caller: no table privilege, no claim.
         "SELECT * FROM job.claim('default', '{doors.ping}', '{1}', '{30000}', 10, 'w', '{NULL}', '{}')",
+        "SELECT * FROM job.rescue_expired(100)",
         "SELECT * FROM job.admission_problem('a', 'b', '{}', '{}', NULL, NULL)",
         "CREATE TABLE job.mine (x int)",
         "CREATE FUNCTION job.enqueue(x int) RETURNS int LANGUAGE sql AS 'SELECT 1'",

@@ -61,7 +61,7 @@ WITH RECURSIVE available_queues AS (
     FROM job.jobs j
     WHERE j.locked_until IS NOT NULL
       AND ($1::text IS NULL OR j.tenant = $1::text)
-    ORDER BY j.locked_until
+    ORDER BY j.kind, j.locked_until
     LIMIT $2::integer
 ), dead AS (
     SELECT j.queue
