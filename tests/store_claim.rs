@@ -556,3 +556,89 @@ async fn claims_and_stage_passes_are_never_jit_compiled() {
     assert_eq!(jit, "off", "the worker's own connections");
     worker.close().await;
 }
+
+#[tokio::test]
+async fn the_rescuer_takes_every_kinds_expired_leases_oldest_first_in_batches() {
+    // The rescuer walks the running rows kind by kind (jobs_rescue_idx is keyed by kind):
+    // every kind's expired leases are taken, each kind's oldest first, never more than the
+    // batch, and never a live lease.
+    let db = TestDb::new().await;
+    let store = db.store();
+    let pool = store.pool();
+    for (kind, expired) in [("r.a", 3), ("r.b", 5), ("r.c", 2)] {
+        // Row g expired g minutes ago: within a kind, a higher id expired longer ago.
+        sqlx::query(
+            "INSERT INTO job.jobs (kind, queue, payload, state, attempt, lock_token,
+                                   locked_until, locked_by)
+             SELECT $1, 'default', '{}', 'running', 1, gen_random_uuid(),
+                    CASE WHEN g <= $2 THEN now() - g * interval '1 minute'
+                         ELSE now() + interval '1 hour' END,
+                    'w'
+             FROM generate_series(1, $2 + 2) g",
+        )
+        .bind(kind)
+        .bind(expired)
+        .execute(pool)
+        .await
+        .unwrap();
+    }
+    let mut passes: Vec<Vec<(String, i64)>> = Vec::new();
+    loop {
+        let before: Vec<i64> =
+            sqlx::query_scalar("SELECT id FROM job.jobs WHERE state = 'retryable'")
+                .fetch_all(pool)
+                .await
+                .unwrap();
+        let rescued = store.rescue_expired(4).await.unwrap();
+        assert!(
+            rescued.retried <= 4,
+            "a pass took {rescued:?} with a batch of 4"
+        );
+        if rescued.retried == 0 {
+            break;
+        }
+        let taken: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT kind, id FROM job.jobs
+             WHERE state = 'retryable' AND NOT id = ANY($1) ORDER BY kind, id",
+        )
+        .bind(&before)
+        .fetch_all(pool)
+        .await
+        .unwrap();
+        assert_eq!(taken.len() as u64, rescued.retried);
+        passes.push(taken);
+    }
+    assert_eq!(
+        passes.len(),
+        3,
+        "10 expired leases in batches of 4: {passes:?}"
+    );
+    let all: Vec<&(String, i64)> = passes.iter().flatten().collect();
+    let per_kind = |k: &str| all.iter().filter(|(kind, _)| kind == k).count();
+    assert_eq!(
+        (per_kind("r.a"), per_kind("r.b"), per_kind("r.c")),
+        (3, 5, 2)
+    );
+    let live: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM job.jobs WHERE state = 'running' AND locked_until > now()",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    assert_eq!(live, 6, "two live leases of each kind stay");
+    // Oldest first within a kind: every lease taken in an earlier pass expired before every
+    // lease of its kind taken in a later one.
+    for (i, earlier) in passes.iter().enumerate() {
+        for later in &passes[i + 1..] {
+            for (kind, old) in earlier {
+                for (_, new) in later.iter().filter(|(k, _)| k == kind) {
+                    assert!(
+                        old > new,
+                        "{kind}: job {new} waited for a later pass than {old}, which expired \
+                         after it: {passes:?}"
+                    );
+                }
+            }
+        }
+    }
+}
