@@ -332,6 +332,100 @@ async fn a_hand_written_backoff_without_a_base_is_refused_at_build() {
     }
 }
 
+/// A hand-written kind with priority `P` and `A` attempts.
+#[derive(Debug, Serialize, Deserialize)]
+struct Numbered<const P: i16, const A: i32> {}
+
+impl<const P: i16, const A: i32> Job for Numbered<P, A> {
+    const KIND: &'static str = "test.numbered";
+    const OPTIONS: JobOptions = JobOptions {
+        priority: P,
+        max_attempts: A,
+        ..JobOptions::DEFAULT
+    };
+
+    async fn perform(self, _ctx: JobContext) -> Result<(), JobError> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_hand_written_priority_or_attempts_every_enqueue_refuses_is_refused_at_build() {
+    let h = Harness::new().await;
+    // What every enqueue of such a kind meets, unless it overrides the option.
+    let err = job::Enqueue::new(Numbered::<-1, 25> {})
+        .enqueue(h.store.pool())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            EnqueueError::InvalidOption {
+                option: "priority",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let err = job::Enqueue::new(Numbered::<0, 0> {})
+        .enqueue(h.store.pool())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            EnqueueError::InvalidOption {
+                option: "max_attempts",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let cases = [
+        (
+            h.worker().register::<Numbered<-1, 25>>().build(),
+            "priority",
+            "0 or more, got -1",
+        ),
+        (
+            h.worker().register::<Numbered<{ i16::MIN }, 25>>().build(),
+            "priority",
+            "0 or more, got -32768",
+        ),
+        (
+            h.worker().register::<Numbered<0, 0>>().build(),
+            "max_attempts",
+            "at least 1, got 0",
+        ),
+        (
+            h.worker().register::<Numbered<0, { i32::MIN }>>().build(),
+            "max_attempts",
+            "at least 1, got -2147483648",
+        ),
+    ];
+    for (built, expected, words) in cases {
+        match built {
+            Err(e @ BuildError::InvalidOption { option, .. }) => {
+                let message = e.to_string();
+                assert_eq!(option, expected, "{message}");
+                assert!(message.contains("`test.numbered`"), "{message}");
+                assert!(message.contains(words), "{message}");
+            }
+            Err(other) => panic!("refused for another reason: {other}"),
+            Ok(_) => panic!("built a worker for a kind no enqueue accepts ({expected})"),
+        }
+    }
+    // The bounds themselves are accepted.
+    h.worker()
+        .register::<Numbered<0, 1>>()
+        .build()
+        .expect("priority 0 and one attempt are allowed");
+    h.worker()
+        .register::<Numbered<{ i16::MAX }, { i32::MAX }>>()
+        .build()
+        .expect("the highest priority and attempts are allowed");
+}
+
 /// Reports a progress value holding a backslash followed by `u0000` (text, not a NUL), and
 /// waits until a report is stored.
 #[derive(Debug, Serialize, Deserialize)]

@@ -104,9 +104,11 @@ pub trait Job: Serialize + DeserializeOwned + Send + Sync + 'static {
 pub struct JobOptions {
     /// The queue jobs go to unless the enqueue overrides it. Defaults to `"default"`.
     pub queue: &'static str,
-    /// Lower runs first. Defaults to 0.
+    /// Lower runs first: 0 to 32767, as every enqueue requires (`WorkerBuilder::build` refuses
+    /// a kind with a negative one). Defaults to 0.
     pub priority: i16,
-    /// Attempts in all, the first included (`retry = N` means N + 1). Defaults to 25.
+    /// Attempts in all, the first included (`retry = N` means N + 1): at least 1, as every
+    /// enqueue requires (`WorkerBuilder::build` refuses a kind with fewer). Defaults to 25.
     pub max_attempts: i32,
     /// One attempt's time limit; an attempt over it is retried. Above zero and at most
     /// [`MAX_DURATION`]. Defaults to 5 minutes.

@@ -300,6 +300,28 @@ impl<S: Store> WorkerBuilder<S> {
         }
         for h in self.registry.handlers() {
             let options = h.options();
+            // The table's CHECKs, which every enqueue applies: a kind outside them could only
+            // be enqueued by overriding the option each time.
+            if options.priority < 0 {
+                return Err(invalid(
+                    "priority",
+                    format!(
+                        "the priority of `{}` must be 0 or more, got {}",
+                        h.kind(),
+                        options.priority
+                    ),
+                ));
+            }
+            if options.max_attempts < 1 {
+                return Err(invalid(
+                    "max_attempts",
+                    format!(
+                        "the max_attempts of `{}` must be at least 1, got {}",
+                        h.kind(),
+                        options.max_attempts
+                    ),
+                ));
+            }
             if options.timeout.is_zero() {
                 return Err(invalid(
                     "timeout",
