@@ -332,6 +332,51 @@ async fn a_hand_written_backoff_without_a_base_is_refused_at_build() {
     }
 }
 
+/// A hand-written kind whose backoff cap is below its base: every delay is drawn from
+/// `0..=cap`, so with a zero cap every retry follows at once.
+#[derive(Debug, Serialize, Deserialize)]
+struct Capped {}
+
+impl Job for Capped {
+    const KIND: &'static str = "test.capped";
+    const OPTIONS: JobOptions = JobOptions {
+        backoff: Backoff {
+            base: Duration::from_secs(1),
+            cap: Duration::ZERO,
+        },
+        ..JobOptions::DEFAULT
+    };
+
+    async fn perform(self, _ctx: JobContext) -> Result<(), JobError> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_hand_written_backoff_capped_below_its_base_is_refused_at_build() {
+    let h = Harness::new().await;
+    let backoff = Capped::OPTIONS.backoff;
+    let mut rng = fastrand::Rng::with_seed(1);
+    assert_eq!(
+        backoff.delay(1, &mut rng),
+        Duration::ZERO,
+        "what such a kind would wait"
+    );
+    match h.worker().register::<Capped>().build() {
+        Err(
+            e @ BuildError::InvalidOption {
+                option: "backoff", ..
+            },
+        ) => {
+            let message = e.to_string();
+            assert!(message.contains("`test.capped`"), "{message}");
+            assert!(message.contains("below its base"), "{message}");
+        }
+        Err(other) => panic!("refused for another reason: {other}"),
+        Ok(_) => panic!("built a worker that retries `test.capped` at once, every time"),
+    }
+}
+
 /// A hand-written kind with priority `P` and `A` attempts.
 #[derive(Debug, Serialize, Deserialize)]
 struct Numbered<const P: i16, const A: i32> {}

@@ -13,7 +13,8 @@ pub struct Backoff {
     /// The unit delay, above zero (`WorkerBuilder::build` refuses a kind whose base is zero).
     /// Defaults to 1 second.
     pub base: Duration,
-    /// The largest delay ever drawn. Defaults to 1 hour.
+    /// The largest delay ever drawn, at least `base` (`WorkerBuilder::build` refuses a kind
+    /// whose cap is below its base). Defaults to 1 hour.
     pub cap: Duration,
 }
 

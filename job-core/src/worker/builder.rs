@@ -338,6 +338,19 @@ impl<S: Store> WorkerBuilder<S> {
                     ),
                 ));
             }
+            // `Backoff::new` refuses it too: every delay is drawn under the cap, so a cap below
+            // the base shortens every retry's wait, and a zero cap retries at once.
+            if options.backoff.cap < options.backoff.base {
+                return Err(invalid(
+                    "backoff",
+                    format!(
+                        "the backoff cap of `{}` ({:?}) is below its base ({:?})",
+                        h.kind(),
+                        options.backoff.cap,
+                        options.backoff.base
+                    ),
+                ));
+            }
             for (option, duration) in [("timeout", options.timeout), ("lease", options.lease)] {
                 if let Some(problem) = too_long(duration) {
                     return Err(invalid(
