@@ -471,6 +471,51 @@ async fn a_hand_written_priority_or_attempts_every_enqueue_refuses_is_refused_at
         .expect("the highest priority and attempts are allowed");
 }
 
+/// A hand-written kind of payload version 0, which no enqueue accepts.
+#[derive(Debug, Serialize, Deserialize)]
+struct Unversioned {}
+
+impl Job for Unversioned {
+    const KIND: &'static str = "test.unversioned";
+    const VERSION: i32 = 0;
+
+    async fn perform(self, _ctx: JobContext) -> Result<(), JobError> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_hand_written_version_below_one_is_refused_at_build() {
+    let h = Harness::new().await;
+    let err = job::Enqueue::new(Unversioned {})
+        .enqueue(h.store.pool())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            EnqueueError::InvalidOption {
+                option: "payload_version",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    match h.worker().register::<Unversioned>().build() {
+        Err(
+            e @ BuildError::InvalidOption {
+                option: "version", ..
+            },
+        ) => {
+            let message = e.to_string();
+            assert!(message.contains("`test.unversioned`"), "{message}");
+            assert!(message.contains("at least 1, got 0"), "{message}");
+        }
+        Err(other) => panic!("refused for another reason: {other}"),
+        Ok(_) => panic!("built a worker for a kind no enqueue accepts"),
+    }
+}
+
 /// Reports a progress value holding a backslash followed by `u0000` (text, not a NUL), and
 /// waits until a report is stored.
 #[derive(Debug, Serialize, Deserialize)]

@@ -52,7 +52,8 @@ pub trait Job: Serialize + DeserializeOwned + Send + Sync + 'static {
     const KIND: &'static str;
 
     /// The payload's version. A worker decodes older versions through [`Job::upgrade`] and does
-    /// not claim newer ones. Defaults to 1.
+    /// not claim newer ones. At least 1, as every enqueue requires (`WorkerBuilder::build`
+    /// refuses a kind below it). Defaults to 1.
     const VERSION: i32 = 1;
 
     /// Queue, priority, attempts, timeout, lease and backoff. Defaults to [`JobOptions::DEFAULT`].

@@ -322,6 +322,17 @@ impl<S: Store> WorkerBuilder<S> {
                     ),
                 ));
             }
+            // No enqueue can override the version, and a claim takes versions 1 to it: none.
+            if h.version() < 1 {
+                return Err(invalid(
+                    "version",
+                    format!(
+                        "the version of `{}` must be at least 1, got {}",
+                        h.kind(),
+                        h.version()
+                    ),
+                ));
+            }
             if options.timeout.is_zero() {
                 return Err(invalid(
                     "timeout",
