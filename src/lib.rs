@@ -73,7 +73,7 @@ pub use job_core::{BoxError, BuildError, EnqueueError, StoreError};
 pub use job_core::{
     shutdown_signal, ConnectionBudget, DrainReport, Periodic, Prefetch, Pruned, Pruner,
     PrunerConfig, Reporter, ReporterConfig, Rescuer, RescuerConfig, Scheduled, Scheduler,
-    SchedulerConfig, Worker, WorkerBuilder, WorkerConfig, WorkerHandle, WorkerStats,
+    SchedulerConfig, Worker, WorkerBuilder, WorkerConfig, WorkerHandle, WorkerStats, MIN_INTERVAL,
     RELEASE_TIMEOUT,
 };
 // Operating on stored jobs.

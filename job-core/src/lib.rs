@@ -69,5 +69,5 @@ pub use maintenance::{
 };
 pub use worker::{
     shutdown_signal, ConnectionBudget, DrainReport, Prefetch, Worker, WorkerBuilder, WorkerConfig,
-    WorkerHandle, WorkerStats, RELEASE_TIMEOUT,
+    WorkerHandle, WorkerStats, MIN_INTERVAL, RELEASE_TIMEOUT,
 };

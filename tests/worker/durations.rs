@@ -1,13 +1,14 @@
 //! Durations have one bound, `MAX_DURATION` (100 years): `build()` refuses a longer worker
 //! setting or kind timeout or lease, naming it, and a worker whose every duration is the bound
-//! itself runs: its lease keeper renews and fences as with the defaults.
+//! itself runs: its lease keeper renews and fences as with the defaults. The periods of the
+//! worker's loops have a floor, `MIN_INTERVAL` (10 ms), refused below in the same way.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use job::{
     BuildError, Job, JobContext, JobError, JobOptions, JobState, PgStore, WorkerBuilder,
-    WorkerConfig, MAX_DURATION,
+    WorkerConfig, MAX_DURATION, MIN_INTERVAL,
 };
 use serde::{Deserialize, Serialize};
 use tokio::sync::Semaphore;
@@ -125,6 +126,49 @@ async fn worker_durations_over_the_bound_are_refused_naming_the_option() {
             refused(h.worker().poll_interval(too_long)).0,
             "poll_interval"
         );
+    }
+}
+
+#[tokio::test]
+async fn periodic_intervals_under_the_floor_are_refused_naming_the_option() {
+    let h = Harness::new().await;
+    type Set = fn(&mut WorkerConfig, Duration);
+    // Each of these runs a loop once per interval (the fetchers' claims, the heartbeat, each
+    // maintenance service): at 1ns, a loop that never sleeps.
+    let settings: [(&str, &str, Set); 7] = [
+        ("poll_interval", "poll_interval", |c, d| c.poll_interval = d),
+        ("heartbeat_interval", "heartbeat_interval", |c, d| {
+            c.heartbeat_interval = Some(d)
+        }),
+        ("stager", "interval", |c, d| c.stager.interval = d),
+        ("rescuer", "interval", |c, d| c.rescuer.interval = d),
+        ("scheduler", "interval", |c, d| c.scheduler.interval = d),
+        ("reporter.interval", "interval", |c, d| {
+            c.reporter.interval = d
+        }),
+        ("pruner", "interval", |c, d| c.pruner.interval = d),
+    ];
+    let too_short = [
+        Duration::ZERO,
+        Duration::from_nanos(1),
+        MIN_INTERVAL - Duration::from_nanos(1),
+    ];
+    for short in too_short {
+        for (option, field, set) in settings {
+            let (refused_option, message) = refused(h.worker().configure(|c| set(c, short)));
+            assert_eq!(refused_option, option, "{message}");
+            assert!(message.contains(field), "{message}");
+            assert!(message.contains("at least 10ms"), "{message}");
+        }
+        // The builder's own setter reaches the same check.
+        assert_eq!(refused(h.worker().poll_interval(short)).0, "poll_interval");
+    }
+    // The floor itself is accepted.
+    for (_, _, set) in settings {
+        h.worker()
+            .configure(|c| set(c, MIN_INTERVAL))
+            .build()
+            .expect("the floor is allowed");
     }
 }
 

@@ -44,13 +44,13 @@ pub(crate) fn services<S: Store>(
     rescuer.interval = rescuer
         .interval
         .min(shortest_lease / 2)
-        .max(Duration::from_millis(1));
+        .max(crate::MIN_INTERVAL);
     let mut stager = config.stager;
     // A due job becomes claimable within a poll interval, as it did when claims read it.
     stager.interval = stager
         .interval
         .min(config.poll_interval)
-        .max(Duration::from_millis(1));
+        .max(crate::MIN_INTERVAL);
     vec![
         Box::new(Stager::new(store.clone(), stager)),
         Box::new(Rescuer::new(store.clone(), rescuer)),

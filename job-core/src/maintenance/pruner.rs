@@ -12,7 +12,7 @@ use crate::attempt::step::BoxFuture;
 use crate::contract::store::{Expired, PruneRequest, Store};
 use crate::model::error::{BuildError, StoreError};
 
-use super::service::{at_most_max, invalid, Service, ServiceConfig};
+use super::service::{at_least_min, at_most_max, invalid, Service, ServiceConfig};
 
 /// Pruner settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,7 +21,7 @@ pub struct PrunerConfig {
     pub completed_retention: Duration,
     /// How long cancelled jobs are kept after they finished. Defaults to 7 days.
     pub cancelled_retention: Duration,
-    /// Time between passes. Defaults to 10 seconds.
+    /// Time between passes: [`MIN_INTERVAL`](crate::MIN_INTERVAL) (10 ms) to [`MAX_DURATION`](crate::MAX_DURATION). Defaults to 10 seconds.
     pub interval: Duration,
     /// The most rows one statement deletes or updates; a pass repeats until fewer come back.
     /// Defaults to 1,000.
@@ -139,12 +139,10 @@ impl<S: Store> Pruner<S> {
 impl PrunerConfig {
     /// Whether the pruner can run with these settings.
     pub fn validate(&self) -> Result<(), BuildError> {
-        if self.interval.is_zero() || self.batch == 0 {
-            return Err(invalid(
-                "pruner",
-                "interval and batch must be greater than zero",
-            ));
+        if self.batch == 0 {
+            return Err(invalid("pruner", "batch must be greater than zero"));
         }
+        at_least_min("pruner", "interval", self.interval)?;
         if self.vacuum_interval.is_some_and(|v| v.is_zero()) {
             return Err(invalid(
                 "pruner",

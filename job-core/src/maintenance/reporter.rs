@@ -16,12 +16,12 @@ use crate::contract::store::Store;
 use crate::model::error::{BuildError, StoreError};
 use crate::telemetry::{names, NO_OWNER};
 
-use super::service::{at_most_max, invalid, Service, ServiceConfig};
+use super::service::{at_least_min, at_most_max, Service, ServiceConfig};
 
 /// Reporter settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReporterConfig {
-    /// Time between passes. Defaults to 15 seconds.
+    /// Time between passes: [`MIN_INTERVAL`](crate::MIN_INTERVAL) (10 ms) to [`MAX_DURATION`](crate::MAX_DURATION). Defaults to 15 seconds.
     pub interval: Duration,
     /// Whether this worker takes part (reports when it holds the role). Defaults to `true`.
     pub enabled: bool,
@@ -39,9 +39,7 @@ impl Default for ReporterConfig {
 impl ReporterConfig {
     /// Checks the settings.
     pub fn validate(&self) -> Result<(), BuildError> {
-        if self.interval.is_zero() {
-            return Err(invalid("reporter.interval", "must be greater than zero"));
-        }
+        at_least_min("reporter.interval", "the interval", self.interval)?;
         at_most_max(
             "reporter.interval",
             &[("the interval", Some(self.interval))],

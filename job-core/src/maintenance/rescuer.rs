@@ -8,12 +8,12 @@ use crate::attempt::step::BoxFuture;
 use crate::contract::store::{Rescued, Store};
 use crate::model::error::{BuildError, StoreError};
 
-use super::service::{at_most_max, invalid, Service, ServiceConfig};
+use super::service::{at_least_min, at_most_max, invalid, Service, ServiceConfig};
 
 /// Rescuer settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RescuerConfig {
-    /// Time between passes. Defaults to 5 seconds.
+    /// Time between passes: [`MIN_INTERVAL`](crate::MIN_INTERVAL) (10 ms) to [`MAX_DURATION`](crate::MAX_DURATION). Defaults to 5 seconds.
     pub interval: Duration,
     /// The most jobs one statement rescues; a pass repeats until fewer come back. Defaults to
     /// 1,000.
@@ -59,12 +59,10 @@ impl<S: Store> Rescuer<S> {
 impl RescuerConfig {
     /// Whether the rescuer can run with these settings.
     pub fn validate(&self) -> Result<(), BuildError> {
-        if self.interval.is_zero() || self.batch == 0 {
-            return Err(invalid(
-                "rescuer",
-                "interval and batch must be greater than zero",
-            ));
+        if self.batch == 0 {
+            return Err(invalid("rescuer", "batch must be greater than zero"));
         }
+        at_least_min("rescuer", "interval", self.interval)?;
         at_most_max("rescuer", &[("interval", Some(self.interval))])
     }
 }

@@ -19,12 +19,13 @@ use crate::model::new_job::{
     EnqueueOptions, NewJob, OnDuplicate, RunAt, UniqueScope, DEFAULT_PAYLOAD_LIMIT,
 };
 
-use super::service::{at_most_max, invalid, Service, ServiceConfig};
+use super::service::{at_least_min, at_most_max, Service, ServiceConfig};
 
 /// Scheduler settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SchedulerConfig {
-    /// Time between looks at the schedules. Each look enqueues the next period of every
+    /// Time between looks at the schedules: [`MIN_INTERVAL`](crate::MIN_INTERVAL) (10 ms) to
+    /// [`MAX_DURATION`](crate::MAX_DURATION). Each look enqueues the next period of every
     /// schedule that has none yet, so this bounds nothing but how soon a new period is
     /// enqueued after the previous one started. Defaults to 1 second.
     pub interval: Duration,
@@ -216,9 +217,7 @@ impl<S: Store> Scheduler<S> {
 impl SchedulerConfig {
     /// Whether the scheduler can run with these settings.
     pub fn validate(&self) -> Result<(), BuildError> {
-        if self.interval.is_zero() {
-            return Err(invalid("scheduler", "interval must be greater than zero"));
-        }
+        at_least_min("scheduler", "interval", self.interval)?;
         at_most_max("scheduler", &[("interval", Some(self.interval))])
     }
 }

@@ -58,6 +58,19 @@ pub(crate) fn at_most_max(
     Ok(())
 }
 
+/// Refuses, as `option` of a service, its interval (called `name`) under
+/// [`MIN_INTERVAL`](crate::MIN_INTERVAL): its loop would run a pass after pass without sleeping.
+pub(crate) fn at_least_min(
+    option: &'static str,
+    name: &str,
+    interval: Duration,
+) -> Result<(), BuildError> {
+    match crate::worker::too_short(interval) {
+        Some(problem) => Err(invalid(option, &format!("{name} {problem}"))),
+        None => Ok(()),
+    }
+}
+
 /// A `BuildError` naming the config `option` of a service.
 pub(crate) fn invalid(option: &'static str, reason: &str) -> BuildError {
     BuildError::InvalidOption {

@@ -11,12 +11,12 @@ use crate::attempt::step::BoxFuture;
 use crate::contract::store::Store;
 use crate::model::error::{BuildError, StoreError};
 
-use super::service::{at_most_max, invalid, Service, ServiceConfig};
+use super::service::{at_least_min, at_most_max, invalid, Service, ServiceConfig};
 
 /// Stager settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StagerConfig {
-    /// Time between passes. Defaults to 1 second; a worker runs it at least every
+    /// Time between passes: [`MIN_INTERVAL`](crate::MIN_INTERVAL) (10 ms) to [`MAX_DURATION`](crate::MAX_DURATION). Defaults to 1 second; a worker runs it at least every
     /// [`poll_interval`](crate::WorkerConfig::poll_interval), so a due job waits at most about
     /// that long to become claimable.
     pub interval: Duration,
@@ -37,12 +37,10 @@ impl Default for StagerConfig {
 impl StagerConfig {
     /// Whether the stager can run with these settings.
     pub fn validate(&self) -> Result<(), BuildError> {
-        if self.interval.is_zero() || self.batch == 0 {
-            return Err(invalid(
-                "stager",
-                "interval and batch must be greater than zero",
-            ));
+        if self.batch == 0 {
+            return Err(invalid("stager", "batch must be greater than zero"));
         }
+        at_least_min("stager", "interval", self.interval)?;
         at_most_max("stager", &[("interval", Some(self.interval))])
     }
 }

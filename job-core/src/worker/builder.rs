@@ -12,7 +12,7 @@ use crate::model::error::BuildError;
 use crate::model::job::{too_long, Job};
 use crate::model::new_job::name_problem;
 
-use super::config::WorkerConfig;
+use super::config::{too_short, WorkerConfig, MIN_INTERVAL};
 
 /// A configured worker, ready to [`start`](Worker::start).
 pub struct Worker<S: Store> {
@@ -154,7 +154,8 @@ impl<S: Store> WorkerBuilder<S> {
         self
     }
 
-    /// Sets the idle poll interval.
+    /// Sets the idle poll interval ([`WorkerConfig::poll_interval`]): [`MIN_INTERVAL`] (10 ms)
+    /// to [`MAX_DURATION`](crate::MAX_DURATION); [`build`](Self::build) refuses another.
     pub fn poll_interval(mut self, every: Duration) -> Self {
         self.config.poll_interval = every;
         self
@@ -241,8 +242,9 @@ impl<S: Store> WorkerBuilder<S> {
         if let Some(problem) = name_problem(&c.id) {
             return Err(invalid("id", format!("worker id {:?} {problem}", c.id)));
         }
-        if c.poll_interval.is_zero() {
-            return Err(invalid("poll_interval", "must be greater than zero".into()));
+        // A fetcher with nothing to do claims once per poll interval.
+        if let Some(problem) = too_short(c.poll_interval) {
+            return Err(invalid("poll_interval", problem));
         }
         if c.claim_batch == 0 {
             return Err(invalid("claim_batch", "must be at least 1".into()));
@@ -379,10 +381,13 @@ impl<S: Store> WorkerBuilder<S> {
             ));
         }
         if let Some(every) = c.heartbeat_interval {
-            if every.is_zero() || every >= shortest / 2 {
+            if every < MIN_INTERVAL || every >= shortest / 2 {
                 return Err(invalid(
                     "heartbeat_interval",
-                    format!("must be above zero and under half the shortest lease ({shortest:?})"),
+                    format!(
+                        "must be at least 10ms (MIN_INTERVAL) and under half the shortest lease \
+                         ({shortest:?}), got {every:?}"
+                    ),
                 ));
             }
         }

@@ -6,6 +6,19 @@ use crate::maintenance::{
     PrunerConfig, ReporterConfig, RescuerConfig, SchedulerConfig, StagerConfig,
 };
 
+/// The shortest period of a worker's loops: [`WorkerConfig::poll_interval`],
+/// [`WorkerConfig::heartbeat_interval`] and each maintenance service's `interval`.
+/// [`WorkerBuilder::build`](crate::WorkerBuilder::build) refuses a shorter one, naming it: each
+/// pass of these loops is a statement (or, for the scheduler, a look at the clock), and under a
+/// period of a nanosecond the loop never sleeps, keeping a core and the database busy.
+pub const MIN_INTERVAL: Duration = Duration::from_millis(10);
+
+/// What is wrong with a loop's period under [`MIN_INTERVAL`], if it is.
+pub(crate) fn too_short(interval: Duration) -> Option<String> {
+    (interval < MIN_INTERVAL)
+        .then(|| format!("must be at least 10ms (MIN_INTERVAL), got {interval:?}"))
+}
+
 /// How many claimed jobs a queue holds beyond its running ones: [`WorkerConfig::prefetch`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -59,15 +72,16 @@ impl From<usize> for Prefetch {
 
 /// How a worker runs. Every field has a default suited to production. Every duration, here and
 /// in the maintenance services' configs, is at most [`MAX_DURATION`](crate::MAX_DURATION)
-/// (100 years): [`WorkerBuilder::build`](crate::WorkerBuilder::build) refuses a longer one,
-/// naming it.
+/// (100 years), and every period of a loop at least [`MIN_INTERVAL`] (10 ms):
+/// [`WorkerBuilder::build`](crate::WorkerBuilder::build) refuses another, naming it.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct WorkerConfig {
     /// Recorded as `locked_by` on every claim. Defaults to `worker-<pid>-<random>`.
     pub id: String,
     /// How often an idle fetcher looks for due jobs when no notification arrives (scheduled
-    /// and retried jobs become due without one). Defaults to 1 second.
+    /// and retried jobs become due without one): [`MIN_INTERVAL`] (10 ms) to
+    /// [`MAX_DURATION`](crate::MAX_DURATION). Defaults to 1 second.
     pub poll_interval: Duration,
     /// The most jobs one claim statement takes. Defaults to 200.
     pub claim_batch: u32,
@@ -113,7 +127,8 @@ pub struct WorkerConfig {
     /// application's pool and from the two connections of the lease keeper. `None` (the
     /// default) takes 2 per queue + 4. See [`Worker::connections`](crate::worker::Worker::connections).
     pub connections: Option<u32>,
-    /// The heartbeat period. Defaults to a third of the shortest lease of the registered jobs.
+    /// The heartbeat period: at least [`MIN_INTERVAL`] (10 ms) and under half the shortest
+    /// lease of the registered jobs. Defaults to a third of that lease.
     pub heartbeat_interval: Option<Duration>,
     /// A lease for every kind this worker runs, in place of each kind's own (`#[job(lease)]`).
     /// Tests set it short, so that a crashed execution comes back in a fraction of a second

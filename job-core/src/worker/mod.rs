@@ -18,7 +18,8 @@ mod signal;
 mod stats;
 
 pub use builder::{ConnectionBudget, Worker, WorkerBuilder};
-pub use config::{Prefetch, WorkerConfig};
+pub(crate) use config::too_short;
+pub use config::{Prefetch, WorkerConfig, MIN_INTERVAL};
 pub use run::{DrainReport, WorkerHandle, RELEASE_TIMEOUT};
 pub use signal::shutdown_signal;
 pub use stats::WorkerStats;
