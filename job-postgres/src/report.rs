@@ -61,11 +61,11 @@ pub(crate) async fn report(
         return Ok(None);
     }
     let mut tx = pool.begin().await.map_err(Error::query("begin"))?;
-    // Planned above jit_above_cost on a large table, it would spend its time compiling.
-    sqlx::query(sql::JIT_OFF)
+    // No JIT, no parallel workers (see the statement).
+    sqlx::query(sql::REPORT_SETTINGS)
         .execute(&mut *tx)
         .await
-        .map_err(Error::query("jit_off"))?;
+        .map_err(Error::query("report_settings"))?;
     let rows = sqlx::query(sql::REPORT)
         .fetch_all(&mut *tx)
         .await

@@ -93,6 +93,7 @@ pub(crate) const CHECK_LEASES: &str = include_str!("sql/check_leases.sql");
 pub(crate) const CHECK_ORPHAN_STEPS: &str = include_str!("sql/check_orphan_steps.sql");
 pub(crate) const CHECK_DEAD_CLASSES: &str = include_str!("sql/check_dead_classes.sql");
 pub(crate) const JIT_OFF: &str = include_str!("sql/jit_off.sql");
+pub(crate) const REPORT_SETTINGS: &str = include_str!("sql/report_settings.sql");
 pub(crate) const JIT_OFF_SESSION: &str = include_str!("sql/jit_off_session.sql");
 
 #[cfg(test)]
