@@ -60,6 +60,9 @@ pub(crate) async fn report(
     if held.is_none() {
         return Ok(None);
     }
+    if !request.read {
+        return Ok(Some(Report::default()));
+    }
     let mut tx = pool.begin().await.map_err(Error::query("begin"))?;
     // No JIT, no parallel workers (see the statement).
     sqlx::query(sql::REPORT_SETTINGS)

@@ -138,6 +138,21 @@ async fn one_worker_reports_exact_gauges_and_hands_the_role_over() {
     assert!(a.run_once().await.unwrap().is_some());
     assert_eq!(b.run_once().await.unwrap(), None);
 
+    // A pass that only keeps the role (the holder's passes between two slow readings) reads
+    // nothing: an empty report for the holder, which keeps the role, and nothing for another.
+    let keep = |holder: &str| job::ReportRequest {
+        holder: holder.into(),
+        hold_for: Duration::from_millis(300),
+        owners: Vec::new(),
+        read: false,
+    };
+    assert_eq!(
+        store.report(&keep("worker-a")).await.unwrap(),
+        Some(job::Report::default())
+    );
+    assert_eq!(store.report(&keep("worker-b")).await.unwrap(), None);
+    assert_eq!(jobs("rq", "available"), Some(3.0), "the gauges keep their values");
+
     // Purged dead letters go back to zero at the holder's next pass.
     store.purge(&JobFilter::dead_letters()).await.unwrap();
     a.run_once().await.unwrap().expect("still the holder");

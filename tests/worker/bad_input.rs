@@ -277,6 +277,7 @@ async fn a_hand_written_owner_the_store_cannot_record_is_refused_at_build() {
         holder: "w".into(),
         hold_for: Duration::from_secs(1),
         owners: vec![("test.unowned".into(), String::new())],
+        read: true,
     };
     let refused = h.store.report(&report).await;
     assert!(refused.is_err(), "the store records no empty owner");

@@ -14,6 +14,10 @@ pub struct ReportRequest {
     pub hold_for: Duration,
     /// The owners of the kinds this worker runs, `(kind, owner)`, to record with the kinds.
     pub owners: Vec<(String, String)>,
+    /// Whether to read the gauges when the role is held. `false` only takes or keeps the
+    /// role: the report is then empty, not a reading (the holder keeps its role every pass and
+    /// reads the gauges less often when reading them is slow).
+    pub read: bool,
 }
 
 /// Jobs of one queue in one state.

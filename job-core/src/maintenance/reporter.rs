@@ -24,7 +24,8 @@ pub struct ReporterConfig {
     /// Time between passes: [`MIN_INTERVAL`](crate::MIN_INTERVAL) (10 ms) to
     /// [`MAX_DURATION`](crate::MAX_DURATION). Defaults to 15 seconds. The role's holder reads
     /// the gauges less often when reading them takes long: it waits at least 250 times as long
-    /// as the last reading took (at most 5 minutes, unless the interval is longer).
+    /// as the last reading took (at most 5 minutes, unless the interval is longer), and its
+    /// passes in between only keep the role.
     pub interval: Duration,
     /// Whether this worker takes part (reports when it holds the role). Defaults to `true`.
     pub enabled: bool,
@@ -66,21 +67,20 @@ type Seen = HashSet<(&'static str, Vec<(&'static str, String)>)>;
 /// The reporter's holder waits at least this many times as long as reading the gauges took
 /// before it reads them again, so that they cost at most 1/250 (0.4%) of one core of the
 /// database whatever the table holds. Counting the jobs per queue and state reads every waiting
-/// row: with 1,100,000 waiting (a million scheduled for next month) a pass took about 200 ms,
-/// which every 15 s was 1.3% of a core on an otherwise idle system. Passes that take under
-/// 60 ms keep the configured interval.
+/// row: with 1,100,000 waiting (a million scheduled for next month) a reading took about 200 ms
+/// as a parallel scan, which every 15 s was 1.0-1.5% of a core on an otherwise idle system.
+/// Readings that take under 60 ms keep the configured interval. The passes in between keep the
+/// role without reading.
 const GAUGE_SHARE: u32 = 250;
 
 /// The longest time between two readings, however slow they are.
 const LONGEST_GAP: Duration = Duration::from_secs(300);
 
 /// The time until the next reading of the gauges, after one that took `took`: [`GAUGE_SHARE`]
-/// times as long, but never under `interval` nor over [`LONGEST_GAP`], and at most twice the
-/// `last` gap (the role was taken for three of them, so it never lapses before the next
-/// reading).
-fn next_gap(took: Duration, last: Duration, interval: Duration) -> Duration {
+/// times as long, but never under `interval` and, unless the interval is longer, never over
+/// [`LONGEST_GAP`].
+fn next_gap(took: Duration, interval: Duration) -> Duration {
     took.saturating_mul(GAUGE_SHARE)
-        .min(last.max(interval).saturating_mul(2))
         .min(LONGEST_GAP)
         .max(interval)
 }
@@ -93,10 +93,8 @@ pub struct Reporter<S> {
     holder: String,
     owners: Vec<(String, String)>,
     seen: Seen,
-    /// The time between readings while this worker holds the role: the interval, or longer
-    /// when reading takes long (see [`GAUGE_SHARE`]).
-    gap: Duration,
-    /// When the holder reads the gauges next; until then its passes do nothing.
+    /// When the holder reads the gauges next (see [`GAUGE_SHARE`]); until then its passes
+    /// only keep the role.
     next: Option<Instant>,
 }
 
@@ -115,7 +113,6 @@ impl<S: Store> Reporter<S> {
             holder: holder.into(),
             owners,
             seen: Seen::new(),
-            gap: config.interval,
             next: None,
         }
     }
@@ -123,17 +120,26 @@ impl<S: Store> Reporter<S> {
     /// One pass: records the owners, takes or keeps the role, and when held reads and sets the
     /// gauges. Returns the report, or `None` when another worker holds the role.
     pub async fn run_once(&mut self) -> Result<Option<Report>, StoreError> {
+        self.pass(true).await
+    }
+
+    /// A pass that reads the gauges when the role is held if `read`, else only keeps the role
+    /// (its report is empty and not exported).
+    async fn pass(&mut self, read: bool) -> Result<Option<Report>, StoreError> {
         let request = ReportRequest {
             holder: self.holder.clone(),
-            // Three gaps: a holder that misses two keeps its role.
-            hold_for: self.gap.max(self.config.interval).saturating_mul(3),
+            // Three passes: a leader that misses two keeps its role.
+            hold_for: self.config.interval.saturating_mul(3),
             owners: self.owners.clone(),
+            read,
         };
         let report = self.store.report(&request).await?;
         match &report {
             Some(report) => {
                 gauge!(names::REPORTER).set(1.0);
-                self.export(report);
+                if read {
+                    self.export(report);
+                }
             }
             None => gauge!(names::REPORTER).set(0.0),
         }
@@ -201,28 +207,24 @@ impl<S: Store> Service for Reporter<S> {
                 return Ok(());
             }
             let started = Instant::now();
-            if self.next.is_some_and(|next| started < next) {
-                return Ok(());
-            }
-            let report = self.run_once().await?;
-            let interval = self.config.interval;
+            let read = self.next.is_none_or(|next| started >= next);
+            let report = self.pass(read).await?;
             match report {
-                Some(r) => {
+                Some(r) if read => {
                     let took = started.elapsed();
-                    self.gap = next_gap(took, self.gap, interval);
-                    self.next = Some(started + self.gap);
+                    let gap = next_gap(took, self.config.interval);
+                    self.next = Some(started + gap);
                     tracing::debug!(
                         queues = r.oldest_due.len(),
                         dead_letter_kinds = r.dead_letters.len(),
                         took_ms = took.as_millis() as u64,
-                        next_in_s = self.gap.as_secs(),
+                        next_in_s = gap.as_secs(),
                         "reported the database's gauges"
                     );
                 }
-                None => {
-                    self.gap = interval;
-                    self.next = None;
-                }
+                Some(_) => {}
+                // Another worker holds the role: whoever gets it next reads at once.
+                None => self.next = None,
             }
             Ok(())
         })
@@ -237,38 +239,24 @@ mod tests {
 
     #[test]
     fn a_quick_reading_keeps_the_interval() {
-        let took = Duration::from_millis(20);
-        assert_eq!(next_gap(took, INTERVAL, INTERVAL), INTERVAL);
-        // And a gap that had grown comes back down to it.
-        assert_eq!(next_gap(took, Duration::from_secs(60), INTERVAL), INTERVAL);
+        assert_eq!(next_gap(Duration::from_millis(20), INTERVAL), INTERVAL);
+        assert_eq!(next_gap(Duration::ZERO, INTERVAL), INTERVAL);
     }
 
     #[test]
-    fn a_slow_reading_spaces_the_next_up_to_twice_the_last_gap_at_a_time() {
-        let took = Duration::from_millis(290);
-        let first = next_gap(took, INTERVAL, INTERVAL);
+    fn a_slow_reading_waits_250_times_as_long() {
         assert_eq!(
-            first,
-            Duration::from_secs(30),
-            "twice the interval, not 72.5 s at once"
-        );
-        let second = next_gap(took, first, INTERVAL);
-        assert_eq!(second, Duration::from_secs(60));
-        let third = next_gap(took, second, INTERVAL);
-        assert_eq!(
-            third,
-            Duration::from_millis(72_500),
-            "250 times the reading"
+            next_gap(Duration::from_millis(290), INTERVAL),
+            Duration::from_millis(72_500)
         );
     }
 
     #[test]
     fn the_gap_never_exceeds_five_minutes_nor_falls_under_the_interval() {
-        let hour = Duration::from_secs(3600);
-        assert_eq!(next_gap(hour, LONGEST_GAP, INTERVAL), LONGEST_GAP);
+        assert_eq!(next_gap(Duration::from_secs(3600), INTERVAL), LONGEST_GAP);
         let long_interval = Duration::from_secs(600);
         assert_eq!(
-            next_gap(Duration::from_millis(1), long_interval, long_interval),
+            next_gap(Duration::from_secs(3600), long_interval),
             long_interval
         );
     }
