@@ -151,7 +151,11 @@ async fn one_worker_reports_exact_gauges_and_hands_the_role_over() {
         Some(job::Report::default())
     );
     assert_eq!(store.report(&keep("worker-b")).await.unwrap(), None);
-    assert_eq!(jobs("rq", "available"), Some(3.0), "the gauges keep their values");
+    assert_eq!(
+        jobs("rq", "available"),
+        Some(3.0),
+        "the gauges keep their values"
+    );
 
     // Purged dead letters go back to zero at the holder's next pass.
     store.purge(&JobFilter::dead_letters()).await.unwrap();
