@@ -176,6 +176,42 @@ async fn one_worker_reports_exact_gauges_and_hands_the_role_over() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert_eq!(a.run_once().await.unwrap(), None, "b holds the role now");
+
+    // A holder that gives the role up (as a stopping worker does) hands it over at once, not
+    // after three intervals (here 3 minutes).
+    let slow = |holder: &str| {
+        let config = ReporterConfig {
+            interval: Duration::from_secs(60),
+            ..ReporterConfig::default()
+        };
+        Reporter::new(store.clone(), config, holder, Vec::new())
+    };
+    let (mut c, mut d) = (slow("worker-c"), slow("worker-d"));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while c.run_once().await.unwrap().is_none() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "b's role never lapsed"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        d.run_once().await.unwrap(),
+        None,
+        "c holds the role for 3 minutes"
+    );
+    d.release().await.unwrap();
+    assert_eq!(
+        b.run_once().await.unwrap(),
+        None,
+        "one that does not hold it gives nothing up"
+    );
+    c.release().await.unwrap();
+    d.run_once()
+        .await
+        .unwrap()
+        .expect("d takes the role c gave up");
+    assert_eq!(c.run_once().await.unwrap(), None, "d holds the role now");
     db.close().await;
 }
 

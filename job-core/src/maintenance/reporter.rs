@@ -96,6 +96,8 @@ pub struct Reporter<S> {
     /// When the holder reads the gauges next (see [`GAUGE_SHARE`]); until then its passes
     /// only keep the role.
     next: Option<Instant>,
+    /// Whether the last pass found this worker holding the role.
+    held: bool,
 }
 
 impl<S: Store> Reporter<S> {
@@ -114,6 +116,7 @@ impl<S: Store> Reporter<S> {
             owners,
             seen: Seen::new(),
             next: None,
+            held: false,
         }
     }
 
@@ -134,6 +137,7 @@ impl<S: Store> Reporter<S> {
             read,
         };
         let report = self.store.report(&request).await?;
+        self.held = report.is_some();
         match &report {
             Some(report) => {
                 gauge!(names::REPORTER).set(1.0);
@@ -144,6 +148,26 @@ impl<S: Store> Reporter<S> {
             None => gauge!(names::REPORTER).set(0.0),
         }
         Ok(report)
+    }
+
+    /// Gives the role up, if this worker held it at its last pass, so that another worker
+    /// takes it at its next pass instead of after three intervals: the role is kept until
+    /// now, which has then passed. A worker calls it when it stops.
+    pub async fn release(&mut self) -> Result<(), StoreError> {
+        if !self.held {
+            return Ok(());
+        }
+        let request = ReportRequest {
+            holder: self.holder.clone(),
+            hold_for: Duration::ZERO,
+            owners: Vec::new(),
+            read: false,
+        };
+        self.store.report(&request).await?;
+        self.held = false;
+        self.next = None;
+        gauge!(names::REPORTER).set(0.0);
+        Ok(())
     }
 
     fn export(&mut self, report: &Report) {
@@ -227,6 +251,14 @@ impl<S: Store> Service for Reporter<S> {
                 None => self.next = None,
             }
             Ok(())
+        })
+    }
+
+    fn stopped(&mut self) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            if let Err(e) = self.release().await {
+                tracing::debug!(error = %e, "the reporter's role was not given up: it lapses");
+            }
         })
     }
 }

@@ -31,6 +31,12 @@ pub(crate) trait Service: Send + Sync + 'static {
     /// One pass. Logs what it did; an error is logged by the loop, and the next pass comes
     /// at the next interval.
     fn tick(&mut self) -> BoxFuture<'_, Result<(), StoreError>>;
+
+    /// Once, when the worker stops, after the last pass (the worker bounds the wait). Nothing
+    /// by default.
+    fn stopped(&mut self) -> BoxFuture<'_, ()> {
+        Box::pin(async {})
+    }
 }
 
 /// Runs `service` until `stop` fires: a pass every interval (a slow pass delays the next
@@ -42,6 +48,7 @@ pub(crate) async fn run(mut service: Box<dyn Service>, stop: CancellationToken) 
             tracing::warn!(service = service.name(), error = %e, "maintenance pass failed");
         }
     }
+    service.stopped().await;
 }
 
 /// Refuses, as `option` of a service, the first of `durations` (each named) over
