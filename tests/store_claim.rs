@@ -27,29 +27,41 @@ async fn fill(pool: &sqlx::PgPool, n: i64, kind: &str, state: &str, run_at: &str
     .unwrap();
 }
 
+/// Inserts `n` running jobs of `kind` whose leases run for another hour.
+async fn live_leases(pool: &sqlx::PgPool, n: i64, kind: &str) {
+    sqlx::query(
+        "INSERT INTO job.jobs (kind, queue, payload, state, attempt, lock_token, locked_until,
+                               locked_by)
+         SELECT $2, 'default', '{}', 'running', 1, gen_random_uuid(),
+                now() + interval '1 hour', 'live-worker'
+         FROM generate_series(1, $1::bigint) g",
+    )
+    .bind(n)
+    .bind(kind)
+    .execute(pool)
+    .await
+    .unwrap();
+}
+
 /// The statement `job.claim` runs (its `RETURN QUERY`), as the database holds it, and a check
 /// that the function plans it once per connection.
 async fn claim_statement(tx: &mut sqlx::PgConnection) -> String {
-    let (source, config): (String, Vec<String>) = sqlx::query_as(
-        "SELECT prosrc, proconfig FROM pg_proc
-         WHERE oid = 'job.claim(text, text[], integer[], bigint[], integer, text, integer[],
-                                text[])'::regprocedure",
-    )
-    .fetch_one(&mut *tx)
-    .await
-    .unwrap();
+    const CLAIM: &str =
+        "job.claim(text, text[], integer[], bigint[], integer, text, integer[], text[])";
+    let config: Vec<String> =
+        sqlx::query_scalar("SELECT proconfig FROM pg_proc WHERE oid = $1::regprocedure")
+            .bind(CLAIM)
+            .fetch_one(&mut *tx)
+            .await
+            .unwrap();
     assert!(
         config
             .iter()
             .any(|c| c == "plan_cache_mode=force_generic_plan"),
         "job.claim must plan its statement once per connection: {config:?}"
     );
-    let start = source
-        .find("RETURN QUERY")
-        .expect("job.claim returns a query")
-        + 12;
-    let end = source.rfind(';').expect("the query ends with a semicolon");
-    source[start..end].to_owned()
+    // Its statement uses $1..$8, not argument names.
+    function_statement(tx, CLAIM, &[]).await
 }
 
 /// Runs the claim under `EXPLAIN ANALYZE` in a transaction it rolls back, taking only jobs
@@ -161,16 +173,7 @@ async fn a_claim_reads_only_what_it_can_take() {
         "now() - interval '1 hour'",
     )
     .await;
-    sqlx::query(
-        "INSERT INTO job.jobs (kind, queue, payload, state, attempt, lock_token, locked_until,
-                               locked_by)
-         SELECT 'e.running', 'default', '{}', 'running', 1, gen_random_uuid(),
-                now() + interval '1 hour', 'live-worker'
-         FROM generate_series(1, 5000) g",
-    )
-    .execute(pool)
-    .await
-    .unwrap();
+    live_leases(pool, 5_000, "e.running").await;
     sqlx::query("ANALYZE job.jobs").execute(pool).await.unwrap();
     sqlx::query("INSERT INTO job.pauses (scope, name) VALUES ('kind', 'c.paused')")
         .execute(pool)
@@ -448,16 +451,7 @@ async fn the_stager_and_the_rescuer_read_what_they_change_not_the_table() {
     .await
     .unwrap();
     // Leases of another kind that have not run out: the rescuer passes them by.
-    sqlx::query(
-        "INSERT INTO job.jobs (kind, queue, payload, state, attempt, lock_token, locked_until,
-                               locked_by)
-         SELECT 'a.busy', 'default', '{}', 'running', 1, gen_random_uuid(),
-                now() + interval '1 hour', 'live-worker'
-         FROM generate_series(1, 5000) g",
-    )
-    .execute(pool)
-    .await
-    .unwrap();
+    live_leases(pool, 5_000, "a.busy").await;
     sqlx::query("ANALYZE job.jobs").execute(pool).await.unwrap();
     for mode in ["force_generic_plan", "force_custom_plan"] {
         let mut tx = pool.begin().await.unwrap();

@@ -5,13 +5,13 @@
 use std::time::Duration;
 
 use job::{
-    Backoff, BuildError, EnqueueError, Job, JobContext, JobError, JobOptions, JobState,
-    ReportRequest, Store,
+    Backoff, EnqueueError, Job, JobContext, JobError, JobOptions, JobState, ReportRequest, Store,
 };
 use job_core::{EnqueueOptions, NewJob, DEFAULT_PAYLOAD_LIMIT};
 use serde::{Deserialize, Serialize};
 
 use crate::common::*;
+use crate::durations::refused;
 
 fn raw(kind: &str, payload: &str, version: i32) -> NewJob {
     NewJob {
@@ -279,21 +279,12 @@ async fn a_hand_written_owner_the_store_cannot_record_is_refused_at_build() {
         owners: vec![("test.unowned".into(), String::new())],
         read: true,
     };
-    let refused = h.store.report(&report).await;
-    assert!(refused.is_err(), "the store records no empty owner");
-    match h.worker().register::<Unowned>().build() {
-        Err(
-            e @ BuildError::InvalidOption {
-                option: "owner", ..
-            },
-        ) => {
-            let message = e.to_string();
-            assert!(message.contains("must be 1 to 128 bytes"), "{message}");
-            assert!(message.contains("Unowned"), "{message}");
-        }
-        Err(other) => panic!("refused for another reason: {other}"),
-        Ok(_) => panic!("built a worker whose reporter fails every pass"),
-    }
+    let answer = h.store.report(&report).await;
+    assert!(answer.is_err(), "the store records no empty owner");
+    let (option, message) = refused(h.worker().register::<Unowned>());
+    assert_eq!(option, "owner", "{message}");
+    assert!(message.contains("must be 1 to 128 bytes"), "{message}");
+    assert!(message.contains("Unowned"), "{message}");
 }
 
 /// A hand-written kind whose backoff has no base: every retry would follow at once.
@@ -318,19 +309,10 @@ impl Job for Hasty {
 #[tokio::test]
 async fn a_hand_written_backoff_without_a_base_is_refused_at_build() {
     let h = Harness::new().await;
-    match h.worker().register::<Hasty>().build() {
-        Err(
-            e @ BuildError::InvalidOption {
-                option: "backoff", ..
-            },
-        ) => {
-            let message = e.to_string();
-            assert!(message.contains("`test.hasty`"), "{message}");
-            assert!(message.contains("greater than zero"), "{message}");
-        }
-        Err(other) => panic!("refused for another reason: {other}"),
-        Ok(_) => panic!("built a worker that retries `test.hasty` at once, every time"),
-    }
+    let (option, message) = refused(h.worker().register::<Hasty>());
+    assert_eq!(option, "backoff", "{message}");
+    assert!(message.contains("`test.hasty`"), "{message}");
+    assert!(message.contains("greater than zero"), "{message}");
 }
 
 /// A hand-written kind whose backoff cap is below its base: every delay is drawn from
@@ -363,19 +345,10 @@ async fn a_hand_written_backoff_capped_below_its_base_is_refused_at_build() {
         Duration::ZERO,
         "what such a kind would wait"
     );
-    match h.worker().register::<Capped>().build() {
-        Err(
-            e @ BuildError::InvalidOption {
-                option: "backoff", ..
-            },
-        ) => {
-            let message = e.to_string();
-            assert!(message.contains("`test.capped`"), "{message}");
-            assert!(message.contains("below its base"), "{message}");
-        }
-        Err(other) => panic!("refused for another reason: {other}"),
-        Ok(_) => panic!("built a worker that retries `test.capped` at once, every time"),
-    }
+    let (option, message) = refused(h.worker().register::<Capped>());
+    assert_eq!(option, "backoff", "{message}");
+    assert!(message.contains("`test.capped`"), "{message}");
+    assert!(message.contains("below its base"), "{message}");
 }
 
 /// A hand-written kind with priority `P` and `A` attempts.
@@ -429,37 +402,31 @@ async fn a_hand_written_priority_or_attempts_every_enqueue_refuses_is_refused_at
     );
     let cases = [
         (
-            h.worker().register::<Numbered<-1, 25>>().build(),
+            h.worker().register::<Numbered<-1, 25>>(),
             "priority",
             "0 or more, got -1",
         ),
         (
-            h.worker().register::<Numbered<{ i16::MIN }, 25>>().build(),
+            h.worker().register::<Numbered<{ i16::MIN }, 25>>(),
             "priority",
             "0 or more, got -32768",
         ),
         (
-            h.worker().register::<Numbered<0, 0>>().build(),
+            h.worker().register::<Numbered<0, 0>>(),
             "max_attempts",
             "at least 1, got 0",
         ),
         (
-            h.worker().register::<Numbered<0, { i32::MIN }>>().build(),
+            h.worker().register::<Numbered<0, { i32::MIN }>>(),
             "max_attempts",
             "at least 1, got -2147483648",
         ),
     ];
-    for (built, expected, words) in cases {
-        match built {
-            Err(e @ BuildError::InvalidOption { option, .. }) => {
-                let message = e.to_string();
-                assert_eq!(option, expected, "{message}");
-                assert!(message.contains("`test.numbered`"), "{message}");
-                assert!(message.contains(words), "{message}");
-            }
-            Err(other) => panic!("refused for another reason: {other}"),
-            Ok(_) => panic!("built a worker for a kind no enqueue accepts ({expected})"),
-        }
+    for (builder, expected, words) in cases {
+        let (option, message) = refused(builder);
+        assert_eq!(option, expected, "{message}");
+        assert!(message.contains("`test.numbered`"), "{message}");
+        assert!(message.contains(words), "{message}");
     }
     // The bounds themselves are accepted.
     h.worker()
@@ -502,19 +469,10 @@ async fn a_hand_written_version_below_one_is_refused_at_build() {
         ),
         "{err}"
     );
-    match h.worker().register::<Unversioned>().build() {
-        Err(
-            e @ BuildError::InvalidOption {
-                option: "version", ..
-            },
-        ) => {
-            let message = e.to_string();
-            assert!(message.contains("`test.unversioned`"), "{message}");
-            assert!(message.contains("at least 1, got 0"), "{message}");
-        }
-        Err(other) => panic!("refused for another reason: {other}"),
-        Ok(_) => panic!("built a worker for a kind no enqueue accepts"),
-    }
+    let (option, message) = refused(h.worker().register::<Unversioned>());
+    assert_eq!(option, "version", "{message}");
+    assert!(message.contains("`test.unversioned`"), "{message}");
+    assert!(message.contains("at least 1, got 0"), "{message}");
 }
 
 /// Reports a progress value holding a backslash followed by `u0000` (text, not a NUL), and

@@ -64,7 +64,7 @@ impl<const T: u64, const L: u64> Job for Timed<T, L> {
 }
 
 /// The option `build()` refused, and its message; fails the test when it built.
-fn refused(builder: WorkerBuilder<PgStore>) -> (&'static str, String) {
+pub(crate) fn refused(builder: WorkerBuilder<PgStore>) -> (&'static str, String) {
     match builder.build() {
         Err(e @ BuildError::InvalidOption { option, .. }) => (option, e.to_string()),
         Err(other) => panic!("refused for another reason: {other}"),
