@@ -163,8 +163,8 @@ async fn a_stale_lease_commits_nothing_of_the_handlers_transaction() {
 }
 
 /// Completes itself in its transaction, then holds the transaction open until the lease of
-/// the running [`RunAlongside`] job has been renewed (seen at twelve values) and 1.5 s have
-/// passed (longer than that job's lease), or 20 s have passed, then commits.
+/// the running [`RunAlongside`] job has been renewed (seen at twelve values) and 3.5 s have
+/// passed (longer than that job's lease), or 30 s have passed, then commits.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct HoldOpen {}
 
@@ -172,7 +172,7 @@ impl Job for HoldOpen {
     const KIND: &'static str = "steps.hold_open";
     const OPTIONS: JobOptions = JobOptions {
         // Its own row is held, so its lease is not renewed while it holds it: long enough.
-        lease: Duration::from_secs(10),
+        lease: Duration::from_secs(30),
         ..JobOptions::DEFAULT
     };
 
@@ -182,9 +182,9 @@ impl Job for HoldOpen {
         let mut tx = pool.begin().await?;
         job_postgres::complete_in(&mut tx, &ctx).await?;
         let mut leases = Vec::new();
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-        // Longer than the other job's lease of 1 s, whatever the heartbeat period.
-        let held_for = tokio::time::Instant::now() + Duration::from_millis(1500);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        // Longer than the other job's lease of 3 s, whatever the heartbeat period.
+        let held_for = tokio::time::Instant::now() + Duration::from_millis(3500);
         while (leases.len() < 12 || tokio::time::Instant::now() < held_for)
             && tokio::time::Instant::now() < deadline
         {
@@ -220,8 +220,12 @@ pub struct RunAlongside {}
 
 impl Job for RunAlongside {
     const KIND: &'static str = "steps.run_alongside";
+    // Three seconds, as `StepLoop`'s: only a heartbeat held up by the other row, not a test
+    // machine starved of CPU, may let it run short (with 1 s, a loaded CI run fenced it once:
+    // the fence comes when a third of the lease is left, and a heartbeat every 100 ms is
+    // allowed 150 ms before what it renewed is discarded).
     const OPTIONS: JobOptions = JobOptions {
-        lease: Duration::from_secs(1),
+        lease: Duration::from_secs(3),
         ..JobOptions::DEFAULT
     };
 
