@@ -6,8 +6,8 @@
 use std::time::Duration;
 
 use job::{
-    ClaimKind, ClaimRequest, ClaimedJob, EnqueueError, ErrorClass, Failure, Finalize, Finalized,
-    NewJob, Outcome, SqliteStore, Store, DEFAULT_PAYLOAD_LIMIT,
+    Admin, ClaimKind, ClaimRequest, ClaimedJob, EnqueueError, ErrorClass, Failure, Finalize,
+    Finalized, NewJob, Outcome, SqliteStore, Store, DEFAULT_PAYLOAD_LIMIT,
 };
 use job_testkit::TestSqlite;
 
@@ -537,4 +537,112 @@ async fn an_error_history_is_bounded_for_every_writer() {
     .unwrap();
     assert!(length < 3 * 64 * 1024, "a history of {length} bytes");
     db.close().await;
+}
+
+#[tokio::test]
+async fn text_that_is_not_utf8_never_stops_a_claim_a_rescue_or_a_listing() {
+    // SQLite stores whatever bytes a raw write casts to TEXT, and no trigger can tell. One row
+    // whose payload was not UTF-8 made every claim of its kind fail, and one such value in
+    // any text column made the rescuer, the expirer, a pause read or a listing fail.
+    let db = TestSqlite::new().await;
+    let store = db.store();
+    let undo = job::Compensate {
+        kind: "probe.undo",
+        queue: "undo",
+    };
+    store
+        .register_kinds(&[("k".to_owned(), Some(undo))])
+        .await
+        .unwrap();
+    let not_utf8 = |prefix: &str| format!("CAST(x'{}ff' AS TEXT)", hex(prefix));
+    let payload = format!("CAST(x'{}ff{}' AS TEXT)", hex("{\"a\":\""), hex("\"}"));
+    insert_raw(&store, "q", &[("payload", payload.as_str())])
+        .await
+        .unwrap();
+    // Running on an expired lease, its history and its worker's name not UTF-8 either.
+    let errors = format!(
+        "CAST(x'{}ff{}' AS TEXT)",
+        hex("[{\"attempt\":1,\"at\":\"2026-01-01T00:00:00Z\",\"class\":\"x\",\"message\":\""),
+        hex("\"}]")
+    );
+    let locked_by = not_utf8("w");
+    insert_raw(
+        &store,
+        "q",
+        &[
+            ("kind", "'other'"),
+            ("state", "'running'"),
+            ("attempt", "1"),
+            ("lock_token", "x'00112233445566778899aabbccddeeff'"),
+            ("locked_until", "0"),
+            ("locked_by", locked_by.as_str()),
+            ("errors", errors.as_str()),
+        ],
+    )
+    .await
+    .unwrap();
+    let reason = not_utf8("r");
+    raw(
+        &store,
+        &format!(
+            "INSERT INTO job_pauses (scope, name, paused_by, reason, paused_at) \
+             VALUES ('kind', 'nobody', 'operator', {reason}, 0)"
+        ),
+    )
+    .await
+    .unwrap();
+    let ordinary = NewJob {
+        queue: "q".into(),
+        ..NewJob::new("k", "{}")
+    };
+    let ordinary = store.enqueue(ordinary).await.unwrap();
+
+    let claimed = store.claim(&request("k", "q")).await;
+    let claimed = claimed.expect("the claim reads past a payload that is not UTF-8");
+    let ids: Vec<i64> = claimed.iter().map(|j| j.lease.id).collect();
+    assert_eq!(ids, [ordinary], "only the readable job is handed over");
+    let rescued = store
+        .rescue_expired(10)
+        .await
+        .expect("the rescuer reads it");
+    assert_eq!(rescued.retried, 1, "{rescued:?}");
+
+    let listed = store
+        .list(&job::JobFilter::default())
+        .await
+        .expect("a listing reads every row");
+    let bad = listed
+        .iter()
+        .find(|j| j.kind == "k" && j.state == job::JobState::Discarded)
+        .expect("the unreadable job is discarded");
+    let last = bad.errors.last().expect("with its reason");
+    assert!(last.message.contains("not valid UTF-8"), "{last:?}");
+    let other = listed.iter().find(|j| j.kind == "other").unwrap();
+    assert!(
+        other.errors[0].message.contains('\u{fffd}'),
+        "read back with U+FFFD: {:?}",
+        other.errors
+    );
+    assert_eq!(other.state, job::JobState::Retryable);
+    let pauses = store.pauses().await.expect("the pauses read");
+    assert_eq!(pauses[0].reason.as_deref(), Some("r\u{fffd}"));
+    let compensating = claim(&store, "probe.undo", "undo").await;
+    assert_eq!(
+        compensating.len(),
+        1,
+        "its compensation was enqueued and reads"
+    );
+    let payload: serde_json::Value = serde_json::from_str(&compensating[0].payload).unwrap();
+    assert_eq!(payload["discarded"]["job_id"], bad.id);
+    assert_eq!(payload["discarded"]["payload_omitted"], true);
+    assert!(payload["discarded"]["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("not valid UTF-8"));
+    db.close().await;
+}
+
+/// The hexadecimal digits of `text`'s bytes, for an SQL blob literal.
+fn hex(text: &str) -> String {
+    text.bytes().map(|b| format!("{b:02x}")).collect()
 }

@@ -15,6 +15,7 @@ use crate::error::Error;
 use crate::history;
 use crate::row;
 use crate::sql;
+use crate::text::Text;
 use crate::time::{from_time, now};
 use crate::SqliteStore;
 
@@ -70,7 +71,7 @@ impl Admin for SqliteStore {
     async fn cancel(&self, id: JobId) -> Result<Cancelled, StoreError> {
         let mut w = self.write().await?;
         let now = now(&mut w.tx).await?;
-        let found: Option<(String, i32, String)> = sqlx::query_as(sql::CANCEL_READ)
+        let found: Option<(String, i32, Text)> = sqlx::query_as(sql::CANCEL_READ)
             .bind(id)
             .fetch_optional(&mut *w.tx)
             .await
@@ -83,7 +84,7 @@ impl Admin for SqliteStore {
             return Ok(Cancelled::AlreadyFinished(state));
         }
         let errors = history::push(
-            &errors,
+            &errors.0,
             attempt,
             now,
             "cancelled",
@@ -198,7 +199,7 @@ impl Admin for SqliteStore {
                     continue;
                 }
             }
-            let queue: Option<String> = sqlx::query_scalar(sql::REDRIVE)
+            let queue: Option<Text> = sqlx::query_scalar(sql::REDRIVE)
                 .bind(d.id)
                 .bind(now)
                 .fetch_optional(&mut *w.tx)
@@ -206,7 +207,7 @@ impl Admin for SqliteStore {
                 .map_err(Error::query("redrive"))?;
             if let Some(queue) = queue {
                 out.redriven.push(d.id);
-                queues.push(queue);
+                queues.push(queue.0);
             }
         }
         w.commit().await?;
@@ -236,7 +237,7 @@ impl Admin for SqliteStore {
             .await
             .map_err(Error::query("acquire"))?;
         let now = now(&mut conn).await?;
-        let counts: Vec<(String, String, i64)> = sqlx::query_as(sql::STATS_COUNTS)
+        let counts: Vec<(Text, String, i64)> = sqlx::query_as(sql::STATS_COUNTS)
             .bind(&filter.kind)
             .bind(&filter.queue)
             .bind(&filter.tenant)
@@ -265,7 +266,7 @@ impl Admin for SqliteStore {
             .into_iter()
             .map(|(queue, state, n)| {
                 Ok(StateCount {
-                    queue,
+                    queue: queue.0,
                     state: parse_state(0, &state)?,
                     count: n.unsigned_abs(),
                 })

@@ -5,8 +5,9 @@
 use std::time::Duration;
 
 use job_core::{
-    BreakerCount, ClaimKind, ClaimRequest, ClaimedJob, Finalize, Finalized, HeartbeatReport, JobId,
-    JobState, Lease, Outcome, Pause, PauseEntry, PausedBy, Release, Renewal, Rescued, Tripped,
+    BreakerCount, ClaimKind, ClaimRequest, ClaimedJob, ErrorClass, Failure, Finalize, Finalized,
+    HeartbeatReport, JobId, JobState, Lease, Outcome, Pause, PauseEntry, PausedBy, Release,
+    Renewal, Rescued, Tripped,
 };
 use sqlx::{Row, SqliteConnection};
 use uuid::Uuid;
@@ -14,6 +15,7 @@ use uuid::Uuid;
 use crate::error::Error;
 use crate::history;
 use crate::sql;
+use crate::text::{self, Text};
 use crate::time::{after, micros, now, to_time, Micros};
 
 /// The longest delay written: far beyond any backoff, and far inside what a time holds.
@@ -57,7 +59,7 @@ async fn pick(
         .map(|r| {
             Ok(Picked {
                 id: r.try_get("id")?,
-                kind: r.try_get("kind")?,
+                kind: text::get(r, "kind")?,
                 priority: r.try_get("priority")?,
                 run_at: r.try_get("run_at")?,
             })
@@ -120,6 +122,8 @@ pub(crate) async fn claim(
     picked.truncate(usize::try_from(request.limit).unwrap_or(usize::MAX));
 
     let mut claimed = Vec::with_capacity(picked.len());
+    let mut unreadable = Vec::new();
+    let mut unreadable_kinds = Vec::new();
     for p in picked {
         // How long it had been due, on the database's clock (the first part of its wait).
         // Saturating: a run_at written raw before migration 0006 may be anything.
@@ -139,16 +143,51 @@ pub(crate) async fn claim(
             .await
             .map_err(Error::query("claim_take"))?;
         let Some(row) = row else { continue };
+        let payload: Vec<u8> = row.try_get("payload").map_err(Error::query("claim_take"))?;
+        let payload = match String::from_utf8(payload) {
+            Ok(payload) => payload,
+            Err(e) => {
+                // Written raw (SQLite does not check the encoding): no handler can read it, and
+                // failing the claim would stop its whole kind. Discarded in this transaction,
+                // saying why, as the worker discards a payload that does not decode.
+                let (id, token, attempt, kind) = (|| {
+                    Ok::<_, sqlx::Error>((
+                        row.try_get("id")?,
+                        row.try_get("lock_token")?,
+                        row.try_get("attempt")?,
+                        text::get(&row, "kind")?,
+                    ))
+                })()
+                .map_err(Error::query("claim_take"))?;
+                unreadable_kinds.push(kind);
+                unreadable.push(Finalize {
+                    lease: Lease { id, token },
+                    outcome: Outcome::Discard {
+                        failure: Failure {
+                            attempt,
+                            class: ErrorClass::Terminal,
+                            message: format!(
+                                "the payload is not valid UTF-8 ({e}; written to the file \
+                                 without this store): no handler can read it, so the claim \
+                                 discarded the job"
+                            ),
+                        },
+                    },
+                    result: None,
+                });
+                continue;
+            }
+        };
         let job = (|| {
             Ok::<_, sqlx::Error>(ClaimedJob {
                 lease: Lease {
                     id: row.try_get("id")?,
                     token: row.try_get("lock_token")?,
                 },
-                kind: row.try_get("kind")?,
-                queue: row.try_get("queue")?,
+                kind: text::get(&row, "kind")?,
+                queue: text::get(&row, "queue")?,
                 priority: row.try_get("priority")?,
-                payload: row.try_get("payload")?,
+                payload,
                 payload_version: row.try_get("payload_version")?,
                 attempt: row.try_get("attempt")?,
                 max_attempts: row.try_get("max_attempts")?,
@@ -160,6 +199,15 @@ pub(crate) async fn claim(
         })()
         .map_err(Error::query("claim_take"))?;
         claimed.push(job);
+    }
+    finalize(&mut *conn, &unreadable).await?;
+    for (discarded, kind) in unreadable.iter().zip(&unreadable_kinds) {
+        sqlx::query(sql::COMPENSATION_OMIT_PAYLOAD)
+            .bind(discarded.lease.id)
+            .bind(kind)
+            .execute(&mut *conn)
+            .await
+            .map_err(Error::query("compensation_omit_payload"))?;
     }
     for kind in request.kinds.iter() {
         let Some(rate) = kind.rate else { continue };
@@ -193,9 +241,9 @@ pub(crate) async fn paused(
         .map_err(Error::query("paused"))?;
     rows.iter()
         .map(|r| {
-            let scope: String = r.try_get("scope")?;
-            let name: String = r.try_get("name")?;
-            let by: String = r.try_get("paused_by")?;
+            let scope = text::get(r, "scope")?;
+            let name = text::get(r, "name")?;
+            let by = text::get(r, "paused_by")?;
             let resume_at: Option<Micros> = r.try_get("resume_at")?;
             Ok(PauseEntry {
                 what: match scope.as_str() {
@@ -203,7 +251,7 @@ pub(crate) async fn paused(
                     _ => Pause::Kind(name),
                 },
                 paused_by: PausedBy::parse(&by).unwrap_or(PausedBy::Operator),
-                reason: r.try_get("reason")?,
+                reason: text::get_opt(r, "reason")?,
                 paused_at: to_time(r.try_get("paused_at")?),
                 resume_at: resume_at.map(to_time),
             })
@@ -325,8 +373,8 @@ pub(crate) async fn held(
     row.map(|r| {
         Ok(Held {
             attempt: r.try_get("attempt")?,
-            errors: r.try_get("errors")?,
-            locked_by: r.try_get("locked_by")?,
+            errors: text::get(&r, "errors")?,
+            locked_by: text::get_opt(&r, "locked_by")?,
             locked_until: r.try_get("locked_until")?,
             run_at: r.try_get("run_at")?,
         })
@@ -448,7 +496,7 @@ pub(crate) async fn rescue_expired(
             to_time(job.locked_until).to_rfc3339()
         );
         let errors = history::push(&job.errors, job.attempt, now, "lease_expired", &message);
-        let row: Option<(String, String)> = sqlx::query_as(sql::RESCUE)
+        let row: Option<(Text, Text)> = sqlx::query_as(sql::RESCUE)
             .bind(id)
             .bind(token)
             .bind(now)
@@ -456,10 +504,10 @@ pub(crate) async fn rescue_expired(
             .fetch_optional(&mut *conn)
             .await
             .map_err(Error::query("rescue"))?;
-        match row.as_ref().map(|(state, queue)| (state.as_str(), queue)) {
+        match row.as_ref().map(|(state, queue)| (state.0.as_str(), queue)) {
             Some(("retryable", queue)) => {
                 rescued.retried += 1;
-                queues.push(queue.clone());
+                queues.push(queue.0.clone());
             }
             Some(_) => rescued.discarded += 1,
             None => {}
@@ -499,7 +547,7 @@ pub(crate) async fn release(
                 ),
             ),
         };
-        let queue: Option<String> = sqlx::query_scalar(sql::RELEASE)
+        let queue: Option<Text> = sqlx::query_scalar(sql::RELEASE)
             .bind(r.lease.id)
             .bind(r.lease.token)
             .bind(now)
@@ -509,7 +557,7 @@ pub(crate) async fn release(
             .map_err(Error::query("release"))?;
         if let Some(queue) = queue {
             released += 1;
-            queues.push(queue);
+            queues.push(queue.0);
         }
     }
     Ok((released, queues))

@@ -25,6 +25,7 @@ mod row;
 mod sql;
 mod steps;
 mod store;
+mod text;
 mod time;
 
 pub use enqueue::{enqueue, enqueue_many, SqliteBackend};

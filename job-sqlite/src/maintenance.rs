@@ -7,6 +7,7 @@ use sqlx::SqliteConnection;
 use crate::error::Error;
 use crate::history;
 use crate::sql;
+use crate::text::Text;
 use crate::time::{micros, now, to_time};
 
 /// Deletes one bounded batch of finished jobs past their retention.
@@ -28,7 +29,7 @@ pub(crate) async fn prune(
 /// Ends one bounded batch of waiting jobs past their deadline or with cancellation requested.
 pub(crate) async fn expire(conn: &mut SqliteConnection, limit: u32) -> Result<Expired, Error> {
     let now = now(&mut *conn).await?;
-    let ending: Vec<(JobId, i32, String, bool, Option<i64>)> = sqlx::query_as(sql::EXPIRE_PICK)
+    let ending: Vec<(JobId, i32, Text, bool, Option<i64>)> = sqlx::query_as(sql::EXPIRE_PICK)
         .bind(now)
         .bind(i64::from(limit))
         .fetch_all(&mut *conn)
@@ -51,7 +52,7 @@ pub(crate) async fn expire(conn: &mut SqliteConnection, limit: u32) -> Result<Ex
                 ),
             )
         };
-        let errors = history::push(&errors, attempt, now, class, &message);
+        let errors = history::push(&errors.0, attempt, now, class, &message);
         let state: Option<String> = sqlx::query_scalar(sql::EXPIRE)
             .bind(id)
             .bind(now)

@@ -7,6 +7,7 @@ use uuid::Uuid;
 
 use crate::error::Error;
 use crate::sql;
+use crate::text;
 use crate::time::to_time;
 
 /// Reads one job by id; with `tenant`, only a job of that tenant.
@@ -39,7 +40,7 @@ pub(crate) fn decode(id: JobId, row: &SqliteRow) -> Result<JobRow, Error> {
     let lenient =
         |text: String| serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text));
     let json = |name: &'static str| -> Result<serde_json::Value, Error> {
-        Ok(lenient(row.try_get(name).map_err(column(name))?))
+        Ok(lenient(text::get(row, name).map_err(column(name))?))
     };
     let time = |name: &'static str| -> Result<Option<chrono::DateTime<chrono::Utc>>, Error> {
         let us: Option<i64> = row.try_get(name).map_err(column(name))?;
@@ -87,8 +88,8 @@ pub(crate) fn decode(id: JobId, row: &SqliteRow) -> Result<JobRow, Error> {
     let lock_token: Option<Uuid> = row.try_get("lock_token").map_err(column("lock_token"))?;
     Ok(JobRow {
         id: row.try_get("id").map_err(column("id"))?,
-        kind: row.try_get("kind").map_err(column("kind"))?,
-        queue: row.try_get("queue").map_err(column("queue"))?,
+        kind: text::get(row, "kind").map_err(column("kind"))?,
+        queue: text::get(row, "queue").map_err(column("queue"))?,
         priority: row.try_get("priority").map_err(column("priority"))?,
         state,
         payload: json("payload")?,
@@ -102,7 +103,7 @@ pub(crate) fn decode(id: JobId, row: &SqliteRow) -> Result<JobRow, Error> {
         run_at: time("run_at")?.unwrap_or_default(),
         lock_token,
         locked_until: time("locked_until")?,
-        locked_by: row.try_get("locked_by").map_err(column("locked_by"))?,
+        locked_by: text::get_opt(row, "locked_by").map_err(column("locked_by"))?,
         cancel_requested: row
             .try_get("cancel_requested")
             .map_err(column("cancel_requested"))?,
@@ -110,17 +111,16 @@ pub(crate) fn decode(id: JobId, row: &SqliteRow) -> Result<JobRow, Error> {
         created_at,
         finalized_at: time("finalized_at")?,
         deadline: time("deadline")?,
-        unique_key: row.try_get("unique_key").map_err(column("unique_key"))?,
+        unique_key: text::get_opt(row, "unique_key").map_err(column("unique_key"))?,
         tags,
-        tenant: row.try_get("tenant").map_err(column("tenant"))?,
+        tenant: text::get_opt(row, "tenant").map_err(column("tenant"))?,
         stuck_since: time("stuck_since")?,
         // Not stored by this backend yet (README, Backends).
         progress: None,
         progress_at: None,
         traceparent: None,
         owner: None,
-        result: row
-            .try_get::<Option<String>, _>("result")
+        result: text::get_opt(row, "result")
             .map_err(column("result"))?
             .map(lenient),
         // Refused at the door by this backend (README, Backends).
