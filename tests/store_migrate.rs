@@ -309,3 +309,40 @@ async fn migration_20_gives_the_new_job_enqueue_the_grants_of_the_old() {
         .await
         .unwrap();
 }
+
+/// Under SQL_ASCII, PostgreSQL stores any bytes as text: a row written by another client could
+/// hold text that is not UTF-8, which no worker reads back. `migrate` refuses such a database,
+/// naming it, and creates nothing in it.
+#[tokio::test]
+async fn migrate_refuses_a_database_that_stores_text_unchecked() {
+    let db = TestDb::new().await;
+    let name = format!("job_test_ascii_{}", uuid::Uuid::new_v4().simple());
+    sqlx::query(&format!(
+        "CREATE DATABASE {name} ENCODING 'SQL_ASCII' LC_COLLATE 'C' LC_CTYPE 'C' \
+         TEMPLATE template0"
+    ))
+    .execute(&db.pool())
+    .await
+    .unwrap();
+    let pool = sqlx::PgPool::connect_with(db.connect_options().database(&name))
+        .await
+        .unwrap();
+    let refused = job_postgres::migrate(&pool).await.unwrap_err();
+    assert!(
+        matches!(&refused, job_postgres::Error::Encoding { database } if *database == name),
+        "{refused}"
+    );
+    assert!(refused.to_string().contains("SQL_ASCII"), "{refused}");
+    let schema: Option<String> =
+        sqlx::query_scalar("SELECT nspname::text FROM pg_namespace WHERE nspname = 'job'")
+            .fetch_optional(&pool)
+            .await
+            .unwrap();
+    assert_eq!(schema, None, "nothing created");
+    pool.close().await;
+    sqlx::query(&format!("DROP DATABASE {name}"))
+        .execute(&db.pool())
+        .await
+        .unwrap();
+    db.close().await;
+}

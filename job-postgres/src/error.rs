@@ -57,6 +57,18 @@ pub enum Error {
         /// The tables' owner.
         owner: String,
     },
+    /// The database stores text unchecked (`SQL_ASCII`), so a row written by another client
+    /// could hold bytes that are not UTF-8, which no worker can read back. Nothing was
+    /// migrated.
+    #[error(
+        "database `{database}` has encoding SQL_ASCII, which stores text without checking it: \
+         job needs an encoding PostgreSQL checks, such as UTF8 (CREATE DATABASE … ENCODING \
+         'UTF8' TEMPLATE template0)"
+    )]
+    Encoding {
+        /// The database's name.
+        database: String,
+    },
     /// A stored job row could not be read back into its Rust type.
     #[error("job {id} has an undecodable `{column}`: {reason}")]
     Decode {

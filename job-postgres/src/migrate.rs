@@ -202,6 +202,16 @@ pub fn script() -> String {
 /// lock serializes them) and again and again (a second run only reads). Each migration runs in
 /// its own transaction, recorded with it.
 pub async fn migrate(pool: &PgPool) -> Result<(), Error> {
+    // SQL_ASCII is the one server encoding under which PostgreSQL stores any bytes as text
+    // (every other one is checked, and converted to the client's UTF8 on the way out): a row
+    // written raw there could hold text that no worker reads back, stalling its claims.
+    let (encoding, database): (String, String) = sqlx::query_as(sql::MIGRATE_ENCODING)
+        .fetch_one(pool)
+        .await
+        .map_err(Error::query("migrate_encoding"))?;
+    if encoding == "SQL_ASCII" {
+        return Err(Error::Encoding { database });
+    }
     for migration in pending(pool).await? {
         apply(pool, migration).await?;
     }

@@ -75,6 +75,7 @@ pub(crate) const REPORT_LEAD: &str = include_str!("sql/report_lead.sql");
 pub(crate) const REPORT: &str = include_str!("sql/report.sql");
 
 pub(crate) const MIGRATE_LOCK: &str = include_str!("sql/migrate_lock.sql");
+pub(crate) const MIGRATE_ENCODING: &str = include_str!("sql/migrate_encoding.sql");
 pub(crate) const MIGRATE_INSTALLED: &str = include_str!("sql/migrate_installed.sql");
 pub(crate) const MIGRATE_BOOTSTRAP: &str = include_str!("sql/migrate_bootstrap.sql");
 pub(crate) const MIGRATE_APPLIED: &str = include_str!("sql/migrate_applied.sql");
