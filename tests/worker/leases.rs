@@ -400,3 +400,101 @@ async fn a_claim_that_panics_is_paused_after_like_a_failed_one_and_claiming_goes
         "six panicking claims in {panicking:?}: no pause after them"
     );
 }
+
+/// A store layer that loses the answer of every other finalize (the first of each pair): the
+/// outcomes are written, then the call fails as a broken connection would. With `heartbeats`,
+/// the failure comes only after that many heartbeats (or 3 s), which find the written jobs'
+/// leases gone.
+#[derive(Clone, Default)]
+struct LostFinalizeAnswers {
+    heartbeats: usize,
+    beats: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    calls: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl StoreLayer for LostFinalizeAnswers {
+    fn call<'a, T: Returned + Send + 'a>(
+        &'a self,
+        call: Call,
+        run: BoxFuture<'a, Result<T, StoreError>>,
+    ) -> BoxFuture<'a, Result<T, StoreError>> {
+        use std::sync::atomic::Ordering::SeqCst;
+        match call.name {
+            "heartbeat" => Box::pin(async move {
+                let answer = run.await;
+                self.beats.fetch_add(1, SeqCst);
+                answer
+            }),
+            "finalize" if self.calls.fetch_add(1, SeqCst) % 2 == 0 => Box::pin(async move {
+                let written = run.await;
+                // Or 3 s, for the last outcome, after which nothing runs that is renewed.
+                let until = self.beats.load(SeqCst) + self.heartbeats;
+                let give_up = tokio::time::Instant::now() + Duration::from_secs(3);
+                while self.beats.load(SeqCst) < until && tokio::time::Instant::now() < give_up {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                written?;
+                Err(StoreError::new("injected: the finalize's answer was lost"))
+            }),
+            _ => run,
+        }
+    }
+}
+
+#[tokio::test]
+async fn an_outcome_whose_answer_was_lost_counts_as_applied_not_as_a_lost_lease() {
+    // The finalize committed, its answer did not come back, and the completer wrote the batch
+    // again: the guarded write found the leases gone (its own write had cleared them), or a
+    // heartbeat in between reported them lost. Both counted jobs that ended well as lost
+    // leases. The completer now reads such a job's row, and counts its outcome when the row
+    // shows it.
+    for heartbeats in [0, 2] {
+        let h = Harness::new().await;
+        let store = Layered::new(
+            h.store.clone(),
+            LostFinalizeAnswers {
+                heartbeats,
+                ..Default::default()
+            },
+        );
+        let worker = worker(&store, &h.ledger).build().unwrap().start();
+        // Keeps the keeper beating while the others finish.
+        let sleepy = enqueue(&h.store, Sleepy { ms: 1500 }).await;
+        let mut ids = Vec::new();
+        for how in [How::Error, How::Terminal, How::Cancel] {
+            ids.push(enqueue(&h.store, Flaky { failures: 1, how }).await);
+        }
+        ids.push(enqueue(&h.store, Noop { n: 1 }).await);
+        let ended = [
+            JobState::Completed,
+            JobState::Discarded,
+            JobState::Cancelled,
+            JobState::Completed,
+        ];
+        for (id, state) in ids.iter().zip(ended) {
+            h.reaches(*id, state).await;
+        }
+        h.reaches(sleepy, JobState::Completed).await;
+        eventually("the completer to count every outcome", || async {
+            let s = worker.stats();
+            (s.completed + s.retried + s.discarded + s.cancelled + s.lease_lost >= 6).then_some(())
+        })
+        .await;
+        let stats = worker.shutdown().await.stats;
+        assert_eq!(
+            (
+                stats.completed,
+                stats.retried,
+                stats.discarded,
+                stats.cancelled,
+                stats.lease_lost,
+                stats.fenced
+            ),
+            (3, 1, 1, 1, 0, 0),
+            "answers lost after {heartbeats} heartbeats: {stats:?}"
+        );
+        for id in ids.iter().chain([&sleepy]) {
+            assert_eq!(h.row(*id).await.lock_token, None, "job {id}");
+        }
+    }
+}

@@ -143,6 +143,9 @@ async fn record_breakers<S: Store>(shared: &Shared<S>) {
 async fn flush<S: Store>(shared: &Shared<S>, batch: &mut Vec<Completion>) {
     let mut failures = 0u32;
     loop {
+        if failures > 0 {
+            settle_landed(shared, batch).await;
+        }
         drop_lost(shared, batch);
         if batch.is_empty() {
             return;
@@ -151,6 +154,11 @@ async fn flush<S: Store>(shared: &Shared<S>, batch: &mut Vec<Completion>) {
         match finalize(shared, &items).await {
             Ok(results) => {
                 for (c, result) in batch.drain(..).zip(results) {
+                    let result = if failures > 0 {
+                        recheck(shared, &c, result).await
+                    } else {
+                        result
+                    };
                     applied(shared, &c, result);
                 }
                 return;
@@ -214,6 +222,11 @@ async fn write_alone<S: Store>(shared: &Shared<S>, mut c: Completion) {
         let error = match finalize(shared, std::slice::from_ref(&c.finalize)).await {
             Ok(results) => {
                 let result = results.first().copied().unwrap_or(Finalized::LeaseLost);
+                let result = if failures > 0 {
+                    recheck(shared, &c, result).await
+                } else {
+                    result
+                };
                 applied(shared, &c, result);
                 return;
             }
@@ -273,6 +286,69 @@ async fn write_alone<S: Store>(shared: &Shared<S>, mut c: Completion) {
             shared.inflight.remove(&c.finalize.lease);
             return;
         }
+    }
+}
+
+/// After a try whose answer never came (the connection broke, the statement timed out), the
+/// outcome may have been written all the same: the lease is then gone because this worker
+/// wrote it. A guarded write that finds the lease gone, or a heartbeat that reports it lost
+/// meanwhile, would count a job that ended well as a lost lease. So the job's row is read:
+/// when it shows this attempt's outcome, the outcome counts as applied.
+async fn recheck<S: Store>(shared: &Shared<S>, c: &Completion, result: Finalized) -> Finalized {
+    if result == Finalized::LeaseLost && !c.finalized_by_handler && landed(shared, c).await {
+        tracing::debug!(
+            id = c.info.id,
+            "an earlier try wrote the outcome; its answer was lost"
+        );
+        return Finalized::Applied;
+    }
+    result
+}
+
+/// Counts as applied, and takes out of `batch`, the outcomes whose lease the keeper saw go
+/// while the store did not answer, when the job's row shows them written (see [`recheck`]).
+async fn settle_landed<S: Store>(shared: &Shared<S>, batch: &mut Vec<Completion>) {
+    let mut i = 0;
+    while i < batch.len() {
+        let c = &batch[i];
+        if !c.finalized_by_handler
+            && !shared.inflight.holds(&c.finalize.lease)
+            && c.abort.reason.get() != Some(&Abort::Fenced)
+            && landed(shared, c).await
+        {
+            let c = batch.remove(i);
+            tracing::debug!(
+                id = c.info.id,
+                "an earlier try wrote the outcome; its answer was lost"
+            );
+            applied(shared, &c, Finalized::Applied);
+        } else {
+            i += 1;
+        }
+    }
+}
+
+/// Whether the job's row holds `c`'s outcome as this attempt wrote it. An ending: the state it
+/// leads to at the same attempt (nothing changes a finished job's count). A failure: an entry
+/// of the error history for this attempt and of this class, which only this attempt's outcome
+/// writes (a rescue writes class `lease_expired`), whatever came after it (a retry may well
+/// have been claimed again already). A snooze, which gives the attempt back, is not told
+/// apart. An unreadable row answers no.
+async fn landed<S: Store>(shared: &Shared<S>, c: &Completion) -> bool {
+    use crate::model::state::JobState;
+    let Ok(Some(row)) = shared.store.get(c.info.id).await else {
+        return false;
+    };
+    let recorded = |failure: &Failure| {
+        row.errors
+            .iter()
+            .any(|e| e.attempt == failure.attempt && e.class == failure.class.as_str())
+    };
+    match &c.finalize.outcome {
+        Outcome::Complete => row.state == JobState::Completed && row.attempt == c.info.attempt,
+        Outcome::Cancel { .. } => row.state == JobState::Cancelled && row.attempt == c.info.attempt,
+        Outcome::Discard { failure } | Outcome::Retry { failure, .. } => recorded(failure),
+        Outcome::Snooze { .. } => false,
     }
 }
 
