@@ -646,3 +646,54 @@ async fn text_that_is_not_utf8_never_stops_a_claim_a_rescue_or_a_listing() {
 fn hex(text: &str) -> String {
     text.bytes().map(|b| format!("{b:02x}")).collect()
 }
+
+#[tokio::test]
+async fn a_lease_token_of_another_length_is_refused_and_one_stored_before_is_replaced() {
+    // One running row whose token was not 16 bytes made every rescue pass fail (no expired
+    // lease was rescued any more) and every listing that held it.
+    let db = TestSqlite::new().await;
+    let store = db.store();
+    let running = |token: &'static str| {
+        [
+            ("state", "'running'"),
+            ("attempt", "1"),
+            ("lock_token", token),
+            ("locked_until", "0"),
+        ]
+    };
+    for token in ["x'00'", "x'00112233445566778899aabbccddeeff00'"] {
+        let refused = insert_raw(&store, "q", &running(token)).await.unwrap_err();
+        assert!(refused.to_string().contains("`lock_token`"), "{refused}");
+    }
+    insert_raw(&store, "q", &running("x'00112233445566778899aabbccddeeff'"))
+        .await
+        .unwrap();
+    let refused = raw(&store, "UPDATE job_jobs SET lock_token = x'0011'")
+        .await
+        .unwrap_err();
+    assert!(refused.to_string().contains("`lock_token`"), "{refused}");
+
+    // As a file written before migration 0009 may hold it: the rules dropped, the row written,
+    // then the migration run (again).
+    for sql in [
+        "DROP TRIGGER job_jobs_token_insert",
+        "DROP TRIGGER job_jobs_token_update",
+        "UPDATE job_jobs SET lock_token = x'00'",
+        "DELETE FROM job_schema_migrations WHERE version = 9",
+    ] {
+        raw(&store, sql).await.unwrap();
+    }
+    store.migrate().await.unwrap();
+    let rescued = store
+        .rescue_expired(10)
+        .await
+        .expect("the rescuer reads it");
+    assert_eq!(rescued.retried, 1, "{rescued:?}");
+    let listed = store.list(&job::JobFilter::default()).await.unwrap();
+    assert_eq!(listed[0].state, job::JobState::Retryable);
+    let refused = insert_raw(&store, "q", &running("x'00'"))
+        .await
+        .unwrap_err();
+    assert!(refused.to_string().contains("`lock_token`"), "{refused}");
+    db.close().await;
+}

@@ -59,6 +59,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "error_history",
         sql: include_str!("../migrations/0008_error_history.sql"),
     },
+    Migration {
+        version: 9,
+        name: "lease_token",
+        sql: include_str!("../migrations/0009_lease_token.sql"),
+    },
 ];
 
 /// Brings the schema in `pool`'s database up to date: applies every migration not recorded
