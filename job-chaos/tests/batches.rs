@@ -72,6 +72,7 @@ const CHAOS: Chaos = Chaos {
     pause_ms: 0..=0,
     deadline: Duration::from_secs(60),
     rated: false,
+    kill_busy: false,
 };
 
 /// A member's or a chain link's work (numbered by [`add`]): mostly short, some a good part of the lease, a few

@@ -60,6 +60,7 @@ const CHAOS: Chaos = Chaos {
     pause_ms: 0..=0,
     deadline: Duration::from_secs(90),
     rated: false,
+    kill_busy: false,
 };
 
 /// The ordering key of job `n` of the plan.

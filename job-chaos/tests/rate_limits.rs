@@ -19,7 +19,9 @@
 //! - Handlers run only after a counted start: every execution in the ledger
 //!   (`chaos.executions`) has its attempt's start recorded before it.
 //! - The run means something: kills made jobs start again after a rescue, and every key's
-//!   window was full at least once (the limit held jobs back).
+//!   window was full at least once (the limit held jobs back). A single kill takes a worker
+//!   that holds a lease when the one drawn holds none (`Chaos::kill_busy`): a run lasts only
+//!   a few kills, and one of 2026-12-05 killed only workers that held nothing yet.
 //!
 //! `LIMIT` restates `job_chaos::RATED_LIMIT` instead of reading it, so that a worker built
 //! with a looser limit fails the test rather than loosening it. Workers are only killed,
@@ -61,6 +63,7 @@ const CHAOS: Chaos = Chaos {
     pause_ms: 0..=0,
     deadline: Duration::from_secs(60),
     rated: true,
+    kill_busy: true,
 };
 
 /// Records every claim of a `chaos.rated` row (the row becoming `running`), by the database's

@@ -38,6 +38,7 @@ const CHAOS: Chaos = Chaos {
     pause_ms: 1500..=2500,
     deadline: Duration::from_secs(120),
     rated: false,
+    kill_busy: false,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -260,6 +260,10 @@ pub struct Chaos {
     pub deadline: Duration,
     /// The workers run `chaos.rated` too (`--rated`, see `job_chaos::worker`).
     pub rated: bool,
+    /// A single kill takes a worker that holds a lease, when the one drawn holds none and
+    /// another does: for a test whose run means something only if kills reach running jobs
+    /// (a worker just restarted often holds nothing yet, and a short run kills a few times).
+    pub kill_busy: bool,
 }
 
 /// A finished chaos loop: every job terminal, every worker stopped.
@@ -405,7 +409,13 @@ impl Chaos {
                     fleet.spawn(slot);
                 }
             } else {
-                let slot = rng.usize(..self.workers);
+                let mut slot = rng.usize(..self.workers);
+                if self.kill_busy {
+                    let busy = fleet.busy_slots(&pool).await;
+                    if !busy.is_empty() && !busy.contains(&slot) {
+                        slot = busy[rng.usize(..busy.len())];
+                    }
+                }
                 fleet.kill(slot);
                 fleet.spawn(slot);
             }
@@ -685,6 +695,29 @@ impl Fleet {
 
     fn resume_due(&mut self) {
         self.resume(false);
+    }
+
+    /// The slots whose worker holds a lease now (`locked_by` is the worker's id).
+    async fn busy_slots(&self, pool: &PgPool) -> Vec<usize> {
+        let holders: Vec<String> = sqlx::query_scalar(
+            "SELECT DISTINCT locked_by FROM job.jobs \
+             WHERE state = 'running' AND locked_by IS NOT NULL",
+        )
+        .fetch_all(pool)
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "[CHAOS_SEED={}] reading the leases' holders: {e}",
+                self.seed
+            )
+        });
+        (0..self.workers)
+            .filter(|&slot| {
+                self.slots[slot].as_ref().is_some_and(|running| {
+                    holders.contains(&self.incarnations[running.incarnation].id)
+                })
+            })
+            .collect()
     }
 
     /// SIGKILLs the worker in `slot` and waits until it is gone.
