@@ -6,6 +6,14 @@
 -- own the schema). Each migration not yet recorded in job.schema_migrations is applied
 -- in a transaction of its own and recorded, as the Rust migrator does.
 
+DO $encoding$
+BEGIN
+    IF (SELECT pg_encoding_to_char(encoding) FROM pg_catalog.pg_database
+        WHERE datname = current_database()) = 'SQL_ASCII' THEN
+        RAISE EXCEPTION 'database % has encoding SQL_ASCII, which stores text without checking it: job needs an encoding PostgreSQL checks, such as UTF8', current_database();
+    END IF;
+END
+$encoding$;
 BEGIN;
 DO $lock$ BEGIN PERFORM pg_advisory_xact_lock(hashtextextended('job.schema_migrations', 0)); END $lock$;
 -- Creates the schema and the table recording applied migrations (simple protocol: two statements).

@@ -333,6 +333,12 @@ async fn migrate_refuses_a_database_that_stores_text_unchecked() {
         "{refused}"
     );
     assert!(refused.to_string().contains("SQL_ASCII"), "{refused}");
+    // And the plain script, for psql, as well.
+    let refused = sqlx::raw_sql(&job_postgres::schema_script())
+        .execute(&pool)
+        .await
+        .unwrap_err();
+    assert!(refused.to_string().contains("SQL_ASCII"), "{refused}");
     let schema: Option<String> =
         sqlx::query_scalar("SELECT nspname::text FROM pg_namespace WHERE nspname = 'job'")
             .fetch_optional(&pool)

@@ -174,6 +174,16 @@ pub fn script() -> String {
          -- own the schema). Each migration not yet recorded in job.schema_migrations is applied\n\
          -- in a transaction of its own and recorded, as the Rust migrator does.\n\n",
     );
+    // What `migrate` refuses first (`Error::Encoding`), refused here too.
+    out.push_str(
+        "DO $encoding$\nBEGIN\n    \
+         IF (SELECT pg_encoding_to_char(encoding) FROM pg_catalog.pg_database\n        \
+         WHERE datname = current_database()) = 'SQL_ASCII' THEN\n        \
+         RAISE EXCEPTION 'database % has encoding SQL_ASCII, which stores text without \
+         checking it: job needs an encoding PostgreSQL checks, such as UTF8', \
+         current_database();\n    \
+         END IF;\nEND\n$encoding$;\n",
+    );
     out.push_str(&format!("BEGIN;\n{lock}\n"));
     out.push_str(sql::MIGRATE_BOOTSTRAP);
     out.push_str("COMMIT;\n");
