@@ -408,6 +408,9 @@ async fn a_claim_that_panics_is_paused_after_like_a_failed_one_and_claiming_goes
 #[derive(Clone, Default)]
 struct LostFinalizeAnswers {
     heartbeats: usize,
+    /// The first finalize is refused (nothing written): the completer writes that outcome
+    /// alone, and the next answer is lost.
+    refuse_first: bool,
     beats: std::sync::Arc<std::sync::atomic::AtomicUsize>,
     calls: std::sync::Arc<std::sync::atomic::AtomicUsize>,
 }
@@ -425,17 +428,25 @@ impl StoreLayer for LostFinalizeAnswers {
                 self.beats.fetch_add(1, SeqCst);
                 answer
             }),
-            "finalize" if self.calls.fetch_add(1, SeqCst) % 2 == 0 => Box::pin(async move {
-                let written = run.await;
-                // Or 3 s, for the last outcome, after which nothing runs that is renewed.
-                let until = self.beats.load(SeqCst) + self.heartbeats;
-                let give_up = tokio::time::Instant::now() + Duration::from_secs(3);
-                while self.beats.load(SeqCst) < until && tokio::time::Instant::now() < give_up {
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                }
-                written?;
-                Err(StoreError::new("injected: the finalize's answer was lost"))
-            }),
+            "finalize" if self.refuse_first && self.calls.load(SeqCst) == 0 => {
+                self.calls.fetch_add(1, SeqCst);
+                Box::pin(async { Err(StoreError::refused("injected: the finalize was refused")) })
+            }
+            "finalize"
+                if (self.calls.fetch_add(1, SeqCst) - usize::from(self.refuse_first)) % 2 == 0 =>
+            {
+                Box::pin(async move {
+                    let written = run.await;
+                    // Or 3 s, for the last outcome, after which nothing runs that is renewed.
+                    let until = self.beats.load(SeqCst) + self.heartbeats;
+                    let give_up = tokio::time::Instant::now() + Duration::from_secs(3);
+                    while self.beats.load(SeqCst) < until && tokio::time::Instant::now() < give_up {
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                    }
+                    written?;
+                    Err(StoreError::new("injected: the finalize's answer was lost"))
+                })
+            }
             _ => run,
         }
     }
@@ -457,16 +468,21 @@ async fn an_outcome_whose_answer_was_lost_counts_as_applied_not_as_a_lost_lease(
                 ..Default::default()
             },
         );
-        let worker = worker(&store, &h.ledger).build().unwrap().start();
+        let worker = worker(&store, &h.ledger)
+            .register::<SlowRetry>()
+            .build()
+            .unwrap()
+            .start();
         // Keeps the keeper beating while the others finish.
         let sleepy = enqueue(&h.store, Sleepy { ms: 1500 }).await;
-        let mut ids = Vec::new();
-        for how in [How::Error, How::Terminal, How::Cancel] {
+        // A retry due in 5 s or more, so that its row still shows it when it is read.
+        let mut ids = vec![enqueue(&h.store, SlowRetry {}).await];
+        for how in [How::Terminal, How::Cancel] {
             ids.push(enqueue(&h.store, Flaky { failures: 1, how }).await);
         }
         ids.push(enqueue(&h.store, Noop { n: 1 }).await);
         let ended = [
-            JobState::Completed,
+            JobState::Retryable,
             JobState::Discarded,
             JobState::Cancelled,
             JobState::Completed,
@@ -477,24 +493,57 @@ async fn an_outcome_whose_answer_was_lost_counts_as_applied_not_as_a_lost_lease(
         h.reaches(sleepy, JobState::Completed).await;
         eventually("the completer to count every outcome", || async {
             let s = worker.stats();
-            (s.completed + s.retried + s.discarded + s.cancelled + s.lease_lost >= 6).then_some(())
+            (s.completed + s.retried + s.discarded + s.cancelled + s.lease_lost >= 5).then_some(())
         })
         .await;
         let stats = worker.shutdown().await.stats;
+        // The retry may have come round again meanwhile (its backoff is 5 to 10 s): each
+        // attempt of it counts once.
         assert_eq!(
             (
                 stats.completed,
-                stats.retried,
+                stats.retried >= 1,
                 stats.discarded,
                 stats.cancelled,
                 stats.lease_lost,
                 stats.fenced
             ),
-            (3, 1, 1, 1, 0, 0),
+            (2, true, 1, 1, 0, 0),
             "answers lost after {heartbeats} heartbeats: {stats:?}"
         );
         for id in ids.iter().chain([&sleepy]) {
             assert_eq!(h.row(*id).await.lock_token, None, "job {id}");
         }
     }
+}
+
+#[tokio::test]
+async fn an_outcome_written_alone_whose_answer_was_lost_counts_as_applied() {
+    // A refused batch is written one outcome at a time; a lost answer there, and a heartbeat
+    // that then reports the lease lost, counted the job as a lost lease as well.
+    let h = Harness::new().await;
+    let layer = LostFinalizeAnswers {
+        heartbeats: 2,
+        refuse_first: true,
+        ..Default::default()
+    };
+    let worker = worker(&Layered::new(h.store.clone(), layer), &h.ledger)
+        .build()
+        .unwrap()
+        .start();
+    let sleepy = enqueue(&h.store, Sleepy { ms: 1500 }).await;
+    let id = enqueue(&h.store, Noop { n: 1 }).await;
+    h.reaches(id, JobState::Completed).await;
+    h.reaches(sleepy, JobState::Completed).await;
+    eventually("the completer to count both outcomes", || async {
+        let s = worker.stats();
+        (s.completed + s.lease_lost >= 2).then_some(())
+    })
+    .await;
+    let stats = worker.shutdown().await.stats;
+    assert_eq!(
+        (stats.completed, stats.lease_lost, stats.fenced),
+        (2, 0, 0),
+        "{stats:?}"
+    );
 }

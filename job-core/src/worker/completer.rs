@@ -216,6 +216,9 @@ async fn write_alone<S: Store>(shared: &Shared<S>, mut c: Completion) {
     loop {
         if !shared.inflight.holds(&c.finalize.lease) {
             let mut one = vec![c];
+            if failures > 0 {
+                settle_landed(shared, &mut one).await;
+            }
             drop_lost(shared, &mut one);
             return;
         }
@@ -295,7 +298,11 @@ async fn write_alone<S: Store>(shared: &Shared<S>, mut c: Completion) {
 /// meanwhile, would count a job that ended well as a lost lease. So the job's row is read:
 /// when it shows this attempt's outcome, the outcome counts as applied.
 async fn recheck<S: Store>(shared: &Shared<S>, c: &Completion, result: Finalized) -> Finalized {
-    if result == Finalized::LeaseLost && !c.finalized_by_handler && landed(shared, c).await {
+    if result == Finalized::LeaseLost
+        && !c.finalized_by_handler
+        && c.abort.reason.get() != Some(&Abort::Fenced)
+        && landed(shared, c).await
+    {
         tracing::debug!(
             id = c.info.id,
             "an earlier try wrote the outcome; its answer was lost"
@@ -328,26 +335,47 @@ async fn settle_landed<S: Store>(shared: &Shared<S>, batch: &mut Vec<Completion>
     }
 }
 
-/// Whether the job's row holds `c`'s outcome as this attempt wrote it. An ending: the state it
-/// leads to at the same attempt (nothing changes a finished job's count). A failure: an entry
-/// of the error history for this attempt and of this class, which only this attempt's outcome
-/// writes (a rescue writes class `lease_expired`), whatever came after it (a retry may well
-/// have been claimed again already). A snooze, which gives the attempt back, is not told
-/// apart. An unreadable row answers no.
+/// How long the read of a job's row may take when its outcome's answer was lost: past it, the
+/// outcome counts as a lost lease, as before the read, and the completer goes on.
+const LANDED_READ: Duration = Duration::from_secs(2);
+
+/// Whether the job's row holds `c`'s outcome as this attempt wrote it: the state it leads to,
+/// at the same attempt, and for a failure or a cancel the history's last entry this attempt's,
+/// with its class and message (a rescue writes class `lease_expired`, the expirer its own
+/// message, another worker's attempt a higher count; an older entry of the same attempt
+/// number, kept across a redrive, is not the last).
+/// A retry already claimed again, or a snooze, which gives the attempt back, is not told
+/// apart: it counts as a lost lease, as it did. An unreadable row, or one not read within
+/// [`LANDED_READ`], answers no.
 async fn landed<S: Store>(shared: &Shared<S>, c: &Completion) -> bool {
     use crate::model::state::JobState;
-    let Ok(Some(row)) = shared.store.get(c.info.id).await else {
+    let Ok(Ok(Some(row))) = tokio::time::timeout(LANDED_READ, shared.store.get(c.info.id)).await
+    else {
         return false;
     };
-    let recorded = |failure: &Failure| {
-        row.errors
-            .iter()
-            .any(|e| e.attempt == failure.attempt && e.class == failure.class.as_str())
+    if row.attempt != c.info.attempt {
+        return false;
+    }
+    let last_is = |failure: &Failure| {
+        row.errors.last().is_some_and(|e| {
+            e.attempt == failure.attempt
+                && e.class == failure.class.as_str()
+                && e.message == failure.message
+        })
     };
     match &c.finalize.outcome {
-        Outcome::Complete => row.state == JobState::Completed && row.attempt == c.info.attempt,
-        Outcome::Cancel { .. } => row.state == JobState::Cancelled && row.attempt == c.info.attempt,
-        Outcome::Discard { failure } | Outcome::Retry { failure, .. } => recorded(failure),
+        Outcome::Complete => row.state == JobState::Completed,
+        Outcome::Cancel { reason } => {
+            row.state == JobState::Cancelled
+                && row
+                    .errors
+                    .last()
+                    .is_some_and(|e| e.class == "cancelled" && e.message == *reason)
+        }
+        Outcome::Discard { failure } => row.state == JobState::Discarded && last_is(failure),
+        Outcome::Retry { failure, .. } => {
+            matches!(row.state, JobState::Retryable | JobState::Available) && last_is(failure)
+        }
         Outcome::Snooze { .. } => false,
     }
 }
