@@ -642,6 +642,80 @@ async fn text_that_is_not_utf8_never_stops_a_claim_a_rescue_or_a_listing() {
     db.close().await;
 }
 
+#[tokio::test]
+async fn every_discard_of_a_payload_that_is_not_utf8_compensates_without_it() {
+    // The claim's discard left such a payload out of the compensating job; the expirer's (a
+    // deadline passed) and the rescuer's (attempts exhausted) copied it, and the compensating
+    // job was then discarded at its own claim.
+    let db = TestSqlite::new().await;
+    let store = db.store();
+    let undo = job::Compensate {
+        kind: "probe.undo",
+        queue: "undo",
+    };
+    store
+        .register_kinds(&[("k".to_owned(), Some(undo))])
+        .await
+        .unwrap();
+    let payload = format!("CAST(x'{}ff{}' AS TEXT)", hex("{\"a\":\""), hex("\"}"));
+    insert_raw(
+        &store,
+        "q",
+        &[("payload", payload.as_str()), ("deadline", "1")],
+    )
+    .await
+    .unwrap();
+    insert_raw(
+        &store,
+        "q",
+        &[
+            ("payload", payload.as_str()),
+            ("state", "'running'"),
+            ("attempt", "1"),
+            ("max_attempts", "1"),
+            ("lock_token", "x'00112233445566778899aabbccddeeff'"),
+            ("locked_until", "0"),
+        ],
+    )
+    .await
+    .unwrap();
+    assert_eq!(store.expire(10).await.unwrap().discarded, 1);
+    assert_eq!(store.rescue_expired(10).await.unwrap().discarded, 1);
+    let compensating = claim(&store, "probe.undo", "undo").await;
+    assert_eq!(compensating.len(), 2, "both compensations read");
+    for job in &compensating {
+        let payload: serde_json::Value = serde_json::from_str(&job.payload).unwrap();
+        assert_eq!(payload["discarded"]["payload_omitted"], true, "{payload}");
+    }
+    db.close().await;
+}
+
+#[tokio::test]
+async fn a_redrive_reads_a_unique_key_that_is_not_utf8_byte_for_byte() {
+    // The holder of a dead letter's key was looked up by the key as a listing shows it, with
+    // U+FFFD for the bytes that are not UTF-8: it was missed, the redrive broke the unique
+    // index, and the whole redrive failed.
+    let db = TestSqlite::new().await;
+    let store = db.store();
+    let key = format!("CAST(x'{}ff' AS TEXT)", hex("key"));
+    let dead = [
+        ("state", "'discarded'"),
+        ("finalized_at", "1"),
+        ("unique_key", key.as_str()),
+        ("unique_scope", "'finished'"),
+    ];
+    insert_raw(&store, "q", &dead).await.unwrap();
+    let waiting = [("unique_key", key.as_str()), ("unique_scope", "'finished'")];
+    insert_raw(&store, "q", &waiting).await.unwrap();
+    let redriven = store
+        .redrive(&job::JobFilter::default())
+        .await
+        .expect("the redrive goes through");
+    assert_eq!(redriven.redriven, Vec::<i64>::new());
+    assert_eq!(redriven.skipped, vec![(1, 2)], "held by the waiting job");
+    db.close().await;
+}
+
 /// The hexadecimal digits of `text`'s bytes, for an SQL blob literal.
 fn hex(text: &str) -> String {
     text.bytes().map(|b| format!("{b:02x}")).collect()

@@ -187,8 +187,6 @@ impl Admin for SqliteStore {
         for d in &dead {
             if let Some(key) = &d.unique_key {
                 let holder: Option<JobId> = sqlx::query_scalar(sql::UNIQUE_OTHER_HOLDER)
-                    .bind(&d.kind)
-                    .bind(key)
                     .bind(d.id)
                     .fetch_optional(&mut *w.tx)
                     .await

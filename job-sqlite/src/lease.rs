@@ -123,7 +123,6 @@ pub(crate) async fn claim(
 
     let mut claimed = Vec::with_capacity(picked.len());
     let mut unreadable = Vec::new();
-    let mut unreadable_kinds = Vec::new();
     for p in picked {
         // How long it had been due, on the database's clock (the first part of its wait).
         // Saturating: a run_at written raw before migration 0006 may be anything.
@@ -150,16 +149,14 @@ pub(crate) async fn claim(
                 // Written raw (SQLite does not check the encoding): no handler can read it, and
                 // failing the claim would stop its whole kind. Discarded in this transaction,
                 // saying why, as the worker discards a payload that does not decode.
-                let (id, token, attempt, kind) = (|| {
+                let (id, token, attempt) = (|| {
                     Ok::<_, sqlx::Error>((
                         row.try_get("id")?,
                         row.try_get("lock_token")?,
                         row.try_get("attempt")?,
-                        text::get(&row, "kind")?,
                     ))
                 })()
                 .map_err(Error::query("claim_take"))?;
-                unreadable_kinds.push(kind);
                 unreadable.push(Finalize {
                     lease: Lease { id, token },
                     outcome: Outcome::Discard {
@@ -200,14 +197,12 @@ pub(crate) async fn claim(
         .map_err(Error::query("claim_take"))?;
         claimed.push(job);
     }
-    finalize(&mut *conn, &unreadable).await?;
-    for (discarded, kind) in unreadable.iter().zip(&unreadable_kinds) {
-        sqlx::query(sql::COMPENSATION_OMIT_PAYLOAD)
-            .bind(discarded.lease.id)
-            .bind(kind)
-            .execute(&mut *conn)
-            .await
-            .map_err(Error::query("compensation_omit_payload"))?;
+    if !unreadable.is_empty() {
+        let before = last_id(&mut *conn).await?;
+        finalize(&mut *conn, &unreadable).await?;
+        for discarded in &unreadable {
+            omit_payload(&mut *conn, discarded.lease.id, before).await?;
+        }
     }
     for kind in request.kinds.iter() {
         let Some(rate) = kind.rate else { continue };
@@ -227,6 +222,47 @@ pub(crate) async fn claim(
             .map_err(Error::query("rate_record"))?;
     }
     Ok(claimed)
+}
+
+/// The highest job id now: the rows a statement inserts after this have higher ones.
+pub(crate) async fn last_id(conn: &mut SqliteConnection) -> Result<JobId, Error> {
+    sqlx::query_scalar(sql::LAST_ID)
+        .fetch_one(conn)
+        .await
+        .map_err(Error::query("last_id"))
+}
+
+/// Leaves the payload of discarded job `id` out of the compensating job its discard inserted
+/// (an id above `before`), for a payload that is not UTF-8 (`compensation_omit_payload.sql`).
+async fn omit_payload(conn: &mut SqliteConnection, id: JobId, before: JobId) -> Result<(), Error> {
+    sqlx::query(sql::COMPENSATION_OMIT_PAYLOAD)
+        .bind(id)
+        .bind(before)
+        .execute(conn)
+        .await
+        .map_err(Error::query("compensation_omit_payload"))?;
+    Ok(())
+}
+
+/// After the rescuer or the expirer discarded `discarded` (ids, with the highest id before
+/// the first discard): the compensating jobs of those whose payload is not UTF-8 leave it out,
+/// as the claim's do.
+pub(crate) async fn omit_unreadable_payloads(
+    conn: &mut SqliteConnection,
+    discarded: &[JobId],
+    before: JobId,
+) -> Result<(), Error> {
+    for &id in discarded {
+        let payload: Option<Vec<u8>> = sqlx::query_scalar(sql::PAYLOAD_READ)
+            .bind(id)
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(Error::query("payload_read"))?;
+        if payload.is_some_and(|p| std::str::from_utf8(&p).is_err()) {
+            omit_payload(&mut *conn, id, before).await?;
+        }
+    }
+    Ok(())
 }
 
 /// Every pause in force at `now` (`paused.sql`).
@@ -485,6 +521,8 @@ pub(crate) async fn rescue_expired(
         .map_err(Error::query("rescue_pick"))?;
     let mut rescued = Rescued::default();
     let mut queues = Vec::new();
+    let before = last_id(&mut *conn).await?;
+    let mut discarded = Vec::new();
     for (id, token) in expired {
         let lease = Lease { id, token };
         let Some(job) = held(conn, &lease).await? else {
@@ -509,10 +547,14 @@ pub(crate) async fn rescue_expired(
                 rescued.retried += 1;
                 queues.push(queue.0.clone());
             }
-            Some(_) => rescued.discarded += 1,
+            Some(_) => {
+                rescued.discarded += 1;
+                discarded.push(id);
+            }
             None => {}
         }
     }
+    omit_unreadable_payloads(&mut *conn, &discarded, before).await?;
     Ok((rescued, queues))
 }
 

@@ -6,6 +6,7 @@ use sqlx::SqliteConnection;
 
 use crate::error::Error;
 use crate::history;
+use crate::lease;
 use crate::sql;
 use crate::text::Text;
 use crate::time::{micros, now, to_time};
@@ -36,6 +37,8 @@ pub(crate) async fn expire(conn: &mut SqliteConnection, limit: u32) -> Result<Ex
         .await
         .map_err(Error::query("expire_pick"))?;
     let mut expired = Expired::default();
+    let before = lease::last_id(&mut *conn).await?;
+    let mut discarded = Vec::new();
     for (id, attempt, errors, cancel, deadline) in ending {
         let (class, message) = if cancel {
             (
@@ -62,9 +65,13 @@ pub(crate) async fn expire(conn: &mut SqliteConnection, limit: u32) -> Result<Ex
             .map_err(Error::query("expire"))?;
         match state.as_deref() {
             Some("cancelled") => expired.cancelled += 1,
-            Some(_) => expired.discarded += 1,
+            Some(_) => {
+                expired.discarded += 1;
+                discarded.push(id);
+            }
             None => {}
         }
     }
+    lease::omit_unreadable_payloads(&mut *conn, &discarded, before).await?;
     Ok(expired)
 }

@@ -20,6 +20,8 @@ pub(crate) const BREAKER_TRIP: &str = include_str!("sql/breaker_trip.sql");
 pub(crate) const PAUSE_BREAKER: &str = include_str!("sql/pause_breaker.sql");
 pub(crate) const CLAIM_PICK: &str = include_str!("sql/claim_pick.sql");
 pub(crate) const CLAIM_TAKE: &str = include_str!("sql/claim_take.sql");
+pub(crate) const LAST_ID: &str = include_str!("sql/last_id.sql");
+pub(crate) const PAYLOAD_READ: &str = include_str!("sql/payload_read.sql");
 pub(crate) const COMPENSATION_OMIT_PAYLOAD: &str =
     include_str!("sql/compensation_omit_payload.sql");
 pub(crate) const HEARTBEAT: &str = include_str!("sql/heartbeat.sql");

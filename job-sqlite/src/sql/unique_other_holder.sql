@@ -1,11 +1,14 @@
--- An active job of kind ?1 other than ?3 that holds unique key ?2 (the rows of
--- job_jobs_unique_idx): what keeps a dead letter with that key from going back.
-SELECT id
-FROM job_jobs
-WHERE kind = ?1 AND unique_key = ?2 AND id <> ?3 AND (
-    unique_scope = 'pruned'
-    OR (unique_scope = 'finished'
-        AND state IN ('scheduled', 'available', 'running', 'retryable'))
-    OR (unique_scope = 'started'
-        AND state IN ('scheduled', 'available', 'retryable')))
+-- An active job other than dead letter ?1 of its kind that holds its unique key (the rows of
+-- job_jobs_unique_idx): what keeps the dead letter from going back. The kind and key are read
+-- from the dead letter's row, byte for byte (what a listing shows may have lost bytes that
+-- are not UTF-8).
+SELECT a.id
+FROM job_jobs d
+JOIN job_jobs a ON a.kind = d.kind AND a.unique_key = d.unique_key AND a.id <> d.id
+WHERE d.id = ?1 AND (
+    a.unique_scope = 'pruned'
+    OR (a.unique_scope = 'finished'
+        AND a.state IN ('scheduled', 'available', 'running', 'retryable'))
+    OR (a.unique_scope = 'started'
+        AND a.state IN ('scheduled', 'available', 'retryable')))
 LIMIT 1
