@@ -346,7 +346,8 @@ async fn migrate_refuses_a_database_that_stores_text_unchecked() {
             .unwrap();
     assert_eq!(schema, None, "nothing created");
     pool.close().await;
-    sqlx::query(&format!("DROP DATABASE {name}"))
+    // FORCE: the closed pool's session may not have left the server yet.
+    sqlx::query(&format!("DROP DATABASE {name} WITH (FORCE)"))
         .execute(&db.pool())
         .await
         .unwrap();
