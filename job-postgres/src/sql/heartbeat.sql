@@ -1,6 +1,9 @@
 -- Renews many leases, each guarded by (id, lock_token) and running: locked_until becomes the
--- database's now plus that lease's milliseconds, and stuck_since records since when the worker
--- reports the execution stuck (kept while it stays stuck, cleared when not).
+-- database's now plus that lease's milliseconds, unless it is later already (a heartbeat whose
+-- answer the keeper gave up on may commit after the next one, with an earlier now: a renewal
+-- never moves a lease's end back before the one the worker counts on), and stuck_since
+-- records since when the worker reports the execution stuck (kept while it stays stuck,
+-- cleared when not).
 -- Returns one row per requested lease that is still held: (id, lock_token, cancel_requested,
 -- renewed). The token names the lease, not only the job: a worker may send two leases of one
 -- job (a give-back whose answer was lost, then the job claimed here again).
@@ -29,7 +32,7 @@ locked AS MATERIALIZED (
 ),
 renewed AS (
     UPDATE job.jobs j
-    SET locked_until = now() + u.lease_ms * interval '1 millisecond',
+    SET locked_until = greatest(j.locked_until, now() + u.lease_ms * interval '1 millisecond'),
         stuck_since  = CASE WHEN u.stuck THEN coalesce(j.stuck_since, now()) END
     FROM locked u
     WHERE j.id = u.id

@@ -96,6 +96,27 @@ pub async fn of_two_leases_of_one_job_only_the_stale_one_is_lost<S: Store>(store
     );
 }
 
+/// A renewal never moves a lease's end back: a heartbeat whose statement commits after a later
+/// one's (its answer given up for late, the statement still running in its session), or one
+/// that asks for less than is left, leaves the later end. Else the store's end could come
+/// before the one the worker counts on, and the rescuer could take the job while it runs.
+pub async fn a_renewal_never_shortens_a_lease<S: Store>(store: S) {
+    let job = running(&store).await;
+    let report = store
+        .heartbeat(&[renew(job.lease, Duration::from_secs(3600))])
+        .await
+        .unwrap();
+    assert!(report.lost.is_empty(), "{report:?}");
+    let long = row(&store, job.lease.id).await.locked_until.unwrap();
+    let report = store
+        .heartbeat(&[renew(job.lease, Duration::from_secs(1))])
+        .await
+        .unwrap();
+    assert!(report.lost.is_empty(), "{report:?}");
+    let after = row(&store, job.lease.id).await.locked_until.unwrap();
+    assert_eq!(after, long, "a renewal by 1 s moved the lease's end back");
+}
+
 /// A lease kept alive by heartbeats outlives its original length and is never rescued.
 pub async fn a_renewed_lease_is_not_rescued_after_its_first_expiry<S: Store>(store: S) {
     let id = store.enqueue(new_job(NOOP)).await.unwrap();
