@@ -153,12 +153,12 @@ async fn flush<S: Store>(shared: &Shared<S>, batch: &mut Vec<Completion>) {
         let items: Vec<Finalize> = batch.iter().map(|c| c.finalize.clone()).collect();
         match finalize(shared, &items).await {
             Ok(results) => {
+                let results = if failures > 0 {
+                    recheck_all(shared, batch, results).await
+                } else {
+                    results
+                };
                 for (c, result) in batch.drain(..).zip(results) {
-                    let result = if failures > 0 {
-                        recheck(shared, &c, result).await
-                    } else {
-                        result
-                    };
                     applied(shared, &c, result);
                 }
                 return;
@@ -315,25 +315,54 @@ async fn recheck<S: Store>(shared: &Shared<S>, c: &Completion, result: Finalized
 /// Counts as applied, and takes out of `batch`, the outcomes whose lease the keeper saw go
 /// while the store did not answer, when the job's row shows them written (see [`recheck`]).
 async fn settle_landed<S: Store>(shared: &Shared<S>, batch: &mut Vec<Completion>) {
-    let mut i = 0;
-    while i < batch.len() {
-        let c = &batch[i];
-        if !c.finalized_by_handler
-            && !shared.inflight.holds(&c.finalize.lease)
-            && c.abort.reason.get() != Some(&Abort::Fenced)
-            && landed(shared, c).await
-        {
-            let c = batch.remove(i);
-            tracing::debug!(
-                id = c.info.id,
-                "an earlier try wrote the outcome; its answer was lost"
-            );
-            applied(shared, &c, Finalized::Applied);
-        } else {
-            i += 1;
-        }
+    let mut settled = Vec::with_capacity(batch.len());
+    for chunk in batch.chunks(LANDED_READS) {
+        let reads: Vec<_> = chunk.iter().map(|c| settles(shared, c)).collect();
+        settled.extend(futures_util::future::join_all(reads).await);
     }
+    let mut settled = settled.into_iter();
+    batch.retain(|c| {
+        if !settled.next().unwrap_or(false) {
+            return true;
+        }
+        tracing::debug!(
+            id = c.info.id,
+            "an earlier try wrote the outcome; its answer was lost"
+        );
+        applied(shared, c, Finalized::Applied);
+        false
+    });
 }
+
+/// Whether `c`, whose lease this worker no longer holds (and did not fence), was written by an
+/// earlier try (see [`recheck`]).
+async fn settles<S: Store>(shared: &Shared<S>, c: &Completion) -> bool {
+    !c.finalized_by_handler
+        && !shared.inflight.holds(&c.finalize.lease)
+        && c.abort.reason.get() != Some(&Abort::Fenced)
+        && landed(shared, c).await
+}
+
+/// [`recheck`] for each outcome of `batch` and its result, [`LANDED_READS`] at a time.
+async fn recheck_all<S: Store>(
+    shared: &Shared<S>,
+    batch: &[Completion],
+    results: Vec<Finalized>,
+) -> Vec<Finalized> {
+    let mut out = Vec::with_capacity(results.len());
+    for (chunk, results) in batch.chunks(LANDED_READS).zip(results.chunks(LANDED_READS)) {
+        let reads: Vec<_> = chunk
+            .iter()
+            .zip(results)
+            .map(|(c, result)| recheck(shared, c, *result))
+            .collect();
+        out.extend(futures_util::future::join_all(reads).await);
+    }
+    out
+}
+
+/// How many of those reads run at once (on the worker's own connections).
+const LANDED_READS: usize = 4;
 
 /// How long the read of a job's row may take when its outcome's answer was lost: past it, the
 /// outcome counts as a lost lease, as before the read, and the completer goes on.
