@@ -128,14 +128,7 @@ async fn a_payload_over_the_limit_is_refused_at_every_door() {
 async fn a_compensating_job_omits_a_payload_whose_wrapping_is_over_the_limit() {
     let db = TestSqlite::new().await;
     let store = db.store();
-    let undo = job::Compensate {
-        kind: "probe.undo",
-        queue: "undo",
-    };
-    store
-        .register_kinds(&[("k".to_owned(), Some(undo))])
-        .await
-        .unwrap();
+    compensated_by_undo(&store).await;
     // Fits alone; not with its id, kind and an error of 1,000 bytes around it.
     let id = store
         .enqueue(NewJob::new("k", payload_of(DEFAULT_PAYLOAD_LIMIT - 100)))
@@ -408,14 +401,7 @@ async fn a_row_stored_before_the_rules_is_discarded_with_its_compensation() {
     // the rules refuse, and a raw compensation row with a refused name is refused itself.
     let db = TestSqlite::new().await;
     let store = db.store();
-    let undo = job::Compensate {
-        kind: "probe.undo",
-        queue: "undo",
-    };
-    store
-        .register_kinds(&[("k".to_owned(), Some(undo))])
-        .await
-        .unwrap();
+    compensated_by_undo(&store).await;
     // As before 0007: the insert rule dropped, the row written, the rule put back.
     let (rule,): (String,) = sqlx::query_as(
         "SELECT sql FROM sqlite_master WHERE type = 'trigger' AND name = 'job_jobs_names_insert'",
@@ -546,16 +532,9 @@ async fn text_that_is_not_utf8_never_stops_a_claim_a_rescue_or_a_listing() {
     // any text column made the rescuer, the expirer, a pause read or a listing fail.
     let db = TestSqlite::new().await;
     let store = db.store();
-    let undo = job::Compensate {
-        kind: "probe.undo",
-        queue: "undo",
-    };
-    store
-        .register_kinds(&[("k".to_owned(), Some(undo))])
-        .await
-        .unwrap();
+    compensated_by_undo(&store).await;
     let not_utf8 = |prefix: &str| format!("CAST(x'{}ff' AS TEXT)", hex(prefix));
-    let payload = format!("CAST(x'{}ff{}' AS TEXT)", hex("{\"a\":\""), hex("\"}"));
+    let payload = payload_not_utf8();
     insert_raw(&store, "q", &[("payload", payload.as_str())])
         .await
         .unwrap();
@@ -649,15 +628,8 @@ async fn every_discard_of_a_payload_that_is_not_utf8_compensates_without_it() {
     // job was then discarded at its own claim.
     let db = TestSqlite::new().await;
     let store = db.store();
-    let undo = job::Compensate {
-        kind: "probe.undo",
-        queue: "undo",
-    };
-    store
-        .register_kinds(&[("k".to_owned(), Some(undo))])
-        .await
-        .unwrap();
-    let payload = format!("CAST(x'{}ff{}' AS TEXT)", hex("{\"a\":\""), hex("\"}"));
+    compensated_by_undo(&store).await;
+    let payload = payload_not_utf8();
     insert_raw(
         &store,
         "q",
@@ -714,6 +686,23 @@ async fn a_redrive_reads_a_unique_key_that_is_not_utf8_byte_for_byte() {
     assert_eq!(redriven.redriven, Vec::<i64>::new());
     assert_eq!(redriven.skipped, vec![(1, 2)], "held by the waiting job");
     db.close().await;
+}
+
+/// Registers kind `k` with the compensating kind `probe.undo` on queue `undo`.
+async fn compensated_by_undo(store: &SqliteStore) {
+    let undo = job::Compensate {
+        kind: "probe.undo",
+        queue: "undo",
+    };
+    store
+        .register_kinds(&[("k".to_owned(), Some(undo))])
+        .await
+        .unwrap();
+}
+
+/// An SQL value of a JSON object payload whose one string holds a byte that is not UTF-8.
+fn payload_not_utf8() -> String {
+    format!("CAST(x'{}ff{}' AS TEXT)", hex("{\"a\":\""), hex("\"}"))
 }
 
 /// The hexadecimal digits of `text`'s bytes, for an SQL blob literal.

@@ -325,22 +325,16 @@ async fn settle_landed<S: Store>(shared: &Shared<S>, batch: &mut Vec<Completion>
         if !settled.next().unwrap_or(false) {
             return true;
         }
-        tracing::debug!(
-            id = c.info.id,
-            "an earlier try wrote the outcome; its answer was lost"
-        );
         applied(shared, c, Finalized::Applied);
         false
     });
 }
 
-/// Whether `c`, whose lease this worker no longer holds (and did not fence), was written by an
-/// earlier try (see [`recheck`]).
+/// Whether `c`, whose lease this worker no longer holds, was written by an earlier try: what
+/// [`recheck`] makes of a write that found the lease gone.
 async fn settles<S: Store>(shared: &Shared<S>, c: &Completion) -> bool {
-    !c.finalized_by_handler
-        && !shared.inflight.holds(&c.finalize.lease)
-        && c.abort.reason.get() != Some(&Abort::Fenced)
-        && landed(shared, c).await
+    !shared.inflight.holds(&c.finalize.lease)
+        && recheck(shared, c, Finalized::LeaseLost).await == Finalized::Applied
 }
 
 /// [`recheck`] for each outcome of `batch` and its result, [`LANDED_READS`] at a time.
