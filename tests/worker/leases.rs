@@ -562,3 +562,102 @@ async fn an_outcome_written_alone_whose_answer_was_lost_counts_as_applied() {
         "{stats:?}"
     );
 }
+
+/// Loses the answer of the first finalize of at least [`SlowRowReads::BATCH`] outcomes (it
+/// is written), holding the first finalize until the ledger shows `jobs` executions, so that
+/// the next batch carries the rest; every read of a row after that hangs, counted.
+#[derive(Clone)]
+struct SlowRowReads {
+    ledger: Ledger,
+    jobs: usize,
+    lost: std::sync::Arc<std::sync::Mutex<Option<usize>>>,
+    finalizes: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    reads: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl SlowRowReads {
+    const BATCH: usize = 5;
+}
+
+impl StoreLayer for SlowRowReads {
+    fn call<'a, T: Returned + Send + 'a>(
+        &'a self,
+        call: Call,
+        run: BoxFuture<'a, Result<T, StoreError>>,
+    ) -> BoxFuture<'a, Result<T, StoreError>> {
+        use std::sync::atomic::Ordering::SeqCst;
+        match call.name {
+            "finalize" => Box::pin(async move {
+                if self.finalizes.fetch_add(1, SeqCst) == 0 {
+                    let give_up = tokio::time::Instant::now() + Duration::from_secs(10);
+                    while self.ledger.total() < self.jobs && tokio::time::Instant::now() < give_up {
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                    }
+                }
+                let written = run.await?;
+                let mut lost = self.lost.lock().unwrap();
+                if lost.is_none() && call.sent >= Self::BATCH {
+                    *lost = Some(call.sent);
+                    return Err(StoreError::new("injected: the finalize's answer was lost"));
+                }
+                Ok(written)
+            }),
+            "get" if self.lost.lock().unwrap().is_some() => Box::pin(async move {
+                self.reads.fetch_add(1, SeqCst);
+                tokio::time::sleep(Duration::from_secs(3600)).await;
+                run.await
+            }),
+            _ => run,
+        }
+    }
+}
+
+#[tokio::test]
+async fn reading_the_rows_of_a_lost_answer_is_bounded_for_the_whole_batch() {
+    // After a lost answer, the rows of the outcomes whose lease is gone are read, four at a
+    // time, within a bound. The bound was per read: a server that does not answer those reads
+    // held the completer 2 s per four outcomes, 500 s for a batch of 1,000, while every
+    // outcome after them waited. The bound is now for the whole batch: the reads not started
+    // by then are not made, and those outcomes count as lost leases, as before the reads.
+    let h = Harness::new().await;
+    const JOBS: usize = 10;
+    let mut ids = Vec::new();
+    for n in 0..JOBS {
+        ids.push(enqueue(&h.store, Noop { n: n as u32 }).await);
+    }
+    let layer = SlowRowReads {
+        ledger: h.ledger.clone(),
+        jobs: JOBS,
+        lost: Default::default(),
+        finalizes: Default::default(),
+        reads: Default::default(),
+    };
+    let worker = worker(&Layered::new(h.store.clone(), layer.clone()), &h.ledger)
+        .build()
+        .unwrap()
+        .start();
+    for id in &ids {
+        h.reaches(*id, JobState::Completed).await;
+    }
+    eventually("the completer to count every outcome", || async {
+        let s = worker.stats();
+        (s.completed + s.lease_lost >= JOBS as u64).then_some(())
+    })
+    .await;
+    let stats = worker.shutdown().await.stats;
+    let lost = layer
+        .lost
+        .lock()
+        .unwrap()
+        .expect("a batch of five or more outcomes");
+    let reads = layer.reads.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        reads < lost,
+        "{reads} rows read of a lost batch of {lost} outcomes whose reads never answer"
+    );
+    assert_eq!(
+        (stats.completed + stats.lease_lost, stats.fenced),
+        (JOBS as u64, 0),
+        "{stats:?}"
+    );
+}

@@ -15,6 +15,7 @@ use std::time::Duration;
 use futures_util::FutureExt;
 
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::attempt::fault::FaultPoint;
@@ -226,7 +227,7 @@ async fn write_alone<S: Store>(shared: &Shared<S>, mut c: Completion) {
             Ok(results) => {
                 let result = results.first().copied().unwrap_or(Finalized::LeaseLost);
                 let result = if failures > 0 {
-                    recheck(shared, &c, result).await
+                    recheck(shared, &c, result, Instant::now() + LANDED_READ).await
                 } else {
                     result
                 };
@@ -297,11 +298,17 @@ async fn write_alone<S: Store>(shared: &Shared<S>, mut c: Completion) {
 /// wrote it. A guarded write that finds the lease gone, or a heartbeat that reports it lost
 /// meanwhile, would count a job that ended well as a lost lease. So the job's row is read:
 /// when it shows this attempt's outcome, the outcome counts as applied.
-async fn recheck<S: Store>(shared: &Shared<S>, c: &Completion, result: Finalized) -> Finalized {
+/// The read must answer by `by`.
+async fn recheck<S: Store>(
+    shared: &Shared<S>,
+    c: &Completion,
+    result: Finalized,
+    by: Instant,
+) -> Finalized {
     if result == Finalized::LeaseLost
         && !c.finalized_by_handler
         && c.abort.reason.get() != Some(&Abort::Fenced)
-        && landed(shared, c).await
+        && landed(shared, c, by).await
     {
         tracing::debug!(
             id = c.info.id,
@@ -315,9 +322,10 @@ async fn recheck<S: Store>(shared: &Shared<S>, c: &Completion, result: Finalized
 /// Counts as applied, and takes out of `batch`, the outcomes whose lease the keeper saw go
 /// while the store did not answer, when the job's row shows them written (see [`recheck`]).
 async fn settle_landed<S: Store>(shared: &Shared<S>, batch: &mut Vec<Completion>) {
+    let by = Instant::now() + LANDED_READ;
     let mut settled = Vec::with_capacity(batch.len());
     for chunk in batch.chunks(LANDED_READS) {
-        let reads: Vec<_> = chunk.iter().map(|c| settles(shared, c)).collect();
+        let reads: Vec<_> = chunk.iter().map(|c| settles(shared, c, by)).collect();
         settled.extend(futures_util::future::join_all(reads).await);
     }
     let mut settled = settled.into_iter();
@@ -332,9 +340,9 @@ async fn settle_landed<S: Store>(shared: &Shared<S>, batch: &mut Vec<Completion>
 
 /// Whether `c`, whose lease this worker no longer holds, was written by an earlier try: what
 /// [`recheck`] makes of a write that found the lease gone.
-async fn settles<S: Store>(shared: &Shared<S>, c: &Completion) -> bool {
+async fn settles<S: Store>(shared: &Shared<S>, c: &Completion, by: Instant) -> bool {
     !shared.inflight.holds(&c.finalize.lease)
-        && recheck(shared, c, Finalized::LeaseLost).await == Finalized::Applied
+        && recheck(shared, c, Finalized::LeaseLost, by).await == Finalized::Applied
 }
 
 /// [`recheck`] for each outcome of `batch` and its result, [`LANDED_READS`] at a time.
@@ -343,12 +351,13 @@ async fn recheck_all<S: Store>(
     batch: &[Completion],
     results: Vec<Finalized>,
 ) -> Vec<Finalized> {
+    let by = Instant::now() + LANDED_READ;
     let mut out = Vec::with_capacity(results.len());
     for (chunk, results) in batch.chunks(LANDED_READS).zip(results.chunks(LANDED_READS)) {
         let reads: Vec<_> = chunk
             .iter()
             .zip(results)
-            .map(|(c, result)| recheck(shared, c, *result))
+            .map(|(c, result)| recheck(shared, c, *result, by))
             .collect();
         out.extend(futures_util::future::join_all(reads).await);
     }
@@ -358,8 +367,10 @@ async fn recheck_all<S: Store>(
 /// How many of those reads run at once (on the worker's own connections).
 const LANDED_READS: usize = 4;
 
-/// How long the read of a job's row may take when its outcome's answer was lost: past it, the
-/// outcome counts as a lost lease, as before the read, and the completer goes on.
+/// How long the reads of the rows of one batch's outcomes whose answer was lost may take in
+/// all: past it, the outcomes not read count as lost leases, as before the reads, and the
+/// completer goes on. (A bound per read would let a slow server hold a batch of 1,000 for
+/// 250 of them.)
 const LANDED_READ: Duration = Duration::from_secs(2);
 
 /// Whether the job's row holds `c`'s outcome as this attempt wrote it: the state it leads to,
@@ -369,11 +380,13 @@ const LANDED_READ: Duration = Duration::from_secs(2);
 /// number, kept across a redrive, is not the last).
 /// A retry already claimed again, or a snooze, which gives the attempt back, is not told
 /// apart: it counts as a lost lease, as it did. An unreadable row, or one not read within
-/// [`LANDED_READ`], answers no.
-async fn landed<S: Store>(shared: &Shared<S>, c: &Completion) -> bool {
+/// `by`, answers no.
+async fn landed<S: Store>(shared: &Shared<S>, c: &Completion, by: Instant) -> bool {
     use crate::model::state::JobState;
-    let Ok(Ok(Some(row))) = tokio::time::timeout(LANDED_READ, shared.store.get(c.info.id)).await
-    else {
+    if Instant::now() >= by {
+        return false;
+    }
+    let Ok(Ok(Some(row))) = tokio::time::timeout_at(by, shared.store.get(c.info.id)).await else {
         return false;
     };
     if row.attempt != c.info.attempt {
