@@ -105,6 +105,14 @@ pub(crate) enum Command {
         /// dashboard is read-only.
         #[arg(long)]
         operator_token_file: Option<PathBuf>,
+        /// A host name the dashboard answers to (repeat for several); a request to another
+        /// name is refused, which stops DNS rebinding. Default: `localhost`, `127.0.0.1` and
+        /// `[::1]` when listening on a loopback address, any name otherwise.
+        #[arg(long = "allowed-host", value_name = "NAME")]
+        allowed_hosts: Vec<String>,
+        /// Mark the session cookie `Secure` (behind HTTPS, such as a TLS-terminating proxy).
+        #[arg(long)]
+        secure_cookie: bool,
     },
 }
 

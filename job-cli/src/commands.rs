@@ -168,7 +168,12 @@ pub(crate) async fn run(cli: Cli) -> Result<ExitCode, Error> {
             listen,
             tenant,
             operator_token_file,
-        } => web(store, listen, tenant, operator_token_file).await?,
+            allowed_hosts,
+            secure_cookie,
+        } => {
+            let config = web_config(listen, allowed_hosts, secure_cookie);
+            web(store, listen, tenant, operator_token_file, config).await?
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -702,11 +707,31 @@ fn print_check(check: &Check, json_out: bool) -> Result<(), StdoutError> {
     Ok(())
 }
 
+/// The dashboard's configuration from `job web`'s flags: on a loopback address and without
+/// `--allowed-host`, the loopback names only (see [`job_web::DashboardConfig::allowed_hosts`]).
+fn web_config(
+    listen: std::net::SocketAddr,
+    mut allowed_hosts: Vec<String>,
+    secure_cookie: bool,
+) -> job_web::DashboardConfig {
+    if allowed_hosts.is_empty() && listen.ip().is_loopback() {
+        allowed_hosts = ["localhost", "127.0.0.1", "[::1]"]
+            .map(str::to_owned)
+            .to_vec();
+    }
+    job_web::DashboardConfig {
+        allowed_hosts,
+        secure_cookie,
+        ..job_web::DashboardConfig::default()
+    }
+}
+
 async fn web(
     store: PgStore,
     listen: std::net::SocketAddr,
     tenant: Option<String>,
     token_file: Option<std::path::PathBuf>,
+    config: job_web::DashboardConfig,
 ) -> Result<(), Error> {
     let token = match token_file {
         Some(path) => Some(
@@ -722,7 +747,8 @@ async fn web(
     let mut dashboard = match tenant {
         Some(t) => job_web::Dashboard::for_tenant(store.for_tenant(t)),
         None => job_web::Dashboard::new(store),
-    };
+    }
+    .config(config);
     let read_only = token.as_deref().is_none_or(str::is_empty);
     if let Some(token) = token {
         dashboard = dashboard.operator_token(token);
@@ -743,4 +769,25 @@ async fn web(
         })
         .await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::web_config;
+
+    #[test]
+    fn on_a_loopback_address_the_dashboard_answers_to_the_loopback_names_only() {
+        let loopback = "127.0.0.1:8080".parse().unwrap();
+        assert_eq!(
+            web_config(loopback, Vec::new(), false).allowed_hosts,
+            ["localhost", "127.0.0.1", "[::1]"]
+        );
+        let named = web_config(loopback, vec!["jobs.example".into()], true);
+        assert_eq!(named.allowed_hosts, ["jobs.example"]);
+        assert!(named.secure_cookie);
+        let v6 = "[::1]:8080".parse().unwrap();
+        assert_eq!(web_config(v6, Vec::new(), false).allowed_hosts.len(), 3);
+        let any = "0.0.0.0:8080".parse().unwrap();
+        assert!(web_config(any, Vec::new(), false).allowed_hosts.is_empty());
+    }
 }

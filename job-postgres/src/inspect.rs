@@ -26,6 +26,40 @@ pub struct StepRecord {
     pub recorded_at: DateTime<Utc>,
 }
 
+/// How much of a job's steps to read for a page: [`PgStore::steps_shown`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShowSteps {
+    /// Steps read at most (the first ones recorded).
+    pub max_steps: u32,
+    /// The largest output read, in bytes of its JSON text; a larger one is left out
+    /// ([`ShownStep::output`] is `None`) and only its size is read.
+    pub max_output_bytes: u32,
+}
+
+/// A job's first steps, as much as a page shows: [`PgStore::steps_shown`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct ShownSteps {
+    /// The first [`ShowSteps::max_steps`] steps, in the order they were recorded.
+    pub steps: Vec<ShownStep>,
+    /// Whether the job recorded more steps than these.
+    pub more: bool,
+}
+
+/// One step of [`ShownSteps`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct ShownStep {
+    /// The step's name.
+    pub name: String,
+    /// Its recorded output, unless it is larger than [`ShowSteps::max_output_bytes`].
+    pub output: Option<serde_json::Value>,
+    /// The size of its output, in bytes of JSON text.
+    pub output_bytes: u64,
+    /// The attempt that ran it.
+    pub attempt: i32,
+    /// When it was recorded (database time).
+    pub recorded_at: DateTime<Utc>,
+}
+
 /// Which listing page to read: [`PgStore::page`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PageRequest {
@@ -111,7 +145,15 @@ pub struct Overview {
     pub capped: Vec<&'static str>,
     /// How far back "recent" reaches.
     pub window: Duration,
+    /// Whether more queues had waiting jobs than [`OVERVIEW_QUEUES`]: only the first ones by
+    /// name (and those with running, dead or recently finished jobs) are listed.
+    pub queues_capped: bool,
 }
+
+/// The queues with waiting jobs that [`PgStore::overview`] looks at, at most (the first ones by
+/// name): each costs an index probe and a bounded read, so that a table of many queues cannot
+/// make the overview read one per queue.
+pub const OVERVIEW_QUEUES: u32 = 1000;
 
 impl Overview {
     /// Whether the counts of `part` are lower bounds.
@@ -199,6 +241,34 @@ impl Reader<'_> {
             .map_err(Error::query("inspect_steps"))
     }
 
+    async fn steps_shown(self, id: JobId, show: ShowSteps) -> Result<ShownSteps, Error> {
+        let max_steps = usize::try_from(show.max_steps).unwrap_or(usize::MAX);
+        let rows = sqlx::query(sql::INSPECT_STEPS_SHOWN)
+            .bind(id)
+            .bind(self.tenant)
+            .bind(i32::try_from(show.max_output_bytes).unwrap_or(i32::MAX))
+            .bind(i32::try_from(show.max_steps.saturating_add(1)).unwrap_or(i32::MAX))
+            .fetch_all(self.pool)
+            .await
+            .map_err(Error::query("inspect_steps_shown"))?;
+        let more = rows.len() > max_steps;
+        let steps = rows
+            .iter()
+            .take(max_steps)
+            .map(|r| {
+                Ok(ShownStep {
+                    name: r.try_get("name")?,
+                    output: crate::row::json(r, "output")?,
+                    output_bytes: u64::try_from(r.try_get::<i64, _>("output_bytes")?).unwrap_or(0),
+                    attempt: r.try_get("attempt")?,
+                    recorded_at: r.try_get("recorded_at")?,
+                })
+            })
+            .collect::<Result<_, sqlx::Error>>()
+            .map_err(Error::query("inspect_steps_shown"))?;
+        Ok(ShownSteps { steps, more })
+    }
+
     async fn page(self, request: &PageRequest) -> Result<Page, Error> {
         let size = request.size.max(1);
         let scan = request.scan.max(size);
@@ -274,6 +344,7 @@ impl Reader<'_> {
                 .bind(self.tenant)
                 .bind(i32::try_from(cap).unwrap_or(i32::MAX))
                 .bind(window.as_secs_f64())
+                .bind(i32::try_from(OVERVIEW_QUEUES).unwrap_or(i32::MAX))
                 .fetch_all(&mut *tx)
                 .await
                 .map_err(Error::query("inspect_overview"))?;
@@ -282,7 +353,12 @@ impl Reader<'_> {
             .map_err(Error::query("inspect_overview"))?;
         let mut queues: Vec<QueueOverview> = Vec::new();
         let mut totals = [0u64; 3];
+        let mut queues_capped = false;
         for (section, queue, state, n, oldest_ms) in rows {
+            if section == "capped" {
+                queues_capped = true;
+                continue;
+            }
             let n = n.unsigned_abs();
             let at = match queues.binary_search_by(|q| q.queue.as_str().cmp(&queue)) {
                 Ok(at) => at,
@@ -335,6 +411,7 @@ impl Reader<'_> {
             cap,
             capped,
             window,
+            queues_capped,
         })
     }
 }
@@ -361,6 +438,13 @@ impl PgStore {
     /// job has none, or does not exist).
     pub async fn steps(&self, id: JobId) -> Result<Vec<StepRecord>, StoreError> {
         Ok(self.reader().steps(id).await?)
+    }
+
+    /// The first steps of job `id`, as much as a page shows: at most `show.max_steps` of
+    /// them, each output only when it is at most `show.max_output_bytes` of JSON text. One
+    /// statement by primary key, bounded in rows and bytes whatever the job recorded.
+    pub async fn steps_shown(&self, id: JobId, show: ShowSteps) -> Result<ShownSteps, StoreError> {
+        Ok(self.reader().steps_shown(id, show).await?)
     }
 
     /// One listing page, newest first, keyset-paginated by id. It reads at most
@@ -400,6 +484,11 @@ impl TenantAdmin {
     /// The recorded steps of job `id` if it is this tenant's (see [`PgStore::steps`]).
     pub async fn steps(&self, id: JobId) -> Result<Vec<StepRecord>, StoreError> {
         Ok(self.reader().steps(id).await?)
+    }
+
+    /// The first steps of job `id` if it is this tenant's (see [`PgStore::steps_shown`]).
+    pub async fn steps_shown(&self, id: JobId, show: ShowSteps) -> Result<ShownSteps, StoreError> {
+        Ok(self.reader().steps_shown(id, show).await?)
     }
 
     /// A listing page of this tenant's jobs (see [`PgStore::page`]).

@@ -25,7 +25,10 @@ pub use admin::TenantAdmin;
 pub use complete::complete_in;
 pub use enqueue::{dependencies_of, enqueue, enqueue_many, enqueue_with_dependencies, PgBackend};
 pub use error::Error;
-pub use inspect::{Check, Overview, Page, PageRequest, QueueOverview, StepRecord};
+pub use inspect::{
+    Check, Overview, Page, PageRequest, QueueOverview, ShowSteps, ShownStep, ShownSteps,
+    StepRecord, OVERVIEW_QUEUES,
+};
 pub use listen::CHANNEL;
 pub use migrate::{migrate, script as schema_script, Migration, MIGRATIONS};
 pub use pool::pool_options;

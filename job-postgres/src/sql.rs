@@ -86,6 +86,7 @@ pub(crate) static STATS_STUCK: LazyLock<String> =
 
 // Operator reads (inspect.rs): steps, listing pages, the queues at a glance, the reconcile.
 pub(crate) const INSPECT_STEPS: &str = include_str!("sql/inspect_steps.sql");
+pub(crate) const INSPECT_STEPS_SHOWN: &str = include_str!("sql/inspect_steps_shown.sql");
 pub(crate) const INSPECT_WINDOW: &str = include_str!("sql/inspect_window.sql");
 pub(crate) const INSPECT_PAGE: &str = include_str!("sql/inspect_page.sql");
 pub(crate) const INSPECT_OVERVIEW: &str = include_str!("sql/inspect_overview.sql");

@@ -51,6 +51,15 @@ pub struct DashboardConfig {
     /// Marks the session cookie `Secure` (sent over HTTPS only). Defaults to false, so that a
     /// dashboard on `http://127.0.0.1` works; set it behind HTTPS.
     pub secure_cookie: bool,
+    /// The host names the dashboard answers to (`Host`, without the port, any case), for
+    /// example `["localhost", "127.0.0.1", "jobs.example.com"]`; a request to another name
+    /// is answered 421. This is what stops a page on another site from reading the dashboard
+    /// through DNS rebinding (pointing its own name at the dashboard's address): reading
+    /// needs no login. Empty: any name, the default, since an application that mounts the
+    /// dashboard knows its names and this crate does not; `job web` sets the loopback names
+    /// when it listens on a loopback address. Actions and logins from another site are refused
+    /// whatever this says (by `Sec-Fetch-Site`, or `Origin`).
+    pub allowed_hosts: Vec<String>,
 }
 
 impl Default for DashboardConfig {
@@ -63,6 +72,7 @@ impl Default for DashboardConfig {
             answer_within: Duration::from_secs(5),
             connections: 4,
             secure_cookie: false,
+            allowed_hosts: Vec::new(),
         }
     }
 }
@@ -132,6 +142,7 @@ impl Dashboard {
         if self.config.connections == 0 {
             tracing::warn!("job-web: DashboardConfig::connections is 0: the dashboard opens 1");
         }
+        let hosts = crate::origin::Hosts::new(&self.config.allowed_hosts);
         let app = Arc::new(App {
             given: self.scope,
             scope: OnceLock::new(),
@@ -155,6 +166,10 @@ impl Dashboard {
             .layer(axum::middleware::from_fn_with_state(
                 within,
                 deadline::bound,
+            ))
+            .layer(axum::middleware::from_fn_with_state(
+                hosts,
+                crate::origin::guard,
             ))
             .layer(axum::middleware::map_response(secure_headers))
             .with_state(app)

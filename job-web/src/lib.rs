@@ -35,6 +35,7 @@ mod deadline;
 mod error;
 mod extract;
 mod fields;
+mod origin;
 mod pages;
 mod scope;
 mod throttle;

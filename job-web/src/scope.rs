@@ -5,7 +5,7 @@ use std::time::Duration;
 use job::{
     Admin, Cancelled, JobFilter, JobId, JobRow, Pause, PauseEntry, Redriven, Store, StoreError,
 };
-use job_postgres::{Overview, Page, PageRequest, PgStore, StepRecord, TenantAdmin};
+use job_postgres::{Overview, Page, PageRequest, PgStore, ShowSteps, ShownSteps, TenantAdmin};
 
 #[derive(Debug, Clone)]
 pub(crate) enum Scope {
@@ -45,10 +45,14 @@ impl Scope {
         }
     }
 
-    pub(crate) async fn steps(&self, id: JobId) -> Result<Vec<StepRecord>, StoreError> {
+    pub(crate) async fn steps_shown(
+        &self,
+        id: JobId,
+        show: ShowSteps,
+    ) -> Result<ShownSteps, StoreError> {
         match self {
-            Scope::All(s) => s.steps(id).await,
-            Scope::Tenant(t) => t.steps(id).await,
+            Scope::All(s) => s.steps_shown(id, show).await,
+            Scope::Tenant(t) => t.steps_shown(id, show).await,
         }
     }
 

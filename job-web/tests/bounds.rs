@@ -499,3 +499,104 @@ async fn futures_join_all<F: std::future::Future<Output = ()> + Send + 'static>(
         handle.await.unwrap();
     }
 }
+
+#[tokio::test]
+async fn a_job_page_shows_a_bounded_share_of_a_value_that_pretty_printing_multiplies() {
+    // 1 MiB of JSON within the payload limit (as PostgreSQL writes it: `0, ` per zero): 90
+    // levels of arrays around 349,000 zeros. Pretty-printed, each zero gets a line of its own indented by 200 spaces: 100 MiB
+    // of page, built in memory, past any request deadline (the rendering is synchronous).
+    let db = TestDb::new().await;
+    let depth = 90;
+    let zeros = (MIB - 8 * depth) / 3 - 100;
+    let payload = format!(
+        "{{\"deep\":{}0{}{}}}",
+        "[".repeat(depth),
+        ",0".repeat(zeros - 1),
+        "]".repeat(depth)
+    );
+    let id = enqueue(&db, "deep", &payload, "default", None).await;
+    let router = Dashboard::new(db.store()).router();
+    let page = get(&router, &format!("/jobs/{id}"), None).await;
+    assert_eq!(page.status, StatusCode::OK);
+    assert!(
+        page.body.len() < 3 * MIB,
+        "the page is {} bytes for a payload of {} bytes",
+        page.body.len(),
+        payload.len()
+    );
+    assert!(page.body.contains("(cut at 2048 KiB"), "the cut is said");
+    db.close().await;
+}
+
+#[tokio::test]
+async fn a_job_page_reads_the_first_steps_and_no_large_output() {
+    // A job may record any number of steps of up to 1 MiB each: its page read them all.
+    let db = TestDb::new().await;
+    let id = enqueue(&db, "stepped", "{}", "default", None).await;
+    sqlx::query(
+        "INSERT INTO job.steps (job_id, name, output, attempt)
+         SELECT $1, format('step %s', lpad(g::text, 3, '0')),
+                jsonb_build_object('blob', repeat('s', 200000)), 1
+         FROM generate_series(1, 150) g",
+    )
+    .bind(id)
+    .execute(&db.pool())
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO job.steps (job_id, name, output, attempt, recorded_at)
+         VALUES ($1, 'small', '{\"ok\": true}', 1, now() - interval '1 hour')",
+    )
+    .bind(id)
+    .execute(&db.pool())
+    .await
+    .unwrap();
+    let proxy = CountingProxy::start(&db).await;
+    let pool = sqlx::PgPool::connect_with(proxy.options.clone())
+        .await
+        .unwrap();
+    let router = Dashboard::new(job::PgStore::new(pool.clone())).router();
+    let before = proxy.bytes_from_server();
+    let page = get(&router, &format!("/jobs/{id}"), None).await;
+    let read = proxy.bytes_from_server() - before;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    assert!(
+        read < (MIB / 2) as u64,
+        "a page of 151 steps of 200 KB read {read} bytes from the database"
+    );
+    assert!(
+        page.body.contains("&quot;ok&quot;: true"),
+        "a small output is shown"
+    );
+    assert!(
+        page.body.contains("bytes of JSON, more than a page shows"),
+        "a large output is named, not shown"
+    );
+    assert!(page.body.contains("Only the first 100 steps are shown"));
+    assert!(page.body.contains("step 099") && !page.body.contains("step 100"));
+    pool.close().await;
+    db.close().await;
+}
+
+#[tokio::test]
+async fn the_queues_page_counts_the_first_thousand_queues_by_name() {
+    // One job in each of many queues: the page probed every queue, then looked each row's
+    // counts up in a list (quadratic in the queues).
+    let db = TestDb::new().await;
+    sqlx::query(
+        "INSERT INTO job.jobs (kind, queue)
+         SELECT 'spread', format('q%s', lpad(g::text, 5, '0')) FROM generate_series(1, 1001) g",
+    )
+    .execute(&db.pool())
+    .await
+    .unwrap();
+    let router = Dashboard::new(db.store()).router();
+    let page = get(&router, "/", None).await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    assert!(page
+        .body
+        .contains("More than 1000 queues have waiting jobs"));
+    assert!(page.body.contains("data-queue=\"q01000\""));
+    assert!(!page.body.contains("data-queue=\"q01001\""));
+    db.close().await;
+}

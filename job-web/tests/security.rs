@@ -767,3 +767,119 @@ async fn after_ten_wrong_tokens_in_a_minute_logging_in_is_refused() {
     login(&other, "right-token").await;
     db.close().await;
 }
+
+/// A POST to `path` as a browser on another site sends it.
+async fn cross_site_post(
+    router: &axum::Router,
+    path: &str,
+    form: &[(&str, &str)],
+    cookie: Option<&str>,
+    headers: &[(&str, &str)],
+) -> support::Answer {
+    let mut request =
+        axum::http::Request::post(path).header("content-type", "application/x-www-form-urlencoded");
+    if let Some(c) = cookie {
+        request = request.header("cookie", c);
+    }
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let body = serde_urlencoded::to_string(form).unwrap();
+    support::send(router, request.body(axum::body::Body::from(body)).unwrap()).await
+}
+
+#[tokio::test]
+async fn logins_and_actions_from_another_site_are_refused() {
+    // The login form has no session, so no CSRF token: a page on any site could post wrong
+    // tokens to it and lock every operator out for as long as it stayed open.
+    let db = TestDb::new().await;
+    let id = enqueue(&db, "mail", "{}", "default", None).await;
+    let router = Dashboard::new(db.store())
+        .operator_token("right-token")
+        .router();
+    for n in 0..12 {
+        let answer = cross_site_post(
+            &router,
+            "/login",
+            &[("token", "guess")],
+            None,
+            &[("sec-fetch-site", "cross-site")],
+        )
+        .await;
+        assert_eq!(answer.status, StatusCode::FORBIDDEN, "post {n}");
+        assert!(
+            answer.body.contains("comes from another site"),
+            "{}",
+            answer.body
+        );
+    }
+    // None of them counted as a wrong login.
+    let session = login(&router, "right-token").await;
+    let page = get(&router, &format!("/jobs/{id}"), Some(&session)).await;
+    let token = csrf(&page.body);
+    // A browser without `Sec-Fetch-Site` says where the form was with `Origin`.
+    for headers in [
+        &[("sec-fetch-site", "same-site")][..],
+        &[
+            ("origin", "http://evil.example"),
+            ("host", "127.0.0.1:8080"),
+        ][..],
+        &[("origin", "null"), ("host", "127.0.0.1:8080")][..],
+    ] {
+        let id = id.to_string();
+        let answer = cross_site_post(
+            &router,
+            "/actions/cancel",
+            &[("id", &id), ("csrf", &token)],
+            Some(&session),
+            headers,
+        )
+        .await;
+        assert_eq!(answer.status, StatusCode::FORBIDDEN, "{headers:?}");
+    }
+    assert_eq!(state(&db, id).await.as_deref(), Some("available"));
+    // The dashboard's own pages post from the same origin.
+    let answer = cross_site_post(
+        &router,
+        "/actions/cancel",
+        &[("id", &id.to_string()), ("csrf", &token)],
+        Some(&session),
+        &[("sec-fetch-site", "same-origin")],
+    )
+    .await;
+    assert_eq!(answer.status, StatusCode::SEE_OTHER, "{}", answer.body);
+    assert_eq!(state(&db, id).await.as_deref(), Some("cancelled"));
+    db.close().await;
+}
+
+#[tokio::test]
+async fn with_allowed_hosts_a_request_to_another_host_name_is_refused() {
+    // Reading needs no login: a page on another site that points its own name at the
+    // dashboard's address (DNS rebinding) could read every job, its requests carrying its name.
+    let db = TestDb::new().await;
+    let config = job_web::DashboardConfig {
+        allowed_hosts: vec!["localhost".into(), "127.0.0.1".into()],
+        ..Default::default()
+    };
+    let router = Dashboard::new(db.store()).config(config).router();
+    let with_host = |host: Option<&'static str>| {
+        let mut request = axum::http::Request::get("/");
+        if let Some(h) = host {
+            request = request.header("host", h);
+        }
+        request.body(axum::body::Body::empty()).unwrap()
+    };
+    for host in [
+        Some("rebind.evil.example:8080"),
+        Some("localhost.evil.example"),
+        None,
+    ] {
+        let answer = support::send(&router, with_host(host)).await;
+        assert_eq!(answer.status, StatusCode::MISDIRECTED_REQUEST, "{host:?}");
+    }
+    for host in ["localhost:8080", "LOCALHOST", "127.0.0.1:8080"] {
+        let answer = support::send(&router, with_host(Some(host))).await;
+        assert_eq!(answer.status, StatusCode::OK, "{host}");
+    }
+    db.close().await;
+}

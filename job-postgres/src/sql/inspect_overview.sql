@@ -6,30 +6,32 @@
 -- retryable ones, jobs_rescue_idx, jobs_discarded_idx; the recently finished jobs through
 -- jobs_completed_idx, jobs_cancelled_idx and jobs_discarded_idx, merged), in that index's order
 -- so that the plan is a bounded index scan: a part that reaches $2 rows is a lower bound (the
--- caller marks it), and no part reads the table.
+-- caller marks it), and no part reads the table. The waiting parts look at the first $4 queues
+-- by name at most (of each index), so that many queues cost $4 probes, not one per queue; a row
+-- of section 'capped' says there were more.
 WITH RECURSIVE available_queues AS (
     -- The queues that have available jobs, one index probe each (a loose scan of
     -- jobs_claim_idx).
-    (SELECT j.queue FROM job.jobs j
+    (SELECT j.queue, 1 AS n FROM job.jobs j
      WHERE j.state = 'available'
      ORDER BY j.queue LIMIT 1)
     UNION ALL
     SELECT (SELECT j.queue FROM job.jobs j
             WHERE j.state = 'available' AND j.queue > q.queue
-            ORDER BY j.queue LIMIT 1)
+            ORDER BY j.queue LIMIT 1), q.n + 1
     FROM available_queues q
-    WHERE q.queue IS NOT NULL
+    WHERE q.queue IS NOT NULL AND q.n <= $4::integer
 ), later_queues AS (
     -- The queues that have scheduled or retryable jobs (a loose scan of jobs_due_idx).
-    (SELECT j.queue FROM job.jobs j
+    (SELECT j.queue, 1 AS n FROM job.jobs j
      WHERE j.state IN ('scheduled', 'retryable')
      ORDER BY j.queue LIMIT 1)
     UNION ALL
     SELECT (SELECT j.queue FROM job.jobs j
             WHERE j.state IN ('scheduled', 'retryable') AND j.queue > q.queue
-            ORDER BY j.queue LIMIT 1)
+            ORDER BY j.queue LIMIT 1), q.n + 1
     FROM later_queues q
-    WHERE q.queue IS NOT NULL
+    WHERE q.queue IS NOT NULL AND q.n <= $4::integer
 ), waiting AS (
     -- Per queue, at most $2 of its available jobs (in jobs_claim_idx's order) and at most $2
     -- of its scheduled and retryable ones (the soonest due first).
@@ -43,7 +45,7 @@ WITH RECURSIVE available_queues AS (
         ORDER BY j.kind, j.priority, j.run_at, j.id
         LIMIT $2::integer
     ) w
-    WHERE q.queue IS NOT NULL
+    WHERE q.queue IS NOT NULL AND q.n <= $4::integer
     UNION ALL
     SELECT q.queue, w.state, w.run_at
     FROM later_queues q
@@ -55,7 +57,7 @@ WITH RECURSIVE available_queues AS (
         ORDER BY j.run_at
         LIMIT $2::integer
     ) w
-    WHERE q.queue IS NOT NULL
+    WHERE q.queue IS NOT NULL AND q.n <= $4::integer
 ), running AS (
     SELECT j.queue, j.stuck_since, j.locked_until
     FROM job.jobs j
@@ -111,4 +113,8 @@ UNION ALL
 SELECT 'now', d.queue, 'discarded', count(*), NULL FROM dead d GROUP BY d.queue
 UNION ALL
 SELECT 'recent', r.queue, r.state, count(*), NULL FROM recent r GROUP BY r.queue, r.state
+UNION ALL
+SELECT 'capped', '', 'queues', 1, NULL
+WHERE EXISTS (SELECT 1 FROM available_queues q WHERE q.queue IS NOT NULL AND q.n > $4::integer)
+   OR EXISTS (SELECT 1 FROM later_queues q WHERE q.queue IS NOT NULL AND q.n > $4::integer)
 ORDER BY 2, 1, 3

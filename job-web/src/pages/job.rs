@@ -7,7 +7,7 @@ use axum::extract::Path;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Html;
 use job::{JobRow, JobState};
-use job_postgres::StepRecord;
+use job_postgres::{ShowSteps, ShownSteps};
 use maud::{html, Markup};
 
 use super::layout::{self, form, opt_time, pretty, state_badge, time, Nav, Notice};
@@ -15,6 +15,16 @@ use crate::base::Base;
 use crate::dashboard::{AppState, Ctx};
 use crate::error::WebError;
 use crate::extract::Query;
+
+/// The most of the payload, the progress and the result a page shows, in bytes of pretty JSON.
+const SHOWN_VALUE: usize = 2 << 20;
+/// The most of each step's output a page shows, in bytes of pretty JSON.
+const SHOWN_STEP: usize = 64 << 10;
+/// The steps a page shows, and the largest output it reads (a larger one shows its size).
+const SHOW_STEPS: ShowSteps = ShowSteps {
+    max_steps: 100,
+    max_output_bytes: 64 << 10,
+};
 
 pub(crate) async fn page(
     axum::extract::State(app): AppState,
@@ -27,7 +37,7 @@ pub(crate) async fn page(
     let Some(job) = app.scope().get(id).await? else {
         return Err(WebError::new(StatusCode::NOT_FOUND, format!("no job {id}")));
     };
-    let steps = app.scope().steps(id).await?;
+    let steps = app.scope().steps_shown(id, SHOW_STEPS).await?;
     let body = html! {
         h1 { "Job " (job.id) " " (state_badge(job.state, job.stuck_since.is_some())) }
         (actions(&ctx, &job))
@@ -36,7 +46,7 @@ pub(crate) async fn page(
         (progress(&job))
         (result(&job))
         (errors(&job))
-        (steps_section(&steps))
+        (steps_section(&steps, job.id))
     };
     let title = format!("Job {id}");
     Ok(Html(
@@ -87,7 +97,7 @@ fn payload(job: &JobRow) -> Markup {
     html! {
         section.payload {
             h2 { "Payload" }
-            pre { (pretty(&job.payload)) }
+            pre { (pretty(&job.payload, SHOWN_VALUE)) }
         }
     }
 }
@@ -99,7 +109,7 @@ fn progress(job: &JobRow) -> Markup {
             section.progress {
                 h2 { "Progress" }
                 p.muted { "reported " (opt_time(job.progress_at)) }
-                pre { (pretty(progress)) }
+                pre { (pretty(progress, SHOWN_VALUE)) }
             }
         }
     }
@@ -111,7 +121,7 @@ fn result(job: &JobRow) -> Markup {
         @if let Some(result) = &job.result {
             section.result {
                 h2 { "Result" }
-                pre { (pretty(result)) }
+                pre { (pretty(result, SHOWN_VALUE)) }
             }
         }
     }
@@ -142,7 +152,8 @@ fn errors(job: &JobRow) -> Markup {
     }
 }
 
-fn steps_section(steps: &[StepRecord]) -> Markup {
+fn steps_section(shown: &ShownSteps, job_id: i64) -> Markup {
+    let steps = &shown.steps;
     html! {
         section.steps {
             h2 { "Steps" }
@@ -157,10 +168,18 @@ fn steps_section(steps: &[StepRecord]) -> Markup {
                                 td { code { (s.name) } }
                                 td.num { (s.attempt) }
                                 td { (time(s.recorded_at)) }
-                                td { pre { (pretty(&s.output)) } }
+                                td {
+                                    @match &s.output {
+                                        Some(output) => pre { (pretty(output, SHOWN_STEP)) },
+                                        None => span.muted { (s.output_bytes) " bytes of JSON, more than a page shows: `job show " (job_id) "` prints it" },
+                                    }
+                                }
                             }
                         }
                     }
+                }
+                @if shown.more {
+                    p.muted { "Only the first " (SHOW_STEPS.max_steps) " steps are shown: `job show " (job_id) "` prints them all." }
                 }
             }
         }

@@ -175,9 +175,58 @@ pub(crate) fn clip(text: &str, max: usize) -> String {
     }
 }
 
-/// Pretty JSON for a `<pre>` (escaped by the caller's template).
-pub(crate) fn pretty(value: &serde_json::Value) -> String {
-    serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string())
+/// Pretty JSON for a `<pre>` (escaped by the caller's template), at most `max` bytes of it,
+/// cut with a note past that. Pretty text can be a hundred times its compact size (an array
+/// of many small values nested a hundred deep indents each of them by 200 spaces), so the
+/// text is written into a buffer that stops taking bytes at `max`: the serializer stops
+/// there, and a page of such a value costs `max`, not its pretty size.
+pub(crate) fn pretty(value: &serde_json::Value, max: usize) -> String {
+    let mut out = Bounded {
+        bytes: Vec::new(),
+        max,
+    };
+    let whole = serde_json::to_writer_pretty(&mut out, value).is_ok();
+    let mut text = match String::from_utf8(out.bytes) {
+        Ok(text) => text,
+        // Cut inside a character: keep what comes before it.
+        Err(e) => {
+            let valid = e.utf8_error().valid_up_to();
+            let mut bytes = e.into_bytes();
+            bytes.truncate(valid);
+            String::from_utf8(bytes).unwrap_or_default()
+        }
+    };
+    if !whole {
+        text.push_str(&format!(
+            "\n… (cut at {} KiB: `job show` prints it whole)",
+            max / 1024
+        ));
+    }
+    text
+}
+
+/// The bytes of [`pretty`], refusing any past `max` (which stops the serializer).
+struct Bounded {
+    bytes: Vec<u8>,
+    max: usize,
+}
+
+impl std::io::Write for Bounded {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let room = self.max.saturating_sub(self.bytes.len());
+        if room == 0 && !buf.is_empty() {
+            return Err(std::io::Error::other(
+                "the page's share of this value is full",
+            ));
+        }
+        let n = buf.len().min(room);
+        self.bytes.extend_from_slice(&buf[..n]);
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// `path?k=v&..` with the values percent-encoded (names may hold `&`, `#`, `+`, non-ASCII).

@@ -27,21 +27,25 @@ pub(crate) async fn page(
         .await?;
     let pauses = app.scope().pauses().await?;
     let paused: Vec<&Pause> = pauses.iter().map(|p| &p.what).collect();
-    let queue_paused = |name: &str| {
-        paused
-            .iter()
-            .any(|p| matches!(p, Pause::Queue(q) if q == name))
-    };
+    let paused_queues: std::collections::HashSet<&str> = paused
+        .iter()
+        .filter_map(|p| match p {
+            Pause::Queue(q) => Some(q.as_str()),
+            Pause::Kind(_) => None,
+        })
+        .collect();
+    let queue_paused = |name: &str| paused_queues.contains(name);
     // Paused queues with no job to count still get a row, so they can be resumed.
     let mut names: Vec<&str> = overview.queues.iter().map(|q| q.queue.as_str()).collect();
-    for p in paused.iter().copied() {
-        if let Pause::Queue(q) = p {
-            if !names.contains(&q.as_str()) {
-                names.push(q);
-            }
-        }
-    }
+    names.extend(paused_queues.iter().copied());
     names.sort_unstable();
+    names.dedup();
+    // By name, once: a `find` per row was quadratic in the queues.
+    let by_name: std::collections::HashMap<&str, &job_postgres::QueueOverview> = overview
+        .queues
+        .iter()
+        .map(|q| (q.queue.as_str(), q))
+        .collect();
     let minutes = app.config.recent_window.as_secs_f64() / 60.0;
     let can_pause = ctx.can_act() && ctx.tenant.is_none();
     let running = overview.is_capped("running");
@@ -74,7 +78,7 @@ pub(crate) async fn page(
                 }
                 tbody {
                     @for name in &names {
-                        @let q = overview.queues.iter().find(|q| q.queue == *name).cloned().unwrap_or_default();
+                        @let q = by_name.get(name).map(|q| (*q).clone()).unwrap_or_default();
                         @let is_paused = queue_paused(name);
                         tr data-queue=(name) {
                             td {
@@ -104,6 +108,9 @@ pub(crate) async fn page(
                         }
                     }
                 }
+            }
+            @if overview.queues_capped {
+                p.muted { "More than " (job_postgres::OVERVIEW_QUEUES) " queues have waiting jobs: the first " (job_postgres::OVERVIEW_QUEUES) " by name are counted, with those that have running, dead or recently finished jobs." }
             }
             @if !overview.capped.is_empty() || overview.queues.iter().any(|q| q.waiting_capped) {
                 p.muted { "Counts with + are lower bounds: this page reads at most " (overview.cap) " waiting jobs per queue, and as many running, dead and recently finished ones in all." }

@@ -17,7 +17,8 @@ pub struct Answer {
     pub body: String,
 }
 
-async fn send(router: &Router, request: Request<Body>) -> Answer {
+/// Sends `request` as it is.
+pub async fn send(router: &Router, request: Request<Body>) -> Answer {
     let response = router.clone().oneshot(request).await.unwrap();
     // In a block of its own, so that the future stays `Send` (tests run requests at once).
     let (location, set_cookie) = {
