@@ -341,3 +341,107 @@ async fn a_stored_value_serde_cannot_read_back_is_shown_as_its_text() {
     assert_eq!(listed[0].result, row.result);
     db.close().await;
 }
+
+/// How far the rescuer's wall clock is moved, in seconds (see [`moved_clock`]).
+static CLOCK_MOVED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+fn moved_clock() -> std::time::SystemTime {
+    std::time::SystemTime::now()
+        + std::time::Duration::from_secs(CLOCK_MOVED.load(Ordering::SeqCst))
+}
+
+#[tokio::test]
+async fn after_the_wall_clock_jumps_a_live_lease_is_renewed_before_any_rescue() {
+    // The machine sleeps a minute: SQLite's now (the wall clock) moves on, while the holder's
+    // monotonic clock, by which it fences itself, does not. Every lease of the file then looked
+    // expired to the first rescuer to run, which took the jobs their holders still ran, and
+    // another worker started them again at once. The jump is played here by moving the
+    // leases' ends a minute back (what the store sees) and the rescuer's wall clock a minute on
+    // (what the process sees).
+    use job_core::{ClaimKind, ClaimRequest, Lease, NewJob, Renewal, Rescuer, RescuerConfig};
+    use std::time::Duration;
+    let db = TestSqlite::new().await;
+    let store = db.store();
+    let kind = "clock.noop";
+    for n in 0..2 {
+        store
+            .enqueue(NewJob::new(kind, format!(r#"{{"n":{n}}}"#)))
+            .await
+            .unwrap();
+    }
+    store.stage_due(u32::MAX).await.unwrap();
+    let claimed = store
+        .claim(&ClaimRequest {
+            queue: "default".into(),
+            kinds: vec![ClaimKind {
+                kind: kind.into(),
+                max_version: 1,
+                lease: Duration::from_secs(30),
+                concurrency: None,
+                rate: None,
+            }],
+            limit: 2,
+            worker_id: "sleeper".into(),
+        })
+        .await
+        .unwrap();
+    let [live, dead]: [Lease; 2] = claimed
+        .iter()
+        .map(|c| c.lease)
+        .collect::<Vec<_>>()
+        .try_into()
+        .unwrap();
+    let mut rescuer = Rescuer::new(
+        store.clone(),
+        RescuerConfig {
+            after_clock_jump: Duration::from_millis(300),
+            ..RescuerConfig::default()
+        },
+    )
+    .wall_clock(moved_clock);
+    assert_eq!(rescuer.pass().await.unwrap(), Default::default());
+
+    // A minute of sleep.
+    sqlx::query("UPDATE job_jobs SET locked_until = locked_until - 60000000")
+        .execute(store.pool())
+        .await
+        .unwrap();
+    CLOCK_MOVED.store(60, Ordering::SeqCst);
+    assert_eq!(
+        rescuer.pass().await.unwrap(),
+        Default::default(),
+        "a pass right after the jump takes nothing"
+    );
+    // The live holder's next heartbeat renews its lease; the dead one's never comes.
+    let report = store
+        .heartbeat(&[Renewal {
+            lease: live,
+            extend_by: Duration::from_secs(30),
+            stuck: false,
+        }])
+        .await
+        .unwrap();
+    assert!(report.lost.is_empty(), "{report:?}");
+    // Past the hold, the lease that nobody renewed is rescued, and only that one.
+    let give_up = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let rescued = rescuer.pass().await.unwrap();
+        if rescued.retried > 0 {
+            assert_eq!(rescued.retried, 1, "{rescued:?}");
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < give_up,
+            "the dead lease was not rescued"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let row = |id| {
+        let store = store.clone();
+        async move { store.get(id).await.unwrap().unwrap() }
+    };
+    assert_eq!(row(live.id).await.state, JobState::Running);
+    assert_eq!(row(live.id).await.lock_token, Some(live.token));
+    assert_eq!(row(dead.id).await.state, JobState::Retryable);
+    db.close().await;
+}

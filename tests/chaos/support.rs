@@ -137,7 +137,7 @@ impl Chaos {
         config.poll_interval = Duration::from_millis(20);
         config.rescuer = RescuerConfig {
             interval: Duration::from_millis(50),
-            batch: 1000,
+            ..RescuerConfig::default()
         };
         job::Worker::builder(store)
             .register::<Traced>()

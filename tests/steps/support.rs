@@ -173,7 +173,7 @@ pub fn steps_worker_over<S: job::Store>(
     config.drain_timeout = Duration::from_secs(5);
     config.rescuer = RescuerConfig {
         interval: Duration::from_millis(50),
-        batch: 1000,
+        ..RescuerConfig::default()
     };
     job::Worker::builder(store)
         .queue("default", 8)

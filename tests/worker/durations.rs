@@ -76,7 +76,7 @@ pub(crate) fn refused(builder: WorkerBuilder<PgStore>) -> (&'static str, String)
 async fn worker_durations_over_the_bound_are_refused_naming_the_option() {
     let h = Harness::new().await;
     type Set = fn(&mut WorkerConfig, Duration);
-    let settings: [(&str, &str, Set); 12] = [
+    let settings: [(&str, &str, Set); 13] = [
         ("poll_interval", "poll_interval", |c, d| c.poll_interval = d),
         ("prefetch_ttl", "prefetch_ttl", |c, d| c.prefetch_ttl = d),
         ("drain_timeout", "drain_timeout", |c, d| c.drain_timeout = d),
@@ -90,6 +90,9 @@ async fn worker_durations_over_the_bound_are_refused_naming_the_option() {
         ("lease", "lease", |c, d| c.lease = Some(d)),
         ("stager", "interval", |c, d| c.stager.interval = d),
         ("rescuer", "interval", |c, d| c.rescuer.interval = d),
+        ("rescuer", "after_clock_jump", |c, d| {
+            c.rescuer.after_clock_jump = d
+        }),
         ("scheduler", "interval", |c, d| c.scheduler.interval = d),
         ("reporter.interval", "interval", |c, d| {
             c.reporter.interval = d

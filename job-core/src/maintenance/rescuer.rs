@@ -1,8 +1,21 @@
 //! Recovers jobs whose lease expired: the worker holding them died, was killed or lost the
 //! database for longer than the lease. Only expired leases are touched; a live lease is never
 //! taken away. Every worker runs one; `SKIP LOCKED` in the store makes them cooperate.
+//!
+//! A lease's end is in the database's time, and a holder fences itself by its own monotonic
+//! clock. When the wall clock jumps forward (a machine that slept, a clock stepped by NTP, a
+//! virtual machine restored), every lease looks expired at once while its holder, whose
+//! monotonic clock did not move (Linux and macOS do not count a sleep in it), still runs its
+//! job and will renew it at its next heartbeat. On SQLite the database's time is this machine's
+//! wall clock, so every process on the file sees the jump; on PostgreSQL it is the server's. So
+//! each pass first compares how far this process's wall clock moved since the last pass with
+//! how far its monotonic clock did: when the wall clock moved more than a second further, the
+//! rescuer takes nothing for [`RescuerConfig::after_clock_jump`], in which the live holders
+//! renew their leases (a renewal never moves a lease's end back, and does not look at it).
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
+
+use tokio::time::Instant;
 
 use crate::attempt::step::BoxFuture;
 use crate::contract::store::{Rescued, Store};
@@ -18,6 +31,12 @@ pub struct RescuerConfig {
     /// The most jobs one statement rescues; a pass repeats until fewer come back. Defaults to
     /// 1,000.
     pub batch: u32,
+    /// How long the rescuer takes nothing after this process's wall clock moved more than a
+    /// second further than its monotonic clock between two passes (a sleep, a clock step):
+    /// long enough for every live holder to renew its leases, so at least the longest
+    /// heartbeat period of the workers on the database (a third of their longest lease by
+    /// default). Leases that ran out meanwhile are rescued after it. Defaults to 2 minutes.
+    pub after_clock_jump: Duration,
 }
 
 impl Default for RescuerConfig {
@@ -25,21 +44,73 @@ impl Default for RescuerConfig {
         RescuerConfig {
             interval: Duration::from_secs(5),
             batch: 1000,
+            after_clock_jump: Duration::from_secs(120),
         }
     }
 }
+
+/// How much further than the monotonic clock the wall clock may move between two passes before
+/// it counts as a jump: far above any drift or NTP slewing (at most 0.05% of the time).
+const CLOCK_JUMP: Duration = Duration::from_secs(1);
 
 /// Puts expired leases back to work.
 #[derive(Debug, Clone)]
 pub struct Rescuer<S> {
     store: S,
     config: RescuerConfig,
+    /// The wall clock (`SystemTime::now`, unless a test moves it).
+    wall: fn() -> SystemTime,
+    /// Both clocks at the last pass.
+    last: Option<(SystemTime, Instant)>,
+    /// No rescue before this, after a jump of the wall clock.
+    hold_until: Option<Instant>,
 }
 
 impl<S: Store> Rescuer<S> {
     /// A rescuer over `store`.
     pub fn new(store: S, config: RescuerConfig) -> Self {
-        Rescuer { store, config }
+        Rescuer {
+            store,
+            config,
+            wall: SystemTime::now,
+            last: None,
+            hold_until: None,
+        }
+    }
+
+    /// Reads the wall clock from `wall` instead of [`SystemTime::now`]: for tests of what a
+    /// jump of the clock does.
+    #[doc(hidden)]
+    pub fn wall_clock(mut self, wall: fn() -> SystemTime) -> Self {
+        self.wall = wall;
+        self
+    }
+
+    /// One pass as a worker runs it: [`run_once`](Self::run_once), unless the wall clock jumped
+    /// forward less than [`RescuerConfig::after_clock_jump`] ago (see the module's docs), when
+    /// it rescues nothing.
+    pub async fn pass(&mut self) -> Result<Rescued, StoreError> {
+        let (wall, now) = ((self.wall)(), Instant::now());
+        if let Some((last_wall, last_now)) = self.last.replace((wall, now)) {
+            let moved = wall.duration_since(last_wall).unwrap_or_default();
+            let elapsed = now.duration_since(last_now);
+            if moved > elapsed + CLOCK_JUMP {
+                let hold = self.config.after_clock_jump;
+                tracing::warn!(
+                    jump = ?(moved - elapsed),
+                    hold = ?hold,
+                    "the wall clock moved further than this process's monotonic clock (a sleep \
+                     or a clock step): every lease may look expired while its holder still \
+                     runs, so no lease is rescued until the holders have renewed theirs"
+                );
+                self.hold_until = Some(now + hold);
+            }
+        }
+        if self.hold_until.is_some_and(|until| now < until) {
+            return Ok(Rescued::default());
+        }
+        self.hold_until = None;
+        self.run_once().await
     }
 
     /// One pass: rescues every job whose lease has expired, in batches.
@@ -63,7 +134,13 @@ impl RescuerConfig {
             return Err(invalid("rescuer", "batch must be greater than zero"));
         }
         at_least_min("rescuer", "interval", self.interval)?;
-        at_most_max("rescuer", &[("interval", Some(self.interval))])
+        at_most_max(
+            "rescuer",
+            &[
+                ("interval", Some(self.interval)),
+                ("after_clock_jump", Some(self.after_clock_jump)),
+            ],
+        )
     }
 }
 
@@ -88,7 +165,7 @@ impl<S: Store> Service for Rescuer<S> {
 
     fn tick(&mut self) -> BoxFuture<'_, Result<(), StoreError>> {
         Box::pin(async move {
-            let r = self.run_once().await?;
+            let r = self.pass().await?;
             if r.retried + r.discarded > 0 {
                 tracing::info!(
                     retried = r.retried,
