@@ -11,6 +11,7 @@ mod blocking;
 mod connections;
 mod keeper;
 mod outcomes;
+mod outside;
 mod pools;
 mod steps;
 mod stuck;

@@ -661,3 +661,46 @@ async fn reading_the_rows_of_a_lost_answer_is_bounded_for_the_whole_batch() {
         "{stats:?}"
     );
 }
+
+/// Fails for good with a message the store keeps only made storable: a NUL, and 20 KB.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct FailsWithOddText {}
+
+impl job::Job for FailsWithOddText {
+    const KIND: &'static str = "test.fails_with_odd_text";
+
+    async fn perform(self, _: job::JobContext) -> Result<(), job::JobError> {
+        Err(job::JobError::terminal(format!(
+            "a NUL\0 and {}",
+            "x".repeat(20_000)
+        )))
+    }
+}
+
+#[tokio::test]
+async fn an_outcome_whose_message_was_made_storable_and_whose_answer_was_lost_counts_as_applied() {
+    // The store keeps a message without NUL and at most MAX_ERROR_MESSAGE bytes; the check
+    // after a lost answer compared the row with the message as the handler gave it.
+    let h = Harness::new().await;
+    let store = Layered::new(h.store.clone(), LostFinalizeAnswers::default());
+    let worker = worker(&store, &h.ledger)
+        .register::<FailsWithOddText>()
+        .build()
+        .unwrap()
+        .start();
+    let sleepy = enqueue(&h.store, Sleepy { ms: 1500 }).await;
+    let id = enqueue(&h.store, FailsWithOddText {}).await;
+    h.reaches(id, JobState::Discarded).await;
+    h.reaches(sleepy, JobState::Completed).await;
+    eventually("the completer to count both outcomes", || async {
+        let s = worker.stats();
+        (s.completed + s.discarded + s.lease_lost >= 2).then_some(())
+    })
+    .await;
+    let stats = worker.shutdown().await.stats;
+    assert_eq!(
+        (stats.completed, stats.discarded, stats.lease_lost),
+        (1, 1, 0),
+        "{stats:?}"
+    );
+}

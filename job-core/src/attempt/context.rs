@@ -208,7 +208,9 @@ impl JobContext {
     /// between pieces of long work. One still running its attempt's timeout plus the
     /// worker's `stuck_after` past is reported stuck.
     ///
-    /// A panic in the closure resumes in the handler (the attempt fails as a panic).
+    /// A panic in the closure resumes in the handler (the attempt fails as a panic). Called
+    /// after the attempt ended (from a task the handler spawned, holding a clone of the
+    /// context), it panics without running the closure.
     ///
     /// ```
     /// # use job_core::{JobContext, JobError};
@@ -224,7 +226,18 @@ impl JobContext {
         F: FnOnce() -> R + Send + 'static,
         R: Send + 'static,
     {
+        // Counted before the check, so that the executor, which closes the tracker and then
+        // waits for what it holds, either waits for this closure or has closed it out.
         let token = self.work.token();
+        if self.work.is_closed() {
+            drop(token);
+            panic!(
+                "JobContext::blocking called after attempt {} of job {} ended (a context moved \
+                 into a task that outlived its handler): the closure would run beside the job's \
+                 next attempt, so it is not run",
+                self.info.attempt, self.info.id
+            );
+        }
         let task = tokio::task::spawn_blocking(move || {
             let _running = token;
             f()

@@ -18,6 +18,10 @@ use crate::model::outcome::{AttemptEnd, ErrorClass, Failure, Outcome, DEFAULT_MA
 /// Stage one: decodes `payload` (written at `version`, upgraded through the job's
 /// [`upgrade`](crate::Job::upgrade) when older) and starts the handler with `ctx`. A payload
 /// that cannot become the job is poison: the `Err` is its discard, never retried.
+///
+/// Decoding runs application code (a `Deserialize` of its own, the upgrade hook, the part of a
+/// hand-written `perform` before its future): a panic there is caught, and makes the payload
+/// poison as well, since it would panic again on every attempt.
 pub fn start_attempt(
     handler: &dyn Handler,
     payload: &str,
@@ -25,7 +29,17 @@ pub fn start_attempt(
     ctx: JobContext,
 ) -> Result<BoxJobFuture, Outcome> {
     let attempt = ctx.attempt();
-    handler.start(payload, version, ctx).map_err(|poison| {
+    let started = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        handler.start(payload, version, ctx)
+    }))
+    .unwrap_or_else(|panic| {
+        Err(crate::attempt::registry::Poison(format!(
+            "decoding the payload of `{}` (version {version}) panicked: {}",
+            handler.kind(),
+            crate::model::text::storable_text(&panic_message(panic), 1024)
+        )))
+    });
+    started.map_err(|poison| {
         tracing::error!(reason = %poison, "poison payload: discarding");
         Outcome::Discard {
             failure: Failure {
@@ -59,11 +73,25 @@ pub fn conclude(
             },
         };
     }
-    Outcome::classify(end, info, cancel_requested, backoff, rng).limit_snoozes(
-        info,
-        snoozes,
-        DEFAULT_MAX_SNOOZES,
-    )
+    // Classifying shows the handler's error (its `Display`, application code): a panic there
+    // is the attempt's panic, never the caller's.
+    let classified = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        Outcome::classify(end, info, cancel_requested, backoff, rng)
+    }))
+    .unwrap_or_else(|panic| {
+        let message = format!(
+            "showing the handler's error panicked: {}",
+            crate::model::text::storable_text(&panic_message(panic), 1024)
+        );
+        Outcome::classify(
+            AttemptEnd::Panicked(message),
+            info,
+            cancel_requested,
+            backoff,
+            rng,
+        )
+    });
+    classified.limit_snoozes(info, snoozes, DEFAULT_MAX_SNOOZES)
 }
 
 /// The whole pipeline in a row, for callers without fault points or stop signals (the

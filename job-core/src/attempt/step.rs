@@ -182,6 +182,15 @@ impl JobContext {
         if hooks.crash_at(FaultPoint::BeforeStep, name) {
             return std::future::pending().await;
         }
+        // A context moved into a task that outlived its handler: the effect would run outside
+        // any attempt, beside the next one, and its record would find the lease gone.
+        if self.work().is_closed() || !hooks.lease_held() {
+            return Err(JobError::retryable(format!(
+                "step `{name}` was not run: attempt {} of job {} has ended",
+                self.attempt(),
+                self.id()
+            )));
+        }
         let output = f().await?;
         let json = match storable_output(&output) {
             Ok(json) => json,

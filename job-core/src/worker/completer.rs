@@ -392,11 +392,16 @@ async fn landed<S: Store>(shared: &Shared<S>, c: &Completion, by: Instant) -> bo
     if row.attempt != c.info.attempt {
         return false;
     }
+    // The stores keep a message made storable (no NUL, at most MAX_ERROR_MESSAGE bytes).
+    let stored = |message: &str| {
+        crate::model::text::storable_text(message, crate::model::text::MAX_ERROR_MESSAGE)
+            .into_owned()
+    };
     let last_is = |failure: &Failure| {
         row.errors.last().is_some_and(|e| {
             e.attempt == failure.attempt
                 && e.class == failure.class.as_str()
-                && e.message == failure.message
+                && e.message == stored(&failure.message)
         })
     };
     match &c.finalize.outcome {
@@ -406,7 +411,7 @@ async fn landed<S: Store>(shared: &Shared<S>, c: &Completion, by: Instant) -> bo
                 && row
                     .errors
                     .last()
-                    .is_some_and(|e| e.class == "cancelled" && e.message == *reason)
+                    .is_some_and(|e| e.class == "cancelled" && e.message == stored(reason))
         }
         Outcome::Discard { failure } => row.state == JobState::Discarded && last_is(failure),
         Outcome::Retry { failure, .. } => {

@@ -11,7 +11,10 @@
 //! [`Hooks`].
 
 use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
+
+use futures_util::FutureExt;
 
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
@@ -48,7 +51,25 @@ pub(crate) async fn run<S: Store>(
         &info.queue,
         job.traceparent.as_deref(),
     );
-    execute(shared, job, info, signals).instrument(span).await;
+    let lease = job.lease;
+    let ran = AssertUnwindSafe(execute(shared.clone(), job, info, signals))
+        .catch_unwind()
+        .instrument(span)
+        .await;
+    if let Err(panic) = ran {
+        // A bug, or application code run outside the handler's own task that got past the
+        // pipeline's guards: the entry would stay held, renewed for ever and never rescued.
+        // Its handler is not running (it ran in a task of its own, aborted with this one), so
+        // the lease is no longer renewed: it runs out, and the rescuer takes the job.
+        if shared.inflight.remove(&lease) {
+            tracing::error!(
+                id = lease.id,
+                panic = %crate::attempt::pipeline::panic_message(panic),
+                "the execution panicked outside its handler: its lease is left to run out, \
+                 and the rescuer takes the job"
+            );
+        }
+    }
     // The execution slot and the claimer's permit: the next claim may take this one's place.
     drop(permits);
 }
@@ -194,14 +215,16 @@ async fn execute<S: Store>(
                 AttemptEnd::TimedOut(_) => bump(&shared.counters.timeouts, 1),
                 AttemptEnd::Returned(_) => {}
             }
-            let mut rng = shared.rng.lock().unwrap_or_else(|e| e.into_inner());
+            // Seeded from the worker's source, so that the worker-wide lock is not held while
+            // the handler's error is shown (its `Display` is application code).
+            let seed = shared.rng.lock().unwrap_or_else(|e| e.into_inner()).u64(..);
             conclude(
                 end,
                 &view,
                 signals.cancel_requested(),
                 &options.backoff,
                 job.snoozes,
-                &mut rng,
+                &mut fastrand::Rng::with_seed(seed),
             )
         }
     };
