@@ -152,6 +152,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "running_by_kind",
         sql: include_str!("../migrations/0026_running_by_kind.sql"),
     },
+    Migration {
+        version: 27,
+        name: "stopping_rows",
+        sql: include_str!("../migrations/0027_stopping_rows.sql"),
+    },
 ];
 
 /// The whole schema as one plain SQL script, for a DBA or a team without Rust:

@@ -694,3 +694,95 @@ async fn raw_writes_are_bounded_as_the_doors_bound_them() {
     assert_eq!(rows(&pool).await, 2);
     db.close().await;
 }
+
+#[tokio::test]
+async fn rows_raw_writes_could_store_stop_no_claim_no_rescue_and_no_ordering_key() {
+    // Each of these passed every check, then failed a statement the framework runs for a whole
+    // queue or for the whole table, on every pass (migration 0027).
+    let db = TestDb::new().await;
+    let pool = db.pool();
+    let store = db.store();
+
+    // 1. A waiting row at the last attempt the check leaves: the claim counted it past the
+    //    bound, and the claim of every job of its queue failed.
+    sqlx::raw_sql(
+        "INSERT INTO job.jobs (kind, payload, attempt) VALUES ('doors.any', '{}', 2147483646);
+         INSERT INTO job.jobs (kind, payload) VALUES ('doors.any', '{\"n\": 1}');",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let claimed = store
+        .claim(&job_core::ClaimRequest {
+            queue: "default".into(),
+            kinds: vec![job_core::ClaimKind {
+                kind: "doors.any".into(),
+                max_version: 1,
+                lease: std::time::Duration::from_secs(30),
+                concurrency: None,
+                rate: None,
+            }],
+            limit: 10,
+            worker_id: "w".into(),
+        })
+        .await
+        .expect("the claim passes over the row it cannot count");
+    assert_eq!(claimed.len(), 1);
+    assert_eq!(claimed[0].payload, r#"{"n": 1}"#);
+
+    // 2. A running row whose unique scope is still `started`: a second job of the key is let
+    //    in, and the rescue of the running row then broke the unique index, for every kind.
+    refused_by_constraint(
+        &pool,
+        "INSERT INTO job.jobs (kind, payload, state, attempt, lock_token, locked_until,
+                               unique_key, unique_scope)
+         VALUES ('doors.unique', '{}', 'running', 1, gen_random_uuid(),
+                 now() - interval '1 hour', 'key1', 'started')",
+        "jobs_running_scope_check",
+    )
+    .await;
+
+    // 3. A head of an ordering key that leaves its key, or goes back to `pending`, by a raw
+    //    UPDATE: the key's next job waited for the next enqueue of the key.
+    for leave in [
+        "UPDATE job.jobs SET ordering_key = NULL WHERE id = $1",
+        "UPDATE job.jobs SET ordering_key = 'other' WHERE id = $1",
+        "UPDATE job.jobs SET state = 'pending' WHERE id = $1",
+    ] {
+        let key = format!("acct:{}", leave.len());
+        let ids: Vec<i64> = sqlx::query_scalar(
+            "SELECT job.enqueue('doors.ordered', '{}', ordering_key => $1)
+             FROM generate_series(1, 2)",
+        )
+        .bind(&key)
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+        let state = |id: i64| {
+            let pool = pool.clone();
+            async move {
+                sqlx::query_scalar::<_, String>("SELECT state::text FROM job.jobs WHERE id = $1")
+                    .bind(id)
+                    .fetch_one(&pool)
+                    .await
+                    .unwrap()
+            }
+        };
+        assert_eq!(state(ids[1]).await, "pending", "{leave}");
+        sqlx::query(leave)
+            .bind(ids[0])
+            .execute(&pool)
+            .await
+            .unwrap();
+        let heads: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM job.jobs WHERE ordering_key = $1
+               AND state IN ('scheduled', 'available', 'running', 'retryable')",
+        )
+        .bind(&key)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        assert_eq!(heads, 1, "the key has a head again after `{leave}`");
+    }
+    db.close().await;
+}

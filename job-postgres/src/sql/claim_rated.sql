@@ -117,6 +117,7 @@ candidates AS (
           AND j.payload_version <= $3::integer
           AND (j.deadline IS NULL OR j.deadline > now())
           AND NOT j.cancel_requested
+          AND j.attempt < 2147483646
         ORDER BY j.priority, j.run_at, j.id
         LIMIT greatest(r.room, 0)
     ) c
@@ -127,7 +128,7 @@ candidates AS (
     CROSS JOIN LATERAL (
         SELECT f.id, f.priority, f.run_at
         FROM (SELECT j.id, j.priority, j.run_at, j.rate_key, j.payload_version, j.deadline,
-                     j.cancel_requested
+                     j.cancel_requested, j.attempt
               FROM job.jobs j
               WHERE j.queue = $1::text AND j.kind = $2::text AND j.state = 'available'
               ORDER BY j.priority, j.run_at, j.id
@@ -136,6 +137,7 @@ candidates AS (
           AND f.payload_version <= $3::integer
           AND (f.deadline IS NULL OR f.deadline > now())
           AND NOT f.cancel_requested
+          AND f.attempt < 2147483646
         ORDER BY f.priority, f.run_at, f.id
         LIMIT greatest(r.room, 0)
     ) c
