@@ -760,3 +760,55 @@ async fn a_lease_token_of_another_length_is_refused_and_one_stored_before_is_rep
     assert!(refused.to_string().contains("`lock_token`"), "{refused}");
     db.close().await;
 }
+
+#[tokio::test]
+async fn a_running_row_cannot_keep_the_started_scope_and_one_stored_before_is_repaired() {
+    // A running row still `started` (a raw write that skipped the claim) let a second job of
+    // its key in; the rescue of the running row then broke the unique index, and every rescue
+    // pass of the file failed.
+    let db = TestSqlite::new().await;
+    let store = db.store();
+    let running_started = [
+        ("state", "'running'"),
+        ("attempt", "1"),
+        ("lock_token", "randomblob(16)"),
+        ("locked_until", "0"),
+        ("unique_key", "'key1'"),
+        ("unique_scope", "'started'"),
+    ];
+    let refused = insert_raw(&store, "q", &running_started).await.unwrap_err();
+    assert!(refused.to_string().contains("`unique_scope`"), "{refused}");
+
+    // As a file written before migration 0010 may hold it: the rules dropped, the rows
+    // written, then the migration run (again).
+    for sql in [
+        "DROP TRIGGER job_jobs_running_scope_insert",
+        "DROP TRIGGER job_jobs_running_scope_update",
+        "DELETE FROM job_schema_migrations WHERE version = 10",
+    ] {
+        raw(&store, sql).await.unwrap();
+    }
+    insert_raw(&store, "q", &running_started).await.unwrap();
+    insert_raw(
+        &store,
+        "q",
+        &[("unique_key", "'key1'"), ("unique_scope", "'started'")],
+    )
+    .await
+    .expect("a second job of the key is let in");
+    store.migrate().await.unwrap();
+    let rescued = store
+        .rescue_expired(10)
+        .await
+        .expect("the rescue breaks no unique index");
+    assert_eq!(rescued.retried, 1, "{rescued:?}");
+    let refused = raw(
+        &store,
+        "UPDATE job_jobs SET state = 'running', attempt = 1, lock_token = randomblob(16),
+                locked_until = 0 WHERE state = 'available'",
+    )
+    .await
+    .unwrap_err();
+    assert!(refused.to_string().contains("`unique_scope`"), "{refused}");
+    db.close().await;
+}

@@ -64,6 +64,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "lease_token",
         sql: include_str!("../migrations/0009_lease_token.sql"),
     },
+    Migration {
+        version: 10,
+        name: "running_scope",
+        sql: include_str!("../migrations/0010_running_scope.sql"),
+    },
 ];
 
 /// Brings the schema in `pool`'s database up to date: applies every migration not recorded
