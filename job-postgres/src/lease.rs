@@ -427,8 +427,8 @@ impl<'a> Columns<'a> {
 }
 
 /// Applies outcomes in one statement, each guarded by (id, lock_token) and running.
-pub(crate) async fn finalize<'e, E: PgExecutor<'e>>(
-    executor: E,
+pub(crate) async fn finalize(
+    pool: &sqlx::PgPool,
     batch: &[Finalize],
 ) -> Result<Vec<Finalized>, Error> {
     if batch.is_empty() {
@@ -445,17 +445,42 @@ pub(crate) async fn finalize<'e, E: PgExecutor<'e>>(
         .bind(c.error_classes)
         .bind(c.error_messages)
         .bind(c.results)
-        .fetch_all(executor)
+        .fetch_all(pool)
         .await
         .map_err(Error::query("finalize"))?;
     let mut result = vec![Finalized::LeaseLost; batch.len()];
-    for ordinal in applied {
-        // WITH ORDINALITY counts from 1.
+    // WITH ORDINALITY counts from 1.
+    let mark = |result: &mut Vec<Finalized>, ordinal: i64, as_: Finalized| {
         if let Some(slot) = usize::try_from(ordinal - 1)
             .ok()
             .and_then(|i| result.get_mut(i))
         {
-            *slot = Finalized::Applied;
+            *slot = as_;
+        }
+    };
+    let all = applied.len() == batch.len();
+    for ordinal in applied {
+        mark(&mut result, ordinal, Finalized::Applied);
+    }
+    if !all {
+        // Skipped (held by another transaction) or lost: those still holding the token were
+        // skipped. Asked only then, so that a batch that was all written costs one statement.
+        let (ids, tokens): (Vec<i64>, Vec<Uuid>) = batch
+            .iter()
+            .zip(&result)
+            .map(|(item, r)| match r {
+                Finalized::Applied => (0, Uuid::nil()),
+                _ => (item.lease.id, item.lease.token),
+            })
+            .unzip();
+        let held: Vec<i64> = sqlx::query_scalar(sql::FINALIZE_BUSY)
+            .bind(ids)
+            .bind(tokens)
+            .fetch_all(pool)
+            .await
+            .map_err(Error::query("finalize_busy"))?;
+        for ordinal in held {
+            mark(&mut result, ordinal, Finalized::Busy);
         }
     }
     Ok(result)

@@ -38,6 +38,7 @@ pub(crate) static HEARTBEAT_WAITING: LazyLock<String> = LazyLock::new(|| {
     waiting
 });
 pub(crate) const FINALIZE: &str = include_str!("sql/finalize.sql");
+pub(crate) const FINALIZE_BUSY: &str = include_str!("sql/finalize_busy.sql");
 pub(crate) const RESCUE_EXPIRED: &str = include_str!("sql/rescue_expired.sql");
 pub(crate) const STAGE: &str = include_str!("sql/stage.sql");
 pub(crate) const RELEASE: &str = include_str!("sql/release.sql");

@@ -704,3 +704,90 @@ async fn an_outcome_whose_message_was_made_storable_and_whose_answer_was_lost_co
         "{stats:?}"
     );
 }
+
+/// Lets [`WaitsForRelease`] jobs end, and says when one has.
+#[derive(Clone)]
+struct Release {
+    permits: std::sync::Arc<tokio::sync::Semaphore>,
+    ended: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Default for Release {
+    fn default() -> Self {
+        Release {
+            permits: std::sync::Arc::new(tokio::sync::Semaphore::new(0)),
+            ended: Default::default(),
+        }
+    }
+}
+
+/// Waits for a [`Release`] permit, then completes.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct WaitsForRelease {}
+
+impl job::Job for WaitsForRelease {
+    const KIND: &'static str = "test.waits_for_release";
+
+    async fn perform(self, ctx: job::JobContext) -> Result<(), job::JobError> {
+        let release = ctx.state::<Release>()?.clone();
+        let _permit = release.permits.acquire().await;
+        release
+            .ended
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_row_held_by_another_transaction_holds_up_no_other_outcome() {
+    // An operator's UPDATE left open in psql, or an application's transaction that locked a
+    // running job's row: the completer's statement waited for that row, with every outcome of
+    // its batch and of the batches after it, for as long as the transaction stayed open, while
+    // the worker went on claiming and their outcomes piled up in memory.
+    let h = Harness::new().await;
+    let release = Release::default();
+    let worker = worker(&h.store, &h.ledger)
+        .register::<WaitsForRelease>()
+        .state(release.clone())
+        .build()
+        .unwrap()
+        .start();
+    let held = enqueue(&h.store, WaitsForRelease {}).await;
+    h.reaches(held, JobState::Running).await;
+    let mut tx = h.store.pool().begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM job.jobs WHERE id = $1 FOR UPDATE")
+        .bind(held)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    release.permits.add_permits(1);
+    eventually("the held job's handler to end", || async {
+        (release.ended.load(std::sync::atomic::Ordering::SeqCst) == 1).then_some(())
+    })
+    .await;
+    let mut others = Vec::new();
+    for n in 0..3 {
+        others.push(enqueue(&h.store, Noop { n }).await);
+    }
+    for id in &others {
+        h.reaches(*id, JobState::Completed).await;
+    }
+    assert_eq!(
+        h.row(held).await.state,
+        JobState::Running,
+        "its outcome waits for the row"
+    );
+    tx.rollback().await.unwrap();
+    h.reaches(held, JobState::Completed).await;
+    eventually("the completer to count every outcome", || async {
+        let s = worker.stats();
+        (s.completed + s.lease_lost >= 4).then_some(())
+    })
+    .await;
+    let stats = worker.shutdown().await.stats;
+    assert_eq!(
+        (stats.completed, stats.lease_lost, stats.fenced),
+        (4, 0, 0),
+        "{stats:?}"
+    );
+}

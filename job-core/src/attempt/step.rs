@@ -206,6 +206,18 @@ impl JobContext {
                         "lease lost: the output of step `{name}` was not recorded"
                     )));
                 }
+                // Another transaction holds the row (the stores do not report it for a step
+                // today): tried again, while the lease is held.
+                Ok(Finalized::Busy) if hooks.lease_held() => {
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(RECORD_RETRY_MAX);
+                }
+                Ok(Finalized::Busy) => {
+                    return Err(JobError::retryable(format!(
+                        "could not record the output of step `{name}` before the lease was \
+                         lost: another transaction held the job's row"
+                    )))
+                }
                 Err(e) if e.is_refused() => {
                     return Err(unstorable(
                         self,

@@ -204,6 +204,11 @@ pub enum Finalized {
     Applied,
     /// The lease had been lost: nothing was written.
     LeaseLost,
+    /// Another transaction holds the job's row (an application's or an operator's, left
+    /// open): nothing was written, the lease is still this worker's, and the outcome is to
+    /// be written again later. A store never waits for such a row, so that one held row
+    /// holds up no other outcome.
+    Busy,
 }
 
 /// What a rescue pass did.

@@ -60,32 +60,48 @@ pub(crate) async fn run<S: Store>(
     stop: CancellationToken,
 ) {
     let max = shared.config.finalize_batch;
-    let mut batch = Vec::with_capacity(max.min(1024));
+    // Outcomes whose row another transaction held at the last try: in every batch until
+    // written (or until their lease is gone), and tried again after BUSY_RETRY when nothing
+    // else comes.
+    let mut carried: Vec<Completion> = Vec::new();
+    let mut stopping = false;
     loop {
-        let first = tokio::select! {
-            biased;
-            c = rx.recv() => c,
-            _ = stop.cancelled() => None,
-        };
-        match first {
-            Some(c) => batch.push(c),
-            None => {
-                // Stopping: every executor is done, so whatever is queued is all there is.
-                while let Ok(c) = rx.try_recv() {
-                    batch.push(c);
+        let mut batch = Vec::with_capacity(max.min(1024));
+        if !stopping {
+            let next = tokio::select! {
+                biased;
+                c = rx.recv() => {
+                    // Every sender gone: nothing more can come.
+                    stopping = c.is_none();
+                    c
                 }
-                if batch.is_empty() {
-                    return;
+                () = tokio::time::sleep(BUSY_RETRY), if !carried.is_empty() => None,
+                _ = stop.cancelled() => {
+                    stopping = true;
+                    None
                 }
+            };
+            batch.extend(next);
+        } else if !carried.is_empty() {
+            tokio::time::sleep(BUSY_RETRY).await;
+        }
+        if stopping {
+            // Stopping: every executor is done, so whatever is queued is all there is.
+            while let Ok(c) = rx.try_recv() {
+                batch.push(c);
+            }
+            if batch.is_empty() && carried.is_empty() {
+                return;
             }
         }
+        batch.append(&mut carried);
         while batch.len() < max {
             match rx.try_recv() {
                 Ok(c) => batch.push(c),
                 Err(_) => break,
             }
         }
-        flush(&shared, &mut batch).await;
+        flush(&shared, &mut batch, &mut carried).await;
         if AssertUnwindSafe(record_breakers(&shared))
             .catch_unwind()
             .await
@@ -97,6 +113,10 @@ pub(crate) async fn run<S: Store>(
         }
     }
 }
+
+/// How long outcomes whose row another transaction held wait before they are tried again
+/// when no other outcome comes.
+const BUSY_RETRY: Duration = Duration::from_millis(50);
 
 /// Adds the ended attempts counted since the last call to the kinds' circuit breakers (one
 /// statement, only when a kind with a breaker ended attempts). Counts the store could not take
@@ -140,8 +160,13 @@ async fn record_breakers<S: Store>(shared: &Shared<S>) {
 }
 
 /// Writes `batch`, retrying a statement that failed for a passing reason (outcomes are
-/// never dropped for that); a refused batch is written one outcome at a time.
-async fn flush<S: Store>(shared: &Shared<S>, batch: &mut Vec<Completion>) {
+/// never dropped for that); a refused batch is written one outcome at a time. Outcomes whose
+/// row another transaction holds go to `busy`, to be written with a later batch.
+async fn flush<S: Store>(
+    shared: &Shared<S>,
+    batch: &mut Vec<Completion>,
+    busy: &mut Vec<Completion>,
+) {
     let mut failures = 0u32;
     loop {
         if failures > 0 {
@@ -160,7 +185,11 @@ async fn flush<S: Store>(shared: &Shared<S>, batch: &mut Vec<Completion>) {
                     results
                 };
                 for (c, result) in batch.drain(..).zip(results) {
-                    applied(shared, &c, result);
+                    if result == Finalized::Busy {
+                        busy.push(c);
+                    } else {
+                        applied(shared, &c, result);
+                    }
                 }
                 return;
             }
@@ -226,6 +255,12 @@ async fn write_alone<S: Store>(shared: &Shared<S>, mut c: Completion) {
         let error = match finalize(shared, std::slice::from_ref(&c.finalize)).await {
             Ok(results) => {
                 let result = results.first().copied().unwrap_or(Finalized::LeaseLost);
+                if result == Finalized::Busy {
+                    // Rare here (an outcome refused, then its row held): tried again while
+                    // the lease is held, which the keeper cannot renew on a held row either.
+                    tokio::time::sleep(BUSY_RETRY).await;
+                    continue;
+                }
                 let result = if failures > 0 {
                     recheck(shared, &c, result, Instant::now() + LANDED_READ).await
                 } else {
@@ -478,7 +513,8 @@ fn applied<S>(shared: &Shared<S>, c: &Completion, result: Finalized) {
             c.labels.finished(&Outcome::Complete, c.ran_for);
             tracing::debug!(id = c.info.id, "finalized by the handler's own transaction");
         }
-        Finalized::LeaseLost => {
+        // Never passed here: flush carries it, write_alone tries it again.
+        Finalized::Busy | Finalized::LeaseLost => {
             bump(&shared.counters.lease_lost, 1);
             c.labels.lease_lost();
             tracing::warn!(

@@ -5,9 +5,11 @@
 -- history bounded (null class appends nothing; a null attempt means the current one); the
 -- job's result as JSON text, stored when the item completes the job. Terminal states get
 -- finalized_at; every lease is cleared, and with it stuck_since.
--- Returns the ordinality of each item applied; the others lost their lease.
--- Rows are locked in id order first (the `locked` step), as heartbeat.sql and release.sql do, so
--- a worker's heartbeat and its completer, whose batches overlap, never deadlock each other.
+-- Returns the ordinality of each item applied. A row another transaction holds (an
+-- application's or an operator's, left open) is skipped rather than waited for, so that one
+-- held row holds up no other outcome: an item not returned lost its lease or was skipped, which
+-- finalize_busy.sql tells apart (the caller writes a skipped one again later).
+-- Rows are locked in id order first (the `locked` step), as heartbeat.sql and release.sql do.
 WITH u AS (
     SELECT *
     FROM unnest(
@@ -24,7 +26,7 @@ locked AS MATERIALIZED (
     FROM job.jobs j
     JOIN u ON j.id = u.id AND j.lock_token = u.token
     ORDER BY j.id
-    FOR NO KEY UPDATE OF j
+    FOR NO KEY UPDATE OF j SKIP LOCKED
 )
 UPDATE job.jobs j
 SET state        = u.state::job.job_state,
