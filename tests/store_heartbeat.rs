@@ -36,7 +36,8 @@ async fn heartbeat_reports_requested_cancellations() {
 
 /// A worker's heartbeat and its completer write overlapping batches at the same time; both
 /// lock rows in id order, so they never deadlock (PostgreSQL would abort one after
-/// `deadlock_timeout`, which costs every lease in the heartbeat).
+/// `deadlock_timeout`, which costs every lease in the heartbeat). The finalize skips the rows
+/// the heartbeat holds at that moment (`Busy`), and writes them when tried again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_heartbeat_and_finalize_of_overlapping_batches_never_deadlock() {
     let db = TestDb::new().await;
@@ -71,13 +72,31 @@ async fn concurrent_heartbeat_and_finalize_of_overlapping_batches_never_deadlock
                 async move { s.heartbeat(&renewals).await }
             },
             {
-                let s = store.clone();
+                let (s, finals) = (store.clone(), finals.clone());
                 async move { s.finalize(&finals).await }
             },
         );
         beat.unwrap_or_else(|e| panic!("round {round}: heartbeat failed: {e}"));
         let fin = fin.unwrap_or_else(|e| panic!("round {round}: finalize failed: {e}"));
-        assert!(fin.iter().all(|f| *f == job_core::Finalized::Applied));
+        let busy: Vec<_> = finals
+            .iter()
+            .zip(&fin)
+            .filter(|(_, f)| **f == job_core::Finalized::Busy)
+            .map(|(item, _)| item.clone())
+            .collect();
+        assert_eq!(
+            fin.iter()
+                .filter(|f| **f == job_core::Finalized::Applied)
+                .count()
+                + busy.len(),
+            200,
+            "round {round}: {fin:?}"
+        );
+        let again = store.finalize(&busy).await.unwrap();
+        assert!(
+            again.iter().all(|f| *f == job_core::Finalized::Applied),
+            "round {round}: {again:?}"
+        );
     }
     db.close().await;
 }
