@@ -157,6 +157,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "stopping_rows",
         sql: include_str!("../migrations/0027_stopping_rows.sql"),
     },
+    Migration {
+        version: 28,
+        name: "legacy_rows",
+        sql: include_str!("../migrations/0028_legacy_rows.sql"),
+    },
 ];
 
 /// The whole schema as one plain SQL script, for a DBA or a team without Rust:

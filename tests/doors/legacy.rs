@@ -226,3 +226,51 @@ async fn rows_stored_before_the_raw_bounds_keep_running_and_their_histories_are_
     assert_eq!(compensation, None);
     db.close().await;
 }
+
+#[tokio::test]
+async fn rows_the_checks_of_0022_refuse_are_repaired_and_claimed_again() {
+    // Checks added NOT VALID leave old rows alone, but every UPDATE of one is checked: the
+    // claim of a row whose tags were not indexed from 1 (which `job.enqueue` took until
+    // migration 0022) failed, and with it every claim of its queue.
+    let db = TestDb::new().await;
+    let pool = db.pool();
+    migrate_up_to(&pool, 21).await;
+    let odd: i64 = sqlx::query_scalar(
+        "SELECT job.enqueue('legacy.pair', '{}', tags => '[5:6]={a,b}'::text[])",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    let plain: i64 = sqlx::query_scalar("SELECT job.enqueue('legacy.pair', '{}')")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    let store = PgStore::new(pool.clone());
+    store.migrate().await.unwrap();
+    let tags: Vec<String> = sqlx::query_scalar("SELECT unnest(tags) FROM job.jobs WHERE id = $1")
+        .bind(odd)
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+    assert_eq!(tags, ["a", "b"], "the same tags, in the same order");
+    store.stage_due(u32::MAX).await.unwrap();
+    let claimed = store
+        .claim(&job_core::ClaimRequest {
+            queue: "default".into(),
+            kinds: vec![job_core::ClaimKind {
+                kind: "legacy.pair".into(),
+                max_version: 1,
+                lease: Duration::from_secs(30),
+                concurrency: None,
+                rate: None,
+            }],
+            limit: 10,
+            worker_id: "w".into(),
+        })
+        .await
+        .expect("the claim takes both rows");
+    let mut ids: Vec<i64> = claimed.iter().map(|c| c.lease.id).collect();
+    ids.sort_unstable();
+    assert_eq!(ids, [odd, plain]);
+    db.close().await;
+}
