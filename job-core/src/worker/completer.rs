@@ -65,8 +65,9 @@ pub(crate) async fn run<S: Store>(
     // else comes.
     let mut carried: Vec<Completion> = Vec::new();
     let mut stopping = false;
+    // Reused: every flush leaves it empty.
+    let mut batch = Vec::with_capacity(max.min(1024));
     loop {
-        let mut batch = Vec::with_capacity(max.min(1024));
         if !stopping {
             let next = tokio::select! {
                 biased;
