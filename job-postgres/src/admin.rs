@@ -99,10 +99,6 @@ fn bind_filter<'q>(
         .bind(scope)
 }
 
-fn is_unique_violation(error: &sqlx::Error) -> bool {
-    matches!(error, sqlx::Error::Database(db) if db.code().as_deref() == Some("23505"))
-}
-
 fn parse_state(id: JobId, state: &str) -> Result<JobState, Error> {
     state
         .parse()
@@ -295,7 +291,9 @@ impl Scope<'_> {
             .await;
             match result {
                 Ok(rows) => break rows,
-                Err(e) if is_unique_violation(&e) && tries < REDRIVE_TRIES => continue,
+                Err(e) if crate::error::is_unique_violation(&e) && tries < REDRIVE_TRIES => {
+                    continue
+                }
                 Err(e) => return Err(Error::query("redrive")(e).into()),
             }
         };

@@ -128,3 +128,8 @@ impl From<Error> for job_core::EnqueueError {
         job_core::EnqueueError::Store(error.into())
     }
 }
+
+/// Whether `error` is the server's `unique_violation` (23505).
+pub(crate) fn is_unique_violation(error: &sqlx::Error) -> bool {
+    matches!(error, sqlx::Error::Database(db) if db.code().as_deref() == Some("23505"))
+}

@@ -519,11 +519,12 @@ pub(crate) async fn stage_due<'e, E: PgExecutor<'e>>(
     Ok(staged.unsigned_abs() + promoted.unsigned_abs())
 }
 
-/// Gives leases back, guarded by (id, lock_token) and running.
-pub(crate) async fn release<'e, E: PgExecutor<'e>>(
-    executor: E,
-    releases: &[Release],
-) -> Result<u64, Error> {
+/// Gives leases back, guarded by (id, lock_token) and running. A job given back before its
+/// first attempt started holds its unique key again (release.sql); when a concurrent enqueue
+/// took that key between the statement's snapshot and its write (the index refuses it with
+/// 23505), the statement runs again without that step, so that the race costs the key, never
+/// the release.
+pub(crate) async fn release(pool: &PgPool, releases: &[Release]) -> Result<u64, Error> {
     if releases.is_empty() {
         return Ok(0);
     }
@@ -533,12 +534,18 @@ pub(crate) async fn release<'e, E: PgExecutor<'e>>(
         .iter()
         .map(|r| r.ran_for.map(duration_millis))
         .collect();
-    let (released, _woken): (i64, i64) = sqlx::query_as(sql::RELEASE)
-        .bind(ids)
-        .bind(tokens)
-        .bind(ran_ms)
-        .fetch_one(executor)
-        .await
-        .map_err(Error::query("release"))?;
+    let run = |restore: bool| {
+        sqlx::query_as::<_, (i64, i64)>(sql::RELEASE)
+            .bind(&ids)
+            .bind(&tokens)
+            .bind(&ran_ms)
+            .bind(restore)
+            .fetch_one(pool)
+    };
+    let (released, _woken) = match run(true).await {
+        Err(e) if crate::error::is_unique_violation(&e) => run(false).await,
+        other => other,
+    }
+    .map_err(Error::query("release"))?;
     Ok(released.unsigned_abs())
 }

@@ -162,6 +162,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "legacy_rows",
         sql: include_str!("../migrations/0028_legacy_rows.sql"),
     },
+    Migration {
+        version: 29,
+        name: "operator_races",
+        sql: include_str!("../migrations/0029_operator_races.sql"),
+    },
 ];
 
 /// The whole schema as one plain SQL script, for a DBA or a team without Rust:

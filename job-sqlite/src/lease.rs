@@ -594,6 +594,7 @@ pub(crate) async fn release(
             .bind(r.lease.token)
             .bind(now)
             .bind(errors)
+            .bind(r.ran_for.is_none())
             .fetch_optional(&mut *conn)
             .await
             .map_err(Error::query("release"))?;

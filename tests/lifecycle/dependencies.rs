@@ -838,3 +838,76 @@ async fn raw_edges_that_close_a_loop_are_refused() {
         4
     );
 }
+
+#[tokio::test]
+async fn a_redriven_dependent_waits_again_for_a_dependency_that_has_not_completed() {
+    // A dependent discarded because its dependency was discarded: redriven, it waits for that
+    // job again (pending) rather than running before, or beside, it; redriven alone while its
+    // dependency is still a dead letter, it is discarded again for the same reason.
+    use job::Store as _;
+    let h = Harness::new().await;
+    let pool = h.store.pool();
+    let charge = enqueue(&h.store, task("charge")).await;
+    let ship = Enqueue::new(task("ship"))
+        .depends_on([charge])
+        .enqueue(pool)
+        .await
+        .unwrap();
+    let end = |id: JobId, state: &'static str| async move {
+        sqlx::query(
+            "UPDATE job.jobs SET state = $2::job.job_state, finalized_at = now() WHERE id = $1",
+        )
+        .bind(id)
+        .bind(state)
+        .execute(pool)
+        .await
+        .unwrap();
+    };
+    let redrive = |ids: Vec<JobId>| {
+        let store = h.store.clone();
+        async move {
+            store
+                .redrive(&JobFilter {
+                    ids,
+                    ..Default::default()
+                })
+                .await
+                .unwrap()
+        }
+    };
+    end(charge, "discarded").await;
+    h.store.stage_due(100).await.unwrap();
+    assert_eq!(h.row(ship).await.state, JobState::Discarded);
+
+    assert_eq!(redrive(vec![ship]).await.redriven, [ship]);
+    assert_eq!(h.row(ship).await.state, JobState::Pending, "waits again");
+    h.store.stage_due(100).await.unwrap();
+    let again = h.row(ship).await;
+    assert_eq!(again.state, JobState::Discarded);
+    assert_eq!(
+        again.errors.last().map(|e| e.message.clone()),
+        Some(format!(
+            "job {charge}, which this job depends on, was discarded"
+        ))
+    );
+
+    assert_eq!(redrive(vec![charge, ship]).await.redriven, [charge, ship]);
+    assert_eq!(h.row(charge).await.state, JobState::Available);
+    assert_eq!(h.row(ship).await.state, JobState::Pending, "behind charge");
+    h.store.stage_due(100).await.unwrap();
+    assert_eq!(h.row(ship).await.state, JobState::Pending);
+    end(charge, "completed").await;
+    h.store.stage_due(100).await.unwrap();
+    assert_eq!(h.row(ship).await.state, JobState::Available);
+
+    // A dependent that failed on its own, its dependency completed (and since pruned): its
+    // edges are satisfied, and it is redriven straight to available.
+    end(ship, "discarded").await;
+    sqlx::query("DELETE FROM job.jobs WHERE id = $1")
+        .bind(charge)
+        .execute(pool)
+        .await
+        .unwrap();
+    assert_eq!(redrive(vec![ship]).await.redriven, [ship]);
+    assert_eq!(h.row(ship).await.state, JobState::Available);
+}

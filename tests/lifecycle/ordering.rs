@@ -347,6 +347,49 @@ async fn a_headless_key_left_by_a_race_is_promoted_by_the_stager() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_of_the_job_a_promotion_picked_promotes_the_next_one() {
+    // An operator's cancel of a pending job does not take the key's lock: it can hold the row
+    // that the head's release picked to promote, and commit after the release read it. The
+    // promotion then takes the key's next pending job. Before, it gave up: the key had no
+    // head and no wake-up entry, and its jobs waited until a new job of the key came.
+    let h = Harness::new().await;
+    let head = enqueue(&h.store, step("k", 0)).await;
+    let picked = enqueue(&h.store, step("k", 1)).await;
+    let next = enqueue(&h.store, step("k", 2)).await;
+    // The stager's pass forgets the key the admit trigger listed (it has a head).
+    h.store.stage_due(100).await.unwrap();
+    assert_eq!(
+        count(&h.store, "SELECT count(*) FROM job.ordering_wake").await,
+        0
+    );
+    let mut operator = h.store.pool().begin().await.unwrap();
+    sqlx::query(
+        "UPDATE job.jobs SET state = 'cancelled', finalized_at = now() \
+         WHERE id = $1 AND state = 'pending'",
+    )
+    .bind(picked)
+    .execute(&mut *operator)
+    .await
+    .unwrap();
+    let store = h.store.clone();
+    let head_ends = tokio::spawn(async move { store.cancel(head).await });
+    eventually("the head's release to wait for the picked row", || async {
+        let waiting = count(
+            &h.store,
+            "SELECT count(*) FROM pg_stat_activity \
+             WHERE datname = current_database() AND wait_event_type = 'Lock'",
+        )
+        .await;
+        (waiting == 1).then_some(())
+    })
+    .await;
+    operator.commit().await.unwrap();
+    assert_eq!(head_ends.await.unwrap().unwrap(), Cancelled::Now);
+    assert_eq!(h.row(picked).await.state, JobState::Cancelled);
+    assert_eq!(h.row(next).await.state, JobState::Available);
+}
+
 #[tokio::test]
 async fn an_ordering_key_is_bounded_at_the_door() {
     let h = Harness::new().await;

@@ -157,8 +157,8 @@ pub enum AttemptEnd {
 impl Outcome {
     /// The outcome an attempt's end leads to: the whole retry policy in one `match`.
     ///
-    /// `cancel_requested` turns a retryable failure into a cancellation (the handler gave up
-    /// because it was asked to). Retryable ends wait a jittered `backoff` delay, or discard
+    /// `cancel_requested` turns a retryable failure, a panic or a timeout into a cancellation
+    /// (the handler gave up because it was asked to, or ended otherwise meanwhile). Retryable ends wait a jittered `backoff` delay, or discard
     /// the job once `attempt.max_attempts` attempts are used.
     pub fn classify(
         end: AttemptEnd,
@@ -200,6 +200,17 @@ impl Outcome {
             },
             AttemptEnd::Returned(Err(JobError::Cancel(reason))) => Outcome::Cancel { reason },
             AttemptEnd::Returned(Err(JobError::Snooze(delay))) => Outcome::Snooze { delay },
+            // Asked to cancel, the attempt that panicked or ran out of time ends the job
+            // cancelled, as one that gave up with an error does: never a dead letter, whose
+            // compensation and failed dependents the cancel did not ask for.
+            AttemptEnd::Panicked(message) if cancel_requested => Outcome::Cancel {
+                reason: format!("cancellation requested; the attempt panicked: {message}"),
+            },
+            AttemptEnd::TimedOut(limit) if cancel_requested => Outcome::Cancel {
+                reason: format!(
+                    "cancellation requested; the attempt exceeded its timeout of {limit:?}"
+                ),
+            },
             AttemptEnd::Panicked(message) => retry(ErrorClass::Panic, message, rng),
             AttemptEnd::TimedOut(limit) => retry(
                 ErrorClass::Timeout,
@@ -322,6 +333,32 @@ mod tests {
     fn a_failure_after_a_cancel_request_cancels() {
         let end = AttemptEnd::Returned(Err(JobError::retryable("interrupted")));
         assert!(matches!(classify(end, 1, 9, true), Outcome::Cancel { .. }));
+    }
+
+    #[test]
+    fn a_panic_or_a_timeout_after_a_cancel_request_cancels_even_on_the_last_attempt() {
+        let panicked = || AttemptEnd::Panicked("boom".into());
+        let timed_out = || AttemptEnd::TimedOut(Duration::from_secs(2));
+        for (n, max) in [(1, 9), (3, 3)] {
+            match classify(panicked(), n, max, true) {
+                Outcome::Cancel { reason } => {
+                    assert!(reason.contains("panicked: boom"), "{reason}")
+                }
+                other => panic!("expected a cancel, got {other:?}"),
+            }
+            match classify(timed_out(), n, max, true) {
+                Outcome::Cancel { reason } => assert!(reason.contains("timeout of 2s"), "{reason}"),
+                other => panic!("expected a cancel, got {other:?}"),
+            }
+        }
+        assert!(matches!(
+            classify(panicked(), 3, 3, false),
+            Outcome::Discard { .. }
+        ));
+        assert!(matches!(
+            classify(timed_out(), 3, 3, false),
+            Outcome::Discard { .. }
+        ));
     }
 
     #[test]

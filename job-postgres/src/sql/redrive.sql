@@ -5,7 +5,12 @@
 -- letters sharing a key only the newest goes back, the others are reported with its id.
 -- A key spent by a start ('spent') is held 'started' again. A concurrent enqueue that takes a
 -- key after this statement's snapshot makes the index refuse the statement (23505): the caller
--- runs it again. Returns per dead letter (id, redriven, existing), and wakes the queues.
+-- runs it again. A dead letter that depends on other jobs (migration 0013) waits for them again
+-- when one of them no longer satisfies its edge (a job it needs completed that is not, say one
+-- discarded and redriven with it): those edges are opened again and the job goes back to
+-- `pending`, for the stager to promote or discard as for a new dependent; the other edges stay
+-- resolved (a job completed and pruned since is not waited for again). Returns per dead letter
+-- (id, redriven, existing), and wakes the queues.
 WITH dead AS (
     SELECT j.id, j.kind, j.unique_key
 -- @dead_letters
@@ -27,9 +32,23 @@ ranked AS (
            END AS first
     FROM dead d
 ),
+reopened AS (
+    UPDATE job.dependencies d
+    SET resolved = false,
+        flagged  = false
+    FROM ranked r
+    WHERE d.job_id = r.id AND r.holder IS NULL AND r.first = r.id AND d.resolved
+      AND EXISTS (SELECT 1 FROM job.jobs x
+                  WHERE x.id = d.depends_on
+                    -- the edge is not satisfied now
+                    AND CASE d.mode WHEN 'completed' THEN x.state <> 'completed'
+                             ELSE x.state NOT IN ('completed', 'cancelled', 'discarded') END)
+    RETURNING d.job_id
+),
 redriven AS (
     UPDATE job.jobs j
-    SET state            = 'available',
+    SET state            = CASE WHEN j.id IN (SELECT o.job_id FROM reopened o)
+                                THEN 'pending' ELSE 'available' END::job.job_state,
         attempt          = 0,
         snoozes          = 0,
         run_at           = now(),

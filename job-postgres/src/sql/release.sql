@@ -3,6 +3,11 @@
 -- cleared. An execution that ran ($3: milliseconds it ran; null: never started) leaves an entry
 -- of class `released` in the history, through job.push_error, under the attempt it used.
 -- Wakes the queues so another worker takes them now.
+-- A job given back before its first attempt ever started ($3 null, and the refund brings it to
+-- attempt 0) holds its unique key again when the claim had spent it ('started' becomes 'spent'
+-- at the claim): it has not started, so `UntilStarted` still holds it, unless another job took
+-- the key meanwhile (that one keeps it). $4 false skips that: the caller's second try after a
+-- concurrent enqueue took the key between this statement's snapshot and its write (23505).
 WITH u AS (
     SELECT * FROM unnest($1::bigint[], $2::uuid[], $3::bigint[]) AS u(id, token, ran_ms)
 ),
@@ -30,6 +35,21 @@ released AS (
                                                   'is not counted',
                                                   coalesce(j.locked_by, '(unknown)'),
                                                   l.ran_ms))) END,
+        unique_scope = CASE WHEN $4::boolean AND l.ran_ms IS NULL AND j.attempt = 1
+                                 AND j.unique_scope = 'spent' AND j.unique_key IS NOT NULL
+                                 AND NOT EXISTS (
+                                     SELECT 1 FROM job.jobs a
+                                     WHERE a.kind = j.kind AND a.unique_key = j.unique_key
+                                       AND a.id <> j.id AND (
+                                           a.unique_scope = 'pruned'
+                                           OR (a.unique_scope = 'finished'
+                                               AND a.state IN ('pending', 'scheduled',
+                                                               'available', 'running',
+                                                               'retryable'))
+                                           OR (a.unique_scope = 'started'
+                                               AND a.state IN ('pending', 'scheduled',
+                                                               'available', 'retryable'))))
+                            THEN 'started' ELSE j.unique_scope END,
         lock_token   = NULL,
         locked_until = NULL,
         locked_by    = NULL,

@@ -1,6 +1,8 @@
 -- Inserts one job with a unique key or, when an active job holds the key and is waiting,
 -- replaces its payload, run time and deadline (a retryable job stays retryable). A running
--- holder is left alone and no row comes back. The conflict target repeats
+-- holder is left alone and no row comes back, and so is a waiting holder with recorded steps
+-- (of its old payload: the next attempt would be handed their outputs instead of running them
+-- for the new one) or a requested cancel. The conflict target repeats
 -- job_jobs_unique_idx's predicate exactly.
 -- ?1 kind, ?2 queue, ?3 priority, ?4 payload (JSON text), ?5 payload_version, ?6 max_attempts,
 -- ?7 run_at (null: the database's now plus ?8 microseconds), ?9 deadline (null: now plus ?10
@@ -32,4 +34,6 @@ DO UPDATE SET payload         = excluded.payload,
               state           = CASE WHEN j.state = 'retryable' THEN j.state
                                      ELSE excluded.state END
     WHERE j.state IN ('scheduled', 'available', 'retryable')
+      AND NOT j.cancel_requested
+      AND NOT EXISTS (SELECT 1 FROM job_steps s WHERE s.job_id = j.id)
 RETURNING id

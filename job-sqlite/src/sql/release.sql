@@ -2,11 +2,31 @@
 -- its place (run_at never moved later than ?3, the database's now), the attempt not counted,
 -- the error history ?4 (with a `released` entry when the execution ran), the lease and
 -- stuck_since cleared. Returns the queue when released.
+-- ?5: the execution never started. A job given back before its first attempt ever started (the
+-- refund brings it to attempt 0) holds its unique key again when the claim had spent it
+-- ('started' becomes 'spent' at the claim), unless another job took the key meanwhile (that
+-- one keeps it): it has not started, so `UntilStarted` still holds it. One writer at a time:
+-- the check and the write see the same rows.
 UPDATE job_jobs
 SET state        = 'available',
     attempt      = attempt - 1,
     run_at       = min(run_at, ?3),
     errors       = ?4,
+    unique_scope = CASE WHEN ?5 AND attempt = 1 AND unique_scope = 'spent'
+                             AND unique_key IS NOT NULL
+                             AND NOT EXISTS (
+                                 SELECT 1 FROM job_jobs a
+                                 WHERE a.kind = job_jobs.kind
+                                   AND a.unique_key = job_jobs.unique_key
+                                   AND a.id <> job_jobs.id AND (
+                                       a.unique_scope = 'pruned'
+                                       OR (a.unique_scope = 'finished'
+                                           AND a.state IN ('scheduled', 'available', 'running',
+                                                           'retryable'))
+                                       OR (a.unique_scope = 'started'
+                                           AND a.state IN ('scheduled', 'available',
+                                                           'retryable'))))
+                        THEN 'started' ELSE unique_scope END,
     lock_token   = NULL,
     locked_until = NULL,
     locked_by    = NULL,

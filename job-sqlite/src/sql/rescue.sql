@@ -1,10 +1,13 @@
 -- Recovers job ?1 whose lease (token ?2) expired before ?3: discarded (finalized at ?3) when
--- its attempts are exhausted, else retryable with the attempt counted, keeping its run_at.
+-- its attempts are exhausted, else retryable with the attempt counted, keeping its run_at. A
+-- job whose cancel was requested is never discarded here: retryable, the expirer ends it
+-- `cancelled` (expire_pick.sql), whatever attempts it has left.
 -- The error history ?4 holds the caller's lease_expired entry. Returns the new state and
 -- queue.
 UPDATE job_jobs
-SET state        = CASE WHEN attempt >= max_attempts THEN 'discarded' ELSE 'retryable' END,
-    finalized_at = CASE WHEN attempt >= max_attempts THEN ?3 END,
+SET state        = CASE WHEN attempt >= max_attempts AND NOT cancel_requested THEN 'discarded'
+                        ELSE 'retryable' END,
+    finalized_at = CASE WHEN attempt >= max_attempts AND NOT cancel_requested THEN ?3 END,
     errors       = ?4,
     lock_token   = NULL,
     locked_until = NULL,

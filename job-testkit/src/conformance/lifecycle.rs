@@ -5,11 +5,12 @@ use std::time::Duration;
 
 use job_core::{
     Admin, Cancelled, Deadline, ErrorClass, Failure, Finalize, Finalized, JobState, NewJob,
-    Outcome, Pause, PruneRequest, Store,
+    Outcome, Pause, PruneRequest, Rescued, Store,
 };
 
 use super::support::{
-    assert_nothing_to_claim, claim_one, failure, finalize_one, new_job, outlive, row, running, NOOP,
+    assert_nothing_to_claim, claim_one, failure, finalize_one, new_job, outlive, row, running,
+    short_lease, ClaimDue, NOOP, SHORT_LEASE,
 };
 
 fn retry_later() -> Outcome {
@@ -143,6 +144,37 @@ pub async fn cancel_ends_a_waiting_job_at_once_and_requests_a_running_ones<S: St
         ended.errors.last().map(|e| e.class.as_str()),
         Some("cancelled")
     );
+}
+
+/// A job whose cancel was requested and whose lease then expired ends `cancelled`, on its last
+/// attempt too: the rescuer makes it wait (never a dead letter, whose compensation and failed
+/// dependents the cancel did not ask for), it is never claimed again, and the expirer ends it.
+pub async fn an_expired_lease_whose_cancel_was_requested_ends_cancelled<S: Store + Admin>(
+    store: S,
+) {
+    let id = store
+        .enqueue(NewJob {
+            max_attempts: 1,
+            ..new_job(NOOP)
+        })
+        .await
+        .unwrap();
+    assert_eq!(store.claim_due(&short_lease()).await.unwrap().len(), 1);
+    assert_eq!(store.cancel(id).await.unwrap(), Cancelled::Requested);
+    outlive(SHORT_LEASE).await;
+    assert_eq!(
+        store.rescue_expired(100).await.unwrap(),
+        Rescued {
+            retried: 1,
+            discarded: 0
+        }
+    );
+    assert_nothing_to_claim(&store, NOOP).await;
+    let expired = store.expire(100).await.unwrap();
+    assert_eq!((expired.discarded, expired.cancelled), (0, 1));
+    let ended = row(&store, id).await;
+    assert_eq!(ended.state, JobState::Cancelled);
+    assert!(ended.finalized_at.is_some());
 }
 
 /// Each snooze is counted on the row and handed to the next claim (which the runtime's snooze

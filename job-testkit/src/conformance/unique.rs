@@ -1,12 +1,14 @@
 //! Unique jobs: a key per kind, held while its scope counts the job, decided by the store
 //! (never by a racy pre-check) and refused with the typed [`EnqueueError::Duplicate`].
 
+use std::time::Duration;
+
 use job_core::{
-    EnqueueError, Finalize, Finalized, JobId, NewJob, OnDuplicate, Outcome, Store, Unique,
-    UniqueScope,
+    Admin, Cancelled, EnqueueError, ErrorClass, Finalize, Finalized, JobId, NewJob, OnDuplicate,
+    Outcome, Release, Store, Unique, UniqueScope,
 };
 
-use super::support::{claim_one, finalize_one, new_job, row, NOOP};
+use super::support::{claim_one, failure, finalize_one, new_job, request, row, ClaimDue, NOOP};
 
 /// A [`NOOP`] with unique key `key` in `scope`.
 fn keyed(key: &str, scope: UniqueScope, on_duplicate: OnDuplicate) -> NewJob {
@@ -138,6 +140,97 @@ pub async fn replace_updates_a_waiting_holder_and_refuses_a_running_one<S: Store
     assert_eq!(job.lease.id, id);
     assert_eq!(duplicate_of(store.enqueue(replacing(3)).await), id);
     assert_eq!(row(&store, id).await.payload, serde_json::json!({ "n": 2 }));
+}
+
+/// `OnDuplicate::Replace` leaves a waiting holder alone, and refuses the enqueue as its
+/// duplicate, when the holder recorded durable steps in an earlier attempt (they belong to its
+/// payload: the next attempt would be handed their outputs instead of running them for the new
+/// one) or when its cancel was requested (the cancel would end the new payload).
+pub async fn replace_leaves_a_holder_with_recorded_steps_or_a_requested_cancel_alone<
+    S: Store + Admin,
+>(
+    store: S,
+) {
+    // Waiting an hour: claimable no more in this test.
+    let again = || Outcome::Retry {
+        delay: Duration::from_secs(3600),
+        failure: failure(1, ErrorClass::Error, "again"),
+    };
+    let replacing = |key: &str, n: u32| NewJob {
+        payload: format!(r#"{{"n":{n}}}"#),
+        ..keyed(key, UniqueScope::UntilFinished, OnDuplicate::Replace)
+    };
+
+    let stepped = store.enqueue(replacing("steps", 1)).await.unwrap();
+    let job = claim_one(&store, NOOP).await;
+    store
+        .save_step(&job.lease, "charge", r#""ch_1""#)
+        .await
+        .unwrap();
+    finalize_one(&store, job.lease, again()).await;
+    assert_eq!(
+        duplicate_of(store.enqueue(replacing("steps", 2)).await),
+        stepped
+    );
+    assert_eq!(
+        row(&store, stepped).await.payload,
+        serde_json::json!({ "n": 1 })
+    );
+
+    let cancelling = store.enqueue(replacing("cancel", 1)).await.unwrap();
+    let job = claim_one(&store, NOOP).await;
+    assert_eq!(job.lease.id, cancelling);
+    assert_eq!(
+        store.cancel(cancelling).await.unwrap(),
+        Cancelled::Requested
+    );
+    finalize_one(&store, job.lease, again()).await;
+    assert_eq!(
+        duplicate_of(store.enqueue(replacing("cancel", 2)).await),
+        cancelling
+    );
+    assert_eq!(
+        row(&store, cancelling).await.payload,
+        serde_json::json!({ "n": 1 })
+    );
+
+    // A waiting holder with neither is replaced, as before.
+    let plain = store.enqueue(replacing("plain", 1)).await.unwrap();
+    assert_eq!(store.enqueue(replacing("plain", 2)).await.unwrap(), plain);
+}
+
+/// An `UntilStarted` job given back before its first attempt started (a worker's shutdown
+/// returning the jobs it prefetched) holds its key again: it has not started, so the next
+/// enqueue of the key is its duplicate. Given back after it ran, it started, and holds
+/// nothing; and when another job took the key while it was claimed, that one keeps it.
+pub async fn until_started_holds_the_key_again_when_given_back_unstarted<S: Store>(store: S) {
+    let started = |key: &str| keyed(key, UniqueScope::UntilStarted, OnDuplicate::Keep);
+    let give_back = |lease, ran_for| [Release { lease, ran_for }];
+
+    let first = store.enqueue(started("s")).await.unwrap();
+    let job = claim_one(&store, NOOP).await;
+    assert_eq!(store.release(&give_back(job.lease, None)).await.unwrap(), 1);
+    assert_eq!(duplicate_of(store.enqueue(started("s")).await), first);
+
+    let job = claim_one(&store, NOOP).await;
+    assert_eq!(job.lease.id, first);
+    let ran = Some(Duration::from_millis(5));
+    assert_eq!(store.release(&give_back(job.lease, ran)).await.unwrap(), 1);
+    let second = store.enqueue(started("s")).await.unwrap();
+    assert_ne!(second, first);
+
+    // Both jobs of "s" end, so that the next claim takes the job of "t".
+    let both = store.claim_due(&request(&[NOOP], 10)).await.unwrap();
+    assert_eq!(both.len(), 2);
+    for job in both {
+        finalize_one(&store, job.lease, Outcome::Complete).await;
+    }
+    let taken = store.enqueue(started("t")).await.unwrap();
+    let job = claim_one(&store, NOOP).await;
+    assert_eq!(job.lease.id, taken);
+    let newer = store.enqueue(started("t")).await.unwrap();
+    assert_eq!(store.release(&give_back(job.lease, None)).await.unwrap(), 1);
+    assert_eq!(duplicate_of(store.enqueue(started("t")).await), newer);
 }
 
 /// Eight concurrent enqueues of one key make exactly one job; the seven others are refused
