@@ -69,6 +69,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "running_scope",
         sql: include_str!("../migrations/0010_running_scope.sql"),
     },
+    Migration {
+        version: 11,
+        name: "prune_by_state",
+        sql: include_str!("../migrations/0011_prune_by_state.sql"),
+    },
 ];
 
 /// Brings the schema in `pool`'s database up to date: applies every migration not recorded
