@@ -52,9 +52,14 @@ pub(crate) async fn prune<'e, E: PgExecutor<'e>>(
     executor: E,
     request: &PruneRequest,
 ) -> Result<u64, Error> {
+    // `now() - retention` must stay a time the server can hold (a retention of `Duration::MAX`
+    // failed with 22008). 3,000 years before now is before year 1, the earliest `finalized_at`
+    // the table's checks allow, so the clamp keeps exactly what the longer retention keeps.
+    const FOR_EVER: std::time::Duration = std::time::Duration::from_secs(3_000 * 366 * 86_400);
+    let retention = |d: std::time::Duration| duration_millis(d.min(FOR_EVER));
     let n: i64 = sqlx::query_scalar(sql::PRUNE)
-        .bind(duration_millis(request.completed_retention))
-        .bind(duration_millis(request.cancelled_retention))
+        .bind(retention(request.completed_retention))
+        .bind(retention(request.cancelled_retention))
         .bind(i32::try_from(request.batch).unwrap_or(i32::MAX))
         .fetch_one(executor)
         .await

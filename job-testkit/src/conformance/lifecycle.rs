@@ -195,7 +195,8 @@ pub async fn snoozes_are_counted_and_handed_to_each_claim<S: Store>(store: S) {
 }
 
 /// `prune` deletes completed and cancelled jobs finished longer ago than their retention,
-/// at most its batch, and never a discarded job (kept until purged) or a waiting one.
+/// at most its batch, and never a discarded job (kept until purged) or a waiting one; a
+/// retention too long for any time to be older (`Duration::MAX`) keeps everything.
 pub async fn prune_deletes_finished_jobs_past_retention_and_keeps_dead_letters<S: Store>(store: S) {
     let mut ids = Vec::new();
     for outcome in [
@@ -222,6 +223,13 @@ pub async fn prune_deletes_finished_jobs_past_retention_and_keeps_dead_letters<S
         batch: 100,
     };
     assert_eq!(store.prune(&keep_an_hour).await.unwrap(), 0);
+    // A retention past any time the store holds keeps everything, and is no error.
+    let keep_for_ever = PruneRequest {
+        completed_retention: Duration::MAX,
+        cancelled_retention: Duration::MAX,
+        batch: 100,
+    };
+    assert_eq!(store.prune(&keep_for_ever).await.unwrap(), 0);
     outlive(Duration::from_millis(10)).await;
     let keep_nothing = PruneRequest {
         completed_retention: Duration::ZERO,
