@@ -1,6 +1,7 @@
 //! Assertions on what an application enqueued, read straight from the job table through any
 //! executor of either backend ([`ReadJobs`]): the pool, or the test's own open transaction.
 
+use std::any::type_name;
 use std::panic::Location;
 
 use chrono::{DateTime, Utc};
@@ -30,9 +31,60 @@ pub struct EnqueuedJob<J> {
     pub payload: Value,
 }
 
-impl<J> EnqueuedJob<J> {
+/// Whether a job in `state` waits to run: `pending` (behind its ordering key or its
+/// dependencies), `scheduled`, `available` or `retryable`.
+fn waiting(state: &str) -> bool {
+    matches!(state, "pending" | "scheduled" | "available" | "retryable")
+}
+
+/// A job of the kind as read, its payload not yet decoded: the assertions match on the
+/// payload's JSON and decode only what they return, so a row of the kind that does not decode
+/// (a poison payload, a newer version) fails only the assertions it would answer.
+struct Row {
+    id: JobId,
+    state: String,
+    queue: String,
+    priority: i16,
+    run_at: DateTime<Utc>,
+    tags: Vec<String>,
+    /// The payload as JSON (a string holding the text, if the text is not JSON).
+    payload: Value,
+    text: String,
+    version: i32,
+}
+
+impl Row {
+    fn new((id, state, queue, priority, run_at, tags, text, version): StoredJob) -> Self {
+        let payload = serde_json::from_str(&text).unwrap_or_else(|_| Value::String(text.clone()));
+        Row {
+            id,
+            state,
+            queue,
+            priority,
+            run_at,
+            tags,
+            payload,
+            text,
+            version,
+        }
+    }
+
     fn waiting(&self) -> bool {
-        matches!(self.state.as_str(), "scheduled" | "available" | "retryable")
+        waiting(&self.state)
+    }
+
+    /// The job, decoded as `J` (through `Job::upgrade` for older versions).
+    fn decode<J: Job>(&self) -> Result<EnqueuedJob<J>, job_core::Poison> {
+        Ok(EnqueuedJob {
+            id: self.id,
+            state: self.state.clone(),
+            queue: self.queue.clone(),
+            priority: self.priority,
+            run_at: self.run_at,
+            tags: self.tags.clone(),
+            job: job_core::decode::<J>(&self.text, self.version)?,
+            payload: self.payload.clone(),
+        })
     }
 }
 
@@ -112,44 +164,43 @@ read_jobs!(sqlite:
     &mut PoolConnection<Sqlite> => c => &mut **c
 );
 
-/// Every job of kind `J`, in any state, oldest first.
-async fn all<J: Job>(executor: impl ReadJobs, at: &Location<'_>) -> Vec<EnqueuedJob<J>> {
+/// Every job of kind `J`, in any state, oldest first, undecoded.
+async fn all<J: Job>(executor: impl ReadJobs, at: &Location<'_>) -> Vec<Row> {
     let rows: Vec<StoredJob> = executor
         .jobs_of_kind(J::KIND)
         .await
         .unwrap_or_else(|e| panic!("{at}: cannot read `{}` jobs: {e}", J::KIND));
-    rows.into_iter()
-        .map(
-            |(id, state, queue, priority, run_at, tags, payload, version)| EnqueuedJob {
-                id,
-                state,
-                queue,
-                priority,
-                run_at,
-                tags,
-                job: job_core::decode::<J>(&payload, version)
-                    .unwrap_or_else(|e| panic!("{at}: job {id}: {e}")),
-                payload: serde_json::from_str(&payload).expect("jsonb text is JSON"),
-            },
-        )
-        .collect()
+    rows.into_iter().map(Row::new).collect()
 }
 
-/// Every job of kind `J` waiting to run (`scheduled`, `available` or `retryable`), oldest
-/// first, as `executor` sees them (`&pool`, or `&mut *tx` to look inside an open
-/// transaction).
+/// Every job of kind `J` waiting to run (`pending`, `scheduled`, `available` or
+/// `retryable`), oldest first, as `executor` sees them (`&pool`, or `&mut *tx` to look inside
+/// an open transaction).
 ///
 /// # Panics
-/// When the query fails or a payload does not decode: a test should hear about either.
+/// When the query fails or the payload of a waiting job does not decode: a test should hear
+/// about either. Jobs of the kind in other states are not decoded.
 #[track_caller]
 pub fn enqueued<'e, J: Job>(
     executor: impl ReadJobs + 'e,
 ) -> impl std::future::Future<Output = Vec<EnqueuedJob<J>>> + 'e {
     let at = Location::caller();
     async move {
-        let mut jobs = all::<J>(executor, at).await;
-        jobs.retain(EnqueuedJob::waiting);
-        jobs
+        let rows = all::<J>(executor, at).await;
+        rows.iter()
+            .filter(|r| r.waiting())
+            .map(|r| {
+                r.decode::<J>().unwrap_or_else(|e| {
+                    panic!(
+                        "{at}: waiting job {} ({}) does not decode as `{}`: {e}; {}",
+                        r.id,
+                        r.state,
+                        type_name::<J>(),
+                        undecodable::<J>(&rows)
+                    )
+                })
+            })
+            .collect()
     }
 }
 
@@ -211,7 +262,7 @@ impl Expect {
         self
     }
 
-    fn matches<J>(&self, job: &EnqueuedJob<J>) -> bool {
+    fn matches(&self, job: &Row) -> bool {
         self.fields
             .as_ref()
             .is_none_or(|f| contains(&job.payload, f))
@@ -270,9 +321,14 @@ impl std::fmt::Display for Expect {
 /// # let _ = id; }
 /// ```
 ///
+/// A waiting job is one that is `pending` (behind its ordering key or its dependencies),
+/// `scheduled`, `available` or `retryable`. Only the jobs that match are decoded as `J`: a job
+/// of the kind that does not decode (a poison payload, a newer version) is no match.
+///
 /// # Panics
-/// At the caller's line, when no such job waits; the message lists the waiting jobs of the
-/// kind and those in other states.
+/// At the caller's line, when no such job waits, or when the only ones that do do not decode
+/// as `J`; the message lists the waiting jobs of the kind, those in other states, and those
+/// that do not decode.
 #[track_caller]
 pub fn assert_enqueued<'e, J: Job>(
     executor: impl ReadJobs + 'e,
@@ -296,19 +352,41 @@ async fn assert_enqueued_at<J: Job>(
     expected: Expect,
     at: &'static Location<'static>,
 ) -> JobId {
-    let jobs = all::<J>(executor, at).await;
-    match jobs.iter().find(|j| j.waiting() && expected.matches(j)) {
-        Some(found) => found.id,
-        None => panic!(
+    let rows = all::<J>(executor, at).await;
+    let mut matching = rows.iter().filter(|r| r.waiting() && expected.matches(r));
+    let Some(first) = matching.next() else {
+        panic!(
             "{at}: expected a `{}` job enqueued with {expected}; {}",
             J::KIND,
-            describe(&jobs)
+            describe::<J>(&rows)
+        );
+    };
+    match std::iter::once(first)
+        .chain(matching)
+        .find(|r| r.decode::<J>().is_ok())
+    {
+        Some(found) => found.id,
+        None => panic!(
+            "{at}: expected a `{}` job enqueued with {expected}: job {} matches, but its \
+             payload does not decode as `{}`: {}; {}",
+            J::KIND,
+            first.id,
+            type_name::<J>(),
+            first
+                .decode::<J>()
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default(),
+            describe::<J>(&rows)
         ),
     }
 }
 
 /// Asserts that no job of kind `J` waits whose payload contains `fields`; see
 /// [`assert_enqueued`].
+///
+/// Payloads are not decoded: a job of the kind that does not decode as `J` still matches by
+/// its payload's JSON.
 ///
 /// # Panics
 /// At the caller's line, when one does; the message shows it.
@@ -320,24 +398,26 @@ pub fn refute_enqueued<'e, J: Job>(
     let at = Location::caller();
     async move {
         let expected = Expect::args(fields);
-        let jobs = all::<J>(executor, at).await;
-        if let Some(found) = jobs.iter().find(|j| j.waiting() && expected.matches(j)) {
+        let rows = all::<J>(executor, at).await;
+        if let Some(found) = rows.iter().find(|r| r.waiting() && expected.matches(r)) {
             panic!(
                 "{at}: expected no `{}` job enqueued with {expected}, found job {} ({}, queue \
-                 `{}`) with {}",
+                 `{}`) with {}; {}",
                 J::KIND,
                 found.id,
                 found.state,
                 found.queue,
-                found.payload
+                found.payload,
+                undecodable::<J>(&rows)
             );
         }
     }
 }
 
-/// The jobs of a kind, waiting ones first, then the others with their states.
-fn describe<J>(jobs: &[EnqueuedJob<J>]) -> String {
-    let line = |j: &EnqueuedJob<J>| {
+/// The jobs of a kind, waiting ones first, then the others with their states, then those
+/// that do not decode as `J`.
+fn describe<J: Job>(jobs: &[Row]) -> String {
+    let line = |j: &Row| {
         format!(
             "job {} ({}, queue `{}`, priority {}, run at {}, tags {:?}): {}",
             j.id, j.state, j.queue, j.priority, j.run_at, j.tags, j.payload
@@ -353,10 +433,33 @@ fn describe<J>(jobs: &[EnqueuedJob<J>]) -> String {
         }
     };
     format!(
-        "waiting: {}; in other states: {}",
+        "waiting: {}; in other states: {}; {}",
         list(&waiting),
-        list(&others)
+        list(&others),
+        undecodable::<J>(jobs)
     )
+}
+
+/// How many of the kind's jobs do not decode as `J`, and why.
+fn undecodable<J: Job>(jobs: &[Row]) -> String {
+    let failed: Vec<String> = jobs
+        .iter()
+        .filter_map(|j| {
+            let e = j.decode::<J>().err()?;
+            Some(format!("job {} ({}): {e}", j.id, j.state))
+        })
+        .collect();
+    let what = format!(
+        "of the kind's {} jobs, {} do not decode as `{}`",
+        jobs.len(),
+        failed.len(),
+        type_name::<J>()
+    );
+    if failed.is_empty() {
+        what
+    } else {
+        format!("{what}: {}", failed.join("; "))
+    }
 }
 
 /// Whether `actual` holds every key of `expected` (recursively for objects) with equal values.

@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use job_core::{BoxFuture, Call, Layered, Returned, StoreError, StoreLayer};
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 /// A store cut off by an [`Outage`] on demand: `OutageStore::new(store, Outage::default())`.
@@ -14,7 +15,8 @@ pub type OutageStore<S> = Layered<S, Outage>;
 enum Mode {
     /// Calls fail at once with a storage error.
     Fail,
-    /// Calls hang until the outage ends, then go through.
+    /// Calls hang until the outage ends (at its deadline, or earlier by
+    /// [`Outage::restore`] or a shorter outage), then go through.
     Stall,
 }
 
@@ -26,7 +28,8 @@ struct State {
 
 /// The layer that cuts a store off: [`fail_for`](Self::fail_for) makes every call fail at
 /// once (connection refused), [`stall_for`](Self::stall_for) makes every call hang (a network
-/// partition) until the outage ends. Clones share the outage, and so do the dedicated handles
+/// partition) until the outage ends, [`restore`](Self::restore) ends it, releasing the calls
+/// it holds. Clones share the outage, and so do the dedicated handles
 /// a worker makes of the store (its lease keeper's and its runtime's), so the whole worker
 /// loses the database at once.
 ///
@@ -43,22 +46,40 @@ struct State {
 #[derive(Debug, Clone, Default)]
 pub struct Outage {
     state: Arc<Mutex<State>>,
+    /// Told whenever the outage changes, so that stalled calls look at it again.
+    changed: Arc<Notify>,
 }
 
 impl Outage {
-    /// Every call fails for `duration` from now.
+    /// Every call fails for `duration` from now. Calls already stalled keep waiting until
+    /// this outage ends too.
     pub fn fail_for(&self, duration: Duration) {
-        self.lock().outage = Some((Mode::Fail, Instant::now() + duration));
+        self.set(Some((Mode::Fail, Instant::now() + duration)));
     }
 
-    /// Every call hangs until `duration` from now has passed, then proceeds.
+    /// Every call hangs until `duration` from now has passed, then proceeds. It replaces any
+    /// outage: calls already stalled now wait for this one's end, sooner or later.
     pub fn stall_for(&self, duration: Duration) {
-        self.lock().outage = Some((Mode::Stall, Instant::now() + duration));
+        self.set(Some((Mode::Stall, Instant::now() + duration)));
     }
 
-    /// Ends any outage now.
+    /// Ends any outage now: calls stalled by it proceed at once.
     pub fn restore(&self) {
-        self.lock().outage = None;
+        self.set(None);
+    }
+
+    fn set(&self, outage: Option<(Mode, Instant)>) {
+        self.lock().outage = outage;
+        self.changed.notify_waiters();
+    }
+
+    /// When the outage in force now ends, if one is.
+    fn ends(&self) -> Option<Instant> {
+        let state = self.lock();
+        state
+            .outage
+            .map(|(_, until)| until)
+            .filter(|until| Instant::now() < *until)
     }
 
     /// How many calls failed or stalled because of an outage.
@@ -90,9 +111,20 @@ impl Outage {
             Some((Mode::Fail, _)) => Err(StoreError::new(
                 "injected outage: the database is unreachable",
             )),
-            Some((Mode::Stall, until)) => {
-                tokio::time::sleep_until(until).await;
-                Ok(())
+            Some((Mode::Stall, _)) => {
+                // Until the outage in force ends: its deadline, or a change (a restore, a
+                // shorter or longer outage) looked at again.
+                loop {
+                    // Made before the look, so a change after it is not missed.
+                    let changed = self.changed.notified();
+                    let Some(until) = self.ends() else {
+                        return Ok(());
+                    };
+                    tokio::select! {
+                        () = tokio::time::sleep_until(until) => {}
+                        () = changed => {}
+                    }
+                }
             }
         }
     }
@@ -108,5 +140,65 @@ impl StoreLayer for Outage {
             self.gate().await?;
             run.await
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use job_core::Store;
+
+    use super::*;
+    use crate::TestSqlite;
+
+    /// Starts a call of `store` and returns it once the outage holds it.
+    async fn stalled_call(
+        store: &OutageStore<job_sqlite::SqliteStore>,
+    ) -> tokio::task::JoinHandle<Result<Option<job_core::JobRow>, StoreError>> {
+        let calls = store.layer().calls_refused();
+        let call = tokio::spawn({
+            let store = store.clone();
+            async move { store.get(1).await }
+        });
+        while store.layer().calls_refused() == calls {
+            tokio::task::yield_now().await;
+        }
+        call
+    }
+
+    /// Waits for `call` at most 10 s: a guard against a hang, not a measure of time.
+    async fn returns(
+        call: tokio::task::JoinHandle<Result<Option<job_core::JobRow>, StoreError>>,
+        what: &str,
+    ) {
+        let row = tokio::time::timeout(Duration::from_secs(10), call)
+            .await
+            .unwrap_or_else(|_| panic!("the stalled call still waits 10 s after {what}"))
+            .expect("the call's task")
+            .expect("the call goes through");
+        assert_eq!(row, None);
+    }
+
+    #[tokio::test]
+    async fn restore_releases_the_calls_a_stall_holds() {
+        let db = TestSqlite::new().await;
+        let store = OutageStore::new(db.store(), Outage::default());
+        store.layer().stall_for(Duration::from_secs(60));
+        let call = stalled_call(&store).await;
+        store.layer().restore();
+        returns(call, "restore()").await;
+        db.close().await;
+    }
+
+    #[tokio::test]
+    async fn a_shorter_stall_releases_the_calls_a_longer_one_holds() {
+        let db = TestSqlite::new().await;
+        let store = OutageStore::new(db.store(), Outage::default());
+        store.layer().stall_for(Duration::from_secs(60));
+        let call = stalled_call(&store).await;
+        store.layer().stall_for(Duration::from_millis(1));
+        returns(call, "a stall of 1 ms replaced it").await;
+        db.close().await;
     }
 }

@@ -5,6 +5,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod concurrent;
 mod inline;
 mod receipts;
 mod snooze;

@@ -13,6 +13,7 @@ use job_testkit::{
 };
 use serde_json::json;
 
+mod enqueued;
 mod pipeline;
 
 /// Counts emails "sent", as an application's mailer would.

@@ -8,14 +8,11 @@ use std::sync::{Arc, Mutex, OnceLock};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::attempt::step::AttemptHooks;
+use crate::attempt::step::{AttemptHooks, StepCache};
 use crate::contract::store::Lease;
 use crate::model::attempt_info::{AttemptInfo, StopReason};
 use crate::model::error::JobError;
 use crate::model::job::JobId;
-
-/// The recorded steps of a job, loaded at an attempt's first step.
-type StepCache = tokio::sync::OnceCell<std::sync::Mutex<HashMap<String, String>>>;
 
 /// Application state registered on a worker (`WorkerBuilder::state`), looked up by type.
 #[derive(Default, Clone)]

@@ -7,6 +7,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use serde::de::DeserializeOwned;
@@ -131,8 +132,12 @@ impl JobContext {
     /// returns, because `f`'s effect may have happened and must not run again on its own.
     ///
     /// A name is 1 to [`MAX_STEP_NAME`] bytes without NUL and identifies the step within the job;
-    /// calling one name again returns its first output. Without a store (a context built with
-    /// [`JobContext::new`] alone) `f` runs every time and nothing is recorded.
+    /// calling one name again returns its first output. Calls of one name at the same time (in
+    /// `join!`, or `join_all` over items with a repeated id) run `f` once: the others wait for
+    /// it and return its recorded output, or, if it recorded none (it failed), the first of
+    /// them to wake runs its own `f`. So `f` must not call a step of its own name: that call
+    /// would wait for itself. Without a store (a context built with [`JobContext::new`] alone)
+    /// `f` runs every time and nothing is recorded.
     ///
     /// ```
     /// # use job_core::{JobContext, JobError};
@@ -169,15 +174,26 @@ impl JobContext {
         let Some(hooks) = self.hooks() else {
             return f().await;
         };
-        if let Some(recorded) = self.recorded_step(hooks, name).await? {
-            // Explained without quoting the output, which may hold what the effect returned.
-            return serde_json::from_str(&recorded).map_err(|e| {
-                JobError::terminal(format!(
-                    "the recorded output of step `{name}` does not decode as `{}`: {}",
-                    std::any::type_name::<T>(),
-                    crate::model::decode::explain::<T>(&recorded, &e)
-                ))
-            });
+        let steps = self.loaded_steps(hooks).await?;
+        // Another call of this name may be running in this attempt (`join!`, `join_all`): it
+        // is waited for, and its recorded output returned; if it recorded none, this call runs.
+        let mut waited = false;
+        let running = loop {
+            let mut changed = match steps.claim(name) {
+                Claim::Recorded(recorded) => return decode_recorded(name, &recorded),
+                Claim::Run(running) => break running,
+                Claim::Wait(changed) => changed,
+            };
+            // Closed when that call ends, whether it recorded or not (or was dropped).
+            let _ = changed.changed().await;
+            waited = true;
+        };
+        if waited {
+            if let Some(message) = self.unstorable_step() {
+                return Err(JobError::terminal(format!(
+                    "step `{name}` was not run again: {message}"
+                )));
+            }
         }
         if hooks.crash_at(FaultPoint::BeforeStep, name) {
             return std::future::pending().await;
@@ -243,47 +259,132 @@ impl JobContext {
                 }
             }
         }
-        self.remember_step(name, json);
+        running.record(json);
         if hooks.crash_at(FaultPoint::AfterStep, name) {
             return std::future::pending().await;
         }
         Ok(output)
     }
 
-    /// The recorded output of `name`, loading the job's steps at the first call.
-    async fn recorded_step(
-        &self,
-        hooks: &dyn AttemptHooks,
-        name: &str,
-    ) -> Result<Option<String>, JobError> {
-        let steps = self
-            .steps()
+    /// The job's steps, loaded at the attempt's first step.
+    async fn loaded_steps(&self, hooks: &dyn AttemptHooks) -> Result<&Steps, JobError> {
+        self.steps()
+            .0
             .get_or_try_init(|| async {
                 hooks
                     .load_steps()
                     .await
-                    .map(std::sync::Mutex::new)
+                    .map(|recorded| {
+                        Steps(Mutex::new(Known {
+                            recorded,
+                            running: HashMap::new(),
+                        }))
+                    })
                     .map_err(|e| {
                         JobError::retryable(format!("could not load the recorded steps: {e}"))
                     })
             })
-            .await?;
-        Ok(steps
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(name)
-            .cloned())
+            .await
+    }
+}
+
+/// One attempt's durable steps: the job's recorded outputs (loaded at the attempt's first
+/// step) and the names whose closures run now, so that a name called twice at once runs once.
+#[derive(Debug, Default)]
+pub(crate) struct StepCache(tokio::sync::OnceCell<Steps>);
+
+impl StepCache {
+    /// Nothing loaded yet.
+    pub(crate) fn new() -> Self {
+        Self::default()
+    }
+}
+
+/// The steps of an attempt, once loaded.
+#[derive(Debug)]
+struct Steps(Mutex<Known>);
+
+#[derive(Debug)]
+struct Known {
+    /// Output JSON by step name.
+    recorded: HashMap<String, String>,
+    /// The names whose closures run now, each with the sender its waiters watch, made by the
+    /// first waiter (so an uncontended step allocates none). Removing an entry drops the
+    /// sender, which wakes every waiter.
+    running: HashMap<String, Option<tokio::sync::watch::Sender<()>>>,
+}
+
+/// What a call of a step finds.
+enum Claim<'a> {
+    /// The name's output, recorded.
+    Recorded(String),
+    /// Nothing recorded and nothing running: this call runs the step.
+    Run(Running<'a>),
+    /// Another call runs the step now: closed when it ends.
+    Wait(tokio::sync::watch::Receiver<()>),
+}
+
+impl Steps {
+    fn lock(&self) -> MutexGuard<'_, Known> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn remember_step(&self, name: &str, json: String) {
-        if let Some(steps) = self.steps().get() {
-            steps
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .entry(name.to_owned())
-                .or_insert(json);
+    /// What a call of step `name` does: return its recorded output, run it, or wait for the
+    /// call running it.
+    fn claim<'a>(&'a self, name: &'a str) -> Claim<'a> {
+        let mut steps = self.lock();
+        if let Some(recorded) = steps.recorded.get(name) {
+            return Claim::Recorded(recorded.clone());
+        }
+        match steps.running.get_mut(name) {
+            Some(waiters) => Claim::Wait(
+                waiters
+                    .get_or_insert_with(|| tokio::sync::watch::channel(()).0)
+                    .subscribe(),
+            ),
+            None => {
+                steps.running.insert(name.to_owned(), None);
+                Claim::Run(Running { steps: self, name })
+            }
         }
     }
+}
+
+/// A step this call runs: until it is dropped, other calls of the name wait for it.
+struct Running<'a> {
+    steps: &'a Steps,
+    name: &'a str,
+}
+
+impl Running<'_> {
+    /// Keeps `json` as the name's output and ends the run: the waiters return the output.
+    fn record(self, json: String) {
+        self.steps
+            .lock()
+            .recorded
+            .entry(self.name.to_owned())
+            .or_insert(json);
+    }
+}
+
+impl Drop for Running<'_> {
+    /// Wakes the waiters. Ended without a record (an error, a lost lease, the future
+    /// dropped), the step is run by the first waiter to wake.
+    fn drop(&mut self) {
+        self.steps.lock().running.remove(self.name);
+    }
+}
+
+/// A recorded output of step `name`, decoded as `T`.
+fn decode_recorded<T: DeserializeOwned>(name: &str, recorded: &str) -> Result<T, JobError> {
+    // Explained without quoting the output, which may hold what the effect returned.
+    serde_json::from_str(recorded).map_err(|e| {
+        JobError::terminal(format!(
+            "the recorded output of step `{name}` does not decode as `{}`: {}",
+            std::any::type_name::<T>(),
+            crate::model::decode::explain::<T>(recorded, &e)
+        ))
+    })
 }
 
 /// The first pause before a step's output is recorded again after a passing failure.
@@ -458,6 +559,59 @@ mod tests {
             3,
             "a, bb and ccc each ran once"
         );
+    }
+
+    #[tokio::test]
+    async fn one_name_called_twice_at_once_runs_once_and_both_get_its_output() {
+        let hooks = Arc::new(Counting::default());
+        let ctx = context(&hooks);
+        let ran = AtomicU32::new(0);
+        let charge = |amount: u32| {
+            let (ctx, ran) = (&ctx, &ran);
+            async move {
+                ctx.step("charge", || async move {
+                    ran.fetch_add(1, Ordering::Relaxed);
+                    // Lets the other call reach the step while this one runs.
+                    tokio::task::yield_now().await;
+                    Ok(amount)
+                })
+                .await
+            }
+        };
+        let (first, second) = tokio::join!(charge(1), charge(2));
+        assert_eq!((first.unwrap(), second.unwrap()), (1, 1));
+        assert_eq!(ran.load(Ordering::Relaxed), 1, "the effect ran once");
+        assert_eq!(hooks.saves.load(Ordering::Relaxed), 1);
+    }
+
+    #[tokio::test]
+    async fn a_call_waiting_for_a_failed_step_runs_it_itself() {
+        let hooks = Arc::new(Counting::default());
+        let ctx = context(&hooks);
+        let ran = AtomicU32::new(0);
+        let charge = |fail: bool| {
+            let (ctx, ran) = (&ctx, &ran);
+            async move {
+                ctx.step("charge", || async move {
+                    ran.fetch_add(1, Ordering::Relaxed);
+                    tokio::task::yield_now().await;
+                    if fail {
+                        return Err(JobError::retryable("declined"));
+                    }
+                    Ok(7)
+                })
+                .await
+            }
+        };
+        let (first, second) = tokio::join!(charge(true), charge(false));
+        assert!(matches!(first, Err(JobError::Retryable(_))), "{first:?}");
+        assert_eq!(second.unwrap(), 7);
+        assert_eq!(
+            ran.load(Ordering::Relaxed),
+            2,
+            "the failed run recorded nothing"
+        );
+        assert_eq!(hooks.steps.lock().unwrap()["charge"], "7");
     }
 
     #[tokio::test]

@@ -1,0 +1,159 @@
+//! One step name called twice at once in an attempt (`join!`, `join_all` over items with a
+//! repeated id): the effect runs once and both calls get its recorded output.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use futures_util::future::join_all;
+use job::{Job, JobContext, JobError, JobOptions, JobState};
+use serde::{Deserialize, Serialize};
+
+use crate::common::*;
+use crate::support::*;
+
+/// Every effect run of the jobs below, in order: each run's output carries its number.
+#[derive(Clone, Default)]
+pub struct Runs(Arc<AtomicUsize>);
+
+/// Charges each of `items` in its own step (`charge:<item>`), all at once with `join_all`;
+/// an item listed twice is one charge.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct ChargeAll {
+    pub items: Vec<i64>,
+}
+
+impl Job for ChargeAll {
+    const KIND: &'static str = "steps.charge_all";
+    const OPTIONS: JobOptions = JobOptions {
+        backoff: FAST_BACKOFF,
+        ..JobOptions::DEFAULT
+    };
+
+    async fn perform(self, ctx: JobContext) -> Result<(), JobError> {
+        let effects = ctx.state::<Effects>()?;
+        let runs = ctx.state::<Runs>()?;
+        let id = ctx.id();
+        let charges = self.items.iter().map(|item| {
+            let name = format!("charge:{item}");
+            let ctx = &ctx;
+            async move {
+                let charge: String = ctx
+                    .step(&name, || async {
+                        effects.happen(id, &name);
+                        let run = runs.0.fetch_add(1, Ordering::SeqCst) + 1;
+                        // Lets the other calls reach their steps while this effect runs.
+                        tokio::task::yield_now().await;
+                        Ok(format!("ch_{item}_run{run}"))
+                    })
+                    .await?;
+                Ok::<_, JobError>(charge)
+            }
+        });
+        for charge in join_all(charges).await {
+            effects.saw(id, charge?);
+        }
+        Ok(())
+    }
+}
+
+/// Sends one receipt through two calls of the same step joined with `tokio::join!`.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct ReceiptTwice {}
+
+impl Job for ReceiptTwice {
+    const KIND: &'static str = "steps.receipt_twice";
+    const OPTIONS: JobOptions = JobOptions {
+        backoff: FAST_BACKOFF,
+        ..JobOptions::DEFAULT
+    };
+
+    async fn perform(self, ctx: JobContext) -> Result<(), JobError> {
+        let effects = ctx.state::<Effects>()?;
+        let runs = ctx.state::<Runs>()?;
+        let id = ctx.id();
+        let send = || {
+            ctx.step("receipt", || async {
+                effects.happen(id, "receipt");
+                let run = runs.0.fetch_add(1, Ordering::SeqCst) + 1;
+                tokio::task::yield_now().await;
+                Ok(format!("sent_run{run}"))
+            })
+        };
+        let (first, second): (Result<String, _>, Result<String, _>) = tokio::join!(send(), send());
+        effects.saw(id, first?);
+        effects.saw(id, second?);
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_repeated_item_in_join_all_runs_its_step_once_and_every_call_gets_its_output() {
+    let h = Harness::new().await;
+    let (effects, runs) = (Effects::default(), Runs::default());
+    let id = enqueue(
+        &h.store,
+        ChargeAll {
+            items: vec![1, 2, 1, 3, 2],
+        },
+    )
+    .await;
+    let worker = steps_worker(&h.store, &effects)
+        .register::<ChargeAll>()
+        .state(runs.clone())
+        .build()
+        .unwrap()
+        .start();
+    let row = h.reaches(id, JobState::Completed).await;
+    worker.shutdown().await;
+    assert_eq!(row.attempt, 1);
+    assert_eq!(
+        runs.0.load(Ordering::SeqCst),
+        3,
+        "one effect per distinct item (per item: 1 → {}, 2 → {}, 3 → {})",
+        effects.count(id, "charge:1"),
+        effects.count(id, "charge:2"),
+        effects.count(id, "charge:3")
+    );
+    let seen = effects.seen(id);
+    assert_eq!(seen.len(), 5, "{seen:?}");
+    assert_eq!(seen[0], seen[2], "both calls of item 1 got one output");
+    assert_eq!(seen[1], seen[4], "both calls of item 2 got one output");
+    let recorded: Vec<(String, String)> = recorded_steps(h.store.pool(), id)
+        .await
+        .into_iter()
+        .map(|(name, output, _)| (name, output))
+        .collect();
+    assert_eq!(
+        recorded,
+        [
+            ("charge:1".to_owned(), format!("{:?}", seen[0])),
+            ("charge:2".to_owned(), format!("{:?}", seen[1])),
+            ("charge:3".to_owned(), format!("{:?}", seen[3])),
+        ],
+        "each call returned what was recorded"
+    );
+}
+
+#[tokio::test]
+async fn one_step_joined_with_itself_runs_once_and_both_calls_get_its_output() {
+    let h = Harness::new().await;
+    let (effects, runs) = (Effects::default(), Runs::default());
+    let id = enqueue(&h.store, ReceiptTwice {}).await;
+    let worker = steps_worker(&h.store, &effects)
+        .register::<ReceiptTwice>()
+        .state(runs.clone())
+        .build()
+        .unwrap()
+        .start();
+    h.reaches(id, JobState::Completed).await;
+    worker.shutdown().await;
+    assert_eq!(
+        runs.0.load(Ordering::SeqCst),
+        1,
+        "the receipt was sent once"
+    );
+    assert_eq!(effects.seen(id), ["sent_run1", "sent_run1"]);
+    let recorded = recorded_steps(h.store.pool(), id).await;
+    assert_eq!(recorded.len(), 1);
+    assert_eq!(recorded[0].1, "\"sent_run1\"");
+}
