@@ -54,8 +54,8 @@ pub use job_core::{
     DependsOn, Discarded, DiscardedError, EnqueueOptions, ErrorClass, Extensions, Failure, Job,
     JobContext, JobError, JobId, JobOptions, JobRow, JobState, NewJob, OnDuplicate, Outcome,
     RateLimit, RunAt, StopReason, Unique, UniqueScope, DEFAULT_MAX_SNOOZES, DEFAULT_PAYLOAD_LIMIT,
-    MAX_DURATION, MAX_ERROR_HISTORY, MAX_ERROR_MESSAGE, MAX_NAME_LEN, MAX_STEP_NAME,
-    MAX_STEP_OUTPUT, MAX_TAGS, MAX_UNIQUE_KEY_LEN,
+    MAX_DURATION, MAX_ERROR_HISTORY, MAX_ERROR_MESSAGE, MAX_LOADED_STEPS, MAX_NAME_LEN,
+    MAX_STEP_NAME, MAX_STEP_OUTPUT, MAX_TAGS, MAX_UNIQUE_KEY_LEN,
 };
 // The rules every door checks names (kinds, queues, tenants, tags) and payloads by.
 pub use job_core::{name_problem, payload_problem};

@@ -67,6 +67,8 @@ pub(crate) static STATS_COUNTS: LazyLock<String> =
 pub(crate) static STATS_OLDEST: LazyLock<String> =
     LazyLock::new(|| splice(include_str!("sql/stats_oldest.sql")));
 pub(crate) const STEP_LOAD: &str = include_str!("sql/step_load.sql");
+pub(crate) const STEP_LOAD_UP_TO: &str = include_str!("sql/step_load_up_to.sql");
+pub(crate) const STEP_LOAD_ONE: &str = include_str!("sql/step_load_one.sql");
 pub(crate) const STEP_SAVE: &str = include_str!("sql/step_save.sql");
 pub(crate) const COMPLETE_IN: &str = include_str!("sql/complete_in.sql");
 pub(crate) const PROGRESS_SAVE: &str = include_str!("sql/progress_save.sql");

@@ -240,6 +240,18 @@ impl Store for PgStore {
         Ok(crate::steps::load(&self.pool, lease.id).await?)
     }
 
+    async fn load_steps_up_to(
+        &self,
+        lease: &Lease,
+        max_bytes: usize,
+    ) -> Result<(std::collections::HashMap<String, String>, bool), StoreError> {
+        Ok(crate::steps::load_up_to(&self.pool, lease.id, max_bytes).await?)
+    }
+
+    async fn load_step(&self, lease: &Lease, name: &str) -> Result<Option<String>, StoreError> {
+        Ok(crate::steps::load_one(&self.pool, lease.id, name).await?)
+    }
+
     async fn save_step(
         &self,
         lease: &Lease,

@@ -23,6 +23,42 @@ pub(crate) async fn load<'e, E: SqliteExecutor<'e>>(
     Ok(rows.into_iter().collect())
 }
 
+/// The recorded step outputs of job `id` in name order, up to `max_bytes` of names and
+/// outputs, and whether that is all of them (see `sql/step_load_up_to.sql`).
+pub(crate) async fn load_up_to<'e, E: SqliteExecutor<'e>>(
+    executor: E,
+    id: JobId,
+    max_bytes: usize,
+) -> Result<(HashMap<String, String>, bool), Error> {
+    let rows: Vec<(String, Option<String>, i64)> = sqlx::query_as(sql::STEP_LOAD_UP_TO)
+        .bind(id)
+        .bind(i64::try_from(max_bytes).unwrap_or(i64::MAX))
+        .fetch_all(executor)
+        .await
+        .map_err(Error::query("step_load_up_to"))?;
+    let total = rows.first().map_or(0, |(_, _, total)| *total);
+    let loaded: HashMap<String, String> = rows
+        .into_iter()
+        .filter_map(|(name, output, _)| Some((name, output?)))
+        .collect();
+    let complete = usize::try_from(total).is_ok_and(|total| total == loaded.len());
+    Ok((loaded, complete))
+}
+
+/// The recorded output of step `name` of job `id` (see `sql/step_load_one.sql`).
+pub(crate) async fn load_one<'e, E: SqliteExecutor<'e>>(
+    executor: E,
+    id: JobId,
+    name: &str,
+) -> Result<Option<String>, Error> {
+    sqlx::query_scalar(sql::STEP_LOAD_ONE)
+        .bind(id)
+        .bind(name)
+        .fetch_optional(executor)
+        .await
+        .map_err(Error::query("step_load_one"))
+}
+
 /// Records step `name`'s output, guarded by (id, lock_token) and running, inside the store's
 /// immediate transaction (see `sql/step_save.sql`).
 pub(crate) async fn save(

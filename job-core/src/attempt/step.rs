@@ -27,6 +27,12 @@ pub const MAX_STEP_NAME: usize = 128;
 /// the database stores them): 1 MiB. A larger output ends the job (see [`JobContext::step`]).
 pub const MAX_STEP_OUTPUT: usize = 1024 * 1024;
 
+/// How many bytes of recorded step outputs an attempt keeps in memory: 16 MiB. It loads the
+/// job's steps at its first step, in name order, up to this much; a step recorded past it is
+/// read by name when it is called. A job may record any number of steps of up to
+/// [`MAX_STEP_OUTPUT`] each, and every attempt used to hold all of them at once.
+pub const MAX_LOADED_STEPS: usize = 16 * 1024 * 1024;
+
 /// What one attempt's context asks of the runtime: the job's recorded steps, recording a new
 /// one under the lease, fault points, and news the runtime must hear.
 ///
@@ -35,6 +41,25 @@ pub const MAX_STEP_OUTPUT: usize = 1024 * 1024;
 pub trait AttemptHooks: Send + Sync + 'static {
     /// Every step output recorded for this job, by step name, as JSON text.
     fn load_steps(&self) -> BoxFuture<'_, Result<HashMap<String, String>, StoreError>>;
+
+    /// The step outputs recorded for this job, in name order up to `max_bytes` of output
+    /// text, and whether that is all of them (see [`Store::load_steps_up_to`]). Defaults to
+    /// [`load_steps`](Self::load_steps), all of them.
+    ///
+    /// [`Store::load_steps_up_to`]: crate::Store::load_steps_up_to
+    fn load_steps_up_to(
+        &self,
+        max_bytes: usize,
+    ) -> BoxFuture<'_, Result<(HashMap<String, String>, bool), StoreError>> {
+        let _ = max_bytes;
+        Box::pin(async move { Ok((self.load_steps().await?, true)) })
+    }
+
+    /// The output recorded for step `name`, if any: a step that
+    /// [`load_steps_up_to`](Self::load_steps_up_to) left out. Defaults to reading every step.
+    fn load_step<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<String>, StoreError>> {
+        Box::pin(async move { Ok(self.load_steps().await?.remove(name)) })
+    }
 
     /// Records `output` (JSON text) for step `name`, guarded by the attempt's lease.
     /// [`Finalized::LeaseLost`] means nothing was recorded. A name already recorded keeps its
@@ -97,6 +122,17 @@ impl<S: Store> StoreSteps<S> {
 impl<S: Store> AttemptHooks for StoreSteps<S> {
     fn load_steps(&self) -> BoxFuture<'_, Result<HashMap<String, String>, StoreError>> {
         Box::pin(self.store.load_steps(&self.lease))
+    }
+
+    fn load_steps_up_to(
+        &self,
+        max_bytes: usize,
+    ) -> BoxFuture<'_, Result<(HashMap<String, String>, bool), StoreError>> {
+        Box::pin(self.store.load_steps_up_to(&self.lease, max_bytes))
+    }
+
+    fn load_step<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<String>, StoreError>> {
+        Box::pin(self.store.load_step(&self.lease, name))
     }
 
     fn save_step<'a>(
@@ -195,6 +231,16 @@ impl JobContext {
                 )));
             }
         }
+        // Past what the attempt keeps in memory, the name may be recorded all the same.
+        if !steps.complete() {
+            let found = hooks.load_step(name).await.map_err(|e| {
+                JobError::retryable(format!("could not load the recorded step `{name}`: {e}"))
+            })?;
+            if let Some(recorded) = found {
+                drop(running);
+                return decode_recorded(name, &recorded);
+            }
+        }
         if hooks.crash_at(FaultPoint::BeforeStep, name) {
             return std::future::pending().await;
         }
@@ -272,11 +318,14 @@ impl JobContext {
             .0
             .get_or_try_init(|| async {
                 hooks
-                    .load_steps()
+                    .load_steps_up_to(MAX_LOADED_STEPS)
                     .await
-                    .map(|recorded| {
+                    .map(|(recorded, complete)| {
+                        let bytes = recorded.iter().map(|(k, v)| k.len() + v.len()).sum();
                         Steps(Mutex::new(Known {
                             recorded,
+                            bytes,
+                            complete,
                             running: HashMap::new(),
                         }))
                     })
@@ -306,8 +355,13 @@ struct Steps(Mutex<Known>);
 
 #[derive(Debug)]
 struct Known {
-    /// Output JSON by step name.
+    /// Output JSON by step name: the job's steps, as far as [`MAX_LOADED_STEPS`] goes.
     recorded: HashMap<String, String>,
+    /// The bytes of the names and outputs in `recorded`.
+    bytes: usize,
+    /// Whether `recorded` holds every step of the job: when not, a name missing from it is
+    /// read from the store.
+    complete: bool,
     /// The names whose closures run now, each with the sender its waiters watch, made by the
     /// first waiter (so an uncontended step allocates none). Removing an entry drops the
     /// sender, which wakes every waiter.
@@ -327,6 +381,11 @@ enum Claim<'a> {
 impl Steps {
     fn lock(&self) -> MutexGuard<'_, Known> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether every step of the job is in memory.
+    fn complete(&self) -> bool {
+        self.lock().complete
     }
 
     /// What a call of step `name` does: return its recorded output, run it, or wait for the
@@ -358,12 +417,20 @@ struct Running<'a> {
 
 impl Running<'_> {
     /// Keeps `json` as the name's output and ends the run: the waiters return the output.
+    /// Past [`MAX_LOADED_STEPS`] it is not kept: the cache then says it is incomplete, and a
+    /// later call of the name (a waiter's) reads it from the store.
     fn record(self, json: String) {
-        self.steps
-            .lock()
-            .recorded
-            .entry(self.name.to_owned())
-            .or_insert(json);
+        let mut guard = self.steps.lock();
+        let known = &mut *guard;
+        let size = self.name.len() + json.len();
+        if known.bytes.saturating_add(size) > MAX_LOADED_STEPS {
+            known.complete = false;
+        } else if let std::collections::hash_map::Entry::Vacant(slot) =
+            known.recorded.entry(self.name.to_owned())
+        {
+            known.bytes += size;
+            slot.insert(json);
+        }
     }
 }
 
@@ -519,6 +586,104 @@ mod tests {
             CancellationToken::new(),
         )
         .with_hooks(hooks.clone())
+    }
+
+    /// Hooks whose first load holds `in_memory` of the job's `recorded` steps and says it is
+    /// not all of them; the others are read by name.
+    #[derive(Default)]
+    struct Partial {
+        recorded: HashMap<String, String>,
+        in_memory: Vec<&'static str>,
+        by_name: AtomicU32,
+    }
+
+    impl AttemptHooks for Partial {
+        fn load_steps(&self) -> BoxFuture<'_, Result<HashMap<String, String>, StoreError>> {
+            panic!("an attempt loads its steps up to a bound, never all of them")
+        }
+
+        fn load_steps_up_to(
+            &self,
+            max_bytes: usize,
+        ) -> BoxFuture<'_, Result<(HashMap<String, String>, bool), StoreError>> {
+            assert_eq!(max_bytes, MAX_LOADED_STEPS);
+            let loaded = self
+                .in_memory
+                .iter()
+                .map(|n| (n.to_string(), self.recorded[*n].clone()))
+                .collect();
+            Box::pin(async move { Ok((loaded, false)) })
+        }
+
+        fn load_step<'a>(
+            &'a self,
+            name: &'a str,
+        ) -> BoxFuture<'a, Result<Option<String>, StoreError>> {
+            self.by_name.fetch_add(1, Ordering::Relaxed);
+            let found = self.recorded.get(name).cloned();
+            Box::pin(async move { Ok(found) })
+        }
+
+        fn save_step<'a>(
+            &'a self,
+            _name: &'a str,
+            _output: &'a str,
+        ) -> BoxFuture<'a, Result<Finalized, StoreError>> {
+            Box::pin(async move { Ok(Finalized::Applied) })
+        }
+    }
+
+    #[tokio::test]
+    async fn a_step_recorded_past_what_the_attempt_loaded_is_read_by_name_and_not_run() {
+        let hooks = Arc::new(Partial {
+            recorded: [("a", "1"), ("b", "2")]
+                .into_iter()
+                .map(|(n, o)| (n.to_owned(), o.to_owned()))
+                .collect(),
+            in_memory: vec!["a"],
+            ..Partial::default()
+        });
+        let info = AttemptInfo {
+            id: 1,
+            kind: "k".into(),
+            queue: "q".into(),
+            attempt: 2,
+            max_attempts: 3,
+        };
+        let lease = Lease {
+            id: 1,
+            token: uuid::Uuid::nil(),
+        };
+        let ctx = JobContext::new(
+            info,
+            lease,
+            Arc::new(Extensions::new()),
+            CancellationToken::new(),
+        )
+        .with_hooks(hooks.clone());
+        let ran = AtomicU32::new(0);
+        let step = |name: &'static str| {
+            let (ctx, ran) = (&ctx, &ran);
+            async move {
+                ctx.step(name, || async move {
+                    ran.fetch_add(1, Ordering::Relaxed);
+                    Ok(9_u32)
+                })
+                .await
+                .unwrap()
+            }
+        };
+        assert_eq!(step("a").await, 1, "in memory");
+        assert_eq!(hooks.by_name.load(Ordering::Relaxed), 0);
+        assert_eq!(step("b").await, 2, "read by name");
+        assert_eq!(hooks.by_name.load(Ordering::Relaxed), 1);
+        assert_eq!(
+            ran.load(Ordering::Relaxed),
+            0,
+            "no recorded effect ran again"
+        );
+        assert_eq!(step("c").await, 9, "not recorded: it runs");
+        assert_eq!(ran.load(Ordering::Relaxed), 1);
     }
 
     #[tokio::test]

@@ -206,6 +206,24 @@ impl<S: Store, L: StoreLayer> Store for Layered<S, L> {
             .await
     }
 
+    async fn load_steps_up_to(
+        &self,
+        lease: &Lease,
+        max_bytes: usize,
+    ) -> Result<(HashMap<String, String>, bool), StoreError> {
+        self.through(
+            "load_steps",
+            1,
+            self.inner.load_steps_up_to(lease, max_bytes),
+        )
+        .await
+    }
+
+    async fn load_step(&self, lease: &Lease, name: &str) -> Result<Option<String>, StoreError> {
+        self.through("load_step", 1, self.inner.load_step(lease, name))
+            .await
+    }
+
     async fn save_step(
         &self,
         lease: &Lease,
@@ -313,6 +331,19 @@ impl Returned for Wakeups {
 impl<K, V> Returned for HashMap<K, V> {
     fn rows(&self) -> usize {
         self.len()
+    }
+}
+
+/// Loaded step outputs, and whether they are all of the job's.
+impl<K, V> Returned for (HashMap<K, V>, bool) {
+    fn rows(&self) -> usize {
+        self.0.len()
+    }
+}
+
+impl Returned for Option<String> {
+    fn rows(&self) -> usize {
+        usize::from(self.is_some())
     }
 }
 

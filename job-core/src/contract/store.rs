@@ -525,6 +525,32 @@ pub trait Store: Clone + Send + Sync + 'static {
         lease: &Lease,
     ) -> impl Future<Output = Result<std::collections::HashMap<String, String>, StoreError>> + Send;
 
+    /// The step outputs recorded for the job of `lease`, by step name, in name order until
+    /// `max_bytes` of output text would be passed, and whether that is all of them (`false`:
+    /// the others are read one at a time with [`load_step`](Self::load_step)). What an attempt
+    /// keeps in memory ([`MAX_LOADED_STEPS`](crate::MAX_LOADED_STEPS)): a job may record many
+    /// steps of up to 1 MiB each. The default loads every one through
+    /// [`load_steps`](Self::load_steps).
+    fn load_steps_up_to(
+        &self,
+        lease: &Lease,
+        max_bytes: usize,
+    ) -> impl Future<Output = Result<(std::collections::HashMap<String, String>, bool), StoreError>> + Send
+    {
+        let _ = max_bytes;
+        async move { Ok((self.load_steps(lease).await?, true)) }
+    }
+
+    /// The output recorded for step `name` of the job of `lease`, if any. The default reads
+    /// every step through [`load_steps`](Self::load_steps).
+    fn load_step(
+        &self,
+        lease: &Lease,
+        name: &str,
+    ) -> impl Future<Output = Result<Option<String>, StoreError>> + Send {
+        async move { Ok(self.load_steps(lease).await?.remove(name)) }
+    }
+
     /// Records `output` (JSON text) as the step `name` of the job of `lease`, guarded by
     /// `(id, lock_token)` and `running`: [`Finalized::LeaseLost`] means nothing was recorded.
     /// A name already recorded keeps its first output (and is `Applied`).

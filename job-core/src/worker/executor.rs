@@ -298,6 +298,17 @@ impl<S: Store> AttemptHooks for Hooks<S> {
         self.steps.load_steps()
     }
 
+    fn load_steps_up_to(
+        &self,
+        max_bytes: usize,
+    ) -> BoxFuture<'_, Result<(HashMap<String, String>, bool), StoreError>> {
+        self.steps.load_steps_up_to(max_bytes)
+    }
+
+    fn load_step<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<String>, StoreError>> {
+        self.steps.load_step(name)
+    }
+
     fn save_step<'a>(
         &'a self,
         name: &'a str,

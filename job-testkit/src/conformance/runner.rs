@@ -118,6 +118,7 @@ suite![
     lifecycle::expire_never_touches_a_running_job,
     lifecycle::a_discard_enqueues_the_kinds_compensating_job,
     steps::a_step_is_recorded_once_under_the_lease,
+    steps::steps_load_in_name_order_up_to_a_bound_and_one_by_name,
     steps::a_step_under_a_lost_lease_is_not_recorded,
     steps::steps_outlive_a_retry_and_go_with_the_job,
     admin::list_matches_every_filter_field_oldest_first,

@@ -38,6 +38,47 @@ pub async fn a_step_is_recorded_once_under_the_lease<S: Store>(store: S) {
     assert_eq!(recorded["charge"], serde_json::json!({ "id": "ch_1" }));
 }
 
+/// The steps load in name order up to a bound of bytes (names and output text), saying
+/// whether that is all of them; any one reads by name. With no step, the load is complete.
+pub async fn steps_load_in_name_order_up_to_a_bound_and_one_by_name<S: Store>(store: S) {
+    let job = running(&store).await;
+    assert_eq!(
+        store.load_steps_up_to(&job.lease, 0).await.unwrap(),
+        (HashMap::new(), true),
+        "no step yet"
+    );
+    // Each name and output: 1 + 100 bytes.
+    let output = format!("\"{}\"", "x".repeat(98));
+    for name in ["c", "a", "b"] {
+        let saved = store.save_step(&job.lease, name, &output).await.unwrap();
+        assert_eq!(saved, Finalized::Applied);
+    }
+    let names = |loaded: &HashMap<String, String>| {
+        let mut names: Vec<String> = loaded.keys().cloned().collect();
+        names.sort();
+        names
+    };
+    let (two, complete) = store.load_steps_up_to(&job.lease, 250).await.unwrap();
+    assert_eq!(
+        (names(&two), complete),
+        (vec!["a".into(), "b".into()], false)
+    );
+    assert_eq!(
+        serde_json::from_str::<String>(&two["a"]).unwrap(),
+        "x".repeat(98)
+    );
+    let (none, complete) = store.load_steps_up_to(&job.lease, 100).await.unwrap();
+    assert!(
+        none.is_empty() && !complete,
+        "the first alone is past the bound"
+    );
+    let (all, complete) = store.load_steps_up_to(&job.lease, 303).await.unwrap();
+    assert_eq!((all.len(), complete), (3, true));
+    let c = store.load_step(&job.lease, "c").await.unwrap().unwrap();
+    assert_eq!(serde_json::from_str::<String>(&c).unwrap(), "x".repeat(98));
+    assert_eq!(store.load_step(&job.lease, "d").await.unwrap(), None);
+}
+
 /// A save under a lease that was lost (the job rescued) records nothing and says
 /// `LeaseLost`; the next attempt finds no such step.
 pub async fn a_step_under_a_lost_lease_is_not_recorded<S: Store>(store: S) {
