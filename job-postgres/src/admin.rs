@@ -47,11 +47,14 @@ pub(crate) async fn vacuum(pool: &sqlx::PgPool) -> Result<bool, Error> {
     Ok(needed)
 }
 
-/// Deletes one bounded batch of finished jobs past their retention.
-pub(crate) async fn prune<'e, E: PgExecutor<'e>>(
-    executor: E,
-    request: &PruneRequest,
-) -> Result<u64, Error> {
+/// Deletes one bounded batch of finished jobs past their retention, and of rate windows that
+/// limit nothing any more (`sql/prune_rate_windows.sql`). Returns how many jobs.
+pub(crate) async fn prune(pool: &sqlx::PgPool, request: &PruneRequest) -> Result<u64, Error> {
+    sqlx::query(sql::PRUNE_RATE_WINDOWS)
+        .bind(i32::try_from(request.batch).unwrap_or(i32::MAX))
+        .execute(pool)
+        .await
+        .map_err(Error::query("prune_rate_windows"))?;
     // `now() - retention` must stay a time the server can hold (a retention of `Duration::MAX`
     // failed with 22008). 3,000 years before now is before year 1, the earliest `finalized_at`
     // the table's checks allow, so the clamp keeps exactly what the longer retention keeps.
@@ -61,7 +64,7 @@ pub(crate) async fn prune<'e, E: PgExecutor<'e>>(
         .bind(retention(request.completed_retention))
         .bind(retention(request.cancelled_retention))
         .bind(i32::try_from(request.batch).unwrap_or(i32::MAX))
-        .fetch_one(executor)
+        .fetch_one(pool)
         .await
         .map_err(Error::query("prune"))?;
     Ok(n.unsigned_abs())

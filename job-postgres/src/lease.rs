@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use job_core::duration_millis;
 use job_core::{
-    storable_text, ClaimRequest, ClaimedJob, Finalize, Finalized, HeartbeatReport, JobId, JobState,
-    Lease, Outcome, Release, Renewal, Rescued, MAX_ERROR_MESSAGE,
+    storable_text, ClaimKind, ClaimRequest, ClaimedJob, Finalize, Finalized, HeartbeatReport,
+    JobId, JobState, Lease, Outcome, Release, Renewal, Rescued, MAX_ERROR_MESSAGE,
 };
 use sqlx::{PgExecutor, PgPool, Row};
 use uuid::Uuid;
@@ -23,20 +23,53 @@ use crate::sql;
 /// kinds' jobs ahead of the rate-limited kinds' first waiting job are claimed first
 /// (`sql/claim.sql` with the bound), then the rate-limited kinds, then the other kinds again
 /// with what is left of the limit: a limited kind with room to spare takes no job of another
-/// kind's place, and one at its limit holds back none.
+/// kind's place, and one at its limit holds back none. Only the limited kinds with a job
+/// available in the queue are locked and claimed (`sql/claim_limited_due.sql`): the others have
+/// nothing to give, and locking them would make the claims of every queue wait for each other.
 pub(crate) async fn claim_from_pool(
     pool: &PgPool,
     request: &ClaimRequest,
 ) -> Result<Vec<ClaimedJob>, Error> {
+    let is_limited = |k: &ClaimKind| k.concurrency.is_some() || k.rate.is_some();
     let limited: Vec<&str> = request
         .kinds
         .iter()
-        .filter(|k| k.concurrency.is_some() || k.rate.is_some())
+        .filter(|k| is_limited(k))
         .map(|k| k.kind.as_str())
         .collect();
     if limited.is_empty() || request.limit == 0 {
         return claim(pool, request, &[]).await;
     }
+    let due: Vec<String> = sqlx::query_scalar(sql::CLAIM_LIMITED_DUE)
+        .bind(&request.queue)
+        .bind(&limited)
+        .fetch_all(pool)
+        .await
+        .map_err(Error::query("claim_limited_due"))?;
+    if due.len() < limited.len() {
+        let request = ClaimRequest {
+            kinds: request
+                .kinds
+                .iter()
+                .filter(|k| !is_limited(k) || due.contains(&k.kind))
+                .cloned()
+                .collect(),
+            ..request.clone()
+        };
+        if due.is_empty() {
+            return claim(pool, &request, &[]).await;
+        }
+        return claim_limited(pool, &request, due.iter().map(String::as_str).collect()).await;
+    }
+    claim_limited(pool, request, limited).await
+}
+
+/// [`claim_from_pool`] when `limited` (kinds of `request` with a limit) have jobs available.
+async fn claim_limited(
+    pool: &PgPool,
+    request: &ClaimRequest,
+    limited: Vec<&str>,
+) -> Result<Vec<ClaimedJob>, Error> {
     let mut tx = pool.begin().await.map_err(Error::query("begin"))?;
     sqlx::query(sql::CLAIM_LOCK)
         .bind(limited)
@@ -78,7 +111,7 @@ pub(crate) async fn claim_from_pool(
             .bind(i32::try_from(left).unwrap_or(i32::MAX))
             .bind(&request.worker_id)
             .bind(i32::try_from(rate.starts).unwrap_or(i32::MAX))
-            .bind(duration_millis(rate.per))
+            .bind(window_millis(rate.per))
             .bind(
                 kind.concurrency
                     .map(|c| i32::try_from(c).unwrap_or(i32::MAX)),
@@ -92,6 +125,12 @@ pub(crate) async fn claim_from_pool(
     claimed.extend(claim(&mut *tx, &rest, &[]).await?);
     tx.commit().await.map_err(Error::query("commit"))?;
     Ok(claimed)
+}
+
+/// A rate limit's window in whole milliseconds, as claim_rated.sql takes it: rounded up, since
+/// a window cut short would let more starts in (SQLite keeps microseconds).
+fn window_millis(per: Duration) -> i64 {
+    i64::try_from(per.as_micros().div_ceil(1000)).unwrap_or(i64::MAX)
 }
 
 /// Claims due jobs of the requested kinds in one statement (see `sql/claim.sql`). A kind with a
@@ -548,4 +587,17 @@ pub(crate) async fn release(pool: &PgPool, releases: &[Release]) -> Result<u64, 
     }
     .map_err(Error::query("release"))?;
     Ok(released.unsigned_abs())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rate_window_is_never_cut_short() {
+        assert_eq!(window_millis(Duration::from_micros(1_900)), 2);
+        assert_eq!(window_millis(Duration::from_millis(1)), 1);
+        assert_eq!(window_millis(Duration::from_secs(60)), 60_000);
+        assert_eq!(window_millis(Duration::MAX), i64::MAX);
+    }
 }

@@ -45,6 +45,7 @@ pub(crate) const RELEASE: &str = include_str!("sql/release.sql");
 pub(crate) const GET: &str = include_str!("sql/get.sql");
 pub(crate) const ENQUEUE_UNIQUE: &str = include_str!("sql/enqueue_unique.sql");
 pub(crate) const CLAIM_LOCK: &str = include_str!("sql/claim_lock.sql");
+pub(crate) const CLAIM_LIMITED_DUE: &str = include_str!("sql/claim_limited_due.sql");
 pub(crate) const CLAIM_RATED: &str = include_str!("sql/claim_rated.sql");
 pub(crate) const ORDERING_LOCK: &str = include_str!("sql/ordering_lock.sql");
 pub(crate) const BREAKER_RECORD: &str = include_str!("sql/breaker_record.sql");
@@ -59,6 +60,7 @@ pub(crate) static REDRIVE: LazyLock<String> =
     LazyLock::new(|| splice(include_str!("sql/redrive.sql")));
 pub(crate) static PURGE: LazyLock<String> = LazyLock::new(|| splice(include_str!("sql/purge.sql")));
 pub(crate) const PRUNE: &str = include_str!("sql/prune.sql");
+pub(crate) const PRUNE_RATE_WINDOWS: &str = include_str!("sql/prune_rate_windows.sql");
 pub(crate) const EXPIRE: &str = include_str!("sql/expire.sql");
 pub(crate) const VACUUM_NEEDED: &str = include_str!("sql/vacuum_needed.sql");
 pub(crate) const VACUUM: &str = include_str!("sql/vacuum.sql");

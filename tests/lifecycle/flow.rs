@@ -586,3 +586,88 @@ async fn a_claim_reads_a_bounded_number_of_keys_in_rotation() {
     ids.dedup();
     assert_eq!(ids.len(), 300, "every key's job once");
 }
+
+/// A worker claims every kind it registered in every queue it serves. The claim of a queue
+/// that holds no job of a limited kind neither takes that kind's lock nor waits for it: before,
+/// every claim of every queue queued behind each limited kind's lock, one at a time across the
+/// cluster. The queue that holds the kind's jobs still claims them under the lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_of_a_queue_without_a_limited_kinds_jobs_never_waits_for_its_lock() {
+    let h = Harness::new().await;
+    let job = |kind: &str, queue: &str| job_core::NewJob {
+        queue: queue.into(),
+        ..job_core::NewJob::new(kind, "{}")
+    };
+    let plain = job::Store::enqueue(&h.store, job("test.plain", "mail"))
+        .await
+        .unwrap();
+    let limited = job::Store::enqueue(&h.store, job("test.limited", "sync"))
+        .await
+        .unwrap();
+    let kind = |name: &str, limit: bool| job::ClaimKind {
+        kind: name.into(),
+        max_version: 1,
+        lease: Duration::from_secs(30),
+        concurrency: limit.then_some(3),
+        rate: limit.then(|| RateLimit::new(10, Duration::from_secs(60))),
+    };
+    let request = |queue: &str| job::ClaimRequest {
+        queue: queue.into(),
+        kinds: vec![kind("test.limited", true), kind("test.plain", false)],
+        limit: 10,
+        worker_id: "probe".into(),
+    };
+    let mut holder = h.store.pool().begin().await.unwrap();
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended('job.kind:test.limited', 0))")
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+    // A guard against a hang, not a measure of time.
+    let mail = tokio::time::timeout(
+        Duration::from_secs(10),
+        job::Store::claim(&h.store, &request("mail")),
+    )
+    .await
+    .expect("the claim of `mail` waited for the lock of a kind it holds no job of")
+    .unwrap();
+    assert_eq!(mail.iter().map(|j| j.lease.id).collect::<Vec<_>>(), [plain]);
+    holder.rollback().await.unwrap();
+    let sync = job::Store::claim(&h.store, &request("sync")).await.unwrap();
+    assert_eq!(
+        sync.iter().map(|j| j.lease.id).collect::<Vec<_>>(),
+        [limited]
+    );
+}
+
+/// A key's rate window is trimmed only when that key is claimed again: windows no claim wrote
+/// for longer than the longest period (7 days) limit nothing, and the pruner deletes them, so
+/// keys that come and go (one per tenant) do not pile up.
+#[tokio::test]
+async fn the_pruner_deletes_rate_windows_no_claim_wrote_for_longer_than_any_period() {
+    let h = Harness::new().await;
+    sqlx::query(
+        "INSERT INTO job.rate_windows (kind, rate_key, starts, updated_at) VALUES \
+         ('k', 'gone', ARRAY[now() - interval '9 days'], now() - interval '9 days'), \
+         ('k', 'week', ARRAY[now() - interval '6 days'], now() - interval '6 days'), \
+         ('k', 'live', ARRAY[now()], now())",
+    )
+    .execute(h.store.pool())
+    .await
+    .unwrap();
+    job::Store::prune(
+        &h.store,
+        &job::PruneRequest {
+            completed_retention: Duration::from_secs(3600),
+            cancelled_retention: Duration::from_secs(3600),
+            batch: 100,
+        },
+    )
+    .await
+    .unwrap();
+    let left: Vec<String> =
+        sqlx::query_scalar("SELECT rate_key FROM job.rate_windows ORDER BY rate_key")
+            .fetch_all(h.store.pool())
+            .await
+            .unwrap();
+    assert_eq!(left, ["live", "week"]);
+}

@@ -490,15 +490,24 @@ fn drop_lost<S>(shared: &Shared<S>, batch: &mut Vec<Completion>) {
     });
 }
 
+/// How an outcome counts for its kind's circuit breaker: `Some(failed)` for an attempt that
+/// ended (a retry or a discard failed), `None` for a snooze or a cancellation, which say
+/// nothing of whether the service the kind calls works.
+fn breaker_counts(outcome: &Outcome) -> Option<bool> {
+    match outcome {
+        Outcome::Snooze { .. } | Outcome::Cancel { .. } => None,
+        Outcome::Retry { .. } | Outcome::Discard { .. } => Some(true),
+        Outcome::Complete => Some(false),
+    }
+}
+
 /// Counts and logs what the store did with one outcome, and forgets its execution.
 fn applied<S>(shared: &Shared<S>, c: &Completion, result: Finalized) {
     match result {
         Finalized::Applied => {
-            let failed = matches!(
-                c.finalize.outcome,
-                Outcome::Retry { .. } | Outcome::Discard { .. }
-            );
-            shared.count_for_breaker(&c.info.kind, failed);
+            if let Some(failed) = breaker_counts(&c.finalize.outcome) {
+                shared.count_for_breaker(&c.info.kind, failed);
+            }
             shared.counters.applied(&c.finalize.outcome);
             c.labels.finished(&c.finalize.outcome, c.ran_for);
             tracing::debug!(
@@ -527,4 +536,37 @@ fn applied<S>(shared: &Shared<S>, c: &Completion, result: Finalized) {
     }
     shared.inflight.remove(&c.finalize.lease);
     shared.crashes_at(FaultPoint::AfterFinalize, &c.info);
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::{ErrorClass, Failure};
+
+    #[test]
+    fn a_breaker_counts_ended_attempts_and_not_snoozes_or_cancellations() {
+        let failure = || Failure {
+            attempt: 1,
+            class: ErrorClass::Error,
+            message: "down".into(),
+        };
+        assert_eq!(breaker_counts(&Outcome::Complete), Some(false));
+        let retry = Outcome::Retry {
+            delay: Duration::ZERO,
+            failure: failure(),
+        };
+        assert_eq!(breaker_counts(&retry), Some(true));
+        let discard = Outcome::Discard { failure: failure() };
+        assert_eq!(breaker_counts(&discard), Some(true));
+        let snooze = Outcome::Snooze {
+            delay: Duration::ZERO,
+        };
+        assert_eq!(breaker_counts(&snooze), None);
+        let cancel = Outcome::Cancel {
+            reason: "asked".into(),
+        };
+        assert_eq!(breaker_counts(&cancel), None);
+    }
 }
