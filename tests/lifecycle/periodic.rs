@@ -181,3 +181,64 @@ fn a_periodic_job_every_door_would_refuse_is_a_build_error_naming_its_schedule()
         assert!(message.contains(part), "{message}");
     }
 }
+
+#[tokio::test]
+async fn a_schedule_more_frequent_than_the_looks_loses_no_period() {
+    // A look every minute, a period every 10 seconds: each look enqueues every period that
+    // starts before the next look. Before, it enqueued the next one only, and five of six
+    // periods never ran.
+    let h = Harness::new().await;
+    let every_ten = Periodic::new("*/10 * * * * *", || Noop { n: 1 }).unwrap();
+    let scheduler = Scheduler::new(
+        h.store.clone(),
+        vec![every_ten],
+        SchedulerConfig {
+            interval: Duration::from_secs(60),
+        },
+    );
+    let now = chrono::Utc::now();
+    let done = scheduler.run_once(now).await.unwrap();
+    assert_eq!(done.enqueued, 6, "{done:?}");
+    let again = scheduler
+        .run_once(now + chrono::Duration::seconds(60))
+        .await
+        .unwrap();
+    assert_eq!(
+        again.enqueued, 6,
+        "the next minute's, none twice: {again:?}"
+    );
+    let periods: i64 = sqlx::query_scalar("SELECT count(DISTINCT run_at) FROM job.jobs")
+        .fetch_one(h.store.pool())
+        .await
+        .unwrap();
+    assert_eq!(periods, 12);
+}
+
+#[test]
+fn two_schedules_of_one_kind_or_one_that_never_fires_are_build_errors() {
+    // Two schedules of one kind share its periods' unique keys: the periods they share would
+    // run once, for whichever enqueued first. An expression with no period after now would be
+    // skipped on every look, silently.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let store = rt.block_on(async { job_testkit::TestDb::new().await.store() });
+    let err = job::Worker::builder(store)
+        .register::<Noop>()
+        .queue("default", 1)
+        .periodic("0 0 * * * *", || Noop { n: 1 })
+        .periodic("0 0 0 * * *", || Noop { n: 2 })
+        .build()
+        .err()
+        .expect("refused");
+    let text = err.to_string();
+    assert!(
+        text.contains("two schedules") && text.contains("`0 0 0 * * *`"),
+        "{text}"
+    );
+    for never in ["0 0 0 30 2 *", "0 0 0 1 1 * 2024"] {
+        let err = Periodic::new(never, || Noop { n: 1 }).unwrap_err();
+        assert!(
+            matches!(err, BuildError::InvalidSchedule { .. }),
+            "{never}: {err:?}"
+        );
+    }
+}

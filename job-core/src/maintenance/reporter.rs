@@ -232,7 +232,19 @@ impl<S: Store> Service for Reporter<S> {
             }
             let started = Instant::now();
             let read = self.next.is_none_or(|next| started >= next);
-            let report = self.pass(read).await?;
+            let report = match self.pass(read).await {
+                Ok(report) => report,
+                Err(e) => {
+                    // A reading that failed (a statement timeout on a large table, say) is
+                    // spaced as one that took as long: trying again every interval would
+                    // spend that much each time, and log each time.
+                    if read {
+                        self.next =
+                            Some(started + next_gap(started.elapsed(), self.config.interval));
+                    }
+                    return Err(e);
+                }
+            };
             match report {
                 Some(r) if read => {
                     let took = started.elapsed();

@@ -25,9 +25,9 @@ use super::service::{at_least_min, at_most_max, Service, ServiceConfig};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SchedulerConfig {
     /// Time between looks at the schedules: [`MIN_INTERVAL`](crate::MIN_INTERVAL) (10 ms) to
-    /// [`MAX_DURATION`](crate::MAX_DURATION). Each look enqueues the next period of every
-    /// schedule that has none yet, so this bounds nothing but how soon a new period is
-    /// enqueued after the previous one started. Defaults to 1 second.
+    /// [`MAX_DURATION`](crate::MAX_DURATION). Each look enqueues, for every schedule, its
+    /// periods that start before the next look (at most 100) and at least its next one, so
+    /// this bounds nothing but how far ahead periods are enqueued. Defaults to 1 second.
     pub interval: Duration,
 }
 
@@ -62,7 +62,8 @@ impl std::fmt::Debug for Periodic {
 
 impl Periodic {
     /// A schedule of `J` on `expression`, each period's payload made by `make`. An expression
-    /// that does not parse is a [`BuildError::InvalidSchedule`] naming it. `make` is called
+    /// that does not parse, or that has no period after now, is a
+    /// [`BuildError::InvalidSchedule`] naming it. `make` is called
     /// once here, and a job that every door would refuse (a payload with a NUL, over the size
     /// limit, bad options) is a [`BuildError::InvalidOption`] `periodic` naming the kind and
     /// the expression; a later period's job refused all the same is logged and skipped (see
@@ -81,6 +82,15 @@ impl Periodic {
                 expression: expression.to_owned(),
                 reason: e.to_string(),
             })?;
+        // An expression that parses may still never fire (30 February, a year gone by): every
+        // look would skip it, silently, walking the calendar to find nothing.
+        if cron.find_next_occurrence(&Utc::now(), false).is_err() {
+            return Err(BuildError::InvalidSchedule {
+                kind: J::KIND.to_owned(),
+                expression: expression.to_owned(),
+                reason: "it has no period after now".to_owned(),
+            });
+        }
         let periodic = Periodic {
             kind: J::KIND,
             expression: expression.to_owned(),
@@ -146,6 +156,10 @@ pub struct Scheduler<S> {
     last: Mutex<Vec<Option<DateTime<Utc>>>>,
 }
 
+/// The most periods of one schedule a look enqueues (those starting before the next look):
+/// a look every minute covers a schedule of every second.
+const MAX_PERIODS_PER_LOOK: usize = 100;
+
 /// What a scheduler look did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Scheduled {
@@ -170,41 +184,56 @@ impl<S: Store> Scheduler<S> {
         }
     }
 
-    /// One look at `now`: enqueues the next period of every schedule, unless this scheduler
-    /// already saw it enqueued. A duplicate (another worker got there first) is no error. A
+    /// One look at `now`: enqueues the next period of every schedule, and any other that
+    /// starts before the next look (`now` plus the interval), unless this scheduler already
+    /// saw it enqueued. A duplicate (another worker got there first) is no error. A
     /// refused job (its payload or options) is one schedule's mistake: it is logged at WARN
     /// with the schedule and the refusal, that period is not tried again, and the other
     /// schedules go on. A store error that is no refusal (the database does not answer) ends
     /// the look; the next one tries every schedule again.
     pub async fn run_once(&self, now: DateTime<Utc>) -> Result<Scheduled, StoreError> {
         let mut done = Scheduled::default();
+        // Every period that starts before the next look, so that a schedule more frequent
+        // than the looks loses none (each look enqueued one period, and the others were
+        // never enqueued); at least the next one.
+        let horizon = chrono::Duration::from_std(self.config.interval)
+            .ok()
+            .and_then(|ahead| now.checked_add_signed(ahead))
+            .unwrap_or(now);
         for (i, entry) in self.entries.iter().enumerate() {
-            let Some(period) = entry.next_after(now) else {
-                continue;
-            };
-            if self.lock()[i] == Some(period) {
-                continue;
-            }
-            let enqueued = match entry.job_for(period) {
-                Ok(job) => self.store.enqueue(job).await,
-                Err(refused) => Err(refused),
-            };
-            match enqueued {
-                Ok(_) => done.enqueued += 1,
-                Err(EnqueueError::Duplicate { .. }) => done.duplicates += 1,
-                Err(EnqueueError::Store(e)) if !e.is_refused() => return Err(e),
-                Err(refused) => {
-                    tracing::warn!(
-                        kind = entry.kind,
-                        schedule = %entry.expression,
-                        %period,
-                        error = %refused,
-                        "periodic job refused: this period of the schedule is skipped"
-                    );
-                    done.refused += 1;
+            let mut after = now;
+            for _ in 0..MAX_PERIODS_PER_LOOK {
+                let Some(period) = entry.next_after(after) else {
+                    break;
+                };
+                if after > now && period > horizon {
+                    break;
                 }
+                after = period;
+                if self.lock()[i].is_some_and(|last| last >= period) {
+                    continue;
+                }
+                let enqueued = match entry.job_for(period) {
+                    Ok(job) => self.store.enqueue(job).await,
+                    Err(refused) => Err(refused),
+                };
+                match enqueued {
+                    Ok(_) => done.enqueued += 1,
+                    Err(EnqueueError::Duplicate { .. }) => done.duplicates += 1,
+                    Err(EnqueueError::Store(e)) if !e.is_refused() => return Err(e),
+                    Err(refused) => {
+                        tracing::warn!(
+                            kind = entry.kind,
+                            schedule = %entry.expression,
+                            %period,
+                            error = %refused,
+                            "periodic job refused: this period of the schedule is skipped"
+                        );
+                        done.refused += 1;
+                    }
+                }
+                self.lock()[i] = Some(period);
             }
-            self.lock()[i] = Some(period);
         }
         Ok(done)
     }

@@ -2,8 +2,10 @@
 //! itself, one pass (`tick`) and the time between passes. The worker's supervisor runs each
 //! service of [`services`](super::services) in a task of its own on the shared ticker loop.
 
+use std::panic::AssertUnwindSafe;
 use std::time::Duration;
 
+use futures_util::FutureExt;
 use tokio_util::sync::CancellationToken;
 
 use crate::attempt::step::BoxFuture;
@@ -40,12 +42,23 @@ pub(crate) trait Service: Send + Sync + 'static {
 }
 
 /// Runs `service` until `stop` fires: a pass every interval (a slow pass delays the next
-/// rather than bunching them).
+/// rather than bunching them). A pass that panics (application code runs in some: a periodic
+/// job's payload is made and serialized by the scheduler's pass) is logged and the next comes
+/// at the next interval, as after an error: one bad pass must not end the service for the
+/// life of the process.
 pub(crate) async fn run(mut service: Box<dyn Service>, stop: CancellationToken) {
     let mut ticker = Ticker::new(service.config().interval(), stop);
     while ticker.next().await {
-        if let Err(e) = service.tick().await {
-            tracing::warn!(service = service.name(), error = %e, "maintenance pass failed");
+        match AssertUnwindSafe(service.tick()).catch_unwind().await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::warn!(service = service.name(), error = %e, "maintenance pass failed");
+            }
+            Err(panic) => tracing::error!(
+                service = service.name(),
+                panic = %crate::attempt::pipeline::panic_message(panic),
+                "maintenance pass panicked; the next pass comes at the next interval"
+            ),
         }
     }
     service.stopped().await;
@@ -83,5 +96,68 @@ pub(crate) fn invalid(option: &'static str, reason: &str) -> BuildError {
     BuildError::InvalidOption {
         option,
         reason: reason.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::Arc;
+
+    use super::*;
+
+    struct Every(Duration);
+
+    impl ServiceConfig for Every {
+        fn validate(&self) -> Result<(), BuildError> {
+            Ok(())
+        }
+
+        fn interval(&self) -> Duration {
+            self.0
+        }
+    }
+
+    /// Panics in its first pass, fails in its second, and stops the loop in its third.
+    struct Flaky {
+        config: Every,
+        passes: Arc<AtomicU32>,
+        stop: CancellationToken,
+    }
+
+    impl Service for Flaky {
+        fn name(&self) -> &'static str {
+            "flaky"
+        }
+
+        fn config(&self) -> &dyn ServiceConfig {
+            &self.config
+        }
+
+        fn tick(&mut self) -> BoxFuture<'_, Result<(), StoreError>> {
+            Box::pin(async move {
+                match self.passes.fetch_add(1, Ordering::SeqCst) {
+                    0 => panic!("a periodic job's payload could not be made"),
+                    1 => Err(StoreError::new("the database is away")),
+                    _ => {
+                        self.stop.cancel();
+                        Ok(())
+                    }
+                }
+            })
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pass_that_panics_or_fails_is_followed_by_the_next() {
+        let stop = CancellationToken::new();
+        let passes = Arc::new(AtomicU32::new(0));
+        let service = Flaky {
+            config: Every(Duration::from_secs(1)),
+            passes: passes.clone(),
+            stop: stop.clone(),
+        };
+        run(Box::new(service), stop).await;
+        assert_eq!(passes.load(Ordering::SeqCst), 3);
     }
 }

@@ -190,7 +190,8 @@ impl<S: Store> WorkerBuilder<S> {
     /// [`BuildError::InvalidSchedule`]; `make` is called once here, and a job that would be
     /// refused (its payload or options) makes it fail with [`BuildError::InvalidOption`]
     /// `periodic`. A later job refused all the same is logged, naming the schedule, and that
-    /// period skipped; the other schedules go on.
+    /// period skipped; the other schedules go on. One schedule per kind: a second one of the
+    /// same kind makes `build` fail with [`BuildError::InvalidOption`] `periodic`.
     pub fn periodic<J, F>(mut self, schedule: &str, make: F) -> Self
     where
         J: Job,
@@ -430,6 +431,24 @@ impl<S: Store> WorkerBuilder<S> {
             }
         }
         let periodic = self.periodic.into_iter().collect::<Result<Vec<_>, _>>()?;
+        // A period's unique key names the kind and the period's start: a second schedule of
+        // one kind would share the first one's keys, and every period they share would run
+        // once, for whichever enqueued first, with nothing logged.
+        for (i, entry) in periodic.iter().enumerate() {
+            if let Some(first) = periodic[..i].iter().find(|p| p.kind() == entry.kind()) {
+                return Err(BuildError::InvalidOption {
+                    option: "periodic",
+                    reason: format!(
+                        "`{}` has two schedules (`{}` and `{}`): a period's unique key is the \
+                         kind and the period's start, so periods the two share would run once; \
+                         give each schedule a kind of its own",
+                        entry.kind(),
+                        first.expression(),
+                        entry.expression()
+                    ),
+                });
+            }
+        }
         // Each maintenance service checks its own settings: the rescuer's and the stager's as
         // given, before `services` shortens their intervals to the leases and the poll.
         c.rescuer.validate()?;
