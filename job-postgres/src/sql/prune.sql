@@ -33,6 +33,11 @@ WITH gone AS (
                     FROM job.jobs j
                     WHERE j.state = 'cancelled'
                       AND j.finalized_at < now() - $2::bigint * interval '1 millisecond'
+                      -- A job cancelled before its time (a periodic job's next period) is
+                      -- kept until that time has passed by the retention too: its unique key
+                      -- (`UntilPruned`) is what keeps a scheduler from enqueueing the period
+                      -- again.
+                      AND j.run_at < now() - $2::bigint * interval '1 millisecond'
                       AND NOT EXISTS (SELECT 1 FROM job.dependencies d
                                       WHERE d.depends_on = j.id AND NOT d.resolved)
                     ORDER BY j.finalized_at

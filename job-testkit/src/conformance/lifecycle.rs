@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use job_core::{
     Admin, Cancelled, Deadline, ErrorClass, Failure, Finalize, Finalized, JobState, NewJob,
-    Outcome, Pause, PruneRequest, Rescued, Store,
+    Outcome, Pause, PruneRequest, Rescued, RunAt, Store,
 };
 
 use super::support::{
@@ -247,6 +247,32 @@ pub async fn prune_deletes_finished_jobs_past_retention_and_keeps_dead_letters<S
     assert_eq!(store.get(ids[1]).await.unwrap(), None, "cancelled kept");
     assert_eq!(row(&store, ids[2]).await.state, JobState::Discarded);
     assert_eq!(row(&store, waiting).await.state, JobState::Available);
+}
+
+/// A job cancelled before its run time is not pruned until that time has passed by the
+/// retention: a periodic job's next period, cancelled by an operator, holds its unique key
+/// (`UntilPruned`) until then, so that no scheduler enqueues the period again.
+pub async fn a_job_cancelled_before_its_time_is_pruned_only_after_it<S: Store + Admin>(store: S) {
+    let ahead = store
+        .enqueue(NewJob {
+            run_at: RunAt::At(chrono::Utc::now() + chrono::Duration::hours(1)),
+            ..new_job(NOOP)
+        })
+        .await
+        .unwrap();
+    let now = store.enqueue(new_job(NOOP)).await.unwrap();
+    for id in [ahead, now] {
+        assert_eq!(store.cancel(id).await.unwrap(), Cancelled::Now);
+    }
+    outlive(Duration::from_millis(10)).await;
+    let keep_nothing = PruneRequest {
+        completed_retention: Duration::ZERO,
+        cancelled_retention: Duration::ZERO,
+        batch: 100,
+    };
+    assert_eq!(store.prune(&keep_nothing).await.unwrap(), 1);
+    assert_eq!(store.get(now).await.unwrap(), None);
+    assert_eq!(row(&store, ahead).await.state, JobState::Cancelled);
 }
 
 /// `expire` never touches a running job, even one past its deadline or with cancellation

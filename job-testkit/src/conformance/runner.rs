@@ -115,6 +115,7 @@ suite![
     lifecycle::an_expired_lease_whose_cancel_was_requested_ends_cancelled,
     lifecycle::snoozes_are_counted_and_handed_to_each_claim,
     lifecycle::prune_deletes_finished_jobs_past_retention_and_keeps_dead_letters,
+    lifecycle::a_job_cancelled_before_its_time_is_pruned_only_after_it,
     lifecycle::expire_never_touches_a_running_job,
     lifecycle::a_discard_enqueues_the_kinds_compensating_job,
     steps::a_step_is_recorded_once_under_the_lease,
