@@ -46,22 +46,21 @@ pub(crate) async fn claim_from_pool(
         .fetch_all(pool)
         .await
         .map_err(Error::query("claim_limited_due"))?;
-    if due.len() < limited.len() {
-        let request = ClaimRequest {
-            kinds: request
-                .kinds
-                .iter()
-                .filter(|k| !is_limited(k) || due.contains(&k.kind))
-                .cloned()
-                .collect(),
-            ..request.clone()
-        };
-        if due.is_empty() {
-            return claim(pool, &request, &[]).await;
-        }
-        return claim_limited(pool, &request, due.iter().map(String::as_str).collect()).await;
+    // The limited kinds with jobs, in the order of their first job (the rate-limited ones are
+    // claimed in this order), then the others.
+    let mut kinds: Vec<ClaimKind> = due
+        .iter()
+        .filter_map(|d| request.kinds.iter().find(|k| &k.kind == d).cloned())
+        .collect();
+    kinds.extend(request.kinds.iter().filter(|k| !is_limited(k)).cloned());
+    let request = ClaimRequest {
+        kinds,
+        ..request.clone()
+    };
+    if due.is_empty() {
+        return claim(pool, &request, &[]).await;
     }
-    claim_limited(pool, request, limited).await
+    claim_limited(pool, &request, due.iter().map(String::as_str).collect()).await
 }
 
 /// [`claim_from_pool`] when `limited` (kinds of `request` with a limit) have jobs available.

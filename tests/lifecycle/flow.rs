@@ -671,3 +671,41 @@ async fn the_pruner_deletes_rate_windows_no_claim_wrote_for_longer_than_any_peri
             .unwrap();
     assert_eq!(left, ["live", "week"]);
 }
+
+/// Rate-limited kinds are claimed each by a statement of their own: the one whose first job
+/// comes first in claim order goes first. Before, they went by name, and a claim of one job
+/// (slow jobs are claimed a few at a time) always took the first kind by name while it had
+/// room, however older the other kind's jobs.
+#[tokio::test]
+async fn rate_limited_kinds_are_claimed_in_the_order_of_their_oldest_job() {
+    let h = Harness::new().await;
+    let older = job::Store::enqueue(&h.store, job_core::NewJob::new("b.rated", "{}"))
+        .await
+        .unwrap();
+    let newer = job::Store::enqueue(&h.store, job_core::NewJob::new("a.rated", "{}"))
+        .await
+        .unwrap();
+    let kind = |name: &str| job::ClaimKind {
+        kind: name.into(),
+        max_version: 1,
+        lease: Duration::from_secs(30),
+        concurrency: None,
+        rate: Some(RateLimit::new(100, Duration::from_secs(60))),
+    };
+    let request = job::ClaimRequest {
+        queue: "default".into(),
+        kinds: vec![kind("a.rated"), kind("b.rated")],
+        limit: 1,
+        worker_id: "order".into(),
+    };
+    let first = job::Store::claim(&h.store, &request).await.unwrap();
+    assert_eq!(
+        first.iter().map(|j| j.lease.id).collect::<Vec<_>>(),
+        [older]
+    );
+    let second = job::Store::claim(&h.store, &request).await.unwrap();
+    assert_eq!(
+        second.iter().map(|j| j.lease.id).collect::<Vec<_>>(),
+        [newer]
+    );
+}
