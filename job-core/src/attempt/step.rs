@@ -33,6 +33,10 @@ pub const MAX_STEP_OUTPUT: usize = 1024 * 1024;
 /// [`MAX_STEP_OUTPUT`] each, and every attempt used to hold all of them at once.
 pub const MAX_LOADED_STEPS: usize = 16 * 1024 * 1024;
 
+/// Recorded step outputs by step name (JSON text), and whether they are all of the job's
+/// (see [`Store::load_steps_up_to`](crate::Store::load_steps_up_to)).
+pub type LoadedSteps = (HashMap<String, String>, bool);
+
 /// What one attempt's context asks of the runtime: the job's recorded steps, recording a new
 /// one under the lease, fault points, and news the runtime must hear.
 ///
@@ -47,10 +51,7 @@ pub trait AttemptHooks: Send + Sync + 'static {
     /// [`load_steps`](Self::load_steps), all of them.
     ///
     /// [`Store::load_steps_up_to`]: crate::Store::load_steps_up_to
-    fn load_steps_up_to(
-        &self,
-        max_bytes: usize,
-    ) -> BoxFuture<'_, Result<(HashMap<String, String>, bool), StoreError>> {
+    fn load_steps_up_to(&self, max_bytes: usize) -> BoxFuture<'_, Result<LoadedSteps, StoreError>> {
         let _ = max_bytes;
         Box::pin(async move { Ok((self.load_steps().await?, true)) })
     }
@@ -124,10 +125,7 @@ impl<S: Store> AttemptHooks for StoreSteps<S> {
         Box::pin(self.store.load_steps(&self.lease))
     }
 
-    fn load_steps_up_to(
-        &self,
-        max_bytes: usize,
-    ) -> BoxFuture<'_, Result<(HashMap<String, String>, bool), StoreError>> {
+    fn load_steps_up_to(&self, max_bytes: usize) -> BoxFuture<'_, Result<LoadedSteps, StoreError>> {
         Box::pin(self.store.load_steps_up_to(&self.lease, max_bytes))
     }
 
@@ -605,7 +603,7 @@ mod tests {
         fn load_steps_up_to(
             &self,
             max_bytes: usize,
-        ) -> BoxFuture<'_, Result<(HashMap<String, String>, bool), StoreError>> {
+        ) -> BoxFuture<'_, Result<LoadedSteps, StoreError>> {
             assert_eq!(max_bytes, MAX_LOADED_STEPS);
             let loaded = self
                 .in_memory

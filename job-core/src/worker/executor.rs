@@ -301,7 +301,7 @@ impl<S: Store> AttemptHooks for Hooks<S> {
     fn load_steps_up_to(
         &self,
         max_bytes: usize,
-    ) -> BoxFuture<'_, Result<(HashMap<String, String>, bool), StoreError>> {
+    ) -> BoxFuture<'_, Result<crate::attempt::step::LoadedSteps, StoreError>> {
         self.steps.load_steps_up_to(max_bytes)
     }
 
