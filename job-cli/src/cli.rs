@@ -159,7 +159,8 @@ pub(crate) struct DeadArgs {
     /// Every dead letter (needed when no id or filter is given).
     #[arg(long)]
     pub(crate) all: bool,
-    /// At most this many: 1 to 10000 (`MAX_LIST_LIMIT`); run the command again for more.
+    /// At most this many: 1 to 10000 (`MAX_LIST_LIMIT`), and no fewer than the ids named;
+    /// run the command again for more.
     #[arg(long, default_value_t = 1000)]
     pub(crate) limit: u32,
 }

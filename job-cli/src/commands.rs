@@ -205,6 +205,19 @@ fn check_options(command: &Command) -> Result<(), Error> {
             )
             .into())
         }
+        // Named ids beyond the limit would be neither read nor acted on: reported as not dead
+        // letters by redrive, and silently left by `purge --yes`.
+        Command::Redrive(dead) | Command::Purge { dead, .. }
+            if distinct(&dead.ids) > dead.limit as usize =>
+        {
+            let n = distinct(&dead.ids);
+            let advice = if n <= MAX_LIST_LIMIT as usize {
+                format!("give --limit {n}, or name them over several commands")
+            } else {
+                format!("name at most {MAX_LIST_LIMIT} per command")
+            };
+            Err(format!("{n} ids named, more than --limit {}: {advice}", dead.limit).into())
+        }
         Command::List {
             finalized_from: Some(from),
             finalized_to: Some(to),
@@ -224,6 +237,11 @@ fn check_options(command: &Command) -> Result<(), Error> {
         },
         _ => Ok(()),
     }
+}
+
+/// How many different ids `ids` holds.
+fn distinct(ids: &[i64]) -> usize {
+    ids.iter().collect::<std::collections::BTreeSet<_>>().len()
 }
 
 /// How long connecting to the database may take before the command gives up.
@@ -773,7 +791,59 @@ async fn web(
 
 #[cfg(test)]
 mod tests {
-    use super::web_config;
+    use clap::Parser;
+
+    use super::{check_options, web_config};
+    use crate::cli::Cli;
+
+    /// What `check_options` says of the command line `args` (after `job`).
+    fn checked(args: &[&str]) -> Result<(), String> {
+        let cli = Cli::try_parse_from(std::iter::once("job").chain(args.iter().copied()))
+            .expect("clap accepts the command line");
+        check_options(&cli.command).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn redrive_and_purge_refuse_more_ids_than_their_limit() {
+        let ids: Vec<String> = (1..=1001).map(|id| id.to_string()).collect();
+        let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+        for verb in [&["redrive"][..], &["purge", "--yes"]] {
+            let args: Vec<&str> = verb.iter().chain(&ids).copied().collect();
+            assert_eq!(
+                checked(&args),
+                Err(
+                    "1001 ids named, more than --limit 1000: give --limit 1001, or name them \
+                     over several commands"
+                        .into()
+                ),
+                "{verb:?}"
+            );
+            let raised: Vec<&str> = args.iter().copied().chain(["--limit", "1001"]).collect();
+            assert_eq!(checked(&raised), Ok(()), "{verb:?} --limit 1001");
+            assert_eq!(
+                checked(&[verb, &["1", "2", "3", "--limit", "2"][..]].concat()),
+                Err(
+                    "3 ids named, more than --limit 2: give --limit 3, or name them over \
+                     several commands"
+                        .into()
+                )
+            );
+            // An id named twice is one dead letter.
+            assert_eq!(
+                checked(&[verb, &["7", "7", "--limit", "1"][..]].concat()),
+                Ok(())
+            );
+        }
+        let many: Vec<String> = (1..=10_001).map(|id| id.to_string()).collect();
+        let args: Vec<&str> = std::iter::once("redrive")
+            .chain(many.iter().map(String::as_str))
+            .chain(["--limit", "10000"])
+            .collect();
+        assert_eq!(
+            checked(&args),
+            Err("10001 ids named, more than --limit 10000: name at most 10000 per command".into())
+        );
+    }
 
     #[test]
     fn on_a_loopback_address_the_dashboard_answers_to_the_loopback_names_only() {

@@ -162,8 +162,14 @@ fn generate(job: &JobFn, args: &JobArgs, key_fns: TokenStream) -> TokenStream {
     });
     // Mixed-site: never the same name as a parameter of the user's function.
     let ctx = Ident::new("ctx", Span::mixed_site());
+    // Each field bound to a mixed-site name of its own, so that no binding can shadow the
+    // function called below: a parameter may have the function's name (`email: String` of
+    // `async fn email`).
     let names: Vec<_> = fields.iter().map(|f| &f.name).collect();
-    let destructure = (!names.is_empty()).then(|| quote!(let Self { #(#names),* } = self;));
+    let bound: Vec<_> = (0..fields.len())
+        .map(|i| format_ident!("field{}", i, span = Span::mixed_site()))
+        .collect();
+    let destructure = (!names.is_empty()).then(|| quote!(let Self { #(#names: #bound),* } = self;));
     // Spanned at the return type, so an error type without `Into<JobError>` is reported there.
     let mut callee = name.clone();
     callee.set_span(*output);
@@ -173,7 +179,7 @@ fn generate(job: &JobFn, args: &JobArgs, key_fns: TokenStream) -> TokenStream {
     let returned = Ident::new("returned", Span::mixed_site());
     let call = quote_spanned! {*output=>
         let #view = ::core::clone::Clone::clone(&#ctx);
-        let #returned = #callee(#ctx #(, #names)*)
+        let #returned = #callee(#ctx #(, #bound)*)
             .await
             .map_err(<_ as ::core::convert::Into<::job::JobError>>::into)?;
         ::job::__private::set_returned_result(&#view, &#returned)

@@ -71,7 +71,7 @@ pub async fn enqueue<'e, E: PgExecutor<'e>>(
     let (id, outcome) = query
         .fetch_one(executor)
         .await
-        .map_err(|e| refused(Some(&job.kind), "enqueue", e))?;
+        .map_err(|e| refused(std::slice::from_ref(job), "enqueue", e))?;
     match (&job.unique, outcome.as_deref()) {
         (Some(unique), Some("duplicate")) => Err(EnqueueError::Duplicate {
             kind: job.kind.clone(),
@@ -98,16 +98,21 @@ pub async fn enqueue_many<'e, E: PgExecutor<'e>>(
         return Ok(Vec::new());
     }
     if jobs.iter().any(|j| j.unique.is_some()) {
-        return Err(EnqueueError::InvalidOption {
-            option: "unique_key",
-            reason: "jobs with unique keys cannot be enqueued in bulk; enqueue them one by one"
-                .into(),
-        });
+        return Err(unique_in_bulk());
     }
     if jobs.iter().any(|j| !j.depends_on.is_empty()) {
         return Err(needs_a_transaction());
     }
     insert_many(executor, jobs).await
+}
+
+/// The refusal of a unique key in a bulk enqueue, whichever path the list takes: the bulk
+/// statement has no unique key to bind, and each duplicate needs its own answer.
+fn unique_in_bulk() -> EnqueueError {
+    EnqueueError::InvalidOption {
+        option: "unique_key",
+        reason: "jobs with unique keys cannot be enqueued in bulk; enqueue them one by one".into(),
+    }
 }
 
 fn needs_a_transaction() -> EnqueueError {
@@ -125,7 +130,9 @@ fn needs_a_transaction() -> EnqueueError {
 /// own, or a savepoint of the caller's when `conn` is in one (`&mut *tx`): the jobs, then what
 /// they wait for, which makes the waiting ones `pending` (migration 0013). A job waited for
 /// that does not exist, or jobs of `jobs` that wait for each other in a loop, are refused
-/// ([`EnqueueError::InvalidOption`] `depends_on`), and nothing is written.
+/// ([`EnqueueError::InvalidOption`] `depends_on`), and nothing is written. So are jobs with a
+/// unique key, as [`enqueue_many`] refuses them ([`EnqueueError::InvalidOption`] `unique_key`;
+/// `depends_on` when the job itself waits for others).
 pub async fn enqueue_with_dependencies<'a, A>(
     conn: A,
     jobs: &[NewJob],
@@ -146,6 +153,10 @@ where
                      key: they cannot be combined yet"
                 ),
             });
+        }
+        // The insert below binds no unique key: a job keeping one would be stored without it.
+        if job.unique.is_some() {
+            return Err(unique_in_bulk());
         }
         for dep in &job.depends_on {
             if let DependsOn::Batch(index) = dep.on {
@@ -202,7 +213,7 @@ where
         .bind(outside)
         .execute(&mut *tx)
         .await
-        .map_err(|e| refused(None, "dependencies_add", e))?;
+        .map_err(|e| refused(&[], "dependencies_add", e))?;
     tx.commit().await.map_err(Error::query("commit"))?;
     Ok(ids)
 }
@@ -330,7 +341,7 @@ async fn insert_many<'e, E: PgExecutor<'e>>(
         .bind(rate_keys)
         .fetch_all(executor)
         .await
-        .map_err(|e| refused(None, "enqueue_many", e))?;
+        .map_err(|e| refused(jobs, "enqueue_many", e))?;
     for job in jobs {
         job_core::record_enqueued(job);
     }
@@ -343,8 +354,10 @@ async fn insert_many<'e, E: PgExecutor<'e>>(
 /// What the database said when it refused a job: a refusal of the table's rules (the
 /// `jobs_admission` trigger and the `jobs_*_check` constraints, SQLSTATE 23514) names its
 /// column, and becomes the same error the Rust-side check gives; anything else is a storage
-/// error. `kind` is the job's, when there is one job.
-fn refused(kind: Option<&str>, statement: &'static str, error: sqlx::Error) -> EnqueueError {
+/// error. `jobs` are those the statement inserted (none for a statement that inserts no job):
+/// a payload over the limit is [`EnqueueError::PayloadTooLarge`] naming the kind of the one
+/// refused.
+fn refused(jobs: &[NewJob], statement: &'static str, error: sqlx::Error) -> EnqueueError {
     let pg = match &error {
         sqlx::Error::Database(db) => db.try_downcast_ref::<PgDatabaseError>(),
         _ => None,
@@ -391,23 +404,72 @@ fn refused(kind: Option<&str>, statement: &'static str, error: sqlx::Error) -> E
     let reason = message
         .split_once(&format!("`{option}` "))
         .map_or(message, |(_, reason)| reason);
-    if let (Some(kind), "payload") = (kind, option) {
+    if option == "payload" {
         let numbers: Vec<usize> = reason
             .split(|c: char| !c.is_ascii_digit())
             .filter_map(|n| n.parse().ok())
             .collect();
         if let ([size, limit], true) = (numbers.as_slice(), reason.contains("over the limit")) {
-            return EnqueueError::PayloadTooLarge {
-                kind: kind.to_owned(),
-                size: *size,
-                limit: *limit,
-            };
+            if let Some(job) = over_the_limit(jobs, *size, *limit) {
+                return EnqueueError::PayloadTooLarge {
+                    kind: job.kind.clone(),
+                    size: *size,
+                    limit: *limit,
+                };
+            }
         }
     }
     EnqueueError::InvalidOption {
         option,
         reason: reason.to_owned(),
     }
+}
+
+/// Which of `jobs` the database refused as `size` bytes, over `limit`. The rows are inserted
+/// (and checked) in input order, so it is the first whose payload, as `jsonb` prints it,
+/// is over the limit; that text is estimated from the payload's ([`jsonb_text_len`]): the
+/// first estimated at `size`, else the first estimated over `limit`, else the largest.
+fn over_the_limit(jobs: &[NewJob], size: usize, limit: usize) -> Option<&NewJob> {
+    if let [job] = jobs {
+        return Some(job);
+    }
+    let sizes: Vec<usize> = jobs.iter().map(|j| jsonb_text_len(&j.payload)).collect();
+    let at = sizes
+        .iter()
+        .position(|&n| n == size)
+        .or_else(|| sizes.iter().position(|&n| n > limit))
+        .or_else(|| (0..sizes.len()).max_by_key(|&i| sizes[i]))?;
+    jobs.get(at)
+}
+
+/// About the length of JSON text `json` once PostgreSQL's `jsonb` prints it (what the payload
+/// limit measures): whitespace between tokens dropped, a space after each `:` and `,`. Exact
+/// for compact text such as serde_json's, but for numbers `jsonb` writes otherwise (`1e3`),
+/// escapes it writes otherwise (`\u00e9`) and duplicate keys (it keeps the last).
+fn jsonb_text_len(json: &str) -> usize {
+    let (mut n, mut in_string, mut escaped) = (0, false, false);
+    for b in json.bytes() {
+        if in_string {
+            n += 1;
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b' ' | b'\t' | b'\n' | b'\r' => {}
+            b':' | b',' => n += 2,
+            b'"' => {
+                in_string = true;
+                n += 1;
+            }
+            _ => n += 1,
+        }
+    }
+    n
 }
 
 /// `run_at` as the two binds of the insert statements: an absolute time, or a delay in

@@ -7,6 +7,7 @@ mod common;
 
 mod support;
 
+mod bulk_doors;
 mod cancel;
 mod compensation;
 mod concurrency;

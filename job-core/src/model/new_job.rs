@@ -324,7 +324,7 @@ impl NewJob {
             kind: J::KIND.to_owned(),
             source,
         })?;
-        let new = NewJob {
+        let mut new = NewJob {
             kind: J::KIND.to_owned(),
             queue: options.queue.unwrap_or_else(|| J::OPTIONS.queue.to_owned()),
             priority: options.priority.unwrap_or(J::OPTIONS.priority),
@@ -350,6 +350,10 @@ impl NewJob {
             rate_key: options.rate_key.or_else(|| job.rate_key()),
             depends_on: options.depends_on,
         };
+        // The same job named twice with the same mode is one edge (validate refuses it named
+        // with two modes).
+        let mut seen = std::collections::HashSet::with_capacity(new.depends_on.len());
+        new.depends_on.retain(|d| seen.insert(*d));
         if new.rate_key.is_some() && J::OPTIONS.rate.is_none() {
             return Err(invalid(
                 "rate_key",
@@ -442,6 +446,9 @@ impl NewJob {
                     "cannot be combined with a unique or ordering key yet".into(),
                 ));
             }
+            if let Some(reason) = mode_conflict(&self.depends_on) {
+                return Err(invalid("depends_on", reason));
+            }
         }
         if self.tags.len() > MAX_TAGS {
             return Err(invalid(
@@ -479,6 +486,33 @@ impl NewJob {
         }
         Ok(())
     }
+}
+
+/// A job named twice among `depends_on` with two modes (`depends_on` and `after_all` of the
+/// same id), which the store would otherwise settle silently by keeping the first: the job,
+/// and both modes.
+fn mode_conflict(depends_on: &[Dependency]) -> Option<String> {
+    if depends_on.len() < 2 {
+        return None;
+    }
+    let mut modes = std::collections::HashMap::with_capacity(depends_on.len());
+    let (on, first, second) = depends_on.iter().find_map(|d| {
+        let first = *modes.entry(d.on).or_insert(d.mode);
+        (first != d.mode).then_some((d.on, first, d.mode))
+    })?;
+    let job = match on {
+        DependsOn::Job(id) => format!("job {id}"),
+        DependsOn::Batch(index) => format!("job {index} of the batch"),
+    };
+    let name = |mode: DependencyMode| match mode {
+        DependencyMode::Completed => "`depends_on` (run once it has completed)",
+        DependencyMode::Finished => "`after_all` (run once it has finished, however it ended)",
+    };
+    Some(format!(
+        "{job} is waited for with two modes, {} and {}: name it once, with the mode meant",
+        name(first),
+        name(second)
+    ))
 }
 
 fn invalid(option: &'static str, reason: String) -> EnqueueError {
@@ -687,6 +721,58 @@ mod tests {
         assert!(payload_problem(r#"{"a":"\\\u0000"}"#)
             .unwrap()
             .contains("NUL"));
+    }
+
+    #[test]
+    fn a_job_waited_for_with_two_modes_is_refused_naming_it_and_both_modes() {
+        let on = |on, mode| Dependency { on, mode };
+        let both = EnqueueOptions {
+            depends_on: vec![
+                on(DependsOn::Job(41), DependencyMode::Completed),
+                on(DependsOn::Job(7), DependencyMode::Finished),
+                on(DependsOn::Job(41), DependencyMode::Finished),
+            ],
+            ..Default::default()
+        };
+        match build(both) {
+            Err(EnqueueError::InvalidOption { option, reason }) => {
+                assert_eq!(option, "depends_on");
+                assert_eq!(
+                    reason,
+                    "job 41 is waited for with two modes, `depends_on` (run once it has \
+                     completed) and `after_all` (run once it has finished, however it ended): \
+                     name it once, with the mode meant"
+                );
+            }
+            other => panic!("expected depends_on refused, got {other:?}"),
+        }
+        // A row built by hand, waiting for a job of its own bulk enqueue.
+        let mut row = NewJob::new("noop", "{}");
+        row.depends_on = vec![
+            on(DependsOn::Batch(2), DependencyMode::Finished),
+            on(DependsOn::Batch(2), DependencyMode::Completed),
+        ];
+        let err = row.validate(DEFAULT_PAYLOAD_LIMIT).unwrap_err().to_string();
+        assert!(
+            err.contains("job 2 of the batch is waited for with two modes, `after_all`"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_job_waited_for_twice_with_one_mode_is_waited_for_once() {
+        let on = |id| Dependency {
+            on: DependsOn::Job(id),
+            mode: DependencyMode::Completed,
+        };
+        let twice = EnqueueOptions {
+            depends_on: vec![on(3), on(5), on(3)],
+            ..Default::default()
+        };
+        assert_eq!(build(twice).unwrap().depends_on, [on(3), on(5)]);
+        let mut row = NewJob::new("noop", "{}");
+        row.depends_on = vec![on(3), on(3)];
+        assert!(row.validate(DEFAULT_PAYLOAD_LIMIT).is_ok());
     }
 
     #[test]

@@ -33,9 +33,9 @@ impl ::job::Job for ChargeAccount {
         self,
         ctx: ::job::JobContext,
     ) -> ::core::result::Result<(), ::job::JobError> {
-        let Self { account_id, r#charge_id } = self;
+        let Self { account_id: field0, r#charge_id: field1 } = self;
         let view = ::core::clone::Clone::clone(&ctx);
-        let returned = charge_account(ctx, account_id, r#charge_id)
+        let returned = charge_account(ctx, field0, field1)
             .await
             .map_err(<_ as ::core::convert::Into<::job::JobError>>::into)?;
         ::job::__private::set_returned_result(&view, &returned)

@@ -29,9 +29,9 @@ impl ::job::Job for ChargeCard {
         self,
         ctx: ::job::JobContext,
     ) -> ::core::result::Result<(), ::job::JobError> {
-        let Self { order_id } = self;
+        let Self { order_id: field0 } = self;
         let view = ::core::clone::Clone::clone(&ctx);
-        let returned = charge_card(ctx, order_id)
+        let returned = charge_card(ctx, field0)
             .await
             .map_err(<_ as ::core::convert::Into<::job::JobError>>::into)?;
         ::job::__private::set_returned_result(&view, &returned)

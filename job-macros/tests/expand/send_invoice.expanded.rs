@@ -37,9 +37,9 @@ impl ::job::Job for SendInvoice {
         self,
         ctx: ::job::JobContext,
     ) -> ::core::result::Result<(), ::job::JobError> {
-        let Self { invoice_id, resend } = self;
+        let Self { invoice_id: field0, resend: field1 } = self;
         let view = ::core::clone::Clone::clone(&ctx);
-        let returned = send_invoice(ctx, invoice_id, resend)
+        let returned = send_invoice(ctx, field0, field1)
             .await
             .map_err(<_ as ::core::convert::Into<::job::JobError>>::into)?;
         ::job::__private::set_returned_result(&view, &returned)

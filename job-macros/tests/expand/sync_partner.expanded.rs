@@ -37,9 +37,9 @@ impl ::job::Job for SyncPartner {
         self,
         ctx: ::job::JobContext,
     ) -> ::core::result::Result<(), ::job::JobError> {
-        let Self { account_id } = self;
+        let Self { account_id: field0 } = self;
         let view = ::core::clone::Clone::clone(&ctx);
-        let returned = sync_partner(ctx, account_id)
+        let returned = sync_partner(ctx, field0)
             .await
             .map_err(<_ as ::core::convert::Into<::job::JobError>>::into)?;
         ::job::__private::set_returned_result(&view, &returned)
