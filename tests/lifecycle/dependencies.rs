@@ -349,12 +349,16 @@ async fn a_cancelled_dependent_is_left_alone_and_its_edges_go_when_pruned() {
     w.shutdown().await;
     assert_eq!(h.row(b).await.state, JobState::Cancelled);
     assert_eq!(trail.all(), ["a:start", "a:end"]);
-    // Pruning the cancelled dependent takes its edge with it.
-    sqlx::query("UPDATE job.jobs SET finalized_at = now() - interval '30 days' WHERE id = $1")
-        .bind(b)
-        .execute(h.store.pool())
-        .await
-        .unwrap();
+    // Pruning the cancelled dependent takes its edge with it (it was due and ended 30 days
+    // ago: a job cancelled before its run time is kept until that time has passed).
+    sqlx::query(
+        "UPDATE job.jobs SET run_at = now() - interval '30 days', \
+         finalized_at = now() - interval '30 days' WHERE id = $1",
+    )
+    .bind(b)
+    .execute(h.store.pool())
+    .await
+    .unwrap();
     job::Store::prune(
         &h.store,
         &job::PruneRequest {

@@ -324,6 +324,27 @@ impl NewJob {
             kind: J::KIND.to_owned(),
             source,
         })?;
+        let unique_key = options.unique_key.or_else(|| job.unique_key());
+        // A scope or a replace with no key to apply them to would be dropped without a word.
+        if unique_key.is_none() {
+            let asked = if options.unique_scope != UniqueScope::default() {
+                Some("unique_scope")
+            } else if options.on_duplicate != OnDuplicate::Keep {
+                Some("on_duplicate")
+            } else {
+                None
+            };
+            if let Some(option) = asked {
+                return Err(invalid(
+                    option,
+                    format!(
+                        "applies to a unique key, and this job of `{}` has none: give it one \
+                         (`unique_key`, or `#[job(unique = ..)]`)",
+                        J::KIND
+                    ),
+                ));
+            }
+        }
         let mut new = NewJob {
             kind: J::KIND.to_owned(),
             queue: options.queue.unwrap_or_else(|| J::OPTIONS.queue.to_owned()),
@@ -332,14 +353,11 @@ impl NewJob {
             payload_version: J::VERSION,
             max_attempts: options.max_attempts.unwrap_or(J::OPTIONS.max_attempts),
             run_at: options.run_at,
-            unique: options
-                .unique_key
-                .or_else(|| job.unique_key())
-                .map(|key| Unique {
-                    key,
-                    scope: options.unique_scope,
-                    on_duplicate: options.on_duplicate,
-                }),
+            unique: unique_key.map(|key| Unique {
+                key,
+                scope: options.unique_scope,
+                on_duplicate: options.on_duplicate,
+            }),
             deadline: options.deadline,
             tags: options.tags,
             tenant: options.tenant,
@@ -411,6 +429,20 @@ impl NewJob {
                 }
             }
             _ => {}
+        }
+        // A deadline at or before the run time: the claim takes a job only before its
+        // deadline and from its run time, so it could only expire. Comparable when both are
+        // instants, or both delays from the insert.
+        let expires_first = match (self.run_at, self.deadline) {
+            (RunAt::At(run), Some(Deadline::At(deadline))) => deadline <= run,
+            (RunAt::In(run), Some(Deadline::In(deadline))) => deadline <= run,
+            _ => false,
+        };
+        if expires_first {
+            return Err(invalid(
+                "deadline",
+                "is not after the job's run time: it could never start, only expire".into(),
+            ));
         }
         if let Some(unique) = &self.unique {
             check_key("unique_key", &unique.key)?;
@@ -620,6 +652,50 @@ mod tests {
             Err(EnqueueError::InvalidOption { option, .. }) => option,
             other => panic!("expected an invalid option, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn a_deadline_not_after_the_run_time_is_refused() {
+        let t = Utc::now() + chrono::Duration::hours(1);
+        let at = |run: DateTime<Utc>, deadline: DateTime<Utc>| EnqueueOptions {
+            run_at: RunAt::At(run),
+            deadline: Some(Deadline::At(deadline)),
+            ..EnqueueOptions::default()
+        };
+        assert_eq!(rejected_option(build(at(t, t))), "deadline");
+        assert_eq!(
+            rejected_option(build(at(t, t - chrono::Duration::seconds(1)))),
+            "deadline"
+        );
+        assert!(build(at(t, t + chrono::Duration::seconds(1))).is_ok());
+        let delays = |run: u64, deadline: u64| EnqueueOptions {
+            run_at: RunAt::In(Duration::from_secs(run)),
+            deadline: Some(Deadline::In(Duration::from_secs(deadline))),
+            ..EnqueueOptions::default()
+        };
+        assert_eq!(rejected_option(build(delays(60, 30))), "deadline");
+        assert!(build(delays(30, 60)).is_ok());
+    }
+
+    #[test]
+    fn a_unique_scope_or_a_replace_without_a_unique_key_is_refused() {
+        let scope = EnqueueOptions {
+            unique_scope: UniqueScope::UntilStarted,
+            ..EnqueueOptions::default()
+        };
+        assert_eq!(rejected_option(build(scope)), "unique_scope");
+        let replace = EnqueueOptions {
+            on_duplicate: OnDuplicate::Replace,
+            ..EnqueueOptions::default()
+        };
+        assert_eq!(rejected_option(build(replace)), "on_duplicate");
+        let keyed = EnqueueOptions {
+            unique_key: Some("k".into()),
+            unique_scope: UniqueScope::UntilStarted,
+            on_duplicate: OnDuplicate::Replace,
+            ..EnqueueOptions::default()
+        };
+        assert!(build(keyed).is_ok());
     }
 
     #[test]
