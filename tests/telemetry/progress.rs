@@ -195,3 +195,37 @@ async fn progress_is_recorded_only_under_the_jobs_lease() {
     assert_eq!(row.progress, Some(json!({ "fraction": 0.25 })));
     db.close().await;
 }
+
+#[job(kind = "tm.quick_progress", queue = "tm-quick")]
+async fn tm_quick_progress(ctx: JobContext) -> Result<(), JobError> {
+    ctx.progress(0.5, "half way");
+    ctx.progress(1.0, "done");
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_last_report_before_the_job_ends_is_stored_with_it() {
+    // The keeper writes progress with a heartbeat: a job that reports and ends before the next
+    // one (here, within a lease of 30 s, before the first) had its last report dropped with
+    // its execution. It is written just before the outcome.
+    let db = TestDb::new().await;
+    let store = db.store();
+    let id = TmQuickProgress {}.enqueue(&db.pool()).await.unwrap();
+    let worker = Worker::builder(store.clone())
+        .register::<TmQuickProgress>()
+        .queue("tm-quick", 1)
+        .configure(|c| c.lease = Some(Duration::from_secs(30)))
+        .poll_interval(Duration::from_millis(20))
+        .build()
+        .unwrap()
+        .start();
+    let done = finished_row(&store, id).await;
+    worker.shutdown().await;
+    assert_eq!(done.state, JobState::Completed);
+    assert_eq!(
+        done.progress,
+        Some(json!({ "fraction": 1.0, "message": "done" })),
+        "the last report, kept with the outcome"
+    );
+    db.close().await;
+}

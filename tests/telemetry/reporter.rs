@@ -282,3 +282,44 @@ async fn a_tripped_breaker_is_counted_and_its_pause_reported_until_resumed() {
     assert_eq!(paused(), Some(0.0));
     db.close().await;
 }
+
+#[tokio::test]
+async fn a_worker_that_does_not_report_still_records_its_kinds_owners() {
+    // Owners come from the workers that run the kinds: one that opts out of reporting (the
+    // gauges read by an ops worker elsewhere) must still say who owns its kinds, or their
+    // dead letters are labelled `owner="none"` and their rows have no owner.
+    let db = TestDb::new().await;
+    let store = db.store();
+    let worker = Worker::builder(store.clone())
+        .register::<TrDead>()
+        .queue("rq-dead", 1)
+        .configure(|c| c.reporter.enabled = false)
+        .for_tests()
+        .build()
+        .unwrap()
+        .start();
+    let owner = || async {
+        sqlx::query_scalar::<_, String>("SELECT owner FROM job.kind_owners WHERE kind = 'tr.dead'")
+            .fetch_optional(&db.pool())
+            .await
+            .unwrap()
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while owner().await.is_none() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the owner was never recorded"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    worker.shutdown().await;
+    assert_eq!(owner().await.as_deref(), Some("billing"));
+    let holder: Option<String> = sqlx::query_scalar(
+        "SELECT holder FROM job.leaders WHERE role = 'reporter' AND until > now()",
+    )
+    .fetch_optional(&db.pool())
+    .await
+    .unwrap();
+    assert_eq!(holder, None, "it took no reporter's role");
+    db.close().await;
+}

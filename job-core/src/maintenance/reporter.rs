@@ -28,6 +28,7 @@ pub struct ReporterConfig {
     /// passes in between only keep the role.
     pub interval: Duration,
     /// Whether this worker takes part (reports when it holds the role). Defaults to `true`.
+    /// A worker that does not still records the owners of its kinds, once.
     pub enabled: bool,
 }
 
@@ -98,6 +99,8 @@ pub struct Reporter<S> {
     next: Option<Instant>,
     /// Whether the last pass found this worker holding the role.
     held: bool,
+    /// Whether a worker that does not report (`enabled: false`) has recorded its owners.
+    owners_recorded: bool,
 }
 
 impl<S: Store> Reporter<S> {
@@ -117,6 +120,7 @@ impl<S: Store> Reporter<S> {
             seen: Seen::new(),
             next: None,
             held: false,
+            owners_recorded: false,
         }
     }
 
@@ -228,6 +232,19 @@ impl<S: Store> Service for Reporter<S> {
     fn tick(&mut self) -> BoxFuture<'_, Result<(), StoreError>> {
         Box::pin(async move {
             if !self.config.enabled {
+                // Owners are recorded by the workers that run the kinds, reporting or not:
+                // the dead letters' `owner` label and `JobRow::owner` come from them. Once,
+                // without taking the role (it is held until now, so it lapses at once).
+                if !self.owners_recorded && !self.owners.is_empty() {
+                    let request = ReportRequest {
+                        holder: self.holder.clone(),
+                        hold_for: Duration::ZERO,
+                        owners: self.owners.clone(),
+                        read: false,
+                    };
+                    self.store.report(&request).await?;
+                    self.owners_recorded = true;
+                }
                 return Ok(());
             }
             let started = Instant::now();

@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::attempt::fault::FaultPoint;
 use crate::attempt::pipeline::panic_message;
-use crate::contract::store::{BreakerCount, Finalize, Finalized, Store};
+use crate::contract::store::{BreakerCount, Finalize, Finalized, Lease, Store};
 use crate::model::attempt_info::AttemptInfo;
 use crate::model::error::StoreError;
 use crate::model::outcome::{ErrorClass, Failure, Outcome};
@@ -49,6 +49,9 @@ pub(crate) struct Completion {
     pub(crate) labels: JobLabels,
     /// How long its handler ran, when it ran (a poison payload never starts one).
     pub(crate) ran_for: Option<Duration>,
+    /// The progress its handler reported after the keeper last wrote it: written just before
+    /// the outcome.
+    pub(crate) last_progress: Option<String>,
 }
 
 /// Writes outcomes until `stop`, then what is left. Shutdown waits for that last flush until
@@ -168,6 +171,7 @@ async fn flush<S: Store>(
     batch: &mut Vec<Completion>,
     busy: &mut Vec<Completion>,
 ) {
+    save_last_progress(shared, batch).await;
     let mut failures = 0u32;
     loop {
         if failures > 0 {
@@ -218,6 +222,31 @@ async fn flush<S: Store>(
         }
     }
 }
+
+/// Writes the last progress reports of `batch`'s executions (made after their last
+/// heartbeat) before their outcomes, as the keeper would have with the next heartbeat: the
+/// stored progress is the job's latest. Only when some handler reported; bounded, and a
+/// failure is logged and costs only that report.
+async fn save_last_progress<S: Store>(shared: &Shared<S>, batch: &mut [Completion]) {
+    let progress: Vec<(Lease, String)> = batch
+        .iter_mut()
+        .filter_map(|c| Some((c.finalize.lease, c.last_progress.take()?)))
+        .collect();
+    if progress.is_empty() {
+        return;
+    }
+    match tokio::time::timeout(LAST_PROGRESS_WAIT, shared.store.save_progress(&progress)).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => tracing::warn!(error = %e, "last progress reports not recorded"),
+        Err(_) => tracing::warn!(
+            timeout = ?LAST_PROGRESS_WAIT,
+            "recording the last progress reports timed out"
+        ),
+    }
+}
+
+/// How long the completer waits to write the last progress reports before the outcomes.
+const LAST_PROGRESS_WAIT: Duration = Duration::from_secs(2);
 
 /// The store's finalize, a panic in it (a bug, or a store layer's) read as a refusal: the
 /// completer must outlive it, or the outcomes after it would wait for ever while the keeper

@@ -98,12 +98,27 @@ async fn execute<S: Store>(
         .inflight
         .start(&lease, options.timeout, Instant::now())
     else {
-        // The job waited so long for its start (a runtime whose threads were all busy, a long
-        // wait in the prefetch buffer) that its lease is lost or about to be: running it now
-        // could overlap its next owner.
-        bump(&shared.counters.fenced, 1);
-        labels.fenced();
-        tracing::warn!("lease too close to its expiry when the job could start: not running it");
+        match signals.reason() {
+            // Taken away while it waited: the keeper counted its fence; a lease the store
+            // reported lost is counted here, as when a running job's outcome is dropped.
+            Some(Abort::Fenced) => {}
+            Some(Abort::LeaseLost) => {
+                bump(&shared.counters.lease_lost, 1);
+                labels.lease_lost();
+                tracing::warn!("lease lost while the job waited for its start: not running it");
+            }
+            Some(_) => {}
+            // The job waited so long for its start (a runtime whose threads were all busy, a
+            // long wait in the prefetch buffer) that its lease is about to run out: running
+            // it now could overlap its next owner.
+            None => {
+                bump(&shared.counters.fenced, 1);
+                labels.fenced();
+                tracing::warn!(
+                    "lease too close to its expiry when the job could start: not running it"
+                );
+            }
+        }
         Box::pin(give_back_unstarted(&shared, lease)).await;
         return;
     };
@@ -233,7 +248,7 @@ async fn execute<S: Store>(
         return;
     }
     let finalized_by_handler = signals.finalized_by_handler();
-    if !shared.inflight.set_finalizing(&lease, Instant::now()) {
+    let Some(last_progress) = shared.inflight.set_finalizing(&lease, Instant::now()) else {
         shared.inflight.remove(&lease);
         match signals.reason() {
             Some(Abort::Finalized) => {
@@ -249,7 +264,7 @@ async fn execute<S: Store>(
             }
         }
         return;
-    }
+    };
     let _ = shared.completions.send(Completion {
         finalize: Finalize {
             result: match outcome {
@@ -261,6 +276,7 @@ async fn execute<S: Store>(
         },
         info,
         finalized_by_handler,
+        last_progress,
         abort: signals.flags.clone(),
         labels,
         ran_for: ran,

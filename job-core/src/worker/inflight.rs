@@ -256,7 +256,10 @@ impl InFlight {
     }
 
     /// The outcome of `lease` went to the completer. False when the lease is not held.
-    pub(crate) fn set_finalizing(&self, lease: &Lease, now: Instant) -> bool {
+    /// `None` when the lease is no longer held; else the progress the handler reported since
+    /// the keeper last wrote it, which the completer writes before the outcome (the keeper
+    /// writes only with a heartbeat, and a last report would go with the entry).
+    pub(crate) fn set_finalizing(&self, lease: &Lease, now: Instant) -> Option<Option<String>> {
         match self.lock().get_mut(lease) {
             Some(e) if e.held => {
                 let ran_for = match e.phase {
@@ -264,9 +267,15 @@ impl InFlight {
                     _ => Duration::ZERO,
                 };
                 e.phase = Phase::Finalizing { ran_for };
-                true
+                Some(match &mut e.progress {
+                    Some((progress, pending @ true)) => {
+                        *pending = false;
+                        Some(progress.clone())
+                    }
+                    _ => None,
+                })
             }
-            _ => false,
+            _ => None,
         }
     }
 
