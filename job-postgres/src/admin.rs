@@ -299,7 +299,13 @@ impl Scope<'_> {
             .await;
             match result {
                 Ok(rows) => break rows,
-                Err(e) if crate::error::is_unique_violation(&e) && tries < REDRIVE_TRIES => {
+                // A key taken meanwhile (23505), or a deadlock with another transaction taking
+                // ordering keys' locks in another order (40P01, which the server resolves by
+                // failing one side): the statement runs again.
+                Err(e)
+                    if (crate::error::is_unique_violation(&e) || crate::error::is_deadlock(&e))
+                        && tries < REDRIVE_TRIES =>
+                {
                     continue
                 }
                 Err(e) => return Err(Error::query("redrive")(e).into()),

@@ -133,3 +133,9 @@ impl From<Error> for job_core::EnqueueError {
 pub(crate) fn is_unique_violation(error: &sqlx::Error) -> bool {
     matches!(error, sqlx::Error::Database(db) if db.code().as_deref() == Some("23505"))
 }
+
+/// Whether `error` is the server's `deadlock_detected` (40P01): this side was chosen to fail,
+/// and the statement can run again.
+pub(crate) fn is_deadlock(error: &sqlx::Error) -> bool {
+    matches!(error, sqlx::Error::Database(db) if db.code().as_deref() == Some("40P01"))
+}

@@ -140,7 +140,15 @@ impl<S: Store> Reporter<S> {
             owners: self.owners.clone(),
             read,
         };
-        let report = self.store.report(&request).await?;
+        let report = match self.store.report(&request).await {
+            Ok(report) => report,
+            Err(e) => {
+                // Its gauges are no longer read: not the leader any more as far as the alert
+                // rules go (they multiply by `job_reporter_leader`), so stale values fire none.
+                gauge!(names::REPORTER).set(0.0);
+                return Err(e);
+            }
+        };
         self.held = report.is_some();
         match &report {
             Some(report) => {

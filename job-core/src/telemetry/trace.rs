@@ -9,6 +9,10 @@ pub const TRACEPARENT_LEN: usize = 55;
 /// Whether `value` is a W3C `traceparent` of version 00 as this framework stores it:
 /// lower-case hex, a trace id and a parent id that are not all zeros.
 pub fn valid_traceparent(value: &str) -> bool {
+    // The length first: a long text is refused before it is split.
+    if value.len() != TRACEPARENT_LEN {
+        return false;
+    }
     let parts: Vec<&str> = value.split('-').collect();
     let hex = |s: &str, len: usize| {
         s.len() == len
