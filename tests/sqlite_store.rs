@@ -482,7 +482,9 @@ async fn the_pruner_reads_each_pruned_state_through_its_own_index_never_the_dead
             && reads[0].starts_with("SEARCH job_jobs USING")
             && reads[0].contains("INDEX job_jobs_completed_idx (finalized_at<?)")
             && reads[1].starts_with("SEARCH job_jobs USING")
-            && reads[1].contains("INDEX job_jobs_cancelled_idx (finalized_at<?)"),
+            // In the order of the later of finished and due: a job cancelled before its run
+            // time is kept until then, and is not walked by every pass meanwhile.
+            && reads[1].contains("INDEX job_jobs_cancelled_idx (<expr><?)"),
         "{steps:#?}"
     );
 

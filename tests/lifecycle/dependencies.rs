@@ -914,4 +914,22 @@ async fn a_redriven_dependent_waits_again_for_a_dependency_that_has_not_complete
         .unwrap();
     assert_eq!(redrive(vec![ship]).await.redriven, [ship]);
     assert_eq!(h.row(ship).await.state, JobState::Available);
+
+    // An `after_all` dependent redriven with the job it waits for waits for it again: the
+    // statement's snapshot still sees that job ended, which satisfies such an edge.
+    let first = enqueue(&h.store, task("first")).await;
+    let then = Enqueue::new(task("then"))
+        .after_all([first])
+        .enqueue(pool)
+        .await
+        .unwrap();
+    end(first, "discarded").await;
+    h.store.stage_due(100).await.unwrap();
+    assert_eq!(h.row(then).await.state, JobState::Available);
+    end(then, "discarded").await;
+    assert_eq!(redrive(vec![first, then]).await.redriven, [first, then]);
+    assert_eq!(h.row(then).await.state, JobState::Pending, "behind first");
+    end(first, "cancelled").await;
+    h.store.stage_due(100).await.unwrap();
+    assert_eq!(h.row(then).await.state, JobState::Available);
 }

@@ -242,3 +242,68 @@ fn two_schedules_of_one_kind_or_one_that_never_fires_are_build_errors() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_look_that_comes_late_enqueues_the_periods_it_missed() {
+    // Looks every second, a period every second: a look 3 s late (a slow pass) enqueues the
+    // periods since the last one it saw, due at once, rather than skip them.
+    let h = Harness::new().await;
+    let every_second = Periodic::new("* * * * * *", || Noop { n: 1 }).unwrap();
+    let scheduler = Scheduler::new(
+        h.store.clone(),
+        vec![every_second],
+        SchedulerConfig {
+            interval: Duration::from_secs(1),
+        },
+    );
+    let t0 = chrono::Utc::now();
+    assert_eq!(scheduler.run_once(t0).await.unwrap().enqueued, 1);
+    scheduler
+        .run_once(t0 + chrono::Duration::seconds(3))
+        .await
+        .unwrap();
+    let (periods, first, last): (
+        i64,
+        chrono::DateTime<chrono::Utc>,
+        chrono::DateTime<chrono::Utc>,
+    ) = sqlx::query_as("SELECT count(DISTINCT run_at), min(run_at), max(run_at) FROM job.jobs")
+        .fetch_one(h.store.pool())
+        .await
+        .unwrap();
+    assert_eq!(
+        (last - first).num_seconds() + 1,
+        periods,
+        "no second skipped between {first} and {last}"
+    );
+    assert!(periods >= 4, "{periods} periods from {first} to {last}");
+}
+
+#[tokio::test]
+async fn a_schedule_whose_job_panics_does_not_stop_the_schedules_after_it() {
+    let h = Harness::new().await;
+    // Its first job (the sample `Periodic::new` makes) is fine; every later one panics.
+    let sampled = Arc::new(AtomicBool::new(false));
+    let panics = Periodic::new("* * * * * *", move || {
+        if sampled.swap(true, Ordering::SeqCst) {
+            panic!("the payload could not be made");
+        }
+        Text { s: "ab".into() }
+    })
+    .expect("the sample is fine");
+    let fine = Periodic::new("* * * * * *", || Noop { n: 7 }).unwrap();
+    let scheduler = Scheduler::new(
+        h.store.clone(),
+        vec![panics, fine],
+        SchedulerConfig::default(),
+    );
+    let done = scheduler
+        .run_once(chrono::Utc::now())
+        .await
+        .expect("a panic in one schedule is no failed look");
+    assert_eq!((done.enqueued, done.refused), (1, 1), "{done:?}");
+    let kinds: Vec<String> = sqlx::query_scalar("SELECT kind FROM job.jobs")
+        .fetch_all(h.store.pool())
+        .await
+        .unwrap();
+    assert_eq!(kinds, ["test.noop"]);
+}

@@ -160,6 +160,10 @@ pub struct Scheduler<S> {
 /// a look every minute covers a schedule of every second.
 const MAX_PERIODS_PER_LOOK: usize = 100;
 
+/// How far behind now a look catches up on periods it missed (it came late), beyond one
+/// interval.
+const CATCH_UP: Duration = Duration::from_secs(60);
+
 /// What a scheduler look did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Scheduled {
@@ -200,20 +204,50 @@ impl<S: Store> Scheduler<S> {
             .ok()
             .and_then(|ahead| now.checked_add_signed(ahead))
             .unwrap_or(now);
+        // A look that comes late (a slow pass, a timer's jitter) starts from the last period
+        // this scheduler saw, when that is recent: the periods between it and now are
+        // enqueued too, due at once. After a longer gap (the database away for minutes, a
+        // process just started) it starts from now, as cron does, rather than run a backlog.
+        let catch_up = chrono::Duration::from_std(self.config.interval + CATCH_UP)
+            .ok()
+            .and_then(|back| now.checked_sub_signed(back))
+            .unwrap_or(now);
         for (i, entry) in self.entries.iter().enumerate() {
-            let mut after = now;
+            let last = self.lock()[i];
+            let mut after = match last {
+                Some(last) if last >= catch_up => last.min(now),
+                _ => now,
+            };
+            // Whether a period after now was reached: the look goes on until one is, and then
+            // up to the horizon.
+            let mut ahead = false;
             for _ in 0..MAX_PERIODS_PER_LOOK {
                 let Some(period) = entry.next_after(after) else {
                     break;
                 };
-                if after > now && period > horizon {
+                if ahead && period > horizon {
                     break;
                 }
                 after = period;
-                if self.lock()[i].is_some_and(|last| last >= period) {
+                ahead |= period > now;
+                if last.is_some_and(|last| last >= period) {
                     continue;
                 }
-                let enqueued = match entry.job_for(period) {
+                // The application's closure and `Serialize` run here: a panic is this
+                // schedule's refusal, not the end of the look for the schedules after it.
+                let made = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    entry.job_for(period)
+                }))
+                .unwrap_or_else(|panic| {
+                    Err(EnqueueError::InvalidOption {
+                        option: "periodic",
+                        reason: format!(
+                            "making the job panicked: {}",
+                            crate::attempt::pipeline::panic_message(panic)
+                        ),
+                    })
+                });
+                let enqueued = match made {
                     Ok(job) => self.store.enqueue(job).await,
                     Err(refused) => Err(refused),
                 };

@@ -235,9 +235,15 @@ async fn save_last_progress<S: Store>(shared: &Shared<S>, batch: &mut [Completio
     if progress.is_empty() {
         return;
     }
-    match tokio::time::timeout(LAST_PROGRESS_WAIT, shared.store.save_progress(&progress)).await {
-        Ok(Ok(_)) => {}
-        Ok(Err(e)) => tracing::warn!(error = %e, "last progress reports not recorded"),
+    // Caught as the finalize is: the completer must outlive a store (or layer) that panics.
+    let save = AssertUnwindSafe(shared.store.save_progress(&progress)).catch_unwind();
+    match tokio::time::timeout(LAST_PROGRESS_WAIT, save).await {
+        Ok(Ok(Ok(_))) => {}
+        Ok(Ok(Err(e))) => tracing::warn!(error = %e, "last progress reports not recorded"),
+        Ok(Err(panic)) => tracing::error!(
+            panic = %panic_message(panic),
+            "recording the last progress reports panicked; they are lost"
+        ),
         Err(_) => tracing::warn!(
             timeout = ?LAST_PROGRESS_WAIT,
             "recording the last progress reports timed out"

@@ -1,13 +1,13 @@
 -- Deletes up to $3 completed jobs finished more than $1 milliseconds ago and cancelled jobs
--- finished more than $2 milliseconds ago (never discarded ones), oldest first, skipping rows
+-- finished (and due) more than $2 milliseconds ago (never discarded ones), oldest first, skipping rows
 -- someone holds, and what those jobs depended on (job.dependencies, migration 0013). A job
 -- that an unresolved edge points at is kept until the stager has resolved it
 -- (dependencies_open_idx): deleted, it would read as a dependency that did not complete, and
 -- its dependent would be discarded. Returns how many jobs.
 --
--- Each state is read through its own index up to its own cutoff (jobs_completed_idx,
--- jobs_cancelled_idx, migration 0017), oldest first and at most $3, and the $3 oldest of both
--- are deleted: a pass reads what it may delete, never a dead letter nor a job within its
+-- Each state is read through its own index up to its own cutoff (jobs_completed_idx, migration
+-- 0017; jobs_cancelled_prune_idx, migration 0029), oldest first and at most $3, and the $3
+-- oldest of both are deleted: a pass reads what it may delete, never a dead letter nor a job within its
 -- retention. (One condition over both states gave no index condition and walked every
 -- finished row.) A branch may lock rows that are then not among the $3: at most $3 of them,
 -- until the statement's transaction ends. The batch is an array, so the delete looks its rows
@@ -29,18 +29,19 @@ WITH gone AS (
                     FOR UPDATE SKIP LOCKED) c
               UNION ALL
               SELECT c.id, c.finalized_at
-              FROM (SELECT j.id, j.finalized_at
+              FROM (SELECT j.id, greatest(j.finalized_at, j.run_at) AS finalized_at
                     FROM job.jobs j
                     WHERE j.state = 'cancelled'
-                      AND j.finalized_at < now() - $2::bigint * interval '1 millisecond'
                       -- A job cancelled before its time (a periodic job's next period) is
                       -- kept until that time has passed by the retention too: its unique key
                       -- (`UntilPruned`) is what keeps a scheduler from enqueueing the period
-                      -- again.
-                      AND j.run_at < now() - $2::bigint * interval '1 millisecond'
+                      -- again. Read in that order (jobs_cancelled_prune_idx, migration 0029),
+                      -- so that such rows are not walked by every pass.
+                      AND greatest(j.finalized_at, j.run_at)
+                          < now() - $2::bigint * interval '1 millisecond'
                       AND NOT EXISTS (SELECT 1 FROM job.dependencies d
                                       WHERE d.depends_on = j.id AND NOT d.resolved)
-                    ORDER BY j.finalized_at
+                    ORDER BY greatest(j.finalized_at, j.run_at)
                     LIMIT $3::integer
                     FOR UPDATE SKIP LOCKED) c) f
         ORDER BY f.finalized_at

@@ -38,11 +38,15 @@ reopened AS (
         flagged  = false
     FROM ranked r
     WHERE d.job_id = r.id AND r.holder IS NULL AND r.first = r.id AND d.resolved
-      AND EXISTS (SELECT 1 FROM job.jobs x
+      AND (
+          -- the edge is not satisfied now
+          EXISTS (SELECT 1 FROM job.jobs x
                   WHERE x.id = d.depends_on
-                    -- the edge is not satisfied now
                     AND CASE d.mode WHEN 'completed' THEN x.state <> 'completed'
                              ELSE x.state NOT IN ('completed', 'cancelled', 'discarded') END)
+          -- or the job it waits for is redriven by this statement (this snapshot still sees
+          -- it ended, which satisfies an `after_all` edge)
+          OR d.depends_on IN (SELECT b.id FROM ranked b WHERE b.holder IS NULL AND b.first = b.id))
     RETURNING d.job_id
 ),
 redriven AS (

@@ -3,8 +3,8 @@
 -- cleared. An execution that ran ($3: milliseconds it ran; null: never started) leaves an entry
 -- of class `released` in the history, through job.push_error, under the attempt it used.
 -- Wakes the queues so another worker takes them now.
--- A job given back before its first attempt ever started ($3 null, and the refund brings it to
--- attempt 0) holds its unique key again when the claim had spent it ('started' becomes 'spent'
+-- A job given back before its first attempt ever started ($3 null, the refund brings it to
+-- attempt 0, and it never snoozed nor has any entry in its history) holds its unique key again when the claim had spent it ('started' becomes 'spent'
 -- at the claim): it has not started, so `UntilStarted` still holds it, unless another job took
 -- the key meanwhile (that one keeps it). $4 false skips that: the caller's second try after a
 -- concurrent enqueue took the key between this statement's snapshot and its write (23505).
@@ -36,6 +36,10 @@ released AS (
                                                   coalesce(j.locked_by, '(unknown)'),
                                                   l.ran_ms))) END,
         unique_scope = CASE WHEN $4::boolean AND l.ran_ms IS NULL AND j.attempt = 1
+                                 -- never started before either: a snooze and a release
+                                 -- after running give the attempt back too, and leave a
+                                 -- count or an entry
+                                 AND j.snoozes = 0 AND j.errors = '[]'::jsonb
                                  AND j.unique_scope = 'spent' AND j.unique_key IS NOT NULL
                                  AND NOT EXISTS (
                                      SELECT 1 FROM job.jobs a

@@ -3,7 +3,7 @@
 -- the error history ?4 (with a `released` entry when the execution ran), the lease and
 -- stuck_since cleared. Returns the queue when released.
 -- ?5: the execution never started. A job given back before its first attempt ever started (the
--- refund brings it to attempt 0) holds its unique key again when the claim had spent it
+-- refund brings it to attempt 0, and it never snoozed nor has any entry in its history) holds its unique key again when the claim had spent it
 -- ('started' becomes 'spent' at the claim), unless another job took the key meanwhile (that
 -- one keeps it): it has not started, so `UntilStarted` still holds it. One writer at a time:
 -- the check and the write see the same rows.
@@ -12,7 +12,8 @@ SET state        = 'available',
     attempt      = attempt - 1,
     run_at       = min(run_at, ?3),
     errors       = ?4,
-    unique_scope = CASE WHEN ?5 AND attempt = 1 AND unique_scope = 'spent'
+    unique_scope = CASE WHEN ?5 AND attempt = 1 AND snoozes = 0
+                             AND errors = '[]' AND unique_scope = 'spent'
                              AND unique_key IS NOT NULL
                              AND NOT EXISTS (
                                  SELECT 1 FROM job_jobs a

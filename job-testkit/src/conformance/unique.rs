@@ -231,6 +231,25 @@ pub async fn until_started_holds_the_key_again_when_given_back_unstarted<S: Stor
     let newer = store.enqueue(started("t")).await.unwrap();
     assert_eq!(store.release(&give_back(job.lease, None)).await.unwrap(), 1);
     assert_eq!(duplicate_of(store.enqueue(started("t")).await), newer);
+
+    // A job that started once (it snoozed, which gives the attempt back too) and is then
+    // claimed and given back unstarted holds nothing: its start spent the key.
+    let both = store.claim_due(&request(&[NOOP], 10)).await.unwrap();
+    for job in both {
+        finalize_one(&store, job.lease, Outcome::Complete).await;
+    }
+    let snoozer = store.enqueue(started("u")).await.unwrap();
+    let job = claim_one(&store, NOOP).await;
+    assert_eq!(job.lease.id, snoozer);
+    let snooze = Outcome::Snooze {
+        delay: Duration::ZERO,
+    };
+    finalize_one(&store, job.lease, snooze).await;
+    let job = claim_one(&store, NOOP).await;
+    assert_eq!((job.lease.id, job.attempt), (snoozer, 1));
+    assert_eq!(store.release(&give_back(job.lease, None)).await.unwrap(), 1);
+    let after = store.enqueue(started("u")).await.unwrap();
+    assert_ne!(after, snoozer, "the key was spent by the job's first start");
 }
 
 /// Eight concurrent enqueues of one key make exactly one job; the seven others are refused
