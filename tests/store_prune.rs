@@ -14,14 +14,14 @@ use store_support::rows_read;
 
 const PRUNE: &str = include_str!("../job-postgres/src/sql/prune.sql");
 
-/// Inserts `n` jobs in the finished `state`, finished `age` ago (an SQL interval), the oldest
-/// first; returns their ids in that order.
+/// Inserts `n` jobs in the finished `state`, due and finished `age` ago (an SQL interval), the
+/// oldest first; returns their ids in that order.
 async fn finished(pool: &sqlx::PgPool, n: i64, state: &str, age: &str) -> Vec<i64> {
     sqlx::query_scalar(&format!(
-        "INSERT INTO job.jobs (kind, queue, payload, state, attempt, finalized_at)
-         SELECT 'p.kind', 'default', '{{}}', '{state}', 1,
-                now() - interval '{age}' - (($1::bigint - g) * interval '1 millisecond')
-         FROM generate_series(1, $1::bigint) g
+        "INSERT INTO job.jobs (kind, queue, payload, state, attempt, run_at, finalized_at)
+         SELECT 'p.kind', 'default', '{{}}', '{state}', 1, f, f
+         FROM (SELECT g, now() - interval '{age}' - (($1::bigint - g) * interval '1 millisecond')
+               FROM generate_series(1, $1::bigint) g) AS t(g, f)
          ORDER BY g
          RETURNING id"
     ))
@@ -70,6 +70,17 @@ async fn a_prune_reads_no_dead_letter_and_no_job_within_its_retention() {
     finished(pool, 2_000, "completed", "1 minute").await;
     let cancelled = finished(pool, 3, "cancelled", "2 days").await;
     finished(pool, 1_000, "cancelled", "2 hours").await;
+    // And 1,000 cancelled two days ago before their time, due tomorrow: kept until then, and
+    // not read meanwhile (a periodic job's next period, cancelled ahead).
+    sqlx::query(
+        "INSERT INTO job.jobs (kind, queue, payload, state, attempt, run_at, finalized_at)
+         SELECT 'p.kind', 'default', '{}', 'cancelled', 1, now() + interval '1 day',
+                now() - interval '2 days'
+         FROM generate_series(1, 1000)",
+    )
+    .execute(pool)
+    .await
+    .unwrap();
     sqlx::query("ANALYZE job.jobs").execute(pool).await.unwrap();
     let request = PruneRequest {
         completed_retention: HOUR,
@@ -83,7 +94,8 @@ async fn a_prune_reads_no_dead_letter_and_no_job_within_its_retention() {
         "the 10 completed and 3 cancelled jobs past retention"
     );
     // The 13 it deletes, read by their state's scan and by the delete's primary-key lookup,
-    // and nothing of the 20,000 dead letters or the 3,000 jobs within their retention.
+    // and nothing of the 20,000 dead letters, the 3,000 jobs within their retention or the
+    // 1,000 cancelled ahead of their time.
     assert!(
         read <= 2.0 * gone,
         "the prune read {read} rows of job.jobs to delete {gone}"
