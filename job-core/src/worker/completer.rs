@@ -139,6 +139,7 @@ async fn record_breakers<S: Store>(shared: &Shared<S>) {
         Ok(tripped) => {
             for t in tripped {
                 breaker_tripped(&t.kind);
+                shared.breaker_tripped(&t.kind);
                 tracing::error!(
                     kind = %t.kind,
                     reason = %t.reason,

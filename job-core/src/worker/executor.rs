@@ -94,6 +94,13 @@ async fn execute<S: Store>(
         return;
     };
     let options = handler.options();
+    if shared.claimed_before_its_breaker_tripped(&info.kind, &lease) {
+        // Its kind's breaker tripped while it waited for a slot: it goes back unstarted (the
+        // attempt not counted) and waits, paused, with the kind's other jobs.
+        tracing::debug!("the kind's circuit breaker tripped since the claim: giving it back");
+        Box::pin(give_back_unstarted(&shared, lease)).await;
+        return;
+    }
     let Some(claimed) = shared
         .inflight
         .start(&lease, options.timeout, Instant::now())

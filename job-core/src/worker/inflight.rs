@@ -250,6 +250,11 @@ impl InFlight {
         }
     }
 
+    /// When the claim that took `lease` was sent, while it is held here.
+    pub(crate) fn claimed_at(&self, lease: &Lease) -> Option<Instant> {
+        self.lock().get(lease).filter(|e| e.held).map(|e| e.claimed)
+    }
+
     /// Whether `lease` is still held here.
     pub(crate) fn holds(&self, lease: &Lease) -> bool {
         self.lock().get(lease).is_some_and(|e| e.held)

@@ -142,6 +142,8 @@ impl<S: Store> Worker<S> {
             executors: TaskTracker::new(),
             breakers: Mutex::default(),
             label_cache: LabelCache::default(),
+            tripped: Mutex::default(),
+            any_tripped: std::sync::atomic::AtomicBool::new(false),
         });
         let keeper = Keeper::start(shared.clone(), self.store);
         let shutdown = CancellationToken::new();

@@ -10,7 +10,7 @@ use tokio_util::task::TaskTracker;
 use crate::attempt::context::Extensions;
 use crate::attempt::fault::{Fault, FaultInjector, FaultPoint};
 use crate::attempt::registry::Registry;
-use crate::contract::store::BreakerCount;
+use crate::contract::store::{BreakerCount, Lease};
 use crate::model::attempt_info::AttemptInfo;
 use crate::telemetry::{JobLabels, LabelCache};
 
@@ -37,6 +37,12 @@ pub(crate) struct Shared<S> {
     pub(crate) breakers: Mutex<HashMap<String, BreakerCount>>,
     /// The metric labels built so far, one set per kind and queue.
     pub(crate) label_cache: LabelCache,
+    /// Kinds whose circuit breaker this worker saw trip, and when it learned of it: a job of
+    /// such a kind claimed before then (waiting in the prefetch buffer) is given back instead
+    /// of started (see [`Shared::claimed_before_its_breaker_tripped`]).
+    pub(crate) tripped: Mutex<HashMap<String, tokio::time::Instant>>,
+    /// Whether `tripped` holds anything: the executor's check costs one load until then.
+    pub(crate) any_tripped: std::sync::atomic::AtomicBool,
 }
 
 impl<S> Shared<S> {
@@ -45,6 +51,38 @@ impl<S> Shared<S> {
         self.label_cache.get(&job.queue, &job.kind, || {
             self.registry.get(&job.kind).and_then(|h| h.options().owner)
         })
+    }
+
+    /// This worker saw `kind`'s circuit breaker trip (the kind is paused cluster-wide).
+    pub(crate) fn breaker_tripped(&self, kind: &str) {
+        self.tripped
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(kind.to_owned(), tokio::time::Instant::now());
+        self.any_tripped
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Whether the job of `lease`, of `kind`, was claimed before this worker saw `kind`'s
+    /// breaker trip: it waited in the prefetch buffer, and starting it now would spend an
+    /// attempt on what the breaker paused. A job claimed after the trip was claimed once the
+    /// pause had ended (an operator's resume, or its cool-down), and runs.
+    pub(crate) fn claimed_before_its_breaker_tripped(&self, kind: &str, lease: &Lease) -> bool {
+        if !self.any_tripped.load(std::sync::atomic::Ordering::Acquire) {
+            return false;
+        }
+        let Some(tripped) = self
+            .tripped
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(kind)
+            .copied()
+        else {
+            return false;
+        };
+        self.inflight
+            .claimed_at(lease)
+            .is_some_and(|claimed| claimed < tripped)
     }
 
     /// Counts an ended attempt of `kind` for its circuit breaker, when it has one.
