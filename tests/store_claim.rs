@@ -308,6 +308,18 @@ async fn explain_rated(
     limit: i32,
     starts_per_key: i32,
 ) -> (f64, f64) {
+    let root = explain_rated_plan(pool, plan_mode, kind, limit, starts_per_key).await;
+    (root["Actual Rows"].as_f64().unwrap(), rows_read(&root))
+}
+
+/// [`explain_rated`]'s plan.
+async fn explain_rated_plan(
+    pool: &sqlx::PgPool,
+    plan_mode: &str,
+    kind: &str,
+    limit: i32,
+    starts_per_key: i32,
+) -> Value {
     let mut tx = pool.begin().await.unwrap();
     // At most `starts_per_key` starts per key in any minute, no concurrency limit.
     let root = explain_prepared(
@@ -321,7 +333,91 @@ async fn explain_rated(
     )
     .await;
     tx.commit().await.unwrap();
-    (root["Actual Rows"].as_f64().unwrap(), rows_read(&root))
+    root
+}
+
+/// The recorded starts (elements of `job.rate_windows.starts`) a plan read.
+fn starts_read(plan: &Value) -> f64 {
+    let mut total = 0.0;
+    if plan["Node Type"] == "Function Scan" && plan["Function Name"] == "unnest" {
+        let loops = plan["Actual Loops"].as_f64().unwrap_or(1.0);
+        total += plan["Actual Rows"].as_f64().unwrap_or(0.0) * loops;
+        total += plan["Rows Removed by Filter"].as_f64().unwrap_or(0.0);
+    }
+    if let Some(children) = plan["Plans"].as_array() {
+        total += children.iter().map(starts_read).sum::<f64>();
+    }
+    total
+}
+
+#[tokio::test]
+async fn a_rate_key_at_its_limit_is_passed_over_without_reading_its_starts() {
+    let db = TestDb::new().await;
+    let store = db.store();
+    let pool = store.pool();
+    // For each plan mode its own kind: 40 keys with 5 due jobs each.
+    for kind in ["r.generic", "r.custom"] {
+        sqlx::query(
+            "INSERT INTO job.jobs (kind, queue, payload, state, run_at, rate_key)
+             SELECT $1, 'default', '{}', 'available',
+                    now() - interval '1 hour' + g * interval '1 millisecond',
+                    'tenant-' || (g % 40)
+             FROM generate_series(1, 200) g",
+        )
+        .bind(kind)
+        .execute(pool)
+        .await
+        .unwrap();
+    }
+    sqlx::query("ANALYZE job.jobs").execute(pool).await.unwrap();
+    for (mode, kind) in [
+        ("force_generic_plan", "r.generic"),
+        ("force_custom_plan", "r.custom"),
+    ] {
+        // Three starts a minute per key: the first claim takes three of each key's jobs.
+        let plan = explain_rated_plan(pool, mode, kind, 200, 3).await;
+        assert_eq!(plan["Actual Rows"], 120.0, "{mode}: three of each key");
+        // Every key is at its limit: the claim takes nothing and reads none of the 120 starts
+        // (it read all of them before migration 0030).
+        let plan = explain_rated_plan(pool, mode, kind, 200, 3).await;
+        assert_eq!(plan["Actual Rows"], 0.0, "{mode}: every key at its limit");
+        assert_eq!(starts_read(&plan), 0.0, "{mode}: starts read at the limit");
+        // A deploy raises the limit to four: the keys' windows were written with three, so the
+        // claim counts their starts, and each key gives one more job.
+        let plan = explain_rated_plan(pool, mode, kind, 200, 4).await;
+        assert_eq!(plan["Actual Rows"], 40.0, "{mode}: one more of each key");
+        assert!(
+            starts_read(&plan) >= 120.0,
+            "{mode}: the starts were counted"
+        );
+        // At the new limit, nothing is read again.
+        let plan = explain_rated_plan(pool, mode, kind, 200, 4).await;
+        assert_eq!(
+            plan["Actual Rows"], 0.0,
+            "{mode}: every key at its new limit"
+        );
+        assert_eq!(
+            starts_read(&plan),
+            0.0,
+            "{mode}: starts read at the new limit"
+        );
+        let (windows, shortcut): (i64, i64) = sqlx::query_as(
+            "SELECT count(*), count(*) FILTER (
+                 WHERE limit_starts = 4
+                   AND limit_start = (SELECT min(s) FROM unnest(starts) s)
+                   AND cardinality(starts) = 4)
+             FROM job.rate_windows WHERE kind = $1",
+        )
+        .bind(kind)
+        .fetch_one(pool)
+        .await
+        .unwrap();
+        assert_eq!(
+            (windows, shortcut),
+            (40, 40),
+            "{mode}: each key's fourth newest start"
+        );
+    }
 }
 
 #[tokio::test]

@@ -167,6 +167,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "operator_races",
         sql: include_str!("../migrations/0029_operator_races.sql"),
     },
+    Migration {
+        version: 30,
+        name: "rate_window_limit",
+        sql: include_str!("../migrations/0030_rate_window_limit.sql"),
+    },
 ];
 
 /// The whole schema as one plain SQL script, for a DBA or a team without Rust:

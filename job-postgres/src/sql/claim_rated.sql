@@ -94,14 +94,22 @@ go AS MATERIALIZED (
                         AND (p.resume_at IS NULL OR p.resume_at > now()))
 ),
 -- A key's room: its limit less its starts in the window, and never more than the claim's, so
--- that no key reads more of its jobs than the claim could take.
+-- that no key reads more of its jobs than the claim could take. A key whose N-th newest start
+-- (written with the same limit N by the claim that last took from it) is still inside the
+-- window holds N starts: no room, and its starts are not read (migration 0030).
 rooms AS MATERIALIZED (
     SELECT k.key,
            least(go.room,
-                 $7::integer - coalesce((SELECT count(*)::integer
-                                         FROM job.rate_windows w, unnest(w.starts) AS s(at)
-                                         WHERE w.kind = $2::text AND w.rate_key = k.key
-                                           AND s.at > go.since), 0)) AS room
+                 $7::integer - coalesce((SELECT CASE
+                                             WHEN w.limit_starts = $7::integer
+                                                  AND w.limit_start > go.since
+                                             THEN $7::integer
+                                             ELSE (SELECT count(*)::integer
+                                                   FROM unnest(w.starts) AS s(at)
+                                                   WHERE s.at > go.since) END
+                                         FROM job.rate_windows w
+                                         WHERE w.kind = $2::text AND w.rate_key = k.key), 0))
+               AS room
     FROM go,
          (SELECT rate_key AS key FROM keys UNION ALL SELECT '') k
 ),
@@ -164,15 +172,30 @@ claimed AS (
               j.attempt, j.max_attempts, j.snoozes, j.run_at, j.trace_context,
               coalesce(j.rate_key, '') AS key
 ),
+-- Each key's starts still in the window, oldest first, then the new ones (read under the
+-- kind's lock: every earlier claim of the kind has committed its own); and its N-th newest
+-- start, for the next claim's shortcut above (null: fewer than N).
+merged AS (
+    SELECT n.key,
+           ARRAY(SELECT s.at
+                 FROM job.rate_windows w, unnest(w.starts) AS s(at)
+                 WHERE w.kind = $2::text AND w.rate_key = n.key
+                   AND s.at > clock_timestamp() - $8::bigint * interval '1 millisecond'
+                 ORDER BY s.at)
+           || array_fill(clock_timestamp(), ARRAY[n.count]) AS starts
+    FROM (SELECT key, count(*)::integer AS count FROM claimed GROUP BY key) n
+),
 recorded AS (
-    INSERT INTO job.rate_windows AS w (kind, rate_key, starts)
-    SELECT $2::text, n.key, array_fill(clock_timestamp(), ARRAY[n.count::integer])
-    FROM (SELECT key, count(*) FROM claimed GROUP BY key) n
+    INSERT INTO job.rate_windows AS w (kind, rate_key, starts, limit_starts, limit_start)
+    SELECT $2::text, m.key, m.starts,
+           CASE WHEN cardinality(m.starts) >= $7::integer THEN $7::integer END,
+           (SELECT s.at FROM unnest(m.starts) AS s(at)
+            ORDER BY s.at DESC OFFSET $7::integer - 1 LIMIT 1)
+    FROM merged m
     ON CONFLICT (kind, rate_key) DO UPDATE
-    SET starts = ARRAY(SELECT s.at FROM unnest(w.starts) AS s(at)
-                       WHERE s.at > clock_timestamp() - $8::bigint * interval '1 millisecond'
-                       ORDER BY s.at)
-                 || excluded.starts,
+    SET starts = excluded.starts,
+        limit_starts = excluded.limit_starts,
+        limit_start = excluded.limit_start,
         updated_at = now()
 )
 SELECT id, lock_token, kind, queue, priority, payload::text AS payload, payload_version,
