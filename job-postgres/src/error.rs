@@ -90,28 +90,59 @@ impl Error {
 impl Error {
     /// Whether the database refused what a statement was given, so that the same statement
     /// with the same input fails again: a data exception (an invalid byte sequence such as a
-    /// NUL, a value out of range), an integrity or limit violation, a privilege, an exception
-    /// raised by a trigger. Lost connections, timeouts, deadlocks, serialization failures,
-    /// shortages and shutdowns are not refusals: they pass.
+    /// NUL, a value out of range), an integrity constraint, a program limit (a row too large
+    /// for an index), an exception raised by a trigger. Only those classes: every other error
+    /// passes and is tried again, whatever the server says, since a refusal makes callers
+    /// give an outcome up (store it without its error text, then as a dead letter) within a
+    /// fraction of a second. A server that is read-only after a failover (25006), a session
+    /// ended by the DBA's timeouts (25P03, 57P05), a login refused while passwords rotate
+    /// (28xxx), a privilege revoked or a function missing during a deploy (42xxx) say nothing
+    /// about the job, and pass like lost connections, deadlocks and shutdowns.
     pub fn is_refusal(&self) -> bool {
         let Error::Query { source, .. } = self else {
             return false;
         };
         match source {
             sqlx::Error::Encode(_) => true,
-            sqlx::Error::Database(db) => match db.code() {
-                Some(code) => !PASSING_CLASSES.iter().any(|c| code.starts_with(c)),
-                None => false,
-            },
+            sqlx::Error::Database(db) => db.code().is_some_and(|code| refused(&code)),
             _ => false,
         }
     }
 }
 
-/// SQLSTATE classes and codes of errors that pass: connection exception, transaction rollback
-/// (deadlock, serialization), insufficient resources, operator intervention (shutdown, a
-/// cancelled statement), system error, lock not available, internal error.
-const PASSING_CLASSES: &[&str] = &["08", "40", "53", "57", "58", "55P03", "XX"];
+/// SQLSTATE classes that refuse the input itself: data exception, integrity constraint
+/// violation, program limit exceeded, PL/pgSQL (a trigger's `RAISE`).
+const REFUSING_CLASSES: &[&str] = &["22", "23", "54", "P0"];
+
+/// Whether SQLSTATE `code` is of a [`REFUSING_CLASSES`] class.
+fn refused(code: &str) -> bool {
+    REFUSING_CLASSES.iter().any(|c| code.starts_with(c))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::refused;
+
+    #[test]
+    fn only_errors_about_the_input_refuse_it() {
+        // The input: a NUL byte, a value out of range, a check, an index row too large, a
+        // trigger's refusal.
+        for code in ["22021", "22003", "23514", "23505", "54000", "P0001"] {
+            assert!(refused(code), "{code}");
+        }
+        // The server, the session or the deploy: read-only after a failover, idle-in-
+        // transaction timeout, idle session timeout, a cancelled statement, a lost
+        // connection, a deadlock, too many connections, a login refused, a database missing,
+        // a privilege revoked, a function not yet migrated, a snapshot too old, an internal
+        // error.
+        for code in [
+            "25006", "25P03", "57P05", "57014", "08006", "40P01", "53300", "28P01", "3D000",
+            "42501", "42883", "72000", "XX000",
+        ] {
+            assert!(!refused(code), "{code}");
+        }
+    }
+}
 
 impl From<Error> for job_core::StoreError {
     fn from(error: Error) -> Self {
