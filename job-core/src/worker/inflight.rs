@@ -135,6 +135,9 @@ struct Entry {
     /// The lease is this worker's: renewed, and released or finalized by it. False once it
     /// was lost or fenced while the code still runs.
     held: bool,
+    /// Fenced while its code ran, and not reported lost since: the lease is still renewed
+    /// (see [`InFlight::renewals`]), though nothing will be written for it.
+    fenced_code_runs: bool,
     phase: Phase,
     /// Reported stuck (see [`InFlight::watch_stuck`]).
     stuck: bool,
@@ -212,6 +215,7 @@ impl InFlight {
                 claimed: sent,
                 signals: signals.clone(),
                 held: true,
+                fenced_code_runs: false,
                 phase: Phase::Waiting,
                 stuck: false,
                 progress: None,
@@ -308,6 +312,7 @@ impl InFlight {
         };
         let was_held = e.held;
         e.held = false;
+        e.fenced_code_runs = reason == Abort::Fenced && was_held && e.code_runs();
         e.signals.abort(reason);
         if !e.code_runs() {
             map.remove(lease);
@@ -323,6 +328,8 @@ impl InFlight {
     pub(crate) fn lost(&self, lease: &Lease) -> Option<Abort> {
         let mut map = self.lock();
         let entry = map.get_mut(lease)?;
+        // The lease is gone: a fenced execution's code, if it still runs, is renewed no more.
+        entry.fenced_code_runs = false;
         if matches!(entry.phase, Phase::Finalizing { .. }) {
             // No longer renewed nor fenced (a fence would count an execution that ended
             // well); the completer, whose answer may be held up behind a blocked runtime,
@@ -405,11 +412,15 @@ impl InFlight {
         }
     }
 
-    /// Every held lease, to renew.
+    /// Every held lease, to renew; and the lease of every execution fenced while its code ran
+    /// that still runs (code that never reaches an `.await`, a `blocking` closure): a fence
+    /// tells the code to stop, but code that does not stop would otherwise outlive its lease,
+    /// and the rescuer would hand the job to another worker while it runs. The renewal is
+    /// guarded by the lease's token, so it only keeps a lease that no one else has taken.
     pub(crate) fn renewals(&self) -> Vec<Renewal> {
         self.lock()
             .iter()
-            .filter(|(_, e)| e.held)
+            .filter(|(_, e)| e.held || e.fenced_code_runs)
             .map(|(lease, e)| Renewal {
                 lease: *lease,
                 extend_by: e.lease_len,
@@ -450,11 +461,15 @@ impl InFlight {
         self.fence_where(|_| true)
     }
 
+    /// An execution whose outcome is with the completer is never fenced: no code of it runs,
+    /// and the completer's write is guarded by the lease's token, so it applies only while no
+    /// one else has the job. Fenced, its outcome was dropped and the finished job ran again
+    /// after any outage longer than two thirds of a lease.
     fn fence_where(&self, doomed: impl Fn(&Entry) -> bool) -> Vec<Arc<AttemptInfo>> {
         let mut map = self.lock();
         let doomed: Vec<Lease> = map
             .iter()
-            .filter(|(_, e)| e.held && doomed(e))
+            .filter(|(_, e)| e.held && !matches!(e.phase, Phase::Finalizing { .. }) && doomed(e))
             .map(|(lease, _)| *lease)
             .collect();
         let infos = doomed
@@ -591,6 +606,60 @@ mod tests {
         // Whether it is fenced depends on how far the platform's clock reaches; that it is
         // asked without a panic is the point.
         let _ = inflight.fence(now + Duration::from_secs(60));
+    }
+
+    #[test]
+    fn an_outcome_with_the_completer_is_never_fenced() {
+        let inflight = InFlight::default();
+        let now = Instant::now();
+        let lease = claim(&inflight, Duration::from_secs(3), now);
+        assert!(inflight
+            .start(&lease, Duration::from_secs(60), now)
+            .is_some());
+        assert!(inflight.set_finalizing(&lease, now).is_some());
+        // Long past the lease's end as this worker counts it (an outage): still written.
+        assert!(inflight.fence(now + Duration::from_secs(10)).is_empty());
+        assert!(inflight.fence_all().is_empty());
+        assert!(inflight.holds(&lease));
+    }
+
+    #[test]
+    fn a_fenced_execution_whose_code_runs_is_renewed_until_its_lease_is_lost() {
+        let inflight = InFlight::default();
+        let now = Instant::now();
+        let lease = claim(&inflight, Duration::from_secs(3), now);
+        assert!(inflight
+            .start(&lease, Duration::from_secs(60), now)
+            .is_some());
+        assert_eq!(inflight.fence(now + Duration::from_secs(2)).len(), 1);
+        assert!(!inflight.holds(&lease), "nothing is written for it");
+        let leases = |i: &InFlight| i.renewals().iter().map(|r| r.lease).collect::<Vec<_>>();
+        assert_eq!(
+            leases(&inflight),
+            [lease],
+            "its code still runs: still renewed"
+        );
+        // The store says the token is gone: no more renewals.
+        assert_eq!(inflight.lost(&lease), None, "counted once, as fenced");
+        assert!(leases(&inflight).is_empty());
+        // A fenced execution that had not started is not renewed.
+        let waiting = Lease {
+            id: 2,
+            token: uuid::Uuid::new_v4(),
+        };
+        inflight.insert(waiting, inflight_info(), Duration::from_secs(3), now);
+        assert_eq!(inflight.fence(now + Duration::from_secs(2)).len(), 1);
+        assert!(leases(&inflight).is_empty());
+    }
+
+    fn inflight_info() -> Arc<AttemptInfo> {
+        Arc::new(AttemptInfo {
+            id: 2,
+            kind: "test.kind".into(),
+            queue: "default".into(),
+            attempt: 1,
+            max_attempts: 1,
+        })
     }
 
     #[test]
