@@ -394,6 +394,7 @@ pub(crate) struct Held {
     pub(crate) locked_by: Option<String>,
     pub(crate) locked_until: Micros,
     pub(crate) run_at: Micros,
+    pub(crate) cancel_requested: bool,
 }
 
 pub(crate) async fn held(
@@ -413,6 +414,7 @@ pub(crate) async fn held(
             locked_by: text::get_opt(&r, "locked_by")?,
             locked_until: r.try_get("locked_until")?,
             run_at: r.try_get("run_at")?,
+            cancel_requested: r.try_get("cancel_requested")?,
         })
     })
     .transpose()
@@ -472,8 +474,15 @@ pub(crate) async fn finalize(
                 job.errors.clone(),
                 None,
             ),
+            // A discard after a cancel was requested (the worker learns of a request only at
+            // its next heartbeat) ends the job cancelled: a dead letter would fire the
+            // compensation the cancel did not ask for.
             Outcome::Discard { failure } => (
-                JobState::Discarded,
+                if job.cancel_requested {
+                    JobState::Cancelled
+                } else {
+                    JobState::Discarded
+                },
                 job.run_at,
                 job.attempt,
                 0,

@@ -191,6 +191,13 @@ impl Outcome {
             AttemptEnd::Returned(Err(JobError::Retryable(e))) => {
                 retry(ErrorClass::Error, e.to_string(), rng)
             }
+            AttemptEnd::Returned(Err(JobError::Terminal(e))) if cancel_requested => {
+                Outcome::Cancel {
+                    reason: format!(
+                        "cancellation requested; the attempt ended with a terminal error: {e}"
+                    ),
+                }
+            }
             AttemptEnd::Returned(Err(JobError::Terminal(e))) => Outcome::Discard {
                 failure: Failure {
                     attempt: attempt.attempt,
@@ -357,6 +364,19 @@ mod tests {
         ));
         assert!(matches!(
             classify(timed_out(), 3, 3, false),
+            Outcome::Discard { .. }
+        ));
+    }
+
+    #[test]
+    fn a_terminal_error_after_a_cancel_request_cancels() {
+        let terminal = || AttemptEnd::Returned(Err(crate::JobError::terminal("no such card")));
+        match classify(terminal(), 1, 5, true) {
+            Outcome::Cancel { reason } => assert!(reason.contains("no such card"), "{reason}"),
+            other => panic!("expected a cancel, got {other:?}"),
+        }
+        assert!(matches!(
+            classify(terminal(), 1, 5, false),
             Outcome::Discard { .. }
         ));
     }

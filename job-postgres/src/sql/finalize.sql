@@ -20,8 +20,15 @@ WITH u AS (
 ),
 -- The guard, and the outcome carried along, so the UPDATE joins by primary key only: a join
 -- of the batch against every running row can be planned as a nested loop over all of them.
+-- A discard of a job whose cancel was requested ends it cancelled: the worker learns of a
+-- request only at its next heartbeat, so its last attempt may end with an error before then,
+-- and a dead letter would fire the compensation and fail the dependents the cancel did not
+-- ask for (the rescuer and the expirer do the same). Read from the locked row.
 locked AS MATERIALIZED (
-    SELECT j.id, u.state, u.delay_ms, u.snooze, u.error_attempt, u.error_class,
+    SELECT j.id,
+           CASE WHEN u.state = 'discarded' AND j.cancel_requested THEN 'cancelled'
+                ELSE u.state END AS state,
+           u.delay_ms, u.snooze, u.error_attempt, u.error_class,
            u.error_message, u.result, u.ord
     FROM job.jobs j
     JOIN u ON j.id = u.id AND j.lock_token = u.token

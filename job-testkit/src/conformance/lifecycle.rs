@@ -337,6 +337,38 @@ pub async fn a_discard_enqueues_the_kinds_compensating_job<S: Store>(store: S) {
     assert_eq!(claim_undo(&store).await, vec![], "no longer compensated");
 }
 
+/// A discard written after a cancel was requested (the worker learns of a request only at its
+/// next heartbeat, so its last attempt may end with an error before then) ends the job
+/// `cancelled`: no dead letter, no compensation, as the cancel asked.
+pub async fn a_discard_after_a_cancel_request_ends_the_job_cancelled<S: Store + Admin>(store: S) {
+    let compensate = job_core::Compensate {
+        kind: UNDO,
+        queue: "undo",
+    };
+    store
+        .register_kinds(&[(NOOP.to_owned(), Some(compensate))])
+        .await
+        .unwrap();
+    let job = running(&store).await;
+    assert_eq!(
+        store.cancel(job.lease.id).await.unwrap(),
+        Cancelled::Requested
+    );
+    let discard = Outcome::Discard {
+        failure: failure(1, ErrorClass::Terminal, "gave up"),
+    };
+    finalize_one(&store, job.lease, discard).await;
+    let ended = row(&store, job.lease.id).await;
+    assert_eq!(ended.state, JobState::Cancelled);
+    assert!(ended.finalized_at.is_some());
+    assert_eq!(
+        ended.errors.last().map(|e| e.message.as_str()),
+        Some("gave up"),
+        "the attempt's error is kept"
+    );
+    assert_eq!(claim_undo(&store).await, vec![], "nothing to compensate");
+}
+
 /// The compensating kind of [`a_discard_enqueues_the_kinds_compensating_job`].
 const UNDO: &str = "conformance.undo";
 

@@ -118,6 +118,7 @@ suite![
     lifecycle::a_job_cancelled_before_its_time_is_pruned_only_after_it,
     lifecycle::expire_never_touches_a_running_job,
     lifecycle::a_discard_enqueues_the_kinds_compensating_job,
+    lifecycle::a_discard_after_a_cancel_request_ends_the_job_cancelled,
     steps::a_step_is_recorded_once_under_the_lease,
     steps::steps_load_in_name_order_up_to_a_bound_and_one_by_name,
     steps::a_step_under_a_lost_lease_is_not_recorded,
