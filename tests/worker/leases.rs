@@ -791,3 +791,81 @@ async fn a_row_held_by_another_transaction_holds_up_no_other_outcome() {
         "{stats:?}"
     );
 }
+
+/// Reports progress every few milliseconds until it is told to stop.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct Reporting {}
+
+impl job::Job for Reporting {
+    const KIND: &'static str = "test.reporting";
+    const OPTIONS: job::JobOptions = job::JobOptions {
+        lease: Duration::from_millis(900),
+        ..job::JobOptions::DEFAULT
+    };
+
+    async fn perform(self, ctx: job::JobContext) -> Result<(), job::JobError> {
+        loop {
+            ctx.progress(0.5, "half way");
+            tokio::select! {
+                _ = ctx.cancelled() => return Err(job::JobError::retryable("stopped")),
+                _ = tokio::time::sleep(Duration::from_millis(10)) => {}
+            }
+        }
+    }
+}
+
+/// A store layer whose heartbeats take `delay` (counted once answered) and whose progress
+/// writes never answer.
+#[derive(Clone)]
+struct SlowBeatsStuckProgress {
+    delay: Duration,
+    beats: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl StoreLayer for SlowBeatsStuckProgress {
+    fn call<'a, T: Returned + Send + 'a>(
+        &'a self,
+        call: Call,
+        run: BoxFuture<'a, Result<T, StoreError>>,
+    ) -> BoxFuture<'a, Result<T, StoreError>> {
+        match call.name {
+            "heartbeat" => Box::pin(async move {
+                tokio::time::sleep(self.delay).await;
+                let answer = run.await;
+                self.beats.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                answer
+            }),
+            "save_progress" => Box::pin(std::future::pending()),
+            _ => run,
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_progress_write_that_does_not_answer_never_delays_the_next_heartbeat() {
+    // Heartbeats every 300 ms (a third of the 900 ms lease), each answering after 180 ms; the
+    // progress write after each never answers. It used to get a whole period, so the next
+    // heartbeat went out 480 ms after the last, renewed at 660 ms, past the fence point
+    // (600 ms): the execution was fenced though every heartbeat succeeded.
+    let h = Harness::new().await;
+    let id = enqueue(&h.store, Reporting {}).await;
+    let layer = SlowBeatsStuckProgress {
+        delay: Duration::from_millis(180),
+        beats: Default::default(),
+    };
+    let store = Layered::new(h.store.clone(), layer.clone());
+    let worker = worker(&store, &h.ledger)
+        .register::<Reporting>()
+        .build()
+        .unwrap()
+        .start();
+    h.reaches(id, JobState::Running).await;
+    let first = layer.beats.load(std::sync::atomic::Ordering::SeqCst);
+    eventually("eight more heartbeats", || async {
+        (layer.beats.load(std::sync::atomic::Ordering::SeqCst) >= first + 8).then_some(())
+    })
+    .await;
+    assert_eq!(worker.stats().fenced, 0, "every heartbeat renewed in time");
+    let stats = worker.shutdown().await.stats;
+    assert_eq!(stats.fenced, 0);
+}

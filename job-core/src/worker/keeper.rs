@@ -184,7 +184,10 @@ async fn beat<S: Store>(shared: &Shared<S>, store: &S, every: Duration) {
             Ok(Err(e)) => tracing::warn!(error = %e, "heartbeat failed"),
             Err(_) => tracing::warn!(timeout = ?allowed, "heartbeat timed out"),
         }
-        save_progress(shared, store, every).await;
+        // Only in what is left of the period: the next heartbeat must not wait for it. A slow
+        // heartbeat followed by a progress write of a whole period sent the next heartbeat
+        // past the fence point, and executions were fenced while every heartbeat succeeded.
+        save_progress(shared, store, every.saturating_sub(sent.elapsed())).await;
     }
     watch(shared);
 }
@@ -192,20 +195,24 @@ async fn beat<S: Store>(shared: &Shared<S>, store: &S, every: Duration) {
 /// Writes the progress handlers reported since the last heartbeat, all in one statement: a
 /// handler may report as often as it likes, the database sees one write per heartbeat period.
 /// When some reports were not written (the statement skips a row another transaction holds,
-/// or it failed), they are written with the next heartbeat, unless a newer one replaces them.
-async fn save_progress<S: Store>(shared: &Shared<S>, store: &S, every: Duration) {
+/// or it failed, or did not answer `within`), they are written with the next heartbeat, unless
+/// a newer one replaces them. With no time left, nothing is written this time.
+async fn save_progress<S: Store>(shared: &Shared<S>, store: &S, within: Duration) {
+    if within < MIN_PROGRESS_WAIT {
+        return;
+    }
     let progress = shared.inflight.take_progress();
     if progress.is_empty() {
         return;
     }
-    let written = match tokio::time::timeout(every, store.save_progress(&progress)).await {
+    let written = match tokio::time::timeout(within, store.save_progress(&progress)).await {
         Ok(Ok(n)) => n,
         Ok(Err(e)) => {
             tracing::warn!(error = %e, "progress not recorded");
             0
         }
         Err(_) => {
-            tracing::warn!(timeout = ?every, "recording progress timed out");
+            tracing::warn!(timeout = ?within, "recording progress timed out");
             0
         }
     };
@@ -215,6 +222,9 @@ async fn save_progress<S: Store>(shared: &Shared<S>, store: &S, every: Duration)
         shared.inflight.untake_progress(&progress);
     }
 }
+
+/// The least time worth a progress write after a heartbeat.
+const MIN_PROGRESS_WAIT: Duration = Duration::from_millis(5);
 
 /// How long a keeper that panicked waits before it starts again.
 const RESTART_DELAY: Duration = Duration::from_secs(1);
