@@ -869,3 +869,66 @@ async fn a_progress_write_that_does_not_answer_never_delays_the_next_heartbeat()
     let stats = worker.shutdown().await.stats;
     assert_eq!(stats.fenced, 0);
 }
+
+/// A store layer whose finalize takes 100 ms and fails, as a statement timeout would, with
+/// more than `most` outcomes; counts those failures.
+#[derive(Clone)]
+struct LargeFinalizesTimeOut {
+    most: usize,
+    failed: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl StoreLayer for LargeFinalizesTimeOut {
+    fn call<'a, T: Returned + Send + 'a>(
+        &'a self,
+        call: Call,
+        run: BoxFuture<'a, Result<T, StoreError>>,
+    ) -> BoxFuture<'a, Result<T, StoreError>> {
+        if call.name != "finalize" {
+            return run;
+        }
+        Box::pin(async move {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            if call.sent > self.most {
+                self.failed
+                    .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                return Err(StoreError::new(
+                    "canceling statement due to statement timeout",
+                ));
+            }
+            run.await
+        })
+    }
+}
+
+#[tokio::test]
+async fn a_batch_that_fails_every_time_for_a_passing_reason_is_written_in_smaller_ones() {
+    // A DBA's statement_timeout shorter than a large batch takes: every try of a batch over 4
+    // outcomes fails. The completer retried such a batch unchanged for ever.
+    let h = Harness::new().await;
+    let mut ids = Vec::new();
+    for n in 0..40 {
+        ids.push(enqueue(&h.store, Noop { n }).await);
+    }
+    let layer = LargeFinalizesTimeOut {
+        most: 4,
+        failed: Default::default(),
+    };
+    let store = Layered::new(h.store.clone(), layer.clone());
+    let worker = worker(&store, &h.ledger).build().unwrap().start();
+    for id in &ids {
+        h.reaches(*id, JobState::Completed).await;
+    }
+    let stats = worker.shutdown().await.stats;
+    assert!(
+        layer.failed.load(std::sync::atomic::Ordering::SeqCst) > 0,
+        "some batch was over the limit"
+    );
+    assert_eq!(
+        (stats.completed, stats.lease_lost, stats.fenced),
+        (40, 0, 0)
+    );
+    for id in &ids {
+        assert_eq!(h.row(*id).await.attempt, 1, "job {id} ran once");
+    }
+}

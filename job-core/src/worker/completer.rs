@@ -52,6 +52,9 @@ pub(crate) struct Completion {
     /// The progress its handler reported after the keeper last wrote it: written just before
     /// the outcome.
     pub(crate) last_progress: Option<String>,
+    /// A try of a batch holding it failed without an answer (it was then put off to a
+    /// smaller batch): it may have been written, which its next write must allow for.
+    pub(crate) tried: bool,
 }
 
 /// Writes outcomes until `stop`, then what is left. Shutdown waits for that last flush until
@@ -63,6 +66,11 @@ pub(crate) async fn run<S: Store>(
     stop: CancellationToken,
 ) {
     let max = shared.config.finalize_batch;
+    // The batch size: halved when a batch fails again and again for a passing reason (a
+    // DBA's `statement_timeout` shorter than a batch of `max` takes on a slow server would
+    // otherwise fail every try, for ever, while the keeper renews the leases), and grown back
+    // to `max` by an eighth with each batch written whole.
+    let mut limit = max;
     // Outcomes whose row another transaction held at the last try: in every batch until
     // written (or until their lease is gone), and tried again after BUSY_RETRY when nothing
     // else comes.
@@ -99,13 +107,22 @@ pub(crate) async fn run<S: Store>(
             }
         }
         batch.append(&mut carried);
-        while batch.len() < max {
+        while batch.len() < limit {
             match rx.try_recv() {
                 Ok(c) => batch.push(c),
                 Err(_) => break,
             }
         }
-        flush(&shared, &mut batch, &mut carried).await;
+        if batch.len() > limit {
+            carried.extend(batch.drain(limit..));
+        }
+        let before = limit;
+        flush(&shared, &mut batch, &mut carried, &mut limit).await;
+        if limit == before && limit < max {
+            // Back towards `max` by an eighth a batch: doubled at once, a size that fails
+            // would be tried again on the next batch.
+            limit = limit.saturating_add((limit / 8).max(1)).min(max);
+        }
         if AssertUnwindSafe(record_breakers(&shared))
             .catch_unwind()
             .await
@@ -166,16 +183,19 @@ async fn record_breakers<S: Store>(shared: &Shared<S>) {
 
 /// Writes `batch`, retrying a statement that failed for a passing reason (outcomes are
 /// never dropped for that); a refused batch is written one outcome at a time. Outcomes whose
-/// row another transaction holds go to `busy`, to be written with a later batch.
+/// row another transaction holds go to `busy`, to be written with a later batch. After every
+/// [`SPLIT_AFTER`] failures in a row the batch is halved: the rest goes to `busy`, and `limit`
+/// (the size of the batches that follow) with it.
 async fn flush<S: Store>(
     shared: &Shared<S>,
     batch: &mut Vec<Completion>,
     busy: &mut Vec<Completion>,
+    limit: &mut usize,
 ) {
     save_last_progress(shared, batch).await;
     let mut failures = 0u32;
     loop {
-        if failures > 0 {
+        if failures > 0 || batch.iter().any(|c| c.tried) {
             settle_landed(shared, batch).await;
         }
         drop_lost(shared, batch);
@@ -185,7 +205,7 @@ async fn flush<S: Store>(
         let items: Vec<Finalize> = batch.iter().map(|c| c.finalize.clone()).collect();
         match finalize(shared, &items).await {
             Ok(results) => {
-                let results = if failures > 0 {
+                let results = if failures > 0 || batch.iter().any(|c| c.tried) {
                     recheck_all(shared, batch, results).await
                 } else {
                     results
@@ -218,11 +238,31 @@ async fn flush<S: Store>(
             }
             Err(e) => {
                 failures += 1;
+                if failures % SPLIT_AFTER == 0 && batch.len() > 1 {
+                    let keep = batch.len() / 2;
+                    tracing::warn!(
+                        error = %e,
+                        failures,
+                        outcomes = batch.len(),
+                        "finalize keeps failing: writing half of the outcomes at a time"
+                    );
+                    for mut c in batch.drain(keep..) {
+                        c.tried = true;
+                        busy.push(c);
+                    }
+                    for c in batch.iter_mut() {
+                        c.tried = true;
+                    }
+                    *limit = keep;
+                }
                 pause_after(&e, failures, batch.len()).await;
             }
         }
     }
 }
+
+/// Failures in a row of one batch after which it is halved.
+const SPLIT_AFTER: u32 = 3;
 
 /// Writes the last progress reports of `batch`'s executions (made after their last
 /// heartbeat) before their outcomes, as the keeper would have with the next heartbeat: the

@@ -284,6 +284,7 @@ async fn execute<S: Store>(
         info,
         finalized_by_handler,
         last_progress,
+        tried: false,
         abort: signals.flags.clone(),
         labels,
         ran_for: ran,
