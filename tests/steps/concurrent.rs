@@ -157,3 +157,72 @@ async fn one_step_joined_with_itself_runs_once_and_both_calls_get_its_output() {
     assert_eq!(recorded.len(), 1);
     assert_eq!(recorded[0].1, "\"sent_run1\"");
 }
+
+/// A store layer that records how many step writes are in the store at once (each takes 20 ms
+/// there).
+#[derive(Clone, Default)]
+struct StepWrites {
+    now: Arc<AtomicUsize>,
+    most: Arc<AtomicUsize>,
+}
+
+impl job::StoreLayer for StepWrites {
+    fn call<'a, T: job::Returned + Send + 'a>(
+        &'a self,
+        call: job::Call,
+        run: job::BoxFuture<'a, Result<T, job::StoreError>>,
+    ) -> job::BoxFuture<'a, Result<T, job::StoreError>> {
+        if call.name != "save_step" {
+            return run;
+        }
+        Box::pin(async move {
+            let at_once = self.now.fetch_add(1, Ordering::SeqCst) + 1;
+            self.most.fetch_max(at_once, Ordering::SeqCst);
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            let answer = run.await;
+            self.now.fetch_sub(1, Ordering::SeqCst);
+            answer
+        })
+    }
+}
+
+#[tokio::test]
+async fn steps_run_at_once_share_one_connection_of_the_worker() {
+    // Two jobs, each recording eight steps at once (join_all): their writes used to take up to
+    // sixteen connections of the worker's pool (six by default), and its claims, outcomes and
+    // rescues waited for them. They take the one the worker's budget gives steps.
+    let h = Harness::new().await;
+    let (effects, runs) = (Effects::default(), Runs::default());
+    let first = enqueue(
+        &h.store,
+        ChargeAll {
+            items: (1..=8).collect(),
+        },
+    )
+    .await;
+    let second = enqueue(
+        &h.store,
+        ChargeAll {
+            items: (11..=18).collect(),
+        },
+    )
+    .await;
+    let writes = StepWrites::default();
+    let store = job::Layered::new(h.store.clone(), writes.clone());
+    let worker = steps_worker_over(store, &h.store, &effects)
+        .register::<ChargeAll>()
+        .state(runs.clone())
+        .build()
+        .unwrap()
+        .start();
+    h.reaches(first, JobState::Completed).await;
+    h.reaches(second, JobState::Completed).await;
+    worker.shutdown().await;
+    assert_eq!(runs.0.load(Ordering::SeqCst), 16, "every step ran once");
+    assert_eq!(recorded_steps(h.store.pool(), first).await.len(), 8);
+    assert_eq!(
+        writes.most.load(Ordering::SeqCst),
+        1,
+        "step writes in the store at once"
+    );
+}

@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use serde::de::DeserializeOwned;
@@ -111,26 +111,59 @@ pub trait AttemptHooks: Send + Sync + 'static {
 pub struct StoreSteps<S> {
     store: S,
     lease: Lease,
+    /// Permits for the store calls of steps, shared by every execution of a worker.
+    calls: Option<Arc<tokio::sync::Semaphore>>,
 }
 
 impl<S: Store> StoreSteps<S> {
     /// The steps of the job of `lease`, in `store`.
     pub fn new(store: S, lease: Lease) -> Self {
-        StoreSteps { store, lease }
+        StoreSteps {
+            store,
+            lease,
+            calls: None,
+        }
+    }
+
+    /// Makes the store calls of these steps take a permit of `calls` first, so that the
+    /// steps of every execution sharing it hold at most its permits' worth of connections
+    /// at once (a worker's: the one its connection budget gives steps and releases). Without
+    /// it, handlers that run many steps at once (`join_all` over a list) could take every
+    /// connection of the worker's pool, and its claims, outcomes and rescues would wait.
+    pub(crate) fn sharing(mut self, calls: Arc<tokio::sync::Semaphore>) -> Self {
+        self.calls = Some(calls);
+        self
+    }
+
+    /// A permit of the shared calls, if any (never closed: none when it is).
+    async fn permit(&self) -> Option<tokio::sync::SemaphorePermit<'_>> {
+        match &self.calls {
+            Some(calls) => calls.acquire().await.ok(),
+            None => None,
+        }
     }
 }
 
 impl<S: Store> AttemptHooks for StoreSteps<S> {
     fn load_steps(&self) -> BoxFuture<'_, Result<HashMap<String, String>, StoreError>> {
-        Box::pin(self.store.load_steps(&self.lease))
+        Box::pin(async move {
+            let _permit = self.permit().await;
+            self.store.load_steps(&self.lease).await
+        })
     }
 
     fn load_steps_up_to(&self, max_bytes: usize) -> BoxFuture<'_, Result<LoadedSteps, StoreError>> {
-        Box::pin(self.store.load_steps_up_to(&self.lease, max_bytes))
+        Box::pin(async move {
+            let _permit = self.permit().await;
+            self.store.load_steps_up_to(&self.lease, max_bytes).await
+        })
     }
 
     fn load_step<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<String>, StoreError>> {
-        Box::pin(self.store.load_step(&self.lease, name))
+        Box::pin(async move {
+            let _permit = self.permit().await;
+            self.store.load_step(&self.lease, name).await
+        })
     }
 
     fn save_step<'a>(
@@ -138,7 +171,10 @@ impl<S: Store> AttemptHooks for StoreSteps<S> {
         name: &'a str,
         output: &'a str,
     ) -> BoxFuture<'a, Result<Finalized, StoreError>> {
-        Box::pin(self.store.save_step(&self.lease, name, output))
+        Box::pin(async move {
+            let _permit = self.permit().await;
+            self.store.save_step(&self.lease, name, output).await
+        })
     }
 }
 

@@ -132,7 +132,7 @@ async fn execute<S: Store>(
     let hooks = Arc::new(Hooks {
         labels: labels.clone(),
         shared: shared.clone(),
-        steps: StoreSteps::new(shared.store.clone(), lease),
+        steps: StoreSteps::new(shared.store.clone(), lease).sharing(shared.step_calls.clone()),
         lease,
         info: info.clone(),
         flags: signals.flags.clone(),

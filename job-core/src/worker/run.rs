@@ -144,6 +144,7 @@ impl<S: Store> Worker<S> {
             label_cache: LabelCache::default(),
             tripped: Mutex::default(),
             any_tripped: std::sync::atomic::AtomicBool::new(false),
+            step_calls: Arc::new(tokio::sync::Semaphore::new(1)),
         });
         let keeper = Keeper::start(shared.clone(), self.store);
         let shutdown = CancellationToken::new();

@@ -43,6 +43,9 @@ pub(crate) struct Shared<S> {
     pub(crate) tripped: Mutex<HashMap<String, tokio::time::Instant>>,
     /// Whether `tripped` holds anything: the executor's check costs one load until then.
     pub(crate) any_tripped: std::sync::atomic::AtomicBool,
+    /// The permits of every execution's step store calls (see `StoreSteps::sharing`): one,
+    /// the connection the worker's budget gives steps and releases.
+    pub(crate) step_calls: Arc<tokio::sync::Semaphore>,
 }
 
 impl<S> Shared<S> {
