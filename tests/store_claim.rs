@@ -732,3 +732,35 @@ async fn the_rescuer_takes_every_kinds_expired_leases_oldest_first_in_batches() 
         }
     }
 }
+
+#[tokio::test]
+async fn a_schema_older_than_the_build_is_named_in_the_error() {
+    // New workers deployed before the migration that adds a function they call: the error
+    // says what to do, not only that a function does not exist.
+    let db = TestDb::new().await;
+    let store = db.store();
+    sqlx::query("ALTER FUNCTION job.claim(text, text[], integer[], bigint[], integer, text, integer[], text[]) RENAME TO claim_gone")
+        .execute(store.pool())
+        .await
+        .unwrap();
+    let request = ClaimRequest {
+        queue: "default".into(),
+        kinds: vec![ClaimKind {
+            kind: "a.kind".into(),
+            max_version: 1,
+            lease: std::time::Duration::from_secs(30),
+            concurrency: None,
+            rate: None,
+        }],
+        limit: 1,
+        worker_id: "w".into(),
+    };
+    let error = store.claim(&request).await.unwrap_err();
+    assert!(!error.is_refused(), "a deploy's gap passes: {error}");
+    let text = error.to_string();
+    assert!(
+        text.contains("older than this build") && text.contains("migrate"),
+        "{text}"
+    );
+    db.close().await;
+}

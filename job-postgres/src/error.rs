@@ -9,7 +9,7 @@ pub enum Error {
     #[error("could not connect to postgres: {0}")]
     Connect(#[source] sqlx::Error),
     /// A statement failed (connection lost, constraint violated, ...).
-    #[error("statement `{statement}` failed: {source}")]
+    #[error("statement `{statement}` failed: {source}{}", schema_hint(source))]
     Query {
         /// The statement's name, as its file under `src/sql/`.
         statement: &'static str,
@@ -79,6 +79,21 @@ pub enum Error {
         /// Why it does not decode.
         reason: String,
     },
+}
+
+/// What a statement failing for an object it names being missing (42883 undefined function,
+/// 42P01 undefined table, 42703 undefined column) most often means: a database whose `job`
+/// schema is older than this build (a deploy that runs the new workers before the migration).
+fn schema_hint(source: &sqlx::Error) -> &'static str {
+    match source {
+        sqlx::Error::Database(db)
+            if matches!(db.code().as_deref(), Some("42883" | "42P01" | "42703")) =>
+        {
+            " (is the database's job schema older than this build? Apply its migrations: \
+             `PgStore::migrate`, `job migrate`, or `psql -f schema.sql`)"
+        }
+        _ => "",
+    }
 }
 
 impl Error {
