@@ -134,31 +134,6 @@ fn refused(code: &str) -> bool {
     REFUSING_CLASSES.iter().any(|c| code.starts_with(c))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::refused;
-
-    #[test]
-    fn only_errors_about_the_input_refuse_it() {
-        // The input: a NUL byte, a value out of range, a check, an index row too large, a
-        // trigger's refusal.
-        for code in ["22021", "22003", "23514", "23505", "54000", "P0001"] {
-            assert!(refused(code), "{code}");
-        }
-        // The server, the session or the deploy: read-only after a failover, idle-in-
-        // transaction timeout, idle session timeout, a cancelled statement, a lost
-        // connection, a deadlock, too many connections, a login refused, a database missing,
-        // a privilege revoked, a function not yet migrated, a snapshot too old, an internal
-        // error.
-        for code in [
-            "25006", "25P03", "57P05", "57014", "08006", "40P01", "53300", "28P01", "3D000",
-            "42501", "42883", "72000", "XX000",
-        ] {
-            assert!(!refused(code), "{code}");
-        }
-    }
-}
-
 impl From<Error> for job_core::StoreError {
     fn from(error: Error) -> Self {
         if error.is_refusal() {
@@ -184,4 +159,29 @@ pub(crate) fn is_unique_violation(error: &sqlx::Error) -> bool {
 /// and the statement can run again.
 pub(crate) fn is_deadlock(error: &sqlx::Error) -> bool {
     matches!(error, sqlx::Error::Database(db) if db.code().as_deref() == Some("40P01"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::refused;
+
+    #[test]
+    fn only_errors_about_the_input_refuse_it() {
+        // The input: a NUL byte, a value out of range, a check, an index row too large, a
+        // trigger's refusal.
+        for code in ["22021", "22003", "23514", "23505", "54000", "P0001"] {
+            assert!(refused(code), "{code}");
+        }
+        // The server, the session or the deploy: read-only after a failover, idle-in-
+        // transaction timeout, idle session timeout, a cancelled statement, a lost
+        // connection, a deadlock, too many connections, a login refused, a database missing,
+        // a privilege revoked, a function not yet migrated, a snapshot too old, an internal
+        // error.
+        for code in [
+            "25006", "25P03", "57P05", "57014", "08006", "40P01", "53300", "28P01", "3D000",
+            "42501", "42883", "72000", "XX000",
+        ] {
+            assert!(!refused(code), "{code}");
+        }
+    }
 }
