@@ -812,3 +812,80 @@ async fn a_running_row_cannot_keep_the_started_scope_and_one_stored_before_is_re
     assert!(refused.to_string().contains("`unique_scope`"), "{refused}");
     db.close().await;
 }
+
+/// A JSON object nested `depth` levels deep (SQLite's JSON reads up to 1000).
+fn nested(depth: usize) -> String {
+    format!(
+        "{}{{}}{}",
+        "{\"a\":".repeat(depth - 1),
+        "}".repeat(depth - 1)
+    )
+}
+
+#[tokio::test]
+async fn a_payload_nested_as_deep_as_json_allows_is_discarded_with_its_compensation() {
+    // A payload 999 or 1000 levels deep fits the table (SQLite's JSON reads up to 1000) but not
+    // inside its compensating job's wrapping, two levels deeper: the compensating row failed
+    // its CHECK, and with it every discard of the job, by the worker, the rescuer (whose every
+    // pass then failed on it) or the expirer.
+    let db = TestSqlite::new().await;
+    let store = db.store();
+    compensated_by_undo(&store).await;
+    // Through a connection, unchecked (NewJob::new skips the Rust side's checks), as raw.
+    let mut conn = store.pool().acquire().await.unwrap();
+    let by_worker = job::sqlite::enqueue(&mut conn, &NewJob::new("k", nested(999)))
+        .await
+        .expect("the table takes a payload 999 levels deep");
+    let fits = job::sqlite::enqueue(&mut conn, &NewJob::new("k", nested(998)))
+        .await
+        .unwrap();
+    drop(conn);
+    let deepest = format!("'{}'", nested(1000));
+    let running = [
+        ("payload", deepest.as_str()),
+        ("state", "'running'"),
+        ("attempt", "1"),
+        ("max_attempts", "1"),
+        ("lock_token", "randomblob(16)"),
+        ("locked_until", "0"),
+    ];
+    insert_raw(&store, "q", &running).await.unwrap();
+    let past_deadline = [("payload", deepest.as_str()), ("deadline", "1")];
+    insert_raw(&store, "q", &past_deadline).await.unwrap();
+
+    let claimed = claim(&store, "k", "default").await;
+    assert_eq!(claimed.len(), 2);
+    let discards: Vec<Finalize> = claimed.iter().map(|j| discard(j, "poison")).collect();
+    assert_eq!(
+        store
+            .finalize(&discards)
+            .await
+            .expect("the discards go through"),
+        vec![Finalized::Applied, Finalized::Applied]
+    );
+    let rescued = store
+        .rescue_expired(10)
+        .await
+        .expect("the rescue goes through");
+    assert_eq!(rescued.discarded, 1, "{rescued:?}");
+    let expired = store.expire(10).await.expect("the expire goes through");
+    assert_eq!(expired.discarded, 1, "{expired:?}");
+
+    // What each compensating job says (read in SQL: serde_json reads 128 levels at most).
+    let compensations: Vec<(i64, bool, Option<String>)> = sqlx::query_as(
+        "SELECT payload ->> '$.discarded.job_id', payload ->> '$.discarded.payload_omitted',
+                payload ->> '$.discarded.error.message'
+         FROM job_jobs WHERE kind = 'probe.undo' ORDER BY 1",
+    )
+    .fetch_all(store.pool())
+    .await
+    .unwrap();
+    assert_eq!(compensations.len(), 4, "{compensations:?}");
+    for (job_id, omitted, message) in &compensations {
+        assert_eq!(*omitted, *job_id != fits, "job {job_id}: {compensations:?}");
+        assert!(message.is_some(), "with its error: {compensations:?}");
+    }
+    assert_eq!(compensations[0].0, by_worker);
+    assert_eq!(compensations[0].2.as_deref(), Some("poison"));
+    db.close().await;
+}

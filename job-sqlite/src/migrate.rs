@@ -74,6 +74,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "prune_by_state",
         sql: include_str!("../migrations/0011_prune_by_state.sql"),
     },
+    Migration {
+        version: 12,
+        name: "deep_payloads",
+        sql: include_str!("../migrations/0012_deep_payloads.sql"),
+    },
 ];
 
 /// Brings the schema in `pool`'s database up to date: applies every migration not recorded
