@@ -889,3 +889,61 @@ async fn a_payload_nested_as_deep_as_json_allows_is_discarded_with_its_compensat
     assert_eq!(compensations[0].2.as_deref(), Some("poison"));
     db.close().await;
 }
+
+#[tokio::test]
+async fn a_row_the_database_will_not_take_never_stops_a_rescue_or_an_expire_pass() {
+    // The rescuer and the expirer wrote every row they picked in one transaction and failed
+    // whole on the first error; picking the same rows first every pass, one row the database
+    // refused (here an application's trigger refuses it) stopped every pass of the file.
+    let db = TestSqlite::new().await;
+    let store = db.store();
+    let expired_lease = |until: &'static str| {
+        [
+            ("state", "'running'"),
+            ("attempt", "1"),
+            ("lock_token", "randomblob(16)"),
+            ("locked_until", until),
+        ]
+    };
+    insert_raw(&store, "q", &expired_lease("0")).await.unwrap(); // 1: picked first
+    insert_raw(&store, "q", &expired_lease("1")).await.unwrap(); // 2
+    insert_raw(&store, "q", &[("deadline", "1")]).await.unwrap(); // 3: picked first
+    insert_raw(&store, "q", &[("deadline", "2")]).await.unwrap(); // 4
+    raw(
+        &store,
+        "CREATE TRIGGER app_refuses BEFORE UPDATE OF state ON job_jobs
+         WHEN OLD.id IN (1, 3)
+         BEGIN SELECT RAISE(ABORT, 'the application refuses this row'); END",
+    )
+    .await
+    .unwrap();
+
+    let rescued = store
+        .rescue_expired(10)
+        .await
+        .expect("the rescue pass goes on past the refused row");
+    assert_eq!(rescued.retried, 1, "{rescued:?}");
+    let expired = store
+        .expire(10)
+        .await
+        .expect("the expire pass goes on past the refused row");
+    assert_eq!(expired.discarded, 1, "{expired:?}");
+    let states: Vec<(i64, String)> = sqlx::query_as("SELECT id, state FROM job_jobs ORDER BY id")
+        .fetch_all(store.pool())
+        .await
+        .unwrap();
+    let states: Vec<(i64, &str)> = states.iter().map(|(i, s)| (*i, s.as_str())).collect();
+    assert_eq!(
+        states,
+        [
+            (1, "running"),
+            (2, "retryable"),
+            (3, "available"),
+            (4, "discarded")
+        ]
+    );
+    // The next passes still work, the refused rows skipped again.
+    assert_eq!(store.rescue_expired(10).await.unwrap().retried, 0);
+    assert_eq!(store.expire(10).await.unwrap().discarded, 0);
+    db.close().await;
+}

@@ -95,6 +95,26 @@ impl Error {
     }
 }
 
+impl Error {
+    /// Whether a maintenance pass's write of one row failed on what that row holds, so that
+    /// the pass can go on without it: a [refusal](Self::is_refusal), or an SQL error raised
+    /// evaluating the row's values (a trigger's JSON function on them, SQLite's primary code
+    /// SQLITE_ERROR). A busy or locked database, an I/O error, a full disk or a closed pool
+    /// fails every row alike: it is not.
+    pub(crate) fn is_row_failure(&self) -> bool {
+        if self.is_refusal() {
+            return true;
+        }
+        match self {
+            Error::Query {
+                source: sqlx::Error::Database(db),
+                ..
+            } => db.code().and_then(|c| c.parse::<i32>().ok()).unwrap_or(0) & 0xff == 1,
+            _ => false,
+        }
+    }
+}
+
 impl From<Error> for job_core::StoreError {
     fn from(error: Error) -> Self {
         if error.is_refusal() {

@@ -9,7 +9,7 @@ use job_core::{
     HeartbeatReport, JobId, JobState, Lease, Outcome, Pause, PauseEntry, PausedBy, Release,
     Renewal, Rescued, Tripped,
 };
-use sqlx::{Row, SqliteConnection};
+use sqlx::{Connection, Row, Sqlite, SqliteConnection, Transaction};
 use uuid::Uuid;
 
 use crate::error::Error;
@@ -515,8 +515,55 @@ pub(crate) async fn finalize(
     Ok(result)
 }
 
-/// Recovers up to `limit` expired leases, and only those. Returns what it did and the queues
-/// it refilled.
+/// A savepoint for one row's write of a maintenance pass (the rescuer's, the expirer's), inside
+/// the pass's immediate transaction; [`settle_row`] ends it.
+pub(crate) async fn row_savepoint(
+    conn: &mut SqliteConnection,
+) -> Result<Transaction<'_, Sqlite>, Error> {
+    conn.begin().await.map_err(Error::query("savepoint"))
+}
+
+/// Ends the savepoint of one row's write, `written`, of job `id` by `pass`: released when the
+/// write went through; rolled back, logged and skipped (`None`) when it failed on what the row
+/// holds ([`Error::is_row_failure`]), so that one row the database will not take (a trigger of
+/// the application's, a row written raw that breaks a rule) never stops the pass, which picks
+/// the same rows first every time: before, one such row failed every pass, and no expired
+/// lease of the file was rescued, no deadline enforced, any more. Any other error fails the
+/// pass.
+pub(crate) async fn settle_row<T>(
+    savepoint: Transaction<'_, Sqlite>,
+    written: Result<T, Error>,
+    id: JobId,
+    pass: &str,
+) -> Result<Option<T>, Error> {
+    match written {
+        Ok(value) => {
+            savepoint
+                .commit()
+                .await
+                .map_err(Error::query("release_savepoint"))?;
+            Ok(Some(value))
+        }
+        Err(e) if e.is_row_failure() => {
+            savepoint
+                .rollback()
+                .await
+                .map_err(Error::query("rollback_to_savepoint"))?;
+            tracing::error!(
+                job_id = id,
+                error = %e,
+                "{pass} skipped job {id}: the database refused its write ({e}); the pass goes on \
+                 with the other jobs, and this one stays as it is until the cause is removed"
+            );
+            Ok(None)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Recovers up to `limit` expired leases, and only those, each in a savepoint: a row the
+/// database refuses is skipped ([`settle_row`]). Returns what it did and the queues it
+/// refilled.
 pub(crate) async fn rescue_expired(
     conn: &mut SqliteConnection,
     limit: u32,
@@ -543,14 +590,18 @@ pub(crate) async fn rescue_expired(
             to_time(job.locked_until).to_rfc3339()
         );
         let errors = history::push(&job.errors, job.attempt, now, "lease_expired", &message);
-        let row: Option<(Text, Text)> = sqlx::query_as(sql::RESCUE)
+        let mut savepoint = row_savepoint(conn).await?;
+        let written: Result<Option<(Text, Text)>, Error> = sqlx::query_as(sql::RESCUE)
             .bind(id)
             .bind(token)
             .bind(now)
             .bind(errors)
-            .fetch_optional(&mut *conn)
+            .fetch_optional(&mut *savepoint)
             .await
-            .map_err(Error::query("rescue"))?;
+            .map_err(Error::query("rescue"));
+        let Some(row) = settle_row(savepoint, written, id, "the rescuer").await? else {
+            continue;
+        };
         match row.as_ref().map(|(state, queue)| (state.0.as_str(), queue)) {
             Some(("retryable", queue)) => {
                 rescued.retried += 1;

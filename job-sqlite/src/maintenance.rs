@@ -27,7 +27,8 @@ pub(crate) async fn prune(
     Ok(done.rows_affected())
 }
 
-/// Ends one bounded batch of waiting jobs past their deadline or with cancellation requested.
+/// Ends one bounded batch of waiting jobs past their deadline or with cancellation requested,
+/// each in a savepoint: a row the database refuses is skipped ([`lease::settle_row`]).
 pub(crate) async fn expire(conn: &mut SqliteConnection, limit: u32) -> Result<Expired, Error> {
     let now = now(&mut *conn).await?;
     let ending: Vec<(JobId, i32, Text, bool, Option<i64>)> = sqlx::query_as(sql::EXPIRE_PICK)
@@ -56,13 +57,17 @@ pub(crate) async fn expire(conn: &mut SqliteConnection, limit: u32) -> Result<Ex
             )
         };
         let errors = history::push(&errors.0, attempt, now, class, &message);
-        let state: Option<String> = sqlx::query_scalar(sql::EXPIRE)
+        let mut savepoint = lease::row_savepoint(conn).await?;
+        let written: Result<Option<String>, Error> = sqlx::query_scalar(sql::EXPIRE)
             .bind(id)
             .bind(now)
             .bind(errors)
-            .fetch_optional(&mut *conn)
+            .fetch_optional(&mut *savepoint)
             .await
-            .map_err(Error::query("expire"))?;
+            .map_err(Error::query("expire"));
+        let Some(state) = lease::settle_row(savepoint, written, id, "the expirer").await? else {
+            continue;
+        };
         match state.as_deref() {
             Some("cancelled") => expired.cancelled += 1,
             Some(_) => {
