@@ -665,3 +665,117 @@ pub(crate) async fn release(
     }
     Ok((released, queues))
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::{SystemTime, UNIX_EPOCH};
+
+    use job_core::ClaimKind;
+
+    use super::*;
+    use crate::SqliteStore;
+
+    /// The plan SQLite makes for `statement` with `binds` (the details, in order).
+    async fn plan(
+        conn: &mut SqliteConnection,
+        statement: &str,
+        binds: (&str, &str, i64, i64),
+    ) -> Vec<String> {
+        let explain = format!("EXPLAIN QUERY PLAN {statement}");
+        let rows: Vec<(i64, i64, i64, String)> = sqlx::query_as(&explain)
+            .bind(binds.0)
+            .bind(binds.1)
+            .bind(binds.2)
+            .bind(binds.3)
+            .fetch_all(conn)
+            .await
+            .unwrap();
+        rows.into_iter().map(|r| r.3).collect()
+    }
+
+    #[tokio::test]
+    async fn a_claim_never_reads_the_rows_due_later_with_or_without_statistics() {
+        let dir = std::env::temp_dir().join(format!(
+            "job-sqlite-claim-plan-{}-{}",
+            std::process::id(),
+            SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .unwrap()
+                .as_nanos()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let store = SqliteStore::open(dir.join("job.db")).await.unwrap();
+        let mut conn = store.pool().acquire().await.unwrap();
+        let now = crate::time::now(&mut conn).await.unwrap();
+        // 3,000 jobs of the queue due tomorrow over three priorities (and more of another
+        // queue), one due now at each priority.
+        sqlx::query(
+            "WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < 4000)
+             INSERT INTO job_jobs (kind, queue, priority, payload, run_at, state, created_at)
+             SELECT 'k', CASE WHEN i <= 3000 THEN 'q' ELSE 'other' END, i % 3, '{}',
+                    ?1 + 86400000000 + i, 'scheduled', ?1
+             FROM s",
+        )
+        .bind(now)
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+        let mut due = Vec::new();
+        for priority in [2, 0, 1] {
+            let id: JobId = sqlx::query_scalar(
+                "INSERT INTO job_jobs (kind, queue, priority, payload, run_at, state, created_at)
+                 VALUES ('k', 'q', ?1, '{}', ?2, 'available', ?2) RETURNING id",
+            )
+            .bind(priority)
+            .bind(now)
+            .fetch_one(&mut *conn)
+            .await
+            .unwrap();
+            due.push((priority, id));
+        }
+        due.sort();
+        let due: Vec<JobId> = due.into_iter().map(|(_, id)| id).collect();
+        let kind = ClaimKind {
+            kind: "k".into(),
+            max_version: 1,
+            lease: Duration::from_secs(30),
+            concurrency: None,
+            rate: None,
+        };
+        let kinds = r#"[{"kind":"k","version":1}]"#;
+
+        for analyzed in [false, true] {
+            if analyzed {
+                sqlx::query("ANALYZE").execute(&mut *conn).await.unwrap();
+            }
+            let plan = plan(&mut conn, sql::CLAIM_PICK, ("q", kinds, now, 10)).await;
+            // The jobs are read through one range of the claim index per priority, up to now,
+            // in the claim's order: never a scan of the queue's waiting rows, never a sort.
+            let jobs: Vec<&String> = plan
+                .iter()
+                .filter(|d| {
+                    d.starts_with("SEARCH j ") || d.starts_with("SCAN j ") || *d == "SCAN j"
+                })
+                .collect();
+            assert_eq!(
+                jobs,
+                ["SEARCH j USING INDEX job_jobs_claim_idx (queue=? AND priority=? AND run_at<?)"],
+                "analyzed: {analyzed}; plan: {plan:#?}"
+            );
+            assert_eq!(plan[0], *jobs[0], "the jobs are the outer loop: {plan:#?}");
+            assert!(
+                !plan.iter().any(|d| d.contains("TEMP B-TREE")),
+                "analyzed: {analyzed}; plan: {plan:#?}"
+            );
+            let picked = pick(&mut conn, "q", &[&kind], now, 10).await.unwrap();
+            let ids: Vec<JobId> = picked.iter().map(|p| p.id).collect();
+            assert_eq!(
+                ids, due,
+                "analyzed: {analyzed}: the due jobs, in priority order"
+            );
+        }
+        drop(conn);
+        store.pool().close().await;
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
