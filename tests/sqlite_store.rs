@@ -515,3 +515,28 @@ async fn the_pruner_reads_each_pruned_state_through_its_own_index_never_the_dead
         .unwrap();
     assert_eq!(left, ["discarded"]);
 }
+
+#[tokio::test]
+async fn every_connection_of_the_store_cuts_the_wal_file_back_to_64_mib() {
+    // Without a journal_size_limit the WAL file kept the size of the largest transaction it
+    // ever held (a bulk enqueue) for good.
+    let db = TestSqlite::new().await;
+    let store = db.store();
+    let pool = store.pool();
+    let mut held = Vec::new();
+    for _ in 0..pool.options().get_max_connections() {
+        held.push(pool.acquire().await.unwrap());
+    }
+    let dedicated = store.dedicated("probe", 1);
+    held.push(dedicated.pool().acquire().await.unwrap());
+    for conn in &mut held {
+        let limit: i64 = sqlx::query_scalar("PRAGMA journal_size_limit")
+            .fetch_one(&mut **conn)
+            .await
+            .unwrap();
+        assert_eq!(limit, 64 * 1024 * 1024);
+    }
+    drop(held);
+    dedicated.close().await;
+    db.close().await;
+}

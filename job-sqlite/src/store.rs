@@ -20,6 +20,11 @@ use crate::{enqueue, lease, maintenance, migrate, row, steps};
 /// How long a statement waits for another process's write lock before it fails as busy.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The size the WAL file is cut back to after a checkpoint resets it, in bytes (SQLite's
+/// `journal_size_limit`): without one, the WAL file keeps the size of the largest transaction
+/// it ever held (a bulk enqueue), for good.
+const JOURNAL_SIZE_LIMIT: u64 = 64 * 1024 * 1024;
+
 /// The connections of a store's own pool at most.
 const POOL_SIZE: u32 = 8;
 
@@ -59,7 +64,9 @@ impl SqliteStore {
     /// The connect options the store uses for the file at `path`: created when missing, WAL
     /// journal, `synchronous = NORMAL` (durable against a crash of the process; a power loss
     /// may undo the last commits: set [`SqliteSynchronous::Full`] to rule that out), foreign
-    /// keys on, [`BUSY_TIMEOUT`].
+    /// keys on, [`BUSY_TIMEOUT`], and `journal_size_limit` 64 MiB: the WAL file, which grows
+    /// to hold the largest transaction written between two checkpoints, is cut back to that
+    /// size when a checkpoint resets it, instead of keeping its largest size for good.
     pub fn options(path: impl AsRef<Path>) -> SqliteConnectOptions {
         SqliteConnectOptions::new()
             .filename(path)
@@ -68,6 +75,7 @@ impl SqliteStore {
             .synchronous(SqliteSynchronous::Normal)
             .foreign_keys(true)
             .busy_timeout(BUSY_TIMEOUT)
+            .pragma("journal_size_limit", JOURNAL_SIZE_LIMIT.to_string())
     }
 
     /// Opens (creating it when missing) the database file at `path` with
