@@ -947,3 +947,66 @@ async fn a_row_the_database_will_not_take_never_stops_a_rescue_or_an_expire_pass
     assert_eq!(store.expire(10).await.unwrap().discarded, 0);
     db.close().await;
 }
+
+#[tokio::test]
+async fn the_settings_row_cannot_be_deleted_and_its_limit_holds_without_it() {
+    // `DELETE FROM job_settings` turned the payload limit off at every door and every
+    // compensating job with it (the triggers joined the missing row); job-postgres refuses it.
+    let db = TestSqlite::new().await;
+    let store = db.store();
+    compensated_by_undo(&store).await;
+    let refused = raw(&store, "DELETE FROM job_settings").await.unwrap_err();
+    assert!(
+        refused
+            .to_string()
+            .contains("job_settings keeps its one row"),
+        "{refused}"
+    );
+
+    // A file whose row was deleted before migration 0013: the row is put back.
+    for sql in [
+        "DROP TRIGGER job_settings_keep_row",
+        "DELETE FROM job_settings",
+        "DELETE FROM job_schema_migrations WHERE version = 13",
+    ] {
+        raw(&store, sql).await.unwrap();
+    }
+    store.migrate().await.unwrap();
+    let (rows, limit): (i64, i64) =
+        sqlx::query_as("SELECT count(*), max(payload_limit) FROM job_settings")
+            .fetch_one(store.pool())
+            .await
+            .unwrap();
+    assert_eq!((rows, limit), (1, DEFAULT_PAYLOAD_LIMIT as i64));
+
+    // And if the row is missing all the same, the default limit holds at every door and the
+    // compensating jobs are still enqueued.
+    for sql in [
+        "DROP TRIGGER job_settings_keep_row",
+        "DELETE FROM job_settings",
+    ] {
+        raw(&store, sql).await.unwrap();
+    }
+    let over = payload_of(DEFAULT_PAYLOAD_LIMIT + 1);
+    let err = insert_raw(&store, "q", &[("payload", &format!("'{over}'"))])
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("`payload`"), "a raw insert: {err}");
+    let err = store
+        .enqueue(NewJob::new("k", over.clone()))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, EnqueueError::PayloadTooLarge { limit, .. } if limit == DEFAULT_PAYLOAD_LIMIT),
+        "the store's enqueue: {err:?}"
+    );
+    let id = store.enqueue(NewJob::new("k", "{\"n\":1}")).await.unwrap();
+    let job = claim(&store, "k", "default").await.remove(0);
+    store.finalize(&[discard(&job, "no")]).await.unwrap();
+    let compensating = claim(&store, "probe.undo", "undo").await;
+    assert_eq!(compensating.len(), 1, "its compensating job");
+    let payload: serde_json::Value = serde_json::from_str(&compensating[0].payload).unwrap();
+    assert_eq!(payload["discarded"]["job_id"], id);
+    assert_eq!(payload["discarded"]["payload"], serde_json::json!({"n": 1}));
+    db.close().await;
+}

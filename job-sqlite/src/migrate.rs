@@ -79,6 +79,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "deep_payloads",
         sql: include_str!("../migrations/0012_deep_payloads.sql"),
     },
+    Migration {
+        version: 13,
+        name: "settings_row",
+        sql: include_str!("../migrations/0013_settings_row.sql"),
+    },
 ];
 
 /// Brings the schema in `pool`'s database up to date: applies every migration not recorded
