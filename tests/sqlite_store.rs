@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use job::prelude::*;
-use job::{SqlitePool, SqliteStore};
+use job::{ClaimKind, ClaimRequest, NewJob, Renewal, SqlitePool, SqliteStore};
 use job_testkit::{wait_for, TestSqlite};
 use tokio::sync::mpsc::error::TryRecvError;
 
@@ -538,5 +538,75 @@ async fn every_connection_of_the_store_cuts_the_wal_file_back_to_64_mib() {
     }
     drop(held);
     dedicated.close().await;
+    db.close().await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_write_waiting_for_a_connection_does_not_hold_up_the_writes_that_have_one() {
+    // The store's writes took their place at the in-process gate before they asked the pool for
+    // a connection: one waiting for a connection of a pool the application held whole (up to
+    // sqlx's 30 s acquire timeout) held the gate meanwhile, and the heartbeats of the lease
+    // keeper, on a pool of their own but behind the same gate, timed out: the worker fenced
+    // its running jobs.
+    let db = TestSqlite::new().await;
+    let store = db.store();
+    let job = NewJob {
+        queue: "q".into(),
+        ..NewJob::new("k", "{}")
+    };
+    store.enqueue(job).await.unwrap();
+    let request = ClaimRequest {
+        queue: "q".into(),
+        kinds: vec![ClaimKind {
+            kind: "k".into(),
+            max_version: 1,
+            lease: std::time::Duration::from_secs(30),
+            concurrency: None,
+            rate: None,
+        }],
+        limit: 1,
+        worker_id: "probe-worker".into(),
+    };
+    let lease = store.claim(&request).await.unwrap().remove(0).lease;
+    let keeper = store.dedicated("probe lease keeper", 1);
+
+    // The application holds every connection of the store's pool; a write of the store waits.
+    let pool = store.pool();
+    let mut held = Vec::new();
+    for _ in 0..pool.options().get_max_connections() {
+        held.push(pool.acquire().await.unwrap());
+    }
+    let mut waiting = tokio::spawn({
+        let store = store.clone();
+        async move { store.enqueue(NewJob::new("k", "{}")).await }
+    });
+    // On this one-thread runtime each yield runs the write on to its next wait: the pool.
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    assert!(!waiting.is_finished(), "the write waits for a connection");
+
+    let renewals = [Renewal {
+        lease,
+        extend_by: std::time::Duration::from_secs(30),
+        stuck: false,
+    }];
+    tokio::select! {
+        biased;
+        report = keeper.heartbeat(&renewals) => {
+            let report = report.expect("the heartbeat goes through");
+            assert!(report.lost.is_empty(), "{report:?}");
+        }
+        ended = &mut waiting => panic!(
+            "the heartbeat waited behind the write waiting for a connection, which ended \
+             first: {ended:?}"
+        ),
+    }
+    drop(held);
+    waiting
+        .await
+        .unwrap()
+        .expect("the write goes through once it has a connection");
+    keeper.close().await;
     db.close().await;
 }

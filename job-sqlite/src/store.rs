@@ -33,8 +33,8 @@ const POOL_SIZE: u32 = 8;
 ///
 /// SQLite has one writer at a time. Every write the store makes is one immediate transaction
 /// (`BEGIN IMMEDIATE`: the write lock taken by its first statement, so it never has to be
-/// upgraded from a stale read), and the writes of one process queue on an async gate before
-/// they ask for the lock, so they wait in order instead of in SQLite's busy handler. Writers
+/// upgraded from a stale read), and the writes of one process, each with its connection, queue
+/// on an async gate before they ask for the lock, so they wait in order instead of in SQLite's busy handler. Writers
 /// of other processes sharing the file wait in the busy handler, up to [`BUSY_TIMEOUT`].
 ///
 /// Cloning is cheap (the pool is shared).
@@ -139,11 +139,18 @@ impl SqliteStore {
     }
 
     /// Begins an immediate transaction after this process's earlier writes.
+    ///
+    /// The connection is taken from the pool before the place at the gate: a write that waits
+    /// for a connection (the application holding every connection of the pool, up to sqlx's
+    /// acquire timeout) waits without the gate, so that the writes that have their connection
+    /// go on meanwhile, a heartbeat on the lease keeper's own pool among them. Before, such a
+    /// write held the gate while it waited, the heartbeats behind it timed out, and the worker
+    /// fenced its running jobs.
     pub(crate) async fn write(&self) -> Result<Write, Error> {
+        let conn = self.pool.acquire().await.map_err(Error::query("acquire"))?;
         let gate = self.shared.gate.clone().lock_owned().await;
-        let tx = self
-            .pool
-            .begin_with("BEGIN IMMEDIATE")
+        // What `Pool::begin_with` does once it has the connection.
+        let tx = Transaction::begin(conn, Some("BEGIN IMMEDIATE".into()))
             .await
             .map_err(Error::query("begin_immediate"))?;
         Ok(Write { tx, _gate: gate })
