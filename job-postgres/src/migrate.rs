@@ -172,6 +172,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "rate_window_limit",
         sql: include_str!("../migrations/0030_rate_window_limit.sql"),
     },
+    Migration {
+        version: 31,
+        name: "dependency_outcomes",
+        sql: include_str!("../migrations/0031_dependency_outcomes.sql"),
+    },
 ];
 
 /// The whole schema as one plain SQL script, for a DBA or a team without Rust:

@@ -933,3 +933,110 @@ async fn a_redriven_dependent_waits_again_for_a_dependency_that_has_not_complete
     h.store.stage_due(100).await.unwrap();
     assert_eq!(h.row(then).await.state, JobState::Available);
 }
+
+/// Ends job `id` in `state` now by a raw write, as a finalize or a cancel would.
+async fn end(pool: &sqlx::PgPool, id: JobId, state: &str) {
+    sqlx::query(
+        "UPDATE job.jobs SET state = $2::job.job_state, finalized_at = now() WHERE id = $1",
+    )
+    .bind(id)
+    .bind(state)
+    .execute(pool)
+    .await
+    .unwrap();
+}
+
+/// Redrives the dead letters `ids`; returns those redriven.
+async fn redrive(store: PgStore, ids: Vec<JobId>) -> Vec<JobId> {
+    store
+        .redrive(&JobFilter {
+            ids,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .redriven
+}
+
+/// Prunes every completed and cancelled job that may go, whatever its age.
+async fn prune_all(store: &PgStore) -> u64 {
+    job::Store::prune(
+        store,
+        &job::PruneRequest {
+            completed_retention: Duration::ZERO,
+            cancelled_retention: Duration::ZERO,
+            batch: 100,
+        },
+    )
+    .await
+    .unwrap()
+}
+
+/// `satisfied` of the edge from `job` to `on` (migration 0031).
+async fn satisfied(pool: &sqlx::PgPool, job: JobId, on: JobId) -> Option<bool> {
+    sqlx::query_scalar(
+        "SELECT satisfied FROM job.dependencies WHERE job_id = $1 AND depends_on = $2",
+    )
+    .bind(job)
+    .bind(on)
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn a_redriven_dependent_does_not_run_when_what_it_needed_failed_and_is_gone() {
+    // An edge recorded only that it was resolved, and redrive read a job waited for that no
+    // longer exists as completed and pruned since: a dependent discarded because the job it
+    // needed was cancelled ran when redriven once that job had been pruned. The edge now
+    // records whether its job satisfied it (migration 0031).
+    use job::Store as _;
+    let h = Harness::new().await;
+    let pool = h.store.pool();
+    let charge = enqueue(&h.store, task("charge")).await;
+    let ship = Enqueue::new(task("ship"))
+        .depends_on([charge])
+        .enqueue(pool)
+        .await
+        .unwrap();
+    let audit = Enqueue::new(task("audit"))
+        .after_all([charge])
+        .enqueue(pool)
+        .await
+        .unwrap();
+    end(pool, charge, "cancelled").await;
+    h.store.stage_due(100).await.unwrap();
+    assert_eq!(h.row(ship).await.state, JobState::Discarded);
+    assert_eq!(h.row(audit).await.state, JobState::Available);
+    assert_eq!(satisfied(pool, ship, charge).await, Some(false));
+    assert_eq!(satisfied(pool, audit, charge).await, Some(true));
+    // The audit fails on its own; both dependents finished, the charge is pruned.
+    end(pool, audit, "discarded").await;
+    assert_eq!(prune_all(&h.store).await, 1);
+    assert!(h.store.get(charge).await.unwrap().is_none());
+
+    assert_eq!(
+        redrive(h.store.clone(), vec![ship, audit]).await,
+        [ship, audit]
+    );
+    assert_eq!(
+        h.row(ship).await.state,
+        JobState::Pending,
+        "what it needed never completed"
+    );
+    assert_eq!(
+        h.row(audit).await.state,
+        JobState::Available,
+        "its edge was satisfied"
+    );
+    h.store.stage_due(100).await.unwrap();
+    let again = h.row(ship).await;
+    assert_eq!(again.state, JobState::Discarded);
+    assert_eq!(
+        again.errors.last().map(|e| e.message.clone()),
+        Some(format!(
+            "job {charge}, which this job depends on, was deleted"
+        ))
+    );
+    assert_eq!(satisfied(pool, ship, charge).await, Some(false));
+}

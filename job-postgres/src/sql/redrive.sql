@@ -5,12 +5,19 @@
 -- letters sharing a key only the newest goes back, the others are reported with its id.
 -- A key spent by a start ('spent') is held 'started' again. A concurrent enqueue that takes a
 -- key after this statement's snapshot makes the index refuse the statement (23505): the caller
--- runs it again. A dead letter that depends on other jobs (migration 0013) waits for them again
--- when one of them no longer satisfies its edge (a job it needs completed that is not, say one
--- discarded and redriven with it): those edges are opened again and the job goes back to
--- `pending`, for the stager to promote or discard as for a new dependent; the other edges stay
--- resolved (a job completed and pruned since is not waited for again). Returns per dead letter
--- (id, redriven, existing), and wakes the queues.
+-- runs it again. Returns per dead letter (id, redriven, existing), and wakes the queues.
+--
+-- A dead letter that depends on other jobs (migration 0013) waits for them again when one of
+-- them no longer satisfies its edge (a job it needs completed that is not, say one discarded
+-- and redriven with it): those edges are opened again and the job goes back to `pending`, for
+-- the stager to promote or discard as for a new dependent. An edge whose job did not satisfy
+-- it when it was resolved (`satisfied = false`, migration 0031: a `depends_on` job cancelled,
+-- discarded or deleted) is opened again even when that job no longer exists: read as
+-- "completed and pruned since", a dependent discarded because its dependency was cancelled ran
+-- once that dependency had been pruned. The stager then discards it again, naming the job as
+-- deleted. The other edges stay resolved: a job that completed (`satisfied = true`) and was
+-- pruned since is not waited for again, nor a deleted one of an edge resolved before migration
+-- 0031 (`satisfied` null, not known).
 WITH dead AS (
     SELECT j.id, j.kind, j.unique_key
 -- @dead_letters
@@ -34,13 +41,16 @@ ranked AS (
 ),
 reopened AS (
     UPDATE job.dependencies d
-    SET resolved = false,
-        flagged  = false
+    SET resolved  = false,
+        flagged   = false,
+        satisfied = NULL
     FROM ranked r
     WHERE d.job_id = r.id AND r.holder IS NULL AND r.first = r.id AND d.resolved
       AND (
+          -- its job did not satisfy it, whether or not that job still exists
+          d.satisfied IS FALSE
           -- the edge is not satisfied now
-          EXISTS (SELECT 1 FROM job.jobs x
+          OR EXISTS (SELECT 1 FROM job.jobs x
                   WHERE x.id = d.depends_on
                     AND CASE d.mode WHEN 'completed' THEN x.state <> 'completed'
                              ELSE x.state NOT IN ('completed', 'cancelled', 'discarded') END)
