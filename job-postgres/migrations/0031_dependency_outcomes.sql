@@ -1,5 +1,5 @@
--- 0031 dependency outcomes: an edge keeps whether its job satisfied it. Append-only: change the
--- schema in a new numbered file.
+-- 0031 dependency outcomes: an edge keeps whether its job satisfied it, and every edge is found
+-- from the job it points at. Append-only: change the schema in a new numbered file.
 --
 -- 1. An edge recorded `resolved` only. Redrive (redrive.sql) opens again the resolved edges of
 --    a dead letter that their jobs do not satisfy now, and took a job that no longer exists for
@@ -15,9 +15,25 @@
 --    resolved before this migration, and those the stager closes unended when it discards
 --    their dependent for another edge; redrive judges them by their job, as before.
 --
--- ADD COLUMN without a default does not rewrite the table.
+-- 2. The pruner kept only a job that an unresolved edge points at. The stager resolves a
+--    batch's member's edge as soon as the member ends, so the early members of a long batch
+--    were pruned (after the completed retention, 24 h by default) before the callback ran, and
+--    the callback, which the README promises can read its members' state, errors and result,
+--    found them missing. The pruner now also keeps a job that any edge points at whose
+--    dependent has not finished (prune.sql). That reads every edge of a job, resolved or not:
+--    the partial indexes (dependencies_open_idx, dependencies_fresh_idx) hold only open edges,
+--    so dependencies_depends_on_idx holds them all, one more index entry written per edge at
+--    enqueue. A pruner pass reads again the jobs it keeps this way that finished before those
+--    it deletes, each time: 2-4.5 ms a pass per 1,000 of them (measured with 100,000 completed
+--    jobs whose dependents were still waiting), where it read none.
+--
+-- ADD COLUMN without a default does not rewrite the table; the CREATE INDEX reads it once (in
+-- this migration's transaction, where CREATE INDEX CONCURRENTLY cannot run; on a large table,
+-- apply it when writes of job.dependencies can wait that long).
 
 ALTER TABLE job.dependencies ADD COLUMN satisfied boolean;
+
+CREATE INDEX dependencies_depends_on_idx ON job.dependencies (depends_on);
 
 -- As in migration 0023, each resolved edge now recording `satisfied`. (CREATE OR REPLACE sets
 -- the function's settings anew: jit stays off, as migration 0024 set.)

@@ -64,7 +64,8 @@ impl PgStore {
 
     /// The ids of the jobs job `id` depends on (for a batch's callback, its members), in id
     /// order: a dependent handler reads their states and results with
-    /// `store.list(&JobFilter { ids, ..Default::default() })`.
+    /// `store.list(&JobFilter { ids, ..Default::default() })` (the pruner keeps them until
+    /// job `id` has finished).
     pub async fn dependencies(&self, id: JobId) -> Result<Vec<JobId>, Error> {
         enqueue::dependencies_of(&self.pool, id).await
     }

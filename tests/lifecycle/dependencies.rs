@@ -1040,3 +1040,51 @@ async fn a_redriven_dependent_does_not_run_when_what_it_needed_failed_and_is_gon
     );
     assert_eq!(satisfied(pool, ship, charge).await, Some(false));
 }
+
+#[tokio::test]
+async fn a_batch_member_is_kept_until_the_callback_has_finished() {
+    // The pruner kept only a job that an unresolved edge points at, and the stager resolves a
+    // member's edge as the member ends: the early members of a long batch were pruned before
+    // the callback ran, which then could not read their outcomes.
+    let h = Harness::new().await;
+    let (trail, seen) = (Trail::default(), Seen::default());
+    let pool = h.store.pool();
+    let batch = Batch::new()
+        .member(Enqueue::new(task("m1")))
+        .member(Enqueue::new(task("m2")))
+        .callback(Enqueue::new(Summary {}))
+        .enqueue(pool)
+        .await
+        .unwrap();
+    let (m1, m2, callback) = (batch.members[0], batch.members[1], batch.callback);
+    end(pool, m1, "completed").await;
+    job::Store::stage_due(&h.store, 100).await.unwrap();
+    assert_eq!(
+        count(
+            &h.store,
+            "SELECT count(*) FROM job.dependencies WHERE resolved"
+        )
+        .await,
+        1
+    );
+    assert_eq!(prune_all(&h.store).await, 0, "the callback has not run");
+    end(pool, m2, "cancelled").await;
+    job::Store::stage_due(&h.store, 100).await.unwrap();
+    assert_eq!(h.row(callback).await.state, JobState::Available);
+    assert_eq!(prune_all(&h.store).await, 0, "the callback has not run");
+    let w = worker(&h, &trail, &seen).start();
+    h.reaches(callback, JobState::Completed).await;
+    w.shutdown().await;
+    assert_eq!(
+        seen.0.lock().unwrap().clone(),
+        [vec![
+            (m1, JobState::Completed, None),
+            (m2, JobState::Cancelled, None)
+        ]]
+    );
+    assert_eq!(prune_all(&h.store).await, 3);
+    assert_eq!(
+        count(&h.store, "SELECT count(*) FROM job.dependencies").await,
+        0
+    );
+}

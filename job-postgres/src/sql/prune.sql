@@ -1,9 +1,14 @@
 -- Deletes up to $3 completed jobs finished more than $1 milliseconds ago and cancelled jobs
 -- finished (and due) more than $2 milliseconds ago (never discarded ones), oldest first, skipping rows
 -- someone holds, and what those jobs depended on (job.dependencies, migration 0013). A job
--- that an unresolved edge points at is kept until the stager has resolved it
--- (dependencies_open_idx): deleted, it would read as a dependency that did not complete, and
--- its dependent would be discarded. Returns how many jobs.
+-- that a dependent still needs is kept: one that an unresolved edge points at (the stager has
+-- not told its dependent yet; deleted, it would read as a dependency that did not complete,
+-- and the dependent would be discarded), and, since migration 0031, one that any edge points
+-- at whose dependent has not finished (a batch's member whose edge the stager resolved as it
+-- ended, while the callback still waits for its other members: the callback reads its
+-- members' state, errors and result when it runs). The edges pointing at a job are found
+-- through dependencies_depends_on_idx (migration 0031), each dependent by its primary key.
+-- Returns how many jobs.
 --
 -- Each state is read through its own index up to its own cutoff (jobs_completed_idx, migration
 -- 0017; jobs_cancelled_prune_idx, migration 0029), oldest first and at most $3, and the $3
@@ -23,7 +28,13 @@ WITH gone AS (
                     WHERE j.state = 'completed'
                       AND j.finalized_at < now() - $1::bigint * interval '1 millisecond'
                       AND NOT EXISTS (SELECT 1 FROM job.dependencies d
-                                      WHERE d.depends_on = j.id AND NOT d.resolved)
+                                      WHERE d.depends_on = j.id
+                                        AND (NOT d.resolved
+                                             OR EXISTS (SELECT 1 FROM job.jobs w
+                                                        WHERE w.id = d.job_id
+                                                          AND w.state NOT IN (
+                                                              'completed', 'cancelled',
+                                                              'discarded'))))
                     ORDER BY j.finalized_at
                     LIMIT $3::integer
                     FOR UPDATE SKIP LOCKED) c
@@ -40,7 +51,13 @@ WITH gone AS (
                       AND greatest(j.finalized_at, j.run_at)
                           < now() - $2::bigint * interval '1 millisecond'
                       AND NOT EXISTS (SELECT 1 FROM job.dependencies d
-                                      WHERE d.depends_on = j.id AND NOT d.resolved)
+                                      WHERE d.depends_on = j.id
+                                        AND (NOT d.resolved
+                                             OR EXISTS (SELECT 1 FROM job.jobs w
+                                                        WHERE w.id = d.job_id
+                                                          AND w.state NOT IN (
+                                                              'completed', 'cancelled',
+                                                              'discarded'))))
                     ORDER BY greatest(j.finalized_at, j.run_at)
                     LIMIT $3::integer
                     FOR UPDATE SKIP LOCKED) c) f
