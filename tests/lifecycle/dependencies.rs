@@ -1088,3 +1088,107 @@ async fn a_batch_member_is_kept_until_the_callback_has_finished() {
         0
     );
 }
+
+#[tokio::test]
+async fn a_batch_callback_waits_for_a_member_redriven_from_the_dead_letters() {
+    // Redrive opened the edges of the jobs it redrove, never those pointing at them: a member
+    // discarded and redriven while its callback still waited for another member left the
+    // callback's edge to it resolved, and the callback became available as soon as the other
+    // member completed, beside the redriven member still waiting to run.
+    use job::Store as _;
+    let h = Harness::new().await;
+    let pool = h.store.pool();
+    let batch = Batch::new()
+        .member(Enqueue::new(task("m1")))
+        .member(Enqueue::new(task("m2")))
+        .callback(Enqueue::new(Summary {}))
+        .enqueue(pool)
+        .await
+        .unwrap();
+    let (m1, m2, callback) = (batch.members[0], batch.members[1], batch.callback);
+    end(pool, m1, "discarded").await;
+    h.store.stage_due(100).await.unwrap();
+    assert_eq!(satisfied(pool, callback, m1).await, Some(true), "any end");
+    assert_eq!(redrive(h.store.clone(), vec![m1]).await, [m1]);
+    assert_eq!(h.row(m1).await.state, JobState::Available);
+    end(pool, m2, "completed").await;
+    h.store.stage_due(100).await.unwrap();
+    assert_eq!(
+        h.row(callback).await.state,
+        JobState::Pending,
+        "the callback waits for the member redriven"
+    );
+    end(pool, m1, "completed").await;
+    h.store.stage_due(100).await.unwrap();
+    assert_eq!(h.row(callback).await.state, JobState::Available);
+}
+
+#[tokio::test]
+async fn a_redrive_waits_for_a_stager_pass_holding_the_callback() {
+    // Edges are written under their dependent's row lock. A stager pass that holds the callback
+    // and read the redriven member as ended decides from that read: were the edge opened again
+    // meanwhile without the callback's lock, the pass would promote the callback over an open
+    // edge. The redrive locks the pending dependents first: it waits for the pass, and finding
+    // the callback promoted once it may go on (the pass came first), leaves its edges alone.
+    use job::Store as _;
+    let h = Harness::new().await;
+    let pool = h.store.pool();
+    let batch = Batch::new()
+        .member(Enqueue::new(task("m1")))
+        .member(Enqueue::new(task("m2")))
+        .callback(Enqueue::new(Summary {}))
+        .enqueue(pool)
+        .await
+        .unwrap();
+    let (m1, m2, callback) = (batch.members[0], batch.members[1], batch.callback);
+    end(pool, m1, "discarded").await;
+    h.store.stage_due(100).await.unwrap();
+    end(pool, m2, "completed").await;
+    // A pass of job.dependencies_resolve, taken apart: it locks the callback, resolves its
+    // edge to m2 and, m1 having ended as it read, promotes it.
+    let mut pass = pool.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM job.jobs WHERE id = $1 FOR UPDATE")
+        .bind(callback)
+        .execute(&mut *pass)
+        .await
+        .unwrap();
+    sqlx::query(
+        "UPDATE job.dependencies SET resolved = true, satisfied = true
+         WHERE job_id = $1 AND NOT resolved",
+    )
+    .bind(callback)
+    .execute(&mut *pass)
+    .await
+    .unwrap();
+    let redriving = tokio::spawn(redrive(h.store.clone(), vec![m1]));
+    eventually("the redrive to wait for the pass, or to end", || async {
+        let waiting = count(
+            &h.store,
+            "SELECT count(*) FROM pg_stat_activity
+             WHERE datname = current_database() AND wait_event_type = 'Lock'",
+        )
+        .await;
+        (waiting > 0 || redriving.is_finished()).then_some(())
+    })
+    .await;
+    sqlx::query("UPDATE job.jobs SET state = 'available' WHERE id = $1 AND state = 'pending'")
+        .bind(callback)
+        .execute(&mut *pass)
+        .await
+        .unwrap();
+    pass.commit().await.unwrap();
+    assert_eq!(redriving.await.unwrap(), [m1]);
+    assert_eq!(h.row(m1).await.state, JobState::Available);
+    assert_eq!(h.row(callback).await.state, JobState::Available);
+    assert_eq!(
+        count(
+            &h.store,
+            &format!(
+                "SELECT count(*) FROM job.dependencies WHERE job_id = {callback} AND NOT resolved"
+            )
+        )
+        .await,
+        0,
+        "an available callback with an open edge"
+    );
+}

@@ -7,17 +7,33 @@
 -- key after this statement's snapshot makes the index refuse the statement (23505): the caller
 -- runs it again. Returns per dead letter (id, redriven, existing), and wakes the queues.
 --
--- A dead letter that depends on other jobs (migration 0013) waits for them again when one of
--- them no longer satisfies its edge (a job it needs completed that is not, say one discarded
--- and redriven with it): those edges are opened again and the job goes back to `pending`, for
--- the stager to promote or discard as for a new dependent. An edge whose job did not satisfy
--- it when it was resolved (`satisfied = false`, migration 0031: a `depends_on` job cancelled,
--- discarded or deleted) is opened again even when that job no longer exists: read as
--- "completed and pruned since", a dependent discarded because its dependency was cancelled ran
--- once that dependency had been pruned. The stager then discards it again, naming the job as
--- deleted. The other edges stay resolved: a job that completed (`satisfied = true`) and was
--- pruned since is not waited for again, nor a deleted one of an edge resolved before migration
--- 0031 (`satisfied` null, not known).
+-- Dependencies (migration 0013) are waited for again, both ways:
+--
+-- * A dead letter that depends on other jobs waits for them again when one of them no longer
+--   satisfies its edge (a job it needs completed that is not, say one discarded and redriven
+--   with it): those edges are opened again and the job goes back to `pending`, for the stager
+--   to promote or discard as for a new dependent. An edge whose job did not satisfy it when it
+--   was resolved (`satisfied = false`, migration 0031: a `depends_on` job cancelled, discarded
+--   or deleted) is opened again even when that job no longer exists: read as "completed and
+--   pruned since", a dependent discarded because its dependency was cancelled ran once that
+--   dependency had been pruned. The stager then discards it again, naming the job as deleted.
+--   The other edges stay resolved: a job that completed (`satisfied = true`) and was pruned
+--   since is not waited for again, nor a deleted one of an edge resolved before migration
+--   0031 (`satisfied` null, not known).
+-- * A pending job that waits for a dead letter redriven here (a batch's callback, one of whose
+--   members is redriven) waits for it again: its edges pointing at that job are opened again.
+--   Left resolved, the callback ran once its other members had finished, beside the member
+--   redriven and still running, and never saw that member's outcome. Edges are written under
+--   their dependent's row lock (job.dependencies_resolve): such dependents are locked first
+--   (FOR NO KEY UPDATE, in id order; a stager pass holding one is waited for), and only those
+--   still pending once locked have their edges opened. A stager pass that read the member as
+--   ended before this statement committed cannot resolve the edge again from that snapshot: it
+--   skips the dependent while this statement holds it, and its statements after taking the
+--   lock see the edge opened. Every edge pointing at the job is opened, resolved or not as
+--   this statement's snapshot saw it (a pass may have resolved it since).
+--
+-- One UPDATE of job.dependencies does both (two data-modifying CTEs must not update the same
+-- rows).
 WITH dead AS (
     SELECT j.id, j.kind, j.unique_key
 -- @dead_letters
@@ -39,24 +55,39 @@ ranked AS (
            END AS first
     FROM dead d
 ),
+chosen AS (
+    SELECT r.id FROM ranked r WHERE r.holder IS NULL AND r.first = r.id
+),
+waiting AS (
+    SELECT j.id
+    FROM job.jobs j
+    WHERE j.id = ANY (ARRAY(SELECT d.job_id FROM job.dependencies d
+                            WHERE d.depends_on = ANY (ARRAY(SELECT c.id FROM chosen c))))
+      AND j.state = 'pending'
+    ORDER BY j.id
+    FOR NO KEY UPDATE
+),
 reopened AS (
     UPDATE job.dependencies d
     SET resolved  = false,
         flagged   = false,
         satisfied = NULL
-    FROM ranked r
-    WHERE d.job_id = r.id AND r.holder IS NULL AND r.first = r.id AND d.resolved
-      AND (
-          -- its job did not satisfy it, whether or not that job still exists
-          d.satisfied IS FALSE
-          -- the edge is not satisfied now
-          OR EXISTS (SELECT 1 FROM job.jobs x
-                  WHERE x.id = d.depends_on
-                    AND CASE d.mode WHEN 'completed' THEN x.state <> 'completed'
-                             ELSE x.state NOT IN ('completed', 'cancelled', 'discarded') END)
-          -- or the job it waits for is redriven by this statement (this snapshot still sees
-          -- it ended, which satisfies an `after_all` edge)
-          OR d.depends_on IN (SELECT b.id FROM ranked b WHERE b.holder IS NULL AND b.first = b.id))
+    WHERE (d.job_id = ANY (ARRAY(SELECT c.id FROM chosen c)) AND d.resolved
+           AND (
+               -- its job did not satisfy it, whether or not that job still exists
+               d.satisfied IS FALSE
+               -- the edge is not satisfied now
+               OR EXISTS (SELECT 1 FROM job.jobs x
+                          WHERE x.id = d.depends_on
+                            AND CASE d.mode WHEN 'completed' THEN x.state <> 'completed'
+                                     ELSE x.state NOT IN ('completed', 'cancelled', 'discarded')
+                                END)
+               -- or the job it waits for is redriven by this statement (this snapshot still
+               -- sees it ended, which satisfies an `after_all` edge)
+               OR d.depends_on = ANY (ARRAY(SELECT c.id FROM chosen c))))
+       -- an edge of a pending dependent, locked above, pointing at a job redriven here
+       OR (d.depends_on = ANY (ARRAY(SELECT c.id FROM chosen c))
+           AND d.job_id = ANY (ARRAY(SELECT w.id FROM waiting w)))
     RETURNING d.job_id
 ),
 redriven AS (
@@ -71,8 +102,8 @@ redriven AS (
         cancel_requested = false,
         unique_scope     = CASE WHEN j.unique_scope = 'spent' THEN 'started'
                                 ELSE j.unique_scope END
-    FROM ranked r
-    WHERE j.id = r.id AND r.holder IS NULL AND r.first = r.id AND j.state = 'discarded'
+    FROM chosen c
+    WHERE j.id = c.id AND j.state = 'discarded'
     RETURNING j.id, j.queue
 ),
 woken AS (
