@@ -10,8 +10,12 @@ use std::time::Duration;
 use job_core::{PruneRequest, Store};
 use job_testkit::TestDb;
 use serde_json::Value;
+use sqlx::Row;
 use store_support::rows_read;
 
+/// The pruner's two statements (admin.rs runs them in one transaction): the first locks the
+/// jobs to delete, the second deletes them.
+const PRUNE_PICK: &str = include_str!("../job-postgres/src/sql/prune_pick.sql");
 const PRUNE: &str = include_str!("../job-postgres/src/sql/prune.sql");
 
 /// Inserts `n` jobs in the finished `state`, due and finished `age` ago (an SQL interval), the
@@ -39,20 +43,46 @@ fn deleted(plan: &Value) -> Option<f64> {
     plan["Plans"].as_array()?.iter().find_map(deleted)
 }
 
-/// Runs the prune under `EXPLAIN ANALYZE` in a transaction it rolls back; returns (jobs
-/// deleted, rows of `job.jobs` read).
-async fn explain_prune(pool: &sqlx::PgPool, request: &PruneRequest) -> (f64, f64) {
-    let mut tx = pool.begin().await.unwrap();
-    let (plan,): (Value,) = sqlx::query_as(&format!("EXPLAIN (ANALYZE, FORMAT JSON) {PRUNE}"))
+/// prune_pick.sql, or `sql` (it under `EXPLAIN`), with the arguments the store gives it.
+fn pick<'q>(
+    sql: &'q str,
+    request: &PruneRequest,
+) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
+    sqlx::query(sql)
         .bind(request.completed_retention.as_millis() as i64)
         .bind(request.cancelled_retention.as_millis() as i64)
         .bind(request.batch as i32)
+}
+
+/// Runs the prune's two statements under `EXPLAIN ANALYZE` in a transaction it rolls back;
+/// returns (jobs deleted, rows of `job.jobs` both read).
+async fn explain_prune(pool: &sqlx::PgPool, request: &PruneRequest) -> (f64, f64) {
+    let mut tx = pool.begin().await.unwrap();
+    let explain_pick = format!("EXPLAIN (ANALYZE, FORMAT JSON) {PRUNE_PICK}");
+    let picking: Value = pick(&explain_pick, request)
+        .fetch_one(&mut *tx)
+        .await
+        .unwrap()
+        .get(0);
+    // The same rows again, which this transaction holds now: the ids for the delete.
+    let ids: Vec<i64> = pick(PRUNE_PICK, request)
+        .fetch_all(&mut *tx)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let (deleting,): (Value,) = sqlx::query_as(&format!("EXPLAIN (ANALYZE, FORMAT JSON) {PRUNE}"))
+        .bind(&ids)
         .fetch_one(&mut *tx)
         .await
         .unwrap();
     tx.rollback().await.unwrap();
-    let root = &plan[0]["Plan"];
-    (deleted(root).unwrap(), rows_read(root))
+    let (picking, deleting) = (&picking[0]["Plan"], &deleting[0]["Plan"]);
+    (
+        deleted(deleting).unwrap(),
+        rows_read(picking) + rows_read(deleting),
+    )
 }
 
 const HOUR: Duration = Duration::from_secs(3600);

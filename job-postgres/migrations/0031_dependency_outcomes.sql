@@ -20,13 +20,13 @@
 --    were pruned (after the completed retention, 24 h by default) before the callback ran, and
 --    the callback, which the README promises can read its members' state, errors and result,
 --    found them missing. The pruner now also keeps a job that any edge points at whose
---    dependent has not finished (prune.sql). That reads every edge of a job, resolved or not,
---    and so does redrive, which opens again the edges pointing at the jobs it redrives: the
---    partial indexes (dependencies_open_idx, dependencies_fresh_idx) hold only open edges, so
---    dependencies_depends_on_idx holds them all, one more index entry written per edge at
---    enqueue. A pruner pass reads again the jobs it keeps this way that finished before those
---    it deletes, each time: 2-4.5 ms a pass per 1,000 of them (measured with 100,000 completed
---    jobs whose dependents were still waiting), where it read none.
+--    dependent has not finished (prune_pick.sql, prune.sql). That reads every edge of a job,
+--    resolved or not, and so does redrive, which opens again the edges pointing at the jobs it
+--    redrives: the partial indexes (dependencies_open_idx, dependencies_fresh_idx) hold only
+--    open edges, so dependencies_depends_on_idx holds them all, one more index entry written
+--    per edge at enqueue. A pruner pass reads again the jobs it keeps this way that finished
+--    before those it deletes, each time: 2-4.5 ms a pass per 1,000 of them (measured with
+--    100,000 completed jobs whose dependents were still waiting), where it read none.
 --
 -- ADD COLUMN without a default does not rewrite the table; the CREATE INDEX reads it once (in
 -- this migration's transaction, where CREATE INDEX CONCURRENTLY cannot run; on a large table,

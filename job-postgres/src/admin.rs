@@ -60,13 +60,27 @@ pub(crate) async fn prune(pool: &sqlx::PgPool, request: &PruneRequest) -> Result
     // the table's checks allow, so the clamp keeps exactly what the longer retention keeps.
     const FOR_EVER: std::time::Duration = std::time::Duration::from_secs(3_000 * 366 * 86_400);
     let retention = |d: std::time::Duration| duration_millis(d.min(FOR_EVER));
-    let n: i64 = sqlx::query_scalar(sql::PRUNE)
+    // Two statements in one transaction: the first locks the jobs to delete, the second
+    // deletes those no dependent needs, judged on a snapshot taken after the locks, which sees
+    // the edge of an enqueue that committed while the first statement ran (sql/prune.sql).
+    let mut tx = pool.begin().await.map_err(Error::query("begin"))?;
+    let ids: Vec<i64> = sqlx::query_scalar(sql::PRUNE_PICK)
         .bind(retention(request.completed_retention))
         .bind(retention(request.cancelled_retention))
         .bind(i32::try_from(request.batch).unwrap_or(i32::MAX))
-        .fetch_one(pool)
+        .fetch_all(&mut *tx)
         .await
-        .map_err(Error::query("prune"))?;
+        .map_err(Error::query("prune_pick"))?;
+    let n: i64 = if ids.is_empty() {
+        0
+    } else {
+        sqlx::query_scalar(sql::PRUNE)
+            .bind(&ids)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(Error::query("prune"))?
+    };
+    tx.commit().await.map_err(Error::query("commit"))?;
     Ok(n.unsigned_abs())
 }
 

@@ -59,6 +59,7 @@ pub(crate) static LIST: LazyLock<String> = LazyLock::new(|| splice(include_str!(
 pub(crate) static REDRIVE: LazyLock<String> =
     LazyLock::new(|| splice(include_str!("sql/redrive.sql")));
 pub(crate) static PURGE: LazyLock<String> = LazyLock::new(|| splice(include_str!("sql/purge.sql")));
+pub(crate) const PRUNE_PICK: &str = include_str!("sql/prune_pick.sql");
 pub(crate) const PRUNE: &str = include_str!("sql/prune.sql");
 pub(crate) const PRUNE_RATE_WINDOWS: &str = include_str!("sql/prune_rate_windows.sql");
 pub(crate) const EXPIRE: &str = include_str!("sql/expire.sql");

@@ -1192,3 +1192,51 @@ async fn a_redrive_waits_for_a_stager_pass_holding_the_callback() {
         "an available callback with an open edge"
     );
 }
+
+#[tokio::test]
+async fn a_dependency_is_not_pruned_when_its_dependents_enqueue_commits_during_the_prune() {
+    // The enqueue holds the job it waits for (FOR KEY SHARE) until it commits, and the pruner's
+    // lock skips it; but one statement whose snapshot was taken before the enqueue committed
+    // and that reached the row after did not see the edge, locked the row and deleted it, and
+    // the stager discarded the dependent ("was deleted"). The pruner's first statement is run
+    // here as a cursor, whose snapshot is taken when it is declared and whose rows are locked
+    // as they are fetched: that interleaving, made deterministic. The second statement, with
+    // a snapshot of its own, sees the edge and keeps the job.
+    use job::Store as _;
+    const PICK: &str = include_str!("../../job-postgres/src/sql/prune_pick.sql");
+    const DELETE: &str = include_str!("../../job-postgres/src/sql/prune.sql");
+    let h = Harness::new().await;
+    let pool = h.store.pool();
+    let a = enqueue(&h.store, task("a")).await;
+    end(pool, a, "completed").await;
+    let mut enqueue = pool.begin().await.unwrap();
+    let c = Enqueue::new(task("c"))
+        .depends_on([a])
+        .enqueue(&mut *enqueue)
+        .await
+        .unwrap();
+    let mut prune = pool.begin().await.unwrap();
+    sqlx::query(&format!("DECLARE pick CURSOR FOR {PICK}"))
+        .bind(0_i64)
+        .bind(0_i64)
+        .bind(100_i32)
+        .execute(&mut *prune)
+        .await
+        .unwrap();
+    enqueue.commit().await.unwrap();
+    let picked: Vec<i64> = sqlx::query_scalar("FETCH ALL FROM pick")
+        .fetch_all(&mut *prune)
+        .await
+        .unwrap();
+    assert_eq!(picked, [a], "locked once the enqueue had committed");
+    let deleted: i64 = sqlx::query_scalar(DELETE)
+        .bind(&picked)
+        .fetch_one(&mut *prune)
+        .await
+        .unwrap();
+    prune.commit().await.unwrap();
+    assert_eq!(deleted, 0, "the job waited for was deleted");
+    assert_eq!(h.row(a).await.state, JobState::Completed);
+    h.store.stage_due(100).await.unwrap();
+    assert_eq!(h.row(c).await.state, JobState::Available);
+}
