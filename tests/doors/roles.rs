@@ -244,6 +244,145 @@ async fn an_owner_a_worker_and_an_enqueue_only_role_each_do_what_they_need_and_n
     roles.drop_all().await;
 }
 
+/// An operator's role with exactly the README's grants (the worker's, then the operator's own
+/// on `job.pauses`) does every operator action: pause and resume (a breaker's pause replaced
+/// by the operator's too), what the `job` command and the dashboard read, cancel, redrive and
+/// purge. Not the payload limit, which is the owner's.
+#[tokio::test]
+async fn an_operator_with_the_readme_grants_pauses_resumes_and_runs_every_admin_action() {
+    use job::{Admin, Cancelled, JobFilter, Pause, PausedBy};
+
+    let mut roles: Roles; // dropped after the database, which holds the roles' privileges
+    let db = TestDb::new().await;
+    roles = Roles::new(&db);
+    let (owner, operator, producer) = (
+        roles.name("job_owner"),
+        roles.name("job_operator"),
+        roles.name("job_enqueue"),
+    );
+    // The worker's grants go to the operator's role.
+    let names = [
+        ("job_owner", owner.as_str()),
+        ("job_worker", operator.as_str()),
+        ("job_enqueue", producer.as_str()),
+    ];
+    let admin = db.pool();
+    sqlx::raw_sql("DROP SCHEMA job CASCADE")
+        .execute(&admin)
+        .await
+        .unwrap();
+    sqlx::raw_sql(&readme_sql("roles-create", &names, db.name()))
+        .execute(&admin)
+        .await
+        .unwrap();
+    let as_owner = pool_as(&db, &owner).await;
+    PgStore::new(as_owner.clone()).migrate().await.unwrap();
+    sqlx::raw_sql(&readme_sql("roles-grants", &names, db.name()))
+        .execute(&as_owner)
+        .await
+        .unwrap();
+    sqlx::raw_sql(&readme_sql(
+        "roles-operator",
+        &[("job_operator", operator.as_str())],
+        db.name(),
+    ))
+    .execute(&as_owner)
+    .await
+    .unwrap();
+
+    // Jobs to act on, and a breaker's pause of a kind, as the owner.
+    let ids: Vec<i64> = sqlx::query_scalar(
+        "INSERT INTO job.jobs (kind, payload, state, attempt, finalized_at)
+         VALUES ('doors.ping', '{\"n\": 1}', 'available', 0, NULL),
+                ('doors.ping', '{\"n\": 2}', 'discarded', 1, now()),
+                ('doors.ping', '{\"n\": 3}', 'discarded', 1, now())
+         RETURNING id",
+    )
+    .fetch_all(&as_owner)
+    .await
+    .unwrap();
+    let (waiting, dead, purged) = (ids[0], ids[1], ids[2]);
+    sqlx::query(
+        "INSERT INTO job.pauses (scope, name, paused_by, reason, resume_at)
+         VALUES ('kind', 'doors.ping', 'breaker', 'tripped', now() + interval '1 hour')",
+    )
+    .execute(&as_owner)
+    .await
+    .unwrap();
+
+    let as_operator = pool_as(&db, &operator).await;
+    let store = PgStore::new(as_operator.clone());
+    let queue = Pause::Queue("default".to_owned());
+    let kind = Pause::Kind("doors.ping".to_owned());
+    // `job pause`, the dashboard's pause, `Admin::pause`.
+    assert!(store.pause(&queue).await.unwrap());
+    assert!(!store.pause(&queue).await.unwrap(), "paused already");
+    assert!(
+        store.pause(&kind).await.unwrap(),
+        "the breaker's pause becomes the operator's"
+    );
+    let pauses = store.pauses().await.unwrap();
+    assert_eq!(
+        pauses
+            .iter()
+            .map(|p| (p.what.clone(), p.paused_by, p.resume_at))
+            .collect::<Vec<_>>(),
+        [
+            (kind.clone(), PausedBy::Operator, None),
+            (queue.clone(), PausedBy::Operator, None)
+        ]
+    );
+    assert_eq!(store.paused().await.unwrap(), [kind.clone(), queue.clone()]);
+    assert!(store.resume(&queue).await.unwrap());
+    assert!(store.resume(&kind).await.unwrap());
+    assert!(!store.resume(&kind).await.unwrap(), "resumed already");
+    assert_eq!(store.paused().await.unwrap(), []);
+
+    // What `job stats`, `list`, `show`, `check` and the dashboard read.
+    let stats = store.stats(&JobFilter::default()).await.unwrap();
+    assert_eq!(stats.dead_letters, 2);
+    let listed = store.list(&JobFilter::dead_letters()).await.unwrap();
+    assert_eq!(
+        listed.iter().map(|j| j.id).collect::<Vec<_>>(),
+        [dead, purged]
+    );
+    assert_eq!(
+        Store::get(&store, waiting).await.unwrap().unwrap().id,
+        waiting
+    );
+    assert_eq!(store.steps(waiting).await.unwrap(), []);
+    let check = store.check(Duration::from_secs(30)).await.unwrap();
+    assert_eq!(check.problems(), Vec::<String>::new());
+    let page = store
+        .page(&job_postgres::PageRequest::default())
+        .await
+        .unwrap();
+    assert_eq!(page.jobs.len(), 3);
+    store
+        .overview(1000, Duration::from_secs(3600))
+        .await
+        .unwrap();
+
+    // `job cancel`, `redrive`, `purge`.
+    assert_eq!(store.cancel(waiting).await.unwrap(), Cancelled::Now);
+    let redriven = store.redrive(&JobFilter::ids([dead])).await.unwrap();
+    assert_eq!(redriven.redriven, [dead]);
+    assert_eq!(store.purge(&JobFilter::ids([purged])).await.unwrap(), 1);
+
+    // The payload limit is the owner's.
+    denied(
+        &as_operator,
+        "UPDATE job.settings SET payload_limit = 999999999",
+    )
+    .await;
+
+    for pool in [as_owner, as_operator] {
+        pool.close().await;
+    }
+    db.close().await;
+    roles.drop_all().await;
+}
+
 #[tokio::test]
 async fn a_worker_that_may_not_vacuum_says_so_instead_of_doing_nothing() {
     let mut roles: Roles; // dropped after the database, which holds the roles' privileges
