@@ -1,3 +1,4 @@
+\set ON_ERROR_STOP on
 -- The `job` schema, generated from job-postgres/migrations/ by
 -- job_postgres::schema_script(): do not edit; change a migration and regenerate
 -- (JOB_SCHEMA_OVERWRITE=1 cargo test -p job-postgres --lib).
@@ -5,6 +6,11 @@
 -- Install or upgrade: psql -v ON_ERROR_STOP=1 -f schema.sql (as the role that is to
 -- own the schema). Each migration not yet recorded in job.schema_migrations is applied
 -- in a transaction of its own and recorded, as the Rust migrator does.
+--
+-- psql stops at the first error (the first line sets ON_ERROR_STOP whatever psql was
+-- told): a migration that failed is not followed by later ones. And each migration
+-- refuses to apply when one before it is not recorded or one after it is, as the Rust
+-- migrator does, so a client that goes on past an error applies nothing out of order.
 
 DO $encoding$
 BEGIN
@@ -29,8 +35,15 @@ COMMIT;
 BEGIN;
 DO $lock$ BEGIN PERFORM pg_advisory_xact_lock(hashtextextended('job.schema_migrations', 0)); END $lock$;
 DO $apply$
+DECLARE
+    missing integer;
+    later integer;
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = 1) THEN
+        SELECT min(version) INTO later FROM job.schema_migrations WHERE version > 1;
+        IF later IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 1 `init` was not applied: it is not recorded in job.schema_migrations, but migration %, which comes after it, is: the schema was migrated out of order, and 1 applied now could undo what later migrations changed. Apply what migration 1 lacks by hand and record it, or restore the database from a backup', later;
+        END IF;
 EXECUTE $job_migration_0001$
 -- 0001 init: the job table, its states, the claim and rescue indexes, insert notifications and
 -- the `job.enqueue` SQL function. Append-only: change the schema in a new numbered file.
@@ -217,8 +230,20 @@ COMMIT;
 BEGIN;
 DO $lock$ BEGIN PERFORM pg_advisory_xact_lock(hashtextextended('job.schema_migrations', 0)); END $lock$;
 DO $apply$
+DECLARE
+    missing integer;
+    later integer;
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = 2) THEN
+        SELECT min(v) INTO missing FROM pg_catalog.unnest('{1}'::integer[]) v
+            WHERE NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = v);
+        IF missing IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 2 `lifecycle` was not applied: migration %, which comes before it, is not recorded in job.schema_migrations (migrations apply in order, each after the one before)', missing;
+        END IF;
+        SELECT min(version) INTO later FROM job.schema_migrations WHERE version > 2;
+        IF later IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 2 `lifecycle` was not applied: it is not recorded in job.schema_migrations, but migration %, which comes after it, is: the schema was migrated out of order, and 2 applied now could undo what later migrations changed. Apply what migration 2 lacks by hand and record it, or restore the database from a backup', later;
+        END IF;
 EXECUTE $job_migration_0002$
 -- 0002 lifecycle: unique jobs, metadata (tags, tenant), deadlines, pauses. Append-only.
 
@@ -376,8 +401,20 @@ COMMIT;
 BEGIN;
 DO $lock$ BEGIN PERFORM pg_advisory_xact_lock(hashtextextended('job.schema_migrations', 0)); END $lock$;
 DO $apply$
+DECLARE
+    missing integer;
+    later integer;
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = 3) THEN
+        SELECT min(v) INTO missing FROM pg_catalog.unnest('{1,2}'::integer[]) v
+            WHERE NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = v);
+        IF missing IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 3 `steps` was not applied: migration %, which comes before it, is not recorded in job.schema_migrations (migrations apply in order, each after the one before)', missing;
+        END IF;
+        SELECT min(version) INTO later FROM job.schema_migrations WHERE version > 3;
+        IF later IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 3 `steps` was not applied: it is not recorded in job.schema_migrations, but migration %, which comes after it, is: the schema was migrated out of order, and 3 applied now could undo what later migrations changed. Apply what migration 3 lacks by hand and record it, or restore the database from a backup', later;
+        END IF;
 EXECUTE $job_migration_0003$
 -- 0003 steps: durable step outputs (receipts), one row per job and step name, written by
 -- `JobContext::step` under the attempt's lease. A row goes with its job (ON DELETE CASCADE), so
@@ -407,8 +444,20 @@ COMMIT;
 BEGIN;
 DO $lock$ BEGIN PERFORM pg_advisory_xact_lock(hashtextextended('job.schema_migrations', 0)); END $lock$;
 DO $apply$
+DECLARE
+    missing integer;
+    later integer;
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = 4) THEN
+        SELECT min(v) INTO missing FROM pg_catalog.unnest('{1,2,3}'::integer[]) v
+            WHERE NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = v);
+        IF missing IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 4 `isolation` was not applied: migration %, which comes before it, is not recorded in job.schema_migrations (migrations apply in order, each after the one before)', missing;
+        END IF;
+        SELECT min(version) INTO later FROM job.schema_migrations WHERE version > 4;
+        IF later IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 4 `isolation` was not applied: it is not recorded in job.schema_migrations, but migration %, which comes after it, is: the schema was migrated out of order, and 4 applied now could undo what later migrations changed. Apply what migration 4 lacks by hand and record it, or restore the database from a backup', later;
+        END IF;
 EXECUTE $job_migration_0004$
 -- 0004 isolation: what a worker needs to keep its promises whatever its handlers do.
 --
@@ -457,8 +506,20 @@ COMMIT;
 BEGIN;
 DO $lock$ BEGIN PERFORM pg_advisory_xact_lock(hashtextextended('job.schema_migrations', 0)); END $lock$;
 DO $apply$
+DECLARE
+    missing integer;
+    later integer;
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = 5) THEN
+        SELECT min(v) INTO missing FROM pg_catalog.unnest('{1,2,3,4}'::integer[]) v
+            WHERE NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = v);
+        IF missing IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 5 `rules` was not applied: migration %, which comes before it, is not recorded in job.schema_migrations (migrations apply in order, each after the one before)', missing;
+        END IF;
+        SELECT min(version) INTO later FROM job.schema_migrations WHERE version > 5;
+        IF later IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 5 `rules` was not applied: it is not recorded in job.schema_migrations, but migration %, which comes after it, is: the schema was migrated out of order, and 5 applied now could undo what later migrations changed. Apply what migration 5 lacks by hand and record it, or restore the database from a backup', later;
+        END IF;
 EXECUTE $job_migration_0005$
 -- 0005 rules: one set of rules for what a job row may hold, checked by the database at every
 -- door (the Rust helpers, `job.enqueue`, a raw INSERT), and the one place where the payload
@@ -720,8 +781,20 @@ COMMIT;
 BEGIN;
 DO $lock$ BEGIN PERFORM pg_advisory_xact_lock(hashtextextended('job.schema_migrations', 0)); END $lock$;
 DO $apply$
+DECLARE
+    missing integer;
+    later integer;
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = 6) THEN
+        SELECT min(v) INTO missing FROM pg_catalog.unnest('{1,2,3,4,5}'::integer[]) v
+            WHERE NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = v);
+        IF missing IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 6 `validate_rules` was not applied: migration %, which comes before it, is not recorded in job.schema_migrations (migrations apply in order, each after the one before)', missing;
+        END IF;
+        SELECT min(version) INTO later FROM job.schema_migrations WHERE version > 6;
+        IF later IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 6 `validate_rules` was not applied: it is not recorded in job.schema_migrations, but migration %, which comes after it, is: the schema was migrated out of order, and 6 applied now could undo what later migrations changed. Apply what migration 6 lacks by hand and record it, or restore the database from a backup', later;
+        END IF;
 EXECUTE $job_migration_0006$
 -- 0006 validate rules: checks every stored row against the time constraints that 0005 added
 -- NOT VALID (after clamping the rows that broke them). In a transaction of its own, VALIDATE
@@ -744,8 +817,20 @@ COMMIT;
 BEGIN;
 DO $lock$ BEGIN PERFORM pg_advisory_xact_lock(hashtextextended('job.schema_migrations', 0)); END $lock$;
 DO $apply$
+DECLARE
+    missing integer;
+    later integer;
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = 7) THEN
+        SELECT min(v) INTO missing FROM pg_catalog.unnest('{1,2,3,4,5,6}'::integer[]) v
+            WHERE NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = v);
+        IF missing IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 7 `sql_interface` was not applied: migration %, which comes before it, is not recorded in job.schema_migrations (migrations apply in order, each after the one before)', missing;
+        END IF;
+        SELECT min(version) INTO later FROM job.schema_migrations WHERE version > 7;
+        IF later IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 7 `sql_interface` was not applied: it is not recorded in job.schema_migrations, but migration %, which comes after it, is: the schema was migrated out of order, and 7 applied now could undo what later migrations changed. Apply what migration 7 lacks by hand and record it, or restore the database from a backup', later;
+        END IF;
 EXECUTE $job_migration_0007$
 -- 0007 sql interface: enqueue from any language with everything the Rust side can say (unique
 -- key and scope, tags, tenant, deadline, priority, scheduling, bulk), through functions that a
@@ -1107,8 +1192,20 @@ COMMIT;
 BEGIN;
 DO $lock$ BEGIN PERFORM pg_advisory_xact_lock(hashtextextended('job.schema_migrations', 0)); END $lock$;
 DO $apply$
+DECLARE
+    missing integer;
+    later integer;
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = 8) THEN
+        SELECT min(v) INTO missing FROM pg_catalog.unnest('{1,2,3,4,5,6,7}'::integer[]) v
+            WHERE NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = v);
+        IF missing IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 8 `staging` was not applied: migration %, which comes before it, is not recorded in job.schema_migrations (migrations apply in order, each after the one before)', missing;
+        END IF;
+        SELECT min(version) INTO later FROM job.schema_migrations WHERE version > 8;
+        IF later IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 8 `staging` was not applied: it is not recorded in job.schema_migrations, but migration %, which comes after it, is: the schema was migrated out of order, and 8 applied now could undo what later migrations changed. Apply what migration 8 lacks by hand and record it, or restore the database from a backup', later;
+        END IF;
 EXECUTE $job_migration_0008$
 -- 0008 staging: a claim whose cost follows what it returns.
 --
@@ -1145,8 +1242,20 @@ COMMIT;
 BEGIN;
 DO $lock$ BEGIN PERFORM pg_advisory_xact_lock(hashtextextended('job.schema_migrations', 0)); END $lock$;
 DO $apply$
+DECLARE
+    missing integer;
+    later integer;
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = 9) THEN
+        SELECT min(v) INTO missing FROM pg_catalog.unnest('{1,2,3,4,5,6,7,8}'::integer[]) v
+            WHERE NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = v);
+        IF missing IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 9 `telemetry` was not applied: migration %, which comes before it, is not recorded in job.schema_migrations (migrations apply in order, each after the one before)', missing;
+        END IF;
+        SELECT min(version) INTO later FROM job.schema_migrations WHERE version > 9;
+        IF later IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 9 `telemetry` was not applied: it is not recorded in job.schema_migrations, but migration %, which comes after it, is: the schema was migrated out of order, and 9 applied now could undo what later migrations changed. Apply what migration 9 lacks by hand and record it, or restore the database from a backup', later;
+        END IF;
 EXECUTE $job_migration_0009$
 -- 0009 telemetry: what operators see of jobs beyond their state.
 --
@@ -1208,8 +1317,20 @@ COMMIT;
 BEGIN;
 DO $lock$ BEGIN PERFORM pg_advisory_xact_lock(hashtextextended('job.schema_migrations', 0)); END $lock$;
 DO $apply$
+DECLARE
+    missing integer;
+    later integer;
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = 10) THEN
+        SELECT min(v) INTO missing FROM pg_catalog.unnest('{1,2,3,4,5,6,7,8,9}'::integer[]) v
+            WHERE NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = v);
+        IF missing IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 10 `results` was not applied: migration %, which comes before it, is not recorded in job.schema_migrations (migrations apply in order, each after the one before)', missing;
+        END IF;
+        SELECT min(version) INTO later FROM job.schema_migrations WHERE version > 10;
+        IF later IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 10 `results` was not applied: it is not recorded in job.schema_migrations, but migration %, which comes after it, is: the schema was migrated out of order, and 10 applied now could undo what later migrations changed. Apply what migration 10 lacks by hand and record it, or restore the database from a backup', later;
+        END IF;
 EXECUTE $job_migration_0010$
 -- 0010 results: what a completed attempt returned.
 --
@@ -1237,8 +1358,20 @@ COMMIT;
 BEGIN;
 DO $lock$ BEGIN PERFORM pg_advisory_xact_lock(hashtextextended('job.schema_migrations', 0)); END $lock$;
 DO $apply$
+DECLARE
+    missing integer;
+    later integer;
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = 11) THEN
+        SELECT min(v) INTO missing FROM pg_catalog.unnest('{1,2,3,4,5,6,7,8,9,10}'::integer[]) v
+            WHERE NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = v);
+        IF missing IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 11 `pending` was not applied: migration %, which comes before it, is not recorded in job.schema_migrations (migrations apply in order, each after the one before)', missing;
+        END IF;
+        SELECT min(version) INTO later FROM job.schema_migrations WHERE version > 11;
+        IF later IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 11 `pending` was not applied: it is not recorded in job.schema_migrations, but migration %, which comes after it, is: the schema was migrated out of order, and 11 applied now could undo what later migrations changed. Apply what migration 11 lacks by hand and record it, or restore the database from a backup', later;
+        END IF;
 EXECUTE $job_migration_0011$
 -- 0011 pending: a state for jobs that wait on something other than time (an earlier job of
 -- their ordering key, migration 0012). A state of its own so that no claim, stage or rescue
@@ -1258,8 +1391,20 @@ COMMIT;
 BEGIN;
 DO $lock$ BEGIN PERFORM pg_advisory_xact_lock(hashtextextended('job.schema_migrations', 0)); END $lock$;
 DO $apply$
+DECLARE
+    missing integer;
+    later integer;
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = 12) THEN
+        SELECT min(v) INTO missing FROM pg_catalog.unnest('{1,2,3,4,5,6,7,8,9,10,11}'::integer[]) v
+            WHERE NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = v);
+        IF missing IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 12 `ordering` was not applied: migration %, which comes before it, is not recorded in job.schema_migrations (migrations apply in order, each after the one before)', missing;
+        END IF;
+        SELECT min(version) INTO later FROM job.schema_migrations WHERE version > 12;
+        IF later IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 12 `ordering` was not applied: it is not recorded in job.schema_migrations, but migration %, which comes after it, is: the schema was migrated out of order, and 12 applied now could undo what later migrations changed. Apply what migration 12 lacks by hand and record it, or restore the database from a backup', later;
+        END IF;
 EXECUTE $job_migration_0012$
 -- 0012 ordering: per-key ordering. Jobs with the same `ordering_key` run one at a time, in
 -- enqueue order (id order), across every worker; different keys run in parallel. Append-only:
@@ -1514,8 +1659,20 @@ COMMIT;
 BEGIN;
 DO $lock$ BEGIN PERFORM pg_advisory_xact_lock(hashtextextended('job.schema_migrations', 0)); END $lock$;
 DO $apply$
+DECLARE
+    missing integer;
+    later integer;
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = 13) THEN
+        SELECT min(v) INTO missing FROM pg_catalog.unnest('{1,2,3,4,5,6,7,8,9,10,11,12}'::integer[]) v
+            WHERE NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = v);
+        IF missing IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 13 `dependencies` was not applied: migration %, which comes before it, is not recorded in job.schema_migrations (migrations apply in order, each after the one before)', missing;
+        END IF;
+        SELECT min(version) INTO later FROM job.schema_migrations WHERE version > 13;
+        IF later IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 13 `dependencies` was not applied: it is not recorded in job.schema_migrations, but migration %, which comes after it, is: the schema was migrated out of order, and 13 applied now could undo what later migrations changed. Apply what migration 13 lacks by hand and record it, or restore the database from a backup', later;
+        END IF;
 EXECUTE $job_migration_0013$
 -- 0013 dependencies: jobs that wait for other jobs, and batches (members and a callback that
 -- runs once every member has finished). Append-only: change the schema in a new numbered file.
@@ -1669,8 +1826,20 @@ COMMIT;
 BEGIN;
 DO $lock$ BEGIN PERFORM pg_advisory_xact_lock(hashtextextended('job.schema_migrations', 0)); END $lock$;
 DO $apply$
+DECLARE
+    missing integer;
+    later integer;
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = 14) THEN
+        SELECT min(v) INTO missing FROM pg_catalog.unnest('{1,2,3,4,5,6,7,8,9,10,11,12,13}'::integer[]) v
+            WHERE NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = v);
+        IF missing IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 14 `compensation` was not applied: migration %, which comes before it, is not recorded in job.schema_migrations (migrations apply in order, each after the one before)', missing;
+        END IF;
+        SELECT min(version) INTO later FROM job.schema_migrations WHERE version > 14;
+        IF later IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 14 `compensation` was not applied: it is not recorded in job.schema_migrations, but migration %, which comes after it, is: the schema was migrated out of order, and 14 applied now could undo what later migrations changed. Apply what migration 14 lacks by hand and record it, or restore the database from a backup', later;
+        END IF;
 EXECUTE $job_migration_0014$
 -- 0014 compensation: a kind may name a compensating job, enqueued in the same transaction
 -- that discards a job of that kind, so that undoing a partial effect is as durable as the
@@ -1750,8 +1919,20 @@ COMMIT;
 BEGIN;
 DO $lock$ BEGIN PERFORM pg_advisory_xact_lock(hashtextextended('job.schema_migrations', 0)); END $lock$;
 DO $apply$
+DECLARE
+    missing integer;
+    later integer;
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = 15) THEN
+        SELECT min(v) INTO missing FROM pg_catalog.unnest('{1,2,3,4,5,6,7,8,9,10,11,12,13,14}'::integer[]) v
+            WHERE NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = v);
+        IF missing IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 15 `flow_control` was not applied: migration %, which comes before it, is not recorded in job.schema_migrations (migrations apply in order, each after the one before)', missing;
+        END IF;
+        SELECT min(version) INTO later FROM job.schema_migrations WHERE version > 15;
+        IF later IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 15 `flow_control` was not applied: it is not recorded in job.schema_migrations, but migration %, which comes after it, is: the schema was migrated out of order, and 15 applied now could undo what later migrations changed. Apply what migration 15 lacks by hand and record it, or restore the database from a backup', later;
+        END IF;
 EXECUTE $job_migration_0015$
 -- 0015 flow control: rate limits and circuit breakers. Append-only: change the schema in a
 -- new numbered file.
@@ -1937,8 +2118,20 @@ COMMIT;
 BEGIN;
 DO $lock$ BEGIN PERFORM pg_advisory_xact_lock(hashtextextended('job.schema_migrations', 0)); END $lock$;
 DO $apply$
+DECLARE
+    missing integer;
+    later integer;
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = 16) THEN
+        SELECT min(v) INTO missing FROM pg_catalog.unnest('{1,2,3,4,5,6,7,8,9,10,11,12,13,14,15}'::integer[]) v
+            WHERE NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = v);
+        IF missing IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 16 `pending_unique` was not applied: migration %, which comes before it, is not recorded in job.schema_migrations (migrations apply in order, each after the one before)', missing;
+        END IF;
+        SELECT min(version) INTO later FROM job.schema_migrations WHERE version > 16;
+        IF later IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 16 `pending_unique` was not applied: it is not recorded in job.schema_migrations, but migration %, which comes after it, is: the schema was migrated out of order, and 16 applied now could undo what later migrations changed. Apply what migration 16 lacks by hand and record it, or restore the database from a backup', later;
+        END IF;
 EXECUTE $job_migration_0016$
 -- 0016 a pending job holds its unique key. Append-only: change the schema in a new numbered
 -- file.
@@ -2112,8 +2305,20 @@ COMMIT;
 BEGIN;
 DO $lock$ BEGIN PERFORM pg_advisory_xact_lock(hashtextextended('job.schema_migrations', 0)); END $lock$;
 DO $apply$
+DECLARE
+    missing integer;
+    later integer;
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = 17) THEN
+        SELECT min(v) INTO missing FROM pg_catalog.unnest('{1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16}'::integer[]) v
+            WHERE NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = v);
+        IF missing IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 17 `finished_indexes` was not applied: migration %, which comes before it, is not recorded in job.schema_migrations (migrations apply in order, each after the one before)', missing;
+        END IF;
+        SELECT min(version) INTO later FROM job.schema_migrations WHERE version > 17;
+        IF later IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 17 `finished_indexes` was not applied: it is not recorded in job.schema_migrations, but migration %, which comes after it, is: the schema was migrated out of order, and 17 applied now could undo what later migrations changed. Apply what migration 17 lacks by hand and record it, or restore the database from a backup', later;
+        END IF;
 EXECUTE $job_migration_0017$
 -- 0017 the pruner reads only what it deletes. Append-only: change the schema in a new
 -- numbered file.
@@ -2156,8 +2361,20 @@ COMMIT;
 BEGIN;
 DO $lock$ BEGIN PERFORM pg_advisory_xact_lock(hashtextextended('job.schema_migrations', 0)); END $lock$;
 DO $apply$
+DECLARE
+    missing integer;
+    later integer;
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = 18) THEN
+        SELECT min(v) INTO missing FROM pg_catalog.unnest('{1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17}'::integer[]) v
+            WHERE NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = v);
+        IF missing IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 18 `step_output_bound` was not applied: migration %, which comes before it, is not recorded in job.schema_migrations (migrations apply in order, each after the one before)', missing;
+        END IF;
+        SELECT min(version) INTO later FROM job.schema_migrations WHERE version > 18;
+        IF later IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 18 `step_output_bound` was not applied: it is not recorded in job.schema_migrations, but migration %, which comes after it, is: the schema was migrated out of order, and 18 applied now could undo what later migrations changed. Apply what migration 18 lacks by hand and record it, or restore the database from a backup', later;
+        END IF;
 EXECUTE $job_migration_0018$
 -- 0018 a step's output is bounded in the table, as a result and a progress report are.
 -- Append-only: change the schema in a new numbered file.
@@ -2183,8 +2400,20 @@ COMMIT;
 BEGIN;
 DO $lock$ BEGIN PERFORM pg_advisory_xact_lock(hashtextextended('job.schema_migrations', 0)); END $lock$;
 DO $apply$
+DECLARE
+    missing integer;
+    later integer;
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = 19) THEN
+        SELECT min(v) INTO missing FROM pg_catalog.unnest('{1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18}'::integer[]) v
+            WHERE NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = v);
+        IF missing IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 19 `dependency_hold` was not applied: migration %, which comes before it, is not recorded in job.schema_migrations (migrations apply in order, each after the one before)', missing;
+        END IF;
+        SELECT min(version) INTO later FROM job.schema_migrations WHERE version > 19;
+        IF later IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 19 `dependency_hold` was not applied: it is not recorded in job.schema_migrations, but migration %, which comes after it, is: the schema was migrated out of order, and 19 applied now could undo what later migrations changed. Apply what migration 19 lacks by hand and record it, or restore the database from a backup', later;
+        END IF;
 EXECUTE $job_migration_0019$
 -- 0019 a job waited for is held until its dependent's enqueue commits.
 -- Append-only: change the schema in a new numbered file.
@@ -2236,8 +2465,20 @@ COMMIT;
 BEGIN;
 DO $lock$ BEGIN PERFORM pg_advisory_xact_lock(hashtextextended('job.schema_migrations', 0)); END $lock$;
 DO $apply$
+DECLARE
+    missing integer;
+    later integer;
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = 20) THEN
+        SELECT min(v) INTO missing FROM pg_catalog.unnest('{1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19}'::integer[]) v
+            WHERE NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = v);
+        IF missing IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 20 `sql_keys` was not applied: migration %, which comes before it, is not recorded in job.schema_migrations (migrations apply in order, each after the one before)', missing;
+        END IF;
+        SELECT min(version) INTO later FROM job.schema_migrations WHERE version > 20;
+        IF later IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 20 `sql_keys` was not applied: it is not recorded in job.schema_migrations, but migration %, which comes after it, is: the schema was migrated out of order, and 20 applied now could undo what later migrations changed. Apply what migration 20 lacks by hand and record it, or restore the database from a backup', later;
+        END IF;
 EXECUTE $job_migration_0020$
 -- 0020 sql keys: job.enqueue and job.enqueue_many take `ordering_key` and `rate_key`, as the
 -- Rust builder does. Append-only: change the schema in a new numbered file.
@@ -2552,8 +2793,20 @@ COMMIT;
 BEGIN;
 DO $lock$ BEGIN PERFORM pg_advisory_xact_lock(hashtextextended('job.schema_migrations', 0)); END $lock$;
 DO $apply$
+DECLARE
+    missing integer;
+    later integer;
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = 21) THEN
+        SELECT min(v) INTO missing FROM pg_catalog.unnest('{1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20}'::integer[]) v
+            WHERE NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = v);
+        IF missing IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 21 `claim_function` was not applied: migration %, which comes before it, is not recorded in job.schema_migrations (migrations apply in order, each after the one before)', missing;
+        END IF;
+        SELECT min(version) INTO later FROM job.schema_migrations WHERE version > 21;
+        IF later IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 21 `claim_function` was not applied: it is not recorded in job.schema_migrations, but migration %, which comes after it, is: the schema was migrated out of order, and 21 applied now could undo what later migrations changed. Apply what migration 21 lacks by hand and record it, or restore the database from a backup', later;
+        END IF;
 EXECUTE $job_migration_0021$
 -- 0021 claim function: the claim statement (formerly the text of sql/claim.sql, sent by the
 -- store with each claim) becomes job.claim, a PL/pgSQL function that returns the same rows.
@@ -2724,8 +2977,20 @@ COMMIT;
 BEGIN;
 DO $lock$ BEGIN PERFORM pg_advisory_xact_lock(hashtextextended('job.schema_migrations', 0)); END $lock$;
 DO $apply$
+DECLARE
+    missing integer;
+    later integer;
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = 22) THEN
+        SELECT min(v) INTO missing FROM pg_catalog.unnest('{1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21}'::integer[]) v
+            WHERE NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = v);
+        IF missing IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 22 `door_bounds` was not applied: migration %, which comes before it, is not recorded in job.schema_migrations (migrations apply in order, each after the one before)', missing;
+        END IF;
+        SELECT min(version) INTO later FROM job.schema_migrations WHERE version > 22;
+        IF later IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 22 `door_bounds` was not applied: it is not recorded in job.schema_migrations, but migration %, which comes after it, is: the schema was migrated out of order, and 22 applied now could undo what later migrations changed. Apply what migration 22 lacks by hand and record it, or restore the database from a backup', later;
+        END IF;
 EXECUTE $job_migration_0022$
 -- 0022 door bounds: what a raw write (any role with table privileges: the README's worker
 -- role) could store and a worker or a reader would then fail on, for every row of its batch
@@ -3263,8 +3528,20 @@ COMMIT;
 BEGIN;
 DO $lock$ BEGIN PERFORM pg_advisory_xact_lock(hashtextextended('job.schema_migrations', 0)); END $lock$;
 DO $apply$
+DECLARE
+    missing integer;
+    later integer;
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = 23) THEN
+        SELECT min(v) INTO missing FROM pg_catalog.unnest('{1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22}'::integer[]) v
+            WHERE NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = v);
+        IF missing IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 23 `dependency_wake` was not applied: migration %, which comes before it, is not recorded in job.schema_migrations (migrations apply in order, each after the one before)', missing;
+        END IF;
+        SELECT min(version) INTO later FROM job.schema_migrations WHERE version > 23;
+        IF later IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 23 `dependency_wake` was not applied: it is not recorded in job.schema_migrations, but migration %, which comes after it, is: the schema was migrated out of order, and 23 applied now could undo what later migrations changed. Apply what migration 23 lacks by hand and record it, or restore the database from a backup', later;
+        END IF;
 EXECUTE $job_migration_0023$
 -- 0023 dependency wake-ups: the stager's resolution of dependents reads what ended, not every
 -- open edge. Append-only: change the schema in a new numbered file.
@@ -3492,8 +3769,20 @@ COMMIT;
 BEGIN;
 DO $lock$ BEGIN PERFORM pg_advisory_xact_lock(hashtextextended('job.schema_migrations', 0)); END $lock$;
 DO $apply$
+DECLARE
+    missing integer;
+    later integer;
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = 24) THEN
+        SELECT min(v) INTO missing FROM pg_catalog.unnest('{1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23}'::integer[]) v
+            WHERE NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = v);
+        IF missing IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 24 `jit_off` was not applied: migration %, which comes before it, is not recorded in job.schema_migrations (migrations apply in order, each after the one before)', missing;
+        END IF;
+        SELECT min(version) INTO later FROM job.schema_migrations WHERE version > 24;
+        IF later IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 24 `jit_off` was not applied: it is not recorded in job.schema_migrations, but migration %, which comes after it, is: the schema was migrated out of order, and 24 applied now could undo what later migrations changed. Apply what migration 24 lacks by hand and record it, or restore the database from a backup', later;
+        END IF;
 EXECUTE $job_migration_0024$
 -- 0024 no JIT compilation of the claim and the stager's functions.
 -- Append-only: change the schema in a new numbered file.
@@ -3526,8 +3815,20 @@ COMMIT;
 BEGIN;
 DO $lock$ BEGIN PERFORM pg_advisory_xact_lock(hashtextextended('job.schema_migrations', 0)); END $lock$;
 DO $apply$
+DECLARE
+    missing integer;
+    later integer;
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = 25) THEN
+        SELECT min(v) INTO missing FROM pg_catalog.unnest('{1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24}'::integer[]) v
+            WHERE NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = v);
+        IF missing IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 25 `raw_bounds` was not applied: migration %, which comes before it, is not recorded in job.schema_migrations (migrations apply in order, each after the one before)', missing;
+        END IF;
+        SELECT min(version) INTO later FROM job.schema_migrations WHERE version > 25;
+        IF later IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 25 `raw_bounds` was not applied: it is not recorded in job.schema_migrations, but migration %, which comes after it, is: the schema was migrated out of order, and 25 applied now could undo what later migrations changed. Apply what migration 25 lacks by hand and record it, or restore the database from a backup', later;
+        END IF;
 EXECUTE $job_migration_0025$
 -- 0025 raw bounds: what a raw write (a role with table privileges: the README's worker role,
 -- or the owner) could still store unbounded, or store and then fail every use of, is refused
@@ -3982,8 +4283,20 @@ COMMIT;
 BEGIN;
 DO $lock$ BEGIN PERFORM pg_advisory_xact_lock(hashtextextended('job.schema_migrations', 0)); END $lock$;
 DO $apply$
+DECLARE
+    missing integer;
+    later integer;
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = 26) THEN
+        SELECT min(v) INTO missing FROM pg_catalog.unnest('{1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25}'::integer[]) v
+            WHERE NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = v);
+        IF missing IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 26 `running_by_kind` was not applied: migration %, which comes before it, is not recorded in job.schema_migrations (migrations apply in order, each after the one before)', missing;
+        END IF;
+        SELECT min(version) INTO later FROM job.schema_migrations WHERE version > 26;
+        IF later IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 26 `running_by_kind` was not applied: it is not recorded in job.schema_migrations, but migration %, which comes after it, is: the schema was migrated out of order, and 26 applied now could undo what later migrations changed. Apply what migration 26 lacks by hand and record it, or restore the database from a backup', later;
+        END IF;
 EXECUTE $job_migration_0026$
 -- 0026 running jobs by kind: a claim of a kind with a concurrency limit counts that kind's
 -- running jobs, not every running job. Append-only: change the schema in a new numbered file.
@@ -4111,8 +4424,20 @@ COMMIT;
 BEGIN;
 DO $lock$ BEGIN PERFORM pg_advisory_xact_lock(hashtextextended('job.schema_migrations', 0)); END $lock$;
 DO $apply$
+DECLARE
+    missing integer;
+    later integer;
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = 27) THEN
+        SELECT min(v) INTO missing FROM pg_catalog.unnest('{1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26}'::integer[]) v
+            WHERE NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = v);
+        IF missing IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 27 `stopping_rows` was not applied: migration %, which comes before it, is not recorded in job.schema_migrations (migrations apply in order, each after the one before)', missing;
+        END IF;
+        SELECT min(version) INTO later FROM job.schema_migrations WHERE version > 27;
+        IF later IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 27 `stopping_rows` was not applied: it is not recorded in job.schema_migrations, but migration %, which comes after it, is: the schema was migrated out of order, and 27 applied now could undo what later migrations changed. Apply what migration 27 lacks by hand and record it, or restore the database from a backup', later;
+        END IF;
 EXECUTE $job_migration_0027$
 -- 0027 rows that stopped everyone: three raw writes that every door let in, after which a
 -- statement the framework runs for every job of a queue (or of the database) failed, on every
@@ -4266,8 +4591,20 @@ COMMIT;
 BEGIN;
 DO $lock$ BEGIN PERFORM pg_advisory_xact_lock(hashtextextended('job.schema_migrations', 0)); END $lock$;
 DO $apply$
+DECLARE
+    missing integer;
+    later integer;
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = 28) THEN
+        SELECT min(v) INTO missing FROM pg_catalog.unnest('{1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27}'::integer[]) v
+            WHERE NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = v);
+        IF missing IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 28 `legacy_rows` was not applied: migration %, which comes before it, is not recorded in job.schema_migrations (migrations apply in order, each after the one before)', missing;
+        END IF;
+        SELECT min(version) INTO later FROM job.schema_migrations WHERE version > 28;
+        IF later IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 28 `legacy_rows` was not applied: it is not recorded in job.schema_migrations, but migration %, which comes after it, is: the schema was migrated out of order, and 28 applied now could undo what later migrations changed. Apply what migration 28 lacks by hand and record it, or restore the database from a backup', later;
+        END IF;
 EXECUTE $job_migration_0028$
 -- 0028 legacy rows: the rows stored before migration 0022 that its checks (added NOT VALID, so
 -- that old rows were not scanned) refuse are repaired, keeping their meaning. NOT VALID skips
@@ -4321,8 +4658,20 @@ COMMIT;
 BEGIN;
 DO $lock$ BEGIN PERFORM pg_advisory_xact_lock(hashtextextended('job.schema_migrations', 0)); END $lock$;
 DO $apply$
+DECLARE
+    missing integer;
+    later integer;
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = 29) THEN
+        SELECT min(v) INTO missing FROM pg_catalog.unnest('{1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28}'::integer[]) v
+            WHERE NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = v);
+        IF missing IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 29 `operator_races` was not applied: migration %, which comes before it, is not recorded in job.schema_migrations (migrations apply in order, each after the one before)', missing;
+        END IF;
+        SELECT min(version) INTO later FROM job.schema_migrations WHERE version > 29;
+        IF later IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 29 `operator_races` was not applied: it is not recorded in job.schema_migrations, but migration %, which comes after it, is: the schema was migrated out of order, and 29 applied now could undo what later migrations changed. Apply what migration 29 lacks by hand and record it, or restore the database from a backup', later;
+        END IF;
 EXECUTE $job_migration_0029$
 -- 0029 operator races: three ways an operator's action, or a replace, could leave a job waiting
 -- for ever or skipping what it should do, and the pruner's index of cancelled jobs (4, at the
@@ -4585,8 +4934,20 @@ COMMIT;
 BEGIN;
 DO $lock$ BEGIN PERFORM pg_advisory_xact_lock(hashtextextended('job.schema_migrations', 0)); END $lock$;
 DO $apply$
+DECLARE
+    missing integer;
+    later integer;
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = 30) THEN
+        SELECT min(v) INTO missing FROM pg_catalog.unnest('{1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29}'::integer[]) v
+            WHERE NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = v);
+        IF missing IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 30 `rate_window_limit` was not applied: migration %, which comes before it, is not recorded in job.schema_migrations (migrations apply in order, each after the one before)', missing;
+        END IF;
+        SELECT min(version) INTO later FROM job.schema_migrations WHERE version > 30;
+        IF later IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 30 `rate_window_limit` was not applied: it is not recorded in job.schema_migrations, but migration %, which comes after it, is: the schema was migrated out of order, and 30 applied now could undo what later migrations changed. Apply what migration 30 lacks by hand and record it, or restore the database from a backup', later;
+        END IF;
 EXECUTE $job_migration_0030$
 -- 0030 a rate key at its limit costs its claim nothing. Append-only: change the schema in a new
 -- numbered file.

@@ -41,6 +41,16 @@ async fn migrate_below(pool: &sqlx::PgPool, version: i32) {
     }
 }
 
+/// The schema script as a client other than psql runs it: without its first line, psql's
+/// `\set ON_ERROR_STOP on` (a simple-protocol query stops at its first error anyway).
+fn script_without_psql() -> String {
+    let script = job_postgres::schema_script();
+    script
+        .strip_prefix("\\set ON_ERROR_STOP on\n")
+        .expect("the script starts by setting ON_ERROR_STOP")
+        .to_owned()
+}
+
 #[tokio::test]
 async fn migrate_is_re_runnable() {
     let db = TestDb::new().await;
@@ -337,7 +347,7 @@ async fn migrate_refuses_a_database_that_stores_text_unchecked() {
     );
     assert!(refused.to_string().contains("SQL_ASCII"), "{refused}");
     // And the plain script, for psql, as well.
-    let refused = sqlx::raw_sql(&job_postgres::schema_script())
+    let refused = sqlx::raw_sql(&script_without_psql())
         .execute(&pool)
         .await
         .unwrap_err();
@@ -354,5 +364,127 @@ async fn migrate_refuses_a_database_that_stores_text_unchecked() {
         .execute(&db.pool())
         .await
         .unwrap();
+    db.close().await;
+}
+
+/// Every function of the `job` schema, as defined, and every relation: what a migration
+/// applied out of order would change.
+async fn schema_fingerprint(pool: &sqlx::PgPool) -> String {
+    sqlx::query_scalar(
+        "SELECT (SELECT string_agg(pg_get_functiondef(p.oid), E'\\n' ORDER BY p.oid)
+                 FROM pg_proc p WHERE p.pronamespace = 'job'::regnamespace AND p.prokind = 'f')
+             || (SELECT string_agg(c.relname, ',' ORDER BY c.relname)
+                 FROM pg_class c WHERE c.relnamespace = 'job'::regnamespace)",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+/// A database whose books have a gap (migration 15 not recorded, 16 to 19 recorded: what a
+/// run of the schema script that went on past a failed 15 used to leave, or a row deleted) is
+/// upgraded by neither migrator. Each refuses, naming the migration missing and the later one
+/// recorded, and applies nothing: applied now, 15 would run on a schema it was not written
+/// for, and 20 on one without 15.
+#[tokio::test]
+async fn a_gap_in_the_recorded_migrations_stops_both_migrators() {
+    let db = TestDb::new().await;
+    let pool = db.pool();
+    migrate_below(&pool, 20).await;
+    sqlx::query("DELETE FROM job.schema_migrations WHERE version = 15")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let books = applied(&pool).await;
+    let schema = schema_fingerprint(&pool).await;
+
+    // The Rust migrator.
+    let refused = job_postgres::migrate(&pool).await.unwrap_err();
+    assert!(
+        matches!(
+            refused,
+            job_postgres::Error::MigrationOutOfOrder {
+                version: 15,
+                name: "flow_control",
+                later: 16
+            }
+        ),
+        "{refused:?}"
+    );
+    let message = refused.to_string();
+    assert!(
+        message.contains("job migration 15 `flow_control` was not applied")
+            && message.contains("migration 16, which comes after it"),
+        "{message}"
+    );
+    assert_eq!(applied(&pool).await, books);
+    assert_eq!(schema_fingerprint(&pool).await, schema);
+
+    // The script, stopping at its first error (psql with ON_ERROR_STOP, or any client that
+    // sends it as one query).
+    let refused = sqlx::raw_sql(&script_without_psql())
+        .execute(&pool)
+        .await
+        .unwrap_err();
+    let message = refused.to_string();
+    assert!(
+        message.contains("job migration 15 `flow_control` was not applied")
+            && message.contains("migration 16, which comes after it"),
+        "{message}"
+    );
+    assert_eq!(applied(&pool).await, books);
+    assert_eq!(schema_fingerprint(&pool).await, schema);
+
+    // The script going on past each error, as psql does without ON_ERROR_STOP: migration by
+    // migration, each failed one rolled back. 15 refuses for 16, every one after 19 for 15.
+    let script = script_without_psql();
+    let starts: Vec<usize> = job_postgres::MIGRATIONS
+        .iter()
+        .map(|m| {
+            script
+                .find(&format!("\n-- {:04} {}\nBEGIN;\n", m.version, m.name))
+                .unwrap_or_else(|| panic!("migration {} in the script", m.version))
+        })
+        .chain([script.len()])
+        .collect();
+    let mut conn = pool.acquire().await.unwrap();
+    sqlx::raw_sql(&script[..starts[0]])
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    for (m, bounds) in job_postgres::MIGRATIONS.iter().zip(starts.windows(2)) {
+        let result = sqlx::raw_sql(&script[bounds[0]..bounds[1]])
+            .execute(&mut *conn)
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string());
+        if result.is_err() {
+            sqlx::raw_sql("ROLLBACK").execute(&mut *conn).await.unwrap();
+        }
+        match m.version {
+            ..=14 | 16..=19 => assert!(result.is_ok(), "{}: {result:?}", m.version),
+            15 => {
+                let message = result.unwrap_err();
+                assert!(
+                    message.contains("migration 16, which comes after it"),
+                    "{message}"
+                );
+            }
+            _ => {
+                let message = result.unwrap_err();
+                assert!(
+                    message.contains(&format!(
+                        "job migration {} `{}` was not applied: migration 15, which comes \
+                         before it, is not recorded",
+                        m.version, m.name
+                    )),
+                    "{message}"
+                );
+            }
+        }
+    }
+    drop(conn);
+    assert_eq!(applied(&pool).await, books);
+    assert_eq!(schema_fingerprint(&pool).await, schema);
     db.close().await;
 }

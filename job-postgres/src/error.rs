@@ -28,6 +28,43 @@ pub enum Error {
         #[source]
         source: sqlx::Error,
     },
+    /// A migration was not applied because one before it is not recorded in
+    /// `job.schema_migrations`: migrations apply in order, each after the one before. Nothing
+    /// was applied.
+    #[error(
+        "job migration {version} `{name}` was not applied: migration {missing} \
+         `{missing_name}`, which comes before it, is not recorded in job.schema_migrations \
+         (migrations apply in order, each after the one before)"
+    )]
+    MigrationMissing {
+        /// The migration refused.
+        version: i32,
+        /// Its name.
+        name: &'static str,
+        /// The first migration before it that is not recorded.
+        missing: i32,
+        /// That one's name.
+        missing_name: &'static str,
+    },
+    /// A migration was not applied because one after it is recorded already: the database
+    /// was migrated out of order (a run of `schema.sql` that went on past a failed migration),
+    /// and the older migration applied now could undo what the later ones changed. Nothing
+    /// was applied.
+    #[error(
+        "job migration {version} `{name}` was not applied: it is not recorded in \
+         job.schema_migrations, but migration {later}, which comes after it, is: the schema was \
+         migrated out of order, and {version} applied now could undo what later migrations \
+         changed. Apply what migration {version} lacks by hand and record it, or restore the \
+         database from a backup"
+    )]
+    MigrationOutOfOrder {
+        /// The migration refused.
+        version: i32,
+        /// Its name.
+        name: &'static str,
+        /// The first migration after it that is recorded.
+        later: i32,
+    },
     /// A guarded write found the lease it was made under gone (the job was rescued, released
     /// or finalized elsewhere): it wrote nothing.
     #[error("the lease on job {id} was lost: nothing was written")]

@@ -183,21 +183,30 @@ pub const MIGRATIONS: &[Migration] = &[
 /// `psql -v ON_ERROR_STOP=1 -f job-postgres/schema.sql` installs it, and run again after an
 /// upgrade applies only the migrations a database lacks. It keeps the same books as
 /// [`migrate`] (`job.schema_migrations`, the same advisory lock, one transaction per
-/// migration), so either may follow the other. `job-postgres/schema.sql` is this text; a test
-/// fails when the two differ (`JOB_SCHEMA_OVERWRITE=1 cargo test -p job-postgres --lib`
-/// rewrites the file).
+/// migration), so either may follow the other, and refuses what it refuses: a migration
+/// whose predecessor is not recorded, or whose successor is ([`Error::MigrationMissing`],
+/// [`Error::MigrationOutOfOrder`]). Its first line is psql's `\set ON_ERROR_STOP on`, so
+/// psql stops at the first error however it was started (a client other than psql must drop
+/// that line). `job-postgres/schema.sql` is this text; a test fails when the two differ
+/// (`JOB_SCHEMA_OVERWRITE=1 cargo test -p job-postgres --lib` rewrites the file).
 pub fn script() -> String {
     // The migrator's lock (sql/migrate_lock.sql), taken without printing a row.
     let lock = "DO $lock$ BEGIN PERFORM pg_advisory_xact_lock(\
                 hashtextextended('job.schema_migrations', 0)); END $lock$;";
     let mut out = String::from(
-        "-- The `job` schema, generated from job-postgres/migrations/ by\n\
+        "\\set ON_ERROR_STOP on\n\
+         -- The `job` schema, generated from job-postgres/migrations/ by\n\
          -- job_postgres::schema_script(): do not edit; change a migration and regenerate\n\
          -- (JOB_SCHEMA_OVERWRITE=1 cargo test -p job-postgres --lib).\n\
          --\n\
          -- Install or upgrade: psql -v ON_ERROR_STOP=1 -f schema.sql (as the role that is to\n\
          -- own the schema). Each migration not yet recorded in job.schema_migrations is applied\n\
-         -- in a transaction of its own and recorded, as the Rust migrator does.\n\n",
+         -- in a transaction of its own and recorded, as the Rust migrator does.\n\
+         --\n\
+         -- psql stops at the first error (the first line sets ON_ERROR_STOP whatever psql was\n\
+         -- told): a migration that failed is not followed by later ones. And each migration\n\
+         -- refuses to apply when one before it is not recorded or one after it is, as the Rust\n\
+         -- migrator does, so a client that goes on past an error applies nothing out of order.\n\n",
     );
     // What `migrate` refuses first (`Error::Encoding`), refused here too.
     out.push_str(
@@ -212,16 +221,48 @@ pub fn script() -> String {
     out.push_str(&format!("BEGIN;\n{lock}\n"));
     out.push_str(sql::MIGRATE_BOOTSTRAP);
     out.push_str("COMMIT;\n");
-    for m in MIGRATIONS {
+    for (i, m) in MIGRATIONS.iter().enumerate() {
         let tag = format!("$job_migration_{:04}$", m.version);
         assert!(
             !m.sql.contains(&tag),
             "migration {} contains {tag}",
             m.version
         );
+        // What `out_of_order` refuses: a migration before this one not recorded (the first
+        // needs none), or one after it recorded.
+        let before: Vec<String> = MIGRATIONS[..i]
+            .iter()
+            .map(|m| m.version.to_string())
+            .collect();
+        let earlier = if before.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "SELECT min(v) INTO missing FROM pg_catalog.unnest('{{{before}}}'::integer[]) v\n            \
+                 WHERE NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = v);\n        \
+                 IF missing IS NOT NULL THEN\n            \
+                 RAISE EXCEPTION 'job migration {version} `{name}` was not applied: migration %, \
+                 which comes before it, is not recorded in job.schema_migrations (migrations \
+                 apply in order, each after the one before)', missing;\n        \
+                 END IF;\n        ",
+                before = before.join(","),
+                version = m.version,
+                name = m.name,
+            )
+        };
         out.push_str(&format!(
-            "\n-- {version:04} {name}\nBEGIN;\n{lock}\nDO $apply$\nBEGIN\n    \
-             IF NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = {version}) THEN\n\
+            "\n-- {version:04} {name}\nBEGIN;\n{lock}\nDO $apply$\nDECLARE\n    \
+             missing integer;\n    later integer;\nBEGIN\n    \
+             IF NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = {version}) THEN\n        \
+             {earlier}\
+             SELECT min(version) INTO later FROM job.schema_migrations WHERE version > {version};\n        \
+             IF later IS NOT NULL THEN\n            \
+             RAISE EXCEPTION 'job migration {version} `{name}` was not applied: it is not \
+             recorded in job.schema_migrations, but migration %, which comes after it, is: the \
+             schema was migrated out of order, and {version} applied now could undo what later \
+             migrations changed. Apply what migration {version} lacks by hand and record it, or \
+             restore the database from a backup', later;\n        \
+             END IF;\n\
         EXECUTE {tag}\n{sql}{tag};\n        \
              INSERT INTO job.schema_migrations (version, name) VALUES ({version}, '{name}');\n    \
              END IF;\nEND\n$apply$;\nCOMMIT;\n",
@@ -299,6 +340,9 @@ async fn apply(pool: &PgPool, migration: &'static Migration) -> Result<(), Error
     if applied.contains(&migration.version) {
         return Ok(());
     }
+    if let Some(refused) = out_of_order(migration, &applied) {
+        return Err(refused);
+    }
     tx.execute(sqlx::raw_sql(migration.sql))
         .await
         .map_err(failed)?;
@@ -315,6 +359,35 @@ async fn apply(pool: &PgPool, migration: &'static Migration) -> Result<(), Error
         "applied job migration"
     );
     Ok(())
+}
+
+/// Why `migration`, not recorded, may not be applied to a database that has recorded
+/// `applied`: a migration before it is not recorded, or one after it is. Applied out of order,
+/// a migration runs on a schema it was not written for, and an older one undoes what newer
+/// ones changed (an older function body over a newer one).
+fn out_of_order(migration: &'static Migration, applied: &[i32]) -> Option<Error> {
+    let missing = MIGRATIONS
+        .iter()
+        .take_while(|m| m.version < migration.version)
+        .find(|m| !applied.contains(&m.version));
+    if let Some(missing) = missing {
+        return Some(Error::MigrationMissing {
+            version: migration.version,
+            name: migration.name,
+            missing: missing.version,
+            missing_name: missing.name,
+        });
+    }
+    let later = applied
+        .iter()
+        .copied()
+        .filter(|&v| v > migration.version)
+        .min();
+    later.map(|later| Error::MigrationOutOfOrder {
+        version: migration.version,
+        name: migration.name,
+        later,
+    })
 }
 
 #[cfg(test)]
@@ -334,6 +407,53 @@ mod tests {
              `JOB_SCHEMA_OVERWRITE=1 cargo test -p job-postgres --lib` and commit it",
             path.display()
         );
+    }
+
+    #[test]
+    fn a_migration_applies_after_every_one_before_it_and_before_any_after_it() {
+        let third = &MIGRATIONS[2];
+        let versions =
+            |n: usize| -> Vec<i32> { MIGRATIONS[..n].iter().map(|m| m.version).collect() };
+        assert!(out_of_order(&MIGRATIONS[0], &[]).is_none());
+        assert!(out_of_order(third, &versions(2)).is_none());
+        let missing = MIGRATIONS[1];
+        match out_of_order(third, &[MIGRATIONS[0].version]) {
+            Some(e @ Error::MigrationMissing { .. }) => {
+                let message = e.to_string();
+                let expected = format!(
+                    "job migration {} `{}` was not applied: migration {} `{}`, which comes \
+                     before it, is not recorded",
+                    third.version, third.name, missing.version, missing.name
+                );
+                assert!(message.contains(&expected), "{message}");
+            }
+            other => panic!("{other:?}"),
+        }
+        let later = MIGRATIONS[3].version;
+        let mut applied = versions(2);
+        applied.push(later);
+        match out_of_order(third, &applied) {
+            Some(e @ Error::MigrationOutOfOrder { .. }) => {
+                let message = e.to_string();
+                let expected = format!(
+                    "job migration {} `{}` was not applied: it is not recorded in \
+                     job.schema_migrations, but migration {later}, which comes after it, is",
+                    third.version, third.name
+                );
+                assert!(message.contains(&expected), "{message}");
+            }
+            other => panic!("{other:?}"),
+        }
+        // The first needs none before it, and refuses any after it.
+        assert!(matches!(
+            out_of_order(&MIGRATIONS[0], &[later]),
+            Some(Error::MigrationOutOfOrder { later: l, .. }) if l == later
+        ));
+    }
+
+    #[test]
+    fn the_schema_script_stops_at_its_first_error_in_psql() {
+        assert!(script().starts_with("\\set ON_ERROR_STOP on\n"));
     }
 
     #[test]
