@@ -177,6 +177,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "dependency_outcomes",
         sql: include_str!("../migrations/0031_dependency_outcomes.sql"),
     },
+    Migration {
+        version: 32,
+        name: "worker_grants",
+        sql: include_str!("../migrations/0032_worker_grants.sql"),
+    },
 ];
 
 /// The whole schema as one plain SQL script, for a DBA or a team without Rust:

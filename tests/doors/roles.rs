@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
 
-use crate::support::{db_error, readme_block, Roles};
+use crate::support::{db_error, ident, readme_block, Roles};
 
 #[derive(Debug, Serialize, Deserialize)]
 struct Ping {
@@ -26,6 +26,24 @@ impl Job for Ping {
         ..job::JobOptions::DEFAULT
     };
     async fn perform(self, _: JobContext) -> Result<(), JobError> {
+        Ok(())
+    }
+}
+
+/// Fails once, then completes: its retry waits `retryable` for the stager.
+#[derive(Debug, Serialize, Deserialize)]
+struct FailsOnce {}
+
+impl Job for FailsOnce {
+    const KIND: &'static str = "doors.fails_once";
+    const OPTIONS: job::JobOptions = job::JobOptions {
+        backoff: crate::common::FAST_BACKOFF,
+        ..job::JobOptions::DEFAULT
+    };
+    async fn perform(self, ctx: JobContext) -> Result<(), JobError> {
+        if ctx.attempt() == 1 {
+            return Err(JobError::retryable("the first attempt fails"));
+        }
         Ok(())
     }
 }
@@ -377,6 +395,215 @@ async fn an_operator_with_the_readme_grants_pauses_resumes_and_runs_every_admin_
     .await;
 
     for pool in [as_owner, as_operator] {
+        pool.close().await;
+    }
+    db.close().await;
+    roles.drop_all().await;
+}
+
+/// The README's grants as they were at migration 11, before 0012 to 0015 added objects a worker
+/// needs: a worker's (with `job_worker` and `job_enqueue` put in), and an operator's, who also
+/// took `INSERT, DELETE ON job.pauses`.
+const GRANTS_AT_11: &str = "
+GRANT USAGE ON SCHEMA job TO job_worker, job_enqueue;
+GRANT SELECT, INSERT, UPDATE, DELETE ON job.jobs, job.steps TO job_worker;
+GRANT SELECT ON job.pauses TO job_worker;
+GRANT SELECT, INSERT, UPDATE, DELETE ON job.kind_owners, job.leaders TO job_worker;
+GRANT EXECUTE ON FUNCTION job.enqueue_unique, job.set_trace_context TO job_worker;
+GRANT EXECUTE ON FUNCTION job.enqueue, job.enqueue_many TO job_enqueue;
+";
+
+/// Installs the migrations below `version` only, as `pool`'s role, recorded as the migrator
+/// records them: the schema an older release left.
+async fn migrate_below(pool: &PgPool, version: i32) {
+    sqlx::raw_sql(
+        "CREATE SCHEMA job;
+         CREATE TABLE job.schema_migrations (
+             version integer PRIMARY KEY, name text NOT NULL,
+             applied_at timestamptz NOT NULL DEFAULT now())",
+    )
+    .execute(pool)
+    .await
+    .unwrap();
+    for m in job_postgres::MIGRATIONS
+        .iter()
+        .filter(|m| m.version < version)
+    {
+        let mut tx = pool.begin().await.unwrap();
+        sqlx::raw_sql(m.sql).execute(&mut *tx).await.unwrap();
+        sqlx::query("INSERT INTO job.schema_migrations (version, name) VALUES ($1, $2)")
+            .bind(m.version)
+            .bind(m.name)
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+    }
+}
+
+/// An installation from before migration 12, whose worker role was granted what the README
+/// said then, upgraded to this release: the worker runs as on a fresh installation (it stages
+/// a scheduled job, one enqueued before the upgrade too, and a retry; promotes the next job of
+/// an ordering key; resolves a dependent; records rate-limit starts and breaker outcomes), and
+/// the operator of then pauses and resumes. Migration 0032 granted them what 0009 to 0015
+/// added, to every role that held UPDATE on job.jobs (a name SQL must quote too), and to
+/// nobody else.
+#[tokio::test]
+async fn a_worker_granted_as_the_readme_said_before_migration_12_still_works_after_the_upgrade() {
+    use job::{Admin, Pause};
+
+    let mut roles: Roles; // dropped after the database, which holds the roles' privileges
+    let db = TestDb::new().await;
+    roles = Roles::new(&db);
+    let (owner, worker, producer, operator, quoted) = (
+        roles.name("job_owner"),
+        roles.name("job_worker"),
+        roles.name("job_enqueue"),
+        roles.name("job_operator"),
+        roles.name_to_quote("Job Worker"),
+    );
+    let names = [
+        ("job_owner", owner.as_str()),
+        ("job_worker", worker.as_str()),
+        ("job_enqueue", producer.as_str()),
+    ];
+    let admin = db.pool();
+    sqlx::raw_sql("DROP SCHEMA job CASCADE")
+        .execute(&admin)
+        .await
+        .unwrap();
+    sqlx::raw_sql(&readme_sql("roles-create", &names, db.name()))
+        .execute(&admin)
+        .await
+        .unwrap();
+    sqlx::raw_sql(&format!(
+        "CREATE ROLE {operator} LOGIN; CREATE ROLE {}",
+        ident(&quoted)
+    ))
+    .execute(&admin)
+    .await
+    .unwrap();
+
+    // The older release: its migrations, its grants.
+    let as_owner = pool_as(&db, &owner).await;
+    migrate_below(&as_owner, 12).await;
+    let mut grants = String::new();
+    for (role, enqueuer) in [(&worker, &producer), (&operator, &producer)] {
+        grants.push_str(
+            &GRANTS_AT_11
+                .replace("job_worker", role)
+                .replace("job_enqueue", enqueuer),
+        );
+    }
+    grants.push_str(&format!(
+        "GRANT INSERT, DELETE ON job.pauses TO {operator};
+         GRANT USAGE ON SCHEMA job TO {quoted};
+         GRANT SELECT, UPDATE ON job.jobs TO {quoted};",
+        quoted = ident(&quoted)
+    ));
+    sqlx::raw_sql(&grants).execute(&as_owner).await.unwrap();
+    // A job scheduled before the upgrade, by the worker.
+    let as_worker = pool_as(&db, &worker).await;
+    let early: i64 = sqlx::query_scalar(
+        "INSERT INTO job.jobs (kind, payload, state, run_at)
+         VALUES ('doors.ping', '{\"n\": 0}', 'scheduled', now() + interval '1 second')
+         RETURNING id",
+    )
+    .fetch_one(&as_worker)
+    .await
+    .unwrap();
+
+    // The upgrade, by the owner.
+    PgStore::new(as_owner.clone()).migrate().await.unwrap();
+
+    // The worker stages the job scheduled before the upgrade (stage.sql calls
+    // job.ordering_wake_up and job.dependencies_resolve, of migrations 0012 and 0013) ...
+    let store = PgStore::new(as_worker.clone());
+    let running = Worker::builder(store.clone())
+        .register::<Ping>()
+        .register::<FailsOnce>()
+        .queue("default", 2)
+        .poll_interval(Duration::from_millis(50))
+        .build()
+        .unwrap()
+        .start();
+    crate::common::reaches(&store, early, JobState::Completed).await;
+    // ... enqueues what uses the newer objects, and runs it all.
+    let head = job::Enqueue::new(FailsOnce {})
+        .ordering_key("account:1")
+        .enqueue(&as_worker)
+        .await
+        .unwrap();
+    let next = job::Enqueue::new(Ping { n: 1 })
+        .ordering_key("account:1")
+        .enqueue(&as_worker)
+        .await
+        .unwrap();
+    let dependent = job::Enqueue::new(Ping { n: 2 })
+        .depends_on([head])
+        .enqueue(&as_worker)
+        .await
+        .unwrap();
+    let scheduled = job::Enqueue::new(Ping { n: 3 })
+        .schedule_in(Duration::from_secs(1))
+        .rate_key("tenant:3")
+        .enqueue(&as_worker)
+        .await
+        .unwrap();
+    for id in [head, next, dependent, scheduled] {
+        crate::common::reaches(&store, id, JobState::Completed).await;
+    }
+    running.shutdown().await;
+    assert_eq!(
+        Store::get(&store, head).await.unwrap().unwrap().attempt,
+        2,
+        "retried once"
+    );
+    let (starts, attempts): (i32, i64) = sqlx::query_as(
+        "SELECT (SELECT sum(cardinality(starts))::integer FROM job.rate_windows
+                 WHERE kind = 'doors.ping'),
+                (SELECT attempts FROM job.breakers WHERE kind = 'doors.ping')",
+    )
+    .fetch_one(&admin)
+    .await
+    .unwrap();
+    assert_eq!((starts, attempts), (4, 4));
+
+    // The operator of then pauses (an INSERT … ON CONFLICT DO UPDATE) and resumes.
+    let as_operator = pool_as(&db, &operator).await;
+    let operator_store = PgStore::new(as_operator.clone());
+    let queue = Pause::Queue("default".to_owned());
+    assert!(operator_store.pause(&queue).await.unwrap());
+    assert!(operator_store.resume(&queue).await.unwrap());
+
+    // Who got what: every role holding UPDATE on job.jobs, the one whose name is quoted too;
+    // not the enqueue-only role.
+    let got: Vec<(bool, bool, bool)> = sqlx::query_as(
+        "SELECT has_function_privilege(r, 'job.ordering_wake_up(integer)', 'EXECUTE'),
+                has_table_privilege(r, 'job.rate_windows', 'INSERT'),
+                has_table_privilege(r, 'job.pauses', 'UPDATE')
+         FROM unnest($1::text[]) WITH ORDINALITY AS u(r, n) ORDER BY n",
+    )
+    .bind([&worker, &operator, &quoted, &producer])
+    .fetch_all(&admin)
+    .await
+    .unwrap();
+    assert_eq!(
+        got,
+        [
+            (true, true, false),
+            (true, true, true),
+            (true, true, false),
+            (false, false, false)
+        ]
+    );
+    denied(
+        &as_worker,
+        "INSERT INTO job.pauses (scope, name) VALUES ('queue', 'x')",
+    )
+    .await;
+
+    for pool in [as_owner, as_worker, as_operator] {
         pool.close().await;
     }
     db.close().await;

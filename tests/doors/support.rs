@@ -135,6 +135,17 @@ impl Roles {
         name
     }
 
+    /// A unique name starting with `base` that SQL must quote (`"base; …"`), remembered for
+    /// dropping: for statements that build SQL from role names.
+    pub(crate) fn name_to_quote(&mut self, base: &str) -> String {
+        let name = format!(
+            "{base}; {}",
+            &uuid::Uuid::new_v4().simple().to_string()[..12]
+        );
+        self.names.push(name.clone());
+        name
+    }
+
     /// Drops every role; call after the test database is gone, so no privilege holds them.
     pub(crate) async fn drop_all(mut self) {
         self.dropped = true;
@@ -149,11 +160,16 @@ async fn drop_roles(
     use sqlx::{ConnectOptions, Connection};
     let mut conn = admin.connect().await?;
     for name in names {
-        sqlx::raw_sql(&format!("DROP ROLE IF EXISTS {name}"))
+        sqlx::raw_sql(&format!("DROP ROLE IF EXISTS {}", ident(name)))
             .execute(&mut conn)
             .await?;
     }
     conn.close().await
+}
+
+/// `name` as a quoted SQL identifier.
+pub(crate) fn ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
 }
 
 impl Drop for Roles {
