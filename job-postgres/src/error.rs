@@ -142,14 +142,15 @@ impl Error {
 impl Error {
     /// Whether the database refused what a statement was given, so that the same statement
     /// with the same input fails again: a data exception (an invalid byte sequence such as a
-    /// NUL, a value out of range), an integrity constraint, a program limit (a row too large
-    /// for an index), an exception raised by a trigger. Only those classes: every other error
-    /// passes and is tried again, whatever the server says, since a refusal makes callers
-    /// give an outcome up (store it without its error text, then as a dead letter) within a
-    /// fraction of a second. A server that is read-only after a failover (25006), a session
-    /// ended by the DBA's timeouts (25P03, 57P05), a login refused while passwords rotate
-    /// (28xxx), a privilege revoked or a function missing during a deploy (42xxx) say nothing
-    /// about the job, and pass like lost connections, deadlocks and shutdowns.
+    /// NUL, a value out of range), an integrity or limit violation, an exception raised by a
+    /// trigger, any error of a class not known to pass. A refusal makes callers give an
+    /// outcome up (store it without its error text, then as a dead letter) within a fraction
+    /// of a second, so every class that says something about the server, the session or the
+    /// deploy rather than the input passes and is tried again: a lost connection, a deadlock,
+    /// a shutdown, a shortage, a lock not available, and also a server read-only after a
+    /// failover (25006), a session ended by the DBA's timeouts (25P03), a login refused while
+    /// passwords rotate (28xxx), a database missing (3D000), a privilege revoked or a function
+    /// missing during a deploy (42xxx), a snapshot too old (72000).
     pub fn is_refusal(&self) -> bool {
         let Error::Query { source, .. } = self else {
             return false;
@@ -162,13 +163,18 @@ impl Error {
     }
 }
 
-/// SQLSTATE classes that refuse the input itself: data exception, integrity constraint
-/// violation, program limit exceeded, PL/pgSQL (a trigger's `RAISE`).
-const REFUSING_CLASSES: &[&str] = &["22", "23", "54", "P0"];
+/// SQLSTATE classes of errors that pass: connection exception (08), invalid transaction state
+/// (25), invalid authorization (28), invalid catalog name (3D), transaction rollback (40),
+/// syntax error or access rule violation (42), insufficient resources (53), object not in
+/// prerequisite state (55), operator intervention (57), system error (58), snapshot too old
+/// (72), internal error (XX).
+const PASSING_CLASSES: &[&str] = &[
+    "08", "25", "28", "3D", "40", "42", "53", "55", "57", "58", "72", "XX",
+];
 
-/// Whether SQLSTATE `code` is of a [`REFUSING_CLASSES`] class.
+/// Whether SQLSTATE `code` refuses the input: of no [`PASSING_CLASSES`] class.
 fn refused(code: &str) -> bool {
-    REFUSING_CLASSES.iter().any(|c| code.starts_with(c))
+    !PASSING_CLASSES.iter().any(|c| code.starts_with(c))
 }
 
 impl From<Error> for job_core::StoreError {
@@ -205,8 +211,11 @@ mod tests {
     #[test]
     fn only_errors_about_the_input_refuse_it() {
         // The input: a NUL byte, a value out of range, a check, an index row too large, a
-        // trigger's refusal.
-        for code in ["22021", "22003", "23514", "23505", "54000", "P0001"] {
+        // trigger's refusal, and any class not known to pass (an application trigger's
+        // subquery returning two rows, a PL/Python error, a feature not supported).
+        for code in [
+            "22021", "22003", "23514", "23505", "54000", "P0001", "21000", "38000", "0A000",
+        ] {
             assert!(refused(code), "{code}");
         }
         // The server, the session or the deploy: read-only after a failover, idle-in-
