@@ -1240,3 +1240,47 @@ async fn a_dependency_is_not_pruned_when_its_dependents_enqueue_commits_during_t
     h.store.stage_due(100).await.unwrap();
     assert_eq!(h.row(c).await.state, JobState::Available);
 }
+
+#[tokio::test]
+async fn a_redriven_dependent_does_not_fail_on_a_dependency_it_had_and_that_was_pruned() {
+    // Ship depends on charge and pack. Charge completes; pack is discarded, and ship with it.
+    // Once both of ship's dependencies had ended, the pruner let charge go. The operator fixes
+    // the cause and redrives pack and ship; pack completes. Ship was then discarded again as
+    // "charge was deleted", though charge had completed: the stager took a missing dependency
+    // for a failure whatever its edge recorded (migration 0033).
+    use job::Store as _;
+    let h = Harness::new().await;
+    let pool = h.store.pool();
+    let charge = enqueue(&h.store, task("charge")).await;
+    let pack = enqueue(&h.store, task("pack")).await;
+    let ship = Enqueue::new(task("ship"))
+        .depends_on([charge, pack])
+        .enqueue(pool)
+        .await
+        .unwrap();
+    end(pool, charge, "completed").await;
+    h.store.stage_due(100).await.unwrap();
+    end(pool, pack, "discarded").await;
+    h.store.stage_due(100).await.unwrap();
+    assert_eq!(h.row(ship).await.state, JobState::Discarded);
+    assert_eq!(satisfied(pool, ship, charge).await, Some(true));
+    assert_eq!(
+        prune_all(&h.store).await,
+        1,
+        "charge, its dependent finished"
+    );
+    assert_eq!(
+        redrive(h.store.clone(), vec![pack, ship]).await,
+        [pack, ship]
+    );
+    assert_eq!(h.row(ship).await.state, JobState::Pending, "behind pack");
+    end(pool, pack, "completed").await;
+    h.store.stage_due(100).await.unwrap();
+    let row = h.row(ship).await;
+    assert_eq!(
+        row.state,
+        JobState::Available,
+        "every dependency completed: {:?}",
+        row.errors.last()
+    );
+}
