@@ -319,7 +319,9 @@ async fn finalize<S: Store>(
 /// class `unstorable`; refused even so, it is given up and its lease left to expire.
 async fn write_alone<S: Store>(shared: &Shared<S>, mut c: Completion) {
     let mut refusals = 0u32;
-    let mut failures = 0u32;
+    // An outcome put off after a failed try may have been written by it: re-read as after a
+    // failure of its own.
+    let mut failures = u32::from(c.tried);
     loop {
         if !shared.inflight.holds(&c.finalize.lease) {
             let mut one = vec![c];
@@ -525,7 +527,12 @@ async fn landed<S: Store>(shared: &Shared<S>, c: &Completion, by: Instant) -> bo
                     .last()
                     .is_some_and(|e| e.class == "cancelled" && e.message == stored(reason))
         }
-        Outcome::Discard { failure } => row.state == JobState::Discarded && last_is(failure),
+        // A discard of a job whose cancel was requested is stored as a cancellation.
+        Outcome::Discard { failure } => {
+            (row.state == JobState::Discarded
+                || (row.state == JobState::Cancelled && row.cancel_requested))
+                && last_is(failure)
+        }
         Outcome::Retry { failure, .. } => {
             matches!(row.state, JobState::Retryable | JobState::Available) && last_is(failure)
         }

@@ -22,8 +22,9 @@ WITH u AS (
 -- of the batch against every running row can be planned as a nested loop over all of them.
 -- A discard of a job whose cancel was requested ends it cancelled: the worker learns of a
 -- request only at its next heartbeat, so its last attempt may end with an error before then,
--- and a dead letter would fire the compensation and fail the dependents the cancel did not
--- ask for (the rescuer and the expirer do the same). Read from the locked row.
+-- and a dead letter would fire the compensation the cancel did not ask for, and wait in the
+-- dead letters for a redrive (the rescuer and the expirer do the same). Read from the locked
+-- row.
 locked AS MATERIALIZED (
     SELECT j.id,
            CASE WHEN u.state = 'discarded' AND j.cancel_requested THEN 'cancelled'
