@@ -58,14 +58,14 @@ pub(crate) async fn load_one<'e, E: PgExecutor<'e>>(
 }
 
 /// Records step `name`'s output, guarded by (id, lock_token) and running
-/// (see `sql/step_save.sql`).
+/// (see `sql/step_save.sql`); [`Finalized::Busy`] when another transaction held the job's row.
 pub(crate) async fn save<'e, E: PgExecutor<'e>>(
     executor: E,
     lease: &Lease,
     name: &str,
     output: &str,
 ) -> Result<Finalized, Error> {
-    let held: i64 = sqlx::query_scalar(sql::STEP_SAVE)
+    let (held, running): (i64, i64) = sqlx::query_as(sql::STEP_SAVE)
         .bind(lease.id)
         .bind(lease.token)
         .bind(name)
@@ -75,6 +75,8 @@ pub(crate) async fn save<'e, E: PgExecutor<'e>>(
         .map_err(Error::query("step_save"))?;
     Ok(if held > 0 {
         Finalized::Applied
+    } else if running > 0 {
+        Finalized::Busy
     } else {
         Finalized::LeaseLost
     })

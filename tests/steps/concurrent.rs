@@ -226,3 +226,73 @@ async fn steps_run_at_once_share_one_connection_of_the_worker() {
         "step writes in the store at once"
     );
 }
+
+/// Opened by a test to let [`StepAfterGate`] reach its step.
+#[derive(Clone)]
+struct StepGate(Arc<tokio::sync::Semaphore>);
+
+impl Default for StepGate {
+    fn default() -> Self {
+        StepGate(Arc::new(tokio::sync::Semaphore::new(0)))
+    }
+}
+
+/// Waits for [`StepGate`], then records one step.
+#[derive(Debug, Serialize, Deserialize)]
+struct StepAfterGate {}
+
+impl Job for StepAfterGate {
+    const KIND: &'static str = "steps.after_gate";
+    const OPTIONS: JobOptions = JobOptions {
+        backoff: FAST_BACKOFF,
+        ..JobOptions::DEFAULT
+    };
+
+    async fn perform(self, ctx: JobContext) -> Result<(), JobError> {
+        let gate = ctx.state::<StepGate>()?.0.clone();
+        let _open = gate.acquire().await;
+        let _: String = ctx
+            .step("after", || async { Ok("done".to_owned()) })
+            .await?;
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_step_whose_row_another_transaction_holds_holds_up_no_other_jobs_steps() {
+    // The worker's step writes share one connection: a step write waiting for a row lock (an
+    // operator's open session holding the job's row) held up every step of the worker.
+    let h = Harness::new().await;
+    let (effects, runs) = (Effects::default(), Runs::default());
+    let gate = StepGate::default();
+    let held = enqueue(&h.store, StepAfterGate {}).await;
+    let worker = steps_worker(&h.store, &effects)
+        .register::<StepAfterGate>()
+        .register::<ChargeAll>()
+        .state(runs.clone())
+        .state(gate.clone())
+        .build()
+        .unwrap()
+        .start();
+    h.reaches(held, JobState::Running).await;
+    let mut session = h.store.pool().begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM job.jobs WHERE id = $1 FOR UPDATE")
+        .bind(held)
+        .execute(&mut *session)
+        .await
+        .unwrap();
+    gate.0.add_permits(1);
+    // Another job's steps go on while the held job's step waits for its row.
+    let other = enqueue(&h.store, ChargeAll { items: vec![1, 2] }).await;
+    h.reaches(other, JobState::Completed).await;
+    assert_eq!(
+        worker.stats().fenced,
+        0,
+        "the other job's steps did not wait for the held job to lose its lease"
+    );
+    assert_eq!(recorded_steps(h.store.pool(), held).await.len(), 0);
+    session.rollback().await.unwrap();
+    h.reaches(held, JobState::Completed).await;
+    worker.shutdown().await;
+    assert_eq!(recorded_steps(h.store.pool(), held).await.len(), 1);
+}

@@ -302,8 +302,8 @@ impl JobContext {
                         "lease lost: the output of step `{name}` was not recorded"
                     )));
                 }
-                // Another transaction holds the row (the stores do not report it for a step
-                // today): tried again, while the lease is held.
+                // Another transaction holds the row (PostgreSQL's store skips it rather than
+                // wait): tried again, while the lease is held.
                 Ok(Finalized::Busy) if hooks.lease_held() => {
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(RECORD_RETRY_MAX);
