@@ -199,3 +199,31 @@ async fn closing_the_pool_ends_the_listener_and_does_not_hang() {
     assert_eq!(ended, Ok(None), "the listener should end with the pool");
     db.close().await;
 }
+
+#[tokio::test]
+async fn a_listener_that_listens_again_wakes_every_queue() {
+    // Notifications sent while the listener was gone are lost: once it listens again, every
+    // queue is woken (an empty name), so that what was enqueued meanwhile is claimed then and
+    // not at the workers' next poll.
+    let db = TestDb::new().await;
+    let store = db.store();
+    let mut wakeups = store.listen().await.unwrap();
+    assert_eq!(
+        until_marker(&store, &mut wakeups, "before").await,
+        ["before"]
+    );
+    let terminated: bool = sqlx::query_scalar(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+         WHERE datname = current_database() AND pid <> pg_backend_pid()
+           AND query ILIKE 'LISTEN%'",
+    )
+    .fetch_one(store.pool())
+    .await
+    .unwrap();
+    assert!(terminated);
+    // Nothing is enqueued: the wake-up comes from the listener itself.
+    assert_eq!(next(&mut wakeups).await, "", "every queue woken");
+    // And it delivers again.
+    assert_eq!(until_marker(&store, &mut wakeups, "after").await, ["after"]);
+    db.close().await;
+}

@@ -22,7 +22,8 @@ const RETRY_MAX: Duration = Duration::from_secs(2);
 /// Connects a listener on [`CHANNEL`] and spawns the task that forwards its notifications. The
 /// task reconnects (with a short backoff) when the connection drops, and ends when the
 /// receiver is dropped or the pool is closed. Notifications sent while it was disconnected
-/// are lost.
+/// are lost: once it listens again it wakes every queue (an empty name), so that the jobs
+/// enqueued meanwhile are claimed then, not at the workers' next poll.
 pub(crate) async fn listen(pool: &PgPool) -> Result<Wakeups, Error> {
     let mut listener = PgListener::connect_with(pool)
         .await
@@ -53,8 +54,14 @@ async fn forward(mut listener: PgListener, tx: mpsc::Sender<String>) {
                     return;
                 }
             }
-            // The connection was lost; the next call reconnects and listens again.
-            Ok(None) => tracing::warn!("job listener lost its connection, reconnecting"),
+            // The connection was lost, and sqlx's listener (eager to reconnect) has connected
+            // and listens again: what was sent meanwhile is lost.
+            Ok(None) => {
+                tracing::warn!("job listener lost its connection and listens again");
+                if !wake_every_queue(&tx) {
+                    return;
+                }
+            }
             // The store is shutting down: give the connection back so the pool can close.
             Err(sqlx::Error::PoolClosed) => return,
             Err(error) => {
@@ -64,7 +71,26 @@ async fn forward(mut listener: PgListener, tx: mpsc::Sender<String>) {
                     () = tokio::time::sleep(retry) => {}
                 }
                 retry = (retry * 2).min(RETRY_MAX);
+                // Listen again now, not at the next notification, so that every queue is
+                // woken as soon as it does. A connection found dead here is replaced by the
+                // next receive.
+                if listener.unlisten(CHANNEL).await.is_ok()
+                    && listener.listen(CHANNEL).await.is_ok()
+                {
+                    retry = RETRY_MIN;
+                    if !wake_every_queue(&tx) {
+                        return;
+                    }
+                }
             }
         }
     }
+}
+
+/// Sends the wake-up of every queue (an empty name). False when the receiver is gone.
+fn wake_every_queue(tx: &mpsc::Sender<String>) -> bool {
+    !matches!(
+        tx.try_send(String::new()),
+        Err(mpsc::error::TrySendError::Closed(_))
+    )
 }
