@@ -163,13 +163,15 @@ impl Error {
     }
 }
 
-/// SQLSTATE classes of errors that pass: connection exception (08), invalid transaction state
-/// (25), invalid authorization (28), invalid catalog name (3D), transaction rollback (40),
-/// syntax error or access rule violation (42), insufficient resources (53), object not in
-/// prerequisite state (55), operator intervention (57), system error (58), snapshot too old
-/// (72), internal error (XX).
+/// SQLSTATE classes (and one code) of errors that pass: connection exception (08), invalid
+/// transaction state (25), invalid SQL statement name (26: a prepared statement gone, behind a
+/// pooler), invalid authorization (28), invalid catalog name (3D), invalid schema name (3F: a
+/// schema missing during a deploy), transaction rollback (40), syntax error or access rule
+/// violation (42), insufficient resources (53), object not in prerequisite state (55),
+/// operator intervention (57), system error (58), snapshot too old (72), internal error (XX),
+/// and 0A000 (among others "cached plan must not change result type", after a migration).
 const PASSING_CLASSES: &[&str] = &[
-    "08", "25", "28", "3D", "40", "42", "53", "55", "57", "58", "72", "XX",
+    "08", "25", "26", "28", "3D", "3F", "40", "42", "53", "55", "57", "58", "72", "XX", "0A000",
 ];
 
 /// Whether SQLSTATE `code` refuses the input: of no [`PASSING_CLASSES`] class.
@@ -212,9 +214,9 @@ mod tests {
     fn only_errors_about_the_input_refuse_it() {
         // The input: a NUL byte, a value out of range, a check, an index row too large, a
         // trigger's refusal, and any class not known to pass (an application trigger's
-        // subquery returning two rows, a PL/Python error, a feature not supported).
+        // subquery returning two rows, a PL/Python error, a function without RETURN).
         for code in [
-            "22021", "22003", "23514", "23505", "54000", "P0001", "21000", "38000", "0A000",
+            "22021", "22003", "23514", "23505", "54000", "P0001", "21000", "38000", "2F005",
         ] {
             assert!(refused(code), "{code}");
         }
@@ -225,7 +227,7 @@ mod tests {
         // error.
         for code in [
             "25006", "25P03", "57P05", "57014", "08006", "40P01", "53300", "28P01", "3D000",
-            "42501", "42883", "72000", "XX000",
+            "42501", "42883", "72000", "XX000", "26000", "3F000", "0A000",
         ] {
             assert!(!refused(code), "{code}");
         }
