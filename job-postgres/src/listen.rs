@@ -39,7 +39,29 @@ pub(crate) async fn listen(pool: &PgPool) -> Result<Wakeups, Error> {
 
 async fn forward(mut listener: PgListener, tx: mpsc::Sender<String>) {
     let mut retry = RETRY_MIN;
+    // The connection failed and the listener may not listen yet: any statement through it
+    // connects and listens again (sqlx's `PgListener` is an executor, and keeps its channels),
+    // so that every queue is woken as soon as it does, not at the next notification. A
+    // connection found dead here is replaced by the receive that follows.
+    let mut lost = false;
     loop {
+        if lost {
+            let tried = tokio::select! {
+                () = tx.closed() => return,
+                tried = sqlx::query("SELECT 1").execute(&mut listener) => tried,
+            };
+            match tried {
+                Ok(_) => {
+                    lost = false;
+                    retry = RETRY_MIN;
+                    if !wake_every_queue(&tx) {
+                        return;
+                    }
+                }
+                Err(sqlx::Error::PoolClosed) => return,
+                Err(_) => {}
+            }
+        }
         let received = tokio::select! {
             () = tx.closed() => return,
             received = listener.try_recv() => received,
@@ -58,6 +80,7 @@ async fn forward(mut listener: PgListener, tx: mpsc::Sender<String>) {
             // and listens again: what was sent meanwhile is lost.
             Ok(None) => {
                 tracing::warn!("job listener lost its connection and listens again");
+                lost = false;
                 if !wake_every_queue(&tx) {
                     return;
                 }
@@ -71,17 +94,7 @@ async fn forward(mut listener: PgListener, tx: mpsc::Sender<String>) {
                     () = tokio::time::sleep(retry) => {}
                 }
                 retry = (retry * 2).min(RETRY_MAX);
-                // Listen again now, not at the next notification, so that every queue is
-                // woken as soon as it does. A connection found dead here is replaced by the
-                // next receive.
-                if listener.unlisten(CHANNEL).await.is_ok()
-                    && listener.listen(CHANNEL).await.is_ok()
-                {
-                    retry = RETRY_MIN;
-                    if !wake_every_queue(&tx) {
-                        return;
-                    }
-                }
+                lost = true;
             }
         }
     }
