@@ -8,8 +8,12 @@
 -- a missing job for a failure whatever the edge recorded: a dependent of B and C, discarded
 -- because C was, redriven with C once the cause was fixed, was discarded again as "B was
 -- deleted" after C completed, B having completed and been pruned meanwhile (the pruner lets B
--- go once its dependents have finished). An edge that recorded its job satisfied it is no
--- failure now. The function is otherwise as in 0031, its SET clauses included.
+-- go once its dependents have finished). A missing job is a failure now only when its edge
+-- recorded so: resolved in this pass because the job was missing, or earlier because it did
+-- not complete (`satisfied` false). An edge that recorded it satisfied, and one closed without
+-- a verdict when its dependent was discarded for another edge (`satisfied` null: the job may
+-- have completed and been pruned since), read as redrive reads them: not waited for again.
+-- The function is otherwise as in 0031, its SET clauses included.
 
 CREATE OR REPLACE FUNCTION job.dependencies_resolve(max_jobs integer) RETURNS integer
 LANGUAGE plpgsql
@@ -127,7 +131,8 @@ BEGIN
         LEFT JOIN job.jobs x ON x.id = d.depends_on
         WHERE d.job_id = dependent AND d.mode = 'completed'
           AND d.satisfied IS NOT TRUE
-          AND (x.id IS NULL OR x.state IN ('cancelled', 'discarded'))
+          AND (x.state IN ('cancelled', 'discarded')
+               OR (x.id IS NULL AND d.satisfied IS FALSE))
         ORDER BY d.depends_on
         LIMIT 1;
         IF FOUND THEN

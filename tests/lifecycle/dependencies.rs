@@ -1284,3 +1284,50 @@ async fn a_redriven_dependent_does_not_fail_on_a_dependency_it_had_and_that_was_
         row.errors.last()
     );
 }
+
+#[tokio::test]
+async fn a_redriven_dependent_does_not_fail_on_a_dependency_that_completed_after_it_was_discarded()
+{
+    // As above, the other way round: pack is discarded while charge still runs, so ship is
+    // discarded and its edge to charge closed without a verdict; charge then completes and is
+    // pruned. Redriven with pack, ship was discarded again as "charge was deleted".
+    use job::Store as _;
+    let h = Harness::new().await;
+    let pool = h.store.pool();
+    let charge = enqueue(&h.store, task("charge")).await;
+    let pack = enqueue(&h.store, task("pack")).await;
+    let ship = Enqueue::new(task("ship"))
+        .depends_on([charge, pack])
+        .enqueue(pool)
+        .await
+        .unwrap();
+    h.store.stage_due(100).await.unwrap();
+    end(pool, pack, "discarded").await;
+    h.store.stage_due(100).await.unwrap();
+    assert_eq!(h.row(ship).await.state, JobState::Discarded);
+    assert_eq!(
+        satisfied(pool, ship, charge).await,
+        None,
+        "closed without a verdict"
+    );
+    end(pool, charge, "completed").await;
+    h.store.stage_due(100).await.unwrap();
+    assert_eq!(
+        prune_all(&h.store).await,
+        1,
+        "charge, its dependent finished"
+    );
+    assert_eq!(
+        redrive(h.store.clone(), vec![pack, ship]).await,
+        [pack, ship]
+    );
+    end(pool, pack, "completed").await;
+    h.store.stage_due(100).await.unwrap();
+    let row = h.row(ship).await;
+    assert_eq!(
+        row.state,
+        JobState::Available,
+        "every dependency completed: {:?}",
+        row.errors.last()
+    );
+}
