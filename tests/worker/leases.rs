@@ -932,3 +932,55 @@ async fn a_batch_that_fails_every_time_for_a_passing_reason_is_written_in_smalle
         assert_eq!(h.row(*id).await.attempt, 1, "job {id} ran once");
     }
 }
+
+#[tokio::test]
+async fn an_outcome_that_fails_alone_for_a_passing_reason_holds_up_no_other() {
+    // A row whose finalize fails every time for a reason that passes (XX001, a corrupted
+    // row): the completer halved its batch down to that outcome, then retried it alone for
+    // ever, and every other outcome of the worker waited. Now it is written apart.
+    let h = Harness::new().await;
+    let pool = h.store.pool();
+    let poison = enqueue(&h.store, Noop { n: 0 }).await;
+    sqlx::raw_sql(&format!(
+        "CREATE TABLE public.healed (yes boolean NOT NULL);
+         INSERT INTO public.healed VALUES (false);
+         CREATE FUNCTION public.corrupted() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+             IF NEW.id = {poison} AND NEW.state = 'completed'
+                AND NOT (SELECT yes FROM public.healed) THEN
+                 RAISE EXCEPTION 'could not read block' USING ERRCODE = 'XX001';
+             END IF;
+             RETURN NEW;
+         END $$;
+         CREATE TRIGGER corrupted BEFORE UPDATE ON job.jobs
+             FOR EACH ROW EXECUTE FUNCTION public.corrupted();"
+    ))
+    .execute(pool)
+    .await
+    .unwrap();
+    let worker = h.worker().build().unwrap().start();
+    h.reaches(poison, JobState::Running).await;
+    let mut others = Vec::new();
+    for n in 1..=30 {
+        others.push(enqueue(&h.store, Noop { n }).await);
+    }
+    for id in &others {
+        h.reaches(*id, JobState::Completed).await;
+    }
+    assert_eq!(
+        h.row(poison).await.state,
+        JobState::Running,
+        "still failing"
+    );
+    sqlx::query("UPDATE public.healed SET yes = true")
+        .execute(pool)
+        .await
+        .unwrap();
+    h.reaches(poison, JobState::Completed).await;
+    let stats = worker.shutdown().await.stats;
+    assert_eq!(
+        (stats.completed, stats.lease_lost, stats.fenced),
+        (31, 0, 0)
+    );
+    assert_eq!(h.row(poison).await.attempt, 1, "written, not run again");
+}

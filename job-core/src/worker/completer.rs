@@ -55,6 +55,10 @@ pub(crate) struct Completion {
     /// A try of a batch holding it failed without an answer (it was then put off to a
     /// smaller batch): it may have been written, which its next write must allow for.
     pub(crate) tried: bool,
+    /// It failed alone, again and again, for a passing reason (a corrupted row, a statement
+    /// timeout on its cascade): written alone from then on, after each batch, so that the
+    /// others do not wait for it.
+    pub(crate) alone: bool,
 }
 
 /// Writes outcomes until `stop`, then what is left. Shutdown waits for that last flush until
@@ -106,6 +110,16 @@ pub(crate) async fn run<S: Store>(
                 return;
             }
         }
+        // Outcomes that fail alone are written apart, after the batch.
+        let mut alone = Vec::new();
+        let mut i = 0;
+        while i < carried.len() {
+            if carried[i].alone {
+                alone.push(carried.swap_remove(i));
+            } else {
+                i += 1;
+            }
+        }
         batch.append(&mut carried);
         while batch.len() < limit {
             match rx.try_recv() {
@@ -122,6 +136,10 @@ pub(crate) async fn run<S: Store>(
             // Back towards `max` by an eighth a batch: doubled at once, a size that fails
             // would be tried again on the next batch.
             limit = limit.saturating_add((limit / 8).max(1)).min(max);
+        }
+        for c in alone {
+            let mut one = vec![c];
+            flush(&shared, &mut one, &mut carried, &mut 1).await;
         }
         if AssertUnwindSafe(record_breakers(&shared))
             .catch_unwind()
@@ -238,6 +256,21 @@ async fn flush<S: Store>(
             }
             Err(e) => {
                 failures += 1;
+                if failures % SPLIT_AFTER == 0 && batch.len() == 1 {
+                    // Alone, and failing still: the other outcomes must not wait for it.
+                    tracing::warn!(
+                        error = %e,
+                        failures,
+                        id = batch[0].info.id,
+                        "finalize of this outcome alone keeps failing: writing it apart"
+                    );
+                    for mut c in batch.drain(..) {
+                        c.tried = true;
+                        c.alone = true;
+                        busy.push(c);
+                    }
+                    return;
+                }
                 if failures % SPLIT_AFTER == 0 && batch.len() > 1 {
                     let keep = batch.len() / 2;
                     tracing::warn!(

@@ -285,6 +285,7 @@ async fn execute<S: Store>(
         finalized_by_handler,
         last_progress,
         tried: false,
+        alone: false,
         abort: signals.flags.clone(),
         labels,
         ran_for: ran,
