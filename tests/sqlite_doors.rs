@@ -314,6 +314,22 @@ async fn a_file_that_cannot_be_opened_or_written_is_named_in_the_error() {
 }
 
 #[tokio::test]
+async fn an_in_memory_database_is_refused_saying_why() {
+    // `:memory:` is a database private to each connection: opened, the store's other
+    // connections saw an empty one and failed with "no such table".
+    let err = SqliteStore::open(":memory:")
+        .await
+        .expect_err("one database per connection");
+    let shown = err.to_string();
+    assert!(
+        shown.contains(":memory:")
+            && shown.contains("one per connection")
+            && shown.contains("file"),
+        "{shown}"
+    );
+}
+
+#[tokio::test]
 async fn a_raw_row_breaking_the_name_tag_key_or_payload_rules_is_refused() {
     let db = TestSqlite::new().await;
     let store = db.store();

@@ -89,6 +89,18 @@ impl SqliteStore {
     /// Opens a pool with `options`, without migrating. Every connection it opens carries the
     /// hooks of the in-process wake-ups. A failure names the file ([`Error::File`]).
     pub async fn connect_with(options: SqliteConnectOptions) -> Result<Self, Error> {
+        // SQLite opens `:memory:` as a database private to each connection: the store's
+        // connections (a pool, the worker's own) would each see an empty one, and every
+        // statement but the migrating connection's would fail with "no such table".
+        if options.get_filename() == Path::new(":memory:") {
+            return Err(Error::Connect(sqlx::Error::Configuration(
+                "an in-memory database (`:memory:`) is one per connection, and the store opens \
+                 several: use a file (a temporary one for tests, as job_testkit::TestSqlite \
+                 makes)"
+                    .into(),
+            ))
+            .in_file(options.get_filename()));
+        }
         let shared = Arc::new(Shared {
             options,
             notifier: Arc::new(Notifier::default()),
