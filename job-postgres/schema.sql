@@ -5030,6 +5030,15 @@ EXECUTE $job_migration_0031$
 --    before those it deletes, each time: 2-4.5 ms a pass per 1,000 of them (measured with
 --    100,000 completed jobs whose dependents were still waiting), where it read none.
 --
+-- 3. The stager discards a dependent whose `completed`-mode dependency ended otherwise, and
+--    took a missing job for such an end whatever its edge recorded: a dependent of B and C,
+--    discarded because C was, redriven with C once the cause was fixed, was discarded again
+--    as "B was deleted" after C completed, B having completed (or completed after the discard)
+--    and been pruned meanwhile. A missing job is a failure now only when its edge recorded
+--    one (`satisfied` false: resolved because the job was missing, or did not complete); an
+--    edge that recorded it satisfied, and one closed without a verdict (null), read as
+--    redrive reads them: not waited for again.
+--
 -- ADD COLUMN without a default does not rewrite the table; the CREATE INDEX reads it once (in
 -- this migration's transaction, where CREATE INDEX CONCURRENTLY cannot run; on a large table,
 -- apply it when writes of job.dependencies can wait that long).
@@ -5040,322 +5049,6 @@ CREATE INDEX dependencies_depends_on_idx ON job.dependencies (depends_on);
 
 -- As in migration 0023, each resolved edge now recording `satisfied`. (CREATE OR REPLACE sets
 -- the function's settings anew: jit stays off, as migration 0024 set.)
-CREATE OR REPLACE FUNCTION job.dependencies_resolve(max_jobs integer) RETURNS integer
-LANGUAGE plpgsql
-SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-SET jit = off
-AS $$
-DECLARE
-    dependent bigint;
-    candidates bigint[];
-    failed record;
-    woken text;
-    okey text;
-    changed integer := 0;
-BEGIN
-    -- Flag the jobs that new edges wait for. Every write to an edge is made under its
-    -- dependent's row lock, here as in the resolution below, and every lock is taken SKIP
-    -- LOCKED, so that concurrent passes never wait for each other: a dependent or a job waited
-    -- for that someone holds is flagged on a later pass. The dependents of an edge whose job
-    -- no longer exists are resolved in this pass.
-    WITH fresh AS (
-        SELECT d.job_id, d.depends_on
-        FROM job.dependencies d
-        WHERE NOT d.flagged AND NOT d.resolved
-        ORDER BY d.depends_on
-        LIMIT max_jobs
-    ),
-    mine AS (
-        SELECT j.id
-        FROM job.jobs j
-        WHERE j.id = ANY (ARRAY(SELECT DISTINCT f.job_id FROM fresh f))
-        ORDER BY j.id
-        FOR NO KEY UPDATE SKIP LOCKED
-    ),
-    held AS (
-        SELECT j.id, j.awaited
-        FROM job.jobs j
-        WHERE j.id = ANY (ARRAY(SELECT DISTINCT f.depends_on FROM fresh f
-                                WHERE f.job_id IN (SELECT m.id FROM mine m)))
-        ORDER BY j.id
-        FOR NO KEY UPDATE SKIP LOCKED
-    ),
-    awaited AS (
-        UPDATE job.jobs j
-        SET awaited = true
-        WHERE j.id = ANY (ARRAY(SELECT h.id FROM held h WHERE NOT h.awaited))
-    ),
-    marked AS (
-        UPDATE job.dependencies d
-        SET flagged = true
-        FROM fresh f
-        WHERE d.job_id = f.job_id AND d.depends_on = f.depends_on
-          AND f.job_id IN (SELECT m.id FROM mine m)
-          AND (f.depends_on IN (SELECT h.id FROM held h)
-               OR NOT EXISTS (SELECT 1 FROM job.jobs x WHERE x.id = f.depends_on))
-        RETURNING d.job_id, d.depends_on
-    )
-    SELECT coalesce(array_agg(DISTINCT m.job_id), '{}') INTO candidates
-    FROM marked m
-    WHERE m.depends_on NOT IN (SELECT h.id FROM held h);
-
-    -- The dependents of jobs that have ended (jobs_awaited_idx).
-    candidates := candidates || ARRAY(
-        SELECT DISTINCT d.job_id
-        FROM job.jobs p
-        JOIN job.dependencies d ON d.depends_on = p.id AND NOT d.resolved
-        WHERE p.awaited AND p.state IN ('completed', 'cancelled', 'discarded')
-        LIMIT max_jobs);
-
-    -- At most once a minute, cluster-wide: every open edge, for jobs waited for that were
-    -- deleted.
-    PERFORM 1 FROM job.dependency_sweep s WHERE s.at < now() - interval '1 minute'
-    FOR UPDATE SKIP LOCKED;
-    IF FOUND THEN
-        UPDATE job.dependency_sweep SET at = now();
-        candidates := candidates || ARRAY(
-            SELECT DISTINCT d.job_id
-            FROM job.dependencies d
-            LEFT JOIN job.jobs x ON x.id = d.depends_on
-            WHERE NOT d.resolved
-              AND (x.id IS NULL OR x.state IN ('completed', 'cancelled', 'discarded'))
-            LIMIT max_jobs);
-    END IF;
-
-    FOR dependent IN SELECT DISTINCT c FROM unnest(candidates) AS c ORDER BY c LIMIT max_jobs
-    LOOP
-        SELECT j.ordering_key INTO okey FROM job.jobs j WHERE j.id = dependent
-        FOR UPDATE SKIP LOCKED;
-        IF NOT FOUND THEN
-            IF NOT EXISTS (SELECT 1 FROM job.jobs j WHERE j.id = dependent) THEN
-                DELETE FROM job.dependencies d WHERE d.job_id = dependent;
-            END IF;
-            CONTINUE;
-        END IF;
-        -- A keyed dependent (the doors refuse one, a raw write can make it) is promoted only
-        -- through its key, under the key's lock: a key whose lock another transaction holds
-        -- is tried again on the next pass.
-        IF okey IS NOT NULL AND NOT pg_try_advisory_xact_lock(job.ordering_lock_key(okey)) THEN
-            CONTINUE;
-        END IF;
-        -- Each edge resolved here records whether its job satisfied it: an `after_all` edge
-        -- by any end, a `depends_on` edge only by a completion (a job cancelled, discarded or
-        -- deleted did not). Redrive reads it once the job may be gone (redrive.sql).
-        UPDATE job.dependencies d
-        SET resolved  = true,
-            satisfied = d.mode = 'finished'
-                        OR EXISTS (SELECT 1 FROM job.jobs x
-                                   WHERE x.id = d.depends_on AND x.state = 'completed')
-        WHERE d.job_id = dependent AND NOT d.resolved
-          AND NOT EXISTS (SELECT 1 FROM job.jobs x
-                          WHERE x.id = d.depends_on
-                            AND x.state NOT IN ('completed', 'cancelled', 'discarded'));
-        SELECT d.depends_on, coalesce(x.state::text, 'deleted') AS ended INTO failed
-        FROM job.dependencies d
-        LEFT JOIN job.jobs x ON x.id = d.depends_on
-        WHERE d.job_id = dependent AND d.mode = 'completed'
-          AND (x.id IS NULL OR x.state IN ('cancelled', 'discarded'))
-        ORDER BY d.depends_on
-        LIMIT 1;
-        IF FOUND THEN
-            -- clock_timestamp(), not now(): now() is the start of the stager's statement,
-            -- which may be before the dependency was finalized.
-            UPDATE job.jobs j
-            SET state        = 'discarded',
-                finalized_at = clock_timestamp(),
-                errors       = job.push_error(j.errors, jsonb_build_object(
-                    'attempt', j.attempt,
-                    'at', clock_timestamp(),
-                    'class', 'dependency',
-                    'message', format('job %s, which this job depends on, was %s',
-                                      failed.depends_on, failed.ended)))
-            WHERE j.id = dependent AND j.state = 'pending';
-            IF FOUND THEN
-                changed := changed + 1;
-            END IF;
-            -- Its other open edges are closed with it, their jobs not ended: whether those
-            -- will satisfy them is not known (null).
-            UPDATE job.dependencies d SET resolved = true, satisfied = NULL
-            WHERE d.job_id = dependent AND NOT d.resolved;
-        ELSIF okey IS NOT NULL THEN
-            -- Its key's oldest pending job without open dependencies becomes the head, when
-            -- the key has none; otherwise the key's release promotes it in its turn.
-            IF job.ordering_promote(okey) THEN
-                changed := changed + 1;
-            END IF;
-        ELSIF NOT EXISTS (SELECT 1 FROM job.dependencies d
-                          WHERE d.job_id = dependent AND NOT d.resolved) THEN
-            UPDATE job.jobs j
-            SET state = CASE WHEN j.run_at > now() THEN 'scheduled'
-                             ELSE 'available' END::job.job_state
-            WHERE j.id = dependent AND j.state = 'pending'
-            RETURNING CASE WHEN j.state = 'available' THEN j.queue END INTO woken;
-            IF FOUND THEN
-                changed := changed + 1;
-                IF woken IS NOT NULL THEN
-                    PERFORM pg_notify('job_insert', woken);
-                END IF;
-            END IF;
-        END IF;
-    END LOOP;
-
-    -- Ended jobs that no open edge points at any longer leave jobs_awaited_idx.
-    UPDATE job.jobs j
-    SET awaited = false
-    WHERE j.id = ANY (ARRAY(
-        SELECT p.id
-        FROM job.jobs p
-        WHERE p.awaited AND p.state IN ('completed', 'cancelled', 'discarded')
-          AND NOT EXISTS (SELECT 1 FROM job.dependencies d
-                          WHERE d.depends_on = p.id AND NOT d.resolved)
-        LIMIT max_jobs
-        FOR NO KEY UPDATE SKIP LOCKED))
-      AND j.awaited;
-    RETURN changed;
-END
-$$;
-$job_migration_0031$;
-        INSERT INTO job.schema_migrations (version, name) VALUES (31, 'dependency_outcomes');
-    END IF;
-END
-$apply$;
-COMMIT;
-
--- 0032 worker_grants
-BEGIN;
-DO $lock$ BEGIN PERFORM pg_advisory_xact_lock(hashtextextended('job.schema_migrations', 0)); END $lock$;
-DO $apply$
-DECLARE
-    missing integer;
-    later integer;
-BEGIN
-    IF NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = 32) THEN
-        SELECT min(v) INTO missing FROM pg_catalog.unnest('{1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31}'::integer[]) v
-            WHERE NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = v);
-        IF missing IS NOT NULL THEN
-            RAISE EXCEPTION 'job migration 32 `worker_grants` was not applied: migration %, which comes before it, is not recorded in job.schema_migrations (migrations apply in order, each after the one before)', missing;
-        END IF;
-        SELECT min(version) INTO later FROM job.schema_migrations WHERE version > 32;
-        IF later IS NOT NULL THEN
-            RAISE EXCEPTION 'job migration 32 `worker_grants` was not applied: it is not recorded in job.schema_migrations, but migration %, which comes after it, is: the schema was migrated out of order, and 32 applied now could undo what later migrations changed. Apply what migration 32 lacks by hand and record it, or restore the database from a backup', later;
-        END IF;
-EXECUTE $job_migration_0032$
--- 0032 worker_grants: an upgraded installation grants its workers what a fresh one does.
--- Append-only: change the schema in a new numbered file.
---
--- Migrations 0009 (job.kind_owners, job.leaders, job.set_trace_context), 0012
--- (job.set_ordering_key, job.ordering_wake_up), 0013 (job.dependencies,
--- job.dependencies_exist, job.dependencies_resolve), 0014 (job.compensations) and 0015
--- (job.rate_windows, job.rate_cursors, job.set_rate_key, job.breaker_record) created objects
--- the worker's statements need, and granted them to nobody: only the README told a fresh
--- installation to. A worker role granted as the README said before one of them was refused
--- after the upgrade (stage.sql calls job.ordering_wake_up: scheduled and retrying jobs never
--- became available; the claim of a rate-limited kind writes job.rate_windows; every batch of
--- outcomes calls job.breaker_record).
---
--- So every role that holds the worker's privileges gets the README's worker grants as they
--- are at this migration. The roles are read as 0020 reads a function's grants (aclexplode of
--- the ACL): those granted UPDATE on job.jobs, other than the table's owner, PUBLIC (a grant
--- to PUBLIC of the SECURITY DEFINER functions below would be everyone's, which nobody asked
--- for) and superusers (who need no grant). Granting what a role holds already changes
--- nothing. A role that is a worker by membership in such a role inherits the grants.
---
--- And the README told an operator to take INSERT and DELETE on job.pauses, but a pause is an
--- INSERT ... ON CONFLICT DO UPDATE (sql/pause.sql), which needs UPDATE too: every role
--- holding INSERT and DELETE on job.pauses (same exclusions) gets UPDATE on it.
---
--- A later migration that adds an object a worker or an operator needs grants it the same way
--- (README, "Roles and privileges").
-
-DO $grants$
-DECLARE
-    worker text;
-    operator text;
-BEGIN
-    FOR worker IN
-        SELECT DISTINCT a.grantee::pg_catalog.regrole::text
-        FROM pg_catalog.pg_class c, pg_catalog.aclexplode(c.relacl) a, pg_catalog.pg_roles r
-        WHERE c.oid = 'job.jobs'::pg_catalog.regclass
-          AND a.privilege_type = 'UPDATE'
-          AND a.grantee <> c.relowner
-          AND r.oid = a.grantee
-          AND NOT r.rolsuper
-    LOOP
-        EXECUTE pg_catalog.format('GRANT USAGE ON SCHEMA job TO %s', worker);
-        EXECUTE pg_catalog.format(
-            'GRANT SELECT, INSERT, UPDATE, DELETE ON job.jobs, job.steps, job.dependencies TO %s',
-            worker);
-        EXECUTE pg_catalog.format('GRANT SELECT ON job.pauses TO %s', worker);
-        EXECUTE pg_catalog.format(
-            'GRANT SELECT, INSERT, UPDATE, DELETE ON job.kind_owners, job.leaders, '
-            'job.compensations, job.rate_windows, job.rate_cursors TO %s',
-            worker);
-        EXECUTE pg_catalog.format(
-            'GRANT EXECUTE ON FUNCTION job.enqueue_unique, job.set_trace_context, '
-            'job.set_ordering_key, job.set_rate_key, job.ordering_wake_up, '
-            'job.dependencies_exist, job.dependencies_resolve, job.breaker_record TO %s',
-            worker);
-    END LOOP;
-
-    FOR operator IN
-        SELECT a.grantee::pg_catalog.regrole::text
-        FROM pg_catalog.pg_class c, pg_catalog.aclexplode(c.relacl) a, pg_catalog.pg_roles r
-        WHERE c.oid = 'job.pauses'::pg_catalog.regclass
-          AND a.grantee <> c.relowner
-          AND r.oid = a.grantee
-          AND NOT r.rolsuper
-        GROUP BY a.grantee
-        HAVING pg_catalog.bool_or(a.privilege_type = 'INSERT')
-           AND pg_catalog.bool_or(a.privilege_type = 'DELETE')
-    LOOP
-        EXECUTE pg_catalog.format('GRANT UPDATE ON job.pauses TO %s', operator);
-    END LOOP;
-END
-$grants$;
-$job_migration_0032$;
-        INSERT INTO job.schema_migrations (version, name) VALUES (32, 'worker_grants');
-    END IF;
-END
-$apply$;
-COMMIT;
-
--- 0033 satisfied_edges
-BEGIN;
-DO $lock$ BEGIN PERFORM pg_advisory_xact_lock(hashtextextended('job.schema_migrations', 0)); END $lock$;
-DO $apply$
-DECLARE
-    missing integer;
-    later integer;
-BEGIN
-    IF NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = 33) THEN
-        SELECT min(v) INTO missing FROM pg_catalog.unnest('{1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31,32}'::integer[]) v
-            WHERE NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = v);
-        IF missing IS NOT NULL THEN
-            RAISE EXCEPTION 'job migration 33 `satisfied_edges` was not applied: migration %, which comes before it, is not recorded in job.schema_migrations (migrations apply in order, each after the one before)', missing;
-        END IF;
-        SELECT min(version) INTO later FROM job.schema_migrations WHERE version > 33;
-        IF later IS NOT NULL THEN
-            RAISE EXCEPTION 'job migration 33 `satisfied_edges` was not applied: it is not recorded in job.schema_migrations, but migration %, which comes after it, is: the schema was migrated out of order, and 33 applied now could undo what later migrations changed. Apply what migration 33 lacks by hand and record it, or restore the database from a backup', later;
-        END IF;
-EXECUTE $job_migration_0033$
--- 0033 a dependency satisfied once stays satisfied when it is pruned. Append-only: change the
--- schema in a new numbered file.
---
--- Migration 0031 made each edge record whether its job satisfied it, so that a dependent
--- redriven from the dead letters does not wait again for a job that completed and was pruned
--- since. But job.dependencies_resolve, which discards a dependent whose `completed`-mode
--- dependency ended otherwise, read every such edge of the dependent, resolved or not, and took
--- a missing job for a failure whatever the edge recorded: a dependent of B and C, discarded
--- because C was, redriven with C once the cause was fixed, was discarded again as "B was
--- deleted" after C completed, B having completed and been pruned meanwhile (the pruner lets B
--- go once its dependents have finished). A missing job is a failure now only when its edge
--- recorded so: resolved in this pass because the job was missing, or earlier because it did
--- not complete (`satisfied` false). An edge that recorded it satisfied, and one closed without
--- a verdict when its dependent was discarded for another edge (`satisfied` null: the job may
--- have completed and been pruned since), read as redrive reads them: not waited for again.
--- The function is otherwise as in 0031, its SET clauses included.
-
 CREATE OR REPLACE FUNCTION job.dependencies_resolve(max_jobs integer) RETURNS integer
 LANGUAGE plpgsql
 SECURITY DEFINER
@@ -5533,8 +5226,106 @@ BEGIN
     RETURN changed;
 END
 $$;
-$job_migration_0033$;
-        INSERT INTO job.schema_migrations (version, name) VALUES (33, 'satisfied_edges');
+$job_migration_0031$;
+        INSERT INTO job.schema_migrations (version, name) VALUES (31, 'dependency_outcomes');
+    END IF;
+END
+$apply$;
+COMMIT;
+
+-- 0032 worker_grants
+BEGIN;
+DO $lock$ BEGIN PERFORM pg_advisory_xact_lock(hashtextextended('job.schema_migrations', 0)); END $lock$;
+DO $apply$
+DECLARE
+    missing integer;
+    later integer;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = 32) THEN
+        SELECT min(v) INTO missing FROM pg_catalog.unnest('{1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31}'::integer[]) v
+            WHERE NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = v);
+        IF missing IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 32 `worker_grants` was not applied: migration %, which comes before it, is not recorded in job.schema_migrations (migrations apply in order, each after the one before)', missing;
+        END IF;
+        SELECT min(version) INTO later FROM job.schema_migrations WHERE version > 32;
+        IF later IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 32 `worker_grants` was not applied: it is not recorded in job.schema_migrations, but migration %, which comes after it, is: the schema was migrated out of order, and 32 applied now could undo what later migrations changed. Apply what migration 32 lacks by hand and record it, or restore the database from a backup', later;
+        END IF;
+EXECUTE $job_migration_0032$
+-- 0032 worker_grants: an upgraded installation grants its workers what a fresh one does.
+-- Append-only: change the schema in a new numbered file.
+--
+-- Migrations 0009 (job.kind_owners, job.leaders, job.set_trace_context), 0012
+-- (job.set_ordering_key, job.ordering_wake_up), 0013 (job.dependencies,
+-- job.dependencies_exist, job.dependencies_resolve), 0014 (job.compensations) and 0015
+-- (job.rate_windows, job.rate_cursors, job.set_rate_key, job.breaker_record) created objects
+-- the worker's statements need, and granted them to nobody: only the README told a fresh
+-- installation to. A worker role granted as the README said before one of them was refused
+-- after the upgrade (stage.sql calls job.ordering_wake_up: scheduled and retrying jobs never
+-- became available; the claim of a rate-limited kind writes job.rate_windows; every batch of
+-- outcomes calls job.breaker_record).
+--
+-- So every role that holds the worker's privileges gets the README's worker grants as they
+-- are at this migration. The roles are read as 0020 reads a function's grants (aclexplode of
+-- the ACL): those granted UPDATE on job.jobs, other than the table's owner, PUBLIC (a grant
+-- to PUBLIC of the SECURITY DEFINER functions below would be everyone's, which nobody asked
+-- for) and superusers (who need no grant). Granting what a role holds already changes
+-- nothing. A role that is a worker by membership in such a role inherits the grants.
+--
+-- And the README told an operator to take INSERT and DELETE on job.pauses, but a pause is an
+-- INSERT ... ON CONFLICT DO UPDATE (sql/pause.sql), which needs UPDATE too: every role
+-- holding INSERT and DELETE on job.pauses (same exclusions) gets UPDATE on it.
+--
+-- A later migration that adds an object a worker or an operator needs grants it the same way
+-- (README, "Roles and privileges").
+
+DO $grants$
+DECLARE
+    worker text;
+    operator text;
+BEGIN
+    FOR worker IN
+        SELECT DISTINCT a.grantee::pg_catalog.regrole::text
+        FROM pg_catalog.pg_class c, pg_catalog.aclexplode(c.relacl) a, pg_catalog.pg_roles r
+        WHERE c.oid = 'job.jobs'::pg_catalog.regclass
+          AND a.privilege_type = 'UPDATE'
+          AND a.grantee <> c.relowner
+          AND r.oid = a.grantee
+          AND NOT r.rolsuper
+    LOOP
+        EXECUTE pg_catalog.format('GRANT USAGE ON SCHEMA job TO %s', worker);
+        EXECUTE pg_catalog.format(
+            'GRANT SELECT, INSERT, UPDATE, DELETE ON job.jobs, job.steps, job.dependencies TO %s',
+            worker);
+        EXECUTE pg_catalog.format('GRANT SELECT ON job.pauses TO %s', worker);
+        EXECUTE pg_catalog.format(
+            'GRANT SELECT, INSERT, UPDATE, DELETE ON job.kind_owners, job.leaders, '
+            'job.compensations, job.rate_windows, job.rate_cursors TO %s',
+            worker);
+        EXECUTE pg_catalog.format(
+            'GRANT EXECUTE ON FUNCTION job.enqueue_unique, job.set_trace_context, '
+            'job.set_ordering_key, job.set_rate_key, job.ordering_wake_up, '
+            'job.dependencies_exist, job.dependencies_resolve, job.breaker_record TO %s',
+            worker);
+    END LOOP;
+
+    FOR operator IN
+        SELECT a.grantee::pg_catalog.regrole::text
+        FROM pg_catalog.pg_class c, pg_catalog.aclexplode(c.relacl) a, pg_catalog.pg_roles r
+        WHERE c.oid = 'job.pauses'::pg_catalog.regclass
+          AND a.grantee <> c.relowner
+          AND r.oid = a.grantee
+          AND NOT r.rolsuper
+        GROUP BY a.grantee
+        HAVING pg_catalog.bool_or(a.privilege_type = 'INSERT')
+           AND pg_catalog.bool_or(a.privilege_type = 'DELETE')
+    LOOP
+        EXECUTE pg_catalog.format('GRANT UPDATE ON job.pauses TO %s', operator);
+    END LOOP;
+END
+$grants$;
+$job_migration_0032$;
+        INSERT INTO job.schema_migrations (version, name) VALUES (32, 'worker_grants');
     END IF;
 END
 $apply$;

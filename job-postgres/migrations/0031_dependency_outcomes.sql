@@ -28,6 +28,15 @@
 --    before those it deletes, each time: 2-4.5 ms a pass per 1,000 of them (measured with
 --    100,000 completed jobs whose dependents were still waiting), where it read none.
 --
+-- 3. The stager discards a dependent whose `completed`-mode dependency ended otherwise, and
+--    took a missing job for such an end whatever its edge recorded: a dependent of B and C,
+--    discarded because C was, redriven with C once the cause was fixed, was discarded again
+--    as "B was deleted" after C completed, B having completed (or completed after the discard)
+--    and been pruned meanwhile. A missing job is a failure now only when its edge recorded
+--    one (`satisfied` false: resolved because the job was missing, or did not complete); an
+--    edge that recorded it satisfied, and one closed without a verdict (null), read as
+--    redrive reads them: not waited for again.
+--
 -- ADD COLUMN without a default does not rewrite the table; the CREATE INDEX reads it once (in
 -- this migration's transaction, where CREATE INDEX CONCURRENTLY cannot run; on a large table,
 -- apply it when writes of job.dependencies can wait that long).
@@ -153,7 +162,9 @@ BEGIN
         FROM job.dependencies d
         LEFT JOIN job.jobs x ON x.id = d.depends_on
         WHERE d.job_id = dependent AND d.mode = 'completed'
-          AND (x.id IS NULL OR x.state IN ('cancelled', 'discarded'))
+          AND d.satisfied IS NOT TRUE
+          AND (x.state IN ('cancelled', 'discarded')
+               OR (x.id IS NULL AND d.satisfied IS FALSE))
         ORDER BY d.depends_on
         LIMIT 1;
         IF FOUND THEN

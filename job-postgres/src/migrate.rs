@@ -182,11 +182,6 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "worker_grants",
         sql: include_str!("../migrations/0032_worker_grants.sql"),
     },
-    Migration {
-        version: 33,
-        name: "satisfied_edges",
-        sql: include_str!("../migrations/0033_satisfied_edges.sql"),
-    },
 ];
 
 /// The whole schema as one plain SQL script, for a DBA or a team without Rust:

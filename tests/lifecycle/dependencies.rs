@@ -1247,7 +1247,7 @@ async fn a_redriven_dependent_does_not_fail_on_a_dependency_it_had_and_that_was_
     // Once both of ship's dependencies had ended, the pruner let charge go. The operator fixes
     // the cause and redrives pack and ship; pack completes. Ship was then discarded again as
     // "charge was deleted", though charge had completed: the stager took a missing dependency
-    // for a failure whatever its edge recorded (migration 0033).
+    // for a failure whatever its edge recorded (migration 0031).
     use job::Store as _;
     let h = Harness::new().await;
     let pool = h.store.pool();
