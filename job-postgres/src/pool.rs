@@ -12,15 +12,35 @@
 //! inside a transaction is closed (the server rolls the stale transaction back) instead of
 //! being reused. The check is one small statement per release; sqlx offers no way to read
 //! the transaction status it already has, so a statement is the only way to ask.
+//!
+//! Connections that go silent. A connection whose server host vanished, or whose flow a
+//! firewall or NAT dropped, gets no reset: a statement sent on it never answers and never
+//! fails (sqlx sets no TCP keepalive; the kernel gives up only after minutes, and never on a
+//! socket with nothing unacknowledged). sqlx checks every connection given back with a round
+//! trip, and every idle one taken out with another, without a bound: a caller that gave up
+//! on such a connection (the worker bounds its calls) would leave that check waiting for
+//! ever, holding one of the pool's slots, until the pool had none. Both checks here are
+//! bounded by [`POOL_CHECK_TIMEOUT`]; a connection that does not answer in time is closed and
+//! its slot freed.
+
+use std::time::Duration;
 
 use sqlx::postgres::{PgConnection, PgPoolOptions};
-use sqlx::{Executor, Row};
+use sqlx::{Connection, Executor, Row};
 
 use crate::sql;
 
+/// How long a connection taken from or given back to a [`pool_options`] pool may take to
+/// answer the pool's check (one round trip of a trivial message) before it is taken for
+/// dead and closed: 5 seconds. An idle server answers in well under a millisecond; one too
+/// busy to answer in 5 seconds costs a reconnection, no more.
+pub const POOL_CHECK_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// Pool options for the application's pool and the worker's own: a connection given back
 /// inside a transaction sqlx does not know of (a cancelled `begin()`) is closed, never
-/// reused. Set the pool's size and timeouts on the result as usual.
+/// reused; and a connection that does not answer the pool's checks within
+/// [`POOL_CHECK_TIMEOUT`] (its server or the network went silent) is closed, never waited on
+/// for ever. Set the pool's size and timeouts on the result as usual.
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), sqlx::Error> {
@@ -31,19 +51,54 @@ use crate::sql;
 /// # Ok(()) }
 /// ```
 pub fn pool_options() -> PgPoolOptions {
-    PgPoolOptions::new().after_release(|conn, _meta| {
-        Box::pin(async move {
-            let in_transaction = in_transaction(conn).await?;
-            if in_transaction {
-                // Closing it ends the session, and the server rolls the transaction back.
-                tracing::warn!(
-                    "a connection was given back inside a transaction (a cancelled begin()): \
-                     closing it instead of reusing it"
-                );
-            }
-            Ok(!in_transaction)
+    PgPoolOptions::new()
+        // sqlx's own check of an idle connection has no bound: the same check, bounded. An
+        // error closes the connection without a goodbye, and the acquire goes on to another
+        // connection or opens one.
+        .test_before_acquire(false)
+        .before_acquire(|conn, _meta| {
+            Box::pin(async move {
+                bounded("taken from the pool", conn.ping()).await?;
+                Ok(true)
+            })
         })
-    })
+        .after_release(|conn, _meta| {
+            Box::pin(async move {
+                // An error here closes the connection without a goodbye, and sqlx's own
+                // (unbounded) check after this hook is skipped.
+                let in_transaction =
+                    bounded("given back to the pool", in_transaction(conn)).await?;
+                if in_transaction {
+                    // Closing it ends the session, and the server rolls the transaction back.
+                    tracing::warn!(
+                        "a connection was given back inside a transaction (a cancelled begin()): \
+                     closing it instead of reusing it"
+                    );
+                }
+                Ok(!in_transaction)
+            })
+        })
+}
+
+/// `check`, failing with a timeout when the connection has not answered it within
+/// [`POOL_CHECK_TIMEOUT`].
+async fn bounded<T>(
+    when: &str,
+    check: impl std::future::Future<Output = Result<T, sqlx::Error>>,
+) -> Result<T, sqlx::Error> {
+    match tokio::time::timeout(POOL_CHECK_TIMEOUT, check).await {
+        Ok(checked) => checked,
+        Err(_) => {
+            tracing::warn!(
+                "a connection {when} did not answer within {POOL_CHECK_TIMEOUT:?}: closing it \
+                 (its server or the network went silent)"
+            );
+            Err(sqlx::Error::Io(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("the connection did not answer within {POOL_CHECK_TIMEOUT:?}"),
+            )))
+        }
+    }
 }
 
 /// Whether `conn` is inside an open transaction block. Asked through the simple protocol: one

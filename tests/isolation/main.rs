@@ -13,6 +13,8 @@ mod keeper;
 mod outcomes;
 mod outside;
 mod pools;
+#[path = "../common/silence.rs"]
+mod silence;
 mod steps;
 mod stuck;
 mod support;

@@ -14,6 +14,7 @@ use sqlx::postgres::PgPoolOptions;
 use sqlx::{Acquire, Executor, PgPool, Row};
 
 use crate::common::{enqueue, Harness, FAST_BACKOFF};
+use crate::silence::Blackhole;
 
 /// Executions per job, counted in the process.
 #[derive(Clone, Default)]
@@ -229,4 +230,51 @@ async fn handlers_that_leave_connections_in_a_transaction_corrupt_no_claim_or_ou
         (100, 100, 0)
     );
     app.close().await;
+}
+
+/// Runs one trivial statement on `pool`, failing the test after `within`.
+async fn answers(pool: &PgPool, within: Duration, what: &str) {
+    match tokio::time::timeout(within, sqlx::query("SELECT 1").execute(pool)).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => panic!("{what}: the statement failed: {e}"),
+        Err(_) => panic!("{what}: no answer within {within:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_connection_that_goes_silent_never_keeps_its_pool_slot() {
+    let h = Harness::new().await;
+    let hole = Blackhole::start(&h.store.pool().connect_options()).await;
+    // One slot, and an acquire that would wait far longer than the test.
+    let pool = job::pool_options()
+        .max_connections(1)
+        .acquire_timeout(Duration::from_secs(300))
+        .connect_lazy_with(hole.options());
+    let within = job::POOL_CHECK_TIMEOUT * 3;
+    answers(&pool, within, "before any silence").await;
+
+    // A caller gives up on a statement that will never be answered (the worker bounds its
+    // calls). sqlx checks the connection as it comes back, and waited on it for ever.
+    hole.silence();
+    let gave_up = tokio::time::timeout(
+        Duration::from_millis(200),
+        sqlx::query("SELECT 1").execute(&pool),
+    )
+    .await;
+    assert!(gave_up.is_err(), "a silent connection answered");
+    answers(&pool, within, "after giving up on a silent connection").await;
+
+    // An idle connection that went silent: sqlx checks it as it is taken out, and waited on it
+    // until the acquire timed out. (Given back in the background: wait until it is idle.)
+    let started = tokio::time::Instant::now();
+    while pool.num_idle() == 0 {
+        assert!(
+            started.elapsed() < within,
+            "the connection never became idle"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    hole.silence();
+    answers(&pool, within, "after an idle connection went silent").await;
+    pool.close().await;
 }
