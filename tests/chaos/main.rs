@@ -14,6 +14,9 @@ mod backend {
     }
 }
 
+mod blackhole;
 mod faults;
 mod outage;
+#[path = "../common/silence.rs"]
+mod silence;
 mod support;

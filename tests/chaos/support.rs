@@ -117,6 +117,12 @@ impl Chaos {
         }
     }
 
+    /// The test's database (the blackhole test connects to it through a proxy).
+    #[allow(dead_code)]
+    pub fn db(&self) -> &backend::Guard {
+        &self._db
+    }
+
     pub async fn enqueue(&self, n: usize, ms: u64) -> Vec<JobId> {
         let jobs = (0..n)
             .map(|_| {

@@ -76,7 +76,7 @@ pub(crate) fn refused(builder: WorkerBuilder<PgStore>) -> (&'static str, String)
 async fn worker_durations_over_the_bound_are_refused_naming_the_option() {
     let h = Harness::new().await;
     type Set = fn(&mut WorkerConfig, Duration);
-    let settings: [(&str, &str, Set); 13] = [
+    let settings: [(&str, &str, Set); 14] = [
         ("poll_interval", "poll_interval", |c, d| c.poll_interval = d),
         ("prefetch_ttl", "prefetch_ttl", |c, d| c.prefetch_ttl = d),
         ("drain_timeout", "drain_timeout", |c, d| c.drain_timeout = d),
@@ -84,6 +84,7 @@ async fn worker_durations_over_the_bound_are_refused_naming_the_option() {
             c.shutdown_grace = d
         }),
         ("stuck_after", "stuck_after", |c, d| c.stuck_after = d),
+        ("store_timeout", "store_timeout", |c, d| c.store_timeout = d),
         ("heartbeat_interval", "heartbeat_interval", |c, d| {
             c.heartbeat_interval = Some(d)
         }),
@@ -138,8 +139,10 @@ async fn periodic_intervals_under_the_floor_are_refused_naming_the_option() {
     type Set = fn(&mut WorkerConfig, Duration);
     // Each of these runs a loop once per interval (the fetchers' claims, the heartbeat, each
     // maintenance service): at 1ns, a loop that never sleeps.
-    let settings: [(&str, &str, Set); 7] = [
+    // And the bound of every store call: under it, no call could ever be answered.
+    let settings: [(&str, &str, Set); 8] = [
         ("poll_interval", "poll_interval", |c, d| c.poll_interval = d),
+        ("store_timeout", "store_timeout", |c, d| c.store_timeout = d),
         ("heartbeat_interval", "heartbeat_interval", |c, d| {
             c.heartbeat_interval = Some(d)
         }),
@@ -228,6 +231,7 @@ async fn the_keeper_renews_leases_when_every_duration_is_the_bound() {
             c.drain_timeout = MAX_DURATION;
             c.shutdown_grace = MAX_DURATION;
             c.stuck_after = MAX_DURATION;
+            c.store_timeout = MAX_DURATION;
             c.pruner.completed_retention = MAX_DURATION;
             c.pruner.cancelled_retention = MAX_DURATION;
             c.reporter.interval = MAX_DURATION;

@@ -282,6 +282,9 @@ impl<S: Store> WorkerBuilder<S> {
                 ));
             }
         }
+        if let Some(problem) = too_short(c.store_timeout) {
+            return Err(invalid("store_timeout", problem));
+        }
         if c.finalize_batch == 0 {
             return Err(invalid("finalize_batch", "must be at least 1".into()));
         }
@@ -293,6 +296,7 @@ impl<S: Store> WorkerBuilder<S> {
             ("drain_timeout", Some(c.drain_timeout)),
             ("shutdown_grace", Some(c.shutdown_grace)),
             ("stuck_after", Some(c.stuck_after)),
+            ("store_timeout", Some(c.store_timeout)),
             ("heartbeat_interval", c.heartbeat_interval),
             ("lease", c.lease),
         ];

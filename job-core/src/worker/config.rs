@@ -127,6 +127,17 @@ pub struct WorkerConfig {
     /// application's pool and from the two connections of the lease keeper. `None` (the
     /// default) takes 2 per queue + 4. See [`Worker::connections`](crate::worker::Worker::connections).
     pub connections: Option<u32>,
+    /// How long the worker waits for the answer to any one call to its store (a claim, a
+    /// batch of outcomes, a release, a durable step, a maintenance pass) before giving it up
+    /// as if the connection were lost: at least [`MIN_INTERVAL`] (10 ms). A connection whose
+    /// server or network goes silent (a host that vanished, a firewall dropping the flow)
+    /// never answers and never fails; without a bound, one such call would stall its loop
+    /// for as long as the kernel keeps the socket (about 15 minutes, or for ever when
+    /// nothing was left unacknowledged). The loop tries again on another connection, as
+    /// after any lost connection. Heartbeats have their own, shorter bound (a share of the
+    /// heartbeat period); a VACUUM by the pruner has none. Defaults to 60 seconds: far above
+    /// any call of a healthy database, which answers in milliseconds.
+    pub store_timeout: Duration,
     /// The heartbeat period: at least [`MIN_INTERVAL`] (10 ms) and under half the shortest
     /// lease of the registered jobs. Defaults to a third of that lease.
     pub heartbeat_interval: Option<Duration>,
@@ -166,6 +177,7 @@ impl Default for WorkerConfig {
             shutdown_grace: Duration::from_secs(10),
             stuck_after: Duration::from_secs(10),
             connections: None,
+            store_timeout: Duration::from_secs(60),
             heartbeat_interval: None,
             lease: None,
             stager: StagerConfig::default(),

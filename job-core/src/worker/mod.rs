@@ -3,6 +3,7 @@
 //! writes outcomes in batches, and the rescuer recovers expired leases. Shutdown drains: stop
 //! claiming, wait, stop what is left and wait for its code to end, release.
 
+mod bound;
 mod builder;
 mod completer;
 mod config;

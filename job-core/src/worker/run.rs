@@ -128,7 +128,15 @@ impl<S: Store> Worker<S> {
         let seed = self.config.rng_seed.unwrap_or_else(|| fastrand::u64(..));
         let id = self.config.id.clone();
         let budget = self.connections();
-        let store = self.store.dedicated("job worker", budget.runtime);
+        // Every call bounded: see `bound.rs`.
+        let bound = super::bound::Bound {
+            timeout: self.config.store_timeout,
+        };
+        // One of the runtime's connections is the LISTEN connection, which a store opens apart
+        // from this pool (PostgreSQL's: a pool of its own, so that a silent one can be given
+        // up without holding one of these).
+        let pool_size = budget.runtime.saturating_sub(1).max(1);
+        let store = crate::Layered::new(self.store.dedicated("job worker", pool_size), bound);
         let shared = Arc::new(Shared {
             store,
             registry: self.registry,
@@ -146,7 +154,8 @@ impl<S: Store> Worker<S> {
             any_tripped: std::sync::atomic::AtomicBool::new(false),
             step_calls: Arc::new(tokio::sync::Semaphore::new(1)),
         });
-        let keeper = Keeper::start(shared.clone(), self.store);
+        // The keeper's calls have their own, shorter bounds; the layer is only its type.
+        let keeper = Keeper::start(shared.clone(), crate::Layered::new(self.store, bound));
         let shutdown = CancellationToken::new();
         let task = tokio::spawn(supervise(
             shared.clone(),
