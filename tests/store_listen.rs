@@ -1,5 +1,7 @@
 //! LISTEN/NOTIFY wake-ups. Every wait is bounded; absence is shown by ordering, not by time.
 
+#[path = "common/silence.rs"]
+mod silence;
 mod store_support;
 
 use std::time::Duration;
@@ -225,5 +227,35 @@ async fn a_listener_that_listens_again_wakes_every_queue() {
     assert_eq!(next(&mut wakeups).await, "", "every queue woken");
     // And it delivers again.
     assert_eq!(until_marker(&store, &mut wakeups, "after").await, ["after"]);
+    db.close().await;
+}
+
+#[tokio::test]
+async fn a_listener_whose_connection_goes_silent_is_replaced_and_delivers_again() {
+    // A connection that goes silent (its server's host vanished, a firewall dropped the flow)
+    // never fails: a listener on it would hear nothing for ever. After a quiet spell the
+    // listener checks its connection, and replaces one that does not answer.
+    let db = TestDb::new().await;
+    let direct = db.store();
+    let hole = silence::Blackhole::start(&db.connect_options()).await;
+    let proxied = PgStore::new(job_postgres::pool_options().connect_lazy_with(hole.options()))
+        .with_listen_check(Duration::from_millis(200));
+    let mut wakeups = proxied.listen().await.unwrap();
+    assert_eq!(
+        until_marker(&direct, &mut wakeups, "before").await,
+        ["before"]
+    );
+    hole.silence();
+    // The quiet spell, the check's bound and a new connection; nothing enqueued meanwhile.
+    let bound = Duration::from_millis(200) + job_postgres::POOL_CHECK_TIMEOUT + WAIT;
+    let woken = tokio::time::timeout(bound, wakeups.recv())
+        .await
+        .expect("the listener was not replaced")
+        .expect("the listener ended");
+    assert_eq!(woken, "", "every queue woken once it listens again");
+    assert_eq!(
+        until_marker(&direct, &mut wakeups, "after").await,
+        ["after"]
+    );
     db.close().await;
 }

@@ -30,6 +30,7 @@ pub use inspect::{
     StepRecord, OVERVIEW_QUEUES,
 };
 pub use listen::CHANNEL;
+pub use listen::LISTEN_CHECK;
 pub use migrate::{migrate, script as schema_script, Migration, MIGRATIONS};
 pub use pool::{pool_options, POOL_CHECK_TIMEOUT};
 pub use store::PgStore;

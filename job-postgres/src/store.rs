@@ -24,6 +24,8 @@ pub struct PgStore {
     payload_limit: usize,
     /// The pool was made by [`Store::dedicated`], so [`Store::close`] closes it.
     dedicated: bool,
+    /// How long the LISTEN connection may be quiet before it is checked.
+    listen_check: std::time::Duration,
 }
 
 impl PgStore {
@@ -33,6 +35,7 @@ impl PgStore {
             pool,
             payload_limit: usize::MAX,
             dedicated: false,
+            listen_check: listen::LISTEN_CHECK,
         }
     }
 
@@ -49,6 +52,20 @@ impl PgStore {
     /// default.
     pub fn with_payload_limit(mut self, limit: usize) -> Self {
         self.payload_limit = limit;
+        self
+    }
+
+    /// How long the connection of [`Store::listen`] may go without a notification before a
+    /// statement is sent through it to see that it still answers (one that does not within
+    /// [`POOL_CHECK_TIMEOUT`](crate::POOL_CHECK_TIMEOUT) is replaced: its server or the
+    /// network went silent, and it would never have heard anything again). Defaults to
+    /// [`LISTEN_CHECK`](crate::LISTEN_CHECK), 30 seconds: a silent LISTEN connection costs
+    /// that long, plus the check, of wake-ups (workers still poll meanwhile); each check is
+    /// a trivial round trip. At least [`MIN_INTERVAL`](job_core::MIN_INTERVAL) (10 ms): a
+    /// shorter one is raised to it, since each check is a statement. A worker takes it from
+    /// the store it is given.
+    pub fn with_listen_check(mut self, quiet: std::time::Duration) -> Self {
+        self.listen_check = quiet.max(job_core::MIN_INTERVAL);
         self
     }
 
@@ -173,7 +190,7 @@ impl Store for PgStore {
     }
 
     async fn listen(&self) -> Result<Wakeups, StoreError> {
-        Ok(listen::listen(&self.pool).await?)
+        Ok(listen::listen(&self.pool, self.listen_check).await?)
     }
 
     fn dedicated(&self, purpose: &str, connections: u32) -> Self {
@@ -208,6 +225,7 @@ impl Store for PgStore {
             pool,
             payload_limit: self.payload_limit,
             dedicated: true,
+            listen_check: self.listen_check,
         }
     }
 
