@@ -25,15 +25,25 @@ use crate::PgStore;
 /// How often a redrive is tried again when a concurrent enqueue took a key it was restoring.
 const REDRIVE_TRIES: u32 = 3;
 
+/// How long the look at whether the job tables need a VACUUM may take.
+const VACUUM_LOOK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// Vacuums the job tables when autovacuum will not (see `sql/vacuum_needed.sql`). Returns
 /// whether it ran; [`Error::VacuumNotOwner`] when it should have and this role may not (a
 /// VACUUM would only warn and do nothing).
 pub(crate) async fn vacuum(pool: &sqlx::PgPool) -> Result<bool, Error> {
+    // The look is quick, and runs every `vacuum_interval` (10 s): bounded on its own, so that
+    // a connection gone silent holds the pruner for this long, not for the VACUUM's bound.
+    let look = sqlx::query_as(sql::VACUUM_NEEDED).fetch_one(pool);
     let (needed, allowed, role, owner): (bool, bool, String, String) =
-        sqlx::query_as(sql::VACUUM_NEEDED)
-            .fetch_one(pool)
-            .await
-            .map_err(Error::query("vacuum_needed"))?;
+        match tokio::time::timeout(VACUUM_LOOK_TIMEOUT, look).await {
+            Ok(looked) => looked,
+            Err(_) => Err(sqlx::Error::Io(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no answer within {VACUUM_LOOK_TIMEOUT:?}"),
+            ))),
+        }
+        .map_err(Error::query("vacuum_needed"))?;
     if needed && !allowed {
         return Err(Error::VacuumNotOwner { role, owner });
     }

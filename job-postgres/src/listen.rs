@@ -16,6 +16,9 @@ pub const CHANNEL: &str = "job_insert";
 /// How many wake-ups may wait unread; more are dropped (they are hints: workers also poll).
 const CAPACITY: usize = 256;
 
+/// How long connecting a listener and its `LISTEN` may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// Backoff between reconnection attempts, doubling up to the max.
 const RETRY_MIN: Duration = Duration::from_millis(50);
 const RETRY_MAX: Duration = Duration::from_secs(2);
@@ -45,18 +48,29 @@ pub(crate) async fn listen(pool: &PgPool, check: Duration) -> Result<Wakeups, Er
 /// given up, sqlx sends `UNLISTEN` on its connection before giving it back, which on a silent
 /// connection waits as long as the kernel keeps the socket. Only that pool's slot waits, never
 /// one of the store's.
+/// Bounded by [`CONNECT_TIMEOUT`]: a new connection can go silent too.
 async fn connect(pool: &PgPool) -> Result<PgListener, Error> {
     let own = pool_options()
         .max_connections(1)
+        .acquire_timeout(CONNECT_TIMEOUT)
         .connect_lazy_with((*pool.connect_options()).clone());
-    let mut listener = PgListener::connect_with(&own)
-        .await
-        .map_err(Error::Connect)?;
-    listener
-        .listen(CHANNEL)
-        .await
-        .map_err(Error::query("listen"))?;
-    Ok(listener)
+    let connect = async {
+        let mut listener = PgListener::connect_with(&own)
+            .await
+            .map_err(Error::Connect)?;
+        listener
+            .listen(CHANNEL)
+            .await
+            .map_err(Error::query("listen"))?;
+        Ok(listener)
+    };
+    match tokio::time::timeout(CONNECT_TIMEOUT, connect).await {
+        Ok(connected) => connected,
+        Err(_) => Err(Error::Connect(sqlx::Error::Io(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("the listener could not connect and listen within {CONNECT_TIMEOUT:?}"),
+        )))),
+    }
 }
 
 /// What a statement sent through the listener found.
@@ -162,7 +176,15 @@ async fn forward(
                         checked = check(&mut listener) => checked,
                     };
                     match checked {
-                        Check::Answered => {}
+                        // The quiet spell may have cut short sqlx's own reconnection inside
+                        // the receive, and the check connected and listened again: what was
+                        // sent meanwhile is lost. Waking every queue costs one claim per
+                        // queue per quiet spell.
+                        Check::Answered => {
+                            if !wake_every_queue(&tx) {
+                                return;
+                            }
+                        }
                         Check::Failed(error) => {
                             tracing::warn!(%error, "job listener's connection failed its check");
                             lost = true;

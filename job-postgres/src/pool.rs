@@ -21,7 +21,10 @@
 //! on such a connection (the worker bounds its calls) would leave that check waiting for
 //! ever, holding one of the pool's slots, until the pool had none. Both checks here are
 //! bounded by [`POOL_CHECK_TIMEOUT`]; a connection that does not answer in time is closed and
-//! its slot freed.
+//! its slot freed. A connection may also be slow rather than silent (a given-up statement
+//! still running on a busy server): each session asks the server to end a statement whose
+//! client has gone, so that closing it leaves nothing running on (PostgreSQL 14's
+//! `client_connection_check_interval`, 1 s, where the server supports it).
 
 use std::time::Duration;
 
@@ -40,7 +43,9 @@ pub const POOL_CHECK_TIMEOUT: Duration = Duration::from_secs(5);
 /// inside a transaction sqlx does not know of (a cancelled `begin()`) is closed, never
 /// reused; and a connection that does not answer the pool's checks within
 /// [`POOL_CHECK_TIMEOUT`] (its server or the network went silent) is closed, never waited on
-/// for ever. Set the pool's size and timeouts on the result as usual.
+/// for ever; and each session asks the server to end a statement whose client has gone. Set
+/// the pool's size and timeouts on the result as usual; setting its `before_acquire`,
+/// `after_release` or `after_connect` hook replaces the one here (sqlx keeps one of each).
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), sqlx::Error> {
@@ -52,6 +57,7 @@ pub const POOL_CHECK_TIMEOUT: Duration = Duration::from_secs(5);
 /// ```
 pub fn pool_options() -> PgPoolOptions {
     PgPoolOptions::new()
+        .after_connect(|conn, _meta| Box::pin(async move { check_client(conn).await }))
         // sqlx's own check of an idle connection has no bound: the same check, bounded. An
         // error closes the connection without a goodbye, and the acquire goes on to another
         // connection or opens one.
@@ -65,7 +71,10 @@ pub fn pool_options() -> PgPoolOptions {
         .after_release(|conn, _meta| {
             Box::pin(async move {
                 // An error here closes the connection without a goodbye, and sqlx's own
-                // (unbounded) check after this hook is skipped.
+                // (unbounded) check after this hook is skipped. After an answer it still
+                // runs: a connection that goes silent in the microseconds between the two
+                // keeps its slot until the kernel gives up on it (sqlx 0.8 has no way to
+                // skip that check).
                 let in_transaction =
                     bounded("given back to the pool", in_transaction(conn)).await?;
                 if in_transaction {
@@ -78,6 +87,16 @@ pub fn pool_options() -> PgPoolOptions {
                 Ok(!in_transaction)
             })
         })
+}
+
+/// Has the server end a statement whose client has gone (see
+/// `sql/session_check_client.sql`): a connection closed because it did not answer a check
+/// (the statement before it still running on a slow server) leaves no statement running on.
+/// Pools that set their own `after_connect` call it there.
+pub(crate) async fn check_client(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
+    conn.execute(sqlx::raw_sql(sql::SESSION_CHECK_CLIENT))
+        .await?;
+    Ok(())
 }
 
 /// `check`, failing with a timeout when the connection has not answered it within

@@ -87,6 +87,7 @@ pub(crate) const MIGRATE_BOOTSTRAP: &str = include_str!("sql/migrate_bootstrap.s
 pub(crate) const MIGRATE_APPLIED: &str = include_str!("sql/migrate_applied.sql");
 pub(crate) const MIGRATE_RECORD: &str = include_str!("sql/migrate_record.sql");
 pub(crate) const POOL_IN_TRANSACTION: &str = include_str!("sql/pool_in_transaction.sql");
+pub(crate) const SESSION_CHECK_CLIENT: &str = include_str!("sql/session_check_client.sql");
 pub(crate) static STATS_STUCK: LazyLock<String> =
     LazyLock::new(|| splice(include_str!("sql/stats_stuck.sql")));
 

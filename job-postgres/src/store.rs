@@ -193,6 +193,11 @@ impl Store for PgStore {
         Ok(listen::listen(&self.pool, self.listen_check).await?)
     }
 
+    /// One: the listener's pool of its own (see [`with_listen_check`](Self::with_listen_check)).
+    fn listen_connections(&self) -> u32 {
+        1
+    }
+
     fn dedicated(&self, purpose: &str, connections: u32) -> Self {
         // Named after the application's own name when it has one, so that its connections
         // are told apart and still found under the application's name.
@@ -213,6 +218,7 @@ impl Store for PgStore {
         let pool = pool_options()
             .after_connect(|conn, _meta| {
                 Box::pin(async move {
+                    crate::pool::check_client(conn).await?;
                     sqlx::Executor::execute(conn, crate::sql::JIT_OFF_SESSION).await?;
                     Ok(())
                 })

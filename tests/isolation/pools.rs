@@ -278,3 +278,51 @@ async fn a_connection_that_goes_silent_never_keeps_its_pool_slot() {
     answers(&pool, within, "after an idle connection went silent").await;
     pool.close().await;
 }
+
+#[tokio::test]
+async fn a_statement_given_up_on_a_slow_connection_does_not_run_on_at_the_server() {
+    // A connection given up on may be slow rather than silent: its statement still runs. The
+    // pool closes it after POOL_CHECK_TIMEOUT and opens another; the server must end the
+    // statement then, or every give-up would leave one more backend running (holding its
+    // locks) beyond the pool's size.
+    let h = Harness::new().await;
+    let pool = job::pool_options()
+        .max_connections(1)
+        .connect_with((*h.store.pool().connect_options()).clone())
+        .await
+        .unwrap();
+    let running = || async {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT count(*) FROM pg_stat_activity
+             WHERE datname = current_database() AND query LIKE '%given up on purpose%'
+               AND pid <> pg_backend_pid()",
+        )
+        .fetch_one(h.store.pool())
+        .await
+        .unwrap()
+    };
+    let gave_up = tokio::time::timeout(
+        Duration::from_millis(200),
+        sqlx::query("SELECT pg_sleep(120) -- given up on purpose").execute(&pool),
+    )
+    .await;
+    assert!(gave_up.is_err(), "the sleep returned");
+    assert_eq!(running().await, 1, "the statement runs at the server");
+    // The pool's one slot comes back (closing the connection)...
+    answers(
+        &pool,
+        job::POOL_CHECK_TIMEOUT * 3,
+        "after giving up on a slow statement",
+    )
+    .await;
+    // ...and the server ends the statement whose client has gone.
+    let started = tokio::time::Instant::now();
+    while running().await > 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "the given-up statement still runs at the server"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    pool.close().await;
+}

@@ -187,6 +187,10 @@ impl<S: Store, L: StoreLayer> Store for Layered<S, L> {
         self.through("listen", 0, self.inner.listen()).await
     }
 
+    fn listen_connections(&self) -> u32 {
+        self.inner.listen_connections()
+    }
+
     async fn prune(&self, request: &PruneRequest) -> Result<u64, StoreError> {
         let sent = request.batch as usize;
         self.through("prune", sent, self.inner.prune(request)).await

@@ -496,6 +496,13 @@ pub trait Store: Clone + Send + Sync + 'static {
     /// backend without notifications may return a receiver that never yields.
     fn listen(&self) -> impl Future<Output = Result<Wakeups, StoreError>> + Send;
 
+    /// How many connections [`listen`](Self::listen) holds apart from the handle's own (at
+    /// most `connections` of [`dedicated`](Self::dedicated)): a worker counts them in its
+    /// budget, and gives its dedicated handle that many fewer. None by default.
+    fn listen_connections(&self) -> u32 {
+        0
+    }
+
     // --- lifecycle: unique jobs, cancellation, dead letters, pausing, pruning, stats ---
 
     /// Deletes up to `request.batch` jobs finished longer ago than their state's retention

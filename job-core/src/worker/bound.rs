@@ -18,14 +18,17 @@ use std::time::Duration;
 use crate::contract::layer::{BoxFuture, Call, Returned, StoreLayer};
 use crate::model::error::StoreError;
 
-/// Calls that legitimately run long, and hold up nothing but themselves: not bounded.
-/// VACUUM of a large table takes minutes, and the pruner's loop has nothing else to do.
-const UNBOUNDED: &[&str] = &["vacuum"];
+/// The bound of the pruner's `vacuum` call, which legitimately runs long (a VACUUM of a large
+/// table takes minutes): 6 hours, or `store_timeout` when that is longer. Its store bounds the
+/// quick look at whether a VACUUM is needed on its own (PostgreSQL: 60 seconds).
+const VACUUM_BOUND: Duration = Duration::from_secs(6 * 3600);
 
 /// The layer of the worker's own store: each call is given up after `timeout`.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Bound {
-    pub(crate) timeout: Duration,
+    /// `None`: calls pass through unbounded (the lease keeper's, which bounds each of its
+    /// calls by its heartbeat period on its own).
+    pub(crate) timeout: Option<Duration>,
 }
 
 /// A call given up because the store did not answer within the bound.
@@ -45,10 +48,14 @@ impl StoreLayer for Bound {
         call: Call,
         run: BoxFuture<'a, Result<T, StoreError>>,
     ) -> BoxFuture<'a, Result<T, StoreError>> {
-        if UNBOUNDED.contains(&call.name) {
+        let Some(timeout) = self.timeout else {
             return run;
-        }
-        let after = self.timeout;
+        };
+        let after = if call.name == "vacuum" {
+            timeout.max(VACUUM_BOUND)
+        } else {
+            timeout
+        };
         Box::pin(async move {
             match tokio::time::timeout(after, run).await {
                 Ok(answered) => answered,

@@ -134,9 +134,10 @@ pub struct WorkerConfig {
     /// never answers and never fails; without a bound, one such call would stall its loop
     /// for as long as the kernel keeps the socket (about 15 minutes, or for ever when
     /// nothing was left unacknowledged). The loop tries again on another connection, as
-    /// after any lost connection. Heartbeats have their own, shorter bound (a share of the
-    /// heartbeat period); a VACUUM by the pruner has none. Defaults to 60 seconds: far above
-    /// any call of a healthy database, which answers in milliseconds.
+    /// after any lost connection. The lease keeper bounds its heartbeats by the heartbeat
+    /// period instead; the pruner's VACUUM (only when autovacuum is off) gets 6 hours, or this
+    /// when longer. Defaults to 60 seconds: far above any call of a healthy database, which
+    /// answers in milliseconds.
     pub store_timeout: Duration,
     /// The heartbeat period: at least [`MIN_INTERVAL`] (10 ms) and under half the shortest
     /// lease of the registered jobs. Defaults to a third of that lease.

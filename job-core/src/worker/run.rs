@@ -130,12 +130,15 @@ impl<S: Store> Worker<S> {
         let budget = self.connections();
         // Every call bounded: see `bound.rs`.
         let bound = super::bound::Bound {
-            timeout: self.config.store_timeout,
+            timeout: Some(self.config.store_timeout),
         };
-        // One of the runtime's connections is the LISTEN connection, which a store opens apart
-        // from this pool (PostgreSQL's: a pool of its own, so that a silent one can be given
-        // up without holding one of these).
-        let pool_size = budget.runtime.saturating_sub(1).max(1);
+        // The LISTEN connection, when the store opens one apart from its pool (PostgreSQL's:
+        // a pool of its own, so that a silent one can be given up without holding one of
+        // these), is one of the runtime's.
+        let pool_size = budget
+            .runtime
+            .saturating_sub(self.store.listen_connections())
+            .max(1);
         let store = crate::Layered::new(self.store.dedicated("job worker", pool_size), bound);
         let shared = Arc::new(Shared {
             store,
@@ -154,8 +157,10 @@ impl<S: Store> Worker<S> {
             any_tripped: std::sync::atomic::AtomicBool::new(false),
             step_calls: Arc::new(tokio::sync::Semaphore::new(1)),
         });
-        // The keeper's calls have their own, shorter bounds; the layer is only its type.
-        let keeper = Keeper::start(shared.clone(), crate::Layered::new(self.store, bound));
+        // The keeper bounds each of its calls by its heartbeat period: the layer passes them
+        // through (it is there for the type only).
+        let unbounded = super::bound::Bound { timeout: None };
+        let keeper = Keeper::start(shared.clone(), crate::Layered::new(self.store, unbounded));
         let shutdown = CancellationToken::new();
         let task = tokio::spawn(supervise(
             shared.clone(),
