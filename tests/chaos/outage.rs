@@ -1,7 +1,10 @@
 //! Database outages longer than a lease lose no job and apply no stale outcome.
 
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
+use job::{BoxFuture, Call, Returned, StoreError, StoreLayer};
 use job_testkit::{Outage, OutageStore};
 
 use crate::support::*;
@@ -56,4 +59,75 @@ async fn a_failing_database_loses_no_job_and_the_worker_recovers() {
     assert_each_completed(&rows);
     chaos.timeline.assert_never_concurrent();
     assert_eq!(stats.completed, 60);
+}
+
+/// Holds the first heartbeat sent once armed for ever, as a connection that goes silent while
+/// the statement is on it would; every other call passes. Starts unarmed (0).
+#[derive(Clone, Default)]
+struct SilentHeartbeat(Arc<AtomicU8>);
+
+const ARMED: u8 = 1;
+const HELD: u8 = 2;
+
+impl StoreLayer for SilentHeartbeat {
+    fn call<'a, T: Returned + Send + 'a>(
+        &'a self,
+        call: Call,
+        run: BoxFuture<'a, Result<T, StoreError>>,
+    ) -> BoxFuture<'a, Result<T, StoreError>> {
+        let silent = call.name == "heartbeat"
+            && self
+                .0
+                .compare_exchange(ARMED, HELD, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok();
+        if silent {
+            return Box::pin(std::future::pending());
+        }
+        run
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_heartbeat_that_is_never_answered_fences_no_execution() {
+    // Leases of 6 s: a heartbeat every 2 s, the fence point 4 s after the last renewal. The
+    // keeper waited out the held heartbeat's whole period and reached the fence point; it
+    // sends the heartbeat again on its other connection after a quarter of the period.
+    let chaos = Chaos::new().await;
+    let silent = SilentHeartbeat::default();
+    let store = job::Layered::new(chaos.store.clone(), silent.clone());
+    let ids = chaos.enqueue(4, 7_000).await;
+    let worker = chaos
+        .worker(store)
+        .configure(|c| c.lease = Some(Duration::from_secs(6)))
+        .build()
+        .unwrap()
+        .start();
+    let started = tokio::time::Instant::now();
+    while ids
+        .iter()
+        .any(|id| chaos.timeline.executions(*id).is_empty())
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the jobs never started"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    silent.0.store(ARMED, Ordering::SeqCst);
+    let rows = chaos.all_terminal(&ids).await;
+    let stats = worker.shutdown().await.stats;
+    assert_eq!(
+        silent.0.load(Ordering::SeqCst),
+        HELD,
+        "no heartbeat was held"
+    );
+    assert_each_completed(&rows);
+    assert_eq!(stats.fenced, 0, "executions were fenced: {stats:?}");
+    for id in &ids {
+        assert_eq!(
+            chaos.timeline.executions(*id).len(),
+            1,
+            "job {id} ran again"
+        );
+    }
 }

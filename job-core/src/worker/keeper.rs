@@ -20,7 +20,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::attempt::fault::FaultPoint;
-use crate::contract::store::Store;
+use crate::contract::store::{HeartbeatReport, Renewal, Store};
+use crate::model::error::StoreError;
 
 use super::inflight::Abort;
 use super::shared::Shared;
@@ -153,7 +154,7 @@ async fn beat<S: Store>(shared: &Shared<S>, store: &S, every: Duration) {
         // The period, and the wait a store may spend on rows held a moment: a timeout here
         // would discard the renewals the heartbeat did make.
         let allowed = every.saturating_add(crate::contract::store::HEARTBEAT_BUSY_WAIT);
-        match tokio::time::timeout(allowed, store.heartbeat(&renewals)).await {
+        match tokio::time::timeout(allowed, hedged(store, &renewals, every / 4)).await {
             Ok(Ok(report)) => {
                 shared.inflight.renewed(
                     &renewals,
@@ -190,6 +191,42 @@ async fn beat<S: Store>(shared: &Shared<S>, store: &S, every: Duration) {
         save_progress(shared, store, every.saturating_sub(sent.elapsed())).await;
     }
     watch(shared);
+}
+
+/// The heartbeat, sent again on the keeper's other connection when the first has not
+/// answered within `hedge_after` (a quarter of the period); the first answer is taken, and an
+/// error waits for the other's. A connection that went silent (its server's host vanished, a
+/// firewall dropped the flow) never answers: waiting the whole period on it, the keeper
+/// reached the fence point with every new connection working, and stopped every execution.
+/// Renewing twice is harmless (the same leases, each guarded by its token); the renewals are
+/// counted from the first one's sending, the earlier of the two.
+async fn hedged<S: Store>(
+    store: &S,
+    renewals: &[Renewal],
+    hedge_after: Duration,
+) -> Result<HeartbeatReport, StoreError> {
+    let first = store.heartbeat(renewals);
+    tokio::pin!(first);
+    tokio::select! {
+        answered = &mut first => return answered,
+        () = tokio::time::sleep(hedge_after) => {}
+    }
+    tracing::debug!(
+        ?hedge_after,
+        "heartbeat not answered yet: sent again on another connection"
+    );
+    let second = store.heartbeat(renewals);
+    tokio::pin!(second);
+    tokio::select! {
+        answered = &mut first => match answered {
+            Ok(report) => Ok(report),
+            Err(error) => second.await.map_err(|_| error),
+        },
+        answered = &mut second => match answered {
+            Ok(report) => Ok(report),
+            Err(_) => first.await,
+        },
+    }
 }
 
 /// Writes the progress handlers reported since the last heartbeat, all in one statement: a
