@@ -24,7 +24,10 @@
 //! its slot freed. A connection may also be slow rather than silent (a given-up statement
 //! still running on a busy server): each session asks the server to end a statement whose
 //! client has gone, so that closing it leaves nothing running on (PostgreSQL 14's
-//! `client_connection_check_interval`, 1 s, where the server supports it).
+//! `client_connection_check_interval`, 1 s, where the server supports it). And the server's
+//! end of a silent connection lives on unless the server finds out: each session sets the
+//! server's TCP keepalive to find an unreachable client within about 25 s, so that a
+//! transaction such a client left open does not hold its locks for the system's 2 hours.
 
 use std::time::Duration;
 
@@ -43,7 +46,8 @@ pub const POOL_CHECK_TIMEOUT: Duration = Duration::from_secs(5);
 /// inside a transaction sqlx does not know of (a cancelled `begin()`) is closed, never
 /// reused; and a connection that does not answer the pool's checks within
 /// [`POOL_CHECK_TIMEOUT`] (its server or the network went silent) is closed, never waited on
-/// for ever; and each session asks the server to end a statement whose client has gone. Set
+/// for ever; and each session asks the server to end a session whose client has gone or can
+/// no longer be reached (`SET`s on connect, one round trip each). Set
 /// the pool's size and timeouts on the result as usual; setting its `before_acquire`,
 /// `after_release` or `after_connect` hook replaces the one here (sqlx keeps one of each).
 ///
@@ -57,7 +61,7 @@ pub const POOL_CHECK_TIMEOUT: Duration = Duration::from_secs(5);
 /// ```
 pub fn pool_options() -> PgPoolOptions {
     PgPoolOptions::new()
-        .after_connect(|conn, _meta| Box::pin(async move { check_client(conn).await }))
+        .after_connect(|conn, _meta| Box::pin(async move { setup_session(conn).await }))
         // sqlx's own check of an idle connection has no bound: the same check, bounded. An
         // error closes the connection without a goodbye, and the acquire goes on to another
         // connection or opens one.
@@ -89,13 +93,45 @@ pub fn pool_options() -> PgPoolOptions {
         })
 }
 
-/// Has the server end a statement whose client has gone (see
-/// `sql/session_check_client.sql`): a connection closed because it did not answer a check
-/// (the statement before it still running on a slow server) leaves no statement running on.
-/// Pools that set their own `after_connect` call it there.
-pub(crate) async fn check_client(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
-    conn.execute(sqlx::raw_sql(sql::SESSION_CHECK_CLIENT))
-        .await?;
+/// The settings [`setup_session`] asks of each new session, each sent on its own so that a
+/// server refusing one keeps its default for it and the connection is used all the same.
+///
+/// 1. While a statement runs, the server checks every second that the client is still there,
+///    and ends the session when it is not (`client_connection_check_interval`, PostgreSQL 14;
+///    only on Linux servers). A caller that gives up on a statement (the worker bounds its
+///    calls) has its connection closed; without this the statement ran on to its end, holding
+///    its locks and a server connection, while the pool opened another in its place.
+/// 2. Between statements (idle, or idle inside a transaction), the server's TCP keepalive finds
+///    a client it can no longer reach (a host gone, a flow a firewall dropped) after about 25 s
+///    (10 s idle, then 3 probes 5 s apart; `tcp_user_timeout` bounds data it sends
+///    unacknowledged to 25 s), instead of the operating system's 2 hours: a session left
+///    inside a transaction by such a client held its row and advisory locks that long (a job
+///    whose row it was could not be rescued; claims of a rate-limited kind waited). A live
+///    client's kernel answers the probes, whatever its transaction does, so nothing else is
+///    ended; over a Unix socket these do nothing.
+///
+/// Plain `SET`s, not a `DO` block: a block needs the right to use PL/pgSQL, which a hardened
+/// database may not grant, and then no connection would open.
+const SESSION_SETTINGS: [&str; 5] = [
+    "SET client_connection_check_interval = '1s'",
+    "SET tcp_keepalives_idle = 10",
+    "SET tcp_keepalives_interval = 5",
+    "SET tcp_keepalives_count = 3",
+    "SET tcp_user_timeout = '25s'",
+];
+
+/// Has the server end a session whose client has gone, whether a statement runs (a connection
+/// closed because it did not answer a check) or not (a client cut off inside a transaction):
+/// see [`SESSION_SETTINGS`]. One round trip each on a new connection. Pools that set their
+/// own `after_connect` call it there.
+pub(crate) async fn setup_session(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
+    for setting in SESSION_SETTINGS {
+        match conn.execute(sqlx::raw_sql(setting)).await {
+            // Refused by this server (unknown there, or not allowed): its default stays.
+            Ok(_) | Err(sqlx::Error::Database(_)) => {}
+            Err(error) => return Err(error),
+        }
+    }
     Ok(())
 }
 

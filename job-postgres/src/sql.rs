@@ -87,7 +87,6 @@ pub(crate) const MIGRATE_BOOTSTRAP: &str = include_str!("sql/migrate_bootstrap.s
 pub(crate) const MIGRATE_APPLIED: &str = include_str!("sql/migrate_applied.sql");
 pub(crate) const MIGRATE_RECORD: &str = include_str!("sql/migrate_record.sql");
 pub(crate) const POOL_IN_TRANSACTION: &str = include_str!("sql/pool_in_transaction.sql");
-pub(crate) const SESSION_CHECK_CLIENT: &str = include_str!("sql/session_check_client.sql");
 pub(crate) static STATS_STUCK: LazyLock<String> =
     LazyLock::new(|| splice(include_str!("sql/stats_stuck.sql")));
 
@@ -104,6 +103,7 @@ pub(crate) const CHECK_DEAD_CLASSES: &str = include_str!("sql/check_dead_classes
 pub(crate) const JIT_OFF: &str = include_str!("sql/jit_off.sql");
 pub(crate) const REPORT_SETTINGS: &str = include_str!("sql/report_settings.sql");
 pub(crate) const JIT_OFF_SESSION: &str = include_str!("sql/jit_off_session.sql");
+pub(crate) const WORKER_IDLE_TIMEOUT: &str = include_str!("sql/worker_idle_timeout.sql");
 
 #[cfg(test)]
 mod tests {

@@ -218,8 +218,9 @@ impl Store for PgStore {
         let pool = pool_options()
             .after_connect(|conn, _meta| {
                 Box::pin(async move {
-                    crate::pool::check_client(conn).await?;
-                    sqlx::Executor::execute(conn, crate::sql::JIT_OFF_SESSION).await?;
+                    crate::pool::setup_session(conn).await?;
+                    sqlx::Executor::execute(&mut *conn, crate::sql::JIT_OFF_SESSION).await?;
+                    sqlx::Executor::execute(conn, crate::sql::WORKER_IDLE_TIMEOUT).await?;
                     Ok(())
                 })
             })

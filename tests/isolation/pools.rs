@@ -326,3 +326,41 @@ async fn a_statement_given_up_on_a_slow_connection_does_not_run_on_at_the_server
     }
     pool.close().await;
 }
+
+#[tokio::test]
+async fn a_pool_options_session_asks_the_server_to_end_it_when_its_client_is_gone() {
+    // A client cut off inside a transaction (a host gone, a flow a firewall dropped) left it
+    // open at the server, holding its row locks, for the system's TCP keepalive: 2 hours.
+    // And a statement given up on ran on (see the test above). Over TCP, as here.
+    let h = Harness::new().await;
+    let pool = job::pool_options()
+        .max_connections(1)
+        .connect_with((*h.store.pool().connect_options()).clone())
+        .await
+        .unwrap();
+    let mut conn = pool.acquire().await.unwrap();
+    for (setting, value) in [
+        ("client_connection_check_interval", "1s"),
+        ("tcp_keepalives_idle", "10"),
+        ("tcp_keepalives_interval", "5"),
+        ("tcp_keepalives_count", "3"),
+        ("tcp_user_timeout", "25000"),
+    ] {
+        let shown: String = sqlx::query_scalar(&format!("SHOW {setting}"))
+            .fetch_one(&mut *conn)
+            .await
+            .unwrap();
+        assert_eq!(shown, value, "{setting}");
+    }
+    drop(conn);
+    pool.close().await;
+    // The worker's own sessions, whose transactions never wait between statements, also end
+    // one left idle (a worker stopped or cut off inside it, holding its locks).
+    let own = job::Store::dedicated(&h.store, "job worker", 1);
+    let shown: String = sqlx::query_scalar("SHOW idle_in_transaction_session_timeout")
+        .fetch_one(own.pool())
+        .await
+        .unwrap();
+    assert_eq!(shown, "30s");
+    job::Store::close(&own).await;
+}
