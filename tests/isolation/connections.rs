@@ -15,7 +15,7 @@ async fn the_worker_states_its_connection_budget_and_refuses_too_small_a_one() {
     let budget = two_queues.connections();
     assert_eq!(
         (budget.lease_keeper, budget.runtime, budget.total()),
-        (2, 8, 10)
+        (3, 8, 11)
     );
     let set = h.worker().connections(4).build().unwrap().connections();
     assert_eq!(set.runtime, 4);

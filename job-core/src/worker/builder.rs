@@ -65,7 +65,7 @@ impl<S: Store> Worker<S> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ConnectionBudget {
-    /// The lease keeper's: 2.
+    /// The lease keeper's: 3.
     pub lease_keeper: u32,
     /// The rest of the runtime's.
     pub runtime: u32,

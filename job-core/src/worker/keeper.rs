@@ -27,9 +27,10 @@ use super::inflight::Abort;
 use super::shared::Shared;
 use super::stats::bump;
 
-/// The connections the lease keeper opens: one for the heartbeat, and a spare so that a
-/// statement stuck on a broken connection never holds up the next heartbeat.
-pub(crate) const KEEPER_CONNECTIONS: u32 = 2;
+/// The connections the lease keeper opens: one for the heartbeat, and two spares, so that a
+/// heartbeat stuck on a silent connection, and then the pool's check of another silent one,
+/// never hold up the heartbeat sent again on a new one (see `hedged`).
+pub(crate) const KEEPER_CONNECTIONS: u32 = 3;
 
 /// The heartbeat period: a third of the shortest lease of the registered jobs, unless set.
 pub(crate) fn interval<S>(shared: &Shared<S>) -> Duration {
@@ -154,7 +155,7 @@ async fn beat<S: Store>(shared: &Shared<S>, store: &S, every: Duration) {
         // The period, and the wait a store may spend on rows held a moment: a timeout here
         // would discard the renewals the heartbeat did make.
         let allowed = every.saturating_add(crate::contract::store::HEARTBEAT_BUSY_WAIT);
-        match tokio::time::timeout(allowed, hedged(store, &renewals, every / 4)).await {
+        match tokio::time::timeout(allowed, hedged(store, &renewals, every)).await {
             Ok(Ok(report)) => {
                 shared.inflight.renewed(
                     &renewals,
@@ -193,39 +194,52 @@ async fn beat<S: Store>(shared: &Shared<S>, store: &S, every: Duration) {
     watch(shared);
 }
 
-/// The heartbeat, sent again on the keeper's other connection when the first has not
-/// answered within `hedge_after` (a quarter of the period); the first answer is taken, and an
-/// error waits for the other's. A connection that went silent (its server's host vanished, a
-/// firewall dropped the flow) never answers: waiting the whole period on it, the keeper
-/// reached the fence point with every new connection working, and stopped every execution.
-/// Renewing twice is harmless (the same leases, each guarded by its token); the renewals are
-/// counted from the first one's sending, the earlier of the two.
+/// How many times one heartbeat is sent at most: at 0, then a quarter of the period apart
+/// (or at once after an error), until one answers.
+const HEARTBEAT_SENDS: usize = 3;
+
+/// The heartbeat, sent again on another connection while none has answered: a quarter of the
+/// period after the last send, or at once after an error, [`HEARTBEAT_SENDS`] times at most;
+/// the first answer is taken, an error waits for the other sends. A connection that went
+/// silent (its server's host vanished, a firewall dropped the flow) never answers: waiting
+/// the whole period on it, the keeper reached the fence point with every new connection
+/// working, and stopped every execution. The second send may find the keeper's other
+/// connection silent too, and wait for the pool's check of it (`POOL_CHECK_TIMEOUT` on
+/// PostgreSQL, 5 s); the third opens a new connection (the keeper has
+/// [`KEEPER_CONNECTIONS`]). Renewing twice is harmless (the same leases, each guarded by its
+/// token); the renewals are counted from the first send, the earliest.
 async fn hedged<S: Store>(
     store: &S,
     renewals: &[Renewal],
-    hedge_after: Duration,
+    every: Duration,
 ) -> Result<HeartbeatReport, StoreError> {
-    let first = store.heartbeat(renewals);
-    tokio::pin!(first);
-    tokio::select! {
-        answered = &mut first => return answered,
-        () = tokio::time::sleep(hedge_after) => {}
-    }
-    tracing::debug!(
-        ?hedge_after,
-        "heartbeat not answered yet: sent again on another connection"
-    );
-    let second = store.heartbeat(renewals);
-    tokio::pin!(second);
-    tokio::select! {
-        answered = &mut first => match answered {
-            Ok(report) => Ok(report),
-            Err(error) => second.await.map_err(|_| error),
-        },
-        answered = &mut second => match answered {
-            Ok(report) => Ok(report),
-            Err(_) => first.await,
-        },
+    let apart = every / 4;
+    let mut sends = futures_util::stream::FuturesUnordered::new();
+    sends.push(store.heartbeat(renewals));
+    let mut sent = 1;
+    let mut next = Instant::now() + apart;
+    loop {
+        tokio::select! {
+            Some(answered) = futures_util::StreamExt::next(&mut sends) => match answered {
+                Ok(report) => return Ok(report),
+                // Sent again at once; the last error is returned when every send failed.
+                Err(error) => {
+                    if sent < HEARTBEAT_SENDS {
+                        sends.push(store.heartbeat(renewals));
+                        sent += 1;
+                        next = Instant::now() + apart;
+                    } else if sends.is_empty() {
+                        return Err(error);
+                    }
+                }
+            },
+            () = tokio::time::sleep_until(next), if sent < HEARTBEAT_SENDS => {
+                tracing::debug!(?apart, "heartbeat not answered yet: sent again");
+                sends.push(store.heartbeat(renewals));
+                sent += 1;
+                next = Instant::now() + apart;
+            }
+        }
     }
 }
 
