@@ -5,8 +5,11 @@
 //!
 //! ```text
 //! job-chaos --database-url URL --worker-id ID [--concurrency N] [--prefetch P] [--seed S]
-//!           [--current-thread] [--watch-stdin] [--rated]
+//!           [--current-thread] [--watch-stdin] [--rated] [--store-timeout-ms MS]
 //! ```
+//!
+//! `--store-timeout-ms` sets `WorkerConfig::store_timeout` (the library's 60 s otherwise): the
+//! silence test cuts connections off without a reset, and a call on one is given up after it.
 //!
 //! Without `--prefetch` the worker prefetches as measured (the library default).
 //!
@@ -28,7 +31,8 @@ use tokio::sync::oneshot;
 mod trace;
 
 const USAGE: &str = "usage: job-chaos --database-url URL --worker-id ID [--concurrency N] \
-                     [--prefetch P] [--seed S] [--current-thread] [--watch-stdin] [--rated]";
+                     [--prefetch P] [--seed S] [--current-thread] [--watch-stdin] [--rated] \
+                     [--store-timeout-ms MS]";
 
 struct Args {
     database_url: String,
@@ -39,6 +43,7 @@ struct Args {
     current_thread: bool,
     watch_stdin: bool,
     rated: bool,
+    store_timeout: Option<Duration>,
 }
 
 impl Args {
@@ -51,6 +56,7 @@ impl Args {
         let mut watch_stdin = false;
         let mut current_thread = false;
         let mut rated = false;
+        let mut store_timeout = None;
         let mut args = std::env::args().skip(1);
         while let Some(arg) = args.next() {
             let mut value = || args.next().ok_or_else(|| format!("{arg} needs a value"));
@@ -63,6 +69,13 @@ impl Args {
                 "--watch-stdin" => watch_stdin = true,
                 "--current-thread" => current_thread = true,
                 "--rated" => rated = true,
+                "--store-timeout-ms" => {
+                    let ms = value()?;
+                    let ms: u64 = ms
+                        .parse()
+                        .map_err(|_| format!("store timeout must be milliseconds, got {ms:?}"))?;
+                    store_timeout = Some(Duration::from_millis(ms));
+                }
                 other => return Err(format!("unknown argument {other:?}")),
             }
         }
@@ -96,6 +109,7 @@ impl Args {
             current_thread,
             watch_stdin,
             rated,
+            store_timeout,
         })
     }
 }
@@ -144,11 +158,13 @@ async fn run(args: Args) -> ExitCode {
     // The application's pool as the README advises: handlers are dropped mid-begin() by
     // timeouts, fences and shutdowns, and a plain sqlx pool would hand such connections on
     // inside a stale transaction.
+    // Lazy: the first connection may go silent under the silence test (a worker started just
+    // before its connections were cut off), and a worker whose first connect fails retries in
+    // its loops like after any lost connection, instead of exiting.
     let pool = match job_postgres::pool_options()
         .max_connections((args.concurrency / 2 + 4) as u32)
         .acquire_timeout(Duration::from_secs(10))
-        .connect(&args.database_url)
-        .await
+        .connect_lazy(&args.database_url)
     {
         Ok(pool) => pool,
         Err(e) => {
@@ -164,6 +180,7 @@ async fn run(args: Args) -> ExitCode {
         args.prefetch,
         args.seed,
         args.rated,
+        args.store_timeout,
     ) {
         Ok(worker) => worker,
         Err(e) => {
@@ -186,7 +203,14 @@ async fn run(args: Args) -> ExitCode {
     println!("job-chaos {id}: {why}: draining");
     let stats = handle.stats();
     let report = handle.shutdown().await;
-    pool.close().await;
+    // Closing waits for every connection to come back, and one a handler's statement holds on
+    // a connection that went silent never would: bounded.
+    if tokio::time::timeout(Duration::from_secs(5), pool.close())
+        .await
+        .is_err()
+    {
+        println!("job-chaos {id}: the application's pool did not close within 5s");
+    }
     println!("job-chaos {id}: stopped: {report:?}; {stats:?}");
     ExitCode::SUCCESS
 }

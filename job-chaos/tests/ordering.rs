@@ -58,6 +58,7 @@ const CHAOS: Chaos = Chaos {
     mass_kill_one_in: 20,
     pause_one_in: None,
     pause_ms: 0..=0,
+    silence_one_in: None,
     deadline: Duration::from_secs(90),
     rated: false,
     kill_busy: false,

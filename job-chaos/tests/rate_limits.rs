@@ -61,6 +61,7 @@ const CHAOS: Chaos = Chaos {
     mass_kill_one_in: 20,
     pause_one_in: None,
     pause_ms: 0..=0,
+    silence_one_in: None,
     deadline: Duration::from_secs(60),
     rated: true,
     kill_busy: true,

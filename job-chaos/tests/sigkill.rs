@@ -18,8 +18,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{audit, fate, ledger_db, After, Chaos, Planned};
-use job_chaos::ChaosWork;
+use common::{audit, ledger_db, mixed_plan, Chaos};
 
 /// Jobs in a run unless `CHAOS_JOBS` says otherwise.
 const DEFAULT_JOBS: usize = 2000;
@@ -36,6 +35,7 @@ const CHAOS: Chaos = Chaos {
     // expire and other workers take its jobs over while it cannot run.
     pause_one_in: Some(4),
     pause_ms: 1500..=2500,
+    silence_one_in: None,
     deadline: Duration::from_secs(120),
     rated: false,
     kill_busy: false,
@@ -52,42 +52,7 @@ async fn killed_workers_lose_no_job_and_never_run_one_twice_at_once() {
     let mut rng = fastrand::Rng::with_seed(seed);
     let db = ledger_db(seed).await;
 
-    // The plan, fixed by the seed: most jobs complete at once, some fail an attempt or two
-    // first, and a few fail every attempt and end discarded. Most take a few milliseconds,
-    // some a good part of the lease, a few longer than the lease (only heartbeats keep them).
-    // They become due over SPREAD, so the backlog stays short and a rescued job is claimed
-    // again at once: a second execution overlapping a first one would show.
-    let plan: Vec<Planned> = (0..jobs as u32)
-        .map(|n| {
-            let (fail_first, max_attempts) = fate(&mut rng);
-            // Long jobs become due early, so that their many attempts (they are the ones
-            // kills hit most) overlap the arrival of the others instead of trailing them.
-            let (work_ms, due_within) = match rng.u16(..1000) {
-                0..=14 => (rng.u64(1000..=1150), SPREAD / 3),
-                15..=114 => (rng.u64(100..=500), SPREAD),
-                _ => (rng.u64(2..=30), SPREAD),
-            };
-            let due_in = match rng.u8(..10) {
-                0 => Duration::ZERO,
-                _ => Duration::from_millis(rng.u64(..due_within.as_millis() as u64)),
-            };
-            // One job in ten blocks its worker's runtime thread for its whole work.
-            let work = ChaosWork {
-                n,
-                fail_first,
-                work_ms,
-                blocking: rng.u8(..10) == 0,
-            };
-            Planned {
-                work,
-                max_attempts,
-                due_in,
-                ordering_key: None,
-                enqueue_after: Duration::ZERO,
-                after: After::Nothing,
-            }
-        })
-        .collect();
+    let plan = mixed_plan(&mut rng, jobs, SPREAD, true);
 
     let run = CHAOS.run(seed, &db, &mut rng, &plan).await;
     let records = run.records(&db.pool()).await;

@@ -24,8 +24,12 @@ use job_core::{
 };
 use job_testkit::TestDb;
 use sqlx::types::Json;
-use sqlx::PgPool;
+use sqlx::{ConnectOptions, PgPool};
 use uuid::Uuid;
+
+#[path = "../../../tests/common/silence.rs"]
+mod silence;
+use silence::Blackhole;
 
 /// How long a worker may take to drain and exit after SIGTERM.
 const STOP_TIMEOUT: Duration = Duration::from_secs(20);
@@ -256,6 +260,12 @@ pub struct Chaos {
     pub pause_one_in: Option<u8>,
     /// How long a paused worker stays stopped, in milliseconds.
     pub pause_ms: RangeInclusive<u64>,
+    /// One chaos action in this many (drawn before the pause) silences every connection a
+    /// worker holds: each worker then connects through a proxy of its own, which stops
+    /// forwarding those connections' bytes for good without closing them (a host or a flow
+    /// gone without a reset); its new connections pass. The workers give up a call after 2 s
+    /// (`--store-timeout-ms`). `None`: no proxy.
+    pub silence_one_in: Option<u8>,
     /// The run fails if the jobs are not all terminal by then.
     pub deadline: Duration,
     /// The workers run `chaos.rated` too (`--rated`, see `job_chaos::worker`).
@@ -318,7 +328,18 @@ impl Chaos {
         }
         let before_workers = state_counts(&pool).await;
 
-        let mut fleet = Fleet::new(self, seed, db.url());
+        // The server's end of a silenced connection is closed 5 s after the silence: what the
+        // server's TCP keepalive does about 25 s after it stops reaching a client (the
+        // sessions of pool_options() pools ask for it), sooner so that a run is not all
+        // waiting. Until then a transaction the worker's handler left open holds its locks.
+        let mut proxies = Vec::new();
+        if self.silence_one_in.is_some() {
+            for _ in 0..self.workers {
+                let verdict = Duration::from_secs(5);
+                proxies.push(Blackhole::with_server_verdict(&db.connect_options(), verdict).await);
+            }
+        }
+        let mut fleet = Fleet::new(self, seed, db.url(), proxies);
         // Dependents seen ready for the stager (every job they wait for has ended), since
         // when; and the longest any was seen so.
         let mut ready_since: HashMap<i64, Instant> = HashMap::new();
@@ -394,10 +415,16 @@ impl Chaos {
                     fleet.dir.display()
                 );
             }
-            let pause = self
-                .pause_one_in
+            let silence = self
+                .silence_one_in
                 .is_some_and(|one_in| rng.u8(..one_in) == 0);
-            if pause {
+            let pause = !silence
+                && self
+                    .pause_one_in
+                    .is_some_and(|one_in| rng.u8(..one_in) == 0);
+            if silence {
+                fleet.silence(rng.usize(..self.workers));
+            } else if pause {
                 let slot = rng.usize(..self.workers);
                 fleet.pause(slot, Duration::from_millis(rng.u64(self.pause_ms.clone())));
             } else if rng.u8(..self.mass_kill_one_in) == 0 {
@@ -459,12 +486,14 @@ impl Run {
         let mut summary = format!(
             "{} chaos: seed {}: {} jobs ({} completed, {} discarded, {} of them by a \
              dependency) in {:.1?}, \
-             {} kills ({} of all workers at once), {} pauses, {} worker processes, {} executions \
+             {} kills ({} of all workers at once), {} pauses, {} silences, {} worker processes, \
+             {} executions \
              ({} of blocking jobs), {} effects; \
              {} attempts rescued after their lease expired ({} killed before the handler started, \
              {} finished but not finalized), {} leases lost by live workers, \
              {} executions started without a live lease, {} executions overlapped by the next \
-             attempt after their worker was paused",
+             attempt after their worker was paused, {} attempts timed out on a silenced \
+             connection",
             self.name,
             self.seed,
             self.ids.len(),
@@ -475,6 +504,7 @@ impl Run {
             fleet.kills,
             fleet.mass_kills,
             fleet.pauses,
+            fleet.silences,
             fleet.incarnations.len(),
             records.executions.len(),
             audit.blocking_executions,
@@ -485,6 +515,7 @@ impl Run {
             audit.lost_by_live_workers.len(),
             audit.started_without_live_lease,
             audit.overlaps_after_pause.len(),
+            audit.timed_out_in_silence,
         );
         for line in &self.last_words {
             let _ = write!(summary, "\n  {line}");
@@ -579,10 +610,13 @@ pub struct Fleet {
     pub kills: usize,
     pub mass_kills: usize,
     pub pauses: usize,
+    pub silences: usize,
+    /// Each slot's proxy, when the run silences connections.
+    proxies: Vec<Blackhole>,
 }
 
 impl Fleet {
-    fn new(chaos: &Chaos, seed: u64, url: String) -> Fleet {
+    fn new(chaos: &Chaos, seed: u64, url: String, proxies: Vec<Blackhole>) -> Fleet {
         let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
             "{}-{seed}-{}",
             chaos.name,
@@ -602,6 +636,16 @@ impl Fleet {
             kills: 0,
             mass_kills: 0,
             pauses: 0,
+            silences: 0,
+            proxies,
+        }
+    }
+
+    /// Silences every connection the worker in `slot` holds now (see [`Chaos::silence_one_in`]).
+    fn silence(&mut self, slot: usize) {
+        if let Some(proxy) = self.proxies.get(slot) {
+            proxy.silence();
+            self.silences += 1;
         }
     }
 
@@ -614,8 +658,17 @@ impl Fleet {
             File::create(&log).unwrap_or_else(|e| panic!("cannot create {}: {e}", log.display()));
         let err = out.try_clone().expect("clone of a log file handle");
         let spawned_at = Utc::now();
+        // Through the slot's proxy, and giving up calls after 2 s, when connections are silenced.
+        let (url, store_timeout) = match self.proxies.get(slot) {
+            Some(proxy) => (
+                proxy.options().to_url_lossy().to_string(),
+                vec!["--store-timeout-ms".to_owned(), "2000".to_owned()],
+            ),
+            None => (self.url.clone(), vec![]),
+        };
         let child = Command::new(env!("CARGO_BIN_EXE_job-chaos"))
-            .args(["--database-url", &self.url, "--worker-id", &id])
+            .args(["--database-url", &url, "--worker-id", &id])
+            .args(store_timeout)
             .args(["--concurrency", &self.concurrency.to_string()])
             // Slot 0 claims only free slots; slot 1 prefetches as measured (the default) and
             // slot 2 a fixed number, so that killed workers also take claimed jobs that never
@@ -831,7 +884,15 @@ impl Fleet {
                 self.seed,
                 inc.id,
             );
-            last_words.push(output.lines().last().unwrap_or("(no output)").to_owned());
+            // Its report of the drain: the last line it prints itself, though a task of the
+            // runtime may log after it (sqlx's UNLISTEN of a listener given up on a silenced
+            // connection, answered once the server's end was closed).
+            let report = output
+                .lines()
+                .rev()
+                .find(|line| line.starts_with("job-chaos ") && line.contains(": stopped: "))
+                .or_else(|| output.lines().last());
+            last_words.push(report.unwrap_or("(no output)").to_owned());
         }
         last_words
     }
@@ -1197,6 +1258,8 @@ pub struct Audit {
     /// (SIGSTOP) past their lease and ran on when resumed: the one case nothing can stop.
     /// Allowed, since the effect still commits once (its transaction is guarded by the lease).
     pub overlaps_after_pause: Vec<String>,
+    /// Attempts that timed out, their handler's statement on a silenced connection.
+    pub timed_out_in_silence: usize,
     pub blocking_executions: usize,
 }
 
@@ -1621,6 +1684,9 @@ pub fn audit(run: &Run, plan: &[Planned], records: &Records) -> Audit {
                         }
                     }
                 }
+                // A handler's own statement on a connection that went silent waits until the
+                // attempt's timeout ends it (tests/silence.rs).
+                "timeout" if run.fleet.silences > 0 => a.timed_out_in_silence += 1,
                 other => v.push(
                     "errors match the ledger",
                     format!(
@@ -1748,4 +1814,50 @@ pub fn audit(run: &Run, plan: &[Planned], records: &Records) -> Audit {
         );
     }
     a
+}
+
+/// The plan of `sigkill.rs` and `silence.rs`, fixed by the seed: most jobs complete at once,
+/// some fail an attempt or two first, and a few fail every attempt and end discarded. Most take
+/// a few milliseconds, some a good part of the lease, a few longer than the lease (only
+/// heartbeats keep them). They become due over `spread`, so the backlog stays short and a
+/// rescued job is claimed again at once: a second execution overlapping a first one would
+/// show. With `blocking`, one job in ten blocks its worker's runtime thread for its whole work.
+pub fn mixed_plan(
+    rng: &mut fastrand::Rng,
+    jobs: usize,
+    spread: Duration,
+    blocking: bool,
+) -> Vec<Planned> {
+    (0..jobs as u32)
+        .map(|n| {
+            let (fail_first, max_attempts) = fate(rng);
+            // Long jobs become due early, so that their many attempts (they are the ones
+            // kills hit most) overlap the arrival of the others instead of trailing them.
+            let (work_ms, due_within) = match rng.u16(..1000) {
+                0..=14 => (rng.u64(1000..=1150), spread / 3),
+                15..=114 => (rng.u64(100..=500), spread),
+                _ => (rng.u64(2..=30), spread),
+            };
+            let due_in = match rng.u8(..10) {
+                0 => Duration::ZERO,
+                _ => Duration::from_millis(rng.u64(..due_within.as_millis() as u64)),
+            };
+            // Drawn either way, so that a seed plans the same jobs with or without blocking.
+            let blocks = rng.u8(..10) == 0;
+            let work = ChaosWork {
+                n,
+                fail_first,
+                work_ms,
+                blocking: blocking && blocks,
+            };
+            Planned {
+                work,
+                max_attempts,
+                due_in,
+                ordering_key: None,
+                enqueue_after: Duration::ZERO,
+                after: After::Nothing,
+            }
+        })
+        .collect()
 }
