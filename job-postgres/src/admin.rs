@@ -38,9 +38,8 @@ pub(crate) async fn vacuum(pool: &sqlx::PgPool) -> Result<bool, Error> {
     let (needed, allowed, role, owner): (bool, bool, String, String) =
         match tokio::time::timeout(VACUUM_LOOK_TIMEOUT, look).await {
             Ok(looked) => looked,
-            Err(_) => Err(sqlx::Error::Io(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                format!("no answer within {VACUUM_LOOK_TIMEOUT:?}"),
+            Err(_) => Err(crate::pool::timed_out(format!(
+                "no answer within {VACUUM_LOOK_TIMEOUT:?}"
             ))),
         }
         .map_err(Error::query("vacuum_needed"))?;

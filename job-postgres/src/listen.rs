@@ -66,9 +66,8 @@ async fn connect(pool: &PgPool) -> Result<PgListener, Error> {
     };
     match tokio::time::timeout(CONNECT_TIMEOUT, connect).await {
         Ok(connected) => connected,
-        Err(_) => Err(Error::Connect(sqlx::Error::Io(std::io::Error::new(
-            std::io::ErrorKind::TimedOut,
-            format!("the listener could not connect and listen within {CONNECT_TIMEOUT:?}"),
+        Err(_) => Err(Error::Connect(crate::pool::timed_out(format!(
+            "the listener could not connect and listen within {CONNECT_TIMEOUT:?}"
         )))),
     }
 }

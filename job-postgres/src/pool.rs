@@ -148,12 +148,17 @@ async fn bounded<T>(
                 "a connection {when} did not answer within {POOL_CHECK_TIMEOUT:?}: closing it \
                  (its server or the network went silent)"
             );
-            Err(sqlx::Error::Io(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                format!("the connection did not answer within {POOL_CHECK_TIMEOUT:?}"),
+            Err(timed_out(format!(
+                "the connection did not answer within {POOL_CHECK_TIMEOUT:?}"
             )))
         }
     }
+}
+
+/// The error of a statement given up after a bound of ours, as sqlx reports a socket timeout
+/// (a lost connection: the callers retry it like one).
+pub(crate) fn timed_out(message: String) -> sqlx::Error {
+    sqlx::Error::Io(std::io::Error::new(std::io::ErrorKind::TimedOut, message))
 }
 
 /// Whether `conn` is inside an open transaction block. Asked through the simple protocol: one
