@@ -3,19 +3,27 @@
 //! measures it from outside, exactly like a deployed worker.
 //!
 //! Protocol on the child's stdout, one JSON object per line: `{"event":"started"}` once the
-//! worker's tasks are spawned, then `{"event":"stopped", ...}` with its counters, the metered
-//! store's report and `peak_rss_mib` after it drained.
+//! worker's tasks are spawned; `{"event":"handled","n":N}` whenever the count of `Noop`
+//! handlers that ran changed (looked at every [`HANDLED_EVERY`]); then `{"event":"stopped",
+//! ...}` with its counters, the metered store's report and `peak_rss_mib` after it drained.
+//!
+//! The parent waits for the handled count before it asks the database whether the drain is
+//! done, as the graphile-worker harness counts its `job:complete` events first: a poll of the
+//! database every few milliseconds throughout the drain would take a share of the server's
+//! two cores from the system it measures.
 
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use job::{PgStore, Store};
 use serde_json::{json, Value};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Notify};
 
 use crate::args::Args;
-use crate::jobs::{Noop, QUEUE};
+use crate::jobs::{Noop, HANDLED, QUEUE};
 use crate::report::{emit, proc_status_mib};
 use crate::Result;
 
@@ -25,6 +33,9 @@ const WORKER_POOL: u32 = 10;
 
 /// The `application_name` of the worker's connections, to find its server backends.
 pub(crate) const WORKER_APP: &str = "job-bench-worker";
+
+/// How often the child looks at its handled count.
+const HANDLED_EVERY: Duration = Duration::from_millis(5);
 
 /// The child's side: run a worker on `--database-url` until stdin reaches EOF.
 pub(crate) async fn worker_main(args: &Args) -> Result<()> {
@@ -51,12 +62,24 @@ async fn run_worker<S: Store>(store: S, args: &Args, meters: impl Fn() -> Value)
         .build()?
         .start();
     emit(&json!({ "event": "started" }));
+    let counter = tokio::spawn(async {
+        let mut told = 0;
+        loop {
+            tokio::time::sleep(HANDLED_EVERY).await;
+            let n = HANDLED.load(Ordering::Relaxed);
+            if n != told {
+                emit(&json!({ "event": "handled", "n": n }));
+                told = n;
+            }
+        }
+    });
     tokio::task::spawn_blocking(|| {
         let mut stdin = std::io::stdin();
         let mut buf = [0u8; 256];
         while matches!(stdin.read(&mut buf), Ok(n) if n > 0) {}
     })
     .await?;
+    counter.abort();
     let stats = handle.stats();
     let drain = handle.shutdown().await;
     emit(&json!({
@@ -76,11 +99,21 @@ pub(crate) struct ChildWorker {
     child: Child,
     stdin: Option<ChildStdin>,
     lines: mpsc::UnboundedReceiver<String>,
+    /// The child's latest handled count.
+    handled: Arc<AtomicU64>,
 }
+
+/// Told whenever a child's handled count changes (shared by the children of one run).
+pub(crate) type Handled = Arc<Notify>;
 
 impl ChildWorker {
     /// Starts `job-bench worker` on `url` with this run's worker settings.
-    pub(crate) fn spawn(url: &str, concurrency: usize, args: &Args) -> Result<ChildWorker> {
+    pub(crate) fn spawn(
+        url: &str,
+        concurrency: usize,
+        args: &Args,
+        told: &Handled,
+    ) -> Result<ChildWorker> {
         let mut cmd = Command::new(std::env::current_exe()?);
         cmd.arg("worker")
             .arg("--database-url")
@@ -105,9 +138,16 @@ impl ChildWorker {
         let mut child = cmd.spawn()?;
         let stdout = child.stdout.take().ok_or("child without stdout")?;
         let (tx, lines) = mpsc::unbounded_channel();
+        let handled = Arc::new(AtomicU64::new(0));
+        let (count, told) = (handled.clone(), told.clone());
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines() {
                 let Ok(line) = line else { break };
+                if let Some(n) = handled_count(&line) {
+                    count.store(n, Ordering::Release);
+                    told.notify_one();
+                    continue;
+                }
                 if tx.send(line).is_err() {
                     break;
                 }
@@ -117,7 +157,13 @@ impl ChildWorker {
             stdin: child.stdin.take(),
             child,
             lines,
+            handled,
         })
+    }
+
+    /// The `Noop` handlers it ran, as it last reported.
+    pub(crate) fn handled(&self) -> u64 {
+        self.handled.load(Ordering::Acquire)
     }
 
     pub(crate) fn pid(&self) -> u32 {
@@ -156,6 +202,37 @@ impl ChildWorker {
         }
         Ok(report)
     }
+}
+
+/// The count of a `handled` line.
+fn handled_count(line: &str) -> Option<u64> {
+    if !line.contains("\"handled\"") {
+        return None;
+    }
+    let v: Value = serde_json::from_str(line).ok()?;
+    (v["event"] == "handled").then(|| v["n"].as_u64())?
+}
+
+/// Waits until `children` ran `n` handlers between them, or `within` passed.
+pub(crate) async fn wait_handled(
+    children: &[ChildWorker],
+    told: &Handled,
+    n: u64,
+    within: Duration,
+) -> Result<()> {
+    let wait = async {
+        loop {
+            let notified = told.notified();
+            if children.iter().map(ChildWorker::handled).sum::<u64>() >= n {
+                return;
+            }
+            notified.await;
+        }
+    };
+    tokio::time::timeout(within, wait).await.map_err(|_| {
+        let got: u64 = children.iter().map(ChildWorker::handled).sum();
+        format!("the workers ran {got} of {n} jobs within {within:?}").into()
+    })
 }
 
 impl Drop for ChildWorker {

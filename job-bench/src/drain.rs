@@ -13,7 +13,7 @@ use tokio::sync::{mpsc, Semaphore};
 use uuid::Uuid;
 
 use crate::args::{Args, WaitingKind};
-use crate::child::{ChildWorker, WORKER_APP};
+use crate::child::{wait_handled, ChildWorker, Handled, WORKER_APP};
 use crate::db::{self, BenchDb};
 use crate::jobs::{Noop, OTHER_KIND, QUEUE};
 use crate::report::{backend_cpu_s, emit, loadavg, median, per_s, proc_cpu_s, round};
@@ -26,20 +26,23 @@ pub(crate) const FINALIZE_SQL: &str = include_str!("../../job-postgres/src/sql/f
 /// True once no job of this run waits or runs. The run's jobs are the due ones with
 /// `run_at >= $2` (the database time taken before they were inserted), which keeps the
 /// backlog's rows out: those scheduled in the future fail `run_at <= now()`, those of the
-/// other kind are older. Both probes stop at their first row (claim index, rescue index).
-/// Whether the drained batch is done: none of its jobs waits (available, through
-/// jobs_claim_idx; due scheduled or retryable, through jobs_due_idx) and nothing runs. Each
-/// part is a bounded index probe, so polling every 5 ms costs next to nothing even over a
-/// backlog of a million rows.
+/// other kind are older. None of the batch waits (available, through jobs_claim_idx, in its
+/// order so that it is planned as an index probe whatever the statistics say: as `EXISTS` it
+/// was planned as a sequential scan, which walked every claimed row before the first waiting
+/// one; due scheduled or retryable, through jobs_due_idx) and nothing runs (jobs_rescue_idx).
+/// It is asked only once the workers ran every job (see [`child`](crate::child)), and then
+/// every [`POLL_EVERY`] until it holds; while outcomes are still being written, the first
+/// probe (running jobs, the smallest index) answers alone.
 const DONE_SQL: &str = "\
 SELECT NOT (
-    EXISTS (SELECT 1 FROM job.jobs
-            WHERE queue = $1 AND kind = $3 AND priority = 0 AND state = 'available'
-              AND run_at >= $2)
+    EXISTS (SELECT 1 FROM job.jobs WHERE locked_until IS NOT NULL)
+    OR (SELECT id FROM job.jobs
+        WHERE queue = $1 AND kind = $3 AND priority = 0 AND state = 'available' AND run_at >= $2
+        ORDER BY queue, kind, priority, run_at, id
+        LIMIT 1) IS NOT NULL
     OR EXISTS (SELECT 1 FROM job.jobs
                WHERE queue = $1 AND state IN ('scheduled', 'retryable')
-                 AND run_at >= $2 AND run_at <= now())
-    OR EXISTS (SELECT 1 FROM job.jobs WHERE locked_until IS NOT NULL))";
+                 AND run_at >= $2 AND run_at <= now()))";
 
 /// The highest `$N` in `sql`: how many parameters the statement takes.
 pub(crate) fn param_count(sql: &str) -> usize {
@@ -172,15 +175,18 @@ pub(crate) async fn worker_drain(
     args: &Args,
 ) -> Result<WorkerDrain> {
     let mut poller = db::connect(pool).await?;
+    let told = Handled::default();
     let mut children = Vec::with_capacity(args.workers);
     for _ in 0..args.workers {
-        children.push(ChildWorker::spawn(&db.url(), concurrency, args)?);
+        children.push(ChildWorker::spawn(&db.url(), concurrency, args, &told)?);
     }
     for child in &mut children {
         child.started().await?;
     }
     let start = Instant::now();
-    let polled = wait_done(&mut poller, batch, deadline(batch.n)).await?;
+    let within = deadline(batch.n);
+    wait_handled(&children, &told, batch.n as u64, within).await?;
+    let polled = wait_done(&mut poller, batch, within.saturating_sub(start.elapsed())).await?;
     let seconds = start.elapsed().as_secs_f64();
     let (pg_cpu, backends) = backend_cpu_s(pool, WORKER_APP).await?;
     let worker_cpu: f64 = children
@@ -441,20 +447,17 @@ pub(crate) async fn raw_drain(
     let (pg_before, _) = backend_cpu_s(pool, RAW_APP).await?;
     let client_before = proc_cpu_s(None).unwrap_or(0.0);
     let start = Instant::now();
-    let mut driver = tokio::spawn(raw_loop(raw_pool.clone(), spec.clone()));
-    // A loop that fails (a statement the database refuses) says so at once, rather than
-    // leaving the poll to time out on jobs nobody claims.
-    let (polled, awaited) = tokio::select! {
-        polled = wait_done(&mut poller, batch, deadline(batch.n)) => (polled?, false),
-        ended = &mut driver => {
-            ended??;
-            (wait_done(&mut poller, batch, deadline(batch.n)).await?, true)
-        }
-    };
+    // The loop ends once a claim finds nothing and its completer wrote every outcome; then
+    // the poller confirms, as for the worker (no poll while it runs).
+    let within = deadline(batch.n);
+    tokio::time::timeout(
+        within,
+        tokio::spawn(raw_loop(raw_pool.clone(), spec.clone())),
+    )
+    .await
+    .map_err(|_| format!("the raw loop did not end within {within:?}"))???;
+    let polled = wait_done(&mut poller, batch, within.saturating_sub(start.elapsed())).await?;
     let seconds = start.elapsed().as_secs_f64();
-    if !awaited {
-        driver.await??;
-    }
     let client = proc_cpu_s(None).unwrap_or(0.0) - client_before;
     let (pg_after, backends) = backend_cpu_s(pool, RAW_APP).await?;
     let plans = plan_counts(&raw_pool).await?;

@@ -24,7 +24,12 @@ pub(crate) async fn idle(args: &Args) -> Result<()> {
         )
         .fetch_one(&pool)
         .await?;
-        let mut child = ChildWorker::spawn(&db.url(), args.concurrency_or(10), args)?;
+        let mut child = ChildWorker::spawn(
+            &db.url(),
+            args.concurrency_or(10),
+            args,
+            &Default::default(),
+        )?;
         child.started().await?;
         // Let start-up work (connections, first passes of the services) pass.
         tokio::time::sleep(Duration::from_secs(2)).await;

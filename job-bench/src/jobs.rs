@@ -1,6 +1,7 @@
 //! The benchmark's jobs, defined the way applications define theirs.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -11,9 +12,14 @@ pub(crate) const QUEUE: &str = "default";
 /// A kind no benchmark worker registers (the backlog's `other-kind` waiting rows).
 pub(crate) const OTHER_KIND: &str = "bench.unregistered";
 
-/// Does nothing: the throughput workloads measure the framework, not a handler.
+/// `Noop` handlers run in this process (the worker child reports it; see `child.rs`).
+pub(crate) static HANDLED: AtomicU64 = AtomicU64::new(0);
+
+/// Does nothing but count itself: the throughput workloads measure the framework, not a
+/// handler.
 #[job(kind = "bench.noop")]
 pub(crate) async fn noop(_ctx: JobContext) -> Result<(), JobError> {
+    HANDLED.fetch_add(1, Ordering::Relaxed);
     Ok(())
 }
 

@@ -153,7 +153,7 @@ pub(crate) async fn soak(args: &Args) -> Result<()> {
             args.seconds
         );
 
-        let mut child = ChildWorker::spawn(&db.url(), c, args)?;
+        let mut child = ChildWorker::spawn(&db.url(), c, args, &Default::default())?;
         child.started().await?;
         let produced = Arc::new(AtomicU64::new(0));
         let stop = Arc::new(AtomicBool::new(false));
