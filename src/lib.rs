@@ -92,8 +92,8 @@ pub use job_macros::job;
 // Enqueueing through any backend's executor.
 pub use job_core::{Batch, BatchIds, Enqueue, EnqueueExecutor, EnqueueMany};
 pub use job_postgres::{
-    complete_in, enqueue, enqueue_many, pool_options, schema_script, Error as PgError, PgBackend,
-    PgStore, TenantAdmin, LISTEN_CHECK, POOL_CHECK_TIMEOUT,
+    complete_in, enqueue, enqueue_many, pool_options, schema_script, setup_session,
+    Error as PgError, PgBackend, PgStore, TenantAdmin, LISTEN_CHECK, POOL_CHECK_TIMEOUT,
 };
 pub use job_sqlite::{Error as SqliteError, SqliteStore};
 

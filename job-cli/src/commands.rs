@@ -520,8 +520,10 @@ async fn redrive(store: &PgStore, dead: &DeadArgs, json_out: bool) -> Result<Exi
 }
 
 /// Deletes dead letters. Asked first (unless `--yes`), it deletes exactly the ones it listed
-/// in its question, not what the filter matches once answered, and says which of those it
-/// could not delete (no longer dead letters, or held by another operation).
+/// in its question, not what the filter matches once answered. It says which ids it could not
+/// delete (those it listed that are no longer dead letters or were held by another operation,
+/// and ids named on the command line that are not dead letters, or no job at all), and then
+/// exits 1, as `redrive` does.
 async fn purge(
     store: &PgStore,
     dead: &DeadArgs,
@@ -529,50 +531,102 @@ async fn purge(
     json_out: bool,
 ) -> Result<ExitCode, Error> {
     let filter = dead.filter()?;
-    if yes {
-        let n = store.purge(&filter).await?;
-        say(
-            json_out,
-            json!({"purged": n, "not_purged": []}),
-            &format!("purged {n} dead letter(s)"),
-        )?;
-        return Ok(ExitCode::SUCCESS);
+    let missing = missing(store, &dead.ids).await?;
+    let (n, expected) = if yes {
+        (store.purge(&filter).await?, dead.ids.clone())
+    } else {
+        let matching = store
+            .list(&JobFilter {
+                states: vec![JobState::Discarded],
+                ..filter.clone()
+            })
+            .await?;
+        if matching.is_empty() {
+            let mut not_purged = unpurged(store, &dead.ids).await?;
+            not_purged.extend(missing);
+            say(
+                json_out,
+                json!({"purged": 0, "not_purged": not_purged}),
+                "no matching dead letters",
+            )?;
+            return Ok(exit_code(&not_purged));
+        }
+        eprint!(
+            "Delete {} dead letter(s) for good (ids {}..{})? [y/N] ",
+            matching.len(),
+            matching[0].id,
+            matching[matching.len() - 1].id
+        );
+        std::io::stderr().flush()?;
+        let mut answer = String::new();
+        std::io::stdin().lock().read_line(&mut answer)?;
+        if !matches!(answer.trim(), "y" | "Y" | "yes") {
+            eprintln!("job: nothing purged");
+            return Ok(ExitCode::FAILURE);
+        }
+        // Exactly the confirmed ids: the filter may match other rows by now.
+        let mut confirmed: Vec<i64> = matching.iter().map(|j| j.id).collect();
+        let n = store
+            .purge(&JobFilter {
+                ids: confirmed.clone(),
+                limit: Some(u32::try_from(confirmed.len())?),
+                ..JobFilter::default()
+            })
+            .await?;
+        let named: Vec<i64> = dead
+            .ids
+            .iter()
+            .copied()
+            .filter(|id| !confirmed.contains(id))
+            .collect();
+        confirmed.extend(named);
+        (n, confirmed)
+    };
+    let mut not_purged = unpurged(store, &expected).await?;
+    not_purged.extend(missing);
+    say(
+        json_out,
+        json!({"purged": n, "not_purged": not_purged}),
+        &format!("purged {n} dead letter(s)"),
+    )?;
+    Ok(exit_code(&not_purged))
+}
+
+/// Of the `named` ids, those of no job, each said on stderr.
+async fn missing(store: &PgStore, named: &[i64]) -> Result<Vec<i64>, Error> {
+    if named.is_empty() {
+        return Ok(Vec::new());
     }
-    let matching = store
+    let found = store
         .list(&JobFilter {
-            states: vec![JobState::Discarded],
-            ..filter.clone()
+            ids: named.to_vec(),
+            limit: Some(u32::try_from(named.len())?),
+            ..JobFilter::default()
         })
         .await?;
-    if matching.is_empty() {
-        say(
-            json_out,
-            json!({"purged": 0, "not_purged": []}),
-            "no matching dead letters",
-        )?;
-        return Ok(ExitCode::SUCCESS);
+    let missing: Vec<i64> = named
+        .iter()
+        .copied()
+        .filter(|id| !found.iter().any(|j| j.id == *id))
+        .collect();
+    for id in &missing {
+        eprintln!("job: {id} was not purged: no such job");
     }
-    eprint!(
-        "Delete {} dead letter(s) for good (ids {}..{})? [y/N] ",
-        matching.len(),
-        matching[0].id,
-        matching[matching.len() - 1].id
-    );
-    std::io::stderr().flush()?;
-    let mut answer = String::new();
-    std::io::stdin().lock().read_line(&mut answer)?;
-    if !matches!(answer.trim(), "y" | "Y" | "yes") {
-        eprintln!("job: nothing purged");
-        return Ok(ExitCode::FAILURE);
+    Ok(missing)
+}
+
+/// Of `ids`, each meant to be deleted, those still there, each said on stderr with why.
+async fn unpurged(store: &PgStore, ids: &[i64]) -> Result<Vec<i64>, Error> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
     }
-    // Exactly the confirmed ids: the filter may match other rows by now.
-    let confirmed = JobFilter {
-        ids: matching.iter().map(|j| j.id).collect(),
-        limit: Some(u32::try_from(matching.len())?),
-        ..JobFilter::default()
-    };
-    let n = store.purge(&confirmed).await?;
-    let left = store.list(&confirmed).await?;
+    let left = store
+        .list(&JobFilter {
+            ids: ids.to_vec(),
+            limit: Some(u32::try_from(ids.len())?),
+            ..JobFilter::default()
+        })
+        .await?;
     for j in &left {
         if j.state == JobState::Discarded {
             eprintln!(
@@ -580,16 +634,21 @@ async fn purge(
                 j.id
             );
         } else {
-            eprintln!("job: {} was not purged: it is {} now", j.id, j.state);
+            eprintln!(
+                "job: {} was not purged: it is {}, not a dead letter",
+                j.id, j.state
+            );
         }
     }
-    let not_purged: Vec<_> = left.iter().map(|j| j.id).collect();
-    say(
-        json_out,
-        json!({"purged": n, "not_purged": not_purged}),
-        &format!("purged {n} dead letter(s)"),
-    )?;
-    Ok(ExitCode::SUCCESS)
+    Ok(left.iter().map(|j| j.id).collect())
+}
+
+fn exit_code(not_purged: &[i64]) -> ExitCode {
+    if not_purged.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
 }
 
 async fn enqueue(store: &PgStore, args: EnqueueArgs) -> Result<i64, Error> {
@@ -726,7 +785,9 @@ fn print_check(check: &Check, json_out: bool) -> Result<(), StdoutError> {
 }
 
 /// The dashboard's configuration from `job web`'s flags: on a loopback address and without
-/// `--allowed-host`, the loopback names only (see [`job_web::DashboardConfig::allowed_hosts`]).
+/// `--allowed-host`, the loopback names only, and the address it listens on (any of
+/// 127.0.0.0/8), so that it answers where it listens (see
+/// [`job_web::DashboardConfig::allowed_hosts`]).
 fn web_config(
     listen: std::net::SocketAddr,
     mut allowed_hosts: Vec<String>,
@@ -736,6 +797,13 @@ fn web_config(
         allowed_hosts = ["localhost", "127.0.0.1", "[::1]"]
             .map(str::to_owned)
             .to_vec();
+        let own = match listen.ip() {
+            std::net::IpAddr::V4(ip) => ip.to_string(),
+            std::net::IpAddr::V6(ip) => format!("[{ip}]"),
+        };
+        if !allowed_hosts.contains(&own) {
+            allowed_hosts.push(own);
+        }
     }
     job_web::DashboardConfig {
         allowed_hosts,
@@ -859,5 +927,11 @@ mod tests {
         assert_eq!(web_config(v6, Vec::new(), false).allowed_hosts.len(), 3);
         let any = "0.0.0.0:8080".parse().unwrap();
         assert!(web_config(any, Vec::new(), false).allowed_hosts.is_empty());
+        // Any loopback address answers to its own address too.
+        let other = "127.0.0.2:8080".parse().unwrap();
+        assert_eq!(
+            web_config(other, Vec::new(), false).allowed_hosts,
+            ["localhost", "127.0.0.1", "[::1]", "127.0.0.2"]
+        );
     }
 }

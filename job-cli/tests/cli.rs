@@ -223,6 +223,41 @@ async fn redrive_and_purge_dead_letters_purge_asking_first() {
     db.close().await;
 }
 
+/// A purge that did not delete an id it was given fails and names it, as `redrive` does:
+/// with `--yes`, asked first, and when nothing matched.
+#[tokio::test]
+async fn a_purge_that_leaves_a_named_id_fails_naming_it() {
+    let db = TestDb::new().await;
+    let dead = enqueue(&db, &["charge", "{}"]);
+    let waiting = enqueue(&db, &["charge", "{}"]);
+    discard(&db, dead, "boom").await;
+    let (d, w, none) = (dead.to_string(), waiting.to_string(), "999999".to_owned());
+
+    let out = job(&db, &["--json", "purge", "--yes", &w, &none]);
+    assert_eq!(out.status.code(), Some(1));
+    let said: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(said["purged"], 0);
+    assert_eq!(said["not_purged"], serde_json::json!([waiting, 999999]));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "{w} was not purged: it is available, not a dead letter"
+        )) && stderr.contains("999999 was not purged: no such job"),
+        "{stderr}"
+    );
+
+    // Asked first, nothing matched: the same.
+    let out = job_with_input(&db, &["purge", &w], "y\n");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("no matching dead letters"));
+
+    // Every named id purged: success.
+    let out = json(&job(&db, &["--json", "purge", "--yes", &d]));
+    assert_eq!(out["purged"], 1);
+    assert_eq!(out["not_purged"], serde_json::json!([]));
+    db.close().await;
+}
+
 #[tokio::test]
 async fn pause_resume_paused_and_stats() {
     let db = TestDb::new().await;
@@ -403,10 +438,14 @@ async fn purge_deletes_only_the_dead_letters_it_asked_about() {
         .await
         .unwrap();
     let out = answer(child, "y\n");
-    assert!(ok(&out).contains("purged 1 dead letter(s)"));
+    // One it asked about could not be purged: said, and the exit code says so.
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("purged 1 dead letter(s)"));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        stderr.contains(&format!("{redriven} was not purged: it is available now")),
+        stderr.contains(&format!(
+            "{redriven} was not purged: it is available, not a dead letter"
+        )),
         "{stderr}"
     );
     let left = json(&job(&db, &["--json", "list"]));

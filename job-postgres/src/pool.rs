@@ -122,9 +122,28 @@ const SESSION_SETTINGS: [&str; 5] = [
 
 /// Has the server end a session whose client has gone, whether a statement runs (a connection
 /// closed because it did not answer a check) or not (a client cut off inside a transaction):
-/// see [`SESSION_SETTINGS`]. One round trip each on a new connection. Pools that set their
-/// own `after_connect` call it there.
-pub(crate) async fn setup_session(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
+/// `client_connection_check_interval` 1 s, and the server's TCP keepalive (10 s idle, then 3
+/// probes 5 s apart, `tcp_user_timeout` 25 s); each a plain `SET`, kept at the server's
+/// default when the server refuses it. One round trip each on a new connection.
+///
+/// [`pool_options`] runs it on every new connection. A pool that sets its own
+/// `after_connect` (which replaces that hook in sqlx) calls it there:
+///
+/// ```no_run
+/// # async fn f() -> Result<(), sqlx::Error> {
+/// let pool = job_postgres::pool_options()
+///     .after_connect(|conn, _meta| {
+///         Box::pin(async move {
+///             job_postgres::setup_session(conn).await?;
+///             sqlx::query("SET search_path = app, public").execute(conn).await?;
+///             Ok(())
+///         })
+///     })
+///     .connect("postgres://postgres@127.0.0.1/app")
+///     .await?;
+/// # Ok(()) }
+/// ```
+pub async fn setup_session(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
     for setting in SESSION_SETTINGS {
         match conn.execute(sqlx::raw_sql(setting)).await {
             // Refused by this server (unknown there, or not allowed): its default stays.

@@ -69,78 +69,89 @@ async fn list(
 
 impl Admin for SqliteStore {
     async fn cancel(&self, id: JobId) -> Result<Cancelled, StoreError> {
-        let mut w = self.write().await?;
-        let now = now(&mut w.tx).await?;
-        let found: Option<(String, i32, Text)> = sqlx::query_as(sql::CANCEL_READ)
-            .bind(id)
-            .fetch_optional(&mut *w.tx)
-            .await
-            .map_err(Error::query("cancel_read"))?;
-        let Some((state, attempt, errors)) = found else {
-            return Ok(Cancelled::NotFound);
-        };
-        let state = parse_state(id, &state)?;
-        if state.is_terminal() {
-            return Ok(Cancelled::AlreadyFinished(state));
-        }
-        let errors = history::push(
-            &errors.0,
-            attempt,
-            now,
-            "cancelled",
-            "cancelled by an operator",
-        );
-        let after: Option<String> = sqlx::query_scalar(sql::CANCEL)
-            .bind(id)
-            .bind(now)
-            .bind(errors)
-            .fetch_optional(&mut *w.tx)
-            .await
-            .map_err(Error::query("cancel"))?;
-        w.commit().await?;
-        Ok(match after.as_deref() {
-            Some("running") => Cancelled::Requested,
-            Some(_) => Cancelled::Now,
-            None => Cancelled::AlreadyFinished(state),
+        self.on_writer(|store| async move {
+            let mut w = store.write().await?;
+            let now = now(&mut w.tx).await?;
+            let found: Option<(String, i32, Text)> = sqlx::query_as(sql::CANCEL_READ)
+                .bind(id)
+                .fetch_optional(&mut *w.tx)
+                .await
+                .map_err(Error::query("cancel_read"))?;
+            let Some((state, attempt, errors)) = found else {
+                return Ok(Cancelled::NotFound);
+            };
+            let state = parse_state(id, &state)?;
+            if state.is_terminal() {
+                return Ok(Cancelled::AlreadyFinished(state));
+            }
+            let errors = history::push(
+                &errors.0,
+                attempt,
+                now,
+                "cancelled",
+                "cancelled by an operator",
+            );
+            let after: Option<String> = sqlx::query_scalar(sql::CANCEL)
+                .bind(id)
+                .bind(now)
+                .bind(errors)
+                .fetch_optional(&mut *w.tx)
+                .await
+                .map_err(Error::query("cancel"))?;
+            w.commit().await?;
+            Ok(match after.as_deref() {
+                Some("running") => Cancelled::Requested,
+                Some(_) => Cancelled::Now,
+                None => Cancelled::AlreadyFinished(state),
+            })
         })
+        .await
     }
 
     async fn pause(&self, what: &Pause) -> Result<bool, StoreError> {
         what.check()?;
-        let mut w = self.write().await?;
-        let now = now(&mut w.tx).await?;
-        let done = sqlx::query(sql::PAUSE)
-            .bind(what.scope())
-            .bind(what.name())
-            .bind(now)
-            .execute(&mut *w.tx)
-            .await
-            .map_err(Error::query("pause"))?;
-        w.commit().await?;
-        Ok(done.rows_affected() > 0)
+        let what = what.clone();
+        self.on_writer(|store| async move {
+            let mut w = store.write().await?;
+            let now = now(&mut w.tx).await?;
+            let done = sqlx::query(sql::PAUSE)
+                .bind(what.scope())
+                .bind(what.name())
+                .bind(now)
+                .execute(&mut *w.tx)
+                .await
+                .map_err(Error::query("pause"))?;
+            w.commit().await?;
+            Ok(done.rows_affected() > 0)
+        })
+        .await
     }
 
     async fn resume(&self, what: &Pause) -> Result<bool, StoreError> {
         what.check()?;
-        let mut w = self.write().await?;
-        let now = now(&mut w.tx).await?;
-        let was: Option<bool> = sqlx::query_scalar(sql::RESUME)
-            .bind(what.scope())
-            .bind(what.name())
-            .bind(now)
-            .fetch_optional(&mut *w.tx)
-            .await
-            .map_err(Error::query("resume"))?;
-        w.commit().await?;
-        let resumed = was.unwrap_or(false);
-        if resumed {
-            // A resumed queue is woken so idle workers claim at once; a resumed kind waits for
-            // the next poll, as with job-postgres.
-            if let Pause::Queue(name) = what {
-                self.wake(std::slice::from_ref(name));
+        let what = what.clone();
+        self.on_writer(|store| async move {
+            let mut w = store.write().await?;
+            let now = now(&mut w.tx).await?;
+            let was: Option<bool> = sqlx::query_scalar(sql::RESUME)
+                .bind(what.scope())
+                .bind(what.name())
+                .bind(now)
+                .fetch_optional(&mut *w.tx)
+                .await
+                .map_err(Error::query("resume"))?;
+            w.commit().await?;
+            let resumed = was.unwrap_or(false);
+            if resumed {
+                // A resumed queue is woken so idle workers claim at once; a resumed kind waits for
+                // the next poll, as with job-postgres.
+                if let Pause::Queue(name) = &what {
+                    store.wake(std::slice::from_ref(name));
+                }
             }
-        }
-        Ok(resumed)
+            Ok(resumed)
+        })
+        .await
     }
 
     async fn paused(&self) -> Result<Vec<Pause>, StoreError> {
@@ -169,62 +180,70 @@ impl Admin for SqliteStore {
 
     async fn redrive(&self, filter: &JobFilter) -> Result<Redriven, StoreError> {
         filter.check()?;
-        let mut w = self.write().await?;
-        let now = now(&mut w.tx).await?;
-        let dead = list(&mut w.tx, filter, &[JobState::Discarded]).await?;
-        // Of several dead letters sharing a key, only the newest goes back.
-        let mut newest: HashMap<(&str, &str), JobId> = HashMap::new();
-        for d in &dead {
-            if let Some(key) = &d.unique_key {
-                let slot = newest
-                    .entry((d.kind.as_str(), key.as_str()))
-                    .or_insert(d.id);
-                *slot = (*slot).max(d.id);
-            }
-        }
-        let mut out = Redriven::default();
-        let mut queues = Vec::new();
-        for d in &dead {
-            if let Some(key) = &d.unique_key {
-                let holder: Option<JobId> = sqlx::query_scalar(sql::UNIQUE_OTHER_HOLDER)
-                    .bind(d.id)
-                    .fetch_optional(&mut *w.tx)
-                    .await
-                    .map_err(Error::query("unique_other_holder"))?;
-                let first = newest[&(d.kind.as_str(), key.as_str())];
-                if let Some(existing) = holder.or((first != d.id).then_some(first)) {
-                    out.skipped.push((d.id, existing));
-                    continue;
+        let filter = filter.clone();
+        self.on_writer(|store| async move {
+            let mut w = store.write().await?;
+            let now = now(&mut w.tx).await?;
+            let dead = list(&mut w.tx, &filter, &[JobState::Discarded]).await?;
+            // Of several dead letters sharing a key, only the newest goes back.
+            let mut newest: HashMap<(&str, &str), JobId> = HashMap::new();
+            for d in &dead {
+                if let Some(key) = &d.unique_key {
+                    let slot = newest
+                        .entry((d.kind.as_str(), key.as_str()))
+                        .or_insert(d.id);
+                    *slot = (*slot).max(d.id);
                 }
             }
-            let queue: Option<Text> = sqlx::query_scalar(sql::REDRIVE)
-                .bind(d.id)
-                .bind(now)
-                .fetch_optional(&mut *w.tx)
-                .await
-                .map_err(Error::query("redrive"))?;
-            if let Some(queue) = queue {
-                out.redriven.push(d.id);
-                queues.push(queue.0);
+            let mut out = Redriven::default();
+            let mut queues = Vec::new();
+            for d in &dead {
+                if let Some(key) = &d.unique_key {
+                    let holder: Option<JobId> = sqlx::query_scalar(sql::UNIQUE_OTHER_HOLDER)
+                        .bind(d.id)
+                        .fetch_optional(&mut *w.tx)
+                        .await
+                        .map_err(Error::query("unique_other_holder"))?;
+                    let first = newest[&(d.kind.as_str(), key.as_str())];
+                    if let Some(existing) = holder.or((first != d.id).then_some(first)) {
+                        out.skipped.push((d.id, existing));
+                        continue;
+                    }
+                }
+                let queue: Option<Text> = sqlx::query_scalar(sql::REDRIVE)
+                    .bind(d.id)
+                    .bind(now)
+                    .fetch_optional(&mut *w.tx)
+                    .await
+                    .map_err(Error::query("redrive"))?;
+                if let Some(queue) = queue {
+                    out.redriven.push(d.id);
+                    queues.push(queue.0);
+                }
             }
-        }
-        w.commit().await?;
-        self.wake(&queues);
-        Ok(out)
+            w.commit().await?;
+            store.wake(&queues);
+            Ok(out)
+        })
+        .await
     }
 
     async fn purge(&self, filter: &JobFilter) -> Result<u64, StoreError> {
         filter.check()?;
-        let mut w = self.write().await?;
-        let dead = list(&mut w.tx, filter, &[JobState::Discarded]).await?;
-        let ids: Vec<JobId> = dead.iter().map(|d| d.id).collect();
-        let done = sqlx::query(sql::PURGE)
-            .bind(serde_json::to_string(&ids).unwrap_or_else(|_| "[]".into()))
-            .execute(&mut *w.tx)
-            .await
-            .map_err(Error::query("purge"))?;
-        w.commit().await?;
-        Ok(done.rows_affected())
+        let filter = filter.clone();
+        self.on_writer(|store| async move {
+            let mut w = store.write().await?;
+            let dead = list(&mut w.tx, &filter, &[JobState::Discarded]).await?;
+            let ids: Vec<JobId> = dead.iter().map(|d| d.id).collect();
+            let done = sqlx::query(sql::PURGE)
+                .bind(serde_json::to_string(&ids).unwrap_or_else(|_| "[]".into()))
+                .execute(&mut *w.tx)
+                .await
+                .map_err(Error::query("purge"))?;
+            w.commit().await?;
+            Ok(done.rows_affected())
+        })
+        .await
     }
 
     async fn stats(&self, filter: &JobFilter) -> Result<Stats, StoreError> {

@@ -39,6 +39,9 @@ pub enum Error {
         #[source]
         source: sqlx::Error,
     },
+    /// The store's writer thread, where its write transactions run, could not be started.
+    #[error("could not start the SQLite store's writer thread: {0}")]
+    Writer(#[source] std::io::Error),
     /// A guarded write found the lease it was made under gone (the job was rescued, released
     /// or finalized elsewhere): it wrote nothing.
     #[error("the lease on job {id} was lost: nothing was written")]

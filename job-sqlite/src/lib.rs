@@ -27,6 +27,7 @@ mod steps;
 mod store;
 mod text;
 mod time;
+mod writer;
 
 pub use enqueue::{enqueue, enqueue_many, SqliteBackend};
 pub use error::Error;

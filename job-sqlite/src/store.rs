@@ -1,6 +1,7 @@
 //! [`SqliteStore`]: the [`Store`] contract on an embedded SQLite database file.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,6 +16,7 @@ use tokio::sync::{Mutex, OwnedMutexGuard};
 
 use crate::error::Error;
 use crate::listen::Notifier;
+use crate::writer::Writer;
 use crate::{enqueue, lease, maintenance, migrate, row, steps};
 
 /// How long a statement waits for another process's write lock before it fails as busy.
@@ -33,9 +35,11 @@ const POOL_SIZE: u32 = 8;
 ///
 /// SQLite has one writer at a time. Every write the store makes is one immediate transaction
 /// (`BEGIN IMMEDIATE`: the write lock taken by its first statement, so it never has to be
-/// upgraded from a stale read), and the writes of one process, each with its connection, queue
-/// on an async gate before they ask for the lock, so they wait in order instead of in SQLite's busy handler. Writers
-/// of other processes sharing the file wait in the busy handler, up to [`BUSY_TIMEOUT`].
+/// upgraded from a stale read), run from begin to commit on the store's own writer thread (so
+/// that no handler blocking the application's runtime can stop one while it holds the lock),
+/// and the writes of one process, each with its connection, queue on an async gate before they
+/// ask for the lock, so they wait in order instead of in SQLite's busy handler. Writers of
+/// other processes sharing the file wait in the busy handler, up to [`BUSY_TIMEOUT`].
 ///
 /// Cloning is cheap (the pool is shared).
 #[derive(Debug, Clone)]
@@ -52,6 +56,7 @@ struct Shared {
     options: SqliteConnectOptions,
     notifier: Arc<Notifier>,
     gate: Arc<Mutex<()>>,
+    writer: Writer,
 }
 
 /// An immediate transaction of the store and its place at the gate.
@@ -101,10 +106,12 @@ impl SqliteStore {
             ))
             .in_file(options.get_filename()));
         }
+        let writer = Writer::start().map_err(|e| e.in_file(options.get_filename()))?;
         let shared = Arc::new(Shared {
             options,
             notifier: Arc::new(Notifier::default()),
             gate: Arc::new(Mutex::new(())),
+            writer,
         });
         let pool = pool_options(&shared, POOL_SIZE)
             .connect_with(shared.options.clone())
@@ -166,6 +173,18 @@ impl SqliteStore {
             .await
             .map_err(Error::query("begin_immediate"))?;
         Ok(Write { tx, _gate: gate })
+    }
+
+    /// Runs `work`, given a handle of this store, on the store's writer thread (see
+    /// [`crate::writer`]) and waits for its answer: every write transaction of the store runs
+    /// there, begun with [`write`](Self::write).
+    pub(crate) async fn on_writer<T, F, Fut>(&self, work: F) -> T
+    where
+        F: FnOnce(SqliteStore) -> Fut,
+        Fut: Future<Output = T> + Send + 'static,
+        T: Send + 'static,
+    {
+        self.shared.writer.run(work(self.clone())).await
     }
 
     /// Wakes this process's workers of `queues`.
@@ -237,22 +256,26 @@ impl Store for SqliteStore {
         &self,
         kinds: &[(String, Option<job_core::Compensate>)],
     ) -> Result<(), StoreError> {
-        let mut w = self.write().await?;
-        for (kind, compensate) in kinds {
-            let query = match compensate {
-                Some(c) => sqlx::query(crate::sql::REGISTER_KINDS)
-                    .bind(kind)
-                    .bind(c.kind)
-                    .bind(c.queue),
-                None => sqlx::query(crate::sql::UNREGISTER_KIND).bind(kind),
-            };
-            query
-                .execute(&mut *w.tx)
-                .await
-                .map_err(Error::query("register_kinds"))?;
-        }
-        w.commit().await?;
-        Ok(())
+        let kinds = kinds.to_vec();
+        self.on_writer(|store| async move {
+            let mut w = store.write().await?;
+            for (kind, compensate) in &kinds {
+                let query = match compensate {
+                    Some(c) => sqlx::query(crate::sql::REGISTER_KINDS)
+                        .bind(kind)
+                        .bind(c.kind)
+                        .bind(c.queue),
+                    None => sqlx::query(crate::sql::UNREGISTER_KIND).bind(kind),
+                };
+                query
+                    .execute(&mut *w.tx)
+                    .await
+                    .map_err(Error::query("register_kinds"))?;
+            }
+            w.commit().await?;
+            Ok(())
+        })
+        .await
     }
 
     async fn record_breakers(
@@ -262,10 +285,14 @@ impl Store for SqliteStore {
         if counts.is_empty() {
             return Ok(Vec::new());
         }
-        let mut w = self.write().await?;
-        let tripped = lease::record_breakers(&mut w.tx, counts).await?;
-        w.commit().await?;
-        Ok(tripped)
+        let counts = counts.to_vec();
+        self.on_writer(|store| async move {
+            let mut w = store.write().await?;
+            let tripped = lease::record_breakers(&mut w.tx, &counts).await?;
+            w.commit().await?;
+            Ok(tripped)
+        })
+        .await
     }
 
     fn supports_flow_control(&self) -> bool {
@@ -274,10 +301,13 @@ impl Store for SqliteStore {
 
     async fn enqueue(&self, job: NewJob) -> Result<JobId, EnqueueError> {
         self.validate(&job)?;
-        let mut w = self.write().await?;
-        let id = enqueue::enqueue(&mut w.tx, &job).await?;
-        w.commit().await?;
-        Ok(id)
+        self.on_writer(|store| async move {
+            let mut w = store.write().await?;
+            let id = enqueue::enqueue(&mut w.tx, &job).await?;
+            w.commit().await?;
+            Ok(id)
+        })
+        .await
     }
 
     async fn enqueue_many(&self, jobs: Vec<NewJob>) -> Result<Vec<JobId>, EnqueueError> {
@@ -287,64 +317,85 @@ impl Store for SqliteStore {
         if jobs.is_empty() {
             return Ok(Vec::new());
         }
-        if jobs.iter().any(|j| j.unique.is_some()) {
-            // Refused as job-postgres refuses it, with the same words.
-            let mut w = self.write().await?;
-            return enqueue::enqueue_many(&mut w.tx, &jobs).await;
-        }
-        let mut w = self.write().await?;
-        let ids = enqueue::insert_all(&mut w.tx, &jobs).await?;
-        w.commit().await?;
-        Ok(ids)
+        self.on_writer(|store| async move {
+            let mut w = store.write().await?;
+            if jobs.iter().any(|j| j.unique.is_some()) {
+                // Refused as job-postgres refuses it, with the same words.
+                return enqueue::enqueue_many(&mut w.tx, &jobs).await;
+            }
+            let ids = enqueue::insert_all(&mut w.tx, &jobs).await?;
+            w.commit().await?;
+            Ok(ids)
+        })
+        .await
     }
 
     async fn claim(&self, request: &ClaimRequest) -> Result<Vec<ClaimedJob>, StoreError> {
         if request.kinds.is_empty() || request.limit == 0 {
             return Ok(Vec::new());
         }
-        let mut w = self.write().await?;
-        let claimed = lease::claim(&mut w.tx, request).await?;
-        w.commit().await?;
-        Ok(claimed)
+        let request = request.clone();
+        self.on_writer(|store| async move {
+            let mut w = store.write().await?;
+            let claimed = lease::claim(&mut w.tx, &request).await?;
+            w.commit().await?;
+            Ok(claimed)
+        })
+        .await
     }
 
     async fn heartbeat(&self, renewals: &[Renewal]) -> Result<HeartbeatReport, StoreError> {
         if renewals.is_empty() {
             return Ok(HeartbeatReport::default());
         }
-        let mut w = self.write().await?;
-        let report = lease::heartbeat(&mut w.tx, renewals).await?;
-        w.commit().await?;
-        Ok(report)
+        let renewals = renewals.to_vec();
+        self.on_writer(|store| async move {
+            let mut w = store.write().await?;
+            let report = lease::heartbeat(&mut w.tx, &renewals).await?;
+            w.commit().await?;
+            Ok(report)
+        })
+        .await
     }
 
     async fn finalize(&self, batch: &[Finalize]) -> Result<Vec<Finalized>, StoreError> {
         if batch.is_empty() {
             return Ok(Vec::new());
         }
-        let mut w = self.write().await?;
-        let result = lease::finalize(&mut w.tx, batch).await?;
-        w.commit().await?;
-        Ok(result)
+        let batch = batch.to_vec();
+        self.on_writer(|store| async move {
+            let mut w = store.write().await?;
+            let result = lease::finalize(&mut w.tx, &batch).await?;
+            w.commit().await?;
+            Ok(result)
+        })
+        .await
     }
 
     async fn rescue_expired(&self, limit: u32) -> Result<Rescued, StoreError> {
-        let mut w = self.write().await?;
-        let (rescued, queues) = lease::rescue_expired(&mut w.tx, limit).await?;
-        w.commit().await?;
-        self.wake(&queues);
-        Ok(rescued)
+        self.on_writer(|store| async move {
+            let mut w = store.write().await?;
+            let (rescued, queues) = lease::rescue_expired(&mut w.tx, limit).await?;
+            w.commit().await?;
+            store.wake(&queues);
+            Ok(rescued)
+        })
+        .await
     }
 
     async fn release(&self, releases: &[Release]) -> Result<u64, StoreError> {
         if releases.is_empty() {
             return Ok(0);
         }
-        let mut w = self.write().await?;
-        let (released, queues) = lease::release(&mut w.tx, releases).await?;
-        w.commit().await?;
-        self.wake(&queues);
-        Ok(released)
+        let releases = releases.to_vec();
+        self.on_writer(|store| async move {
+            let mut w = store.write().await?;
+            let (released, queues) = lease::release(&mut w.tx, &releases).await?;
+            w.commit().await?;
+            store.wake(&queues);
+            Ok(released)
+        })
+        .await
     }
 
     async fn get(&self, id: JobId) -> Result<Option<JobRow>, StoreError> {
@@ -375,17 +426,24 @@ impl Store for SqliteStore {
     }
 
     async fn prune(&self, request: &PruneRequest) -> Result<u64, StoreError> {
-        let mut w = self.write().await?;
-        let n = maintenance::prune(&mut w.tx, request).await?;
-        w.commit().await?;
-        Ok(n)
+        let request = *request;
+        self.on_writer(|store| async move {
+            let mut w = store.write().await?;
+            let n = maintenance::prune(&mut w.tx, &request).await?;
+            w.commit().await?;
+            Ok(n)
+        })
+        .await
     }
 
     async fn expire(&self, limit: u32) -> Result<Expired, StoreError> {
-        let mut w = self.write().await?;
-        let expired = maintenance::expire(&mut w.tx, limit).await?;
-        w.commit().await?;
-        Ok(expired)
+        self.on_writer(|store| async move {
+            let mut w = store.write().await?;
+            let expired = maintenance::expire(&mut w.tx, limit).await?;
+            w.commit().await?;
+            Ok(expired)
+        })
+        .await
     }
 
     async fn load_steps(&self, lease: &Lease) -> Result<HashMap<String, String>, StoreError> {
@@ -410,9 +468,13 @@ impl Store for SqliteStore {
         name: &str,
         output: &str,
     ) -> Result<Finalized, StoreError> {
-        let mut w = self.write().await?;
-        let saved = steps::save(&mut w.tx, lease, name, output).await?;
-        w.commit().await?;
-        Ok(saved)
+        let (lease, name, output) = (*lease, name.to_owned(), output.to_owned());
+        self.on_writer(|store| async move {
+            let mut w = store.write().await?;
+            let saved = steps::save(&mut w.tx, &lease, &name, &output).await?;
+            w.commit().await?;
+            Ok(saved)
+        })
+        .await
     }
 }

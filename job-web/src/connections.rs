@@ -65,6 +65,23 @@ async fn bound(conn: &mut sqlx::PgConnection, within: Duration) -> Result<(), sq
     Ok(())
 }
 
+/// `check`, failed as a lost connection when the connection has not answered it within the
+/// request's bound or [`job_postgres::POOL_CHECK_TIMEOUT`], whichever is shorter.
+async fn answered(
+    within: Duration,
+    check: impl Future<Output = Result<(), sqlx::Error>>,
+) -> Result<(), sqlx::Error> {
+    let bound = within.min(job_postgres::POOL_CHECK_TIMEOUT);
+    tokio::time::timeout(bound, check)
+        .await
+        .unwrap_or_else(|_| {
+            Err(sqlx::Error::Io(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("a dashboard connection did not answer within {bound:?}"),
+            )))
+        })
+}
+
 /// A store on the dashboard's own connections, made from `store`'s connect options (URL, role,
 /// TLS, `options`; not the hooks of the application's pool options), named
 /// `<application name>: job dashboard` in `pg_stat_activity`. Lazy: no connection is opened
@@ -83,12 +100,20 @@ pub(crate) fn store(store: &PgStore, config: &DashboardConfig) -> PgStore {
         // Past the request's bound nobody waits for the connection any more.
         .acquire_timeout(within)
         .idle_timeout(Some(Duration::from_secs(60)))
-        // The hooks' SET is a round trip that finds a dead connection as the test would.
+        // The hooks' SET is a round trip that finds a dead connection as the test would, and
+        // is itself bounded, so that a connection gone silent is closed rather than waited on.
+        // (`after_connect` and `before_acquire` replace those of `pool_options`: the session
+        // settings are asked for here again.)
         .test_before_acquire(false)
-        .after_connect(move |conn, _| Box::pin(bound(conn, within)))
+        .after_connect(move |conn, _| {
+            Box::pin(async move {
+                job_postgres::setup_session(conn).await?;
+                answered(within, bound(conn, within)).await
+            })
+        })
         .before_acquire(move |conn, _| {
             Box::pin(async move {
-                bound(conn, within).await?;
+                answered(within, bound(conn, within)).await?;
                 Ok(true)
             })
         })
@@ -105,6 +130,34 @@ mod tests {
         assert_eq!(margin(Duration::from_secs(1)), Duration::from_millis(200));
         assert_eq!(margin(Duration::from_secs(5)), Duration::from_millis(500));
         assert_eq!(margin(Duration::from_secs(60)), Duration::from_millis(500));
+    }
+
+    /// The dashboard's hooks replace those of `pool_options`: they ask for the session settings
+    /// that have the server end a session whose client has gone, as the application's do.
+    #[tokio::test]
+    async fn the_dashboards_sessions_carry_the_settings_of_the_application_pools() {
+        let db = job_testkit::TestDb::new().await;
+        let dashboard = store(&PgStore::new(db.pool()), &DashboardConfig::default());
+        let mut conn = dashboard.pool().acquire().await.unwrap();
+        for (setting, expected) in [
+            ("client_connection_check_interval", "1s"),
+            ("tcp_keepalives_idle", "10"),
+            ("tcp_user_timeout", "25000"),
+        ] {
+            let value: String = sqlx::query_scalar(&format!("SHOW {setting}"))
+                .fetch_one(&mut *conn)
+                .await
+                .unwrap();
+            assert_eq!(value, expected, "{setting}");
+        }
+        let timeout: String = sqlx::query_scalar("SHOW statement_timeout")
+            .fetch_one(&mut *conn)
+            .await
+            .unwrap();
+        assert_ne!(timeout, "0", "the request's bound is set too");
+        drop(conn);
+        dashboard.pool().close().await;
+        db.close().await;
     }
 
     #[tokio::test]

@@ -1,11 +1,14 @@
 //! Handlers that block threads: `std::thread::sleep` in async code, on a multi-thread runtime
 //! whose every thread it blocks, and on a `current_thread` runtime. The lease keeper runs on a
 //! thread and connections of its own, so their leases are renewed while they block, and no
-//! other worker ever runs their jobs at the same time.
+//! other worker ever runs their jobs at the same time. Run against PostgreSQL (`tests/isolation`)
+//! and SQLite (`tests/worker_sqlite`), whose store runs its write transactions on a thread of
+//! its own: one driven by a blocked runtime would hold the file's write lock, and with it every
+//! heartbeat, while the runtime is blocked.
 
 use std::time::Duration;
 
-use job::{Job, JobContext, JobError, JobOptions, JobState};
+use job::{Job, JobContext, JobError, JobOptions, JobState, Store};
 use serde::{Deserialize, Serialize};
 
 use crate::common::{enqueue, Harness, FAST_BACKOFF};
@@ -38,13 +41,13 @@ impl Job for Blocker {
     }
 }
 
-fn blocking_worker(
-    h: &Harness,
+fn blocking_worker<S: Store + Clone>(
+    store: &S,
     timeline: &Timeline,
     name: &'static str,
     concurrency: usize,
-) -> impl FnOnce() -> job::WorkerBuilder<job::PgStore> + Send + 'static {
-    let (store, timeline) = (h.store.clone(), timeline.clone());
+) -> impl FnOnce() -> job::WorkerBuilder<S> + Send + 'static {
+    let (store, timeline) = (store.clone(), timeline.clone());
     move || {
         let mut config = job::WorkerConfig::default();
         config.rescuer.interval = Duration::from_millis(100);
@@ -71,15 +74,15 @@ async fn blocking_handlers_keep_their_leases_on_every_runtime_and_never_run_twic
     let workers = [
         Remote::start(
             Flavor::Threads(2),
-            blocking_worker(&h, &timeline, "two-threads", 2),
+            blocking_worker(&h.store, &timeline, "two-threads", 2),
         ),
         Remote::start(
             Flavor::CurrentThread,
-            blocking_worker(&h, &timeline, "current-thread", 1),
+            blocking_worker(&h.store, &timeline, "current-thread", 1),
         ),
         Remote::start(
             Flavor::Threads(8),
-            blocking_worker(&h, &timeline, "eight-threads", 4),
+            blocking_worker(&h.store, &timeline, "eight-threads", 4),
         ),
     ];
     let mut rows = Vec::new();

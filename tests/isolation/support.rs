@@ -4,8 +4,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use job::PgStore;
-use job::{JobContext, JobId, WorkerStats};
+use job::{JobContext, JobId, Store, WorkerStats};
 use job_core::WorkerBuilder;
 use tokio::sync::oneshot;
 
@@ -93,9 +92,9 @@ pub enum Flavor {
 
 impl Remote {
     /// Builds the worker from `make` on a new thread with a runtime of `flavor`, and starts it.
-    pub fn start(
+    pub fn start<S: Store>(
         flavor: Flavor,
-        make: impl FnOnce() -> WorkerBuilder<PgStore> + Send + 'static,
+        make: impl FnOnce() -> WorkerBuilder<S> + Send + 'static,
     ) -> Remote {
         let (stop, stopped) = oneshot::channel::<()>();
         let done = std::thread::spawn(move || {

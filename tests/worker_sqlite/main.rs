@@ -1,8 +1,15 @@
 //! The worker runtime's end-to-end tests that need no SQL of their own (`tests/worker`'s
-//! outcomes, drain, prefetch and many workers), run against `SqliteStore`: the same test
-//! files, over a harness that makes a fresh SQLite file per test.
+//! outcomes, drain, prefetch and many workers, and `tests/isolation`'s blocking handlers), run
+//! against `SqliteStore`: the same test files, over a harness that makes a fresh SQLite file
+//! per test.
+#![allow(unreachable_pub)]
 
 mod common;
+
+#[path = "../isolation/blocking.rs"]
+mod blocking;
+#[path = "../isolation/support.rs"]
+mod support;
 
 #[path = "../worker/drain.rs"]
 mod drain;
