@@ -1,10 +1,13 @@
 //! The actions: every one a POST from a logged-in operator carrying the session's CSRF token,
 //! answered with a redirect to a page that shows the outcome (post/redirect/get).
 
+use std::net::SocketAddr;
 use std::time::Instant;
 
+use axum::extract::ConnectInfo;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
+use axum::Extension;
 use job::{Cancelled, JobFilter, Pause};
 use serde::Deserialize;
 
@@ -15,7 +18,7 @@ use crate::error::WebError;
 use crate::extract::Form;
 use crate::fields::text;
 use crate::pages::layout::href;
-use crate::throttle::FAILURES;
+use crate::throttle::Client;
 
 /// Every field any action form sends; each action reads its own.
 #[derive(Debug, Default, Deserialize)]
@@ -196,6 +199,7 @@ fn session_cookie(app: &App, base: &Base, value: &str, max_age: u64) -> String {
 pub(crate) async fn login(
     axum::extract::State(app): AppState,
     base: Base,
+    peer: Option<Extension<ConnectInfo<SocketAddr>>>,
     Form(form): Form<ActionForm>,
 ) -> Result<Response, WebError> {
     let Some(operator) = &app.operator else {
@@ -204,13 +208,14 @@ pub(crate) async fn login(
         ));
     };
     let now = Instant::now();
-    if let Err(wait) = app.logins.admit(now) {
+    let client = Client::of(peer.map(|Extension(ConnectInfo(a))| a.ip()));
+    if let Err(wait) = app.logins.admit(client, now) {
         tracing::warn!("job-web: a login refused after too many wrong operator tokens");
         let mut response = WebError::new(
             StatusCode::TOO_MANY_REQUESTS,
             format!(
-                "{FAILURES} wrong operator tokens within a minute: logging in is refused for \
-                 {} s more",
+                "too many wrong operator tokens within a minute (from this address, or from \
+                 all together): logging in is refused for {} s more",
                 wait.as_secs().max(1)
             ),
         )
@@ -223,7 +228,7 @@ pub(crate) async fn login(
     }
     if !operator.accepts(form.token.as_deref().unwrap_or_default()) {
         tracing::warn!("job-web: a login with a wrong operator token");
-        app.logins.failed(now);
+        app.logins.failed(client, now);
         return Err(WebError::forbidden("wrong operator token"));
     }
     let cookie = session_cookie(&app, &base, &operator.new_session(), 12 * 3600);

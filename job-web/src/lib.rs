@@ -22,7 +22,12 @@
 //!         .router(),
 //! );
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
-//! axum::serve(listener, app).await
+//! // With the peer's address, wrong logins are bounded per client (see the README).
+//! axum::serve(
+//!     listener,
+//!     app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
+//! )
+//! .await
 //! # }
 //! ```
 

@@ -7,7 +7,7 @@ mod support;
 use axum::http::StatusCode;
 use job_testkit::TestDb;
 use job_web::Dashboard;
-use support::{csrf, discard, enqueue, get, login, post, post_raw, state};
+use support::{csrf, discard, enqueue, get, login, login_from, post, post_raw, state};
 
 const SCRIPT: &str = "<script>alert('owned')</script>";
 
@@ -765,6 +765,51 @@ async fn after_ten_wrong_tokens_in_a_minute_logging_in_is_refused() {
         .operator_token("right-token")
         .router();
     login(&other, "right-token").await;
+    db.close().await;
+}
+
+/// Served with the peer's address, the bound is per client: one host guessing locks out only
+/// itself (an IPv6 host by its /64); many hosts together are bounded too.
+#[tokio::test]
+async fn a_client_guessing_locks_out_only_itself() {
+    let db = TestDb::new().await;
+    let router = Dashboard::new(db.store())
+        .operator_token("right-token")
+        .router();
+    let guesser = "203.0.113.9:40000";
+    for n in 0..10 {
+        let answer = login_from(&router, "guess", guesser).await;
+        assert_eq!(answer.status, StatusCode::FORBIDDEN, "guess {n}");
+    }
+    for token in ["guess", "right-token"] {
+        let answer = login_from(&router, token, guesser).await;
+        assert_eq!(answer.status, StatusCode::TOO_MANY_REQUESTS, "{token}");
+    }
+    // Another port of the same host is the same client.
+    let answer = login_from(&router, "right-token", "203.0.113.9:40001").await;
+    assert_eq!(answer.status, StatusCode::TOO_MANY_REQUESTS);
+    // The operator, elsewhere, logs in.
+    let answer = login_from(&router, "right-token", "198.51.100.4:50000").await;
+    assert_eq!(answer.status, StatusCode::SEE_OTHER, "{}", answer.body);
+    assert!(answer.set_cookie.is_some());
+    // An IPv6 host is its /64: another address of the same /64 is the same client.
+    for n in 0..10 {
+        let from = format!("[2001:db8:5:6::{n}]:1000");
+        let answer = login_from(&router, "guess", &from).await;
+        assert_eq!(answer.status, StatusCode::FORBIDDEN, "guess {n}");
+    }
+    let answer = login_from(&router, "right-token", "[2001:db8:5:6::ff]:1000").await;
+    assert_eq!(answer.status, StatusCode::TOO_MANY_REQUESTS);
+    let answer = login_from(&router, "right-token", "[2001:db8:5:7::1]:1000").await;
+    assert_eq!(answer.status, StatusCode::SEE_OTHER);
+    // Many hosts: 100 wrong logins in all within the minute refuse every login.
+    for n in 0..80 {
+        let from = format!("192.0.2.{n}:1000");
+        let answer = login_from(&router, "guess", &from).await;
+        assert_eq!(answer.status, StatusCode::FORBIDDEN, "guess from {from}");
+    }
+    let answer = login_from(&router, "right-token", "198.51.100.4:50000").await;
+    assert_eq!(answer.status, StatusCode::TOO_MANY_REQUESTS);
     db.close().await;
 }
 

@@ -75,6 +75,21 @@ pub async fn post_raw(router: &Router, path: &str, body: &str, cookie: Option<&s
     send(router, request.body(Body::from(body.to_owned())).unwrap()).await
 }
 
+/// POSTs a login with `token` from the client at `from`, as a server serving the router with
+/// `into_make_service_with_connect_info` says it.
+pub async fn login_from(router: &Router, token: &str, from: &str) -> Answer {
+    let body = serde_urlencoded::to_string([("token", token)]).unwrap();
+    let mut request = Request::post("/login")
+        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .body(Body::from(body))
+        .unwrap();
+    let peer: std::net::SocketAddr = from.parse().unwrap();
+    request
+        .extensions_mut()
+        .insert(axum::extract::ConnectInfo(peer));
+    send(router, request).await
+}
+
 /// Logs in with `token` and returns the session cookie (`name=value`).
 pub async fn login(router: &Router, token: &str) -> String {
     let answer = post(router, "/login", &[("token", token)], None).await;
