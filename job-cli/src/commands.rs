@@ -58,14 +58,18 @@ pub(crate) async fn run(cli: Cli) -> Result<ExitCode, Error> {
                 limit: Some(limit),
                 ..filter.filter()
             };
-            let jobs = store.list(&filter).await?;
             if json_out {
+                let jobs = store.list(&filter).await?;
                 let views: Vec<JobView> = jobs.iter().map(JobView::from).collect();
                 print_json(&views)?;
-            } else if jobs.is_empty() {
-                print("no matching jobs")?;
             } else {
-                print(output::jobs_table(&jobs))?;
+                // The table shows no payload: read none (1 MiB payloads, 100 jobs).
+                let jobs = store.list_summaries(&filter).await?;
+                if jobs.is_empty() {
+                    print("no matching jobs")?;
+                } else {
+                    print(output::jobs_table(&jobs))?;
+                }
             }
         }
         Command::Show { id } => return show(&store, id, json_out).await,
@@ -536,7 +540,7 @@ async fn purge(
         (store.purge(&filter).await?, dead.ids.clone())
     } else {
         let matching = store
-            .list(&JobFilter {
+            .list_summaries(&JobFilter {
                 states: vec![JobState::Discarded],
                 ..filter.clone()
             })
@@ -598,7 +602,7 @@ async fn missing(store: &PgStore, named: &[i64]) -> Result<Vec<i64>, Error> {
         return Ok(Vec::new());
     }
     let found = store
-        .list(&JobFilter {
+        .list_summaries(&JobFilter {
             ids: named.to_vec(),
             limit: Some(u32::try_from(named.len())?),
             ..JobFilter::default()
@@ -621,7 +625,7 @@ async fn unpurged(store: &PgStore, ids: &[i64]) -> Result<Vec<i64>, Error> {
         return Ok(Vec::new());
     }
     let left = store
-        .list(&JobFilter {
+        .list_summaries(&JobFilter {
             ids: ids.to_vec(),
             limit: Some(u32::try_from(ids.len())?),
             ..JobFilter::default()

@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use comfy_table::presets::UTF8_FULL_CONDENSED;
 use comfy_table::{CellAlignment, ContentArrangement, Table};
 use job::{AttemptError, JobRow};
-use job_postgres::StepRecord;
+use job_postgres::{JobSummary, StepRecord};
 use serde::Serialize;
 
 /// A table with the house style: condensed borders, wrapped to the terminal when it is one.
@@ -176,7 +176,8 @@ impl<'a> From<&'a StepRecord> for StepView<'a> {
 }
 
 /// The one-line table of jobs `list` prints.
-pub(crate) fn jobs_table(jobs: &[JobRow]) -> Table {
+/// `job list`'s table, from the jobs' summaries (no payload is read to print it).
+pub(crate) fn jobs_table(jobs: &[JobSummary]) -> Table {
     let mut t = table([
         "id",
         "state",
@@ -193,8 +194,8 @@ pub(crate) fn jobs_table(jobs: &[JobRow]) -> Table {
             None => j.state.to_string(),
         };
         let last = j
-            .errors
-            .last()
+            .last_error
+            .as_ref()
             .map(|e| format!("{}: {}", e.class, clip(&e.message, 60)))
             .unwrap_or_default();
         add_row(

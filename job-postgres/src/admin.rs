@@ -111,7 +111,7 @@ pub(crate) async fn expire<'e, E: PgExecutor<'e>>(
 
 /// Binds a [`JobFilter`] as `$1..$9` of list.sql, redrive.sql and purge.sql, and the tenant
 /// scope as `$10`.
-fn bind_filter<'q>(
+pub(crate) fn bind_filter<'q>(
     query: Query<'q, Postgres, PgArguments>,
     filter: &'q JobFilter,
     states: Vec<&'static str>,

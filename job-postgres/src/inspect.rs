@@ -269,6 +269,18 @@ impl Reader<'_> {
         Ok(ShownSteps { steps, more })
     }
 
+    async fn summaries(self, filter: &JobFilter) -> Result<Vec<JobSummary>, Error> {
+        let states = filter.states.iter().map(|s| s.as_str()).collect();
+        let query = sqlx::query(sql::LIST_SUMMARY.as_str());
+        let rows = crate::admin::bind_filter(query, filter, states, self.tenant)
+            .bind(SUMMARY_CLASS_CHARS as i32)
+            .bind(SUMMARY_MESSAGE_CHARS as i32)
+            .fetch_all(self.pool)
+            .await
+            .map_err(Error::query("list_summary"))?;
+        rows.iter().map(summary::decode).collect()
+    }
+
     async fn page(self, request: &PageRequest) -> Result<Page, Error> {
         let size = request.size.max(1);
         let scan = request.scan.max(size);
@@ -456,6 +468,15 @@ impl PgStore {
         Ok(self.reader().page(request).await?)
     }
 
+    /// What a listing shows of the jobs [`Admin::list`](job_core::Admin::list) would return
+    /// for `filter` (the same filter, order and limit): each job's [`JobSummary`], not its
+    /// payload, result, progress or error history, so that listing many large jobs reads and
+    /// holds little.
+    pub async fn list_summaries(&self, filter: &JobFilter) -> Result<Vec<JobSummary>, StoreError> {
+        filter.check()?;
+        Ok(self.reader().summaries(filter).await?)
+    }
+
     /// The queues at a glance, each part read through its partial index and capped at `cap`
     /// rows (counts at the cap are lower bounds: [`Overview::capped`]); "recent" is the last
     /// `window`, at most 100 years ([`MAX_DURATION`](job_core::MAX_DURATION); a longer one is
@@ -495,6 +516,13 @@ impl TenantAdmin {
     pub async fn page(&self, request: &PageRequest) -> Result<Page, StoreError> {
         request.filter.check()?;
         Ok(self.reader().page(request).await?)
+    }
+
+    /// What a listing shows of this tenant's jobs matching `filter` (see
+    /// [`PgStore::list_summaries`]).
+    pub async fn list_summaries(&self, filter: &JobFilter) -> Result<Vec<JobSummary>, StoreError> {
+        filter.check()?;
+        Ok(self.reader().summaries(filter).await?)
     }
 
     /// The queues at a glance, counting this tenant's jobs only (see [`PgStore::overview`]).

@@ -56,6 +56,8 @@ pub(crate) const PAUSE: &str = include_str!("sql/pause.sql");
 pub(crate) const RESUME: &str = include_str!("sql/resume.sql");
 pub(crate) const PAUSED: &str = include_str!("sql/paused.sql");
 pub(crate) static LIST: LazyLock<String> = LazyLock::new(|| splice(include_str!("sql/list.sql")));
+pub(crate) static LIST_SUMMARY: LazyLock<String> =
+    LazyLock::new(|| splice(include_str!("sql/list_summary.sql")));
 pub(crate) static REDRIVE: LazyLock<String> =
     LazyLock::new(|| splice(include_str!("sql/redrive.sql")));
 pub(crate) static PURGE: LazyLock<String> = LazyLock::new(|| splice(include_str!("sql/purge.sql")));
@@ -113,6 +115,7 @@ mod tests {
     fn spliced_statements_hold_their_fragments_and_no_marker() {
         for (statement, fragment) in [
             (&*LIST, JOB_FILTER),
+            (&*LIST_SUMMARY, JOB_FILTER),
             (&*PURGE, JOB_FILTER),
             (&*REDRIVE, JOB_FILTER),
             (&*PURGE, "WHERE j.state = 'discarded'"),

@@ -137,3 +137,48 @@ async fn redrive_many_by_kind_skips_those_whose_unique_key_is_taken_and_purge_de
     assert!(h.store.get(noops[0]).await.unwrap().is_some());
     assert!(h.store.get(dead_invoice).await.unwrap().is_some());
 }
+
+/// `PgStore::list_summaries` lists what `Admin::list` lists (same filter, order and limit,
+/// the last error cut short) without the payloads: what the CLI's table and purge prompt read.
+#[tokio::test]
+async fn list_summaries_match_the_listing_without_the_payloads() {
+    let h = Harness::new().await;
+    let mut ids = Vec::new();
+    for failures in 0..4 {
+        ids.push(
+            enqueue(
+                &h.store,
+                Flaky {
+                    failures,
+                    how: How::Terminal,
+                },
+            )
+            .await,
+        );
+    }
+    for id in &ids[1..] {
+        kill(&h, *id).await;
+    }
+    let filter = JobFilter {
+        states: vec![JobState::Discarded],
+        limit: Some(2),
+        ..JobFilter::default()
+    };
+    let rows = h.store.list(&filter).await.unwrap();
+    let summaries = h.store.list_summaries(&filter).await.unwrap();
+    let summary_ids: Vec<i64> = summaries.iter().map(|s| s.id).collect();
+    let row_ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
+    assert_eq!(summary_ids, row_ids);
+    assert_eq!(summary_ids, ids[1..3]);
+    assert_eq!(summaries.len(), 2);
+    for (s, r) in summaries.iter().zip(&rows) {
+        assert_eq!((s.state, &s.kind, s.attempt), (r.state, &r.kind, r.attempt));
+        let last = s.last_error.as_ref().expect("its last error");
+        assert_eq!(
+            (last.class.as_str(), last.message.as_str()),
+            ("terminal", "boom")
+        );
+    }
+    let tenant = h.store.for_tenant("nobody");
+    assert!(tenant.list_summaries(&filter).await.unwrap().is_empty());
+}
