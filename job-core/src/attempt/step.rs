@@ -496,6 +496,10 @@ const RECORD_RETRY_MAX: Duration = Duration::from_secs(1);
 /// `output` as the JSON text a store can hold and give back as the same `T`, or why not.
 fn storable_output<T: Serialize + DeserializeOwned>(output: &T) -> Result<String, String> {
     let json = serde_json::to_string(output).map_err(|e| format!("it does not serialize: {e}"))?;
+    // Also caught below when the float's type cannot read `null`; an `Option` can, as `None`.
+    if let Some((path, value)) = crate::model::finite::non_finite(output) {
+        return Err(crate::model::finite::describe(&path, value));
+    }
     let stored = crate::model::json_size::stored_len(&json);
     if stored > MAX_STEP_OUTPUT {
         return Err(format!(
@@ -557,6 +561,13 @@ mod tests {
     use tokio_util::sync::CancellationToken;
 
     use super::*;
+
+    #[test]
+    fn an_output_float_json_cannot_hold_is_unstorable_even_where_null_reads_back() {
+        let refused = storable_output(&Some(f64::NAN)).unwrap_err();
+        assert!(refused.contains("is NaN"), "{refused}");
+        assert_eq!(storable_output(&Some(0.5f64)).unwrap(), "0.5");
+    }
     use crate::attempt::context::Extensions;
     use crate::contract::store::Lease;
     use crate::model::attempt_info::AttemptInfo;

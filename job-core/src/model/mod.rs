@@ -5,6 +5,7 @@ pub(crate) mod attempt_info;
 pub(crate) mod backoff;
 pub(crate) mod decode;
 pub(crate) mod error;
+pub(crate) mod finite;
 pub(crate) mod job;
 pub(crate) mod json_size;
 pub(crate) mod new_job;

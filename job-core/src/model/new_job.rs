@@ -324,6 +324,16 @@ impl NewJob {
             kind: J::KIND.to_owned(),
             source,
         })?;
+        // serde_json wrote a NaN or an infinity as `null`: stored, the job would decode as
+        // something else, or not at all.
+        if let Some((path, value)) = crate::model::finite::non_finite(job) {
+            return Err(EnqueueError::Serialize {
+                kind: J::KIND.to_owned(),
+                source: <serde_json::Error as serde::ser::Error>::custom(
+                    crate::model::finite::describe(&path, value),
+                ),
+            });
+        }
         let unique_key = options.unique_key.or_else(|| job.unique_key());
         // A scope or a replace with no key to apply them to would be dropped without a word.
         if unique_key.is_none() {
@@ -866,5 +876,47 @@ mod tests {
             err.to_string(),
             "payload of `noop` is 7 bytes, over the limit of 4 bytes"
         );
+    }
+
+    #[derive(Serialize, Deserialize)]
+    struct Measure {
+        x: f64,
+        limit: Option<f64>,
+    }
+
+    impl Job for Measure {
+        const KIND: &'static str = "measure";
+        async fn perform(self, _: JobContext) -> Result<(), JobError> {
+            Ok(())
+        }
+    }
+
+    /// serde_json writes NaN and the infinities as `null`: a payload holding one is refused,
+    /// naming the field, rather than stored as a job that decodes as something else (an
+    /// `Option` as `None`) or not at all.
+    #[test]
+    fn a_payload_float_json_cannot_hold_is_refused_naming_it() {
+        let build = |x: f64, limit: Option<f64>| {
+            NewJob::build(
+                &Measure { x, limit },
+                EnqueueOptions::default(),
+                DEFAULT_PAYLOAD_LIMIT,
+            )
+        };
+        assert!(build(1.5, None).is_ok());
+        for (x, limit, said) in [
+            (f64::NAN, None, "`x` is NaN"),
+            (f64::INFINITY, None, "`x` is an infinity"),
+            (0.0, Some(f64::NAN), "`limit` is NaN"),
+        ] {
+            let err = build(x, limit).expect_err("refused");
+            assert!(matches!(err, EnqueueError::Serialize { .. }), "{err:?}");
+            let text = err.to_string();
+            assert!(
+                text.starts_with("payload of `measure` could not be serialized: ")
+                    && text.contains(said),
+                "{text}"
+            );
+        }
     }
 }

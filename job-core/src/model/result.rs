@@ -16,6 +16,12 @@ pub const MAX_RESULT: usize = 64 * 1024;
 pub(crate) fn result_json<T: Serialize + ?Sized>(value: &T) -> Result<String, String> {
     let json = serde_json::to_string(value)
         .map_err(|e| format!("result: the value does not serialize to JSON: {e}"))?;
+    if let Some((path, value)) = crate::model::finite::non_finite(value) {
+        return Err(format!(
+            "result: {}",
+            crate::model::finite::describe(&path, value)
+        ));
+    }
     let stored = crate::model::json_size::stored_len(&json);
     if stored > MAX_RESULT {
         return Err(format!(
@@ -51,6 +57,15 @@ mod tests {
         assert!(refused.starts_with("result: 65538 bytes"), "{refused}");
         let fits = "x".repeat(MAX_RESULT - 2);
         assert_eq!(result_json(&fits).unwrap().len(), MAX_RESULT);
+    }
+
+    #[test]
+    fn a_result_float_json_cannot_hold_is_refused() {
+        let refused = result_json(&f64::NAN).unwrap_err();
+        assert!(refused.starts_with("result: it is NaN"), "{refused}");
+        let refused = result_json(&vec![Some(1.0), Some(f64::INFINITY)]).unwrap_err();
+        assert!(refused.contains("`[1]` is an infinity"), "{refused}");
+        assert_eq!(result_json(&vec![Some(1.5), None]).unwrap(), "[1.5,null]");
     }
 
     #[test]
