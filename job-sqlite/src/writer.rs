@@ -27,6 +27,8 @@ use std::task::{Context, Poll};
 use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
+use tracing::instrument::WithSubscriber;
+use tracing::Instrument;
 
 use crate::error::Error;
 
@@ -39,24 +41,36 @@ pub(crate) struct Writer {
 }
 
 impl Writer {
-    /// Starts the thread.
+    /// Starts the thread. The runtime is built on it and its handle sent back: built here and
+    /// moved into a thread that could not be spawned, it would be dropped in the caller's
+    /// async context, which tokio refuses with a panic.
     pub(crate) fn start() -> Result<Writer, Error> {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .thread_name("job-sqlite-writer")
-            .build()
-            .map_err(Error::Writer)?;
-        let handle = runtime.handle().clone();
         let (stop, stopped) = oneshot::channel::<()>();
+        let (handle_tx, handle_rx) = std::sync::mpsc::sync_channel(1);
         std::thread::Builder::new()
             .name("job-sqlite-writer".into())
             .spawn(move || {
+                let runtime = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(runtime) => runtime,
+                    Err(e) => {
+                        let _ = handle_tx.send(Err(e));
+                        return;
+                    }
+                };
+                let _ = handle_tx.send(Ok(runtime.handle().clone()));
                 // Runs the spawned transactions until the store is dropped; those still
                 // running then (none a live caller waits for) are dropped, so rolled back.
                 runtime.block_on(async {
                     let _ = stopped.await;
                 });
             })
+            .map_err(Error::Writer)?;
+        let handle = handle_rx
+            .recv()
+            .map_err(|_| Error::Writer(std::io::Error::other("the writer thread ended at once")))?
             .map_err(Error::Writer)?;
         Ok(Writer {
             handle,
@@ -71,6 +85,11 @@ impl Writer {
         F: Future<Output = T> + Send + 'static,
         T: Send + 'static,
     {
+        // In the caller's span and with its subscriber, so that what a write logs (sqlx's
+        // statements, a skipped row) stays in the caller's trace.
+        let work = work
+            .instrument(tracing::Span::current())
+            .with_current_subscriber();
         let task = AbortOnDrop(self.handle.spawn(work));
         match task.await {
             Ok(answer) => answer,
