@@ -5330,3 +5330,61 @@ $job_migration_0032$;
 END
 $apply$;
 COMMIT;
+
+-- 0033 deadline_door
+BEGIN;
+DO $lock$ BEGIN PERFORM pg_advisory_xact_lock(hashtextextended('job.schema_migrations', 0)); END $lock$;
+DO $apply$
+DECLARE
+    missing integer;
+    later integer;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = 33) THEN
+        SELECT min(v) INTO missing FROM pg_catalog.unnest('{1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31,32}'::integer[]) v
+            WHERE NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = v);
+        IF missing IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 33 `deadline_door` was not applied: migration %, which comes before it, is not recorded in job.schema_migrations (migrations apply in order, each after the one before)', missing;
+        END IF;
+        SELECT min(version) INTO later FROM job.schema_migrations WHERE version > 33;
+        IF later IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 33 `deadline_door` was not applied: it is not recorded in job.schema_migrations, but migration %, which comes after it, is: the schema was migrated out of order, and 33 applied now could undo what later migrations changed. Apply what migration 33 lacks by hand and record it, or restore the database from a backup', later;
+        END IF;
+EXECUTE $job_migration_0033$
+-- 0033 deadline_door: a job whose deadline is not after both its run time and now is refused
+-- at every door that inserts a job. Append-only: change the schema in a new numbered file.
+--
+-- The claim takes a job only from its run time and before its deadline, so such a job could
+-- never start: it waited to be ended by the expirer (a dead letter of class `expired`, firing
+-- its compensation), and the enqueue had answered with its id. The Rust door refused it only
+-- when it could compare the two itself (two instants, or two delays); `job.enqueue`,
+-- `job.enqueue_many`, a raw INSERT and the Rust door's mixed forms (`run_at` an instant and
+-- `deadline_in` a delay, or the other way round, the CLI's `--run-at` with `--deadline-in`)
+-- stored it. Refused here with ``job row refused: `deadline` ...`` (SQLSTATE 23514, COLUMN
+-- `deadline`: `EnqueueError::InvalidOption` `deadline` through the store). Only an INSERT:
+-- rows stored before, and a retry whose backoff runs past the deadline, are the expirer's, as
+-- they were. An upsert that replaces a waiting duplicate (`replace_duplicate`) is checked on
+-- its proposed row, before the conflict is found.
+CREATE FUNCTION job.refuse_deadline() RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RAISE EXCEPTION 'job row refused: `deadline` % is not after the run time % and now %: the '
+                    'job could never start, only expire',
+            NEW.deadline, NEW.run_at, now()
+        USING ERRCODE = 'check_violation', COLUMN = 'deadline', TABLE = 'jobs', SCHEMA = 'job',
+              CONSTRAINT = TG_NAME;
+END
+$$;
+
+CREATE TRIGGER jobs_deadline_door
+    BEFORE INSERT ON job.jobs
+    FOR EACH ROW
+    WHEN (NEW.deadline IS NOT NULL AND NEW.deadline <= greatest(NEW.run_at, now()))
+    EXECUTE FUNCTION job.refuse_deadline();
+$job_migration_0033$;
+        INSERT INTO job.schema_migrations (version, name) VALUES (33, 'deadline_door');
+    END IF;
+END
+$apply$;
+COMMIT;

@@ -167,7 +167,8 @@ async fn a_compensating_job_omits_a_payload_whose_wrapping_is_over_the_limit() {
 }
 
 /// Inserts a job row of kind `k` on `queue` raw, with `set` (column, SQL value) over a
-/// waiting row's defaults.
+/// waiting row's defaults. A `deadline` is written by an update right after the insert, so
+/// that a row past its deadline can be made (an insert of one is refused: migration 0014).
 async fn insert_raw(
     store: &SqliteStore,
     queue: &str,
@@ -182,18 +183,32 @@ async fn insert_raw(
         ("run_at", "0".into()),
     ];
     row.retain(|(c, _)| !set.iter().any(|(s, _)| s == c));
-    row.extend(set.iter().map(|&(c, v)| (c, v.to_owned())));
+    row.extend(
+        set.iter()
+            .filter(|(c, _)| *c != "deadline")
+            .map(|&(c, v)| (c, v.to_owned())),
+    );
     let columns: Vec<&str> = row.iter().map(|(c, _)| *c).collect();
     let values: Vec<&str> = row.iter().map(|(_, v)| v.as_str()).collect();
-    raw(
-        store,
-        &format!(
-            "INSERT INTO job_jobs ({}) VALUES ({})",
-            columns.join(", "),
-            values.join(", ")
-        ),
-    )
-    .await
+    // One transaction: a deadline the update refuses leaves no row.
+    let mut tx = store.pool().begin().await?;
+    let inserted = sqlx::query(&format!(
+        "INSERT INTO job_jobs ({}) VALUES ({})",
+        columns.join(", "),
+        values.join(", ")
+    ))
+    .execute(&mut *tx)
+    .await?
+    .rows_affected();
+    if let Some((_, deadline)) = set.iter().find(|(c, _)| *c == "deadline") {
+        sqlx::query(&format!(
+            "UPDATE job_jobs SET deadline = {deadline} WHERE id = last_insert_rowid()"
+        ))
+        .execute(&mut *tx)
+        .await?;
+    }
+    tx.commit().await?;
+    Ok(inserted)
 }
 
 #[tokio::test]
@@ -866,8 +881,19 @@ async fn a_payload_nested_as_deep_as_json_allows_is_discarded_with_its_compensat
         ("locked_until", "0"),
     ];
     insert_raw(&store, "q", &running).await.unwrap();
-    let past_deadline = [("payload", deepest.as_str()), ("deadline", "1")];
+    // Inserted with a deadline to come (one already past is refused, migration 0014), then
+    // moved into the past.
+    let past_deadline = [
+        ("payload", deepest.as_str()),
+        ("deadline", "253402300799999998"),
+    ];
     insert_raw(&store, "q", &past_deadline).await.unwrap();
+    raw(
+        &store,
+        "UPDATE job_jobs SET deadline = 1 WHERE deadline = 253402300799999998",
+    )
+    .await
+    .unwrap();
 
     let claimed = claim(&store, "k", "default").await;
     assert_eq!(claimed.len(), 2);
@@ -1025,4 +1051,57 @@ async fn the_settings_row_cannot_be_deleted_and_its_limit_holds_without_it() {
     assert_eq!(payload["discarded"]["job_id"], id);
     assert_eq!(payload["discarded"]["payload"], serde_json::json!({"n": 1}));
     db.close().await;
+}
+
+/// A job whose deadline is not after both its run time and now could never start: refused at
+/// every door that inserts one (migration 0014, as job-postgres's 0033), naming `deadline`.
+#[tokio::test]
+async fn a_deadline_the_job_could_never_start_before_is_refused_at_every_door() {
+    let db = TestSqlite::new().await;
+    let store = db.store();
+    let now = chrono::Utc::now();
+    let mixed = |run_at: job::RunAt, deadline: job::Deadline| {
+        let mut job = NewJob::new("k", "{}");
+        job.run_at = run_at;
+        job.deadline = Some(deadline);
+        job
+    };
+    for job in [
+        mixed(
+            job::RunAt::At(now + chrono::Duration::hours(1)),
+            job::Deadline::In(Duration::from_secs(60)),
+        ),
+        mixed(
+            job::RunAt::In(Duration::from_secs(3600)),
+            job::Deadline::At(now + chrono::Duration::minutes(1)),
+        ),
+        mixed(
+            job::RunAt::Now,
+            job::Deadline::At(now - chrono::Duration::seconds(1)),
+        ),
+    ] {
+        match store.enqueue(job).await {
+            Err(EnqueueError::InvalidOption { option, reason }) => {
+                assert_eq!(option, "deadline");
+                assert!(reason.contains("could never start"), "{reason}");
+            }
+            other => panic!("expected the deadline refused, got {other:?}"),
+        }
+    }
+    let error = raw(
+        &store,
+        "INSERT INTO job_jobs (kind, queue, payload, state, created_at, run_at, deadline) \
+         VALUES ('k', 'q', '{}', 'available', 0, 0, 1)",
+    )
+    .await
+    .expect_err("a raw insert of a past deadline is refused");
+    assert!(error.to_string().contains("`deadline`"), "{error}");
+    let kept = store
+        .enqueue(mixed(
+            job::RunAt::At(now + chrono::Duration::hours(1)),
+            job::Deadline::In(Duration::from_secs(7200)),
+        ))
+        .await
+        .expect("a deadline after the run time is kept");
+    assert!(kept > 0);
 }

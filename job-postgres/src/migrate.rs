@@ -182,6 +182,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "worker_grants",
         sql: include_str!("../migrations/0032_worker_grants.sql"),
     },
+    Migration {
+        version: 33,
+        name: "deadline_door",
+        sql: include_str!("../migrations/0033_deadline_door.sql"),
+    },
 ];
 
 /// The whole schema as one plain SQL script, for a DBA or a team without Rust:

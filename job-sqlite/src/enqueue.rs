@@ -119,6 +119,9 @@ pub async fn enqueue_many(
 /// The words of migration 0005's triggers refusing a payload over `job_settings.payload_limit`.
 const PAYLOAD_REFUSED: &str = "job row refused: `payload` is over the payload limit";
 
+/// The words of migration 0014's trigger refusing a deadline the job could never start before.
+const DEADLINE_REFUSED: &str = "job row refused: `deadline` ";
+
 /// `e`, the failure of `statement` inserting `job`, as the enqueue's error: a payload refused
 /// by the database's limit as [`EnqueueError::PayloadTooLarge`] with that limit (read on the
 /// same connection: the refused statement rolled back alone), anything else as the store's.
@@ -139,6 +142,14 @@ async fn refused(
                 kind: job.kind.clone(),
                 size: job.payload.len(),
                 limit: usize::try_from(limit).unwrap_or(usize::MAX),
+            };
+        }
+    }
+    if let sqlx::Error::Database(db) = &e {
+        if let Some(reason) = db.message().strip_prefix(DEADLINE_REFUSED) {
+            return EnqueueError::InvalidOption {
+                option: "deadline",
+                reason: reason.to_owned(),
             };
         }
     }

@@ -84,6 +84,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "settings_row",
         sql: include_str!("../migrations/0013_settings_row.sql"),
     },
+    Migration {
+        version: 14,
+        name: "deadline_door",
+        sql: include_str!("../migrations/0014_deadline_door.sql"),
+    },
 ];
 
 /// Brings the schema in `pool`'s database up to date: applies every migration not recorded

@@ -251,14 +251,17 @@ async fn get_list_and_stats_read_every_row_the_table_can_hold() {
     let db = TestDb::new().await;
     let pool = db.pool();
     let store = db.store();
-    // The extremes the constraints allow, and what a raw INSERT can still put in the error
-    // history.
+    // The extremes the constraints allow (the second row's deadline set after its insert,
+    // which refuses a deadline the job could never start before: migration 0033), and what a
+    // raw INSERT can still put in the error history.
     sqlx::raw_sql(
         r#"INSERT INTO job.jobs (kind, payload, run_at, deadline, created_at) VALUES
              ('doors.any', '{}', '0001-01-01 00:00:00+00', '9999-12-31 23:59:59.999999+00',
               '0001-01-01 00:00:00+00'),
-             ('doors.any', '{}', '9999-12-31 23:59:59.999999+00', '0001-01-01 00:00:00+00',
+             ('doors.any', '{}', '9999-12-31 23:59:59.999999+00', NULL,
               '9999-12-31 23:59:59.999999+00');
+           UPDATE job.jobs SET deadline = '0001-01-01 00:00:00+00'
+           WHERE run_at = '9999-12-31 23:59:59.999999+00';
            INSERT INTO job.jobs (kind, payload, errors) VALUES
              ('doors.any', '{}', '[1, {"attempt": "x"}, {"attempt": 1, "at": "2026-01-01T00:00:00Z", "class": "error", "message": "m"}]');"#,
     )
