@@ -194,12 +194,12 @@ async fn beat<S: Store>(shared: &Shared<S>, store: &S, every: Duration) {
     watch(shared);
 }
 
-/// How many times one heartbeat is sent at most: at 0, then a quarter of the period apart
-/// (or at once after an error), until one answers.
+/// How many times one heartbeat is sent at most: at 0, then a quarter of the period (at least
+/// twice `HEARTBEAT_BUSY_WAIT`) apart (or at once after an error), until one answers.
 const HEARTBEAT_SENDS: usize = 3;
 
 /// The heartbeat, sent again on another connection while none has answered: a quarter of the
-/// period after the last send, or at once after an error, [`HEARTBEAT_SENDS`] times at most;
+/// period (at least twice `HEARTBEAT_BUSY_WAIT`) after the last send, or at once after an error, [`HEARTBEAT_SENDS`] times at most;
 /// the first answer is taken, an error waits for the other sends. A connection that went
 /// silent (its server's host vanished, a firewall dropped the flow) never answers: waiting
 /// the whole period on it, the keeper reached the fence point with every new connection
@@ -213,7 +213,13 @@ async fn hedged<S: Store>(
     renewals: &[Renewal],
     every: Duration,
 ) -> Result<HeartbeatReport, StoreError> {
-    let apart = every / 4;
+    // Not sooner than a healthy heartbeat may take: one waiting (HEARTBEAT_BUSY_WAIT) on a
+    // row an application's transaction holds. A send made sooner waited on the rows the first
+    // one had locked, answered first that they were busy, and those leases went unrenewed
+    // (a loaded CI run fenced an execution at a 30 ms period, resends 7.5 ms apart). With a
+    // period that short, no resend fits in the heartbeat's time at all; silent connections
+    // are what resends are for, and they stay silent for seconds.
+    let apart = (every / 4).max(2 * crate::contract::store::HEARTBEAT_BUSY_WAIT);
     let mut sends = futures_util::stream::FuturesUnordered::new();
     sends.push(store.heartbeat(renewals));
     let mut sent = 1;
