@@ -217,8 +217,10 @@ impl Inline {
     }
 
     /// Serializes `job` as an enqueue would, decodes it as a worker would, runs its handler
-    /// under its timeout and returns the outcome a worker would write. A payload that does
-    /// not round-trip through JSON comes back as a poison `Discard`, as it would in production.
+    /// under its timeout and returns the outcome a worker would write. A payload that every
+    /// enqueue would refuse (it does not serialize, holds a NaN or a NUL, nests too deep, is
+    /// over the default payload limit) comes back as a poison `Discard` saying why, and one that
+    /// does not decode as it would in production.
     pub async fn perform<J: Job>(&self, job: J) -> Outcome {
         let info = AttemptInfo {
             id: self.id,
@@ -227,14 +229,21 @@ impl Inline {
             attempt: self.attempt,
             max_attempts: self.max_attempts.unwrap_or(J::OPTIONS.max_attempts),
         };
-        let payload = match serde_json::to_string(&job) {
-            Ok(payload) => payload,
+        // The enqueue's own serialization and checks (a NaN, a NUL, too deep, too large): a
+        // payload every enqueue refuses does not run here either.
+        let built = job_core::NewJob::build(
+            &job,
+            job_core::EnqueueOptions::default(),
+            job_core::DEFAULT_PAYLOAD_LIMIT,
+        );
+        let payload = match built {
+            Ok(new) => new.payload,
             Err(e) => {
                 return Outcome::Discard {
                     failure: job_core::Failure {
                         attempt: info.attempt,
                         class: job_core::ErrorClass::Poison,
-                        message: format!("payload does not serialize: {e}"),
+                        message: format!("the payload would be refused at enqueue: {e}"),
                     },
                 }
             }

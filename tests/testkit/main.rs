@@ -145,6 +145,91 @@ async fn drain_runs_every_due_job_and_reports_each_attempt() {
     db.close().await;
 }
 
+/// Charges an order; the card is always declined.
+#[job(compensate = RefundCharge)]
+async fn charge_card(_ctx: JobContext, order_id: i64) -> Result<(), JobError> {
+    let _ = order_id;
+    Err(JobError::terminal("card declined"))
+}
+
+/// Undoes a charge, from the discarded job it is given.
+#[job]
+async fn refund_charge(_ctx: JobContext, discarded: job::Discarded) -> Result<(), JobError> {
+    let _ = discarded;
+    Ok(())
+}
+
+#[tokio::test]
+async fn drain_enqueues_the_compensating_job_of_a_discard_and_stops_at_its_bound() {
+    let db = TestDb::new().await;
+    let store = db.store();
+    ChargeCard { order_id: 5 }
+        .enqueue(store.pool())
+        .await
+        .unwrap();
+    // As a worker does: the discard enqueues the kind's compensating job.
+    let drained = Drain::new()
+        .register::<ChargeCard>()
+        .register::<RefundCharge>()
+        .run(&store, "default")
+        .await;
+    let ran: Vec<(&str, &str)> = drained
+        .iter()
+        .map(|d| (d.kind.as_str(), d.outcome.name()))
+        .collect();
+    assert_eq!(
+        ran,
+        [("charge_card", "discard"), ("refund_charge", "complete")]
+    );
+
+    // `max_attempts_run` is a bound on what runs, even within one claim.
+    for n in 0..5 {
+        SendReceipt {
+            order_id: n,
+            flaky: false,
+        }
+        .enqueue(store.pool())
+        .await
+        .unwrap();
+    }
+    let drained = Drain::new()
+        .register::<SendReceipt>()
+        .state(Arc::new(Mailer::default()))
+        .max_attempts_run(2)
+        .run(&store, "default")
+        .await;
+    assert_eq!(drained.len(), 2);
+    db.close().await;
+}
+
+/// A payload every enqueue refuses does not run inline either: a NaN would reach the handler
+/// as `None`.
+#[job]
+async fn record_reading(_ctx: JobContext, value: Option<f64>) -> Result<(), JobError> {
+    let _ = value;
+    Ok(())
+}
+
+#[tokio::test]
+async fn perform_refuses_a_payload_every_enqueue_refuses() {
+    let outcome = perform(RecordReading {
+        value: Some(f64::NAN),
+    })
+    .await;
+    let Outcome::Discard { failure } = outcome else {
+        panic!("expected a poison discard, got {outcome:?}");
+    };
+    assert!(
+        failure.message.contains("`value` is NaN"),
+        "{}",
+        failure.message
+    );
+    assert_eq!(
+        perform(RecordReading { value: Some(2.5) }).await,
+        Outcome::Complete
+    );
+}
+
 #[tokio::test]
 async fn faults_crash_an_execution_where_a_killed_process_would_stop() {
     let db = TestDb::new().await;
