@@ -33,6 +33,11 @@ pub trait Handler: Send + Sync + 'static {
     fn options(&self) -> &'static JobOptions;
     /// Decodes `payload` (upgrading older versions) and starts the handler.
     fn start(&self, payload: &str, version: i32, ctx: JobContext) -> Result<BoxJobFuture, Poison>;
+    /// Why a compensating job's payload (`{"discarded": ..}`, see
+    /// [`JobOptions::compensate`]) would not reach this kind whole, if it would not.
+    fn refuses_compensation(&self) -> Option<String> {
+        None
+    }
 }
 
 struct Typed<J>(PhantomData<fn() -> J>);
@@ -57,6 +62,35 @@ impl<J: Job> Handler for Typed<J> {
     fn start(&self, payload: &str, version: i32, ctx: JobContext) -> Result<BoxJobFuture, Poison> {
         let job = decode::<J>(payload, version)?;
         Ok(Box::pin(job.perform(ctx)))
+    }
+
+    fn refuses_compensation(&self) -> Option<String> {
+        // What a discard enqueues (the database builds it: job.compensate), at this kind's
+        // version: it must decode, and keep the discarded job (serialized back, a
+        // `discarded` field holds it), or the compensation ran on nothing.
+        let sample = crate::model::job::Discarded {
+            job_id: 1,
+            kind: "k".to_owned(),
+            payload: serde_json::json!({}),
+            error: None,
+        };
+        let payload = serde_json::json!({ "discarded": sample }).to_string();
+        let job = match decode::<J>(&payload, J::VERSION) {
+            Ok(job) => job,
+            Err(Poison(why)) => return Some(why),
+        };
+        let kept = serde_json::to_value(&job)
+            .ok()
+            .and_then(|v| v.get("discarded").cloned())
+            .and_then(|d| serde_json::from_value::<crate::model::job::Discarded>(d).ok());
+        match kept {
+            Some(d) if d == sample => None,
+            _ => Some(
+                "its payload does not keep the discarded job: a compensating job takes it as \
+                 `discarded: job::Discarded` (its `#[job]` function's argument)"
+                    .to_owned(),
+            ),
+        }
     }
 }
 
@@ -176,10 +210,36 @@ impl Registry {
     /// The first registration mistake, if any.
     pub fn check(&self) -> Result<(), BuildError> {
         match &self.duplicate {
-            Some(err) => Err(err.clone()),
-            None if self.handlers.is_empty() => Err(BuildError::NoJobs),
-            None => Ok(()),
+            Some(err) => return Err(err.clone()),
+            None if self.handlers.is_empty() => return Err(BuildError::NoJobs),
+            None => {}
         }
+        // A compensating kind registered here must take what a discard gives it: the wrong
+        // job named (one taking the original's arguments) compiled, and each compensation
+        // then failed to decode, or ran on `None`s.
+        let mut kinds: Vec<&Arc<dyn Handler>> = self.handlers.values().collect();
+        kinds.sort_by_key(|h| h.kind());
+        for handler in kinds {
+            let Some(compensate) = handler.options().compensate else {
+                continue;
+            };
+            let Some(target) = self.handlers.get(compensate.kind) else {
+                continue;
+            };
+            if let Some(why) = target.refuses_compensation() {
+                return Err(BuildError::InvalidOption {
+                    option: "compensate",
+                    reason: format!(
+                        "`{}` names `{}` ({}) as its compensating job, which cannot take the \
+                         discarded job: {why}",
+                        handler.kind(),
+                        target.kind(),
+                        target.type_name()
+                    ),
+                });
+            }
+        }
+        Ok(())
     }
 
     /// The handler for `kind`.
@@ -207,5 +267,86 @@ impl Registry {
     /// Every handler.
     pub fn handlers(&self) -> impl Iterator<Item = &Arc<dyn Handler>> {
         self.handlers.values()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::job::{Compensate, Discarded};
+    use serde::{Deserialize, Serialize};
+
+    /// Fails; compensated by `C`.
+    #[derive(Serialize, Deserialize)]
+    struct Charge<C: Job> {
+        order_id: i64,
+        #[serde(skip)]
+        _by: PhantomData<C>,
+    }
+
+    impl<C: Job> Job for Charge<C> {
+        const KIND: &'static str = "charge";
+        const OPTIONS: JobOptions = JobOptions {
+            compensate: Some(Compensate::of::<C>()),
+            ..JobOptions::DEFAULT
+        };
+        async fn perform(self, _: JobContext) -> Result<(), JobError> {
+            Ok(())
+        }
+    }
+
+    macro_rules! compensating {
+        ($name:ident { $($field:ident: $ty:ty),* }) => {
+            #[derive(Serialize, Deserialize)]
+            struct $name {
+                $($field: $ty),*
+            }
+
+            impl Job for $name {
+                const KIND: &'static str = stringify!($name);
+                async fn perform(self, _: JobContext) -> Result<(), JobError> {
+                    Ok(())
+                }
+            }
+        };
+    }
+
+    compensating!(Refund {
+        discarded: Discarded
+    });
+    compensating!(RefundWithNote { discarded: Discarded, note: Option<String> });
+    compensating!(RefundOrder { order_id: i64 });
+    compensating!(ReleaseStock { sku: Option<String> });
+
+    fn checked<C: Job>() -> Result<(), BuildError> {
+        let mut registry = Registry::new();
+        registry.register::<Charge<C>>();
+        registry.register::<C>();
+        registry.check()
+    }
+
+    #[test]
+    fn a_compensating_job_must_take_the_discarded_job() {
+        assert!(checked::<Refund>().is_ok());
+        assert!(checked::<RefundWithNote>().is_ok());
+        for (err, said) in [
+            (checked::<RefundOrder>(), "missing field `order_id`"),
+            (checked::<ReleaseStock>(), "does not keep the discarded job"),
+        ] {
+            match err {
+                Err(BuildError::InvalidOption { option, reason }) => {
+                    assert_eq!(option, "compensate");
+                    assert!(
+                        reason.starts_with("`charge` names `") && reason.contains(said),
+                        "{reason}"
+                    );
+                }
+                other => panic!("expected `compensate` refused, got {other:?}"),
+            }
+        }
+        // Not registered here (run by another worker): not checked here.
+        let mut registry = Registry::new();
+        registry.register::<Charge<RefundOrder>>();
+        assert!(registry.check().is_ok());
     }
 }
