@@ -112,6 +112,49 @@ async fn a_job_enqueued_inside_a_span_runs_in_a_span_of_the_same_trace() {
     db.close().await;
 }
 
+/// The traceparents the handler and its blocking closure saw.
+#[derive(Clone, Default)]
+struct SeenTwice(Arc<Mutex<Vec<Option<String>>>>);
+
+#[job(kind = "tt.blocking", queue = "tt_blocking")]
+async fn tt_blocking(ctx: JobContext) -> Result<(), JobError> {
+    let seen = ctx.state::<SeenTwice>()?.clone();
+    seen.0.lock().unwrap().push(job::current_traceparent());
+    let inner = seen.clone();
+    ctx.blocking(move || inner.0.lock().unwrap().push(job::current_traceparent()))
+        .await;
+    Ok(())
+}
+
+/// `ctx.blocking` runs its closure in the attempt's span: what it logs carries the job's
+/// fields, and what it enqueues joins the job's trace.
+#[tokio::test]
+async fn blocking_work_runs_in_the_attempts_span() {
+    let _exporter = spans();
+    let db = TestDb::new().await;
+    let store = db.store();
+    let id = TtBlocking {}.enqueue(&db.pool()).await.unwrap();
+    let seen = SeenTwice::default();
+    let worker = Worker::builder(store.clone())
+        .register::<TtBlocking>()
+        .state(seen.clone())
+        .queue("tt_blocking", 1)
+        .for_tests()
+        .build()
+        .unwrap()
+        .start();
+    assert_eq!(finished_row(&store, id).await.state, JobState::Completed);
+    worker.shutdown().await;
+    let seen = seen.0.lock().unwrap().clone();
+    assert_eq!(seen.len(), 2);
+    assert!(seen[0].is_some(), "the handler runs in a trace");
+    assert_eq!(
+        seen[1], seen[0],
+        "and its blocking closure in the same span"
+    );
+    db.close().await;
+}
+
 #[tokio::test]
 async fn an_enqueue_outside_any_trace_stores_none_and_a_bad_traceparent_is_refused() {
     let db = TestDb::new().await;

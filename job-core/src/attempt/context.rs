@@ -235,9 +235,12 @@ impl JobContext {
                 self.info.attempt, self.info.id
             );
         }
+        // In the attempt's span: what the closure logs carries the job's kind, id, attempt and
+        // queue, and what it enqueues joins the job's trace.
+        let span = tracing::Span::current();
         let task = tokio::task::spawn_blocking(move || {
             let _running = token;
-            f()
+            span.in_scope(f)
         });
         match task.await {
             Ok(value) => value,
