@@ -1,11 +1,14 @@
 //! Reports the database-derived gauges (`job_jobs`, `job_oldest_due_age_seconds`,
 //! `job_dead_letters`) from one worker at a time: every worker runs a reporter, and each pass
 //! asks the store for the reporter's role (a row held until a deadline and renewed by its
-//! holder), so one worker reads the database for everyone and the others only keep
-//! `job_reporter_leader` at 0. Alert on the gauges where `job_reporter_leader == 1` (the
-//! README's rules do): a worker that lost the role keeps its last values.
+//! holder), so one worker reads the database for everyone. `job_reporter_leader` is 1 while a
+//! reporter of the process holds the role; one that stops holding it sets the gauges it
+//! reported back to zero. Alert on the gauges where `job_reporter_leader == 1` (the README's
+//! rules do).
 
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use metrics::gauge;
@@ -65,6 +68,40 @@ impl ServiceConfig for ReporterConfig {
 /// Label sets a report set, to set back to zero when a later report no longer has them.
 type Seen = HashSet<(&'static str, Vec<(&'static str, String)>)>;
 
+/// This process's reporters that hold the role: `job_reporter_leader` is 1 while any does.
+/// Set by each reporter alone, the unlabelled gauge was the last one's word: a second
+/// worker's refused pass set it to 0 under the first one's role.
+static HOLDING: AtomicUsize = AtomicUsize::new(0);
+
+/// Whether one reporter (and its clones) holds the role, counted in [`HOLDING`]; it stops
+/// holding when the last of them is dropped (a worker aborted before it released the role).
+#[derive(Debug, Default)]
+struct Holding(AtomicBool);
+
+impl Holding {
+    fn get(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
+
+    fn set(&self, held: bool) {
+        if self.0.swap(held, Ordering::AcqRel) != held {
+            if held {
+                HOLDING.fetch_add(1, Ordering::AcqRel);
+            } else {
+                HOLDING.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+        let any = HOLDING.load(Ordering::Acquire) > 0;
+        gauge!(names::REPORTER).set(if any { 1.0 } else { 0.0 });
+    }
+}
+
+impl Drop for Holding {
+    fn drop(&mut self) {
+        self.set(false);
+    }
+}
+
 /// The reporter's holder waits at least this many times as long as reading the gauges took
 /// before it reads them again, so that they cost at most 1/250 (0.4%) of one core of the
 /// database whatever the table holds. Counting the jobs per queue and state reads every waiting
@@ -93,12 +130,16 @@ pub struct Reporter<S> {
     config: ReporterConfig,
     holder: String,
     owners: Vec<(String, String)>,
+    /// The gauges this reporter set, set back to zero when a later reading has them no more
+    /// or when it stops holding the role (another worker's reporter, perhaps in this process,
+    /// reports then: what this one set would otherwise stay, a purged dead letter counted for
+    /// good).
     seen: Seen,
     /// When the holder reads the gauges next (see [`GAUGE_SHARE`]); until then its passes
     /// only keep the role.
     next: Option<Instant>,
     /// Whether the last pass found this worker holding the role.
-    held: bool,
+    held: Arc<Holding>,
     /// Whether a worker that does not report (`enabled: false`) has recorded its owners.
     owners_recorded: bool,
 }
@@ -119,7 +160,7 @@ impl<S: Store> Reporter<S> {
             owners,
             seen: Seen::new(),
             next: None,
-            held: false,
+            held: Arc::default(),
             owners_recorded: false,
         }
     }
@@ -145,30 +186,41 @@ impl<S: Store> Reporter<S> {
             Err(e) => {
                 // Its gauges are no longer read: not the leader any more as far as the alert
                 // rules go (they multiply by `job_reporter_leader`), so stale values fire none.
-                gauge!(names::REPORTER).set(0.0);
+                self.stop_holding();
                 return Err(e);
             }
         };
-        self.held = report.is_some();
         match &report {
             Some(report) => {
-                gauge!(names::REPORTER).set(1.0);
+                self.held.set(true);
                 if read {
-                    self.export(report);
+                    export(report, &mut self.seen);
                 }
             }
-            None => gauge!(names::REPORTER).set(0.0),
+            None => self.stop_holding(),
         }
         Ok(report)
+    }
+
+    /// Not the holder (any more): not counted as one, and the gauges it set back to zero.
+    fn stop_holding(&mut self) {
+        self.held.set(false);
+        for (name, labels) in self.seen.drain() {
+            gauge!(name, &labels).set(0.0);
+        }
     }
 
     /// Gives the role up, if this worker held it at its last pass, so that another worker
     /// takes it at its next pass instead of after three intervals: the role is kept until
     /// now, which has then passed. A worker calls it when it stops.
     pub async fn release(&mut self) -> Result<(), StoreError> {
-        if !self.held {
+        if !self.held.get() {
             return Ok(());
         }
+        // No longer reading, whether the release answers or not: a worker that stopped with
+        // the database unreachable kept reporting 1 beside the next holder.
+        self.stop_holding();
+        self.next = None;
         let request = ReportRequest {
             holder: self.holder.clone(),
             hold_for: Duration::ZERO,
@@ -176,56 +228,55 @@ impl<S: Store> Reporter<S> {
             read: false,
         };
         self.store.report(&request).await?;
-        self.held = false;
-        self.next = None;
-        gauge!(names::REPORTER).set(0.0);
         Ok(())
     }
+}
 
-    fn export(&mut self, report: &Report) {
-        let mut now = Seen::new();
-        let mut set = |name: &'static str, labels: Vec<(&'static str, String)>, value: f64| {
-            gauge!(name, &labels).set(value);
-            now.insert((name, labels));
-        };
-        for c in &report.jobs {
-            let labels = vec![
-                ("queue", c.queue.clone()),
-                ("state", c.state.as_str().into()),
-            ];
-            set(names::JOBS, labels, c.count as f64);
-        }
-        for (queue, age) in &report.oldest_due {
-            set(
-                names::OLDEST_DUE,
-                vec![("queue", queue.clone())],
-                age.as_secs_f64(),
-            );
-        }
-        for d in &report.dead_letters {
-            let owner = d.owner.clone().unwrap_or_else(|| NO_OWNER.to_owned());
-            let labels = vec![
-                ("queue", d.queue.clone()),
-                ("kind", d.kind.clone()),
-                ("owner", owner),
-            ];
-            set(names::DEAD_LETTERS, labels, d.count as f64);
-        }
-        for p in &report.paused {
-            let labels = vec![
-                ("scope", p.what.scope().to_owned()),
-                ("name", p.what.name().to_owned()),
-                ("paused_by", p.paused_by.as_str().to_owned()),
-            ];
-            set(names::PAUSED, labels, 1.0);
-        }
-        // What an earlier report had and this one has not is now zero (a queue emptied, the
-        // dead letters purged).
-        for (name, labels) in self.seen.difference(&now) {
-            gauge!(*name, labels).set(0.0);
-        }
-        self.seen = now;
+/// Sets the database gauges from `report`, and back to zero those in `seen` (set by an earlier
+/// report) that this one has not; `seen` becomes this report's.
+fn export(report: &Report, seen: &mut Seen) {
+    let mut now = Seen::new();
+    let mut set = |name: &'static str, labels: Vec<(&'static str, String)>, value: f64| {
+        gauge!(name, &labels).set(value);
+        now.insert((name, labels));
+    };
+    for c in &report.jobs {
+        let labels = vec![
+            ("queue", c.queue.clone()),
+            ("state", c.state.as_str().into()),
+        ];
+        set(names::JOBS, labels, c.count as f64);
     }
+    for (queue, age) in &report.oldest_due {
+        set(
+            names::OLDEST_DUE,
+            vec![("queue", queue.clone())],
+            age.as_secs_f64(),
+        );
+    }
+    for d in &report.dead_letters {
+        let owner = d.owner.clone().unwrap_or_else(|| NO_OWNER.to_owned());
+        let labels = vec![
+            ("queue", d.queue.clone()),
+            ("kind", d.kind.clone()),
+            ("owner", owner),
+        ];
+        set(names::DEAD_LETTERS, labels, d.count as f64);
+    }
+    for p in &report.paused {
+        let labels = vec![
+            ("scope", p.what.scope().to_owned()),
+            ("name", p.what.name().to_owned()),
+            ("paused_by", p.paused_by.as_str().to_owned()),
+        ];
+        set(names::PAUSED, labels, 1.0);
+    }
+    // What an earlier report had and this one has not is now zero (a queue emptied, the
+    // dead letters purged).
+    for (name, labels) in seen.difference(&now) {
+        gauge!(*name, labels).set(0.0);
+    }
+    *seen = now;
 }
 
 impl<S: Store> Service for Reporter<S> {
