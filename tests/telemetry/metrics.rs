@@ -341,3 +341,65 @@ async fn code_running_past_its_timeout_counts_as_stuck_then_as_a_timeout() {
     let finished = with(stuck, &[("outcome", "discarded"), ("class", "timeout")]);
     assert_eq!(sample("job_finished_total", &finished), Some(1.0));
 }
+
+/// An attempt whose worker died is ended by another worker's rescuer, and counted there
+/// (`job_rescued_total`): the dying worker counts nothing, and without it a crash loop showed
+/// no failure at all. A deadline the pruner ends is counted too (`job_expired_total`).
+#[tokio::test]
+async fn rescued_and_expired_jobs_are_counted_where_they_are_written() {
+    recorder();
+    let db = TestDb::new().await;
+    let store = db.store();
+    let pool = db.pool();
+    let count = |name: &str, outcome: &str| sample(name, &[("outcome", outcome)]).unwrap_or(0.0);
+    let (retried, discarded) = (
+        count("job_rescued_total", "retried"),
+        count("job_rescued_total", "discarded"),
+    );
+    for max_attempts in [1, 5] {
+        let id: i64 = sqlx::query_scalar(
+            "SELECT job.enqueue('mr.crashed', '{}', queue => 'mr', max_attempts => $1)",
+        )
+        .bind(max_attempts)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        // Claimed by a worker that then died: its lease ran out a minute ago.
+        sqlx::query(
+            "UPDATE job.jobs SET state = 'running', attempt = 1, lock_token = gen_random_uuid(), \
+             locked_by = 'gone', locked_until = now() - interval '1 minute' WHERE id = $1",
+        )
+        .bind(id)
+        .execute(&pool)
+        .await
+        .unwrap();
+    }
+    let rescued = job::Rescuer::new(store.clone(), job::RescuerConfig::default())
+        .run_once()
+        .await
+        .unwrap();
+    assert_eq!((rescued.retried, rescued.discarded), (1, 1));
+    // Other tests of this binary may rescue too: at least ours.
+    assert!(count("job_rescued_total", "retried") >= retried + 1.0);
+    assert!(count("job_rescued_total", "discarded") >= discarded + 1.0);
+
+    let expired = count("job_expired_total", "discarded");
+    let id: i64 = sqlx::query_scalar(
+        "SELECT job.enqueue('mr.late', '{}', queue => 'mr', deadline => now() + interval '1 hour')",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    sqlx::query("UPDATE job.jobs SET deadline = now() - interval '1 second' WHERE id = $1")
+        .bind(id)
+        .execute(&pool)
+        .await
+        .unwrap();
+    let pruned = job::Pruner::new(store.clone(), job::PrunerConfig::default())
+        .run_once()
+        .await
+        .unwrap();
+    assert_eq!(pruned.expired.discarded, 1);
+    assert!(count("job_expired_total", "discarded") >= expired + 1.0);
+    db.close().await;
+}

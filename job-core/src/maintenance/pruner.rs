@@ -115,6 +115,7 @@ impl<S: Store> Pruner<S> {
         let mut total = Pruned::default();
         loop {
             let e = self.store.expire(batch).await?;
+            crate::telemetry::expired(&e);
             total.expired.discarded += e.discarded;
             total.expired.cancelled += e.cancelled;
             if e.discarded + e.cancelled < u64::from(batch) {

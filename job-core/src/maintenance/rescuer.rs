@@ -118,6 +118,7 @@ impl<S: Store> Rescuer<S> {
         let mut total = Rescued::default();
         loop {
             let r = self.store.rescue_expired(self.config.batch).await?;
+            crate::telemetry::rescued(&r);
             total.retried += r.retried;
             total.discarded += r.discarded;
             if r.retried + r.discarded < u64::from(self.config.batch) {

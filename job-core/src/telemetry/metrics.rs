@@ -35,6 +35,8 @@ pub(crate) mod names {
     pub(crate) const REPORTER: &str = "job_reporter_leader";
     pub(crate) const BREAKER_TRIPS: &str = "job_breaker_trips_total";
     pub(crate) const PAUSED: &str = "job_paused";
+    pub(crate) const RESCUED: &str = "job_rescued_total";
+    pub(crate) const EXPIRED: &str = "job_expired_total";
 }
 
 /// What kind of metric one of [`METRICS`] is.
@@ -91,6 +93,23 @@ pub const METRICS: &[MetricInfo] = &[
         labels: &["queue", "kind", "owner", "outcome", "class"],
         help: "Outcomes written, by outcome (completed, retried, snoozed, cancelled, discarded) \
                and error class (none, error, timeout, panic, terminal, poison, ...)",
+    },
+    MetricInfo {
+        name: names::RESCUED,
+        kind: MetricKind::Counter,
+        unit: "jobs",
+        labels: &["outcome"],
+        help: "Attempts whose lease expired (their worker was killed, paused or cut off in \
+               the attempt), ended by this process's rescuer: retried, or discarded when it \
+               was the last attempt (class lease_expired); the dying worker counts nothing",
+    },
+    MetricInfo {
+        name: names::EXPIRED,
+        kind: MetricKind::Counter,
+        unit: "jobs",
+        labels: &["outcome"],
+        help: "Waiting jobs this process's pruner ended at their deadline: discarded (class \
+               expired), or cancelled when a cancel was requested",
     },
     MetricInfo {
         name: names::LEASE_LOST,
@@ -240,6 +259,25 @@ pub fn record_enqueued(job: &NewJob) {
 /// Counts a circuit breaker this worker's outcomes tripped (`job_breaker_trips_total`).
 pub(crate) fn breaker_tripped(kind: &str) {
     counter!(names::BREAKER_TRIPS, "kind" => kind.to_owned()).increment(1);
+}
+
+/// Counts what one rescue statement ended (`job_rescued_total`). Counted where it is written:
+/// the worker whose attempt it was died or was cut off, and counted nothing.
+pub(crate) fn rescued(r: &crate::contract::store::Rescued) {
+    for (outcome, n) in [("retried", r.retried), ("discarded", r.discarded)] {
+        if n > 0 {
+            counter!(names::RESCUED, "outcome" => outcome).increment(n);
+        }
+    }
+}
+
+/// Counts what one expire statement ended (`job_expired_total`).
+pub(crate) fn expired(e: &crate::contract::store::Expired) {
+    for (outcome, n) in [("discarded", e.discarded), ("cancelled", e.cancelled)] {
+        if n > 0 {
+            counter!(names::EXPIRED, "outcome" => outcome).increment(n);
+        }
+    }
 }
 
 /// The labels of one job's metrics: its queue, kind and owner. Built once per queue and kind

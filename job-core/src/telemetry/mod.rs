@@ -8,7 +8,9 @@ mod metrics;
 mod progress;
 mod trace;
 
-pub(crate) use self::metrics::{breaker_tripped, names, JobLabels, LabelCache, QueueSlots};
+pub(crate) use self::metrics::{
+    breaker_tripped, expired, names, rescued, JobLabels, LabelCache, QueueSlots,
+};
 pub use self::metrics::{
     describe_metrics, record_enqueued, MetricInfo, MetricKind, METRICS, NO_OWNER,
 };
