@@ -182,9 +182,9 @@ async fn a_scripted_run_counts_every_outcome_with_its_labels() {
     assert_eq!(waits("tm.flaky", BILLING), Some(2.0));
     assert_eq!(waits("tm.ok", BILLING), Some(1.0));
 
-    // After shutdown the queue's slots are free and nothing waits.
+    // After shutdown the worker's slots are gone with it: nothing runs, waits or is free.
     assert_eq!(sample("job_in_flight", &[("queue", "tm")]), Some(0.0));
-    assert_eq!(sample("job_free_slots", &[("queue", "tm")]), Some(4.0));
+    assert_eq!(sample("job_free_slots", &[("queue", "tm")]), Some(0.0));
     assert_eq!(sample("job_prefetched", &[("queue", "tm")]), Some(0.0));
     db.close().await;
 }
@@ -236,6 +236,39 @@ async fn slot_gauges_show_a_saturated_queue_and_its_prefetched_jobs() {
     .await;
     assert_eq!(sample("job_prefetched", &q), Some(0.0));
     worker.shutdown().await;
+    db.close().await;
+}
+
+/// Two workers of one process on one queue: the queue's gauges are their sum, and a worker
+/// that stops takes its slots with it (each set the gauges to its own values, the last one's
+/// word, and a stopped worker's free slots stayed advertised).
+#[tokio::test]
+async fn the_slot_gauges_of_two_workers_on_one_queue_add_up() {
+    recorder();
+    let db = TestDb::new().await;
+    let store = db.store();
+    let start = |concurrency| {
+        Worker::builder(store.clone())
+            .register::<TmGated>()
+            .state(Gate(Arc::new(Semaphore::new(0))))
+            .queue("tm-two", concurrency)
+            .for_tests()
+            .build()
+            .unwrap()
+            .start()
+    };
+    let q = [("queue", "tm-two")];
+    let first = start(2);
+    let second = start(3);
+    until("both workers' slots free", || {
+        sample("job_free_slots", &q) == Some(5.0)
+    })
+    .await;
+    assert_eq!(sample("job_in_flight", &q), Some(0.0));
+    second.shutdown().await;
+    assert_eq!(sample("job_free_slots", &q), Some(2.0));
+    first.shutdown().await;
+    assert_eq!(sample("job_free_slots", &q), Some(0.0));
     db.close().await;
 }
 

@@ -160,21 +160,23 @@ pub const METRICS: &[MetricInfo] = &[
         kind: MetricKind::Gauge,
         unit: "jobs",
         labels: &["queue"],
-        help: "Execution slots of this worker's queue taken",
+        help: "Execution slots of the queue taken, summed over this process's workers",
     },
     MetricInfo {
         name: names::FREE_SLOTS,
         kind: MetricKind::Gauge,
         unit: "jobs",
         labels: &["queue"],
-        help: "Execution slots of this worker's queue free (0 with work waiting: saturated)",
+        help: "Execution slots of the queue free, summed over this process's workers (0 with \
+               work waiting: saturated)",
     },
     MetricInfo {
         name: names::PREFETCHED,
         kind: MetricKind::Gauge,
         unit: "jobs",
         labels: &["queue"],
-        help: "Claimed jobs of this worker's queue waiting for a slot, holding their leases",
+        help: "Claimed jobs of the queue waiting for a slot, holding their leases, summed over \
+               this process's workers",
     },
     MetricInfo {
         name: names::JOBS,
@@ -434,14 +436,20 @@ fn outcome_labels(outcome: &Outcome) -> (&'static str, &'static str) {
     }
 }
 
-/// The saturation gauges of one worker's queue, their keys built once: they are set at every
-/// start and end of a job, and a key built for each (its label's text copied) would cost two
-/// allocations a gauge.
+/// The saturation gauges of one worker's queue. Each worker adds its own slots to the
+/// process's gauges of the queue (and takes them back when it stops), so that two workers of
+/// one process on the same queue show their sum: each set them to its own values, the last
+/// one's word, and a stopped worker's free slots stayed advertised for good. Their keys are
+/// built once: they change at every start and end of a job, and a key built for each (its
+/// label's text copied) would cost two allocations a gauge.
 #[derive(Debug)]
 pub(crate) struct QueueSlots {
     in_flight: Key,
     free: Key,
     prefetched: Key,
+    /// What this worker added to each, last time (`None`: nothing yet, and a gauge it has not
+    /// touched would not be shown at all).
+    added: Mutex<Option<[usize; 3]>>,
 }
 
 impl QueueSlots {
@@ -451,18 +459,41 @@ impl QueueSlots {
             in_flight: key(names::IN_FLIGHT),
             free: key(names::FREE_SLOTS),
             prefetched: key(names::PREFETCHED),
+            added: Mutex::new(None),
         }
     }
 
-    /// Sets the gauges.
+    /// Sets this worker's part of the gauges.
     pub(crate) fn set(&self, in_flight: usize, free: usize, prefetched: usize) {
-        for (key, value) in [
+        let mut guard = self.added.lock().unwrap_or_else(|e| e.into_inner());
+        let first = guard.is_none();
+        let added = guard.get_or_insert([0; 3]);
+        for (i, (key, value)) in [
             (&self.in_flight, in_flight),
             (&self.free, free),
             (&self.prefetched, prefetched),
-        ] {
-            metrics::with_recorder(|r| r.register_gauge(key, &METADATA)).set(value as f64);
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let was = added[i];
+            if value != was || first {
+                let gauge = metrics::with_recorder(|r| r.register_gauge(key, &METADATA));
+                if value >= was {
+                    gauge.increment((value - was) as f64);
+                } else {
+                    gauge.decrement((was - value) as f64);
+                }
+                added[i] = value;
+            }
         }
+    }
+}
+
+impl Drop for QueueSlots {
+    /// The worker is gone: its slots with it.
+    fn drop(&mut self) {
+        self.set(0, 0, 0);
     }
 }
 
