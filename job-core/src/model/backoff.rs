@@ -41,10 +41,22 @@ impl Backoff {
     /// The upper bound of the delay after failed attempt `attempt` (1-based):
     /// `min(cap, base * 2^attempt)`.
     pub fn ceiling(&self, attempt: u32) -> Duration {
-        let factor = 1u32.checked_shl(attempt.min(31)).unwrap_or(u32::MAX);
-        self.base
-            .checked_mul(factor)
-            .map_or(self.cap, |d| d.min(self.cap))
+        // In nanoseconds, as u128: `base · 2^attempt` reaches the cap for any base (a factor
+        // held to 2^31 kept a base under ~40 µs from ever reaching a cap of a day).
+        let cap = self.cap.as_nanos();
+        let ceiling = match 1u128.checked_shl(attempt.min(127)) {
+            Some(factor) => self.base.as_nanos().saturating_mul(factor).min(cap),
+            None => cap,
+        };
+        if ceiling >= cap {
+            self.cap
+        } else {
+            // Below the cap, which is a Duration: its seconds fit.
+            Duration::new(
+                (ceiling / 1_000_000_000) as u64,
+                (ceiling % 1_000_000_000) as u32,
+            )
+        }
     }
 
     /// The delay after failed attempt `attempt`, drawn uniformly from `[0, ceiling]`.
@@ -63,6 +75,23 @@ impl Default for Backoff {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tiny_base_still_reaches_its_cap() {
+        let b = Backoff::new(Duration::from_micros(10), Duration::from_secs(86_400));
+        assert_eq!(b.ceiling(60), Duration::from_secs(86_400));
+        assert_eq!(b.ceiling(u32::MAX), Duration::from_secs(86_400));
+        assert_eq!(b.ceiling(1), Duration::from_micros(20));
+        let b = Backoff::new(Duration::from_nanos(1), Duration::MAX);
+        assert_eq!(b.ceiling(200), Duration::MAX);
+        assert_eq!(
+            b.ceiling(80),
+            Duration::new(
+                ((1u128 << 80) / 1_000_000_000) as u64,
+                ((1u128 << 80) % 1_000_000_000) as u32
+            )
+        );
+    }
 
     #[test]
     fn ceiling_doubles_until_the_cap() {
