@@ -61,7 +61,9 @@ pub fn wait_for<'a, S: Store>(
     }
 }
 
-/// Waits until `queue` of `store` is idle (at most [`WAIT`]): no job running, none due. Jobs
+/// Waits until `queue` of `store` is idle (at most [`WAIT`]): no job running, none due, and
+/// no pending job that nothing active holds back any more (its dependencies all finished, no
+/// job of its ordering key waiting or running: the stager moves it on by itself). Jobs
 /// scheduled for later, or retrying after a backoff that has not run out, do not count.
 ///
 /// # Panics
@@ -76,10 +78,25 @@ pub fn wait_until_idle<'a>(
     async move {
         let deadline = Instant::now() + WAIT;
         loop {
+            // A pending job counts once nothing it waits for is active: every job it depends
+            // on finished, and no job of its ordering key waits or runs. The next stager pass
+            // moves it on by itself (a dependent or a batch callback ran after "idle").
             let busy: Vec<(String, i64)> = sqlx::query_as(
-                "SELECT state::text, count(*) FROM job.jobs
+                "SELECT state::text, count(*) FROM job.jobs j
                  WHERE queue = $1 AND (state = 'running'
-                       OR (state IN ('available', 'scheduled', 'retryable') AND run_at <= now()))
+                       OR (state IN ('available', 'scheduled', 'retryable') AND run_at <= now())
+                       OR (state = 'pending'
+                           AND NOT EXISTS (
+                               SELECT 1 FROM job.dependencies d
+                               JOIN job.jobs w ON w.id = d.depends_on
+                               WHERE d.job_id = j.id
+                                 AND w.state NOT IN ('completed', 'cancelled', 'discarded'))
+                           AND NOT EXISTS (
+                               SELECT 1 FROM job.jobs h
+                               WHERE j.ordering_key IS NOT NULL
+                                 AND h.ordering_key = j.ordering_key
+                                 AND h.state IN ('scheduled', 'available', 'running',
+                                                 'retryable'))))
                  GROUP BY state ORDER BY state",
             )
             .bind(queue)

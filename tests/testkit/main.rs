@@ -8,8 +8,8 @@ use std::time::Duration;
 use job::prelude::*;
 use job::{JobState, Outcome};
 use job_testkit::{
-    assert_enqueued, enqueued, perform, refute_enqueued, Drain, Faults, Inline, Outage,
-    OutageStore, Point, TestDb,
+    assert_enqueued, enqueued, perform, refute_enqueued, wait_until_idle, Drain, Faults, Inline,
+    Outage, OutageStore, Point, TestDb, TestWorker,
 };
 use serde_json::json;
 
@@ -228,6 +228,50 @@ async fn perform_refuses_a_payload_every_enqueue_refuses() {
         perform(RecordReading { value: Some(2.5) }).await,
         Outcome::Complete
     );
+}
+
+/// `wait_until_idle` waits for a dependent that its finished dependency released: it is
+/// `pending` until the next stager pass, and assertions made after "idle" ran before it.
+#[tokio::test]
+async fn wait_until_idle_waits_for_a_dependent_its_dependency_released() {
+    let db = TestDb::new().await;
+    let store = db.store();
+    let pool = db.pool();
+    let first = SendReceipt {
+        order_id: 1,
+        flaky: false,
+    }
+    .enqueue(&pool)
+    .await
+    .unwrap();
+    let then = job::Enqueue::new(SendReceipt {
+        order_id: 2,
+        flaky: false,
+    })
+    .depends_on([first])
+    .enqueue(&pool)
+    .await
+    .unwrap();
+    let worker = Worker::builder(store.clone())
+        .register::<SendReceipt>()
+        .state(Arc::new(Mailer::default()))
+        .queue("default", 2)
+        .for_tests()
+        // A stager pass well after the dependency finished: "idle" must wait for it.
+        .configure(|c| {
+            c.poll_interval = Duration::from_millis(300);
+            c.stager.interval = Duration::from_millis(300);
+        })
+        .build()
+        .unwrap()
+        .start();
+    wait_until_idle(&store, "default").await;
+    for id in [first, then] {
+        let row = store.get(id).await.unwrap().unwrap();
+        assert_eq!(row.state, JobState::Completed, "job {id}");
+    }
+    worker.shutdown().await;
+    db.close().await;
 }
 
 #[tokio::test]
