@@ -398,7 +398,7 @@ fn duration(d: Duration) -> TokenStream {
 
 /// `send_invoice` → `SendInvoice`. A name that would not start with a letter gets a `Job`
 /// prefix (`_2fa` → `Job2fa`).
-fn upper_camel(snake: &str) -> String {
+pub(crate) fn upper_camel(snake: &str) -> String {
     let mut camel: String = snake
         .split('_')
         .flat_map(|word| {

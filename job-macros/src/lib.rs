@@ -75,6 +75,10 @@ use proc_macro::TokenStream;
 ///
 /// - It is an `async fn`, not `const` nor `unsafe`, without generic, lifetime or const
 ///   parameters (the payload is decoded by kind, so its types are concrete), and not a method.
+/// - Its payload type is its name in UpperCamelCase (`send_invoice` → `SendInvoice`), so a
+///   name that would shadow a type its signature or fields use is refused: `result`,
+///   `option`, `some`, `none`, `ok`, `err`, `string`, `vec`, `box`, `job`, `job_context`,
+///   `job_error`, and `self_`.
 /// - Its first parameter is the context, by value: any type whose last path segment is
 ///   `JobContext` (`JobContext`, `job::JobContext`), with any pattern (`_ctx`).
 /// - Every other parameter is a plain name (`mut` allowed; no tuple or struct patterns, no
