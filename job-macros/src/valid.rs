@@ -341,6 +341,42 @@ fn attrs_named(attrs: &[Attribute], name: &str) -> Vec<Attribute> {
         .collect()
 }
 
+/// Names the payload type must not take: the struct `#[job]` generates is named after the
+/// function (`result` → `Result`), and one of these would shadow, in the function's module, a
+/// type the function's own signature or fields name (`Result`, `JobError`, `String`), or is a
+/// keyword (`Self`). The compiler's own errors point elsewhere (`Result` "takes 0 generic
+/// arguments", `String` "has infinite size").
+const SHADOWED: &[&str] = &[
+    "Self",
+    "Result",
+    "Option",
+    "Some",
+    "None",
+    "Ok",
+    "Err",
+    "String",
+    "Vec",
+    "Box",
+    "Job",
+    "JobContext",
+    "JobError",
+];
+
+/// Refuses a function whose payload type would be named one of [`SHADOWED`].
+fn check_payload_name(sig: &syn::Signature, errors: &mut Errors) {
+    let fn_name = sig.ident.unraw().to_string();
+    let payload = crate::expand::upper_camel(&fn_name);
+    if SHADOWED.contains(&payload.as_str()) {
+        errors.push(syn::Error::new(
+            sig.ident.span(),
+            format!(
+                "`#[job]` names the payload type of `{fn_name}` `{payload}`, which would \
+                 shadow `{payload}` in this module (or is a keyword): rename the function"
+            ),
+        ));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -477,41 +513,5 @@ mod tests {
             messages(quote! { async fn f(c: JobContext) -> Option<()> {} })[0]
                 .starts_with("a `#[job]` function returns")
         );
-    }
-}
-
-/// Names the payload type must not take: the struct `#[job]` generates is named after the
-/// function (`result` → `Result`), and one of these would shadow, in the function's module, a
-/// type the function's own signature or fields name (`Result`, `JobError`, `String`), or is a
-/// keyword (`Self`). The compiler's own errors point elsewhere (`Result` "takes 0 generic
-/// arguments", `String` "has infinite size").
-const SHADOWED: &[&str] = &[
-    "Self",
-    "Result",
-    "Option",
-    "Some",
-    "None",
-    "Ok",
-    "Err",
-    "String",
-    "Vec",
-    "Box",
-    "Job",
-    "JobContext",
-    "JobError",
-];
-
-/// Refuses a function whose payload type would be named one of [`SHADOWED`].
-fn check_payload_name(sig: &syn::Signature, errors: &mut Errors) {
-    let fn_name = sig.ident.unraw().to_string();
-    let payload = crate::expand::upper_camel(&fn_name);
-    if SHADOWED.contains(&payload.as_str()) {
-        errors.push(syn::Error::new(
-            sig.ident.span(),
-            format!(
-                "`#[job]` names the payload type of `{fn_name}` `{payload}`, which would \
-                 shadow `{payload}` in this module (or is a keyword): rename the function"
-            ),
-        ));
     }
 }
