@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 ///
 /// ```
 /// # use job_core::{Job, JobContext, JobError, Outcome};
-/// # #[derive(serde::Serialize, serde::Deserialize)] struct Charge;
+/// # #[derive(serde::Serialize, serde::Deserialize)] struct Charge {}
 /// # impl Job for Charge { const KIND: &'static str = "charge";
 /// #   async fn perform(self, ctx: JobContext) -> Result<(), JobError> {
 /// #     let id: String = ctx.step("charge", || async { Ok("ch_1".to_string()) }).await?;
@@ -26,10 +26,10 @@ use tokio_util::sync::CancellationToken;
 /// use job_testkit::{Inline, StepMemory};
 ///
 /// let steps = StepMemory::new();
-/// let first = Inline::new().steps(steps.clone()).perform(Charge).await;
+/// let first = Inline::new().steps(steps.clone()).perform(Charge {}).await;
 /// assert_eq!(first.name(), "retry");
 /// assert_eq!(steps.get::<String>("charge").as_deref(), Some("ch_1"));
-/// let second = Inline::new().steps(steps.clone()).attempt(2).perform(Charge).await;
+/// let second = Inline::new().steps(steps.clone()).attempt(2).perform(Charge {}).await;
 /// assert_eq!(second, Outcome::Complete);
 /// # }
 /// ```
