@@ -18,12 +18,14 @@ fn promtool(args: &[&str]) -> Option<std::process::Output> {
         .ok()
 }
 
+/// Needs Prometheus's `promtool`, which CI does not install: reported as ignored rather than
+/// passed without it. Run it with `cargo test --test telemetry -- --ignored alert_rules` where
+/// promtool is installed; the parse test below runs everywhere.
 #[test]
+#[ignore = "needs promtool: cargo test --test telemetry -- --ignored alert_rules"]
 fn the_alert_rules_check_and_pass_their_unit_tests_with_promtool() {
-    let Some(check) = promtool(&["check", "rules", "prometheus-alerts.yml"]) else {
-        eprintln!("promtool is not installed: only the parse test below checks the rules");
-        return;
-    };
+    let check = promtool(&["check", "rules", "prometheus-alerts.yml"])
+        .expect("promtool is installed (this test is run with --ignored where it is)");
     assert!(check.status.success(), "{check:?}");
     let test = promtool(&["test", "rules", "prometheus-alerts.test.yml"]).unwrap();
     assert!(test.status.success(), "{test:?}");
