@@ -302,7 +302,7 @@ impl Reader<'_> {
         let states: Vec<&str> = filter.states.iter().map(|s| s.as_str()).collect();
         // Not a prepared statement kept for reuse: a generic plan could not see which of the
         // optional filters are set.
-        let rows = sqlx::query(sql::INSPECT_PAGE)
+        let rows = sqlx::query(sql::INSPECT_PAGE.as_str())
             .persistent(false)
             .bind(states)
             .bind(&filter.kind)

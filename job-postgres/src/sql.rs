@@ -1,7 +1,8 @@
 //! Every SQL statement the store runs, one file each under `src/sql/` (River's rule: no ad-hoc
 //! SQL). Each file's header comment says what the statement does and which guard it applies.
 //! Two predicates that several statements share live in fragments of their own
-//! (`job_filter.sql`, `dead_letters.sql`, `stats_filter.sql`), spliced once where a statement
+//! (`job_filter.sql`, `dead_letters.sql`, `stats_filter.sql`, and the summary columns of
+//! `job_summary.sql`), spliced once where a statement
 //! has the fragment's marker line (`-- @job_filter`, ...).
 
 use std::sync::LazyLock;
@@ -12,6 +13,8 @@ const JOB_FILTER: &str = include_str!("sql/job_filter.sql");
 const DEAD_LETTERS: &str = include_str!("sql/dead_letters.sql");
 /// The filter of the stats statements.
 const STATS_FILTER: &str = include_str!("sql/stats_filter.sql");
+/// The summary a listing shows of a job: its columns, from `job.jobs j`.
+const JOB_SUMMARY: &str = include_str!("sql/job_summary.sql");
 
 /// `statement` with its fragments spliced in.
 fn splice(statement: &str) -> String {
@@ -19,6 +22,7 @@ fn splice(statement: &str) -> String {
         .replace("-- @dead_letters\n", DEAD_LETTERS)
         .replace("-- @job_filter\n", JOB_FILTER)
         .replace("-- @stats_filter\n", STATS_FILTER)
+        .replace("-- @job_summary\n", JOB_SUMMARY)
 }
 
 pub(crate) const ENQUEUE: &str = include_str!("sql/enqueue.sql");
@@ -96,7 +100,8 @@ pub(crate) static STATS_STUCK: LazyLock<String> =
 pub(crate) const INSPECT_STEPS: &str = include_str!("sql/inspect_steps.sql");
 pub(crate) const INSPECT_STEPS_SHOWN: &str = include_str!("sql/inspect_steps_shown.sql");
 pub(crate) const INSPECT_WINDOW: &str = include_str!("sql/inspect_window.sql");
-pub(crate) const INSPECT_PAGE: &str = include_str!("sql/inspect_page.sql");
+pub(crate) static INSPECT_PAGE: LazyLock<String> =
+    LazyLock::new(|| splice(include_str!("sql/inspect_page.sql")));
 pub(crate) const INSPECT_OVERVIEW: &str = include_str!("sql/inspect_overview.sql");
 pub(crate) const CHECK_COUNTS: &str = include_str!("sql/check_counts.sql");
 pub(crate) const CHECK_LEASES: &str = include_str!("sql/check_leases.sql");
@@ -116,6 +121,8 @@ mod tests {
         for (statement, fragment) in [
             (&*LIST, JOB_FILTER),
             (&*LIST_SUMMARY, JOB_FILTER),
+            (&*LIST_SUMMARY, JOB_SUMMARY),
+            (&*INSPECT_PAGE, JOB_SUMMARY),
             (&*PURGE, JOB_FILTER),
             (&*REDRIVE, JOB_FILTER),
             (&*PURGE, "WHERE j.state = 'discarded'"),

@@ -4,22 +4,9 @@
 -- tenant scope $10 (null: every tenant), which no filter widens. The id range bounds the rows
 -- read by the primary key's range, whatever the filter.
 --
--- The summary a listing shows, not the row: no payload, result, progress or error history
--- (a page of 1 MiB payloads once read 50 MiB to show 17 KB). Of the history only the last
--- entry's class and message, cut here to $11 and $12 characters; an entry that is not
--- {class, message} strings reads as unreadable (row.rs reads a whole history the same way).
-SELECT j.id, j.kind, j.queue, j.priority, j.state::text AS state, j.attempt, j.max_attempts,
-       j.run_at, j.created_at, j.finalized_at, j.tags, j.tenant, j.stuck_since,
-       j.cancel_requested,
-       l.entry IS NOT NULL AS has_error,
-       CASE WHEN jsonb_typeof(l.entry -> 'class') = 'string'
-             AND jsonb_typeof(l.entry -> 'message') = 'string'
-            THEN left(l.entry ->> 'class', $11::integer) END AS error_class,
-       CASE WHEN jsonb_typeof(l.entry -> 'class') = 'string'
-             AND jsonb_typeof(l.entry -> 'message') = 'string'
-            THEN left(l.entry ->> 'message', $12::integer) END AS error_message
-FROM job.jobs j
-CROSS JOIN LATERAL (SELECT j.errors -> -1 AS entry) l
+-- The summary a listing shows (job_summary.sql), not the row: a page of 1 MiB payloads once
+-- read 50 MiB to show 17 KB.
+-- @job_summary
 WHERE j.id >= $7::bigint
   AND ($8::bigint IS NULL OR j.id < $8::bigint)
   AND (cardinality($1::text[]) = 0 OR j.state = ANY ($1::text[]::job.job_state[]))
