@@ -123,6 +123,7 @@ pub mod prelude {
 #[doc(hidden)]
 pub mod __private {
     pub use chrono;
+    pub use job_core::__KeyWriter as KeyWriter;
     pub use job_core::__set_returned_result as set_returned_result;
     pub use serde;
     pub use serde_json;

@@ -27,6 +27,8 @@ pub use model::job::{
     Breaker, Compensate, Discarded, DiscardedError, Job, JobId, JobOptions, RateLimit, MAX_DURATION,
 };
 pub use model::json_size::MAX_JSON_DEPTH;
+#[doc(hidden)]
+pub use model::key::KeyWriter as __KeyWriter;
 pub use model::new_job::{
     allowed_in_name, name_problem, payload_problem, Deadline, Dependency, DependencyMode,
     DependsOn, EnqueueOptions, NewJob, OnDuplicate, RunAt, Unique, UniqueScope,

@@ -200,6 +200,13 @@ pub(crate) fn key_template(which: TemplateKey, template: &str) -> Result<Vec<Key
                 if !text.is_empty() {
                     parts.push(KeyPart::Text(std::mem::take(&mut text)));
                 }
+                if let Some(KeyPart::Field(before)) = parts.last() {
+                    return Err(format!(
+                        "`{key}` has `{{{before}}}` and `{{{name}}}` side by side in {template:?}: \
+                         put text between them, like `{{{before}}}:{{{name}}}`, or two jobs \
+                         with different arguments could have the same key"
+                    ));
+                }
                 parts.push(KeyPart::Field(name));
             }
             '}' => {
@@ -1259,6 +1266,14 @@ mod tests {
         assert_eq!(
             messages(quote! { ordering = "{a-b}" }),
             ["`ordering` placeholders name a job argument, like `{account_id}`, got `{a-b}`"]
+        );
+        assert_eq!(
+            messages(quote! { rate = "1/s", rate_key = "{a}{{x}}{b}{c}" }),
+            [concat!(
+                r#"`rate_key` has `{b}` and `{c}` side by side in "{a}{{x}}{b}{c}": put text "#,
+                "between them, like `{b}:{c}`, or two jobs with different arguments could have ",
+                "the same key"
+            )]
         );
         assert_eq!(
             messages(quote! { unique = "x:{}" }),

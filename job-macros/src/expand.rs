@@ -83,26 +83,42 @@ fn check_template(job: &JobFn, template: &KeyTemplate, errors: &mut Errors) -> b
     ok
 }
 
-/// `fn unique_key` (`fn ordering_key`, `fn rate_key`) formatting the payload's fields into the
-/// `unique` (`ordering`, `rate_key`) template.
+/// `fn unique_key` (`fn ordering_key`, `fn rate_key`) filling the payload's fields into the
+/// `unique` (`ordering`, `rate_key`) template. With several placeholders, the first character
+/// of the text after each value but the last is escaped in the values (`job_core`'s `model/key.rs` says how and why), so that different
+/// arguments never make the same key.
 fn key_fn(template: &KeyTemplate, fields: &[Field]) -> Option<TokenStream> {
-    let mut format = String::new();
-    let mut values = Vec::new();
+    let placeholders = template
+        .parts
+        .iter()
+        .filter(|part| matches!(part, KeyPart::Field(_)))
+        .count();
+    let mut ends = String::new();
+    let mut seen = 0;
+    let mut pieces = Vec::new();
     for part in &template.parts {
         match part {
-            KeyPart::Text(t) => format.push_str(&t.replace('{', "{{").replace('}', "}}")),
+            KeyPart::Text(t) => {
+                if seen > 0 && seen < placeholders {
+                    // Where the value before it ends: the first character is enough.
+                    ends.extend(t.chars().next());
+                }
+                pieces.push(quote!(key.text(#t);));
+            }
             KeyPart::Field(name) => {
-                format.push_str("{}");
+                seen += 1;
                 let field = fields.iter().find(|f| f.name.unraw() == name)?;
                 let ident = &field.name;
-                values.push(quote!(self.#ident));
+                pieces.push(quote!(key.value(&self.#ident);));
             }
         }
     }
     let method = Ident::new(template.method, Span::call_site());
     Some(quote! {
         fn #method(&self) -> ::core::option::Option<::std::string::String> {
-            ::core::option::Option::Some(::std::format!(#format #(, #values)*))
+            let mut key = ::job::__private::KeyWriter::new(#ends);
+            #(#pieces)*
+            ::core::option::Option::Some(key.finish())
         }
     })
 }

@@ -35,3 +35,30 @@ async fn the_macro_derives_the_unique_key_from_the_payload_and_sets_the_limit() 
         "{again:?}"
     );
 }
+
+/// Moves stock between two places, once at a time per pair.
+#[job(kind = "test.move_stock", unique = "move:{from}:{to}")]
+async fn move_stock(ctx: JobContext, from: String, to: String) -> Result<(), JobError> {
+    let _ = (ctx, from, to);
+    Ok(())
+}
+
+#[tokio::test]
+async fn values_holding_the_templates_separator_make_different_unique_keys() {
+    let h = crate::common::Harness::new().await;
+    let pool = h.store.pool();
+    let stock = |from: &str, to: &str| MoveStock {
+        from: from.into(),
+        to: to.into(),
+    };
+    // Joined as they are, both were `move:a:b:c`, and the second was refused as a duplicate of
+    // the first.
+    let first = stock("a:b", "c").enqueue(pool).await.unwrap();
+    let second = stock("a", "b:c").enqueue(pool).await.unwrap();
+    assert_ne!(first, second);
+    let again = stock("a", "b:c").enqueue(pool).await;
+    assert!(
+        matches!(again, Err(EnqueueError::Duplicate { existing, .. }) if existing == second),
+        "{again:?}"
+    );
+}

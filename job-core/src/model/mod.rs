@@ -8,6 +8,7 @@ pub(crate) mod error;
 pub(crate) mod finite;
 pub(crate) mod job;
 pub(crate) mod json_size;
+pub(crate) mod key;
 pub(crate) mod new_job;
 pub(crate) mod outcome;
 pub(crate) mod result;

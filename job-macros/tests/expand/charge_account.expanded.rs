@@ -23,10 +23,16 @@ struct ChargeAccount {
 impl ::job::Job for ChargeAccount {
     const KIND: &'static str = "charge_account";
     fn unique_key(&self) -> ::core::option::Option<::std::string::String> {
-        ::core::option::Option::Some(::std::format!("charge:{}", self.r#charge_id))
+        let mut key = ::job::__private::KeyWriter::new("");
+        key.text("charge:");
+        key.value(&self.r#charge_id);
+        ::core::option::Option::Some(key.finish())
     }
     fn ordering_key(&self) -> ::core::option::Option<::std::string::String> {
-        ::core::option::Option::Some(::std::format!("account:{}", self.account_id))
+        let mut key = ::job::__private::KeyWriter::new("");
+        key.text("account:");
+        key.value(&self.account_id);
+        ::core::option::Option::Some(key.finish())
     }
     #[allow(clippy::useless_conversion)]
     async fn perform(

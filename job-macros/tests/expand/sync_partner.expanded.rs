@@ -30,7 +30,10 @@ impl ::job::Job for SyncPartner {
         ..::job::JobOptions::DEFAULT
     };
     fn rate_key(&self) -> ::core::option::Option<::std::string::String> {
-        ::core::option::Option::Some(::std::format!("account:{}", self.account_id))
+        let mut key = ::job::__private::KeyWriter::new("");
+        key.text("account:");
+        key.value(&self.account_id);
+        ::core::option::Option::Some(key.finish())
     }
     #[allow(clippy::useless_conversion)]
     async fn perform(

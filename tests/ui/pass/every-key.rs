@@ -109,6 +109,21 @@ fn main() {
         format: "pdf".into(),
     };
     assert_eq!(report.unique_key().as_deref(), Some("report:7:pdf"));
+    // Values are escaped where a template of several placeholders would let two payloads
+    // share a key: where the text between them starts (`:`, `/`) and `%`, never the text
+    // around them.
+    let odd = PerTenant {
+        tenant_id: 4,
+        r#type: "2:sync".into(),
+    };
+    assert_eq!(odd.rate_key().as_deref(), Some("tenant:4:2%3Async"));
+    let percent = BuildReport {
+        report_id: 7,
+        format: "p%:df/x".into(),
+    };
+    assert_eq!(percent.unique_key().as_deref(), Some("report:7:p%25%3Adf/x"));
+    assert_eq!(percent.ordering_key().as_deref(), Some("{reports}:p%:df/x"));
+    assert_eq!(percent.rate_key().as_deref(), Some("p%25:df%2Fx/{tenant}:7"));
     assert_eq!(OnlyBase {}.unique_key(), None);
     assert_eq!(report.ordering_key().as_deref(), Some("{reports}:pdf"));
     assert_eq!(OnlyBase {}.ordering_key(), None);
