@@ -81,7 +81,14 @@ pub(crate) async fn run(cli: Cli) -> Result<ExitCode, Error> {
                     "cancellation requested: it stops at its worker's next heartbeat".to_owned(),
                     0,
                 ),
-                Cancelled::AlreadyFinished(s) => (format!("already finished: {s}"), 0),
+                // Cancelling again what is cancelled is done; a job that completed or became a
+                // dead letter was not cancelled, and a script must not read that as success.
+                Cancelled::AlreadyFinished(JobState::Cancelled) => {
+                    ("already finished: cancelled".to_owned(), 0)
+                }
+                Cancelled::AlreadyFinished(s) => {
+                    (format!("not cancelled: it already finished as {s}"), 1)
+                }
                 Cancelled::NotFound => (format!("no job {id}"), 1),
             };
             let key = match outcome {
@@ -91,7 +98,7 @@ pub(crate) async fn run(cli: Cli) -> Result<ExitCode, Error> {
                 Cancelled::NotFound => "not_found",
             };
             if code != 0 && !json_out {
-                // Like `show`: a missing job is an error, said on stderr.
+                // Like `show`: a missing or finished job is an error, said on stderr.
                 eprintln!("job: {text}");
             } else {
                 say(json_out, json!({"id": id, "outcome": key}), &text)?;
@@ -478,7 +485,8 @@ async fn show(store: &PgStore, id: i64, json_out: bool) -> Result<ExitCode, Erro
 }
 
 /// Redrives dead letters; an id named that was neither redriven nor skipped (not a dead
-/// letter, or no such job) is said, and makes the exit code 1.
+/// letter, or no such job) is said, and so is a dead letter skipped for its unique key (it
+/// stays a dead letter): either makes the exit code 1.
 async fn redrive(store: &PgStore, dead: &DeadArgs, json_out: bool) -> Result<ExitCode, Error> {
     let filter = dead.filter()?;
     let out = store.redrive(&filter).await?;
@@ -488,7 +496,7 @@ async fn redrive(store: &PgStore, dead: &DeadArgs, json_out: bool) -> Result<Exi
         .copied()
         .filter(|id| !out.redriven.contains(id) && !out.skipped.iter().any(|(s, _)| s == id))
         .collect();
-    let code = if not_dead.is_empty() {
+    let code = if not_dead.is_empty() && out.skipped.is_empty() {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE

@@ -199,6 +199,28 @@ async fn redrive_and_purge_dead_letters_purge_asking_first() {
     }
     // Nothing named: refused rather than acting on every dead letter.
     assert!(!job(&db, &["redrive"]).status.success());
+    // A dead letter was not cancelled: the command fails, saying how it ended.
+    let finished = job(&db, &["cancel", &c.to_string()]);
+    assert_eq!(finished.status.code(), Some(1));
+    let said = String::from_utf8_lossy(&finished.stderr);
+    assert!(
+        said.contains("not cancelled: it already finished as discarded"),
+        "{said}"
+    );
+    // A dead letter whose unique key an active job holds is skipped, and stays a dead letter:
+    // the redrive fails too, naming it and its holder.
+    let keyed = enqueue(&db, &["charge", "{}", "--unique-key", "k"]);
+    discard(&db, keyed, "boom").await;
+    let holder = enqueue(&db, &["charge", "{}", "--unique-key", "k"]);
+    let skipped = job(&db, &["--json", "redrive", &keyed.to_string()]);
+    assert_eq!(skipped.status.code(), Some(1));
+    let out: Value = serde_json::from_slice(&skipped.stdout).unwrap();
+    assert_eq!(out["skipped"][0]["id"], keyed);
+    assert_eq!(out["skipped"][0]["held_by"], holder);
+    ok(&job(&db, &["cancel", &holder.to_string()]));
+    let out = json(&job(&db, &["--json", "redrive", &keyed.to_string()]));
+    assert_eq!(out["redriven"][0], keyed);
+    ok(&job(&db, &["cancel", &keyed.to_string()]));
 
     let out = json(&job(&db, &["--json", "redrive", &a.to_string()]));
     assert_eq!(out["redriven"][0], a);
