@@ -842,6 +842,9 @@ async fn web(
             .ok()
             .map(|token| token.trim().to_owned()),
     };
+    if let Some(problem) = token.as_deref().and_then(job_web::operator_token_problem) {
+        return Err(problem.into());
+    }
     let mut dashboard = match tenant {
         Some(t) => job_web::Dashboard::for_tenant(store.for_tenant(t)),
         None => job_web::Dashboard::new(store),

@@ -698,7 +698,7 @@ fn log_in(addr: &str, token: &str) -> String {
 async fn web_logs_a_failed_login_to_stderr() {
     use std::io::Read;
     let db = TestDb::new().await;
-    let (mut child, addr, mut stderr) = start_web(&db, "the-token");
+    let (mut child, addr, mut stderr) = start_web(&db, "the-operator-token");
     let response = log_in(&addr, "wrong");
     assert!(response.starts_with("HTTP/1.1 403"), "{response}");
     // The warning is written before the response is sent: all of it is in the pipe now.
@@ -717,11 +717,31 @@ async fn web_logs_a_failed_login_to_stderr() {
 #[tokio::test]
 async fn web_trims_the_operator_token_from_the_environment() {
     let db = TestDb::new().await;
-    let (mut child, addr, _stderr) = start_web(&db, " the-token\n");
-    let response = log_in(&addr, "the-token");
+    let (mut child, addr, _stderr) = start_web(&db, " the-operator-token\n");
+    let response = log_in(&addr, "the-operator-token");
     child.kill().unwrap();
     child.wait().unwrap();
     assert!(response.starts_with("HTTP/1.1 303"), "{response}");
+    db.close().await;
+}
+
+/// A token short enough to guess from a session cookie offline is refused, saying why.
+#[tokio::test]
+async fn web_refuses_a_short_operator_token() {
+    let db = TestDb::new().await;
+    let out = Command::new(env!("CARGO_BIN_EXE_job"))
+        .args(["web", "--listen", "127.0.0.1:0"])
+        .env("DATABASE_URL", db.url())
+        .env("JOB_OPERATOR_TOKEN", "hunter2")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("the operator token has 7 characters, fewer than 16"),
+        "{said}"
+    );
     db.close().await;
 }
 

@@ -114,9 +114,16 @@ impl Dashboard {
     }
 
     /// Lets an operator who logs in with `token` act (cancel, redrive, purge, pause, resume).
-    /// Without it the dashboard is read-only. An empty token is ignored.
+    /// Without it the dashboard is read-only. An empty token is ignored. Sessions are signed
+    /// with a key derived from the token, so a session cookie lets whoever reads it guess the
+    /// token offline, past the login's throttle: use a random one of at least
+    /// [`MIN_OPERATOR_TOKEN`] characters (`openssl rand -hex 16`); a shorter one is logged as a
+    /// warning here, and refused by `job web`.
     pub fn operator_token(mut self, token: impl AsRef<str>) -> Dashboard {
         let token = token.as_ref();
+        if let Some(problem) = operator_token_problem(token) {
+            tracing::warn!("{problem}");
+        }
         self.operator = (!token.is_empty()).then(|| Operator::new(token));
         self
     }
@@ -272,4 +279,20 @@ async fn stylesheet() -> impl IntoResponse {
         ],
         include_str!("../assets/dashboard.css"),
     )
+}
+
+/// The fewest characters an operator token should have: see [`Dashboard::operator_token`].
+pub const MIN_OPERATOR_TOKEN: usize = 16;
+
+/// Why `token` is too weak to be the operator token, if it is (an empty one, which leaves the
+/// dashboard read-only, is not).
+pub fn operator_token_problem(token: &str) -> Option<String> {
+    let n = token.chars().count();
+    (n > 0 && n < MIN_OPERATOR_TOKEN).then(|| {
+        format!(
+            "the operator token has {n} characters, fewer than {MIN_OPERATOR_TOKEN}: whoever \
+             reads a session cookie could guess it offline; use a random one, such as \
+             `openssl rand -hex 16` prints"
+        )
+    })
 }

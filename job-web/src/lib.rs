@@ -45,4 +45,4 @@ mod pages;
 mod scope;
 mod throttle;
 
-pub use dashboard::{Dashboard, DashboardConfig};
+pub use dashboard::{operator_token_problem, Dashboard, DashboardConfig, MIN_OPERATOR_TOKEN};
