@@ -59,9 +59,7 @@ pub(crate) async fn run(cli: Cli) -> Result<ExitCode, Error> {
                 ..filter.filter()
             };
             if json_out {
-                let jobs = store.list(&filter).await?;
-                let views: Vec<JobView> = jobs.iter().map(JobView::from).collect();
-                print_json(&views)?;
+                list_json(&store, &filter).await?;
             } else {
                 // The table shows no payload: read none (1 MiB payloads, 100 jobs).
                 let jobs = store.list_summaries(&filter).await?;
@@ -482,6 +480,37 @@ async fn show(store: &PgStore, id: i64, json_out: bool) -> Result<ExitCode, Erro
         print(&t)?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// How many whole rows `list --json` holds at once: a row may carry a payload of megabytes (and
+/// an error history of up to 2 MiB), and `--limit` allows 10,000 rows.
+const LIST_JSON_CHUNK: usize = 16;
+
+/// `list --json`: the matching ids from the summaries, then the whole rows a few at a time,
+/// each written out before the next are read, so that memory holds a chunk, not the listing.
+/// The output is the JSON array `print_json` would write of them all. A job that stops matching
+/// between the two reads (purged, say) is left out.
+async fn list_json(store: &PgStore, filter: &JobFilter) -> Result<(), Error> {
+    let ids: Vec<i64> = store
+        .list_summaries(filter)
+        .await?
+        .iter()
+        .map(|job| job.id)
+        .collect();
+    let mut array = output::JsonArray::start()?;
+    for chunk in ids.chunks(LIST_JSON_CHUNK) {
+        let rows = store
+            .list(&JobFilter {
+                limit: Some(LIST_JSON_CHUNK as u32),
+                ..JobFilter::ids(chunk.iter().copied())
+            })
+            .await?;
+        for row in &rows {
+            array.push(&JobView::from(row))?;
+        }
+    }
+    array.finish()?;
+    Ok(())
 }
 
 /// Redrives dead letters; an id named that was neither redriven nor skipped (not a dead

@@ -239,6 +239,44 @@ pub(crate) fn print(text: impl Display) -> Result<(), StdoutError> {
     Ok(())
 }
 
+/// A JSON array written to stdout an element at a time, as [`print_json`] writes a whole one
+/// (pretty, then a newline), for listings too large to hold.
+pub(crate) struct JsonArray {
+    empty: bool,
+}
+
+impl JsonArray {
+    pub(crate) fn start() -> Result<JsonArray, StdoutError> {
+        Ok(JsonArray { empty: true })
+    }
+
+    pub(crate) fn push<T: Serialize>(&mut self, value: &T) -> Result<(), StdoutError> {
+        let mut out = std::io::stdout().lock();
+        write!(out, "{}\n", if self.empty { "[" } else { "," })?;
+        self.empty = false;
+        let text = json(value);
+        let mut lines = text.lines().peekable();
+        while let Some(line) = lines.next() {
+            write!(out, "  {line}")?;
+            if lines.peek().is_some() {
+                writeln!(out)?;
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn finish(self) -> Result<(), StdoutError> {
+        let mut out = std::io::stdout().lock();
+        if self.empty {
+            writeln!(out, "[]")?;
+        } else {
+            write!(out, "\n]\n")?;
+        }
+        out.flush()?;
+        Ok(())
+    }
+}
+
 /// Writes `value` as pretty JSON and a newline to stdout, for scripts.
 pub(crate) fn print_json<T: Serialize>(value: &T) -> Result<(), StdoutError> {
     let mut out = std::io::stdout().lock();

@@ -343,6 +343,36 @@ async fn pause_resume_paused_and_stats() {
     db.close().await;
 }
 
+/// `list --json` reads its rows a chunk at a time; the listing is still one array, in id order,
+/// written as a whole array is.
+#[tokio::test]
+async fn list_json_of_many_jobs_is_one_array_in_order() {
+    let db = TestDb::new().await;
+    sqlx::query(
+        "SELECT job.enqueue('bulk', jsonb_build_object('n', n, 'text', E'two\\nlines'))
+         FROM generate_series(1, 40) AS n",
+    )
+    .execute(&db.pool())
+    .await
+    .unwrap();
+    let out = job(&db, &["--json", "list", "--kind", "bulk", "--limit", "35"]);
+    let text = ok(&out);
+    let listed: Value = serde_json::from_str(&text).unwrap();
+    let rows = listed.as_array().unwrap();
+    assert_eq!(rows.len(), 35);
+    for (i, row) in rows.iter().enumerate() {
+        assert_eq!(row["payload"]["n"], i + 1);
+        assert_eq!(row["payload"]["text"], "two\nlines");
+    }
+    // Laid out as a whole array is, across the chunks' seams too.
+    assert!(text.starts_with("[\n  {\n    \"id\": 1,\n"), "{text}");
+    assert!(text.contains("\n  },\n  {\n    \"id\": 17,\n"), "{text}");
+    assert!(text.ends_with("\n  }\n]\n"), "{text}");
+    let none = ok(&job(&db, &["--json", "list", "--kind", "none"]));
+    assert_eq!(none, "[]\n");
+    db.close().await;
+}
+
 /// A row whose payload, result and progress nest deeper than serde_json reads (stored by SQL)
 /// is listed and shown, the values as their text, and does not hide the dead letters.
 #[tokio::test]
