@@ -252,7 +252,7 @@ impl JsonArray {
 
     pub(crate) fn push<T: Serialize>(&mut self, value: &T) -> Result<(), StdoutError> {
         let mut out = std::io::stdout().lock();
-        write!(out, "{}\n", if self.empty { "[" } else { "," })?;
+        writeln!(out, "{}", if self.empty { "[" } else { "," })?;
         self.empty = false;
         let text = json(value);
         let mut lines = text.lines().peekable();
