@@ -113,6 +113,12 @@ pub(crate) enum Command {
         /// Mark the session cookie `Secure` (behind HTTPS, such as a TLS-terminating proxy).
         #[arg(long)]
         secure_cookie: bool,
+        /// How many reverse proxies you run in front of it append to `X-Forwarded-For`: logins
+        /// are then counted per client address they recorded, so that one client guessing
+        /// the token locks out only itself. 0 (the default) ignores the header, which clients
+        /// can write.
+        #[arg(long, value_name = "N", default_value_t = 0)]
+        forwarded_hops: u8,
     },
 }
 

@@ -179,8 +179,12 @@ pub(crate) async fn run(cli: Cli) -> Result<ExitCode, Error> {
             operator_token_file,
             allowed_hosts,
             secure_cookie,
+            forwarded_hops,
         } => {
-            let config = web_config(listen, allowed_hosts, secure_cookie);
+            let config = job_web::DashboardConfig {
+                forwarded_hops,
+                ..web_config(listen, allowed_hosts, secure_cookie)
+            };
             web(store, listen, tenant, operator_token_file, config).await?
         }
     }

@@ -18,7 +18,7 @@ use crate::error::WebError;
 use crate::extract::Form;
 use crate::fields::text;
 use crate::pages::layout::href;
-use crate::throttle::Client;
+use crate::throttle::{forwarded_client, Client};
 
 /// Every field any action form sends; each action reads its own.
 #[derive(Debug, Default, Deserialize)]
@@ -200,6 +200,7 @@ pub(crate) async fn login(
     axum::extract::State(app): AppState,
     base: Base,
     peer: Option<Extension<ConnectInfo<SocketAddr>>>,
+    headers: HeaderMap,
     Form(form): Form<ActionForm>,
 ) -> Result<Response, WebError> {
     let Some(operator) = &app.operator else {
@@ -208,7 +209,10 @@ pub(crate) async fn login(
         ));
     };
     let now = Instant::now();
-    let client = Client::of(peer.map(|Extension(ConnectInfo(a))| a.ip()));
+    let client = Client::of(
+        forwarded_client(&headers, app.config.forwarded_hops)
+            .or(peer.map(|Extension(ConnectInfo(a))| a.ip())),
+    );
     if let Err(wait) = app.logins.admit(client, now) {
         tracing::warn!("job-web: a login refused after too many wrong operator tokens");
         let mut response = WebError::new(

@@ -60,6 +60,15 @@ pub struct DashboardConfig {
     /// when it listens on a loopback address. Actions and logins from another site are refused
     /// whatever this says (by `Sec-Fetch-Site`, or `Origin`).
     pub allowed_hosts: Vec<String>,
+    /// How many reverse proxies in front of the dashboard each append the address they were
+    /// reached from to `X-Forwarded-For`. With `n`, the client a login is counted against (see
+    /// the login throttle: 10 wrong tokens a minute per client) is the `n`th address from the
+    /// right of that list (every `X-Forwarded-For` header, in order); a request whose list is
+    /// shorter, or whose entry there is no IP address, is counted by the peer's address. 0, the
+    /// default, ignores the header: a client can write it, so trust it only as far as proxies
+    /// you run append to it. Behind a proxy with 0, every login comes from the proxy: one host
+    /// guessing the token locks every operator out for its minute.
+    pub forwarded_hops: u8,
 }
 
 impl Default for DashboardConfig {
@@ -73,6 +82,7 @@ impl Default for DashboardConfig {
             connections: 4,
             secure_cookie: false,
             allowed_hosts: Vec::new(),
+            forwarded_hops: 0,
         }
     }
 }

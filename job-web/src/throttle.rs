@@ -11,8 +11,9 @@
 //! The peer address is what the server gives the router (`ConnectInfo<SocketAddr>`: `job web`
 //! serves with it; an application mounting the router serves it with
 //! `into_make_service_with_connect_info`). Without one, every login counts as one client, so
-//! the per-client bound is the overall one. Behind a reverse proxy, every login comes from the
-//! proxy's address. Per dashboard router, in memory: at most [`CLIENTS`] clients are tracked
+//! the per-client bound is the overall one. Behind reverse proxies, every login comes from the
+//! nearest proxy's address unless `DashboardConfig::forwarded_hops` says how many of them append
+//! to `X-Forwarded-For` ([`forwarded_client`]). Per dashboard router, in memory: at most [`CLIENTS`] clients are tracked
 //! (those whose minute is over are forgotten first; past that, a new client is counted in the
 //! overall bound only); no clock but the `Instant`s the caller passes.
 
@@ -53,6 +54,31 @@ impl Client {
             }
         }
     }
+}
+
+/// The client's address as `hops` trusted proxies recorded it: the `hops`th entry from the
+/// right of the `X-Forwarded-For` list (every such header, in order, comma-separated), when the
+/// list is that long and the entry is an IP address (a port or brackets around an IPv6 address
+/// allowed); otherwise `None`, and the peer's address counts. Entries left of it were written
+/// by whoever sent the request, and are not read.
+pub(crate) fn forwarded_client(headers: &axum::http::HeaderMap, hops: u8) -> Option<IpAddr> {
+    if hops == 0 {
+        return None;
+    }
+    let mut entries: Vec<&str> = Vec::new();
+    for value in headers.get_all("x-forwarded-for") {
+        // A header that is not text: the list cannot be read, so trust none of it.
+        let text = value.to_str().ok()?;
+        entries.extend(text.split(',').map(str::trim));
+    }
+    let entry = *entries.iter().rev().nth(usize::from(hops) - 1)?;
+    entry.parse::<IpAddr>().ok().or_else(|| {
+        entry
+            .parse::<std::net::SocketAddr>()
+            .ok()
+            .map(|a| a.ip())
+            .or_else(|| entry.strip_prefix('[')?.strip_suffix(']')?.parse().ok())
+    })
 }
 
 /// Wrong logins in a window: when it started and how many.
@@ -151,6 +177,35 @@ impl LoginThrottle {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_forwarded_client_is_read_from_the_right_only_as_far_as_trusted() {
+        use axum::http::{HeaderMap, HeaderValue};
+        let mut headers = HeaderMap::new();
+        headers.append(
+            "x-forwarded-for",
+            HeaderValue::from_static("6.6.6.6, 198.51.100.7"),
+        );
+        headers.append("x-forwarded-for", HeaderValue::from_static("10.0.0.2:5000"));
+        let ip = |s: &str| Some(s.parse::<IpAddr>().unwrap());
+        assert_eq!(forwarded_client(&headers, 0), None);
+        assert_eq!(forwarded_client(&headers, 1), ip("10.0.0.2"));
+        assert_eq!(forwarded_client(&headers, 2), ip("198.51.100.7"));
+        // What the client wrote itself is read only when that many proxies are trusted.
+        assert_eq!(forwarded_client(&headers, 3), ip("6.6.6.6"));
+        assert_eq!(forwarded_client(&headers, 4), None);
+        let mut v6 = HeaderMap::new();
+        v6.append(
+            "x-forwarded-for",
+            HeaderValue::from_static("[2001:db8::1], 2001:db8::2"),
+        );
+        assert_eq!(forwarded_client(&v6, 1), ip("2001:db8::2"));
+        assert_eq!(forwarded_client(&v6, 2), ip("2001:db8::1"));
+        let mut junk = HeaderMap::new();
+        junk.append("x-forwarded-for", HeaderValue::from_static("unknown"));
+        assert_eq!(forwarded_client(&junk, 1), None);
+        assert_eq!(forwarded_client(&HeaderMap::new(), 1), None);
+    }
 
     fn v4(last: u8) -> Client {
         Client::of(Some(IpAddr::from([192, 0, 2, last])))

@@ -6,7 +6,7 @@ mod support;
 
 use axum::http::StatusCode;
 use job_testkit::TestDb;
-use job_web::Dashboard;
+use job_web::{Dashboard, DashboardConfig};
 use support::{csrf, discard, enqueue, get, login, login_from, post, post_raw, state};
 
 const SCRIPT: &str = "<script>alert('owned')</script>";
@@ -810,6 +810,47 @@ async fn a_client_guessing_locks_out_only_itself() {
     }
     let answer = login_from(&router, "right-token", "198.51.100.4:50000").await;
     assert_eq!(answer.status, StatusCode::TOO_MANY_REQUESTS);
+    db.close().await;
+}
+
+/// Behind a proxy that appends to `X-Forwarded-For`, told so (`forwarded_hops`), each client
+/// is counted by the address the proxy recorded, not by the proxy's: one client guessing locks
+/// out only itself. What a client wrote into the header itself is not believed.
+#[tokio::test]
+async fn behind_a_trusted_proxy_a_client_guessing_locks_out_only_itself() {
+    let db = TestDb::new().await;
+    let config = DashboardConfig {
+        forwarded_hops: 1,
+        ..DashboardConfig::default()
+    };
+    let router = Dashboard::new(db.store())
+        .operator_token("right-token")
+        .config(config)
+        .router();
+    let via_proxy = |token: &str, forwarded: &str| {
+        let body = serde_urlencoded::to_string([("token", token)]).unwrap();
+        let mut request = axum::http::Request::post("/login")
+            .header("content-type", "application/x-www-form-urlencoded")
+            .header("x-forwarded-for", forwarded)
+            .body(axum::body::Body::from(body))
+            .unwrap();
+        let proxy: std::net::SocketAddr = "10.0.0.1:443".parse().unwrap();
+        request
+            .extensions_mut()
+            .insert(axum::extract::ConnectInfo(proxy));
+        support::send(&router, request)
+    };
+    for n in 0..10 {
+        // The guesser writes a new address of its own into the header each time: the proxy
+        // appends the one it saw, which is what counts.
+        let forged = format!("192.0.2.{n}, 203.0.113.9");
+        let answer = via_proxy("guess", &forged).await;
+        assert_eq!(answer.status, StatusCode::FORBIDDEN, "guess {n}");
+    }
+    let answer = via_proxy("right-token", "203.0.113.9").await;
+    assert_eq!(answer.status, StatusCode::TOO_MANY_REQUESTS);
+    let answer = via_proxy("right-token", "198.51.100.4").await;
+    assert_eq!(answer.status, StatusCode::SEE_OTHER, "{}", answer.body);
     db.close().await;
 }
 
