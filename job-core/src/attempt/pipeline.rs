@@ -172,6 +172,22 @@ impl TaskEnd {
             Err(e) => e.is_panic(),
         }
     }
+
+    /// Whether the handler said how its job ends: it succeeded, or chose to discard, cancel or
+    /// snooze it. A retryable error, a panic, a timeout or code dropped by the abort say
+    /// nothing the next attempt would not say better; ended while a shutdown stopped the
+    /// handler, most often they are that stop (a handler that checks `ctx.is_cancelled()`
+    /// and returns an error), and the attempt is given back rather than counted.
+    pub(crate) fn decided(&self) -> bool {
+        self.stopped != Some(StopCause::TimedOut)
+            && matches!(
+                &self.joined,
+                Ok(Ok(()))
+                    | Ok(Err(JobError::Terminal(_)
+                        | JobError::Cancel(_)
+                        | JobError::Snooze(_)))
+            )
+    }
 }
 
 /// Runs `future` in its own task until it ends, `timeout` passes or `stop` completes; in the

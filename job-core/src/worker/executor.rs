@@ -208,9 +208,14 @@ async fn execute<S: Store>(
                         return;
                     }
                     // Stopped by the drain: the lease is released once every execution had its
-                    // chance, unless the code finished while being stopped; then what it
-                    // returned is written like any outcome.
-                    Abort::Shutdown if !task.ran_to_end() => {
+                    // chance, the attempt not counted, unless the handler said how the job
+                    // ends (it succeeded, or chose to discard, cancel or snooze it); then that
+                    // is written like any outcome. Whether the handler returned before or
+                    // after the executor saw the stop is a race between threads, so it
+                    // decides nothing: a cooperative handler's error on being stopped is the
+                    // stop, not a failed attempt (counted, it made dead letters of jobs on
+                    // their last attempt at every deploy).
+                    Abort::Shutdown if !task.decided() => {
                         shared.inflight.ended_unfinished(&lease, ran_for);
                         return;
                     }
