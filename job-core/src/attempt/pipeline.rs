@@ -164,15 +164,6 @@ impl TaskEnd {
         }
     }
 
-    /// Whether the handler's code ran to its end (returned or panicked) rather than being
-    /// dropped by the abort.
-    pub(crate) fn ran_to_end(&self) -> bool {
-        match &self.joined {
-            Ok(_) => true,
-            Err(e) => e.is_panic(),
-        }
-    }
-
     /// Whether the handler said how its job ends: it succeeded, or chose to discard, cancel or
     /// snooze it. A retryable error, a panic, a timeout or code dropped by the abort say
     /// nothing the next attempt would not say better; ended while a shutdown stopped the
