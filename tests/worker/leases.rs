@@ -984,3 +984,76 @@ async fn an_outcome_that_fails_alone_for_a_passing_reason_holds_up_no_other() {
     );
     assert_eq!(h.row(poison).await.attempt, 1, "written, not run again");
 }
+
+/// Heartbeats fail while the flag is set: the keeper cut off from the database for a while.
+#[derive(Clone, Default)]
+struct HeartbeatsFail(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl StoreLayer for HeartbeatsFail {
+    fn call<'a, T: Returned + Send + 'a>(
+        &'a self,
+        call: Call,
+        run: BoxFuture<'a, Result<T, StoreError>>,
+    ) -> BoxFuture<'a, Result<T, StoreError>> {
+        if call.name == "heartbeat" && self.0.load(std::sync::atomic::Ordering::SeqCst) {
+            return Box::pin(async {
+                Err(StoreError::new(std::io::Error::other(
+                    "injected: database unreachable",
+                )))
+            });
+        }
+        run
+    }
+}
+
+/// A job waiting in the prefetch buffer through an outage of two thirds of its lease is not
+/// fenced (no code of it runs): renewed once the heartbeats get through, it runs here, once,
+/// on its only attempt. It used to be taken away and never given back, so its lease ran out and
+/// the rescuer made a dead letter of it without its having run. The running job beside it is
+/// fenced as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prefetched_job_outlives_an_outage_that_fences_the_running_one() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let h = Harness::new().await;
+    let cut = HeartbeatsFail::default();
+    let store = Layered::new(h.store.clone(), cut.clone());
+    let gate = Gate::default();
+    let running = enqueue(&h.store, Parked { n: 1 }).await;
+    let only_attempt = job_core::EnqueueOptions {
+        max_attempts: Some(1),
+        ..Default::default()
+    };
+    let waiting = enqueue_with(&h.store, Noop { n: 2 }, only_attempt).await;
+    let worker = job::Worker::builder(store)
+        .register::<Parked>()
+        .register::<Noop>()
+        .queue("default", 1)
+        .prefetch(1usize)
+        .poll_interval(Duration::from_millis(50))
+        .configure(|c| c.lease = Some(Duration::from_millis(900)))
+        .state(h.ledger.clone())
+        .state(gate.clone())
+        .build()
+        .unwrap()
+        .start();
+    h.reaches(running, JobState::Running).await;
+    h.reaches(waiting, JobState::Running).await;
+    assert_eq!(
+        h.ledger.runs(waiting),
+        0,
+        "claimed into the prefetch buffer"
+    );
+    cut.0.store(true, SeqCst);
+    eventually("the running job to be fenced", || async {
+        (worker.stats().fenced >= 1).then_some(())
+    })
+    .await;
+    cut.0.store(false, SeqCst);
+    gate.open();
+    let row = h.reaches(waiting, JobState::Completed).await;
+    assert_eq!(row.attempt, 1);
+    assert_eq!(h.ledger.runs(waiting), 1);
+    // (Had its slot come before a renewal got through, its start was refused and it was given
+    // back, its attempt not counted, and claimed again: the same end.)
+    worker.shutdown().await;
+}

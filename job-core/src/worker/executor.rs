@@ -90,7 +90,7 @@ async fn execute<S: Store>(
         // The claim only takes registered kinds; should a store hand over another, give it back
         // untouched for a worker that knows it.
         tracing::error!("claimed a kind this worker does not know; releasing it");
-        Box::pin(give_back_unstarted(&shared, lease)).await;
+        Box::pin(give_back_unstarted(&shared, lease, false)).await;
         return;
     };
     let options = handler.options();
@@ -98,7 +98,7 @@ async fn execute<S: Store>(
         // Its kind's breaker tripped while it waited for a slot: it goes back unstarted (the
         // attempt not counted) and waits, paused, with the kind's other jobs.
         tracing::debug!("the kind's circuit breaker tripped since the claim: giving it back");
-        Box::pin(give_back_unstarted(&shared, lease)).await;
+        Box::pin(give_back_unstarted(&shared, lease, false)).await;
         return;
     }
     let Some(claimed) = shared
@@ -126,7 +126,8 @@ async fn execute<S: Store>(
                 );
             }
         }
-        Box::pin(give_back_unstarted(&shared, lease)).await;
+        let fenced = signals.reason() == Some(Abort::Fenced);
+        Box::pin(give_back_unstarted(&shared, lease, fenced)).await;
         return;
     };
     let hooks = Arc::new(Hooks {
@@ -299,10 +300,14 @@ async fn execute<S: Store>(
 
 /// Gives back a claimed job whose handler did not start: available again at once, the attempt
 /// not counted. On failure the lease runs out in the store and the rescuer takes the job.
+/// `fenced`: this worker fenced the lease itself (its heartbeats failed for two thirds of it)
+/// while the job waited; the store may well still hold it, the outage over, and the release,
+/// guarded by the lease's token, gives it back if so and changes nothing if not. Left to run
+/// out instead, the lease cost the job an attempt it never ran (a dead letter on its last).
 /// Its callers box it: it is rare, and its store future, held inline, would make every
 /// execution's future larger (and so its allocation slower).
-async fn give_back_unstarted<S: Store>(shared: &Shared<S>, lease: Lease) {
-    if shared.inflight.remove(&lease) {
+async fn give_back_unstarted<S: Store>(shared: &Shared<S>, lease: Lease, fenced: bool) {
+    if shared.inflight.remove(&lease) || fenced {
         match shared.store.release(&[Release::unstarted(lease)]).await {
             Ok(n) => shared.counters.released(n),
             Err(e) => tracing::warn!(error = %e, "release of a job that did not start failed"),

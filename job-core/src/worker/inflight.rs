@@ -449,10 +449,18 @@ impl InFlight {
         }
     }
 
-    /// Self-fencing: takes away every held lease that may expire within a third of its
-    /// length, before another worker can claim it. Returns their executions.
+    /// Self-fencing: takes away every held lease whose code runs and that may expire within a
+    /// third of its length, before another worker can claim it. Returns their executions.
+    ///
+    /// A lease whose code does not run (a job waiting for its start, an execution stopped by a
+    /// shutdown that waits for its release) is kept and still renewed: nothing of it can
+    /// overlap another owner, since `start` refuses a lease this close to its expiry. Once the
+    /// heartbeats get through again, a renewal guarded by its token keeps it if no one else
+    /// took the job, and the job starts; taken away, it was never given back, its lease ran
+    /// out, and the rescuer counted an attempt it never ran (a dead letter on its last one),
+    /// after an outage of two thirds of a lease.
     pub(crate) fn fence(&self, now: Instant) -> Vec<Arc<AttemptInfo>> {
-        self.fence_where(|e| e.expires_within(e.lease_len / 3, now))
+        self.fence_where(|e| e.code_runs() && e.expires_within(e.lease_len / 3, now))
     }
 
     /// Takes away every held lease: the lease keeper failed, so no lease is renewed nor
@@ -642,24 +650,32 @@ mod tests {
         // The store says the token is gone: no more renewals.
         assert_eq!(inflight.lost(&lease), None, "counted once, as fenced");
         assert!(leases(&inflight).is_empty());
-        // A fenced execution that had not started is not renewed.
-        let waiting = Lease {
-            id: 2,
-            token: uuid::Uuid::new_v4(),
-        };
-        inflight.insert(waiting, inflight_info(), Duration::from_secs(3), now);
-        assert_eq!(inflight.fence(now + Duration::from_secs(2)).len(), 1);
-        assert!(leases(&inflight).is_empty());
     }
 
-    fn inflight_info() -> Arc<AttemptInfo> {
-        Arc::new(AttemptInfo {
-            id: 2,
-            kind: "test.kind".into(),
-            queue: "default".into(),
-            attempt: 1,
-            max_attempts: 1,
-        })
+    #[test]
+    fn a_job_waiting_for_its_start_is_not_fenced_and_starts_once_renewed() {
+        let inflight = InFlight::default();
+        let now = Instant::now();
+        let waiting = claim(&inflight, Duration::from_secs(3), now);
+        // The heartbeats fail for two thirds of the lease: no code of it runs, so it is kept,
+        // still renewed, but too close to its end to start.
+        let late = now + Duration::from_secs(2);
+        assert!(inflight.fence(late).is_empty());
+        assert!(inflight.holds(&waiting));
+        let renewals = inflight.renewals();
+        assert_eq!(renewals.len(), 1);
+        assert!(inflight
+            .start(&waiting, Duration::from_secs(60), late)
+            .is_none());
+        // A heartbeat gets through: renewed, it starts.
+        inflight.renewed(&renewals, |_| true, late);
+        assert!(inflight
+            .start(&waiting, Duration::from_secs(60), late)
+            .is_some());
+        // Without its keeper, every lease is taken away, waiting or not.
+        let other = claim(&inflight, Duration::from_secs(3), now);
+        assert_eq!(inflight.fence_all().len(), 2);
+        assert!(!inflight.holds(&other));
     }
 
     #[test]
@@ -667,6 +683,9 @@ mod tests {
         let inflight = InFlight::default();
         let now = Instant::now();
         let lease = claim(&inflight, Duration::from_secs(3), now);
+        assert!(inflight
+            .start(&lease, Duration::from_secs(60), now)
+            .is_some());
         assert!(inflight.fence(now + Duration::from_millis(1999)).is_empty());
         assert_eq!(inflight.fence(now + Duration::from_secs(2)).len(), 1);
         assert!(!inflight.holds(&lease));
