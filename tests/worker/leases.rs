@@ -1057,3 +1057,63 @@ async fn a_prefetched_job_outlives_an_outage_that_fences_the_running_one() {
     // back, its attempt not counted, and claimed again: the same end.)
     worker.shutdown().await;
 }
+
+/// Refuses every finalize of more than one outcome, as a batch holding one refused outcome is.
+#[derive(Clone, Default)]
+struct BatchesRefused;
+
+impl StoreLayer for BatchesRefused {
+    fn call<'a, T: Returned + Send + 'a>(
+        &'a self,
+        call: Call,
+        run: BoxFuture<'a, Result<T, StoreError>>,
+    ) -> BoxFuture<'a, Result<T, StoreError>> {
+        if call.name == "finalize" && call.sent > 1 {
+            return Box::pin(async {
+                Err(StoreError::refused(std::io::Error::other(
+                    "injected: batch refused",
+                )))
+            });
+        }
+        run
+    }
+}
+
+/// A refused batch is written one outcome at a time; one of those that then fails for a
+/// passing reason, again and again (here an application's trigger raising a lock timeout
+/// whenever job 999 completes), is put off and carried apart: the outcomes after it are all
+/// written. It held every later outcome of the worker, for as long as its lease was held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outcome_failing_alone_for_a_passing_reason_holds_up_no_other() {
+    let h = Harness::new().await;
+    sqlx::raw_sql(
+        "CREATE FUNCTION public.hold_999() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+           IF NEW.state = 'completed' AND (NEW.payload->>'n') = '999' THEN
+             RAISE EXCEPTION 'row held by the application' USING ERRCODE = '55P03';
+           END IF;
+           RETURN NEW;
+         END $$;
+         CREATE TRIGGER hold_999 BEFORE UPDATE ON job.jobs
+           FOR EACH ROW EXECUTE FUNCTION public.hold_999();",
+    )
+    .execute(h.store.pool())
+    .await
+    .unwrap();
+    let store = Layered::new(h.store.clone(), BatchesRefused);
+    let held = enqueue(&h.store, Noop { n: 999 }).await;
+    for n in 0..50 {
+        enqueue(&h.store, Noop { n }).await;
+    }
+    let worker = worker(&store, &h.ledger).build().unwrap().start();
+    eventually("every other outcome to be written", || async {
+        (count_in(&h.store, JobState::Completed).await == 50).then_some(())
+    })
+    .await;
+    assert_eq!(
+        h.row(held).await.state,
+        JobState::Running,
+        "still tried apart"
+    );
+    worker.shutdown().await;
+}

@@ -244,13 +244,13 @@ async fn flush<S: Store>(
                     "finalize refused: writing the outcomes one at a time"
                 );
                 for c in batch.drain(..) {
-                    write_alone(shared, c).await;
+                    busy.extend(write_alone(shared, c).await);
                 }
                 return;
             }
             Err(e) if e.is_refused() => {
                 if let Some(c) = batch.pop() {
-                    write_alone(shared, c).await;
+                    busy.extend(write_alone(shared, c).await);
                 }
                 return;
             }
@@ -350,8 +350,15 @@ async fn finalize<S: Store>(
 
 /// Writes one outcome alone: as it is (a few times), then made storable, then as a discard of
 /// class `unstorable`; refused even so, it is given up and its lease left to expire.
-async fn write_alone<S: Store>(shared: &Shared<S>, mut c: Completion) {
+/// An outcome that keeps failing for a passing reason ([`SPLIT_AFTER`] times in a row), or
+/// whose row stays held by another transaction, is put off instead, marked to be written
+/// alone after each batch (returned, for the caller to carry), as `flush` does with one
+/// failing alone: the outcomes after it must not wait for it. (They did: one outcome whose
+/// write failed with a lock timeout from an application's trigger, every time, after its
+/// batch had been refused, held every later outcome of the worker for as long as it ran.)
+async fn write_alone<S: Store>(shared: &Shared<S>, mut c: Completion) -> Option<Completion> {
     let mut refusals = 0u32;
+    let mut busy = 0u32;
     // An outcome put off after a failed try may have been written by it: re-read as after a
     // failure of its own.
     let mut failures = u32::from(c.tried);
@@ -362,14 +369,19 @@ async fn write_alone<S: Store>(shared: &Shared<S>, mut c: Completion) {
                 settle_landed(shared, &mut one).await;
             }
             drop_lost(shared, &mut one);
-            return;
+            return None;
         }
         let error = match finalize(shared, std::slice::from_ref(&c.finalize)).await {
             Ok(results) => {
                 let result = results.first().copied().unwrap_or(Finalized::LeaseLost);
                 if result == Finalized::Busy {
-                    // Rare here (an outcome refused, then its row held): tried again while
-                    // the lease is held, which the keeper cannot renew on a held row either.
+                    // Rare here (an outcome refused, then its row held): tried again a few
+                    // times, then carried, apart from the batches, while the lease is held.
+                    busy += 1;
+                    if busy >= SPLIT_AFTER {
+                        c.alone = true;
+                        return Some(c);
+                    }
                     tokio::time::sleep(BUSY_RETRY).await;
                     continue;
                 }
@@ -379,10 +391,21 @@ async fn write_alone<S: Store>(shared: &Shared<S>, mut c: Completion) {
                     result
                 };
                 applied(shared, &c, result);
-                return;
+                return None;
             }
             Err(e) if !e.is_refused() => {
                 failures += 1;
+                if failures % SPLIT_AFTER == 0 {
+                    tracing::warn!(
+                        error = %e,
+                        failures,
+                        id = c.info.id,
+                        "finalize of this outcome alone keeps failing: writing it apart"
+                    );
+                    c.tried = true;
+                    c.alone = true;
+                    return Some(c);
+                }
                 pause_after(&e, failures, 1).await;
                 continue;
             }
@@ -435,7 +458,7 @@ async fn write_alone<S: Store>(shared: &Shared<S>, mut c: Completion) {
                 "even a discard of this job is refused: leaving it to the rescuer"
             );
             shared.inflight.remove(&c.finalize.lease);
-            return;
+            return None;
         }
     }
 }
