@@ -473,7 +473,7 @@ pub(crate) async fn finalize(
         return Ok(Vec::new());
     }
     let c = Columns::new(batch);
-    let applied: Vec<i64> = sqlx::query_scalar(sql::FINALIZE)
+    let applied: Vec<(i64, String)> = sqlx::query_as(sql::FINALIZE)
         .bind(c.ids)
         .bind(c.tokens)
         .bind(c.states)
@@ -497,8 +497,19 @@ pub(crate) async fn finalize(
         }
     };
     let all = applied.len() == batch.len();
-    for ordinal in applied {
-        mark(&mut result, ordinal, Finalized::Applied);
+    for (ordinal, state) in applied {
+        // The items ask for `discarded` only with a discard: written `cancelled`, a cancel
+        // had been requested.
+        let asked_discard = usize::try_from(ordinal - 1)
+            .ok()
+            .and_then(|i| batch.get(i))
+            .is_some_and(|item| matches!(item.outcome, Outcome::Discard { .. }));
+        let written = if asked_discard && state == "cancelled" {
+            Finalized::Cancelled
+        } else {
+            Finalized::Applied
+        };
+        mark(&mut result, ordinal, written);
     }
     if !all {
         // Skipped (held by another transaction) or lost: those still holding the token were
@@ -507,7 +518,7 @@ pub(crate) async fn finalize(
             .iter()
             .zip(&result)
             .map(|(item, r)| match r {
-                Finalized::Applied => (0, Uuid::nil()),
+                Finalized::Applied | Finalized::Cancelled => (0, Uuid::nil()),
                 _ => (item.lease.id, item.lease.token),
             })
             .unzip();

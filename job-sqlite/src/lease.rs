@@ -506,10 +506,16 @@ pub(crate) async fn finalize(
             .fetch_optional(&mut *conn)
             .await
             .map_err(Error::query("finalize"))?;
-        result.push(if applied.is_some() {
-            Finalized::Applied
-        } else {
-            Finalized::LeaseLost
+        result.push(match applied {
+            None => Finalized::LeaseLost,
+            // Written as a cancellation: a cancel had been requested (above).
+            Some(_)
+                if state == JobState::Cancelled
+                    && matches!(item.outcome, Outcome::Discard { .. }) =>
+            {
+                Finalized::Cancelled
+            }
+            Some(_) => Finalized::Applied,
         });
     }
     Ok(result)

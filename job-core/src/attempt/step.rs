@@ -295,7 +295,8 @@ impl JobContext {
         let mut pause = RECORD_RETRY_FIRST;
         loop {
             match hooks.save_step(name, &json).await {
-                Ok(Finalized::Applied) => break,
+                // A step is never written as anything else: `Cancelled` answers an outcome.
+                Ok(Finalized::Applied | Finalized::Cancelled) => break,
                 Ok(Finalized::LeaseLost) => {
                     hooks.lease_lost();
                     return Err(JobError::retryable(format!(

@@ -267,13 +267,13 @@ impl Returned for Vec<ClaimedJob> {
 impl Returned for Vec<Finalized> {
     /// The outcomes applied.
     fn rows(&self) -> usize {
-        self.iter().filter(|f| **f == Finalized::Applied).count()
+        self.iter().filter(|f| f.written()).count()
     }
 }
 
 impl Returned for Finalized {
     fn rows(&self) -> usize {
-        usize::from(*self == Finalized::Applied)
+        usize::from(self.written())
     }
 }
 

@@ -202,6 +202,11 @@ impl Finalize {
 pub enum Finalized {
     /// The outcome was written.
     Applied,
+    /// The outcome, a discard, was written as a cancellation: an operator had asked for the
+    /// job to be cancelled (a worker hears of a request only at its next heartbeat), and a
+    /// dead letter would fire the compensation the cancel did not ask for and wait for a
+    /// redrive. Written, as `Applied` is; counted as cancelled.
+    Cancelled,
     /// The lease had been lost: nothing was written.
     LeaseLost,
     /// Another transaction holds the job's row (an application's or an operator's, left
@@ -209,6 +214,13 @@ pub enum Finalized {
     /// be written again later. A store never waits for such a row, so that one held row
     /// holds up no other outcome.
     Busy,
+}
+
+impl Finalized {
+    /// Whether the outcome was written (as given, or as a cancellation).
+    pub fn written(&self) -> bool {
+        matches!(self, Finalized::Applied | Finalized::Cancelled)
+    }
 }
 
 /// What a rescue pass did.

@@ -643,17 +643,25 @@ fn breaker_counts(outcome: &Outcome) -> Option<bool> {
 /// Counts and logs what the store did with one outcome, and forgets its execution.
 fn applied<S>(shared: &Shared<S>, c: &Completion, result: Finalized) {
     match result {
-        Finalized::Applied => {
+        Finalized::Applied | Finalized::Cancelled => {
+            // The attempt failed, whatever was written: the breaker counts what it did.
             if let Some(failed) = breaker_counts(&c.finalize.outcome) {
                 shared.count_for_breaker(&c.info.kind, failed);
             }
-            shared.counters.applied(&c.finalize.outcome);
-            c.labels.finished(&c.finalize.outcome, c.ran_for);
-            tracing::debug!(
-                id = c.info.id,
-                outcome = c.finalize.outcome.name(),
-                "finalized"
-            );
+            // The outcome counted is the one written: a discard written as a cancellation
+            // (a cancel was requested since the last heartbeat) is no dead letter.
+            let written;
+            let outcome = if result == Finalized::Cancelled {
+                written = Outcome::Cancel {
+                    reason: "cancel requested; the last attempt failed".into(),
+                };
+                &written
+            } else {
+                &c.finalize.outcome
+            };
+            shared.counters.applied(outcome);
+            c.labels.finished(outcome, c.ran_for);
+            tracing::debug!(id = c.info.id, outcome = outcome.name(), "finalized");
         }
         Finalized::LeaseLost if c.finalized_by_handler => {
             // The handler's own transaction completed the job.

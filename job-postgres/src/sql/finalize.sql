@@ -5,7 +5,8 @@
 -- history bounded (null class appends nothing; a null attempt means the current one); the
 -- job's result as JSON text, stored when the item completes the job. Terminal states get
 -- finalized_at; every lease is cleared, and with it stuck_since.
--- Returns the ordinality of each item applied. A row another transaction holds (an
+-- Returns the ordinality of each item applied, and the state written (a discard may have been
+-- written as a cancellation: below). A row another transaction holds (an
 -- application's or an operator's, left open) is skipped rather than waited for, so that one
 -- held row holds up no other outcome: an item not returned lost its lease or was skipped, which
 -- finalize_busy.sql tells apart (the caller writes a skipped one again later).
@@ -56,4 +57,4 @@ SET state        = u.state::job.job_state,
     stuck_since  = NULL
 FROM locked u
 WHERE j.id = u.id
-RETURNING u.ord
+RETURNING u.ord, u.state
