@@ -1,5 +1,7 @@
 //! Each way an attempt can end, and what the row records.
 
+use std::time::Duration;
+
 use job::JobState;
 
 use crate::common::*;
@@ -206,4 +208,60 @@ async fn a_snooze_runs_again_without_consuming_an_attempt() {
     let row = h.row(id).await;
     assert!(row.attempt <= 1);
     assert!(row.errors.is_empty(), "a snooze is not an error");
+}
+
+/// Released by the test; until then the job waits.
+#[derive(Clone)]
+pub struct DoomGate(std::sync::Arc<tokio::sync::Semaphore>);
+
+/// Waits for its gate, then gives up for good on its only attempt.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+pub struct Doomed {
+    pub n: u32,
+}
+
+impl job::Job for Doomed {
+    const KIND: &'static str = "test.doomed";
+    const OPTIONS: job::JobOptions = job::JobOptions {
+        max_attempts: 1,
+        ..job::JobOptions::DEFAULT
+    };
+
+    async fn perform(self, ctx: job::JobContext) -> Result<(), job::JobError> {
+        let gate = ctx.state::<DoomGate>()?.0.clone();
+        let _ = gate.acquire().await;
+        Err(job::JobError::terminal("gave up"))
+    }
+}
+
+/// A cancel requested after the last heartbeat, then a terminal error: the store writes a
+/// cancellation (no dead letter, no compensation), and the worker counts a cancellation, as
+/// the row says, not a dead letter.
+#[tokio::test]
+async fn a_discard_written_as_a_cancellation_is_counted_as_one() {
+    use job::Admin;
+    let h = Harness::new().await;
+    let gate = DoomGate(std::sync::Arc::new(tokio::sync::Semaphore::new(0)));
+    let id = enqueue(&h.store, Doomed { n: 1 }).await;
+    let worker = job::Worker::builder(h.store.clone())
+        .register::<Doomed>()
+        .queue("default", 1)
+        .poll_interval(Duration::from_millis(50))
+        // No heartbeat before the job ends: the worker never hears of the cancel.
+        .configure(|c| c.lease = Some(Duration::from_secs(30)))
+        .state(gate.clone())
+        .build()
+        .unwrap()
+        .start();
+    h.reaches(id, JobState::Running).await;
+    h.store.cancel(id).await.unwrap();
+    gate.0.add_permits(1);
+    h.reaches(id, JobState::Cancelled).await;
+    eventually("the outcome to be counted", || async {
+        let s = worker.stats();
+        (s.discarded + s.cancelled >= 1).then_some(())
+    })
+    .await;
+    let stats = worker.shutdown().await.stats;
+    assert_eq!((stats.discarded, stats.cancelled), (0, 1), "{stats:?}");
 }
