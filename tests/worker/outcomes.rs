@@ -212,12 +212,12 @@ async fn a_snooze_runs_again_without_consuming_an_attempt() {
 
 /// Released by the test; until then the job waits.
 #[derive(Clone)]
-pub struct DoomGate(std::sync::Arc<tokio::sync::Semaphore>);
+struct DoomGate(std::sync::Arc<tokio::sync::Semaphore>);
 
 /// Waits for its gate, then gives up for good on its only attempt.
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
-pub struct Doomed {
-    pub n: u32,
+struct Doomed {
+    n: u32,
 }
 
 impl job::Job for Doomed {
