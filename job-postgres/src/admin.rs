@@ -56,14 +56,36 @@ pub(crate) async fn vacuum(pool: &sqlx::PgPool) -> Result<bool, Error> {
     Ok(needed)
 }
 
+/// How long the pruner waits, after a look at the rate windows that found fewer than a batch
+/// to delete, before it looks again. The look reads every window (no index on `updated_at`:
+/// a claim's update of its window stays HOT without one), and windows are deleted only 8 days
+/// after their last claim: an hour more changes nothing, and the look no longer costs every
+/// pass of every worker a scan of every live key.
+const RATE_WINDOWS_EVERY: std::time::Duration = std::time::Duration::from_secs(3600);
+
 /// Deletes one bounded batch of finished jobs past their retention, and of rate windows that
-/// limit nothing any more (`sql/prune_rate_windows.sql`). Returns how many jobs.
-pub(crate) async fn prune(pool: &sqlx::PgPool, request: &PruneRequest) -> Result<u64, Error> {
-    sqlx::query(sql::PRUNE_RATE_WINDOWS)
-        .bind(i32::try_from(request.batch).unwrap_or(i32::MAX))
-        .execute(pool)
-        .await
-        .map_err(Error::query("prune_rate_windows"))?;
+/// limit nothing any more (`sql/prune_rate_windows.sql`; at most every [`RATE_WINDOWS_EVERY`]
+/// per store and its clones, unless the last look found a full batch). Returns how many jobs.
+pub(crate) async fn prune(
+    pool: &sqlx::PgPool,
+    request: &PruneRequest,
+    rate_windows_due: &std::sync::Mutex<Option<std::time::Instant>>,
+) -> Result<u64, Error> {
+    let due = |d: &std::sync::Mutex<Option<std::time::Instant>>| {
+        *d.lock().unwrap_or_else(|e| e.into_inner())
+    };
+    if due(rate_windows_due).is_none_or(|at| std::time::Instant::now() >= at) {
+        let batch = i32::try_from(request.batch).unwrap_or(i32::MAX);
+        let deleted = sqlx::query(sql::PRUNE_RATE_WINDOWS)
+            .bind(batch)
+            .execute(pool)
+            .await
+            .map_err(Error::query("prune_rate_windows"))?
+            .rows_affected();
+        let next = (deleted < u64::from(batch.unsigned_abs()))
+            .then(|| std::time::Instant::now() + RATE_WINDOWS_EVERY);
+        *rate_windows_due.lock().unwrap_or_else(|e| e.into_inner()) = next;
+    }
     // `now() - retention` must stay a time the server can hold (a retention of `Duration::MAX`
     // failed with 22008). 3,000 years before now is before year 1, the earliest `finalized_at`
     // the table's checks allow, so the clamp keeps exactly what the longer retention keeps.

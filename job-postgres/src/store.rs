@@ -26,6 +26,9 @@ pub struct PgStore {
     dedicated: bool,
     /// How long the LISTEN connection may be quiet before it is checked.
     listen_check: std::time::Duration,
+    /// When the pruner may next look for rate windows to delete (`None`: at its next pass),
+    /// shared by the store's clones: see [`crate::admin::prune`].
+    rate_windows_due: std::sync::Arc<std::sync::Mutex<Option<std::time::Instant>>>,
 }
 
 impl PgStore {
@@ -36,6 +39,7 @@ impl PgStore {
             payload_limit: usize::MAX,
             dedicated: false,
             listen_check: listen::LISTEN_CHECK,
+            rate_windows_due: Default::default(),
         }
     }
 
@@ -233,6 +237,7 @@ impl Store for PgStore {
             payload_limit: self.payload_limit,
             dedicated: true,
             listen_check: self.listen_check,
+            rate_windows_due: self.rate_windows_due.clone(),
         }
     }
 
@@ -246,7 +251,7 @@ impl Store for PgStore {
     // (cancel, pause, dead letters and stats are `job_core::Admin`, in admin.rs)
 
     async fn prune(&self, request: &job_core::PruneRequest) -> Result<u64, StoreError> {
-        Ok(crate::admin::prune(&self.pool, request).await?)
+        Ok(crate::admin::prune(&self.pool, request, &self.rate_windows_due).await?)
     }
 
     async fn expire(&self, limit: u32) -> Result<job_core::Expired, StoreError> {

@@ -670,6 +670,53 @@ async fn the_pruner_deletes_rate_windows_no_claim_wrote_for_longer_than_any_peri
             .await
             .unwrap();
     assert_eq!(left, ["live", "week"]);
+    // The look reads every window: it is made again an hour after one that found less than a
+    // batch, not at every pass of every worker.
+    sqlx::query(
+        "INSERT INTO job.rate_windows (kind, rate_key, starts, updated_at) VALUES \
+         ('k', 'gone too', ARRAY[now() - interval '9 days'], now() - interval '9 days')",
+    )
+    .execute(h.store.pool())
+    .await
+    .unwrap();
+    let request = job::PruneRequest {
+        completed_retention: Duration::from_secs(3600),
+        cancelled_retention: Duration::from_secs(3600),
+        batch: 100,
+    };
+    job::Store::prune(&h.store, &request).await.unwrap();
+    let windows: i64 = sqlx::query_scalar("SELECT count(*) FROM job.rate_windows")
+        .fetch_one(h.store.pool())
+        .await
+        .unwrap();
+    assert_eq!(windows, 3, "not looked at again within the hour");
+    // A look that deleted a full batch looks again at the next pass (a store of its own: the
+    // first one's clones share its hour).
+    let other = job::PgStore::new(h.store.pool().clone());
+    sqlx::query(
+        "INSERT INTO job.rate_windows (kind, rate_key, starts, updated_at) \
+         SELECT 'k', 'old ' || n, ARRAY[now() - interval '9 days'], now() - interval '9 days' \
+         FROM generate_series(1, 3) AS n",
+    )
+    .execute(h.store.pool())
+    .await
+    .unwrap();
+    let two = job::PruneRequest {
+        batch: 2,
+        ..request
+    };
+    let old = || async {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT count(*) FROM job.rate_windows WHERE updated_at < now() - interval '8 days'",
+        )
+        .fetch_one(h.store.pool())
+        .await
+        .unwrap()
+    };
+    job::Store::prune(&other, &two).await.unwrap();
+    assert_eq!(old().await, 2);
+    job::Store::prune(&other, &two).await.unwrap();
+    assert_eq!(old().await, 0);
 }
 
 /// Rate-limited kinds are claimed each by a statement of their own: the one whose first job
