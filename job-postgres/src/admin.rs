@@ -28,14 +28,14 @@ const REDRIVE_TRIES: u32 = 3;
 /// How long the look at whether the job tables need a VACUUM may take.
 const VACUUM_LOOK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
-/// Vacuums the job tables when autovacuum will not (see `sql/vacuum_needed.sql`). Returns
-/// whether it ran; [`Error::VacuumNotOwner`] when it should have and this role may not (a
-/// VACUUM would only warn and do nothing).
+/// Vacuums the job tables that need it when autovacuum will not (see
+/// `sql/vacuum_needed.sql`). Returns whether it ran; [`Error::VacuumNotOwner`] when it should
+/// have and this role may not (a VACUUM would only warn and do nothing).
 pub(crate) async fn vacuum(pool: &sqlx::PgPool) -> Result<bool, Error> {
     // The look is quick, and runs every `vacuum_interval` (10 s): bounded on its own, so that
     // a connection gone silent holds the pruner for this long, not for the VACUUM's bound.
     let look = sqlx::query_as(sql::VACUUM_NEEDED).fetch_one(pool);
-    let (needed, allowed, role, owner): (bool, bool, String, String) =
+    let (needed, allowed, role, owner): (Vec<String>, bool, String, String) =
         match tokio::time::timeout(VACUUM_LOOK_TIMEOUT, look).await {
             Ok(looked) => looked,
             Err(_) => Err(crate::pool::timed_out(format!(
@@ -43,17 +43,20 @@ pub(crate) async fn vacuum(pool: &sqlx::PgPool) -> Result<bool, Error> {
             ))),
         }
         .map_err(Error::query("vacuum_needed"))?;
-    if needed && !allowed {
+    if needed.is_empty() {
+        return Ok(false);
+    }
+    if !allowed {
         return Err(Error::VacuumNotOwner { role, owner });
     }
-    if needed {
-        // VACUUM cannot be prepared into a transaction: the simple query protocol.
-        sqlx::raw_sql(sql::VACUUM)
-            .execute(pool)
-            .await
-            .map_err(Error::query("vacuum"))?;
-    }
-    Ok(needed)
+    // VACUUM cannot be prepared into a transaction: the simple query protocol. The names are
+    // the look's own, quoted there (`format('%I.%I')`) from a fixed list.
+    let statement = sql::VACUUM.replace("@tables", &needed.join(", "));
+    sqlx::raw_sql(&statement)
+        .execute(pool)
+        .await
+        .map_err(Error::query("vacuum"))?;
+    Ok(true)
 }
 
 /// How long the pruner waits, after a look at the rate windows that found fewer than a batch

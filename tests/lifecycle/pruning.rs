@@ -145,6 +145,54 @@ async fn the_store_vacuums_the_job_tables_when_autovacuum_will_not() {
     assert!(last_vacuum(&h).await.is_some(), "VACUUM ran on job.jobs");
 }
 
+/// Each job table is judged on its own: the wake-up list of ordering keys, which takes a row
+/// and loses it for every keyed job that waits, is vacuumed when it churned, though
+/// `job.jobs` did not (it never was: an empty list cost every stager pass a read of every dead
+/// row it had held).
+#[tokio::test]
+async fn the_store_vacuums_each_job_table_that_churned() {
+    let h = Harness::new().await;
+    if sqlx::query_scalar::<_, bool>("SELECT current_setting('autovacuum')::boolean")
+        .fetch_one(h.store.pool())
+        .await
+        .unwrap()
+    {
+        sqlx::query("ALTER TABLE job.ordering_wake SET (autovacuum_enabled = false)")
+            .execute(h.store.pool())
+            .await
+            .unwrap();
+    }
+    sqlx::query(
+        "INSERT INTO job.ordering_wake (ordering_key) SELECT 'k' || n FROM generate_series(1, 1500) n",
+    )
+    .execute(h.store.pool())
+    .await
+    .unwrap();
+    sqlx::query("DELETE FROM job.ordering_wake")
+        .execute(h.store.pool())
+        .await
+        .unwrap();
+    let stat = |column: &'static str, table: &'static str| {
+        let pool = h.store.pool().clone();
+        async move {
+            sqlx::query_scalar::<_, Option<i64>>(&format!(
+                "SELECT {column} FROM pg_stat_user_tables WHERE relid = '{table}'::regclass"
+            ))
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+        }
+    };
+    eventually("the statistics to count the dead rows", || async {
+        (stat("n_dead_tup", "job.ordering_wake").await >= Some(1500)).then_some(())
+    })
+    .await;
+    assert!(job::Store::vacuum(&h.store).await.unwrap());
+    let vacuums = |table: &'static str| stat("vacuum_count", table);
+    assert_eq!(vacuums("job.ordering_wake").await, Some(1));
+    assert_eq!(vacuums("job.jobs").await, Some(0), "job.jobs did not churn");
+}
+
 #[tokio::test]
 async fn the_store_leaves_the_job_tables_to_autovacuum_when_it_runs() {
     let h = Harness::new().await;

@@ -1,25 +1,35 @@
--- Whether job.jobs needs the pruner's VACUUM: only when autovacuum will not run on it, because
+-- Which job tables need the pruner's VACUUM: only those autovacuum will not vacuum, because
 -- the server has it off (`autovacuum = off`) or the table does (`autovacuum_enabled = false`),
--- and only once enough rows changed since the last vacuum or analyze (autovacuum's rule, with
--- a base of 1,000 rows and 5% of the live ones). Claims, finalizes and prunes leave a dead row
--- version per job; without vacuum, claims step over ever more dead index entries, and with
--- statistics from an emptier table they are planned badly.
--- Also whether this role may vacuum it (the table's or the database's owner, or a member of
--- either: a VACUUM by anyone else only warns "skipping" and does nothing), and who may.
-SELECT NOT (
-           current_setting('autovacuum')::boolean
-           AND coalesce((
-               SELECT o.option_value::boolean
-               FROM pg_class c
-               CROSS JOIN LATERAL pg_options_to_table(c.reloptions) AS o
-               WHERE c.oid = 'job.jobs'::regclass AND o.option_name = 'autovacuum_enabled'
-           ), true)
-       )
-       AND coalesce((
-           SELECT greatest(s.n_dead_tup, s.n_mod_since_analyze) > 1000 + 0.05 * s.n_live_tup
-           FROM pg_stat_user_tables s
-           WHERE s.relid = 'job.jobs'::regclass
-       ), false) AS needed,
+-- and only once enough rows changed since the table's last vacuum or analyze (autovacuum's
+-- rule, with a base of 1,000 rows and 5% of the live ones), each table judged on its own.
+-- Claims, finalizes and prunes leave a dead row version per job in job.jobs; without vacuum,
+-- claims step over ever more dead index entries, and with statistics from an emptier table
+-- they are planned badly. The other tables churn too: job.ordering_wake takes a row and loses
+-- it for every keyed job that waits behind a head (an empty list read as every dead row it
+-- ever held, by every stager pass), job.dependencies rewrites each edge as it resolves, and
+-- job.rate_windows, job.rate_cursors and job.leaders are rewritten by claims and leaders.
+-- Also whether this role may vacuum them (job.jobs's owner, which owns the schema's tables,
+-- or the database's, or a member of either: a VACUUM by anyone else only warns "skipping" and
+-- does nothing), and who may.
+SELECT coalesce(ARRAY(
+           SELECT format('%I.%I', n.nspname, c.relname)
+           FROM pg_class c
+           JOIN pg_namespace n ON n.oid = c.relnamespace
+           JOIN pg_stat_user_tables s ON s.relid = c.oid
+           WHERE n.nspname = 'job'
+             AND c.relname IN ('jobs', 'steps', 'dependencies', 'ordering_wake', 'rate_windows',
+                               'rate_cursors', 'leaders')
+             AND NOT (
+                     current_setting('autovacuum')::boolean
+                     AND coalesce((
+                         SELECT o.option_value::boolean
+                         FROM pg_options_to_table(c.reloptions) AS o
+                         WHERE o.option_name = 'autovacuum_enabled'
+                     ), true)
+                 )
+             AND greatest(s.n_dead_tup, s.n_mod_since_analyze) > 1000 + 0.05 * s.n_live_tup
+           ORDER BY c.relname
+       ), '{}') AS needed,
        (SELECT pg_has_role(current_user, c.relowner, 'USAGE')
                OR pg_has_role(current_user, d.datdba, 'USAGE')
         FROM pg_class c, pg_database d
