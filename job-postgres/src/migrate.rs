@@ -187,6 +187,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "deadline_door",
         sql: include_str!("../migrations/0033_deadline_door.sql"),
     },
+    Migration {
+        version: 34,
+        name: "ordering_snapshots",
+        sql: include_str!("../migrations/0034_ordering_snapshots.sql"),
+    },
 ];
 
 /// The whole schema as one plain SQL script, for a DBA or a team without Rust:

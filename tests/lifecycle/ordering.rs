@@ -521,3 +521,174 @@ async fn a_keyed_job_draws_its_id_after_taking_its_keys_lock() {
     assert!(id > head, "id {id} drawn again after the head {head}");
     assert_eq!(h.row(id).await.state, JobState::Pending);
 }
+
+/// A transaction under REPEATABLE READ sees what was committed before its first statement,
+/// however long ago. A head finished in one (`complete_in` in the application's transaction,
+/// say) while a job of its key was enqueued after that snapshot: its promotion did not see the
+/// new job, and the stager had dropped the key's wake-up entry while the head still ran. The
+/// new job stayed pending with no head until another job of its key came.
+#[tokio::test]
+async fn a_head_finished_under_repeatable_read_hands_its_key_on() {
+    let h = Harness::new().await;
+    let head = enqueue(&h.store, step("k", 0)).await;
+    sqlx::query("UPDATE job.jobs SET state = 'running', attempt = 1, lock_token = gen_random_uuid(), locked_by = 'w', locked_until = now() + interval '1 hour' WHERE id = $1")
+        .bind(head)
+        .execute(h.store.pool())
+        .await
+        .unwrap();
+    let mut app = h.store.pool().begin().await.unwrap();
+    sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        .execute(&mut *app)
+        .await
+        .unwrap();
+    sqlx::query("SELECT count(*) FROM job.jobs")
+        .execute(&mut *app)
+        .await
+        .unwrap();
+    let next = enqueue(&h.store, step("k", 1)).await;
+    assert_eq!(h.row(next).await.state, JobState::Pending);
+    // The stager forgets the key: its head still runs.
+    h.store.stage_due(100).await.unwrap();
+    assert_eq!(
+        count(&h.store, "SELECT count(*) FROM job.ordering_wake").await,
+        0
+    );
+    sqlx::query(
+        "UPDATE job.jobs SET state = 'completed', finalized_at = now(), lock_token = NULL, \
+         locked_until = NULL, locked_by = NULL WHERE id = $1",
+    )
+    .bind(head)
+    .execute(&mut *app)
+    .await
+    .unwrap();
+    app.commit().await.unwrap();
+    h.store.stage_due(100).await.unwrap();
+    assert_eq!(h.row(next).await.state, JobState::Available);
+}
+
+/// An enqueue under REPEATABLE READ that saw its key's head (finished since) made its job
+/// pending, and skipped the key's wake-up entry because its snapshot still showed one (deleted
+/// since by a stager pass): no head, no entry, until another job of its key came.
+#[tokio::test]
+async fn a_job_enqueued_under_repeatable_read_behind_a_finished_head_is_promoted() {
+    let h = Harness::new().await;
+    let head = enqueue(&h.store, step("k", 0)).await;
+    let first = enqueue(&h.store, step("k", 1)).await;
+    assert_eq!(
+        count(&h.store, "SELECT count(*) FROM job.ordering_wake").await,
+        1
+    );
+    let mut app = h.store.pool().begin().await.unwrap();
+    sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        .execute(&mut *app)
+        .await
+        .unwrap();
+    sqlx::query("SELECT count(*) FROM job.ordering_wake")
+        .execute(&mut *app)
+        .await
+        .unwrap();
+    // Meanwhile both jobs of the key finish, and the stager drops the entry.
+    h.store.cancel(head).await.unwrap();
+    h.store.stage_due(100).await.unwrap();
+    h.store.cancel(first).await.unwrap();
+    h.store.stage_due(100).await.unwrap();
+    assert_eq!(
+        count(&h.store, "SELECT count(*) FROM job.ordering_wake").await,
+        0
+    );
+    let late = job::Enqueue::new(step("k", 2))
+        .enqueue(&mut *app)
+        .await
+        .unwrap();
+    app.commit().await.unwrap();
+    assert_eq!(
+        h.row(late).await.state,
+        JobState::Pending,
+        "its snapshot saw a head"
+    );
+    h.store.stage_due(100).await.unwrap();
+    assert_eq!(h.row(late).await.state, JobState::Available);
+}
+
+/// A redrive of keyed dead letters takes all their keys' locks first, in the order a bulk
+/// enqueue takes them. Taken row by row, a redrive waiting for one key while an application's
+/// bulk enqueue of the same keys held the other deadlocked with it, and the server could cancel
+/// the application's transaction.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_redrive_and_a_bulk_enqueue_of_the_same_keys_do_not_deadlock() {
+    let h = Harness::new().await;
+    // Two keys whose locks a bulk enqueue takes B first; the redrive's rows come A first.
+    let lock = |key: String| {
+        let pool = h.store.pool().clone();
+        async move {
+            sqlx::query_scalar::<_, i64>("SELECT job.ordering_lock_key($1)")
+                .bind(key)
+                .fetch_one(&pool)
+                .await
+                .unwrap()
+        }
+    };
+    let (a, b) = {
+        let mut found = None;
+        for i in 0..50 {
+            let (x, y) = (format!("a{i}"), format!("b{i}"));
+            if lock(y.clone()).await < lock(x.clone()).await {
+                found = Some((x, y));
+                break;
+            }
+        }
+        found.expect("two keys in that order")
+    };
+    let dead_a = enqueue(&h.store, step(&a, 0)).await;
+    let dead_b = enqueue(&h.store, step(&b, 0)).await;
+    sqlx::query("UPDATE job.jobs SET state = 'discarded', finalized_at = now() WHERE id = ANY($1)")
+        .bind(vec![dead_a, dead_b])
+        .execute(h.store.pool())
+        .await
+        .unwrap();
+    let waiting = |n: i64| {
+        let pool = h.store.pool().clone();
+        async move {
+            eventually("a lock to be waited for", || async {
+                let w: i64 = sqlx::query_scalar(
+                    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted",
+                )
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+                (w >= n).then_some(())
+            })
+            .await
+        }
+    };
+    // Someone holds A's lock for a while (another enqueue of A, mid-transaction).
+    let mut holder = h.store.pool().begin().await.unwrap();
+    sqlx::query("SELECT pg_advisory_xact_lock(job.ordering_lock_key($1))")
+        .bind(&a)
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+    let store = h.store.clone();
+    let redrive =
+        tokio::spawn(async move { store.redrive(&job::JobFilter::ids([dead_a, dead_b])).await });
+    waiting(1).await;
+    let pool = h.store.pool().clone();
+    let (ka, kb) = (a.clone(), b.clone());
+    let application = tokio::spawn(async move {
+        let mut tx = pool.begin().await?;
+        sqlx::query("SELECT job.ordering_lock_keys(ARRAY[$1, $2])")
+            .bind(ka)
+            .bind(kb)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await
+    });
+    waiting(2).await;
+    holder.commit().await.unwrap();
+    let redriven = redrive.await.unwrap().unwrap();
+    assert_eq!(redriven.redriven.len(), 2, "{redriven:?}");
+    application
+        .await
+        .unwrap()
+        .expect("the application's transaction is not the deadlock's victim");
+}

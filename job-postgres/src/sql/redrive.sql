@@ -34,6 +34,12 @@
 --
 -- One UPDATE of job.dependencies does both (two data-modifying CTEs must not update the same
 -- rows).
+--
+-- A dead letter with an ordering key goes back through the admit trigger, which takes its
+-- key's lock. The keys' locks are all taken first, in the order every bulk enqueue takes them
+-- (job.ordering_lock_keys), before any row is updated: taken row by row, in the UPDATE's
+-- order, they deadlocked with an application's bulk enqueue of the same keys, and the server
+-- could cancel the application's transaction.
 WITH dead AS (
     SELECT j.id, j.kind, j.unique_key
 -- @dead_letters
@@ -104,6 +110,9 @@ redriven AS (
                                 ELSE j.unique_scope END
     FROM chosen c
     WHERE j.id = c.id AND j.state = 'discarded'
+      AND (SELECT job.ordering_lock_keys(ARRAY(
+               SELECT k.ordering_key FROM job.jobs k
+               WHERE k.id = ANY (ARRAY(SELECT c2.id FROM chosen c2))))) IS NOT NULL
     RETURNING j.id, j.queue
 ),
 woken AS (
