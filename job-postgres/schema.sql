@@ -5485,3 +5485,48 @@ $job_migration_0034$;
 END
 $apply$;
 COMMIT;
+
+-- 0035 pending_deadlines
+BEGIN;
+DO $lock$ BEGIN PERFORM pg_advisory_xact_lock(hashtextextended('job.schema_migrations', 0)); END $lock$;
+DO $apply$
+DECLARE
+    missing integer;
+    later integer;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = 35) THEN
+        SELECT min(v) INTO missing FROM pg_catalog.unnest('{1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31,32,33,34}'::integer[]) v
+            WHERE NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = v);
+        IF missing IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 35 `pending_deadlines` was not applied: migration %, which comes before it, is not recorded in job.schema_migrations (migrations apply in order, each after the one before)', missing;
+        END IF;
+        SELECT min(version) INTO later FROM job.schema_migrations WHERE version > 35;
+        IF later IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 35 `pending_deadlines` was not applied: it is not recorded in job.schema_migrations, but migration %, which comes after it, is: the schema was migrated out of order, and 35 applied now could undo what later migrations changed. Apply what migration 35 lacks by hand and record it, or restore the database from a backup', later;
+        END IF;
+EXECUTE $job_migration_0035$
+-- 0035 pending_deadlines: a pending job's deadline is kept while it waits. Append-only: change
+-- the schema in a new numbered file.
+--
+-- The expirer (expire.sql) read waiting jobs in `available`, `scheduled` and `retryable`
+-- only, through jobs_deadline_idx. A `pending` job (waiting for the jobs it depends on, or
+-- behind its ordering key's head) was expired only once it left `pending`: a dependent whose
+-- dependency never ended (scheduled months ahead, say, or itself waiting) stayed pending past
+-- its deadline for as long as that lasted, its compensation unfired and its own dependents
+-- waiting. Its deadline is what it must start by, wherever it waits; the expirer now reads
+-- pending jobs past their deadline too, through an index of their own (pending jobs with a
+-- deadline are few, so it costs the other jobs' writes nothing), and discards them as it
+-- discards the others (class `expired`), which fails its dependents and fires its
+-- compensation as any discard does. A pending job is never a head, so no key is released.
+--
+-- Built in this migration's transaction (CREATE INDEX CONCURRENTLY cannot run in one): it
+-- reads the table once, and holds off writes to job.jobs meanwhile; on a large table, apply it
+-- when a short pause of enqueues is acceptable.
+CREATE INDEX jobs_pending_deadline_idx ON job.jobs (deadline)
+    WHERE deadline IS NOT NULL AND state = 'pending';
+$job_migration_0035$;
+        INSERT INTO job.schema_migrations (version, name) VALUES (35, 'pending_deadlines');
+    END IF;
+END
+$apply$;
+COMMIT;

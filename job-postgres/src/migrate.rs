@@ -192,6 +192,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "ordering_snapshots",
         sql: include_str!("../migrations/0034_ordering_snapshots.sql"),
     },
+    Migration {
+        version: 35,
+        name: "pending_deadlines",
+        sql: include_str!("../migrations/0035_pending_deadlines.sql"),
+    },
 ];
 
 /// The whole schema as one plain SQL script, for a DBA or a team without Rust:

@@ -1331,3 +1331,46 @@ async fn a_redriven_dependent_does_not_fail_on_a_dependency_that_completed_after
         row.errors.last()
     );
 }
+
+/// A dependent's deadline holds while it waits for its dependencies: past it, the expirer
+/// discards it (class `expired`) whatever it still waits for, and its own dependents fail with
+/// it. It used to be read only once the job left `pending`: a dependent of a job scheduled
+/// next month waited a month past its deadline.
+#[tokio::test]
+async fn a_dependent_past_its_deadline_expires_while_it_waits() {
+    let h = Harness::new().await;
+    let later = Enqueue::new(task("later"))
+        .run_at(chrono::Utc::now() + chrono::Duration::days(30))
+        .enqueue(h.store.pool())
+        .await
+        .unwrap();
+    let dependent = Enqueue::new(task("dependent"))
+        .depends_on([later])
+        .deadline_in(Duration::from_secs(3600))
+        .enqueue(h.store.pool())
+        .await
+        .unwrap();
+    let after = Enqueue::new(task("after"))
+        .depends_on([dependent])
+        .enqueue(h.store.pool())
+        .await
+        .unwrap();
+    assert_eq!(h.row(dependent).await.state, JobState::Pending);
+    // The hour passes (the door refuses a deadline already past, so it is moved back).
+    sqlx::query("UPDATE job.jobs SET deadline = now() - interval '1 second' WHERE id = $1")
+        .bind(dependent)
+        .execute(h.store.pool())
+        .await
+        .unwrap();
+    let expired = job::Store::expire(&h.store, 100).await.unwrap();
+    assert_eq!((expired.discarded, expired.cancelled), (1, 0));
+    let row = h.row(dependent).await;
+    assert_eq!(row.state, JobState::Discarded);
+    assert_eq!(row.errors.last().unwrap().class, "expired");
+    // Its dependent fails with it, at the stager's next pass.
+    job::Store::stage_due(&h.store, 100).await.unwrap();
+    let row = h.row(after).await;
+    assert_eq!(row.state, JobState::Discarded);
+    assert_eq!(row.errors.last().unwrap().class, "dependency");
+    assert_eq!(h.row(later).await.state, JobState::Scheduled);
+}

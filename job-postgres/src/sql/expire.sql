@@ -1,11 +1,20 @@
 -- Ends up to $1 waiting jobs of each sort that must not run, skipping rows someone holds:
--- past their deadline → discarded with an `expired` error naming the deadline; cancellation
+-- past their deadline → discarded with an `expired` error naming the deadline (a `pending`
+-- job too, waiting for its dependencies or its ordering key: migration 0035); cancellation
 -- requested (while running, then retried, snoozed, rescued or released) → cancelled. Each
 -- sort is found through its own partial index. Never touches a running job.
 WITH late AS (
     SELECT id FROM job.jobs
     WHERE deadline <= now() AND deadline IS NOT NULL
       AND state IN ('available', 'scheduled', 'retryable')
+    ORDER BY deadline
+    LIMIT $1::integer
+    FOR NO KEY UPDATE SKIP LOCKED
+),
+late_pending AS (
+    SELECT id FROM job.jobs
+    WHERE deadline <= now() AND deadline IS NOT NULL
+      AND state = 'pending'
     ORDER BY deadline
     LIMIT $1::integer
     FOR NO KEY UPDATE SKIP LOCKED
@@ -33,8 +42,8 @@ ended AS (
                                                        to_char(j.deadline AT TIME ZONE 'UTC',
                                                                'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'))
                                       END))
-    FROM (SELECT id FROM late UNION SELECT id FROM unwanted) e
-    WHERE j.id = e.id AND j.state IN ('available', 'scheduled', 'retryable')
+    FROM (SELECT id FROM late UNION SELECT id FROM late_pending UNION SELECT id FROM unwanted) e
+    WHERE j.id = e.id AND j.state IN ('pending', 'available', 'scheduled', 'retryable')
     RETURNING j.state
 )
 SELECT count(*) FILTER (WHERE state = 'discarded') AS discarded,
