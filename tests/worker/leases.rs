@@ -194,10 +194,16 @@ async fn a_worker_that_cannot_renew_fences_itself_before_the_lease_expires() {
         (1, 0),
         "a fenced execution is counted once, as fenced: the store never reported its lease lost"
     );
-    assert_eq!(
-        h.row(id).await.state,
-        JobState::Running,
-        "nothing was written after fencing"
+    // No outcome was written after fencing: once its code ended, the lease the store still
+    // held was given back, the attempt not counted (and given back again by the shutdown,
+    // should the worker have claimed it again meanwhile).
+    let row = h.row(id).await;
+    assert_eq!((row.state, row.attempt), (JobState::Available, 0));
+    assert!(!row.errors.is_empty());
+    assert!(
+        row.errors.iter().all(|e| e.class == "released"),
+        "{:?}",
+        row.errors
     );
 }
 
@@ -232,12 +238,14 @@ async fn a_heartbeat_that_panics_does_not_stop_fencing() {
         (worker.stats().fenced >= 1).then_some(())
     })
     .await;
-    let still_live: bool =
-        sqlx::query_scalar("SELECT locked_until > now() FROM job.jobs WHERE id = $1")
-            .bind(id)
-            .fetch_one(h.store.pool())
-            .await
-            .unwrap();
+    // Still live, or given back by the worker once the fenced code ended: never expired.
+    let still_live: bool = sqlx::query_scalar(
+        "SELECT locked_until IS NULL OR locked_until > now() FROM job.jobs WHERE id = $1",
+    )
+    .bind(id)
+    .fetch_one(h.store.pool())
+    .await
+    .unwrap();
     assert!(still_live, "the worker must stop before its lease expires");
     eventually("the fenced execution to leave the worker", || async {
         (worker.in_flight() == 0).then_some(())
@@ -1114,6 +1122,49 @@ async fn an_outcome_failing_alone_for_a_passing_reason_holds_up_no_other() {
         h.row(held).await.state,
         JobState::Running,
         "still tried apart"
+    );
+    worker.shutdown().await;
+}
+
+/// A running job fenced by an outage of two thirds of its lease stops (`Parked` returns once
+/// told), and once its code has ended its lease is given back, the attempt not counted, if the
+/// store still holds it: the job runs again at once, on its only attempt. Left to run out, the
+/// lease made a dead letter (`lease_expired`) of a job on its last attempt for the outage.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_execution_gives_its_lease_back_once_its_code_ends() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let h = Harness::new().await;
+    let cut = HeartbeatsFail::default();
+    let store = Layered::new(h.store.clone(), cut.clone());
+    let gate = Gate::default();
+    let only_attempt = job_core::EnqueueOptions {
+        max_attempts: Some(1),
+        ..Default::default()
+    };
+    let id = enqueue_with(&h.store, Parked { n: 1 }, only_attempt).await;
+    let worker = job::Worker::builder(store)
+        .register::<Parked>()
+        .queue("default", 1)
+        .poll_interval(Duration::from_millis(50))
+        .state(h.ledger.clone())
+        .state(gate.clone())
+        .build()
+        .unwrap()
+        .start();
+    h.reaches(id, JobState::Running).await;
+    cut.0.store(true, SeqCst);
+    eventually("the execution to be fenced and given back", || async {
+        (worker.stats().released >= 1).then_some(())
+    })
+    .await;
+    cut.0.store(false, SeqCst);
+    gate.open();
+    let row = h.reaches(id, JobState::Completed).await;
+    assert_eq!(row.attempt, 1, "the fenced attempt was not counted");
+    assert_eq!(h.ledger.runs(id), 2);
+    assert_eq!(
+        row.errors.last().map(|e| e.class.as_str()),
+        Some("released")
     );
     worker.shutdown().await;
 }

@@ -13,6 +13,7 @@
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures_util::FutureExt;
 
@@ -192,10 +193,19 @@ async fn execute<S: Store>(
                         shared.inflight.remove(&lease);
                         return;
                     }
-                    // Counted by the keeper, which fenced it.
+                    // Counted by the keeper, which fenced it. Its code has ended now: its
+                    // lease is given back if the store still holds it (the outage over; the
+                    // release is guarded by the token, so it changes nothing if the job was
+                    // rescued or taken since), the attempt not counted, as a shutdown's
+                    // interruption is. Left to run out, the lease cost the job an attempt for
+                    // the outage (a dead letter on its last), and a lease's wait.
                     Abort::Fenced => {
-                        tracing::warn!("fenced: execution stopped, nothing will be written");
+                        tracing::warn!(
+                            "fenced: execution stopped, nothing will be written; giving its \
+                             lease back"
+                        );
                         shared.inflight.remove(&lease);
+                        Box::pin(give_back_interrupted(&shared, lease, ran_for)).await;
                         return;
                     }
                     Abort::Finalized => {
@@ -268,8 +278,11 @@ async fn execute<S: Store>(
                 shared.counters.applied(&Outcome::Complete);
                 labels.finished(&Outcome::Complete, ran);
             }
-            // Fenced while classifying: counted by the keeper.
-            Some(Abort::Fenced) => {}
+            // Fenced while classifying: counted by the keeper; given back, as above.
+            Some(Abort::Fenced) => {
+                let ran_for = ran.unwrap_or_default();
+                Box::pin(give_back_interrupted(&shared, lease, ran_for)).await;
+            }
             // Lost while classifying: another worker may own the job now.
             _ => {
                 bump(&shared.counters.lease_lost, 1);
@@ -312,6 +325,20 @@ async fn give_back_unstarted<S: Store>(shared: &Shared<S>, lease: Lease, fenced:
             Ok(n) => shared.counters.released(n),
             Err(e) => tracing::warn!(error = %e, "release of a job that did not start failed"),
         }
+    }
+}
+
+/// Gives back the lease of an execution this worker fenced, once its code has ended: see the
+/// `Abort::Fenced` arm of [`execute`]. On failure (the store still unreachable) the lease runs
+/// out and the rescuer takes the job, as before.
+async fn give_back_interrupted<S: Store>(shared: &Shared<S>, lease: Lease, ran_for: Duration) {
+    match shared
+        .store
+        .release(&[Release::interrupted(lease, ran_for)])
+        .await
+    {
+        Ok(n) => shared.counters.released(n),
+        Err(e) => tracing::warn!(error = %e, "release of a fenced execution failed"),
     }
 }
 
