@@ -9,7 +9,7 @@ pub enum Error {
     #[error("could not connect to postgres: {0}")]
     Connect(#[source] sqlx::Error),
     /// A statement failed (connection lost, constraint violated, ...).
-    #[error("statement `{statement}` failed: {source}{}", schema_hint(source))]
+    #[error("statement `{statement}` failed: {source}{}", hint(statement, source))]
     Query {
         /// The statement's name, as its file under `src/sql/`.
         statement: &'static str,
@@ -121,8 +121,15 @@ pub enum Error {
 /// What a statement failing for an object it names being missing (42883 undefined function,
 /// 42P01 undefined table, 42703 undefined column) most often means: a database whose `job`
 /// schema is older than this build (a deploy that runs the new workers before the migration).
-fn schema_hint(source: &sqlx::Error) -> &'static str {
+fn hint(statement: &str, source: &sqlx::Error) -> &'static str {
     match source {
+        sqlx::Error::Database(db)
+            if statement == "complete_in" && db.code().as_deref() == Some("40001") =>
+        {
+            " (complete_in needs a READ COMMITTED transaction, PostgreSQL's default: under \
+             REPEATABLE READ or SERIALIZABLE, the lease the worker renewed on the job's row \
+             after the transaction's first statement is a concurrent update)"
+        }
         sqlx::Error::Database(db)
             if matches!(db.code().as_deref(), Some("42883" | "42P01" | "42703")) =>
         {
@@ -157,6 +164,13 @@ impl Error {
         };
         match source {
             sqlx::Error::Encode(_) => true,
+            // A full NOTIFY queue (a listener left in an open transaction holds it) refuses
+            // every transaction that notifies, whatever it writes: the server's state, which
+            // passes once the listener moves on. As a refusal, the completer made a
+            // completion storable, then a dead letter, then left it to the rescuer.
+            sqlx::Error::Database(db) if full_notify_queue(db.code().as_deref(), db.message()) => {
+                false
+            }
             sqlx::Error::Database(db) => db.code().is_some_and(|code| refused(&code)),
             _ => false,
         }
@@ -173,6 +187,12 @@ impl Error {
 const PASSING_CLASSES: &[&str] = &[
     "08", "25", "26", "28", "3D", "3F", "40", "42", "53", "55", "57", "58", "72", "XX", "0A000",
 ];
+
+/// Whether an error is PostgreSQL's "too many notifications in the NOTIFY queue" (54000, a
+/// program limit like a too-large row, told apart by its message).
+fn full_notify_queue(code: Option<&str>, message: &str) -> bool {
+    code == Some("54000") && message.starts_with("too many notifications in the NOTIFY queue")
+}
 
 /// Whether SQLSTATE `code` refuses the input: of no [`PASSING_CLASSES`] class.
 fn refused(code: &str) -> bool {
@@ -208,7 +228,23 @@ pub(crate) fn is_deadlock(error: &sqlx::Error) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::refused;
+    use super::{full_notify_queue, refused};
+
+    #[test]
+    fn a_full_notify_queue_passes_and_other_program_limits_refuse() {
+        assert!(full_notify_queue(
+            Some("54000"),
+            "too many notifications in the NOTIFY queue"
+        ));
+        assert!(!full_notify_queue(
+            Some("54000"),
+            "index row size 3000 exceeds btree version 4 maximum 2704"
+        ));
+        assert!(!full_notify_queue(
+            Some("55000"),
+            "too many notifications in the NOTIFY queue"
+        ));
+    }
 
     #[test]
     fn only_errors_about_the_input_refuse_it() {

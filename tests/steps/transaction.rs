@@ -397,3 +397,104 @@ async fn a_progress_report_not_written_because_its_row_was_held_is_written_later
     assert!(row.errors.is_empty(), "{:?}", row.errors);
     assert_eq!(row.attempt, 1);
 }
+
+/// Completes itself in its own transaction, commits, then does the work that follows a commit
+/// (announcing the shipment, say): 300 ms, over several heartbeats.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct CommitThenPublish {}
+
+impl Job for CommitThenPublish {
+    const KIND: &'static str = "steps.commit_then_publish";
+    const OPTIONS: JobOptions = JobOptions {
+        lease: Duration::from_secs(1),
+        backoff: FAST_BACKOFF,
+        ..JobOptions::DEFAULT
+    };
+
+    async fn perform(self, ctx: JobContext) -> Result<(), JobError> {
+        let effects = ctx.state::<Effects>()?;
+        let pool = ctx.state::<PgPool>()?;
+        let mut tx = pool.begin().await?;
+        job_postgres::complete_in(&mut tx, &ctx).await?;
+        tx.commit().await?;
+        effects.happen(ctx.id(), "committed");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        effects.happen(ctx.id(), "published");
+        Ok(())
+    }
+}
+
+/// The handler's code after its own transaction completed the job runs to its end: the next
+/// heartbeat finds the lease gone, reads the row finished, and leaves the code alone. It used
+/// to stop it, dropping it at its next `.await`, silently: what follows a commit never ran.
+#[tokio::test]
+async fn code_after_a_complete_in_commit_runs_to_its_end() {
+    let (h, effects) = setup().await;
+    let id = enqueue(&h.store, CommitThenPublish {}).await;
+    let worker = steps_worker(&h.store, &effects)
+        .configure(|c| c.heartbeat_interval = Some(Duration::from_millis(50)))
+        .register::<CommitThenPublish>()
+        .build()
+        .unwrap()
+        .start();
+    h.reaches(id, JobState::Completed).await;
+    eventually("the execution to end", || async {
+        (worker.in_flight() == 0).then_some(())
+    })
+    .await;
+    let stats = worker.shutdown().await.stats;
+    assert_eq!(effects.count(id, "published"), 1);
+    assert_eq!((stats.completed, stats.lease_lost), (1, 0), "{stats:?}");
+}
+
+/// Completes itself in a REPEATABLE READ transaction that outlasts a heartbeat.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct RepeatableComplete {}
+
+impl Job for RepeatableComplete {
+    const KIND: &'static str = "steps.repeatable_complete";
+    const OPTIONS: JobOptions = JobOptions {
+        lease: Duration::from_secs(1),
+        max_attempts: 1,
+        ..JobOptions::DEFAULT
+    };
+
+    async fn perform(self, ctx: JobContext) -> Result<(), JobError> {
+        let effects = ctx.state::<Effects>()?;
+        let pool = ctx.state::<PgPool>()?;
+        let mut tx = pool.begin().await?;
+        sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("SELECT 1").execute(&mut *tx).await?;
+        // A heartbeat renews the lease on the job's row meanwhile.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        match job_postgres::complete_in(&mut tx, &ctx).await {
+            Ok(()) => effects.saw(ctx.id(), "completed".into()),
+            Err(e) => effects.saw(ctx.id(), e.to_string()),
+        }
+        Ok(())
+    }
+}
+
+/// `complete_in` under REPEATABLE READ conflicts with the lease the worker renewed on the job's
+/// row after the transaction's snapshot (40001), and its error says what to do.
+#[tokio::test]
+async fn complete_in_under_repeatable_read_says_it_needs_read_committed() {
+    let (h, effects) = setup().await;
+    let id = enqueue(&h.store, RepeatableComplete {}).await;
+    let worker = steps_worker(&h.store, &effects)
+        .configure(|c| c.heartbeat_interval = Some(Duration::from_millis(50)))
+        .register::<RepeatableComplete>()
+        .build()
+        .unwrap()
+        .start();
+    h.reaches(id, JobState::Completed).await;
+    worker.shutdown().await;
+    let seen = effects.seen(id);
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert!(
+        seen[0].contains("could not serialize access") && seen[0].contains("READ COMMITTED"),
+        "{seen:?}"
+    );
+}

@@ -346,6 +346,37 @@ impl InFlight {
         Self::take_away(&mut map, lease, reason).then_some(reason)
     }
 
+    /// Whether `lease` is held and its handler said it finalized the job in its own transaction
+    /// (set when `complete_in` ran, before the application's commit: a loss of such a lease is
+    /// that commit only when the job's row says the job has finished).
+    pub(crate) fn finalized_by_handler(&self, lease: &Lease) -> bool {
+        self.lock()
+            .get(lease)
+            .is_some_and(|e| e.held && e.signals.finalized_by_handler())
+    }
+
+    /// The store no longer holds `lease` because the handler's own transaction finished the job
+    /// (its row says so): nothing can run the job any more, so the handler's code, which may
+    /// go on after its commit (a log line, a message published), runs to its end, neither
+    /// stopped nor renewed; its executor then counts the job completed. (Stopped here, that code
+    /// was dropped at its next `.await`, silently.) An outcome already with the completer is
+    /// left to it, as [`InFlight::lost`] does.
+    pub(crate) fn finished_by_handler(&self, lease: &Lease) {
+        let mut map = self.lock();
+        let Some(e) = map.get_mut(lease) else {
+            return;
+        };
+        e.held = false;
+        e.fenced_code_runs = false;
+        if matches!(e.phase, Phase::Finalizing { .. }) {
+            return;
+        }
+        let _ = e.signals.flags.reason.set(Abort::Finalized);
+        if !e.code_runs() {
+            map.remove(lease);
+        }
+    }
+
     /// Takes the execution of exactly `lease` away (a crash, or a guarded write that found the
     /// lease gone): fires its abort with `reason`. Nothing more is written for it; a lease
     /// still held in the store runs out there.

@@ -170,6 +170,16 @@ async fn beat<S: Store>(shared: &Shared<S>, store: &S, every: Duration) {
                 }
                 for lease in &report.lost {
                     let id = lease.id;
+                    if shared.inflight.finalized_by_handler(lease)
+                        && finished(store, id, every).await
+                    {
+                        shared.inflight.finished_by_handler(lease);
+                        tracing::debug!(
+                            id,
+                            "the handler's own transaction finished the job; its code runs on"
+                        );
+                        continue;
+                    }
                     match shared.inflight.lost(lease) {
                         Some(Abort::Finalized) => tracing::debug!(
                             id,
@@ -192,6 +202,17 @@ async fn beat<S: Store>(shared: &Shared<S>, store: &S, every: Duration) {
         save_progress(shared, store, every.saturating_sub(sent.elapsed())).await;
     }
     watch(shared);
+}
+
+/// Whether job `id`'s row says it has finished, read within `within`: a lease its handler's
+/// own transaction finalized is gone because that transaction committed only then. Otherwise
+/// (a transaction rolled back, then the lease lost to a rescue), another worker may run the job,
+/// and the execution is stopped as for any lost lease; so is it when the row cannot be read.
+async fn finished<S: Store>(store: &S, id: crate::JobId, within: Duration) -> bool {
+    matches!(
+        tokio::time::timeout(within, store.get(id)).await,
+        Ok(Ok(Some(row))) if row.state.is_terminal()
+    )
 }
 
 /// How many times one heartbeat is sent at most: at 0, then a quarter of the period (at least
