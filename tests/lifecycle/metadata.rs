@@ -110,3 +110,38 @@ async fn bad_tags_and_tenants_are_refused_by_name() {
     assert!(err.to_string().contains("`tenant`"), "{err}");
     assert_eq!(count(&h.store, "SELECT count(*) FROM job.jobs").await, 0);
 }
+
+/// A reporter whose pass renews the role and then cannot read the gauges (here a lock on
+/// `job.kind_owners` past its `lock_timeout`; a statement timeout on a large table does the
+/// same) gives the role up and leaves it to the others for three intervals: it used to keep
+/// the role for good, renewed at every pass, while no worker reported.
+#[tokio::test]
+async fn a_reporter_that_cannot_read_gives_the_role_up() {
+    let h = Harness::new().await;
+    let options = h.db.connect_options().options([("lock_timeout", "200")]);
+    let impatient = job::PgStore::new(
+        job_postgres::pool_options()
+            .connect_with(options)
+            .await
+            .unwrap(),
+    );
+    let config = job::ReporterConfig {
+        interval: Duration::from_secs(60),
+        ..job::ReporterConfig::default()
+    };
+    let mut a = job::Reporter::new(impatient, config.clone(), "worker-a", Vec::new());
+    let mut b = job::Reporter::new(h.store.clone(), config, "worker-b", Vec::new());
+    let mut blocker = h.store.pool().begin().await.unwrap();
+    sqlx::query("LOCK TABLE job.kind_owners IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut *blocker)
+        .await
+        .unwrap();
+    let failed = a.run_once().await;
+    assert!(failed.is_err(), "{failed:?}");
+    blocker.rollback().await.unwrap();
+    assert!(
+        b.run_once().await.unwrap().is_some(),
+        "the role is free for another worker at once"
+    );
+    assert!(a.run_once().await.unwrap().is_none());
+}

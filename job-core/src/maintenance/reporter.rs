@@ -142,6 +142,9 @@ pub struct Reporter<S> {
     held: Arc<Holding>,
     /// Whether a worker that does not report (`enabled: false`) has recorded its owners.
     owners_recorded: bool,
+    /// Until when this reporter leaves the role to the other workers, after a reading that
+    /// failed: see [`Service::tick`].
+    yield_until: Option<Instant>,
 }
 
 impl<S: Store> Reporter<S> {
@@ -162,6 +165,7 @@ impl<S: Store> Reporter<S> {
             next: None,
             held: Arc::default(),
             owners_recorded: false,
+            yield_until: None,
         }
     }
 
@@ -174,6 +178,10 @@ impl<S: Store> Reporter<S> {
     /// A pass that reads the gauges when the role is held if `read`, else only keeps the role
     /// (its report is empty and not exported).
     async fn pass(&mut self, read: bool) -> Result<Option<Report>, StoreError> {
+        let now = Instant::now();
+        if self.yield_until.is_some_and(|until| now < until) {
+            return Ok(None);
+        }
         let request = ReportRequest {
             holder: self.holder.clone(),
             // Three passes: a leader that misses two keeps its role.
@@ -187,6 +195,15 @@ impl<S: Store> Reporter<S> {
                 // Its gauges are no longer read: not the leader any more as far as the alert
                 // rules go (they multiply by `job_reporter_leader`), so stale values fire none.
                 self.stop_holding();
+                if read {
+                    // A reading that failed (a statement timeout on a large table, a privilege
+                    // this worker lacks, say) gives the role up, and leaves it to the other
+                    // workers for three intervals: the pass renews the role before it reads,
+                    // and a holder that could renew but not read kept the role for good while
+                    // no worker reported.
+                    let _ = self.give_up().await;
+                    self.yield_until = Some(now + self.config.interval.saturating_mul(3));
+                }
                 return Err(e);
             }
         };
@@ -217,6 +234,12 @@ impl<S: Store> Reporter<S> {
         if !self.held.get() {
             return Ok(());
         }
+        self.give_up().await
+    }
+
+    /// Gives the role up whether or not the last pass held it (a pass that renewed it and then
+    /// failed to read has stopped holding it already).
+    async fn give_up(&mut self) -> Result<(), StoreError> {
         // No longer reading, whether the release answers or not: a worker that stopped with
         // the database unreachable kept reporting 1 beside the next holder.
         self.stop_holding();
