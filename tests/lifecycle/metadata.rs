@@ -129,7 +129,7 @@ async fn a_reporter_that_cannot_read_gives_the_role_up() {
         interval: Duration::from_secs(60),
         ..job::ReporterConfig::default()
     };
-    let mut a = job::Reporter::new(impatient, config.clone(), "worker-a", Vec::new());
+    let mut a = job::Reporter::new(impatient, config, "worker-a", Vec::new());
     let mut b = job::Reporter::new(h.store.clone(), config, "worker-b", Vec::new());
     let mut blocker = h.store.pool().begin().await.unwrap();
     sqlx::query("LOCK TABLE job.kind_owners IN ACCESS EXCLUSIVE MODE")
