@@ -141,7 +141,8 @@ async fn a_refused_periodic_job_does_not_stop_the_schedules_after_it() {
         Scheduled {
             enqueued: 1,
             duplicates: 0,
-            refused: 1
+            refused: 1,
+            gaps: 0
         }
     );
     let kinds: Vec<String> = sqlx::query_scalar("SELECT kind FROM job.jobs")
@@ -306,4 +307,58 @@ async fn a_schedule_whose_job_panics_does_not_stop_the_schedules_after_it() {
         .await
         .unwrap();
     assert_eq!(kinds, ["test.noop"]);
+}
+
+#[tokio::test]
+async fn a_look_past_what_it_catches_up_on_says_so() {
+    // A look ten minutes after the last (the clock stepped forward, or the process was away)
+    // goes on from now rather than run a backlog, and says which schedules it did not catch
+    // up on (and logs them at WARN): a skipped run is never silent.
+    let h = Harness::new().await;
+    let every_minute = Periodic::new("0 * * * * *", || Noop { n: 1 }).unwrap();
+    let scheduler = Scheduler::new(
+        h.store.clone(),
+        vec![every_minute],
+        SchedulerConfig::default(),
+    );
+    let t0 = chrono::Utc::now();
+    assert_eq!(scheduler.run_once(t0).await.unwrap().gaps, 0);
+    let late = scheduler
+        .run_once(t0 + chrono::Duration::minutes(10))
+        .await
+        .unwrap();
+    assert_eq!((late.gaps, late.enqueued), (1, 1), "{late:?}");
+}
+
+#[test]
+fn a_completed_retention_within_the_schedulers_catch_up_is_a_build_error() {
+    // A period's unique key, held until it is pruned, is all that keeps a late look from
+    // enqueueing again a period another worker ran: with completed periods pruned sooner than
+    // a look looks back (its interval and 60 s), a worker that missed some looks ran them twice.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let store = rt.block_on(async { job_testkit::TestDb::new().await.store() });
+    let built = |retention: Duration| {
+        job::Worker::builder(store.clone())
+            .register::<Noop>()
+            .queue("default", 1)
+            .periodic("* * * * * *", || Noop { n: 1 })
+            .pruner(job::PrunerConfig {
+                completed_retention: retention,
+                ..job::PrunerConfig::default()
+            })
+            .build()
+    };
+    let err = built(Duration::from_secs(5)).err().expect("refused");
+    assert!(
+        matches!(
+            &err,
+            BuildError::InvalidOption {
+                option: "completed_retention",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("catches up"), "{err}");
+    assert!(built(Duration::from_secs(62)).is_ok());
 }

@@ -26,6 +26,25 @@ use crate::attempt::registry::Registry;
 use crate::contract::store::Store;
 use crate::worker::WorkerConfig;
 
+/// The rescuer's settings for a worker whose shortest lease is `shortest_lease`.
+fn rescuer_config(config: &WorkerConfig, shortest_lease: Duration) -> RescuerConfig {
+    let mut rescuer = config.rescuer;
+    // A rescued job comes back within half a lease of its expiry, whatever the interval.
+    rescuer.interval = rescuer
+        .interval
+        .min(shortest_lease / 2)
+        .max(crate::MIN_INTERVAL);
+    // After a clock jump the live holders renew within their heartbeat period: the hold is at
+    // least twice this worker's own (a third of its shortest lease, unless set), which with
+    // long leases only (15 minutes: a heartbeat every 5) is longer than the 2-minute default,
+    // and the rescuer took leases their holders were about to renew.
+    let heartbeat = config.heartbeat_interval.unwrap_or(shortest_lease / 3);
+    rescuer.after_clock_jump = rescuer
+        .after_clock_jump
+        .max(heartbeat.saturating_mul(2).min(crate::MAX_DURATION));
+    rescuer
+}
+
 /// Every maintenance service of a worker over `store`: one entry per service. `shortest_lease`
 /// is the shortest lease of the worker's kinds (the rescuer runs at least every half of it).
 pub(crate) fn services<S: Store>(
@@ -39,12 +58,7 @@ pub(crate) fn services<S: Store>(
         .handlers()
         .filter_map(|h| Some((h.kind().to_owned(), h.options().owner?.to_owned())))
         .collect();
-    let mut rescuer = config.rescuer;
-    // A rescued job comes back within half a lease of its expiry, whatever the interval.
-    rescuer.interval = rescuer
-        .interval
-        .min(shortest_lease / 2)
-        .max(crate::MIN_INTERVAL);
+    let rescuer = rescuer_config(config, shortest_lease);
     let mut stager = config.stager;
     // A due job becomes claimable within a poll interval, as it did when claims read it.
     stager.interval = stager
@@ -67,4 +81,26 @@ pub(crate) fn services<S: Store>(
             owners,
         )),
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::rescuer_config;
+    use crate::worker::WorkerConfig;
+
+    #[test]
+    fn the_clock_jump_hold_covers_twice_the_workers_heartbeat_period() {
+        let config = WorkerConfig::default();
+        // 30 s leases: a heartbeat every 10 s, and the 2-minute default holds.
+        let short = rescuer_config(&config, Duration::from_secs(30));
+        assert_eq!(short.after_clock_jump, Duration::from_secs(120));
+        // 15-minute leases only: a heartbeat every 5 minutes.
+        let long = rescuer_config(&config, Duration::from_secs(900));
+        assert_eq!(long.after_clock_jump, Duration::from_secs(600));
+        // No kind (no lease): never past what validation accepts.
+        let none = rescuer_config(&config, Duration::MAX);
+        assert!(none.validate().is_ok());
+    }
 }

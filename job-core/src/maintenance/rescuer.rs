@@ -35,7 +35,8 @@ pub struct RescuerConfig {
     /// second further than its monotonic clock between two passes (a sleep, a clock step):
     /// long enough for every live holder to renew its leases, so at least the longest
     /// heartbeat period of the workers on the database (a third of their longest lease by
-    /// default). Leases that ran out meanwhile are rescued after it. Defaults to 2 minutes.
+    /// default). Leases that ran out meanwhile are rescued after it. Defaults to 2 minutes;
+    /// a worker holds at least twice its own heartbeat period, whatever this says.
     pub after_clock_jump: Duration,
 }
 

@@ -164,6 +164,15 @@ const MAX_PERIODS_PER_LOOK: usize = 100;
 /// interval.
 const CATCH_UP: Duration = Duration::from_secs(60);
 
+impl SchedulerConfig {
+    /// How far back a look may enqueue a period: one interval and [`CATCH_UP`]. A period's
+    /// unique key is all that keeps a late look from enqueueing it again, so completed
+    /// periods must be kept (the pruner's `completed_retention`) longer than this.
+    pub(crate) fn looks_back(&self) -> Duration {
+        self.interval.saturating_add(CATCH_UP)
+    }
+}
+
 /// What a scheduler look did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Scheduled {
@@ -174,6 +183,10 @@ pub struct Scheduled {
     /// Periods whose job was refused (its payload or options, by this side or the
     /// database): logged at WARN, naming the schedule, and not tried again.
     pub refused: u64,
+    /// Schedules whose periods since this scheduler's last look it did not catch up on (the
+    /// look came more than one interval and 60 s after the last: the clock stepped forward,
+    /// or the process or the database was away): logged at WARN with the first such period.
+    pub gaps: u64,
 }
 
 impl<S: Store> Scheduler<S> {
@@ -218,6 +231,24 @@ impl<S: Store> Scheduler<S> {
                 Some(last) if last >= catch_up => last.min(now),
                 _ => now,
             };
+            if let Some(missed) = last
+                .filter(|last| *last < catch_up)
+                .and_then(|last| entry.next_after(last))
+                .filter(|first| *first <= now)
+            {
+                // Said, so that a skipped run is never silent: the clock stepped forward, or
+                // the process (or the database) was away longer than a look catches up.
+                tracing::warn!(
+                    kind = entry.kind,
+                    schedule = %entry.expression,
+                    first_missed = %missed,
+                    resumed_at = %now,
+                    "periodic periods missed: this scheduler's last look was longer ago than \
+                     it catches up (one interval and 60 s), and it goes on from now; the \
+                     periods between ran only if another worker's scheduler enqueued them"
+                );
+                done.gaps += 1;
+            }
             // Whether a period after now was reached: the look goes on until one is, and then
             // up to the horizon.
             let mut ahead = false;

@@ -453,6 +453,21 @@ impl<S: Store> WorkerBuilder<S> {
                 });
             }
         }
+        // A period's unique key (held until the job is pruned) is all that keeps a look that
+        // comes late, and catches up on the periods since its last, from enqueueing one that
+        // another worker ran already: completed periods must outlive how far back it looks.
+        if !periodic.is_empty() && c.pruner.completed_retention <= c.scheduler.looks_back() {
+            return Err(invalid(
+                "completed_retention",
+                format!(
+                    "{:?} is not longer than how far back the scheduler catches up on periods \
+                     ({:?}: its interval and 60 s): a period that ran and was pruned could be \
+                     enqueued again by a look that came late",
+                    c.pruner.completed_retention,
+                    c.scheduler.looks_back()
+                ),
+            ));
+        }
         // Each maintenance service checks its own settings: the rescuer's and the stager's as
         // given, before `services` shortens their intervals to the leases and the poll.
         c.rescuer.validate()?;
