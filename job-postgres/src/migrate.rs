@@ -197,6 +197,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "pending_deadlines",
         sql: include_str!("../migrations/0035_pending_deadlines.sql"),
     },
+    Migration {
+        version: 36,
+        name: "compensation_passing_errors",
+        sql: include_str!("../migrations/0036_compensation_passing_errors.sql"),
+    },
 ];
 
 /// The whole schema as one plain SQL script, for a DBA or a team without Rust:

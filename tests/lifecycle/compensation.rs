@@ -244,3 +244,79 @@ async fn a_payload_that_fits_alone_but_not_with_its_error_is_omitted_not_the_com
     assert_eq!(wrapped["discarded"]["payload"], serde_json::Value::Null);
     assert_eq!(wrapped["discarded"]["error"]["class"], "terminal");
 }
+
+/// A compensating job the server cannot insert for a passing reason (here an application's
+/// trigger that finds a lock not available, 55P03) fails the discard's statement, which is
+/// written again once it passes, with its compensation; one the rules refuse (23514) is still
+/// left out, with a WARNING, and the discard commits. It used to be left out in both cases:
+/// the discard committed without its compensation.
+#[tokio::test]
+async fn a_compensation_the_server_cannot_insert_for_now_fails_the_discard_for_now() {
+    let h = Harness::new().await;
+    let refunds = Refunds::default();
+    worker(&h.store, &refunds).start().shutdown().await;
+    sqlx::raw_sql(
+        "CREATE TABLE public.refund_gate (code text);
+         CREATE FUNCTION public.refund_gate() RETURNS trigger LANGUAGE plpgsql AS $$
+         DECLARE code text;
+         BEGIN
+           SELECT g.code INTO code FROM public.refund_gate g;
+           IF code IS NOT NULL THEN
+             RAISE EXCEPTION 'refund gate' USING ERRCODE = code;
+           END IF;
+           RETURN NEW;
+         END $$;
+         CREATE TRIGGER refund_gate BEFORE INSERT ON job.jobs
+           FOR EACH ROW WHEN (NEW.kind = 'test.refund')
+           EXECUTE FUNCTION public.refund_gate();",
+    )
+    .execute(h.store.pool())
+    .await
+    .unwrap();
+    let gate = |code: Option<&'static str>| {
+        let pool = h.store.pool().clone();
+        async move {
+            sqlx::query("DELETE FROM public.refund_gate")
+                .execute(&pool)
+                .await
+                .unwrap();
+            if let Some(code) = code {
+                sqlx::query("INSERT INTO public.refund_gate VALUES ($1)")
+                    .bind(code)
+                    .execute(&pool)
+                    .await
+                    .unwrap();
+            }
+        }
+    };
+    let discard = |id: job::JobId| {
+        let pool = h.store.pool().clone();
+        async move {
+            sqlx::query(
+                "UPDATE job.jobs SET state = 'discarded', finalized_at = now() WHERE id = $1",
+            )
+            .bind(id)
+            .execute(&pool)
+            .await
+        }
+    };
+    let charge = |order_id| Charge {
+        order_id,
+        note: String::new(),
+    };
+    let passing = enqueue(&h.store, charge(1)).await;
+    gate(Some("55P03")).await;
+    let failed = discard(passing)
+        .await
+        .expect_err("the discard fails for now");
+    assert!(failed.to_string().contains("refund gate"), "{failed}");
+    assert_eq!(h.row(passing).await.state, JobState::Available);
+    gate(None).await;
+    discard(passing).await.unwrap();
+    assert_eq!(refund_count(&h).await, 1);
+    let refused = enqueue(&h.store, charge(2)).await;
+    gate(Some("23514")).await;
+    discard(refused).await.unwrap();
+    assert_eq!(h.row(refused).await.state, JobState::Discarded);
+    assert_eq!(refund_count(&h).await, 1, "left out, with a WARNING");
+}
