@@ -578,11 +578,10 @@ impl InFlight {
         let mut out = Leftovers::default();
         for (lease, e) in self.lock().drain() {
             match e.phase {
-                Phase::Running { .. } => {
-                    if e.held {
-                        out.abandoned.push(e.info);
-                    }
-                }
+                // Code still running, whether its lease is still this worker's or was lost or
+                // fenced meanwhile (those most of all: another worker may run the job now,
+                // and only the process's exit stops this code).
+                Phase::Running { .. } => out.abandoned.push(e.info),
                 _ if !e.held => {}
                 Phase::Waiting => out.releases.push(Release::unstarted(lease)),
                 // Stopped by the shutdown, or an outcome that could not be written: the code

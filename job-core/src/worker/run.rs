@@ -33,9 +33,10 @@ pub struct DrainReport {
     /// drain deadline whose code then ended (each leaves a `released` entry in its history).
     pub released: u64,
     /// Executions whose code was still running `shutdown_grace` after the drain deadline
-    /// (stuck in code that does not return): their leases were neither released nor renewed
-    /// any more, so they expire in the store and the rescuer takes the jobs. Exit the process
-    /// after `shutdown()` so that such code cannot overlap the job's next execution.
+    /// (stuck in code that does not return), including those whose lease was lost or fenced
+    /// while it ran: their leases were neither released nor renewed any more, so they expire
+    /// in the store and the rescuer takes the jobs. Exit the process after `shutdown()` so that
+    /// such code cannot overlap the job's next execution.
     pub abandoned: u64,
     /// The worker's counters once everything it could write was written: every outcome
     /// applied is counted here, unlike a [`WorkerHandle::stats`] read while the completer may
