@@ -13,7 +13,6 @@
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures_util::FutureExt;
 
@@ -205,7 +204,7 @@ async fn execute<S: Store>(
                              lease back"
                         );
                         shared.inflight.remove(&lease);
-                        Box::pin(give_back_interrupted(&shared, lease, ran_for)).await;
+                        Box::pin(give_back(&shared, Release::interrupted(lease, ran_for))).await;
                         return;
                     }
                     Abort::Finalized => {
@@ -281,7 +280,7 @@ async fn execute<S: Store>(
             // Fenced while classifying: counted by the keeper; given back, as above.
             Some(Abort::Fenced) => {
                 let ran_for = ran.unwrap_or_default();
-                Box::pin(give_back_interrupted(&shared, lease, ran_for)).await;
+                Box::pin(give_back(&shared, Release::interrupted(lease, ran_for))).await;
             }
             // Lost while classifying: another worker may own the job now.
             _ => {
@@ -321,24 +320,18 @@ async fn execute<S: Store>(
 /// execution's future larger (and so its allocation slower).
 async fn give_back_unstarted<S: Store>(shared: &Shared<S>, lease: Lease, fenced: bool) {
     if shared.inflight.remove(&lease) || fenced {
-        match shared.store.release(&[Release::unstarted(lease)]).await {
-            Ok(n) => shared.counters.released(n),
-            Err(e) => tracing::warn!(error = %e, "release of a job that did not start failed"),
-        }
+        give_back(shared, Release::unstarted(lease)).await;
     }
 }
 
-/// Gives back the lease of an execution this worker fenced, once its code has ended: see the
-/// `Abort::Fenced` arm of [`execute`]. On failure (the store still unreachable) the lease runs
-/// out and the rescuer takes the job, as before.
-async fn give_back_interrupted<S: Store>(shared: &Shared<S>, lease: Lease, ran_for: Duration) {
-    match shared
-        .store
-        .release(&[Release::interrupted(lease, ran_for)])
-        .await
-    {
+/// Gives back one lease (guarded by its token in the store), counting it when it was given
+/// back. On failure (the store unreachable) the lease runs out and the rescuer takes the job.
+/// An execution this worker fenced gives its lease back this way once its code has ended:
+/// see the `Abort::Fenced` arm of [`execute`].
+async fn give_back<S: Store>(shared: &Shared<S>, release: Release) {
+    match shared.store.release(&[release]).await {
         Ok(n) => shared.counters.released(n),
-        Err(e) => tracing::warn!(error = %e, "release of a fenced execution failed"),
+        Err(e) => tracing::warn!(error = %e, id = release.lease.id, "a lease's release failed"),
     }
 }
 
