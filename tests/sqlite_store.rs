@@ -447,6 +447,70 @@ async fn after_the_wall_clock_jumps_a_live_lease_is_renewed_before_any_rescue() 
 }
 
 #[tokio::test]
+async fn a_rescue_takes_only_leases_that_had_expired_when_its_pass_checked_the_clock() {
+    // A pass checks the wall clock for a jump, then waits for the file's write lock (an
+    // application's transaction holds it here), and SQLite's now is read only once the lock is
+    // held. A jump of the clock during that wait made every live lease look expired: the pass
+    // took jobs their holders still ran, and another worker started them again. Played here by
+    // a lease that ends during the wait (what a jump does to every lease): live by the clock
+    // the pass checked, it is left to the next pass.
+    use job_core::{ClaimKind, ClaimRequest, NewJob, Rescuer, RescuerConfig};
+    use std::time::Duration;
+    let db = TestSqlite::new().await;
+    let store = db.store();
+    let kind = "clock.noop";
+    store.enqueue(NewJob::new(kind, "{}")).await.unwrap();
+    store.stage_due(u32::MAX).await.unwrap();
+    let claimed = store
+        .claim(&ClaimRequest {
+            queue: "default".into(),
+            kinds: vec![ClaimKind {
+                kind: kind.into(),
+                max_version: 1,
+                lease: Duration::from_secs(2),
+                concurrency: None,
+                rate: None,
+            }],
+            limit: 1,
+            worker_id: "holder".into(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 1);
+    let mut rescuer = Rescuer::new(store.clone(), RescuerConfig::default());
+    let mut app = store.pool().begin_with("BEGIN IMMEDIATE").await.unwrap();
+    let (first, ()) = tokio::join!(
+        // Polled first: its clock check is now, well within the lease.
+        rescuer.pass(),
+        async {
+            // The application's transaction ends once the lease has ended by SQLite's clock.
+            loop {
+                let ended: bool = sqlx::query_scalar(
+                    "SELECT locked_until < CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000 \
+                     FROM job_jobs",
+                )
+                .fetch_one(&mut *app)
+                .await
+                .unwrap();
+                if ended {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            app.commit().await.unwrap();
+        }
+    );
+    assert_eq!(
+        first.unwrap(),
+        Default::default(),
+        "the lease was live when the pass checked its clock"
+    );
+    let next = rescuer.pass().await.unwrap();
+    assert_eq!(next.retried, 1, "the next pass takes it: {next:?}");
+    db.close().await;
+}
+
+#[tokio::test]
 async fn the_pruner_reads_each_pruned_state_through_its_own_index_never_the_dead_letters() {
     // Dead letters are never pruned. Read through one index of every finished row, they were
     // walked by every prune (every worker, every 10 s, under the file's write lock): the plan

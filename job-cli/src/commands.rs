@@ -360,7 +360,8 @@ async fn stats(store: &PgStore, filter: &JobFilter, json_out: bool) -> Result<()
         }
         add_row(&mut t, row);
     }
-    numeric(&mut t, &[1, 2, 3, 4, 5, 6, 7]);
+    let counts: Vec<usize> = (1..=JobState::ALL.len()).collect();
+    numeric(&mut t, &counts);
     if queues.is_empty() {
         print("no jobs")?;
     } else {
@@ -376,8 +377,15 @@ async fn stats(store: &PgStore, filter: &JobFilter, json_out: bool) -> Result<()
         "oldest due job waiting: {oldest}; dead letters: {}; stuck: {}",
         stats.dead_letters, stats.stuck
     ))?;
-    for p in paused.iter().filter(|p| matches!(p, Pause::Kind(_))) {
-        print(format_args!("kind {} is paused", p.name()))?;
+    for p in &paused {
+        match p {
+            Pause::Kind(name) => print(format_args!("kind {name} is paused"))?,
+            // A paused queue with no jobs has no row to mark.
+            Pause::Queue(name) if !queues.contains(&name.as_str()) => {
+                print(format_args!("queue {name} is paused"))?
+            }
+            _ => {}
+        }
     }
     Ok(())
 }
@@ -492,8 +500,9 @@ const LIST_JSON_CHUNK: usize = 16;
 
 /// `list --json`: the matching ids from the summaries, then the whole rows a few at a time,
 /// each written out before the next are read, so that memory holds a chunk, not the listing.
-/// The output is the JSON array `print_json` would write of them all. A job that stops matching
-/// between the two reads (purged, say) is left out.
+/// The output is the JSON array `print_json` would write of them all. A job deleted between
+/// the two reads (purged, pruned) is left out; one that changed meanwhile (finished, say) is
+/// written as it is at the second read, even if it no longer matches the filter.
 async fn list_json(store: &PgStore, filter: &JobFilter) -> Result<(), Error> {
     let ids: Vec<i64> = store
         .list_summaries(filter)
@@ -518,8 +527,9 @@ async fn list_json(store: &PgStore, filter: &JobFilter) -> Result<(), Error> {
 }
 
 /// Redrives dead letters; an id named that was neither redriven nor skipped (not a dead
-/// letter, or no such job) is said, and so is a dead letter skipped for its unique key (it
-/// stays a dead letter): either makes the exit code 1.
+/// letter, a dead letter the filter leaves out, or no such job) is said with why, and so is a
+/// dead letter skipped for its unique key (it stays a dead letter): either makes the exit
+/// code 1.
 async fn redrive(store: &PgStore, dead: &DeadArgs, json_out: bool) -> Result<ExitCode, Error> {
     let filter = dead.filter()?;
     let out = store.redrive(&filter).await?;
@@ -543,7 +553,7 @@ async fn redrive(store: &PgStore, dead: &DeadArgs, json_out: bool) -> Result<Exi
         print_json(&json!({
             "redriven": out.redriven,
             "skipped": skipped,
-            "not_dead_letters": not_dead,
+            "not_redriven": not_dead,
         }))?;
         return Ok(code);
     }
@@ -558,8 +568,10 @@ async fn redrive(store: &PgStore, dead: &DeadArgs, json_out: bool) -> Result<Exi
         ))?;
     }
     if !not_dead.is_empty() {
-        let ids: Vec<String> = not_dead.iter().map(i64::to_string).collect();
-        eprintln!("job: not dead letters: {}", ids.join(", "));
+        let absent = left_behind(store, &dead.filter.filter(), &not_dead, "redriven").await?;
+        for id in absent {
+            eprintln!("job: {id} was not redriven: no such job");
+        }
     }
     Ok(code)
 }
@@ -587,7 +599,7 @@ async fn purge(
             })
             .await?;
         if matching.is_empty() {
-            let mut not_purged = unpurged(store, &dead.ids).await?;
+            let mut not_purged = unpurged(store, &filter, &dead.ids).await?;
             not_purged.extend(missing);
             say(
                 json_out,
@@ -627,7 +639,7 @@ async fn purge(
         confirmed.extend(named);
         (n, confirmed)
     };
-    let mut not_purged = unpurged(store, &expected).await?;
+    let mut not_purged = unpurged(store, &filter, &expected).await?;
     not_purged.extend(missing);
     say(
         json_out,
@@ -661,31 +673,80 @@ async fn missing(store: &PgStore, named: &[i64]) -> Result<Vec<i64>, Error> {
 }
 
 /// Of `ids`, each meant to be deleted, those still there, each said on stderr with why.
-async fn unpurged(store: &PgStore, ids: &[i64]) -> Result<Vec<i64>, Error> {
+async fn unpurged(store: &PgStore, filter: &JobFilter, ids: &[i64]) -> Result<Vec<i64>, Error> {
+    let absent = left_behind(store, filter, ids, "purged").await?;
+    Ok(ids
+        .iter()
+        .copied()
+        .filter(|id| !absent.contains(id))
+        .collect())
+}
+
+/// Says on stderr why each of `ids`, meant to be `done` ("redriven", "purged") through
+/// `filter`, still is there: it is not a dead letter, or it is one the filter's kind, queue,
+/// tenant or tag leaves out (named together with a filter it fails), or another operation held
+/// it. Returns the ids of no job, not said.
+async fn left_behind(
+    store: &PgStore,
+    filter: &JobFilter,
+    ids: &[i64],
+    done: &str,
+) -> Result<Vec<i64>, Error> {
     if ids.is_empty() {
         return Ok(Vec::new());
     }
+    let limit = Some(u32::try_from(ids.len())?);
     let left = store
         .list_summaries(&JobFilter {
             ids: ids.to_vec(),
-            limit: Some(u32::try_from(ids.len())?),
+            limit,
             ..JobFilter::default()
         })
         .await?;
+    let dead: Vec<i64> = left
+        .iter()
+        .filter(|j| j.state == JobState::Discarded)
+        .map(|j| j.id)
+        .collect();
+    let matching: Vec<i64> = if dead.is_empty() {
+        Vec::new()
+    } else {
+        store
+            .list_summaries(&JobFilter {
+                ids: dead,
+                states: vec![JobState::Discarded],
+                limit,
+                ..filter.clone()
+            })
+            .await?
+            .iter()
+            .map(|j| j.id)
+            .collect()
+    };
     for j in &left {
-        if j.state == JobState::Discarded {
+        if j.state != JobState::Discarded {
             eprintln!(
-                "job: {} was not purged: another operation held it; run purge again",
+                "job: {} was not {done}: it is {}, not a dead letter",
+                j.id, j.state
+            );
+        } else if matching.contains(&j.id) {
+            eprintln!(
+                "job: {} was not {done}: another operation held it; run the command again",
                 j.id
             );
         } else {
             eprintln!(
-                "job: {} was not purged: it is {}, not a dead letter",
-                j.id, j.state
+                "job: {} was not {done}: it is a dead letter the --kind/--queue/--tenant/--tag \
+                 given leave out",
+                j.id
             );
         }
     }
-    Ok(left.iter().map(|j| j.id).collect())
+    Ok(ids
+        .iter()
+        .copied()
+        .filter(|id| !left.iter().any(|j| j.id == *id))
+        .collect())
 }
 
 fn exit_code(not_purged: &[i64]) -> ExitCode {

@@ -8,7 +8,10 @@ mod output;
 
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::Parser as _;
+
+/// The exit code of a command line that cannot be read: sysexits.h's `EX_USAGE`.
+const USAGE: u8 = 64;
 
 fn main() -> ExitCode {
     // Rust ignores SIGPIPE, so printing to a closed pipe (`job list | head`) would panic; a
@@ -18,7 +21,20 @@ fn main() -> ExitCode {
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
-    let cli = cli::Cli::parse();
+    let cli = match cli::Cli::try_parse() {
+        Ok(cli) => cli,
+        // `--help` and `--version` print and succeed; a command line that cannot be read
+        // exits with EX_USAGE, not clap's 2, which `check` gives a meaning of its own (the
+        // queue does not reconcile): a monitor must not read a typo as a queue problem.
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() {
+                ExitCode::from(USAGE)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
     init_tracing();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

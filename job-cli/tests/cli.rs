@@ -66,6 +66,30 @@ fn enqueue(db: &TestDb, args: &[&str]) -> i64 {
 }
 
 #[test]
+fn a_command_line_it_cannot_read_exits_64_never_checks_2() {
+    // `check` exits 2 for a queue that does not reconcile; a typo or a value of the wrong type
+    // must not read as that to a monitor. No database is needed to refuse them.
+    for args in [
+        &["check", "--lease", "abc"][..],
+        &["check", "--leese", "30s"],
+        &["no-such-command"],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_job"))
+            .args(args)
+            .env("DATABASE_URL", "postgres://nobody@127.0.0.1:1/none")
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(64), "{args:?}");
+        assert!(!out.stderr.is_empty(), "{args:?}: clap says what is wrong");
+    }
+    let help = Command::new(env!("CARGO_BIN_EXE_job"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert_eq!(help.status.code(), Some(0));
+}
+
+#[test]
 fn migrate_print_writes_the_schema_script_without_a_database() {
     let out = Command::new(env!("CARGO_BIN_EXE_job"))
         .args(["migrate", "--print"])
@@ -313,6 +337,12 @@ async fn pause_resume_paused_and_stats() {
     let table = ok(&job(&db, &["stats"]));
     assert!(table.contains("mail (paused)"), "{table}");
     assert!(table.contains("kind build_report is paused"), "{table}");
+    // A paused queue without jobs has no row to mark: said on its own line.
+    ok(&job(&db, &["pause", "--queue", "empty"]));
+    let table = ok(&job(&db, &["stats"]));
+    assert!(table.contains("queue empty is paused"), "{table}");
+    assert!(!table.contains("queue mail is paused"), "{table}");
+    ok(&job(&db, &["resume", "--queue", "empty"]));
     let only = json(&job(&db, &["--json", "stats", "--kind", "build_report"]));
     assert_eq!(only["counts"].as_array().unwrap().len(), 1);
 
@@ -875,24 +905,51 @@ async fn cancel_of_a_missing_job_says_so_on_stderr() {
 }
 
 #[tokio::test]
-async fn redrive_names_the_ids_that_were_not_dead_letters() {
+async fn redrive_and_purge_say_why_each_named_id_was_left() {
     let db = TestDb::new().await;
     let dead = enqueue(&db, &["k", "{}"]);
     let waiting = enqueue(&db, &["k", "{}"]);
+    let elsewhere = enqueue(&db, &["k", "{}", "--queue", "other"]);
     discard(&db, dead, "boom").await;
-    let (dead_s, waiting_s) = (dead.to_string(), waiting.to_string());
+    discard(&db, elsewhere, "boom").await;
+    let (dead_s, waiting_s, elsewhere_s) =
+        (dead.to_string(), waiting.to_string(), elsewhere.to_string());
     let out = job(&db, &["redrive", &waiting_s, "999999"]);
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        stderr.contains(&format!("not dead letters: {waiting}, 999999")),
+        stderr.contains(&format!(
+            "{waiting} was not redriven: it is available, not a dead letter"
+        )),
         "{stderr}"
     );
+    assert!(
+        stderr.contains("999999 was not redriven: no such job"),
+        "{stderr}"
+    );
+    // A dead letter named with a filter it fails: said so, not "not a dead letter" (redrive)
+    // nor "run it again" (purge), which could never succeed.
+    let redrive = ["redrive", &elsewhere_s, "--queue", "default"];
+    let purge = ["purge", &elsewhere_s, "--queue", "default", "--yes"];
+    for (args, verb, done) in [
+        (&redrive[..], "redrive", "redriven"),
+        (&purge[..], "purge", "purged"),
+    ] {
+        let out = job(&db, args);
+        assert_eq!(out.status.code(), Some(1), "{verb}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains(&format!(
+                "{elsewhere} was not {done}: it is a dead letter the --kind/--queue/--tenant/--tag given leave out"
+            )),
+            "{verb}: {stderr}"
+        );
+    }
     let out = job(&db, &["--json", "redrive", &dead_s, &waiting_s]);
     assert_eq!(out.status.code(), Some(1));
     let said: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(said["redriven"], serde_json::json!([dead]));
-    assert_eq!(said["not_dead_letters"], serde_json::json!([waiting]));
+    assert_eq!(said["not_redriven"], serde_json::json!([waiting]));
     db.close().await;
 }
 

@@ -99,6 +99,10 @@ pub struct Page {
     /// The lowest id this page looked at: jobs below it were not looked at yet. Below
     /// [`Page::next`] only when the page filled up before its scan window ended.
     pub scanned_down_to: Option<JobId>,
+    /// The database's clock when the page was read. A job finished after it was not on the
+    /// page: an action confirmed from the page (the dashboard's bulk purge) passes it as
+    /// [`JobFilter::finalized_to`] so that it leaves alone what its operator never saw.
+    pub read_at: DateTime<Utc>,
 }
 
 /// How many jobs of a queue are in each state, from [`PgStore::overview`].
@@ -284,17 +288,19 @@ impl Reader<'_> {
     async fn page(self, request: &PageRequest) -> Result<Page, Error> {
         let size = request.size.max(1);
         let scan = request.scan.max(size);
-        let (low, n): (Option<JobId>, i64) = sqlx::query_as(sql::INSPECT_WINDOW)
-            .bind(request.before)
-            .bind(i32::try_from(scan).unwrap_or(i32::MAX))
-            .fetch_one(self.pool)
-            .await
-            .map_err(Error::query("inspect_window"))?;
+        let (low, n, read_at): (Option<JobId>, i64, DateTime<Utc>) =
+            sqlx::query_as(sql::INSPECT_WINDOW)
+                .bind(request.before)
+                .bind(i32::try_from(scan).unwrap_or(i32::MAX))
+                .fetch_one(self.pool)
+                .await
+                .map_err(Error::query("inspect_window"))?;
         let Some(low) = low else {
             return Ok(Page {
                 jobs: Vec::new(),
                 next: None,
                 scanned_down_to: None,
+                read_at,
             });
         };
         let window_full = n >= i64::from(scan);
@@ -335,6 +341,7 @@ impl Reader<'_> {
             jobs,
             next,
             scanned_down_to: Some(low),
+            read_at,
         })
     }
 

@@ -568,15 +568,20 @@ pub(crate) async fn settle_row<T>(
 }
 
 /// Recovers up to `limit` expired leases, and only those, each in a savepoint: a row the
-/// database refuses is skipped ([`settle_row`]). Returns what it did and the queues it
+/// database refuses is skipped ([`settle_row`]). With `checked_at` (the rescuer's clock check,
+/// in microseconds), only leases that had expired by then as well: the database's now is this
+/// machine's wall clock, read only once the write lock is held, and a jump of that clock while
+/// this waited would make live leases look expired. Returns what it did and the queues it
 /// refilled.
 pub(crate) async fn rescue_expired(
     conn: &mut SqliteConnection,
     limit: u32,
+    checked_at: Option<Micros>,
 ) -> Result<(Rescued, Vec<String>), Error> {
     let now = now(&mut *conn).await?;
+    let expired_by = checked_at.map_or(now, |at| at.min(now));
     let expired: Vec<(JobId, Uuid)> = sqlx::query_as(sql::RESCUE_PICK)
-        .bind(now)
+        .bind(expired_by)
         .bind(i64::from(limit))
         .fetch_all(&mut *conn)
         .await
@@ -602,6 +607,7 @@ pub(crate) async fn rescue_expired(
             .bind(token)
             .bind(now)
             .bind(errors)
+            .bind(expired_by)
             .fetch_optional(&mut *savepoint)
             .await
             .map_err(Error::query("rescue"));

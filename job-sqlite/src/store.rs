@@ -187,6 +187,23 @@ impl SqliteStore {
         self.shared.writer.run(work(self.clone())).await
     }
 
+    /// [`Store::rescue_expired`], bounded by the rescuer's clock check when `checked_at` is
+    /// given (microseconds: [`lease::rescue_expired`]).
+    async fn rescue(
+        &self,
+        limit: u32,
+        checked_at: Option<crate::time::Micros>,
+    ) -> Result<Rescued, StoreError> {
+        self.on_writer(move |store| async move {
+            let mut w = store.write().await?;
+            let (rescued, queues) = lease::rescue_expired(&mut w.tx, limit, checked_at).await?;
+            w.commit().await?;
+            store.wake(&queues);
+            Ok(rescued)
+        })
+        .await
+    }
+
     /// Wakes this process's workers of `queues`.
     pub(crate) fn wake(&self, queues: &[String]) {
         let mut seen: Vec<&String> = queues.iter().collect();
@@ -373,14 +390,16 @@ impl Store for SqliteStore {
     }
 
     async fn rescue_expired(&self, limit: u32) -> Result<Rescued, StoreError> {
-        self.on_writer(|store| async move {
-            let mut w = store.write().await?;
-            let (rescued, queues) = lease::rescue_expired(&mut w.tx, limit).await?;
-            w.commit().await?;
-            store.wake(&queues);
-            Ok(rescued)
-        })
-        .await
+        self.rescue(limit, None).await
+    }
+
+    async fn rescue_expired_checked(
+        &self,
+        limit: u32,
+        checked_at: std::time::SystemTime,
+    ) -> Result<Rescued, StoreError> {
+        let at = crate::time::from_time(chrono::DateTime::<chrono::Utc>::from(checked_at));
+        self.rescue(limit, Some(at)).await
     }
 
     async fn release(&self, releases: &[Release]) -> Result<u64, StoreError> {

@@ -8,6 +8,7 @@ use axum::extract::ConnectInfo;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::Extension;
+use chrono::{DateTime, Utc};
 use job::{Cancelled, JobFilter, Pause};
 use serde::Deserialize;
 
@@ -32,6 +33,9 @@ pub(crate) struct ActionForm {
     all: Option<String>,
     /// The bulk purge's confirmation box.
     confirm: Option<String>,
+    /// Set by the bulk forms: when the page they were on was read (RFC 3339, the database's
+    /// clock). Dead letters finished since were never shown, and are left alone.
+    seen_at: Option<String>,
     kind: Option<String>,
     queue: Option<String>,
     tenant: Option<String>,
@@ -57,12 +61,26 @@ fn authorize(app: &App, headers: &HeaderMap, form: &ActionForm) -> Result<(), We
     Ok(())
 }
 
+/// The bulk form's `seen_at`, required: without it the action would reach dead letters its
+/// operator never saw.
+fn seen_at(form: &ActionForm) -> Result<DateTime<Utc>, WebError> {
+    let value = text("seen_at", &form.seen_at)?.ok_or_else(|| {
+        WebError::bad_request(
+            "`seen_at` is required with `all`: reload the dead letters page and try again",
+        )
+    })?;
+    DateTime::parse_from_rfc3339(&value)
+        .map(|t| t.with_timezone(&Utc))
+        .map_err(|_| WebError::bad_request("`seen_at` is not an RFC 3339 time"))
+}
+
 fn redirect(base: &Base, path: &str, pairs: &[(&str, &str)]) -> Response {
     Redirect::to(&base.at(&href(path, pairs))).into_response()
 }
 
 /// The dead letters an action is about: one job (`id`), or with `all`, every dead letter
-/// matching the filter fields, up to 1,000.
+/// matching the filter fields that had finished when the operator's page was read (`seen_at`),
+/// up to 1,000: a dead letter arriving after the page was shown is not acted on unseen.
 fn target(form: &ActionForm) -> Result<JobFilter, WebError> {
     match (form.id, form.all.is_some()) {
         (Some(id), _) => Ok(JobFilter::ids([id])),
@@ -71,6 +89,7 @@ fn target(form: &ActionForm) -> Result<JobFilter, WebError> {
             queue: text("queue", &form.queue)?,
             tenant: text("tenant", &form.tenant)?,
             tag: text("tag", &form.tag)?,
+            finalized_to: Some(seen_at(form)?),
             limit: Some(1000),
             ..JobFilter::dead_letters()
         }),

@@ -7,7 +7,7 @@ mod support;
 use axum::http::StatusCode;
 use job_testkit::TestDb;
 use job_web::{Dashboard, DashboardConfig};
-use support::{csrf, discard, enqueue, get, login, login_from, post, post_raw, state};
+use support::{csrf, discard, enqueue, get, hidden, login, login_from, post, post_raw, state};
 
 const SCRIPT: &str = "<script>alert('owned')</script>";
 
@@ -260,7 +260,12 @@ async fn redrive_purge_pause_and_resume_from_the_pages() {
     }
     let router = Dashboard::new(db.store()).operator_token("t0ken").router();
     let op = login(&router, "t0ken").await;
-    let token = csrf(&get(&router, "/dead", Some(&op)).await.body);
+    let dead = get(&router, "/dead", Some(&op)).await.body;
+    let (token, seen_at) = (csrf(&dead), hidden(&dead, "seen_at"));
+    // A dead letter arriving after the page was read: the bulk purge confirmed from that page
+    // must not reach it.
+    let d = enqueue(&db, "charge", "{}", "other", None).await;
+    discard(&db, d, "terminal", "boom").await;
     let (astr, bstr) = (a.to_string(), b.to_string());
     let answer = post(
         &router,
@@ -290,15 +295,36 @@ async fn redrive_purge_pause_and_resume_from_the_pages() {
     .await;
     assert_eq!(unticked.status, StatusCode::BAD_REQUEST);
     assert_eq!(state(&db, c).await.as_deref(), Some("discarded"));
-    let ticked = post(
+    // A bulk form without the time its page was read: refused, nothing purged.
+    let unseen = post(
         &router,
         "/actions/purge",
         &[("all", "1"), ("confirm", "yes"), ("csrf", &token)],
         Some(&op),
     )
     .await;
+    assert_eq!(unseen.status, StatusCode::BAD_REQUEST);
+    assert!(unseen.body.contains("`seen_at`"), "{}", unseen.body);
+    assert_eq!(state(&db, c).await.as_deref(), Some("discarded"));
+    let ticked = post(
+        &router,
+        "/actions/purge",
+        &[
+            ("all", "1"),
+            ("confirm", "yes"),
+            ("seen_at", &seen_at),
+            ("csrf", &token),
+        ],
+        Some(&op),
+    )
+    .await;
     assert_eq!(ticked.location.as_deref(), Some("/dead?done=purged&n=1"));
     assert_eq!(state(&db, c).await, None);
+    assert_eq!(
+        state(&db, d).await.as_deref(),
+        Some("discarded"),
+        "a dead letter that arrived after the page was read is left alone"
+    );
     let shown = get(&router, "/dead?done=purged&n=1", Some(&op)).await;
     assert_eq!(shown.status, StatusCode::OK, "{}", shown.body);
     assert!(shown.body.contains("Purged 1 dead letter(s)."));
@@ -382,7 +408,8 @@ async fn a_tenants_dashboard_shows_and_touches_that_tenant_only() {
         "a tenant's dashboard offers no pause"
     );
 
-    let token = csrf(&get(&router, "/dead", Some(&op)).await.body);
+    let dead = get(&router, "/dead", Some(&op)).await.body;
+    let (token, seen_at) = (csrf(&dead), hidden(&dead, "seen_at"));
     let theirs_str = theirs.to_string();
     for path in ["/actions/redrive", "/actions/purge", "/actions/cancel"] {
         post(
@@ -396,7 +423,7 @@ async fn a_tenants_dashboard_shows_and_touches_that_tenant_only() {
     post(
         &router,
         "/actions/redrive",
-        &[("all", "1"), ("csrf", &token)],
+        &[("all", "1"), ("seen_at", &seen_at), ("csrf", &token)],
         Some(&op),
     )
     .await;
@@ -407,6 +434,7 @@ async fn a_tenants_dashboard_shows_and_touches_that_tenant_only() {
             ("all", "1"),
             ("confirm", "yes"),
             ("tenant", "globex"),
+            ("seen_at", &seen_at),
             ("csrf", &token),
         ],
         Some(&op),

@@ -117,6 +117,19 @@ impl<S: Store, L: StoreLayer> Store for Layered<S, L> {
         .await
     }
 
+    async fn rescue_expired_checked(
+        &self,
+        limit: u32,
+        checked_at: std::time::SystemTime,
+    ) -> Result<Rescued, StoreError> {
+        self.through(
+            "rescue_expired",
+            limit as usize,
+            self.inner.rescue_expired_checked(limit, checked_at),
+        )
+        .await
+    }
+
     async fn stage_due(&self, limit: u32) -> Result<u64, StoreError> {
         self.through("stage_due", limit as usize, self.inner.stage_due(limit))
             .await

@@ -403,6 +403,22 @@ pub trait Store: Clone + Send + Sync + 'static {
         limit: u32,
     ) -> impl Future<Output = Result<Rescued, StoreError>> + Send;
 
+    /// [`rescue_expired`](Store::rescue_expired) as the [`Rescuer`](crate::Rescuer) runs it:
+    /// `checked_at` is this process's wall clock when the rescuer last found it had not jumped.
+    /// A store whose time is this machine's wall clock (SQLite) rescues only leases that had
+    /// expired by then as well, so that a jump of the clock after the check (while the rescue
+    /// waited for the database's lock, or between its batches) cannot make a live lease look
+    /// expired; a lease that ran out since is left for the next pass. A store with a clock of
+    /// its own (PostgreSQL's server) need not look at it: the default ignores it.
+    fn rescue_expired_checked(
+        &self,
+        limit: u32,
+        checked_at: std::time::SystemTime,
+    ) -> impl Future<Output = Result<Rescued, StoreError>> + Send {
+        let _ = checked_at;
+        self.rescue_expired(limit)
+    }
+
     /// Makes up to `limit` due jobs claimable: `scheduled` and `retryable` jobs whose run time
     /// has come become `available`, keeping their run time (their place in the claim's
     /// order), and the queues they are in are woken. Returns how many it staged. A store

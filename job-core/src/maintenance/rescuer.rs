@@ -111,14 +111,28 @@ impl<S: Store> Rescuer<S> {
             return Ok(Rescued::default());
         }
         self.hold_until = None;
-        self.run_once().await
+        self.rescue(Some(wall)).await
     }
 
     /// One pass: rescues every job whose lease has expired, in batches.
     pub async fn run_once(&self) -> Result<Rescued, StoreError> {
+        self.rescue(None).await
+    }
+
+    /// Rescues in batches; with `checked_at`, through
+    /// [`Store::rescue_expired_checked`]: only leases expired by the wall clock the pass
+    /// checked, whatever the clock does while the batches run.
+    async fn rescue(&self, checked_at: Option<SystemTime>) -> Result<Rescued, StoreError> {
         let mut total = Rescued::default();
         loop {
-            let r = self.store.rescue_expired(self.config.batch).await?;
+            let r = match checked_at {
+                Some(at) => {
+                    self.store
+                        .rescue_expired_checked(self.config.batch, at)
+                        .await?
+                }
+                None => self.store.rescue_expired(self.config.batch).await?,
+            };
             crate::telemetry::rescued(&r);
             total.retried += r.retried;
             total.discarded += r.discarded;

@@ -1,4 +1,5 @@
--- Recovers job ?1 whose lease (token ?2) expired before ?3: discarded (finalized at ?3) when
+-- Recovers job ?1 whose lease (token ?2) expired before ?5 (the database's now ?3, or the
+-- rescuer's clock check when earlier: lease.rs): discarded (finalized at ?3) when
 -- its attempts are exhausted, else retryable with the attempt counted, keeping its run_at. A
 -- job whose cancel was requested is never discarded here: retryable, the expirer ends it
 -- `cancelled` (expire_pick.sql), whatever attempts it has left.
@@ -13,5 +14,5 @@ SET state        = CASE WHEN attempt >= max_attempts AND NOT cancel_requested TH
     locked_until = NULL,
     locked_by    = NULL,
     stuck_since  = NULL
-WHERE id = ?1 AND lock_token = ?2 AND state = 'running' AND locked_until < ?3
+WHERE id = ?1 AND lock_token = ?2 AND state = 'running' AND locked_until < ?5
 RETURNING state, queue

@@ -1,4 +1,5 @@
--- Up to ?2 running jobs whose lease expired before ?1 (the database's now), and only those,
+-- Up to ?2 running jobs whose lease expired before ?1 (the database's now, or the rescuer's
+-- clock check when earlier: lease.rs), and only those,
 -- the longest expired first.
 SELECT id, lock_token
 FROM job_jobs

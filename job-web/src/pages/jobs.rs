@@ -105,6 +105,12 @@ pub(crate) async fn dead_letters(
         .await?;
     let mut filter_fields = query.pairs();
     filter_fields.retain(|(k, _)| *k != "state");
+    // The bulk actions reach only what had finished when this page was read.
+    filter_fields.push((
+        "seen_at",
+        page.read_at
+            .to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
+    ));
     let body = html! {
         h1 { "Dead letters" }
         (filter_form(&ctx, "/dead", &query, false))

@@ -100,10 +100,16 @@ pub async fn login(router: &Router, token: &str) -> String {
 
 /// The CSRF token in a page's forms.
 pub fn csrf(page: &str) -> String {
+    hidden(page, "csrf")
+}
+
+/// The value of the first hidden field `name` of a page's forms.
+pub fn hidden(page: &str, name: &str) -> String {
+    let marker = format!(r#"name="{name}" value=""#);
     let at = page
-        .find(r#"name="csrf" value=""#)
-        .expect("a form with a CSRF token")
-        + 19;
+        .find(&marker)
+        .unwrap_or_else(|| panic!("a form with a `{name}` field"))
+        + marker.len();
     page[at..at + page[at..].find('"').unwrap()].to_owned()
 }
 
