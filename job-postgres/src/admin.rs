@@ -108,7 +108,7 @@ pub(crate) async fn prune(
     let n: i64 = if ids.is_empty() {
         0
     } else {
-        sqlx::query_scalar(sql::PRUNE)
+        sqlx::query_scalar(sql::PRUNE.as_str())
             .bind(&ids)
             .fetch_one(&mut *tx)
             .await

@@ -1,8 +1,8 @@
 //! Every SQL statement the store runs, one file each under `src/sql/` (River's rule: no ad-hoc
 //! SQL). Each file's header comment says what the statement does and which guard it applies.
 //! Two predicates that several statements share live in fragments of their own
-//! (`job_filter.sql`, `dead_letters.sql`, `stats_filter.sql`, and the summary columns of
-//! `job_summary.sql`), spliced once where a statement
+//! (`job_filter.sql`, `dead_letters.sql`, `stats_filter.sql`, the summary columns of
+//! `job_summary.sql`, and `verdicts.sql`), spliced once where a statement
 //! has the fragment's marker line (`-- @job_filter`, ...).
 
 use std::sync::LazyLock;
@@ -15,6 +15,8 @@ const DEAD_LETTERS: &str = include_str!("sql/dead_letters.sql");
 const STATS_FILTER: &str = include_str!("sql/stats_filter.sql");
 /// The summary a listing shows of a job: its columns, from `job.jobs j`.
 const JOB_SUMMARY: &str = include_str!("sql/job_summary.sql");
+/// What the jobs prune and purge delete meant for the edges still pointing at them.
+const VERDICTS: &str = include_str!("sql/verdicts.sql");
 
 /// `statement` with its fragments spliced in.
 fn splice(statement: &str) -> String {
@@ -23,6 +25,7 @@ fn splice(statement: &str) -> String {
         .replace("-- @job_filter\n", JOB_FILTER)
         .replace("-- @stats_filter\n", STATS_FILTER)
         .replace("-- @job_summary\n", JOB_SUMMARY)
+        .replace("-- @verdicts\n", VERDICTS)
 }
 
 pub(crate) const ENQUEUE: &str = include_str!("sql/enqueue.sql");
@@ -66,7 +69,7 @@ pub(crate) static REDRIVE: LazyLock<String> =
     LazyLock::new(|| splice(include_str!("sql/redrive.sql")));
 pub(crate) static PURGE: LazyLock<String> = LazyLock::new(|| splice(include_str!("sql/purge.sql")));
 pub(crate) const PRUNE_PICK: &str = include_str!("sql/prune_pick.sql");
-pub(crate) const PRUNE: &str = include_str!("sql/prune.sql");
+pub(crate) static PRUNE: LazyLock<String> = LazyLock::new(|| splice(include_str!("sql/prune.sql")));
 pub(crate) const PRUNE_RATE_WINDOWS: &str = include_str!("sql/prune_rate_windows.sql");
 pub(crate) const EXPIRE: &str = include_str!("sql/expire.sql");
 pub(crate) const VACUUM_NEEDED: &str = include_str!("sql/vacuum_needed.sql");
@@ -126,6 +129,8 @@ mod tests {
             (&*PURGE, JOB_FILTER),
             (&*REDRIVE, JOB_FILTER),
             (&*PURGE, "WHERE j.state = 'discarded'"),
+            (&*PURGE, VERDICTS),
+            (&*PRUNE, VERDICTS),
             (&*REDRIVE, "WHERE j.state = 'discarded'"),
             (&*STATS_COUNTS, STATS_FILTER),
             (&*STATS_OLDEST, STATS_FILTER),

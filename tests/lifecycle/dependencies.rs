@@ -1332,6 +1332,58 @@ async fn a_redriven_dependent_does_not_fail_on_a_dependency_that_completed_after
     );
 }
 
+#[tokio::test]
+async fn a_redriven_dependent_does_not_run_when_a_dependency_closed_without_a_verdict_failed_and_is_gone(
+) {
+    // The mirror of the test above: pack is discarded while charge still runs, so ship is
+    // discarded and its edge to charge closed without a verdict; charge then ends badly
+    // (cancelled, then pruned; or a dead letter, then purged). The missing job of an edge
+    // without a verdict read as satisfied: redriven with pack, ship ran once pack completed,
+    // although charge never did. Deleting charge now records on the edge that it failed it.
+    use job::Store as _;
+    for (how, gone_by) in [("cancelled", "prune"), ("discarded", "purge")] {
+        let h = Harness::new().await;
+        let pool = h.store.pool();
+        let charge = enqueue(&h.store, task("charge")).await;
+        let pack = enqueue(&h.store, task("pack")).await;
+        let ship = Enqueue::new(task("ship"))
+            .depends_on([charge, pack])
+            .enqueue(pool)
+            .await
+            .unwrap();
+        h.store.stage_due(100).await.unwrap();
+        end(pool, pack, "discarded").await;
+        h.store.stage_due(100).await.unwrap();
+        assert_eq!(h.row(ship).await.state, JobState::Discarded);
+        assert_eq!(satisfied(pool, ship, charge).await, None, "{how}");
+        end(pool, charge, how).await;
+        h.store.stage_due(100).await.unwrap();
+        let deleted = match gone_by {
+            "prune" => prune_all(&h.store).await,
+            _ => h.store.purge(&JobFilter::ids([charge])).await.unwrap(),
+        };
+        assert_eq!(deleted, 1, "{how}: charge is gone by {gone_by}");
+        assert_eq!(
+            satisfied(pool, ship, charge).await,
+            Some(false),
+            "{how}: the edge keeps that charge failed it"
+        );
+        assert_eq!(
+            redrive(h.store.clone(), vec![pack, ship]).await,
+            [pack, ship]
+        );
+        end(pool, pack, "completed").await;
+        h.store.stage_due(100).await.unwrap();
+        let row = h.row(ship).await;
+        assert_eq!(
+            row.state,
+            JobState::Discarded,
+            "{how}: ship needed charge to complete, and charge never did"
+        );
+        assert_eq!(row.errors.last().unwrap().class, "dependency", "{how}");
+    }
+}
+
 /// A dependent's deadline holds while it waits for its dependencies: past it, the expirer
 /// discards it (class `expired`) whatever it still waits for, and its own dependents fail with
 /// it. It used to be read only once the job left `pending`: a dependent of a job scheduled
