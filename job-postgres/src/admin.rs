@@ -334,6 +334,7 @@ impl Scope<'_> {
         let rows: Vec<(JobId, bool, Option<JobId>, i64)> = loop {
             tries += 1;
             let states = vec![JobState::Discarded.as_str()];
+            let mut tx = self.pool.begin().await.map_err(Error::query("begin"))?;
             let result = bind_filter(
                 sqlx::query(sql::REDRIVE.as_str()),
                 filter,
@@ -343,10 +344,23 @@ impl Scope<'_> {
             .try_map(|r: sqlx::postgres::PgRow| {
                 Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?, r.try_get(3)?))
             })
-            .fetch_all(self.pool)
+            .fetch_all(&mut *tx)
             .await;
             match result {
-                Ok(rows) => break rows,
+                Ok(rows) => {
+                    // A key's redriven dead letters head it in id order (redrive_order.sql).
+                    let redriven: Vec<JobId> =
+                        rows.iter().filter(|r| r.1).map(|r| r.0).collect();
+                    if !redriven.is_empty() {
+                        sqlx::query(sql::REDRIVE_ORDER)
+                            .bind(&redriven)
+                            .execute(&mut *tx)
+                            .await
+                            .map_err(Error::query("redrive_order"))?;
+                    }
+                    tx.commit().await.map_err(Error::query("commit"))?;
+                    break rows;
+                }
                 // A key taken meanwhile (23505), or a deadlock with another transaction taking
                 // ordering keys' locks in another order (40P01, which the server resolves by
                 // failing one side): the statement runs again.

@@ -65,6 +65,7 @@ pub(crate) const PAUSED: &str = include_str!("sql/paused.sql");
 pub(crate) static LIST: LazyLock<String> = LazyLock::new(|| splice(include_str!("sql/list.sql")));
 pub(crate) static LIST_SUMMARY: LazyLock<String> =
     LazyLock::new(|| splice(include_str!("sql/list_summary.sql")));
+pub(crate) const REDRIVE_ORDER: &str = include_str!("sql/redrive_order.sql");
 pub(crate) static REDRIVE: LazyLock<String> =
     LazyLock::new(|| splice(include_str!("sql/redrive.sql")));
 pub(crate) static PURGE: LazyLock<String> = LazyLock::new(|| splice(include_str!("sql/purge.sql")));

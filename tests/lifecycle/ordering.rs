@@ -237,6 +237,46 @@ async fn a_redriven_dead_letter_waits_behind_its_keys_unfinished_jobs() {
     assert_eq!(h.row(dead).await.state, JobState::Available);
 }
 
+#[tokio::test]
+async fn dead_letters_of_a_key_without_a_head_are_redriven_in_enqueue_order() {
+    // a, b and c of one key; b expires while it waits (discarded first), then a is discarded
+    // and c completes: the key has no head. Redriven together, the first of them the UPDATE
+    // wrote became the head, in the order they were discarded: b ran before a.
+    let h = Harness::new().await;
+    let pool = h.store.pool();
+    let a = enqueue(&h.store, step("k", 0)).await;
+    let b = enqueue(&h.store, step("k", 1)).await;
+    let c = enqueue(&h.store, step("k", 2)).await;
+    assert_eq!(h.row(b).await.state, JobState::Pending);
+    let end = |id: JobId, state: &'static str, ago: i32| async move {
+        sqlx::query(
+            "UPDATE job.jobs SET state = $2::job.job_state,
+                    finalized_at = now() - make_interval(mins => $3) WHERE id = $1",
+        )
+        .bind(id)
+        .bind(state)
+        .bind(ago)
+        .execute(pool)
+        .await
+        .unwrap();
+    };
+    end(b, "discarded", 30).await;
+    end(a, "discarded", 20).await;
+    assert_eq!(h.row(c).await.state, JobState::Available, "c took over");
+    end(c, "completed", 10).await;
+    let report = h
+        .store
+        .redrive(&job::JobFilter {
+            kind: Some(Step::KIND.into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(report.redriven, [a, b], "{report:?}");
+    assert_eq!(h.row(a).await.state, JobState::Available, "a heads its key");
+    assert_eq!(h.row(b).await.state, JobState::Pending, "b waits behind a");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_transactions_enqueueing_one_key_make_one_head() {
     let h = Harness::new().await;
