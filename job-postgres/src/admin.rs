@@ -349,8 +349,7 @@ impl Scope<'_> {
             match result {
                 Ok(rows) => {
                     // A key's redriven dead letters head it in id order (redrive_order.sql).
-                    let redriven: Vec<JobId> =
-                        rows.iter().filter(|r| r.1).map(|r| r.0).collect();
+                    let redriven: Vec<JobId> = rows.iter().filter(|r| r.1).map(|r| r.0).collect();
                     if !redriven.is_empty() {
                         sqlx::query(sql::REDRIVE_ORDER)
                             .bind(&redriven)

@@ -24,9 +24,14 @@ pub struct Drained {
     /// What the attempt led to.
     pub outcome: Outcome,
     /// Whether the outcome was written (it always is unless something else took the lease).
+    /// A job its handler completed in its own transaction (`job_postgres::complete_in`) is
+    /// `Applied`: that transaction wrote it.
     pub written: Finalized,
-    /// The result the attempt set (`JobContext::set_result`, or a `#[job]` function's `Ok`
-    /// value) when it completed the job, as stored.
+    /// The result stored with the job when the attempt completed it: the one the attempt set
+    /// (`JobContext::set_result`, or a `#[job]` function's `Ok` value), or, when the handler
+    /// completed the job in its own transaction, what that transaction stored (a `#[job]`
+    /// function's `Ok` value comes after its commit, so it is not stored there: call
+    /// `set_result` before `complete_in` to keep one).
     pub result: Option<serde_json::Value>,
 }
 
@@ -193,7 +198,7 @@ impl Drain {
                     Outcome::Complete => view.result(),
                     _ => None,
                 };
-                let written = store
+                let mut written = store
                     .finalize(&[Finalize {
                         result: result.clone(),
                         lease: job.lease,
@@ -201,15 +206,26 @@ impl Drain {
                     }])
                     .await
                     .expect("finalize")[0];
+                let mut result: Option<serde_json::Value> = result.map(|json| {
+                    serde_json::from_str(&json).expect("a result is JSON it wrote itself")
+                });
+                if written == Finalized::LeaseLost && outcome == Outcome::Complete {
+                    // Nothing else takes a lease the drain holds: a completed row is the
+                    // handler's own `complete_in`, whose commit wrote the outcome and its
+                    // result; the drain's finalize found it done.
+                    let row = store.get(info.id).await.expect("read the job");
+                    if let Some(row) = row.filter(|r| r.state == JobState::Completed) {
+                        written = Finalized::Applied;
+                        result = row.result;
+                    }
+                }
                 report.push(Drained {
                     id: info.id,
                     kind: info.kind,
                     attempt: info.attempt,
                     outcome,
                     written,
-                    result: result.map(|json| {
-                        serde_json::from_str(&json).expect("a result is JSON it wrote itself")
-                    }),
+                    result,
                 });
             }
         }

@@ -100,6 +100,10 @@ impl AttemptHooks for StepMemory {
 /// memory, shared by its clones), so performing attempt 2 after attempt 1 skips the steps
 /// attempt 1 recorded, as a worker's retry would. Use a new `Inline` for another job.
 ///
+/// There is no database and no lease: a handler that completes its job in its own transaction
+/// (`job_postgres::complete_in`) finds no lease to complete, and its attempt is a retry. Test
+/// such a handler with [`Drain`](crate::Drain) or a worker.
+///
 /// ```
 /// # use job_core::{Job, JobContext, JobError, Outcome};
 /// # use std::sync::atomic::{AtomicU32, Ordering};

@@ -104,6 +104,7 @@ pub fn wait_until_idle<'a>(
             .await
             .unwrap_or_else(|e| panic!("{at}: reading queue `{queue}`: {e}"));
             if busy.is_empty() {
+                warn_if_the_queue_is_unknown(store, queue, at).await;
                 return;
             }
             if Instant::now() > deadline {
@@ -111,5 +112,34 @@ pub fn wait_until_idle<'a>(
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
+    }
+}
+
+/// Says on stderr when `queue` never held a job while other queues have jobs waiting or
+/// running: `wait_until_idle` of a misspelled queue, or of `"default"` for jobs whose `#[job]`
+/// names another, returns at once and would let the test go on before its jobs ran.
+#[cfg(feature = "postgres")]
+async fn warn_if_the_queue_is_unknown(store: &PgStore, queue: &str, at: &Location<'_>) {
+    let elsewhere: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT o.queue, count(*) FROM job.jobs o
+         WHERE NOT EXISTS (SELECT 1 FROM job.jobs j WHERE j.queue = $1)
+           AND o.state IN ('pending', 'scheduled', 'available', 'running', 'retryable')
+         GROUP BY o.queue ORDER BY o.queue LIMIT 10",
+    )
+    .bind(queue)
+    .fetch_all(store.pool())
+    .await
+    .unwrap_or_default();
+    if !elsewhere.is_empty() {
+        let list: Vec<String> = elsewhere
+            .iter()
+            .map(|(q, n)| format!("`{q}` ({n})"))
+            .collect();
+        eprintln!(
+            "job-testkit wait_until_idle ({at}): queue `{queue}` holds no job at all, so it is \
+             idle at once; jobs wait or run in other queues: {}. Wait on the queue the jobs' \
+             `#[job(queue = ..)]` names.",
+            list.join(", ")
+        );
     }
 }

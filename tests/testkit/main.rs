@@ -202,6 +202,61 @@ async fn drain_enqueues_the_compensating_job_of_a_discard_and_stops_at_its_bound
     db.close().await;
 }
 
+/// Ships an order, completing the job in the same transaction as its own write: its `Ok`
+/// value comes after that commit, so it sets the result it keeps first when asked to.
+#[job(queue = "ship")]
+async fn ship_order(ctx: JobContext, order_id: i64, keep_result: bool) -> Result<i64, JobError> {
+    let pool = ctx.state::<job::PgPool>()?;
+    let mut tx = pool.begin().await?;
+    if keep_result {
+        ctx.set_result(&(order_id * 10))?;
+    }
+    job::complete_in(&mut tx, &ctx).await?;
+    tx.commit().await?;
+    Ok(order_id * 10)
+}
+
+#[tokio::test]
+async fn drain_reports_a_job_its_handler_completed_in_its_own_transaction_as_stored() {
+    // The drain's own finalize finds such a job done: it reported the write as `LeaseLost`
+    // and, as the result, the `Ok` value the transaction never stored.
+    let db = TestDb::new().await;
+    let store = db.store();
+    for (order_id, keep_result) in [(4, false), (5, true)] {
+        ShipOrder {
+            order_id,
+            keep_result,
+        }
+        .enqueue(store.pool())
+        .await
+        .unwrap();
+    }
+    let drained = Drain::new()
+        .register::<ShipOrder>()
+        .state(store.pool().clone())
+        .run(&store, "ship")
+        .await;
+    let seen: Vec<_> = drained
+        .iter()
+        .map(|d| (d.outcome.name(), d.written, d.result.clone()))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("complete", job::Finalized::Applied, None),
+            ("complete", job::Finalized::Applied, Some(json!(50))),
+        ]
+    );
+    for d in &drained {
+        let row = store.get(d.id).await.unwrap().unwrap();
+        assert_eq!(
+            (row.state, row.result.clone()),
+            (JobState::Completed, d.result.clone())
+        );
+    }
+    db.close().await;
+}
+
 /// A payload every enqueue refuses does not run inline either: a NaN would reach the handler
 /// as `None`.
 #[job]
