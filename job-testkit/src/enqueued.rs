@@ -388,8 +388,14 @@ async fn assert_enqueued_at<J: Job>(
 /// Payloads are not decoded: a job of the kind that does not decode as `J` still matches by
 /// its payload's JSON.
 ///
+/// A refute that could never fail panics saying so instead of passing: a top-level field
+/// `J` does not have (a misspelled key; `J`'s fields are read from its `Deserialize`), or a
+/// field every job of the kind holding it holds as another JSON type (`"1"` for `1`; null
+/// fits any).
+///
 /// # Panics
-/// At the caller's line, when one does; the message shows it.
+/// At the caller's line, when one does, or when `fields` does not fit the kind's payloads;
+/// the message shows it.
 #[track_caller]
 pub fn refute_enqueued<'e, J: Job>(
     executor: impl ReadJobs + 'e,
@@ -397,7 +403,13 @@ pub fn refute_enqueued<'e, J: Job>(
 ) -> impl std::future::Future<Output = ()> + 'e {
     let at = Location::caller();
     async move {
-        let expected = Expect::args(fields);
+        if let Some(problem) = unknown_field::<J>(&fields) {
+            panic!(
+                "{at}: refute_enqueued::<{}> with {fields} could never fail: {problem}",
+                J::KIND
+            );
+        }
+        let expected = Expect::args(fields.clone());
         let rows = all::<J>(executor, at).await;
         if let Some(found) = rows.iter().find(|r| r.waiting() && expected.matches(r)) {
             panic!(
@@ -411,6 +423,106 @@ pub fn refute_enqueued<'e, J: Job>(
                 undecodable::<J>(&rows)
             );
         }
+        if let Some(problem) = misfit(&rows, &fields, "") {
+            panic!(
+                "{at}: refute_enqueued::<{}> with {expected} could never fail: {problem}; {}",
+                J::KIND,
+                describe::<J>(&rows)
+            );
+        }
+    }
+}
+
+/// A top-level field of `fields` that `J` does not have, by the names its `Deserialize` asks
+/// for (a struct's fields, with their renames and aliases); nothing when those are not known
+/// (not a plain struct: a `#[serde(flatten)]`, a hand-written `Deserialize`).
+fn unknown_field<J: Job>(fields: &Value) -> Option<String> {
+    let Value::Object(fields) = fields else {
+        return None;
+    };
+    let known = serde_aux::serde_introspection::serde_introspect::<J>();
+    if known.is_empty() {
+        return None;
+    }
+    let unknown: Vec<&str> = fields
+        .keys()
+        .map(String::as_str)
+        .filter(|k| !known.contains(k))
+        .collect();
+    (!unknown.is_empty()).then(|| {
+        format!(
+            "`{}` has no field {} (its fields: {})",
+            type_name::<J>(),
+            unknown
+                .iter()
+                .map(|k| format!("`{k}`"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            known.join(", ")
+        )
+    })
+}
+
+/// Why `expected` fits none of the payloads of `rows` (there being some): a field (at `path`)
+/// that every one holding it holds as another JSON type (null, what an `Option` holds when it
+/// has nothing, fits any type).
+fn misfit(rows: &[Row], expected: &Value, path: &str) -> Option<String> {
+    let Value::Object(fields) = expected else {
+        return None;
+    };
+    let payloads: Vec<&Value> = rows.iter().map(|r| &r.payload).collect();
+    misfit_in(&payloads, fields, path)
+}
+
+fn misfit_in(
+    payloads: &[&Value],
+    fields: &serde_json::Map<String, Value>,
+    path: &str,
+) -> Option<String> {
+    if payloads.is_empty() {
+        return None;
+    }
+    for (key, want) in fields {
+        let at = if path.is_empty() {
+            format!("`{key}`")
+        } else {
+            format!("{path}.`{key}`")
+        };
+        // A field no payload holds may be one skipped when empty: nothing to compare.
+        let held: Vec<&Value> = payloads.iter().filter_map(|p| p.get(key)).collect();
+        if held.is_empty() || want.is_null() || held.iter().any(|v| v.is_null()) {
+            continue;
+        }
+        let same: Vec<&Value> = held
+            .iter()
+            .copied()
+            .filter(|v| json_type(v) == json_type(want))
+            .collect();
+        if same.is_empty() {
+            return Some(format!(
+                "field {at} is {} here, and {} in every job of the kind that has it",
+                json_type(want),
+                json_type(held[0])
+            ));
+        }
+        if let Value::Object(inner) = want {
+            if let Some(problem) = misfit_in(&same, inner, &at) {
+                return Some(problem);
+            }
+        }
+    }
+    None
+}
+
+/// A JSON value's type, as a refute's message names it.
+fn json_type(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
     }
 }
 

@@ -182,3 +182,60 @@ async fn a_job_of_the_kind_that_does_not_decode_fails_only_the_assertions_it_ans
     );
     db.close().await;
 }
+
+/// A bonus with an optional coupon, skipped when it has none.
+#[derive(Debug, Serialize, Deserialize)]
+struct GrantBonus {
+    account_id: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    coupon: Option<String>,
+}
+
+impl Job for GrantBonus {
+    const KIND: &'static str = "testkit.grant_bonus";
+
+    async fn perform(self, _: JobContext) -> Result<(), JobError> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_refute_that_could_never_fail_fails() {
+    // `invoce_id` for `invoice_id`, or a string for a number: no job can ever match, so the
+    // refute passed whatever the code under test enqueued.
+    let db = TestDb::new().await;
+    let pool = db.pool();
+    Enqueue::new(entry(1, 100)).enqueue(&pool).await.unwrap();
+    let p = pool.clone();
+    let misspelled = panic_message(async move {
+        refute_enqueued::<PostEntry>(&p, json!({ "acount_id": 1 })).await;
+    })
+    .await;
+    assert!(
+        misspelled.contains("could never fail")
+            && misspelled.contains("has no field `acount_id` (its fields: account_id, cents)"),
+        "{misspelled}"
+    );
+    let p = pool.clone();
+    let mistyped = panic_message(async move {
+        refute_enqueued::<PostEntry>(&p, json!({ "account_id": "1" })).await;
+    })
+    .await;
+    assert!(
+        mistyped.contains("field `account_id` is a string here, and a number in every job"),
+        "{mistyped}"
+    );
+    // What could fail still passes: another value, a field every job so far left out (an
+    // `Option` skipped when empty), and null for a field that may hold it.
+    refute_enqueued::<PostEntry>(&pool, json!({ "account_id": 2 })).await;
+    Enqueue::new(GrantBonus {
+        account_id: 1,
+        coupon: None,
+    })
+    .enqueue(&pool)
+    .await
+    .unwrap();
+    refute_enqueued::<GrantBonus>(&pool, json!({ "coupon": "WELCOME" })).await;
+    refute_enqueued::<GrantBonus>(&pool, json!({ "account_id": null })).await;
+    db.close().await;
+}
