@@ -53,7 +53,7 @@ pub(crate) fn job(attr: TokenStream, item: TokenStream) -> TokenStream {
 }
 
 /// Every placeholder of a key template (`unique`, `ordering`, `rate_key`) must name an argument
-/// of the job.
+/// of the job, and not a `#[redact]` one: the key is shown where the payload's `Debug` is not.
 fn check_template(job: &JobFn, template: &KeyTemplate, errors: &mut Errors) -> bool {
     let known: Vec<String> = job
         .fields
@@ -63,6 +63,24 @@ fn check_template(job: &JobFn, template: &KeyTemplate, errors: &mut Errors) -> b
     let mut ok = true;
     for part in &template.parts {
         if let KeyPart::Field(name) = part {
+            if job
+                .fields
+                .iter()
+                .any(|f| f.redact && f.name.unraw() == name)
+            {
+                ok = false;
+                let key = template.key;
+                errors.push(syn::Error::new(
+                    template.span,
+                    format!(
+                        "`{key}` names `{{{name}}}`, a `#[redact]` argument: a key is no \
+                         secret (a duplicate's error, logs, `job list` and the dashboard show \
+                         it). Key on what identifies the job without revealing it (an id, a \
+                         hash the application computes)"
+                    ),
+                ));
+                continue;
+            }
             if !known.contains(name) {
                 ok = false;
                 let listed = if known.is_empty() {

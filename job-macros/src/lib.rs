@@ -83,10 +83,13 @@ use proc_macro::TokenStream;
 ///   `JobContext` (`JobContext`, `job::JobContext`), with any pattern (`_ctx`).
 /// - Every other parameter is a plain name (`mut` allowed; no tuple or struct patterns, no
 ///   `_`, no `ref`) with an owned type (no references, no `impl Trait`).
-/// - It returns a type written as `Result<(), E>` (any path ending in `Result`:
-///   `std::io::Result<()>` and `std::fmt::Result` work) whose error converts into `JobError`:
-///   `JobError` itself, or any `std::error::Error + Send + Sync + 'static`, which makes a
-///   failed attempt retryable.
+/// - It returns a type written as `Result<T, E>` (any path ending in `Result`:
+///   `std::io::Result<()>` and `std::fmt::Result` work). `T` is `()` or any `Serialize` type,
+///   stored as the job's result when it completes (see the README's "Job results"); `E`
+///   converts into `JobError`: `JobError` itself, or any sized
+///   `std::error::Error + Send + Sync + 'static`, which makes a failed attempt retryable
+///   (`Box<dyn Error + Send + Sync>` is not sized: return `JobError`, and map such an error
+///   with `|e| JobError::retryable(e.to_string())`).
 ///
 /// # Secrets stay out of payloads
 ///
@@ -102,7 +105,9 @@ use proc_macro::TokenStream;
 ///   not types: an alias of such a type goes unnoticed.)
 /// - `#[redact]` on a parameter makes the payload's `Debug` show `<redacted>` for it, for
 ///   personal data that may be stored but should not reach logs, panic messages or test
-///   output. The value is still stored and decoded as usual.
+///   output. The value is still stored and decoded as usual. A key template (`unique`,
+///   `ordering`, `rate_key`) may not name a redacted parameter: keys are shown in errors,
+///   logs, `job list` and the dashboard.
 ///
 /// ```
 /// use job::prelude::*;
@@ -141,7 +146,7 @@ use proc_macro::TokenStream;
 /// | `queue = "mail"` | name | the default queue |
 /// | `priority = N` | `0..=32767` | the default priority; lower runs first |
 /// | `backoff(base = "1s", cap = "1h")` | durations, `base <= cap` | retry delays; either half may be left to its default (1s, 1h) |
-/// | `kind = "billing.send_invoice"` | name | the stored kind; defaults to the function's name |
+/// | `kind = "billing.send_invoice"` | name | the stored kind; defaults to the function's name, without its module: two `#[job] async fn cleanup` in different modules share the kind `cleanup` (one worker refuses to register both; a worker registering one runs the other's jobs when their payloads decode alike), so give common names a `kind` |
 /// | `version = N` | `1..` | the payload's version; defaults to 1 |
 /// | `upgrade = path` | a function | turns older payloads into the current version; needs `version >= 2` |
 /// | `unique = "invoice:{invoice_id}"` | a template of `{parameter}` names | each job's unique key, from its payload: at most one active job per key (see the README's unique jobs) |

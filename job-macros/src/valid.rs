@@ -106,6 +106,19 @@ pub(crate) fn check(item: &mut ItemFn, errors: &mut Errors) -> Option<JobFn> {
         if is_context(&arg.ty) {
             continue; // a misplaced or second context, reported by `check_context`
         }
+        for cfg in arg
+            .attrs
+            .iter()
+            .filter(|a| a.path().is_ident("cfg") || a.path().is_ident("cfg_attr"))
+        {
+            errors.push(syn::Error::new_spanned(
+                cfg,
+                "a `#[job]` parameter cannot be conditional (`#[cfg]`, `#[cfg_attr]`): it is a \
+                 field of the payload, which builds with and without the condition must \
+                 read alike. Put the `#[cfg]` on the whole `#[job]` function, or make the \
+                 parameter an `Option`",
+            ));
+        }
         let name = match &*arg.pat {
             Pat::Ident(p) if p.by_ref.is_none() && p.subpat.is_none() => Some(p.ident.clone()),
             Pat::Wild(_) => {
