@@ -1105,3 +1105,55 @@ async fn a_deadline_the_job_could_never_start_before_is_refused_at_every_door() 
         .expect("a deadline after the run time is kept");
     assert!(kept > 0);
 }
+
+#[tokio::test]
+async fn a_step_breaking_the_bounds_is_refused_and_one_not_utf8_never_fails_a_load() {
+    // PostgreSQL refuses these at the database; the file took them from any writer (a raw
+    // write, a direct `Store::save_step`), and a worker then loaded them into every attempt.
+    let db = TestSqlite::new().await;
+    let store = db.store();
+    let id = store.enqueue(NewJob::new("steps.probe", "{}")).await.unwrap();
+    let step = |name: &str, output: &str| {
+        format!(
+            "INSERT INTO job_steps (job_id, name, output, attempt, recorded_at) \
+             VALUES ({id}, {name}, {output}, 1, 0)"
+        )
+    };
+    let big = format!("'\"' || printf('%.*c', {}, 'a') || '\"'", 2 * 1024 * 1024);
+    for (column, sql) in [
+        ("name", step("'na' || char(0) || 'me'", "'1'")),
+        ("output", step("'big'", &big)),
+        ("output", step("'nul'", r#"'"x\u0000y"'"#)),
+    ] {
+        let err = raw(&store, &sql).await.expect_err(&sql).to_string();
+        assert!(err.contains(&format!("`{column}`")), "{column}: {err}");
+    }
+    // Through the store, as a caller other than job-core's step API would.
+    let lease = {
+        store.stage_due(10).await.unwrap();
+        claim(&store, "steps.probe", "default").await[0].lease
+    };
+    let refused = store
+        .save_step(&lease, "nul", r#""\u0000""#)
+        .await
+        .expect_err("refused through the store too");
+    assert!(refused.is_refused(), "{refused:?}");
+    // Allowed: an escaped backslash before `u0000`.
+    raw(&store, &step("'escaped'", r#"'"\\u0000"'"#)).await.unwrap();
+    // A name and an output that are not UTF-8 (JSON by SQLite's reading): read with the
+    // bytes replaced, as every reader of the file reads text, instead of failing every load.
+    raw(&store, &step("CAST(x'ff61' AS TEXT)", "CAST(x'22ff22' AS TEXT)"))
+        .await
+        .unwrap();
+    let all = store.load_steps(&lease).await.expect("loads");
+    assert_eq!(all.get("\u{fffd}a").map(String::as_str), Some("\"\u{fffd}\""));
+    let (loaded, complete) = store.load_steps_up_to(&lease, 1 << 20).await.expect("loads");
+    assert!(complete);
+    assert_eq!(loaded.len(), 2, "{loaded:?}");
+    assert_eq!(
+        store.load_step(&lease, "\u{fffd}a").await.expect("loads"),
+        None,
+        "its name as stored is not that text"
+    );
+    db.close().await;
+}

@@ -89,6 +89,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "deadline_door",
         sql: include_str!("../migrations/0014_deadline_door.sql"),
     },
+    Migration {
+        version: 15,
+        name: "step_bounds",
+        sql: include_str!("../migrations/0015_step_bounds.sql"),
+    },
 ];
 
 /// Brings the schema in `pool`'s database up to date: applies every migration not recorded

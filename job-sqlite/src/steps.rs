@@ -1,4 +1,8 @@
 //! Durable steps and completing a job in the caller's transaction.
+//!
+//! Steps are read as every reader of the file reads text ([`Text`]): bytes that are not UTF-8
+//! (only a raw write stores them) are replaced, so that one such row does not fail every step
+//! load of its job, and with it every attempt, until the job is a dead letter.
 
 use std::collections::HashMap;
 
@@ -8,6 +12,7 @@ use sqlx::{SqliteConnection, SqliteExecutor};
 use crate::error::Error;
 use crate::lease::held;
 use crate::sql;
+use crate::text::Text;
 use crate::time::now;
 
 /// Every recorded step output of job `id`, by name (see `sql/step_load.sql`).
@@ -15,12 +20,12 @@ pub(crate) async fn load<'e, E: SqliteExecutor<'e>>(
     executor: E,
     id: JobId,
 ) -> Result<HashMap<String, String>, Error> {
-    let rows: Vec<(String, String)> = sqlx::query_as(sql::STEP_LOAD)
+    let rows: Vec<(Text, Text)> = sqlx::query_as(sql::STEP_LOAD)
         .bind(id)
         .fetch_all(executor)
         .await
         .map_err(Error::query("step_load"))?;
-    Ok(rows.into_iter().collect())
+    Ok(rows.into_iter().map(|(name, output)| (name.0, output.0)).collect())
 }
 
 /// The recorded step outputs of job `id` in name order, up to `max_bytes` of names and
@@ -30,7 +35,7 @@ pub(crate) async fn load_up_to<'e, E: SqliteExecutor<'e>>(
     id: JobId,
     max_bytes: usize,
 ) -> Result<(HashMap<String, String>, bool), Error> {
-    let rows: Vec<(String, Option<String>, i64)> = sqlx::query_as(sql::STEP_LOAD_UP_TO)
+    let rows: Vec<(Text, Option<Text>, i64)> = sqlx::query_as(sql::STEP_LOAD_UP_TO)
         .bind(id)
         .bind(i64::try_from(max_bytes).unwrap_or(i64::MAX))
         .fetch_all(executor)
@@ -39,7 +44,7 @@ pub(crate) async fn load_up_to<'e, E: SqliteExecutor<'e>>(
     let total = rows.first().map_or(0, |(_, _, total)| *total);
     let loaded: HashMap<String, String> = rows
         .into_iter()
-        .filter_map(|(name, output, _)| Some((name, output?)))
+        .filter_map(|(name, output, _)| Some((name.0, output?.0)))
         .collect();
     let complete = usize::try_from(total).is_ok_and(|total| total == loaded.len());
     Ok((loaded, complete))
@@ -51,12 +56,13 @@ pub(crate) async fn load_one<'e, E: SqliteExecutor<'e>>(
     id: JobId,
     name: &str,
 ) -> Result<Option<String>, Error> {
-    sqlx::query_scalar(sql::STEP_LOAD_ONE)
+    let output: Option<Text> = sqlx::query_scalar(sql::STEP_LOAD_ONE)
         .bind(id)
         .bind(name)
         .fetch_optional(executor)
         .await
-        .map_err(Error::query("step_load_one"))
+        .map_err(Error::query("step_load_one"))?;
+    Ok(output.map(|t| t.0))
 }
 
 /// Records step `name`'s output, guarded by (id, lock_token) and running, inside the store's
