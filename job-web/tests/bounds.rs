@@ -600,3 +600,46 @@ async fn the_queues_page_counts_the_first_thousand_queues_by_name() {
     assert!(!page.body.contains("data-queue=\"q01001\""));
     db.close().await;
 }
+
+#[tokio::test]
+async fn the_queues_page_marks_what_a_capped_sample_only_bounds() {
+    // Past the cap, the oldest due job of a queue may not be among the jobs read (they are
+    // read in claim-index order: kind, priority, run time), and the throughput counts only the
+    // finished jobs read: both were shown as if exact ("oldest due 1s" over a job due for
+    // three hours).
+    let db = TestDb::new().await;
+    sqlx::raw_sql(
+        "INSERT INTO job.jobs (kind, queue)
+         SELECT 'a_fast', 'backlog' FROM generate_series(1, 20);
+         INSERT INTO job.jobs (kind, queue, run_at)
+         VALUES ('b_slow', 'backlog', now() - interval '3 hours');
+         INSERT INTO job.jobs (kind, queue, state, finalized_at)
+         SELECT 'done', 'fast', 'completed', now() - interval '1 minute'
+         FROM generate_series(1, 30)",
+    )
+    .execute(&db.pool())
+    .await
+    .unwrap();
+    let config = job_web::DashboardConfig {
+        count_cap: 10,
+        ..Default::default()
+    };
+    let router = Dashboard::new(db.store()).config(config).router();
+    let page = get(&router, "/", None).await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    let row = |queue: &str| {
+        let at = page
+            .body
+            .find(&format!("data-queue=\"{queue}\""))
+            .unwrap_or_else(|| panic!("a row for {queue}: {}", page.body));
+        let end = at + page.body[at..].find("</tr>").unwrap();
+        page.body[at..end].to_owned()
+    };
+    let backlog = row("backlog");
+    assert!(backlog.contains("≥ "), "the oldest due is a lower bound: {backlog}");
+    let fast = row("fast");
+    assert!(fast.contains("10+"), "{fast}");
+    assert!(fast.contains("2.0+"), "the rate is a lower bound too: {fast}");
+    assert!(page.body.contains("ages with ≥ are lower bounds"));
+    db.close().await;
+}

@@ -91,9 +91,11 @@ pub(crate) async fn page(
                             td.num { a href=(ctx.base.at(&href("/jobs", &[("state", "running"), ("queue", name)]))) { (count(q.running, running)) } }
                             td class=(num_class(q.stuck)) { (count(q.stuck, running)) }
                             td class=(num_class(q.discarded)) { a href=(ctx.base.at(&href("/dead", &[("queue", name)]))) { (count(q.discarded, dead)) } }
-                            td.num { @match q.oldest_due { Some(d) => (age(d)), None => span.muted { "—" } } }
+                            // From a capped sample, the oldest due job read is not always the
+                            // oldest there is: the age is at least this.
+                            td.num { @match q.oldest_due { Some(d) => { @if q.waiting_capped { "≥ " } (age(d)) }, None => span.muted { "—" } } }
                             td.num { (count(q.recent_completed, recent)) }
-                            td.num { (format!("{:.1}", q.recent_completed as f64 / minutes)) }
+                            td.num { (format!("{:.1}", q.recent_completed as f64 / minutes)) @if recent { "+" } }
                             td.num { (count(q.recent_discarded, recent)) }
                             td.num { (count(q.recent_cancelled, recent)) }
                             td {
@@ -113,7 +115,7 @@ pub(crate) async fn page(
                 p.muted { "More than " (job_postgres::OVERVIEW_QUEUES) " queues have waiting jobs: the first " (job_postgres::OVERVIEW_QUEUES) " by name are counted, with those that have running, dead or recently finished jobs." }
             }
             @if !overview.capped.is_empty() || overview.queues.iter().any(|q| q.waiting_capped) {
-                p.muted { "Counts with + are lower bounds: this page reads at most " (overview.cap) " waiting jobs per queue, and as many running, dead and recently finished ones in all." }
+                p.muted { "Counts with + and ages with ≥ are lower bounds: this page reads at most " (overview.cap) " waiting jobs per queue, and as many running, dead and recently finished ones in all (the oldest of those), so a queue whose only jobs are finished ones past that may be missing here. `job stats` counts them all." }
             }
         }
         h2 { "Paused" }
