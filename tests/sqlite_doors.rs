@@ -1112,7 +1112,10 @@ async fn a_step_breaking_the_bounds_is_refused_and_one_not_utf8_never_fails_a_lo
     // write, a direct `Store::save_step`), and a worker then loaded them into every attempt.
     let db = TestSqlite::new().await;
     let store = db.store();
-    let id = store.enqueue(NewJob::new("steps.probe", "{}")).await.unwrap();
+    let id = store
+        .enqueue(NewJob::new("steps.probe", "{}"))
+        .await
+        .unwrap();
     let step = |name: &str, output: &str| {
         format!(
             "INSERT INTO job_steps (job_id, name, output, attempt, recorded_at) \
@@ -1139,15 +1142,26 @@ async fn a_step_breaking_the_bounds_is_refused_and_one_not_utf8_never_fails_a_lo
         .expect_err("refused through the store too");
     assert!(refused.is_refused(), "{refused:?}");
     // Allowed: an escaped backslash before `u0000`.
-    raw(&store, &step("'escaped'", r#"'"\\u0000"'"#)).await.unwrap();
-    // A name and an output that are not UTF-8 (JSON by SQLite's reading): read with the
-    // bytes replaced, as every reader of the file reads text, instead of failing every load.
-    raw(&store, &step("CAST(x'ff61' AS TEXT)", "CAST(x'22ff22' AS TEXT)"))
+    raw(&store, &step("'escaped'", r#"'"\\u0000"'"#))
         .await
         .unwrap();
+    // A name and an output that are not UTF-8 (JSON by SQLite's reading): read with the
+    // bytes replaced, as every reader of the file reads text, instead of failing every load.
+    raw(
+        &store,
+        &step("CAST(x'ff61' AS TEXT)", "CAST(x'22ff22' AS TEXT)"),
+    )
+    .await
+    .unwrap();
     let all = store.load_steps(&lease).await.expect("loads");
-    assert_eq!(all.get("\u{fffd}a").map(String::as_str), Some("\"\u{fffd}\""));
-    let (loaded, complete) = store.load_steps_up_to(&lease, 1 << 20).await.expect("loads");
+    assert_eq!(
+        all.get("\u{fffd}a").map(String::as_str),
+        Some("\"\u{fffd}\"")
+    );
+    let (loaded, complete) = store
+        .load_steps_up_to(&lease, 1 << 20)
+        .await
+        .expect("loads");
     assert!(complete);
     assert_eq!(loaded.len(), 2, "{loaded:?}");
     assert_eq!(

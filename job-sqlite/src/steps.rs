@@ -25,7 +25,10 @@ pub(crate) async fn load<'e, E: SqliteExecutor<'e>>(
         .fetch_all(executor)
         .await
         .map_err(Error::query("step_load"))?;
-    Ok(rows.into_iter().map(|(name, output)| (name.0, output.0)).collect())
+    Ok(rows
+        .into_iter()
+        .map(|(name, output)| (name.0, output.0))
+        .collect())
 }
 
 /// The recorded step outputs of job `id` in name order, up to `max_bytes` of names and

@@ -636,10 +636,16 @@ async fn the_queues_page_marks_what_a_capped_sample_only_bounds() {
         page.body[at..end].to_owned()
     };
     let backlog = row("backlog");
-    assert!(backlog.contains("≥ "), "the oldest due is a lower bound: {backlog}");
+    assert!(
+        backlog.contains("≥ "),
+        "the oldest due is a lower bound: {backlog}"
+    );
     let fast = row("fast");
     assert!(fast.contains("10+"), "{fast}");
-    assert!(fast.contains("2.0+"), "the rate is a lower bound too: {fast}");
+    assert!(
+        fast.contains("2.0+"),
+        "the rate is a lower bound too: {fast}"
+    );
     assert!(page.body.contains("ages with ≥ are lower bounds"));
     db.close().await;
 }
