@@ -16,7 +16,13 @@ use store_support::rows_read;
 /// The pruner's two statements (admin.rs runs them in one transaction): the first locks the
 /// jobs to delete, the second deletes them.
 const PRUNE_PICK: &str = include_str!("../job-postgres/src/sql/prune_pick.sql");
-const PRUNE: &str = include_str!("../job-postgres/src/sql/prune.sql");
+/// prune.sql with its fragment spliced in, as the store's sql.rs splices it.
+fn prune_sql() -> String {
+    include_str!("../job-postgres/src/sql/prune.sql").replace(
+        "-- @verdicts\n",
+        include_str!("../job-postgres/src/sql/verdicts.sql"),
+    )
+}
 
 /// Inserts `n` jobs in the finished `state`, due and finished `age` ago (an SQL interval), the
 /// oldest first; returns their ids in that order.
@@ -72,7 +78,8 @@ async fn explain_prune(pool: &sqlx::PgPool, request: &PruneRequest) -> (f64, f64
         .iter()
         .map(|r| r.get(0))
         .collect();
-    let (deleting,): (Value,) = sqlx::query_as(&format!("EXPLAIN (ANALYZE, FORMAT JSON) {PRUNE}"))
+    let explain_delete = format!("EXPLAIN (ANALYZE, FORMAT JSON) {}", prune_sql());
+    let (deleting,): (Value,) = sqlx::query_as(&explain_delete)
         .bind(&ids)
         .fetch_one(&mut *tx)
         .await

@@ -1204,7 +1204,11 @@ async fn a_dependency_is_not_pruned_when_its_dependents_enqueue_commits_during_t
     // a snapshot of its own, sees the edge and keeps the job.
     use job::Store as _;
     const PICK: &str = include_str!("../../job-postgres/src/sql/prune_pick.sql");
-    const DELETE: &str = include_str!("../../job-postgres/src/sql/prune.sql");
+    // prune.sql with its fragment spliced in, as the store's sql.rs splices it.
+    let delete = include_str!("../../job-postgres/src/sql/prune.sql").replace(
+        "-- @verdicts\n",
+        include_str!("../../job-postgres/src/sql/verdicts.sql"),
+    );
     let h = Harness::new().await;
     let pool = h.store.pool();
     let a = enqueue(&h.store, task("a")).await;
@@ -1229,7 +1233,7 @@ async fn a_dependency_is_not_pruned_when_its_dependents_enqueue_commits_during_t
         .await
         .unwrap();
     assert_eq!(picked, [a], "locked once the enqueue had committed");
-    let deleted: i64 = sqlx::query_scalar(DELETE)
+    let deleted: i64 = sqlx::query_scalar(&delete)
         .bind(&picked)
         .fetch_one(&mut *prune)
         .await
