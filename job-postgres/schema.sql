@@ -5621,3 +5621,53 @@ $job_migration_0036$;
 END
 $apply$;
 COMMIT;
+
+-- 0037 dependency_owner
+BEGIN;
+DO $lock$ BEGIN PERFORM pg_advisory_xact_lock(hashtextextended('job.schema_migrations', 0)); END $lock$;
+DO $apply$
+DECLARE
+    missing integer;
+    later integer;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = 37) THEN
+        SELECT min(v) INTO missing FROM pg_catalog.unnest('{1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31,32,33,34,35,36}'::integer[]) v
+            WHERE NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = v);
+        IF missing IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 37 `dependency_owner` was not applied: migration %, which comes before it, is not recorded in job.schema_migrations (migrations apply in order, each after the one before)', missing;
+        END IF;
+        SELECT min(version) INTO later FROM job.schema_migrations WHERE version > 37;
+        IF later IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 37 `dependency_owner` was not applied: it is not recorded in job.schema_migrations, but migration %, which comes after it, is: the schema was migrated out of order, and 37 applied now could undo what later migrations changed. Apply what migration 37 lacks by hand and record it, or restore the database from a backup', later;
+        END IF;
+EXECUTE $job_migration_0037$
+-- 0037 dependency_owner: a dependent's edges go with it. Append-only: change the schema in a
+-- new numbered file.
+--
+-- job.dependencies.job_id had no foreign key: every path of the framework that deletes a job
+-- (prune, purge, the stager's clean-up) deletes its edges too, but a raw DELETE of a waiting
+-- dependent (an application with the worker role's table privileges) left them. Such edges
+-- stayed unflagged and unresolved for good, and being first in the stager's flagging order
+-- (by the job waited for), a few thousand of them took every place of its batch: no new edge
+-- was flagged again, and the dependents enqueued after were seen only by the stager's sweep,
+-- at most once a minute. An edge now goes with its dependent (ON DELETE CASCADE, as job.steps
+-- does since migration 0003); the edges such deletes left before are deleted here.
+--
+-- NOT VALID: adding it takes a short lock on both tables and no scan; it is enforced on
+-- every edge written from now on, and its cascade applies to every edge, old or new. The
+-- edges left before are deleted first, in this transaction. The edges pointing at a job
+-- (depends_on) keep no key: they outlive a job waited for that is pruned or purged, which
+-- redrive and the stager read (migration 0031).
+
+DELETE FROM job.dependencies d
+WHERE NOT EXISTS (SELECT 1 FROM job.jobs j WHERE j.id = d.job_id);
+
+ALTER TABLE job.dependencies
+    ADD CONSTRAINT dependencies_job_id_fkey FOREIGN KEY (job_id)
+    REFERENCES job.jobs (id) ON DELETE CASCADE NOT VALID;
+$job_migration_0037$;
+        INSERT INTO job.schema_migrations (version, name) VALUES (37, 'dependency_owner');
+    END IF;
+END
+$apply$;
+COMMIT;

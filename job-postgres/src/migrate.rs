@@ -202,6 +202,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "compensation_passing_errors",
         sql: include_str!("../migrations/0036_compensation_passing_errors.sql"),
     },
+    Migration {
+        version: 37,
+        name: "dependency_owner",
+        sql: include_str!("../migrations/0037_dependency_owner.sql"),
+    },
 ];
 
 /// The whole schema as one plain SQL script, for a DBA or a team without Rust:

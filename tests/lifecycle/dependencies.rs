@@ -1430,3 +1430,62 @@ async fn a_dependent_past_its_deadline_expires_while_it_waits() {
     assert_eq!(row.errors.last().unwrap().class, "dependency");
     assert_eq!(h.row(later).await.state, JobState::Scheduled);
 }
+
+#[tokio::test]
+async fn a_dependent_deleted_raw_takes_its_edges_with_it() {
+    // A raw DELETE of waiting dependents (an application with the worker role's table
+    // privileges) left their edges unflagged for good, first in the stager's flagging order,
+    // where enough of them took its whole batch: the jobs that later dependents waited for
+    // were no longer flagged, and those dependents were seen only by the stager's sweep, at
+    // most once a minute.
+    use job::Store as _;
+    let h = Harness::new().await;
+    let pool = h.store.pool();
+    let later = Enqueue::new(task("later"))
+        .run_at(chrono::Utc::now() + chrono::Duration::days(1))
+        .enqueue(pool)
+        .await
+        .unwrap();
+    let mut gone = Vec::new();
+    for _ in 0..3 {
+        gone.push(
+            Enqueue::new(task("gone"))
+                .depends_on([later])
+                .enqueue(pool)
+                .await
+                .unwrap(),
+        );
+    }
+    sqlx::query("DELETE FROM job.jobs WHERE id = ANY ($1)")
+        .bind(&gone)
+        .execute(pool)
+        .await
+        .unwrap();
+    let edges: i64 = sqlx::query_scalar("SELECT count(*) FROM job.dependencies")
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    assert_eq!(edges, 0, "a dependent's edges go with it");
+    // An edge of a dependent that does not exist cannot be written either.
+    let orphan = sqlx::query(
+        "INSERT INTO job.dependencies (job_id, depends_on, mode) VALUES ($1, $2, 'completed')",
+    )
+    .bind(gone[0])
+    .bind(later)
+    .execute(pool)
+    .await
+    .expect_err("no such dependent");
+    assert!(
+        orphan.to_string().contains("dependencies_job_id_fkey"),
+        "{orphan}"
+    );
+    let a = enqueue(&h.store, task("a")).await;
+    let b = Enqueue::new(task("b"))
+        .depends_on([a])
+        .enqueue(pool)
+        .await
+        .unwrap();
+    end(pool, a, "completed").await;
+    h.store.stage_due(100).await.unwrap();
+    assert_eq!(h.row(b).await.state, JobState::Available);
+}
