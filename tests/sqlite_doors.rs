@@ -991,6 +991,63 @@ async fn a_row_the_database_will_not_take_never_stops_a_rescue_or_an_expire_pass
 }
 
 #[tokio::test]
+async fn a_batch_full_of_refused_rows_never_stops_the_rest_of_a_rescue_or_an_expire() {
+    // The refused rows stay first in each pick's order: as many of them as a pass's batch took
+    // the whole batch every pass, and no other expired lease or deadline was ever handled. A
+    // pass now leaves out the rows refused before (for ten minutes, then tries them again).
+    let db = TestSqlite::new().await;
+    let store = db.store();
+    let expired_lease = |until: &'static str| {
+        [
+            ("state", "'running'"),
+            ("attempt", "1"),
+            ("lock_token", "randomblob(16)"),
+            ("locked_until", until),
+        ]
+    };
+    for until in ["0", "1", "2"] {
+        insert_raw(&store, "q", &expired_lease(until))
+            .await
+            .unwrap(); // 1, 2, 3
+    }
+    for deadline in ["1", "2", "3"] {
+        insert_raw(&store, "q", &[("deadline", deadline)])
+            .await
+            .unwrap(); // 4, 5, 6
+    }
+    raw(
+        &store,
+        "CREATE TRIGGER app_refuses BEFORE UPDATE OF state ON job_jobs
+         WHEN OLD.id IN (1, 2, 4, 5)
+         BEGIN SELECT RAISE(ABORT, 'the application refuses this row'); END",
+    )
+    .await
+    .unwrap();
+    // A batch of two: the first pass meets only refused rows.
+    assert_eq!(store.rescue_expired(2).await.unwrap().retried, 0);
+    assert_eq!(store.expire(2).await.unwrap().discarded, 0);
+    // The next takes the others.
+    assert_eq!(store.rescue_expired(2).await.unwrap().retried, 1);
+    assert_eq!(store.expire(2).await.unwrap().discarded, 1);
+    let states: Vec<String> = sqlx::query_scalar("SELECT state FROM job_jobs ORDER BY id")
+        .fetch_all(store.pool())
+        .await
+        .unwrap();
+    assert_eq!(
+        states,
+        [
+            "running",
+            "running",
+            "retryable",
+            "available",
+            "available",
+            "discarded"
+        ]
+    );
+    db.close().await;
+}
+
+#[tokio::test]
 async fn the_settings_row_cannot_be_deleted_and_its_limit_holds_without_it() {
     // `DELETE FROM job_settings` turned the payload limit off at every door and every
     // compensating job with it (the triggers joined the missing row); job-postgres refuses it.

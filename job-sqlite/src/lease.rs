@@ -571,23 +571,27 @@ pub(crate) async fn settle_row<T>(
 /// database refuses is skipped ([`settle_row`]). With `checked_at` (the rescuer's clock check,
 /// in microseconds), only leases that had expired by then as well: the database's now is this
 /// machine's wall clock, read only once the write lock is held, and a jump of that clock while
-/// this waited would make live leases look expired. Returns what it did and the queues it
-/// refilled.
+/// this waited would make live leases look expired. The jobs of `skip` (a JSON array of ids:
+/// rows refused before) are passed over. Returns what it did, the queues it refilled and the
+/// jobs whose rows were refused.
 pub(crate) async fn rescue_expired(
     conn: &mut SqliteConnection,
     limit: u32,
     checked_at: Option<Micros>,
-) -> Result<(Rescued, Vec<String>), Error> {
+    skip: &str,
+) -> Result<(Rescued, Vec<String>, Vec<JobId>), Error> {
     let now = now(&mut *conn).await?;
     let expired_by = checked_at.map_or(now, |at| at.min(now));
     let expired: Vec<(JobId, Uuid)> = sqlx::query_as(sql::RESCUE_PICK)
         .bind(expired_by)
         .bind(i64::from(limit))
+        .bind(skip)
         .fetch_all(&mut *conn)
         .await
         .map_err(Error::query("rescue_pick"))?;
     let mut rescued = Rescued::default();
     let mut queues = Vec::new();
+    let mut refused = Vec::new();
     let before = last_id(&mut *conn).await?;
     let mut discarded = Vec::new();
     for (id, token) in expired {
@@ -612,6 +616,7 @@ pub(crate) async fn rescue_expired(
             .await
             .map_err(Error::query("rescue"));
         let Some(row) = settle_row(savepoint, written, id, "the rescuer").await? else {
+            refused.push(id);
             continue;
         };
         match row.as_ref().map(|(state, queue)| (state.0.as_str(), queue)) {
@@ -627,7 +632,7 @@ pub(crate) async fn rescue_expired(
         }
     }
     omit_unreadable_payloads(&mut *conn, &discarded, before).await?;
-    Ok((rescued, queues))
+    Ok((rescued, queues, refused))
 }
 
 /// Gives leases back, guarded by (id, lock_token) and running. Returns how many, and the

@@ -29,15 +29,21 @@ pub(crate) async fn prune(
 
 /// Ends one bounded batch of waiting jobs past their deadline or with cancellation requested,
 /// each in a savepoint: a row the database refuses is skipped ([`lease::settle_row`]).
-pub(crate) async fn expire(conn: &mut SqliteConnection, limit: u32) -> Result<Expired, Error> {
+pub(crate) async fn expire(
+    conn: &mut SqliteConnection,
+    limit: u32,
+    skip: &str,
+) -> Result<(Expired, Vec<JobId>), Error> {
     let now = now(&mut *conn).await?;
     let ending: Vec<(JobId, i32, Text, bool, Option<i64>)> = sqlx::query_as(sql::EXPIRE_PICK)
         .bind(now)
         .bind(i64::from(limit))
+        .bind(skip)
         .fetch_all(&mut *conn)
         .await
         .map_err(Error::query("expire_pick"))?;
     let mut expired = Expired::default();
+    let mut refused = Vec::new();
     let before = lease::last_id(&mut *conn).await?;
     let mut discarded = Vec::new();
     for (id, attempt, errors, cancel, deadline) in ending {
@@ -66,6 +72,7 @@ pub(crate) async fn expire(conn: &mut SqliteConnection, limit: u32) -> Result<Ex
             .await
             .map_err(Error::query("expire"));
         let Some(state) = lease::settle_row(savepoint, written, id, "the expirer").await? else {
+            refused.push(id);
             continue;
         };
         match state.as_deref() {
@@ -78,5 +85,5 @@ pub(crate) async fn expire(conn: &mut SqliteConnection, limit: u32) -> Result<Ex
         }
     }
     lease::omit_unreadable_payloads(&mut *conn, &discarded, before).await?;
-    Ok(expired)
+    Ok((expired, refused))
 }

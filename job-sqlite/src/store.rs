@@ -57,6 +57,47 @@ struct Shared {
     notifier: Arc<Notifier>,
     gate: Arc<Mutex<()>>,
     writer: Writer,
+    /// Rows the rescue and expire passes found the database refusing to write, which their
+    /// picks pass over ([`RefusedRows`]).
+    refused: std::sync::Mutex<RefusedRows>,
+}
+
+/// The jobs whose rescue or expiry the database refused (a trigger of the application's, a
+/// row written raw that breaks a rule): the passes' picks leave them out for
+/// [`RefusedRows::RETRY`], then try them again (their cause may be gone). Each pick takes its
+/// rows oldest first, and the refused ones stayed first: as many of them as a pass's batch
+/// took the whole batch every time, and no other lease of the file was rescued, no other
+/// deadline enforced. At most [`RefusedRows::MAX`] are kept (more are tried again sooner).
+#[derive(Debug, Default)]
+struct RefusedRows {
+    ids: Vec<JobId>,
+    since: Option<std::time::Instant>,
+}
+
+impl RefusedRows {
+    const RETRY: Duration = Duration::from_secs(600);
+    const MAX: usize = 10_000;
+
+    /// The ids to pass over now, as the JSON array the picks read.
+    fn skip(&mut self) -> String {
+        if self.since.is_some_and(|t| t.elapsed() >= Self::RETRY) {
+            self.ids.clear();
+            self.since = None;
+        }
+        serde_json::to_string(&self.ids).unwrap_or_else(|_| "[]".to_owned())
+    }
+
+    fn add(&mut self, refused: Vec<JobId>) {
+        if refused.is_empty() {
+            return;
+        }
+        self.since.get_or_insert_with(std::time::Instant::now);
+        for id in refused {
+            if self.ids.len() < Self::MAX && !self.ids.contains(&id) {
+                self.ids.push(id);
+            }
+        }
+    }
 }
 
 /// An immediate transaction of the store and its place at the gate.
@@ -112,6 +153,7 @@ impl SqliteStore {
             notifier: Arc::new(Notifier::default()),
             gate: Arc::new(Mutex::new(())),
             writer,
+            refused: std::sync::Mutex::default(),
         });
         let pool = pool_options(&shared, POOL_SIZE)
             .connect_with(shared.options.clone())
@@ -195,13 +237,23 @@ impl SqliteStore {
         checked_at: Option<crate::time::Micros>,
     ) -> Result<Rescued, StoreError> {
         self.on_writer(move |store| async move {
+            let skip = store.refused().skip();
             let mut w = store.write().await?;
-            let (rescued, queues) = lease::rescue_expired(&mut w.tx, limit, checked_at).await?;
+            let (rescued, queues, refused) =
+                lease::rescue_expired(&mut w.tx, limit, checked_at, &skip).await?;
             w.commit().await?;
+            store.refused().add(refused);
             store.wake(&queues);
             Ok(rescued)
         })
         .await
+    }
+
+    fn refused(&self) -> std::sync::MutexGuard<'_, RefusedRows> {
+        self.shared
+            .refused
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
     }
 
     /// Wakes this process's workers of `queues`.
@@ -457,9 +509,11 @@ impl Store for SqliteStore {
 
     async fn expire(&self, limit: u32) -> Result<Expired, StoreError> {
         self.on_writer(|store| async move {
+            let skip = store.refused().skip();
             let mut w = store.write().await?;
-            let expired = maintenance::expire(&mut w.tx, limit).await?;
+            let (expired, refused) = maintenance::expire(&mut w.tx, limit, &skip).await?;
             w.commit().await?;
+            store.refused().add(refused);
             Ok(expired)
         })
         .await
