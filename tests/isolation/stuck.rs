@@ -1,6 +1,7 @@
 //! Code that will not end: reported stuck while it keeps its slot and lease, and abandoned by a
 //! shutdown that must return.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
@@ -9,9 +10,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::common::{enqueue, eventually, Harness, FAST_BACKOFF};
 
-/// A latch a test opens; blocking code waits on it.
+/// A latch a test opens; blocking code waits on it, and says when it started waiting.
 #[derive(Clone, Default)]
-pub struct Latch(Arc<(Mutex<bool>, Condvar)>);
+pub struct Latch(Arc<(Mutex<bool>, Condvar)>, Arc<AtomicBool>);
 
 impl Latch {
     pub fn open(&self) {
@@ -20,10 +21,17 @@ impl Latch {
     }
 
     fn wait(&self) {
+        self.1.store(true, Ordering::SeqCst);
         let mut open = self.0 .0.lock().unwrap();
         while !*open {
             open = self.0 .1.wait(open).unwrap();
         }
+    }
+
+    /// Whether the handler's code is waiting on it: a row `running` is only claimed (the job
+    /// may still wait for its slot).
+    fn entered(&self) -> bool {
+        self.1.load(Ordering::SeqCst)
     }
 }
 
@@ -111,6 +119,9 @@ async fn shutdown_returns_in_its_bound_and_abandons_code_that_will_not_end() {
         .unwrap()
         .start();
     let running = h.reaches(id, JobState::Running).await;
+    // Its code runs (not only its claim: a job waiting for its slot is given back, not
+    // abandoned).
+    eventually("the handler to start", || async { latch.entered().then_some(()) }).await;
     let report = tokio::time::timeout(Duration::from_secs(10), worker.shutdown())
         .await
         .expect("shutdown returns although the handler never does");

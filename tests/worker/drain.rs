@@ -51,6 +51,12 @@ async fn shutdown_releases_unfinished_leases_for_another_worker() {
     for id in &ids {
         h.reaches(*id, JobState::Running).await;
     }
+    // Their code runs, not only their claims (a job still waiting for its slot goes back
+    // unstarted, with nothing in its history).
+    eventually("every handler to start", || async {
+        ids.iter().all(|id| h.ledger.runs(*id) == 1).then_some(())
+    })
+    .await;
     let report = first.shutdown().await;
     assert!(!report.finished_in_time);
     assert_eq!(report.released, 3);
@@ -133,6 +139,10 @@ async fn a_shutdown_never_counts_the_attempts_of_handlers_that_stop_when_told() 
     for id in &ids {
         h.reaches(*id, JobState::Running).await;
     }
+    eventually("every handler to start", || async {
+        ids.iter().all(|id| h.ledger.runs(*id) == 1).then_some(())
+    })
+    .await;
     let report = worker.shutdown().await;
     let mut counted = Vec::new();
     for id in &ids {
