@@ -121,7 +121,10 @@ async fn shutdown_returns_in_its_bound_and_abandons_code_that_will_not_end() {
     let running = h.reaches(id, JobState::Running).await;
     // Its code runs (not only its claim: a job waiting for its slot is given back, not
     // abandoned).
-    eventually("the handler to start", || async { latch.entered().then_some(()) }).await;
+    eventually("the handler to start", || async {
+        latch.entered().then_some(())
+    })
+    .await;
     let report = tokio::time::timeout(Duration::from_secs(10), worker.shutdown())
         .await
         .expect("shutdown returns although the handler never does");

@@ -323,3 +323,143 @@ async fn a_worker_that_does_not_report_still_records_its_kinds_owners() {
     assert_eq!(holder, None, "it took no reporter's role");
     db.close().await;
 }
+
+#[job(kind = "tr.gone", queue = "rq-gone")]
+async fn tr_gone(_ctx: JobContext) -> Result<(), JobError> {
+    Err(JobError::terminal("never works"))
+}
+
+#[job(kind = "tr.gone_keep", queue = "rq-gone-keep")]
+async fn tr_gone_keep(_ctx: JobContext) -> Result<(), JobError> {
+    Err(JobError::terminal("never works"))
+}
+
+/// A dead letter of `J` (of queue `queue`), made as a worker would. Each test has a kind of
+/// its own: the gauges are the process's, and the tests run side by side.
+async fn dead_letter<J: Job>(db: &TestDb, job: J, queue: &str) {
+    let id = Enqueue::new(job).enqueue(&db.pool()).await.unwrap();
+    let worker = Worker::builder(db.store())
+        .register::<J>()
+        .queue(queue, 1)
+        .configure(|c| c.reporter.enabled = false)
+        .for_tests()
+        .build()
+        .unwrap()
+        .start();
+    assert_eq!(
+        finished_row(&db.store(), id).await.state,
+        JobState::Discarded
+    );
+    worker.shutdown().await;
+}
+
+fn dead_letters(queue: &str, kind: &str) -> Option<f64> {
+    sample(
+        "job_dead_letters",
+        &[("queue", queue), ("kind", kind), ("owner", "none")],
+    )
+}
+
+fn gone_dead_letters() -> Option<f64> {
+    dead_letters("rq-gone", "tr.gone")
+}
+
+fn kept_dead_letters() -> Option<f64> {
+    dead_letters("rq-gone-keep", "tr.gone_keep")
+}
+
+#[tokio::test]
+async fn a_reporter_that_lost_the_role_leaves_the_new_holders_gauges_alone() {
+    // Two workers of one process: the one whose role lapsed without its noticing (a late pass)
+    // set what it had reported back to zero at its next pass, over what the new holder had
+    // just reported: a dead letter the database holds read 0 under a leader of 1.
+    recorder();
+    let db = TestDb::new().await;
+    let (store, pool) = (db.store(), db.pool());
+    dead_letter(&db, TrGone {}, "rq-gone").await;
+    let config = ReporterConfig {
+        interval: Duration::from_millis(100),
+        ..ReporterConfig::default()
+    };
+    let mut a = Reporter::new(store.clone(), config, "tr-a", Vec::new());
+    let mut b = Reporter::new(store.clone(), config, "tr-b", Vec::new());
+    a.run_once().await.unwrap().expect("a takes the role");
+    assert_eq!(gone_dead_letters(), Some(1.0));
+    sqlx::query(
+        "UPDATE job.leaders SET until = now() - interval '1 second' WHERE role = 'reporter'",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    b.run_once()
+        .await
+        .unwrap()
+        .expect("b takes the lapsed role");
+    assert_eq!(a.run_once().await.unwrap(), None, "b holds the role");
+    assert_eq!(
+        gone_dead_letters(),
+        Some(1.0),
+        "what b reported stays while b holds the role"
+    );
+    // Purged, then b gives the role up: what b set goes back to zero.
+    store.purge(&job::JobFilter::dead_letters()).await.unwrap();
+    b.release().await.unwrap();
+    assert_eq!(gone_dead_letters(), Some(0.0));
+    db.close().await;
+}
+
+/// Fails the next `report` call when armed.
+#[derive(Clone, Default)]
+struct FailNextReport(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl job::StoreLayer for FailNextReport {
+    fn call<'a, T: job::Returned + Send + 'a>(
+        &'a self,
+        call: job::Call,
+        run: job::BoxFuture<'a, Result<T, job::StoreError>>,
+    ) -> job::BoxFuture<'a, Result<T, job::StoreError>> {
+        let fail = call.name == "report" && self.0.swap(false, std::sync::atomic::Ordering::SeqCst);
+        Box::pin(async move {
+            if fail {
+                return Err(job::StoreError::new("connection reset (injected)"));
+            }
+            run.await
+        })
+    }
+}
+
+#[tokio::test]
+async fn a_holder_whose_keep_role_pass_failed_reads_again_as_soon_as_it_holds_the_role() {
+    // Between two readings (minutes apart on a large table) a holder's passes only keep the
+    // role. One of them failing set the gauges to zero; the next kept the role again, and the
+    // leader gauge said 1 over gauges at zero until the next reading: alerts resolved, then
+    // paged again.
+    recorder();
+    let db = TestDb::new().await;
+    dead_letter(&db, TrGoneKeep {}, "rq-gone-keep").await;
+    let layer = FailNextReport::default();
+    let store = job::Layered::new(db.store(), layer.clone());
+    let config = ReporterConfig {
+        // The next reading a minute away: every pass of this test but the first keeps the
+        // role only, unless the reporter reads at once.
+        interval: Duration::from_secs(60),
+        ..ReporterConfig::default()
+    };
+    let mut reporter = Reporter::new(store, config, "tr-keep", Vec::new());
+    reporter.worker_pass().await.unwrap();
+    assert_eq!(kept_dead_letters(), Some(1.0), "the first pass reads");
+    layer.0.store(true, std::sync::atomic::Ordering::SeqCst);
+    reporter
+        .worker_pass()
+        .await
+        .expect_err("the injected failure");
+    assert_eq!(kept_dead_letters(), Some(0.0), "not read by anybody now");
+    reporter.worker_pass().await.unwrap();
+    assert_eq!(
+        kept_dead_letters(),
+        Some(1.0),
+        "holding the role again, it reads at once"
+    );
+    reporter.release().await.unwrap();
+    db.close().await;
+}

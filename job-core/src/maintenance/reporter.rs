@@ -6,9 +6,9 @@
 //! reported back to zero. Alert on the gauges where `job_reporter_leader == 1` (the README's
 //! rules do).
 
-use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use metrics::gauge;
@@ -67,6 +67,32 @@ impl ServiceConfig for ReporterConfig {
 
 /// Label sets a report set, to set back to zero when a later report no longer has them.
 type Seen = HashSet<(&'static str, Vec<(&'static str, String)>)>;
+
+/// Which reporter of this process set each database gauge last (by [`Reporter::id`]): a
+/// reporter sets back to zero only the gauges it set last. Without it, a reporter that lost
+/// the role without noticing set what it had reported back to zero on its next pass, over what
+/// the process's new holder had just reported (the gauges are the process's, not a
+/// reporter's).
+static OWNERS: Mutex<Option<HashMap<(&'static str, Vec<(&'static str, String)>), u64>>> =
+    Mutex::new(None);
+
+/// The next [`Reporter::id`].
+static NEXT_REPORTER: AtomicU64 = AtomicU64::new(1);
+
+/// Sets back to zero the gauges of `series` that reporter `me` set last, and forgets them.
+fn zero_own<'a>(
+    series: impl IntoIterator<Item = &'a (&'static str, Vec<(&'static str, String)>)>,
+    me: u64,
+) {
+    let mut owners = OWNERS.lock().unwrap_or_else(|e| e.into_inner());
+    let owners = owners.get_or_insert_with(HashMap::new);
+    for key in series {
+        if owners.get(key) == Some(&me) {
+            owners.remove(key);
+            gauge!(key.0, &key.1).set(0.0);
+        }
+    }
+}
 
 /// This process's reporters that hold the role: `job_reporter_leader` is 1 while any does.
 /// Set by each reporter alone, the unlabelled gauge was the last one's word: a second
@@ -130,10 +156,12 @@ pub struct Reporter<S> {
     config: ReporterConfig,
     holder: String,
     owners: Vec<(String, String)>,
+    /// This reporter (and its clones) among the process's: see [`OWNERS`].
+    id: u64,
     /// The gauges this reporter set, set back to zero when a later reading has them no more
     /// or when it stops holding the role (another worker's reporter, perhaps in this process,
     /// reports then: what this one set would otherwise stay, a purged dead letter counted for
-    /// good).
+    /// good), unless another reporter of the process has set them since.
     seen: Seen,
     /// When the holder reads the gauges next (see [`GAUGE_SHARE`]); until then its passes
     /// only keep the role.
@@ -161,6 +189,7 @@ impl<S: Store> Reporter<S> {
             config,
             holder: holder.into(),
             owners,
+            id: NEXT_REPORTER.fetch_add(1, Ordering::Relaxed),
             seen: Seen::new(),
             next: None,
             held: Arc::default(),
@@ -173,6 +202,14 @@ impl<S: Store> Reporter<S> {
     /// gauges. Returns the report, or `None` when another worker holds the role.
     pub async fn run_once(&mut self) -> Result<Option<Report>, StoreError> {
         self.pass(true).await
+    }
+
+    /// One pass as a worker runs it every interval: it reads the gauges only when their next
+    /// reading is due (see the module), and otherwise only keeps the role. For tests of what
+    /// the passes in between do.
+    #[doc(hidden)]
+    pub async fn worker_pass(&mut self) -> Result<(), StoreError> {
+        Service::tick(self).await
     }
 
     /// A pass that reads the gauges when the role is held if `read`, else only keeps the role
@@ -211,7 +248,7 @@ impl<S: Store> Reporter<S> {
             Some(report) => {
                 self.held.set(true);
                 if read {
-                    export(report, &mut self.seen);
+                    export(report, &mut self.seen, self.id);
                 }
             }
             None => self.stop_holding(),
@@ -219,12 +256,15 @@ impl<S: Store> Reporter<S> {
         Ok(report)
     }
 
-    /// Not the holder (any more): not counted as one, and the gauges it set back to zero.
+    /// Not the holder (any more): not counted as one, and the gauges it set back to zero
+    /// (but those another reporter of this process has set since). It reads them as soon as it
+    /// holds the role again: until then `job_reporter_leader` would say 1 over gauges at zero
+    /// (a keep-role pass that failed once, then held again, waited up to five minutes for its
+    /// next reading).
     fn stop_holding(&mut self) {
         self.held.set(false);
-        for (name, labels) in self.seen.drain() {
-            gauge!(name, &labels).set(0.0);
-        }
+        self.next = None;
+        zero_own(&std::mem::take(&mut self.seen), self.id);
     }
 
     /// Gives the role up, if this worker held it at its last pass, so that another worker
@@ -255,9 +295,10 @@ impl<S: Store> Reporter<S> {
     }
 }
 
-/// Sets the database gauges from `report`, and back to zero those in `seen` (set by an earlier
-/// report) that this one has not; `seen` becomes this report's.
-fn export(report: &Report, seen: &mut Seen) {
+/// Sets the database gauges from `report` as reporter `me`, and back to zero those in `seen`
+/// (set by its earlier report) that this one has not, unless another reporter of this process
+/// has set them since; `seen` becomes this report's.
+fn export(report: &Report, seen: &mut Seen, me: u64) {
     let mut now = Seen::new();
     let mut set = |name: &'static str, labels: Vec<(&'static str, String)>, value: f64| {
         gauge!(name, &labels).set(value);
@@ -294,11 +335,16 @@ fn export(report: &Report, seen: &mut Seen) {
         ];
         set(names::PAUSED, labels, 1.0);
     }
+    {
+        let mut owners = OWNERS.lock().unwrap_or_else(|e| e.into_inner());
+        let owners = owners.get_or_insert_with(HashMap::new);
+        for key in &now {
+            owners.insert(key.clone(), me);
+        }
+    }
     // What an earlier report had and this one has not is now zero (a queue emptied, the
     // dead letters purged).
-    for (name, labels) in seen.difference(&now) {
-        gauge!(*name, labels).set(0.0);
-    }
+    zero_own(seen.difference(&now), me);
     *seen = now;
 }
 
