@@ -32,7 +32,7 @@ fn the_alert_rules_check_and_pass_their_unit_tests_with_promtool() {
 }
 
 #[test]
-fn the_alert_rules_name_the_four_alerts_over_metrics_the_framework_emits() {
+fn the_alert_rules_name_the_five_alerts_over_metrics_the_framework_emits() {
     let text = std::fs::read_to_string(docs().join("prometheus-alerts.yml")).unwrap();
     let docs = YamlLoader::load_from_str(&text).expect("valid YAML");
     let rules = docs[0]["groups"][0]["rules"]
@@ -45,7 +45,8 @@ fn the_alert_rules_name_the_four_alerts_over_metrics_the_framework_emits() {
             "JobDeadLetters",
             "JobOldestPendingTooOld",
             "JobFailureRateHigh",
-            "JobWorkersDyingWithWork"
+            "JobWorkersDyingWithWork",
+            "JobReporterAbsent"
         ]
     );
     let known: Vec<&str> = job::METRICS.iter().map(|m| m.name).collect();

@@ -436,3 +436,56 @@ async fn rescued_and_expired_jobs_are_counted_where_they_are_written() {
     assert!(count("job_expired_total", "discarded") >= expired + 1.0);
     db.close().await;
 }
+
+#[test]
+fn a_worker_exposes_its_rescue_and_expiry_counters_from_zero() {
+    // Created at their first increment, the counters started at that count: `increase()`
+    // over a series whose first sample is already 1 sees nothing, so a single worker that kept
+    // restarting (each life rescuing the last one's jobs) never fired
+    // JobWorkersDyingWithWork. A worker registers them at 0 as it is built. (A recorder of
+    // this thread's own: the process's is shared by every test.)
+    let recorder = metrics_util::debugging::DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let _guard = runtime.enter();
+    // Nothing connects: building a worker reads no database.
+    let pool = job::PgPool::connect_lazy("postgres://nobody@127.0.0.1:1/none").unwrap();
+    metrics::with_local_recorder(&recorder, || {
+        Worker::builder(PgStore::new(pool))
+            .register::<TmOk>()
+            .queue("tm", 1)
+            .build()
+            .unwrap();
+    });
+    let mut counters: Vec<(String, String)> = snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .filter(|(key, _, _, value)| {
+            matches!(value, metrics_util::debugging::DebugValue::Counter(0))
+                && key.key().name().starts_with("job_")
+        })
+        .map(|(key, _, _, _)| {
+            let outcome = key
+                .key()
+                .labels()
+                .find(|l| l.key() == "outcome")
+                .map(|l| l.value().to_owned())
+                .unwrap_or_default();
+            (key.key().name().to_owned(), outcome)
+        })
+        .collect();
+    counters.sort();
+    assert_eq!(
+        counters,
+        [
+            ("job_expired_total".to_owned(), "cancelled".to_owned()),
+            ("job_expired_total".to_owned(), "discarded".to_owned()),
+            ("job_rescued_total".to_owned(), "discarded".to_owned()),
+            ("job_rescued_total".to_owned(), "retried".to_owned()),
+        ]
+    );
+}

@@ -59,6 +59,7 @@ pub(crate) fn services<S: Store>(
         .filter_map(|h| Some((h.kind().to_owned(), h.options().owner?.to_owned())))
         .collect();
     let rescuer = rescuer_config(config, shortest_lease);
+    crate::telemetry::rescues_counted_from_zero();
     let mut stager = config.stager;
     // A due job becomes claimable within a poll interval, as it did when claims read it.
     stager.interval = stager

@@ -273,6 +273,20 @@ pub(crate) fn rescued(r: &crate::contract::store::Rescued) {
     }
 }
 
+/// Exposes `job_rescued_total` and `job_expired_total` from 0 when a worker starts its
+/// maintenance. Created at their first increment, they started at that increment's count:
+/// `increase()` over a series whose first sample is already 1 sees nothing, so the rescues of a
+/// single worker that kept restarting (each life rescuing the last one's jobs) never fired
+/// `JobWorkersDyingWithWork`.
+pub(crate) fn rescues_counted_from_zero() {
+    for outcome in ["retried", "discarded"] {
+        counter!(names::RESCUED, "outcome" => outcome).increment(0);
+    }
+    for outcome in ["discarded", "cancelled"] {
+        counter!(names::EXPIRED, "outcome" => outcome).increment(0);
+    }
+}
+
 /// Counts what one expire statement ended (`job_expired_total`).
 pub(crate) fn expired(e: &crate::contract::store::Expired) {
     for (outcome, n) in [("discarded", e.discarded), ("cancelled", e.cancelled)] {

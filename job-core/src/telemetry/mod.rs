@@ -9,7 +9,8 @@ mod progress;
 mod trace;
 
 pub(crate) use self::metrics::{
-    breaker_tripped, expired, names, rescued, JobLabels, LabelCache, QueueSlots,
+    breaker_tripped, expired, names, rescued, rescues_counted_from_zero, JobLabels, LabelCache,
+    QueueSlots,
 };
 pub use self::metrics::{
     describe_metrics, record_enqueued, MetricInfo, MetricKind, METRICS, NO_OWNER,
