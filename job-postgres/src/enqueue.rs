@@ -103,7 +103,11 @@ pub async fn enqueue_many<'e, E: PgExecutor<'e>>(
     if jobs.iter().any(|j| !j.depends_on.is_empty()) {
         return Err(needs_a_transaction());
     }
-    insert_many(executor, jobs).await
+    let ids = insert_many(executor, jobs).await?;
+    for job in jobs {
+        job_core::record_enqueued(job);
+    }
+    Ok(ids)
 }
 
 /// The refusal of a unique key in a bulk enqueue, whichever path the list takes: the bulk
@@ -215,6 +219,10 @@ where
         .await
         .map_err(|e| refused(&[], "dependencies_add", e))?;
     tx.commit().await.map_err(Error::query("commit"))?;
+    // Counted once committed: a batch whose dependencies are refused inserts nothing.
+    for job in jobs {
+        job_core::record_enqueued(job);
+    }
     Ok(ids)
 }
 
@@ -342,9 +350,6 @@ async fn insert_many<'e, E: PgExecutor<'e>>(
         .fetch_all(executor)
         .await
         .map_err(|e| refused(jobs, "enqueue_many", e))?;
-    for job in jobs {
-        job_core::record_enqueued(job);
-    }
     // Rows are inserted in input order, so their identity ids ascend in input order; sorting
     // makes the answer independent of the order RETURNING happens to emit them in.
     ids.sort_unstable();

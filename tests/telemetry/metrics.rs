@@ -489,3 +489,39 @@ fn a_worker_exposes_its_rescue_and_expiry_counters_from_zero() {
         ]
     );
 }
+
+#[job(kind = "tm.refused", queue = "tm-refused")]
+async fn tm_refused(_ctx: JobContext) -> Result<(), JobError> {
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_refused_enqueue_with_dependencies_is_not_counted_as_enqueued() {
+    // The batch was counted when its rows were inserted, before its dependencies were refused
+    // and the whole of it rolled back: job_enqueued_total counted jobs that never were.
+    recorder();
+    let db = TestDb::new().await;
+    let pool = db.pool();
+    let enqueued = || {
+        sample(
+            "job_enqueued_total",
+            &[("queue", "tm-refused"), ("kind", "tm.refused")],
+        )
+        .unwrap_or(0.0)
+    };
+    let before = enqueued();
+    Enqueue::new(TmRefused {})
+        .depends_on([987_654_321])
+        .enqueue(&pool)
+        .await
+        .expect_err("a dependency that does not exist");
+    assert_eq!(enqueued(), before, "nothing was inserted");
+    let on = TmRefused {}.enqueue(&pool).await.unwrap();
+    Enqueue::new(TmRefused {})
+        .depends_on([on])
+        .enqueue(&pool)
+        .await
+        .unwrap();
+    assert_eq!(enqueued(), before + 2.0);
+    db.close().await;
+}
