@@ -229,3 +229,52 @@ async fn the_last_report_before_the_job_ends_is_stored_with_it() {
     );
     db.close().await;
 }
+
+/// Reports progress on every row, as the README invites, with a value over the limit.
+#[job(kind = "tm.rows", queue = "tm-rows")]
+async fn tm_rows(ctx: JobContext, rows: u32) -> Result<(), JobError> {
+    let detail = "x".repeat(job::MAX_PROGRESS + 1);
+    for row in 0..rows {
+        ctx.progress_value(&json!({ "row": row, "detail": detail }));
+    }
+    Ok(())
+}
+
+/// Counts the events of each level.
+#[derive(Clone, Default)]
+struct Levels(Arc<Mutex<HashMap<tracing::Level, usize>>>);
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Levels {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        *self
+            .0
+            .lock()
+            .unwrap()
+            .entry(*event.metadata().level())
+            .or_default() += 1;
+    }
+}
+
+#[test]
+fn a_progress_value_not_stored_warns_once_an_attempt() {
+    // Every report over the limit logged a WARN: a handler reporting each of 10,000 rows
+    // logged 10,000 of them.
+    use tracing_subscriber::layer::SubscriberExt;
+    let levels = Levels::default();
+    let subscriber = tracing_subscriber::registry().with(levels.clone());
+    tracing::subscriber::with_default(subscriber, || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(async {
+                assert_eq!(perform(TmRows { rows: 500 }).await, job::Outcome::Complete);
+            });
+    });
+    let levels = levels.0.lock().unwrap();
+    assert_eq!(levels.get(&tracing::Level::WARN), Some(&1), "{levels:?}");
+    assert!(
+        levels.get(&tracing::Level::DEBUG) >= Some(&499),
+        "the others at DEBUG: {levels:?}"
+    );
+}

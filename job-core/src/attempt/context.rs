@@ -3,6 +3,7 @@
 use std::any::{type_name, Any, TypeId};
 use std::collections::HashMap;
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use tokio_util::sync::CancellationToken;
@@ -104,6 +105,9 @@ pub struct JobContext {
     unstorable_step: Arc<OnceLock<String>>,
     /// The attempt's result as compact JSON, set by [`JobContext::set_result`].
     result: Arc<Mutex<Option<String>>>,
+    /// Whether a progress report not stored was logged at WARN this attempt: the next ones
+    /// are logged at DEBUG (a handler reporting every row logged a warning per row).
+    progress_warned: Arc<AtomicBool>,
 }
 
 impl JobContext {
@@ -125,6 +129,7 @@ impl JobContext {
             work: TaskTracker::new(),
             unstorable_step: Arc::default(),
             result: Arc::default(),
+            progress_warned: Arc::default(),
         }
     }
 
@@ -148,6 +153,7 @@ impl JobContext {
             work: TaskTracker::new(),
             unstorable_step: Arc::default(),
             result: Arc::default(),
+            progress_warned: Arc::default(),
         }
     }
 
@@ -328,11 +334,14 @@ impl JobContext {
         let Some(hooks) = &self.hooks else { return };
         match crate::telemetry::value_json(value) {
             Ok(json) => hooks.progress(json),
-            Err(reason) => tracing::warn!(
-                job_id = self.info.id,
+            Err(reason) if !self.progress_warned.swap(true, Ordering::Relaxed) => tracing::warn!(
+                id = self.info.id,
+                kind = %self.info.kind,
                 %reason,
-                "progress not stored"
+                "progress not stored (the next reports of this attempt not stored are logged at \
+                 DEBUG)"
             ),
+            Err(reason) => tracing::debug!(id = self.info.id, %reason, "progress not stored"),
         }
     }
 
