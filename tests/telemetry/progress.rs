@@ -278,3 +278,76 @@ fn a_progress_value_not_stored_warns_once_an_attempt() {
         "the others at DEBUG: {levels:?}"
     );
 }
+
+#[job(kind = "tm.hopeless", queue = "tm-hopeless")]
+async fn tm_hopeless(_ctx: JobContext) -> Result<(), JobError> {
+    Err(JobError::terminal("the card was declined\nforged line"))
+}
+
+/// What a `fmt` subscriber wrote, shared with the test.
+#[derive(Clone, Default)]
+struct Written(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Written {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn a_dead_letter_is_logged_at_warn_with_what_finds_it() {
+    // A handler's failure was logged at DEBUG only, dead letter or not: at 3 a.m. the logs
+    // said nothing of the jobs that now wait for an operator.
+    let written = Written::default();
+    let sink = written.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::INFO)
+        .with_ansi(false)
+        .with_writer(move || sink.clone())
+        .finish();
+    let id = tracing::subscriber::with_default(subscriber, || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(async {
+                let db = TestDb::new().await;
+                let id = TmHopeless {}.enqueue(&db.pool()).await.unwrap();
+                let worker = Worker::builder(db.store())
+                    .register::<TmHopeless>()
+                    .queue("tm-hopeless", 1)
+                    .for_tests()
+                    .build()
+                    .unwrap()
+                    .start();
+                assert_eq!(
+                    finished_row(&db.store(), id).await.state,
+                    JobState::Discarded
+                );
+                worker.shutdown().await;
+                db.close().await;
+                id
+            })
+    });
+    let text = String::from_utf8(written.0.lock().unwrap().clone()).unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.contains("dead letter"))
+        .unwrap_or_else(|| panic!("no dead letter logged: {text}"));
+    assert!(line.contains(" WARN "), "{line}");
+    for field in [
+        format!("id={id}"),
+        "kind=tm.hopeless".to_owned(),
+        "queue=tm-hopeless".to_owned(),
+        "class=\"terminal\"".to_owned(),
+        // The message escaped: a newline in it cannot forge a log line.
+        "the card was declined\\nforged line".to_owned(),
+    ] {
+        assert!(line.contains(&field), "{field} in {line}");
+    }
+}

@@ -661,7 +661,20 @@ fn applied<S>(shared: &Shared<S>, c: &Completion, result: Finalized) {
             };
             shared.counters.applied(outcome);
             c.labels.finished(outcome, c.ran_for);
-            tracing::debug!(id = c.info.id, outcome = outcome.name(), "finalized");
+            match outcome {
+                // A dead letter waits for an operator: said once, with what it needs to be
+                // found (retries stay at DEBUG: their counters say how many).
+                Outcome::Discard { failure } => tracing::warn!(
+                    id = c.info.id,
+                    kind = %c.info.kind,
+                    queue = %c.info.queue,
+                    attempt = failure.attempt,
+                    class = failure.class.as_str(),
+                    message = ?failure.message,
+                    "dead letter: the job was discarded"
+                ),
+                _ => tracing::debug!(id = c.info.id, outcome = outcome.name(), "finalized"),
+            }
         }
         Finalized::LeaseLost if c.finalized_by_handler => {
             // The handler's own transaction completed the job.
@@ -676,6 +689,7 @@ fn applied<S>(shared: &Shared<S>, c: &Completion, result: Finalized) {
             c.labels.lease_lost();
             tracing::warn!(
                 id = c.info.id,
+                kind = %c.info.kind,
                 outcome = c.finalize.outcome.name(),
                 "stale lease: outcome dropped, not applied"
             );
