@@ -361,4 +361,27 @@ fn a_completed_retention_within_the_schedulers_catch_up_is_a_build_error() {
     );
     assert!(err.to_string().contains("catches up"), "{err}");
     assert!(built(Duration::from_secs(62)).is_ok());
+    // So for cancelled periods: one cancelled to skip it, pruned within the catch-up, was
+    // enqueued again by a late look, and ran.
+    let err = job::Worker::builder(store.clone())
+        .register::<Noop>()
+        .queue("default", 1)
+        .periodic("* * * * * *", || Noop { n: 1 })
+        .pruner(job::PrunerConfig {
+            cancelled_retention: Duration::ZERO,
+            ..job::PrunerConfig::default()
+        })
+        .build()
+        .err()
+        .expect("refused");
+    assert!(
+        matches!(
+            &err,
+            BuildError::InvalidOption {
+                option: "cancelled_retention",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
 }

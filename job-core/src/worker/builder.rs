@@ -435,6 +435,19 @@ impl<S: Store> WorkerBuilder<S> {
             }
         }
         let periodic = self.periodic.into_iter().collect::<Result<Vec<_>, _>>()?;
+        // Scheduling a kind another worker runs is allowed (a scheduler apart from the
+        // workers); a kind no worker runs piles up a job per period, never run nor pruned.
+        for entry in periodic
+            .iter()
+            .filter(|p| self.registry.get(p.kind()).is_none())
+        {
+            tracing::warn!(
+                kind = entry.kind(),
+                schedule = entry.expression(),
+                "this worker schedules a kind it does not register: some other worker must run \
+                 it, or its jobs wait for good, one a period"
+            );
+        }
         // A period's unique key names the kind and the period's start: a second schedule of
         // one kind would share the first one's keys, and every period they share would run
         // once, for whichever enqueued first, with nothing logged.
@@ -456,17 +469,32 @@ impl<S: Store> WorkerBuilder<S> {
         // A period's unique key (held until the job is pruned) is all that keeps a look that
         // comes late, and catches up on the periods since its last, from enqueueing one that
         // another worker ran already: completed periods must outlive how far back it looks.
-        if !periodic.is_empty() && c.pruner.completed_retention <= c.scheduler.looks_back() {
-            return Err(invalid(
-                "completed_retention",
-                format!(
-                    "{:?} is not longer than how far back the scheduler catches up on periods \
-                     ({:?}: its interval and 60 s): a period that ran and was pruned could be \
-                     enqueued again by a look that came late",
+        // So must cancelled ones: a period cancelled to skip it keeps its key only as long.
+        if !periodic.is_empty() {
+            for (option, retention, what) in [
+                (
+                    "completed_retention",
                     c.pruner.completed_retention,
-                    c.scheduler.looks_back()
+                    "a period that ran and was pruned",
                 ),
-            ));
+                (
+                    "cancelled_retention",
+                    c.pruner.cancelled_retention,
+                    "a period cancelled to skip it, once pruned,",
+                ),
+            ] {
+                if retention <= c.scheduler.looks_back() {
+                    return Err(invalid(
+                        option,
+                        format!(
+                            "{retention:?} is not longer than how far back the scheduler \
+                             catches up on periods ({:?}: its interval and 60 s): {what} could \
+                             be enqueued again by a look that came late",
+                            c.scheduler.looks_back()
+                        ),
+                    ));
+                }
+            }
         }
         // Each maintenance service checks its own settings: the rescuer's and the stager's as
         // given, before `services` shortens their intervals to the leases and the poll.
