@@ -65,16 +65,18 @@ impl ServiceConfig for ReporterConfig {
     }
 }
 
+/// One gauge series: its name and labels.
+type Series = (&'static str, Vec<(&'static str, String)>);
+
 /// Label sets a report set, to set back to zero when a later report no longer has them.
-type Seen = HashSet<(&'static str, Vec<(&'static str, String)>)>;
+type Seen = HashSet<Series>;
 
 /// Which reporter of this process set each database gauge last (by [`Reporter::id`]): a
 /// reporter sets back to zero only the gauges it set last. Without it, a reporter that lost
 /// the role without noticing set what it had reported back to zero on its next pass, over what
 /// the process's new holder had just reported (the gauges are the process's, not a
 /// reporter's).
-static OWNERS: Mutex<Option<HashMap<(&'static str, Vec<(&'static str, String)>), u64>>> =
-    Mutex::new(None);
+static OWNERS: Mutex<Option<HashMap<Series, u64>>> = Mutex::new(None);
 
 /// The next [`Reporter::id`].
 static NEXT_REPORTER: AtomicU64 = AtomicU64::new(1);
