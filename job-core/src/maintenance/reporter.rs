@@ -82,10 +82,7 @@ static OWNERS: Mutex<Option<HashMap<Series, u64>>> = Mutex::new(None);
 static NEXT_REPORTER: AtomicU64 = AtomicU64::new(1);
 
 /// Sets back to zero the gauges of `series` that reporter `me` set last, and forgets them.
-fn zero_own<'a>(
-    series: impl IntoIterator<Item = &'a (&'static str, Vec<(&'static str, String)>)>,
-    me: u64,
-) {
+fn zero_own<'a>(series: impl IntoIterator<Item = &'a Series>, me: u64) {
     let mut owners = OWNERS.lock().unwrap_or_else(|e| e.into_inner());
     let owners = owners.get_or_insert_with(HashMap::new);
     for key in series {
