@@ -1,5 +1,6 @@
 //! What the testkit needs of a store beyond the [`Store`] and [`Admin`] contract, for each
-//! backend it supports: making scheduled jobs due at once (`Drain::with_scheduled`).
+//! backend it supports: making scheduled jobs due at once (`Drain::with_scheduled`), and
+//! reading what keeps a queue busy (`wait_until_idle`).
 
 use std::future::Future;
 
@@ -8,11 +9,24 @@ use job_core::{Admin, Store};
 use job_postgres::PgStore;
 use job_sqlite::SqliteStore;
 
-/// A store the testkit's [`Drain`](crate::Drain) runs on: PostgreSQL's and SQLite's.
+/// A store the testkit's [`Drain`](crate::Drain) and
+/// [`wait_until_idle`](crate::wait_until_idle) run on: PostgreSQL's and SQLite's.
 pub trait TestStore: Store + Admin {
     /// Makes every scheduled or retryable job of `queue` due now (a test's shortcut past
     /// run times; never used by the runtime).
     fn make_due(&self, queue: &str) -> impl Future<Output = ()> + Send;
+
+    /// What keeps `queue` busy, per state: jobs running, due waiting ones, and pending ones
+    /// that nothing active holds back any more (their dependencies finished, no job of their
+    /// ordering key waiting or running). Empty when the queue is idle.
+    fn busy(
+        &self,
+        queue: &str,
+    ) -> impl Future<Output = Result<Vec<(String, i64)>, sqlx::Error>> + Send;
+
+    /// When `queue` holds no job at all: the other queues with jobs waiting or running, and
+    /// how many (at most 10 queues). Empty otherwise.
+    fn busy_elsewhere(&self, queue: &str) -> impl Future<Output = Vec<(String, i64)>> + Send;
 }
 
 #[cfg(feature = "postgres")]
@@ -27,6 +41,46 @@ impl TestStore for PgStore {
         .await
         .expect("make scheduled jobs due");
     }
+
+    async fn busy(&self, queue: &str) -> Result<Vec<(String, i64)>, sqlx::Error> {
+        // A pending job counts once nothing it waits for is active: every job it depends on
+        // finished, and no job of its ordering key waits or runs. The next stager pass moves
+        // it on by itself (a dependent or a batch callback ran after "idle").
+        sqlx::query_as(
+            "SELECT state::text, count(*) FROM job.jobs j
+             WHERE queue = $1 AND (state = 'running'
+                   OR (state IN ('available', 'scheduled', 'retryable') AND run_at <= now())
+                   OR (state = 'pending'
+                       AND NOT EXISTS (
+                           SELECT 1 FROM job.dependencies d
+                           JOIN job.jobs w ON w.id = d.depends_on
+                           WHERE d.job_id = j.id
+                             AND w.state NOT IN ('completed', 'cancelled', 'discarded'))
+                       AND NOT EXISTS (
+                           SELECT 1 FROM job.jobs h
+                           WHERE j.ordering_key IS NOT NULL
+                             AND h.ordering_key = j.ordering_key
+                             AND h.state IN ('scheduled', 'available', 'running',
+                                             'retryable'))))
+             GROUP BY state ORDER BY state",
+        )
+        .bind(queue)
+        .fetch_all(self.pool())
+        .await
+    }
+
+    async fn busy_elsewhere(&self, queue: &str) -> Vec<(String, i64)> {
+        sqlx::query_as(
+            "SELECT o.queue, count(*) FROM job.jobs o
+             WHERE NOT EXISTS (SELECT 1 FROM job.jobs j WHERE j.queue = $1)
+               AND o.state IN ('pending', 'scheduled', 'available', 'running', 'retryable')
+             GROUP BY o.queue ORDER BY o.queue LIMIT 10",
+        )
+        .bind(queue)
+        .fetch_all(self.pool())
+        .await
+        .unwrap_or_default()
+    }
 }
 
 impl TestStore for SqliteStore {
@@ -40,5 +94,32 @@ impl TestStore for SqliteStore {
         .execute(self.pool())
         .await
         .expect("make scheduled jobs due");
+    }
+
+    async fn busy(&self, queue: &str) -> Result<Vec<(String, i64)>, sqlx::Error> {
+        // SQLite has no ordering keys or dependencies: nothing waits in `pending`.
+        sqlx::query_as(
+            "SELECT state, count(*) FROM job_jobs
+             WHERE queue = ?1 AND (state = 'running'
+                   OR (state IN ('available', 'scheduled', 'retryable')
+                       AND run_at <= CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000))
+             GROUP BY state ORDER BY state",
+        )
+        .bind(queue)
+        .fetch_all(self.pool())
+        .await
+    }
+
+    async fn busy_elsewhere(&self, queue: &str) -> Vec<(String, i64)> {
+        sqlx::query_as(
+            "SELECT o.queue, count(*) FROM job_jobs o
+             WHERE NOT EXISTS (SELECT 1 FROM job_jobs j WHERE j.queue = ?1)
+               AND o.state IN ('pending', 'scheduled', 'available', 'running', 'retryable')
+             GROUP BY o.queue ORDER BY o.queue LIMIT 10",
+        )
+        .bind(queue)
+        .fetch_all(self.pool())
+        .await
+        .unwrap_or_default()
     }
 }

@@ -42,18 +42,17 @@ pub use faults::{Crash, Faults, Point};
 pub use outage::{Outage, OutageStore};
 pub use perform::{perform, Inline, StepMemory};
 pub use sqlite::{SqliteFactory, TestSqlite};
-#[cfg(feature = "postgres")]
 pub use wait::wait_until_idle;
 pub use wait::{wait_for, WAIT};
 pub use worker::{rescue_now, TestWorker, TEST_LEASE};
 
 /// The names most application tests use: `use job_testkit::prelude::*;`.
 pub mod prelude {
+    #[cfg(feature = "postgres")]
+    pub use crate::TestDb;
     pub use crate::{
         assert_enqueued, assert_enqueued_with, enqueued, perform, refute_enqueued, rescue_now,
-        wait_for, Drain, Expect, Faults, Inline, Outage, OutageStore, Point, StepMemory,
-        TestSqlite, TestWorker,
+        wait_for, wait_until_idle, Drain, Expect, Faults, Inline, Outage, OutageStore, Point,
+        StepMemory, TestSqlite, TestWorker,
     };
-    #[cfg(feature = "postgres")]
-    pub use crate::{wait_until_idle, TestDb};
 }

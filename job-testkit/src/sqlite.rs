@@ -34,6 +34,12 @@ impl TestSqlite {
         self.store.clone()
     }
 
+    /// The store's pool, for the test's own statements and transactions (as
+    /// `TestDb::pool`): enqueue in a transaction of the application's, read its tables.
+    pub fn pool(&self) -> sqlx::SqlitePool {
+        self.store.pool().clone()
+    }
+
     /// The database file.
     pub fn path(&self) -> std::path::PathBuf {
         self.dir.path().join("job.db")

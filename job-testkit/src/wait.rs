@@ -5,9 +5,9 @@ use std::panic::Location;
 use std::time::Duration;
 
 use job_core::{JobId, JobRow, JobState, Store};
-#[cfg(feature = "postgres")]
-use job_postgres::PgStore;
 use tokio::time::Instant;
+
+use crate::backend::TestStore;
 
 /// How long the waits wait unless told otherwise.
 pub const WAIT: Duration = Duration::from_secs(10);
@@ -61,50 +61,43 @@ pub fn wait_for<'a, S: Store>(
     }
 }
 
-/// Waits until `queue` of `store` is idle (at most [`WAIT`]): no job running, none due, and
-/// no pending job that nothing active holds back any more (its dependencies all finished, no
-/// job of its ordering key waiting or running: the stager moves it on by itself). Jobs
-/// scheduled for later, or retrying after a backoff that has not run out, do not count.
+/// Waits until `queue` of `store` (a `PgStore` or a `SqliteStore`) is idle (at most
+/// [`WAIT`]): no job running, none due, and no pending job that nothing active holds back any
+/// more (its dependencies all finished, no job of its ordering key waiting or running: the
+/// stager moves it on by itself). Jobs scheduled for later, or retrying after a backoff that
+/// has not run out, do not count. A queue that holds no job at all is idle at once: it then
+/// says on stderr which other queues have jobs waiting or running (a misspelled queue, or a
+/// `#[job(queue = ..)]` forgotten).
 ///
 /// # Panics
 /// When the queue stays busy, with what it still holds per state and the caller's line.
-#[cfg(feature = "postgres")]
 #[track_caller]
-pub fn wait_until_idle<'a>(
-    store: &'a PgStore,
+pub fn wait_until_idle<'a, S: TestStore>(
+    store: &'a S,
     queue: &'a str,
 ) -> impl std::future::Future<Output = ()> + 'a {
     let at = Location::caller();
     async move {
         let deadline = Instant::now() + WAIT;
         loop {
-            // A pending job counts once nothing it waits for is active: every job it depends
-            // on finished, and no job of its ordering key waits or runs. The next stager pass
-            // moves it on by itself (a dependent or a batch callback ran after "idle").
-            let busy: Vec<(String, i64)> = sqlx::query_as(
-                "SELECT state::text, count(*) FROM job.jobs j
-                 WHERE queue = $1 AND (state = 'running'
-                       OR (state IN ('available', 'scheduled', 'retryable') AND run_at <= now())
-                       OR (state = 'pending'
-                           AND NOT EXISTS (
-                               SELECT 1 FROM job.dependencies d
-                               JOIN job.jobs w ON w.id = d.depends_on
-                               WHERE d.job_id = j.id
-                                 AND w.state NOT IN ('completed', 'cancelled', 'discarded'))
-                           AND NOT EXISTS (
-                               SELECT 1 FROM job.jobs h
-                               WHERE j.ordering_key IS NOT NULL
-                                 AND h.ordering_key = j.ordering_key
-                                 AND h.state IN ('scheduled', 'available', 'running',
-                                                 'retryable'))))
-                 GROUP BY state ORDER BY state",
-            )
-            .bind(queue)
-            .fetch_all(store.pool())
-            .await
-            .unwrap_or_else(|e| panic!("{at}: reading queue `{queue}`: {e}"));
+            let busy = store
+                .busy(queue)
+                .await
+                .unwrap_or_else(|e| panic!("{at}: reading queue `{queue}`: {e}"));
             if busy.is_empty() {
-                warn_if_the_queue_is_unknown(store, queue, at).await;
+                let elsewhere = store.busy_elsewhere(queue).await;
+                if !elsewhere.is_empty() {
+                    let list: Vec<String> = elsewhere
+                        .iter()
+                        .map(|(q, n)| format!("`{q}` ({n})"))
+                        .collect();
+                    eprintln!(
+                        "job-testkit wait_until_idle ({at}): queue `{queue}` holds no job at \
+                         all, so it is idle at once; jobs wait or run in other queues: {}. \
+                         Wait on the queue the jobs' `#[job(queue = ..)]` names.",
+                        list.join(", ")
+                    );
+                }
                 return;
             }
             if Instant::now() > deadline {
@@ -112,34 +105,5 @@ pub fn wait_until_idle<'a>(
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-    }
-}
-
-/// Says on stderr when `queue` never held a job while other queues have jobs waiting or
-/// running: `wait_until_idle` of a misspelled queue, or of `"default"` for jobs whose `#[job]`
-/// names another, returns at once and would let the test go on before its jobs ran.
-#[cfg(feature = "postgres")]
-async fn warn_if_the_queue_is_unknown(store: &PgStore, queue: &str, at: &Location<'_>) {
-    let elsewhere: Vec<(String, i64)> = sqlx::query_as(
-        "SELECT o.queue, count(*) FROM job.jobs o
-         WHERE NOT EXISTS (SELECT 1 FROM job.jobs j WHERE j.queue = $1)
-           AND o.state IN ('pending', 'scheduled', 'available', 'running', 'retryable')
-         GROUP BY o.queue ORDER BY o.queue LIMIT 10",
-    )
-    .bind(queue)
-    .fetch_all(store.pool())
-    .await
-    .unwrap_or_default();
-    if !elsewhere.is_empty() {
-        let list: Vec<String> = elsewhere
-            .iter()
-            .map(|(q, n)| format!("`{q}` ({n})"))
-            .collect();
-        eprintln!(
-            "job-testkit wait_until_idle ({at}): queue `{queue}` holds no job at all, so it is \
-             idle at once; jobs wait or run in other queues: {}. Wait on the queue the jobs' \
-             `#[job(queue = ..)]` names.",
-            list.join(", ")
-        );
     }
 }

@@ -329,6 +329,48 @@ async fn wait_until_idle_waits_for_a_dependent_its_dependency_released() {
     db.close().await;
 }
 
+/// The same on SQLite, with the test's own transaction through `TestSqlite::pool`.
+#[tokio::test]
+async fn wait_until_idle_and_the_pool_serve_sqlite_too() {
+    let db = job_testkit::TestSqlite::new().await;
+    let store = db.store();
+    let mut tx = db.pool().begin_with("BEGIN IMMEDIATE").await.unwrap();
+    let ids = [
+        SendReceipt {
+            order_id: 1,
+            flaky: false,
+        }
+        .enqueue(&mut *tx)
+        .await
+        .unwrap(),
+        SendReceipt {
+            order_id: 2,
+            flaky: false,
+        }
+        .enqueue(&mut *tx)
+        .await
+        .unwrap(),
+    ];
+    tx.commit().await.unwrap();
+    let mailer = Arc::new(Mailer::default());
+    let worker = Worker::builder(store.clone())
+        .register::<SendReceipt>()
+        .state(mailer.clone())
+        .queue("default", 1)
+        .for_tests()
+        .build()
+        .unwrap()
+        .start();
+    wait_until_idle(&store, "default").await;
+    for id in ids {
+        let row = store.get(id).await.unwrap().unwrap();
+        assert_eq!(row.state, JobState::Completed, "job {id}");
+    }
+    assert_eq!(mailer.sent.load(Ordering::SeqCst), 2);
+    worker.shutdown().await;
+    db.close().await;
+}
+
 #[tokio::test]
 async fn faults_crash_an_execution_where_a_killed_process_would_stop() {
     let db = TestDb::new().await;
