@@ -488,3 +488,53 @@ async fn a_gap_in_the_recorded_migrations_stops_both_migrators() {
     assert_eq!(schema_fingerprint(&pool).await, schema);
     db.close().await;
 }
+
+#[tokio::test]
+async fn migration_37_waits_for_an_enqueue_with_dependencies_instead_of_deadlocking() {
+    // The foreign key's ALTER locked job.dependencies, then waited for job.jobs; an enqueue
+    // with dependencies (or the stager) writes a job, then its edges: each waited for the
+    // other, and the server cancelled one (a worker's migrate at startup failed, or the
+    // application's enqueue). The migration now locks job.jobs first, as every writer does.
+    let db = TestDb::new().await;
+    let pool = db.pool();
+    migrate_below(&pool, 37).await;
+    let mut app = pool.begin().await.unwrap();
+    let ids: Vec<i64> = sqlx::query_scalar(
+        "INSERT INTO job.jobs (kind, state) VALUES ('a', 'available'), ('b', 'pending') \
+         RETURNING id",
+    )
+    .fetch_all(&mut *app)
+    .await
+    .unwrap();
+    let store = db.store();
+    let migrating = tokio::spawn(async move { store.migrate().await });
+    // The migration waits for the application's transaction (it holds job.jobs).
+    loop {
+        let waiting: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+                            WHERE datname = current_database() AND wait_event_type = 'Lock')",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        if waiting {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    sqlx::query(
+        "INSERT INTO job.dependencies (job_id, depends_on, mode) VALUES ($1, $2, 'completed')",
+    )
+    .bind(ids[1])
+    .bind(ids[0])
+    .execute(&mut *app)
+    .await
+    .expect("the application's edge is written, not cancelled as a deadlock's victim");
+    app.commit().await.unwrap();
+    migrating
+        .await
+        .unwrap()
+        .expect("the migration completes once the application's transaction has");
+    assert_eq!(applied(&pool).await.last().map(|(v, _)| *v), Some(37));
+    db.close().await;
+}

@@ -238,6 +238,20 @@ impl<S: Store> WorkerBuilder<S> {
                 return Err(invalid("queue", format!("queue `{queue}` is listed twice")));
             }
         }
+        // A kind whose default queue this worker does not run: its jobs wait unless another
+        // worker runs that queue (a worker may register a kind to claim it from a queue its
+        // enqueues name, so this is no error).
+        for h in self.registry.handlers() {
+            let queue = h.options().queue;
+            if !self.queues.iter().any(|(q, _)| q == queue) {
+                tracing::warn!(
+                    kind = h.kind(),
+                    queue,
+                    "this worker registers a kind whose queue it does not run: its jobs wait in \
+                     that queue unless another worker runs it (add `.queue(\"{queue}\", n)`)"
+                );
+            }
+        }
         let c = &self.config;
         // Stored as `locked_by` and named in lease_expired messages.
         if let Some(problem) = name_problem(&c.id) {

@@ -124,7 +124,7 @@ pub struct WorkerConfig {
     pub stuck_after: Duration,
     /// The most connections the worker opens for its own statements (claims, outcomes,
     /// releases, durable steps, maintenance and the LISTEN connection), apart from the
-    /// application's pool and from the two connections of the lease keeper. `None` (the
+    /// application's pool and from the three connections of the lease keeper. `None` (the
     /// default) takes 2 per queue + 4. See [`Worker::connections`](crate::worker::Worker::connections).
     pub connections: Option<u32>,
     /// How long the worker waits for the answer to any one call to its store (a claim, a
