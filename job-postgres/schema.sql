@@ -221,6 +221,9 @@ END
 $$;
 $job_migration_0001$;
         INSERT INTO job.schema_migrations (version, name) VALUES (1, 'init');
+    ELSIF NOT EXISTS (SELECT 1 FROM job.schema_migrations
+                      WHERE version = 1 AND name = 'init') THEN
+        RAISE EXCEPTION 'job migration 1 is recorded in job.schema_migrations as `%`, but this script''s migration 1 is `init`: the database was migrated by a build whose migrations differ from this one''s', (SELECT name FROM job.schema_migrations WHERE version = 1);
     END IF;
 END
 $apply$;
@@ -392,6 +395,9 @@ CREATE INDEX jobs_cancel_requested_idx ON job.jobs (id)
     WHERE cancel_requested AND state IN ('available', 'scheduled', 'retryable');
 $job_migration_0002$;
         INSERT INTO job.schema_migrations (version, name) VALUES (2, 'lifecycle');
+    ELSIF NOT EXISTS (SELECT 1 FROM job.schema_migrations
+                      WHERE version = 2 AND name = 'lifecycle') THEN
+        RAISE EXCEPTION 'job migration 2 is recorded in job.schema_migrations as `%`, but this script''s migration 2 is `lifecycle`: the database was migrated by a build whose migrations differ from this one''s', (SELECT name FROM job.schema_migrations WHERE version = 2);
     END IF;
 END
 $apply$;
@@ -435,6 +441,9 @@ CREATE TABLE job.steps (
 );
 $job_migration_0003$;
         INSERT INTO job.schema_migrations (version, name) VALUES (3, 'steps');
+    ELSIF NOT EXISTS (SELECT 1 FROM job.schema_migrations
+                      WHERE version = 3 AND name = 'steps') THEN
+        RAISE EXCEPTION 'job migration 3 is recorded in job.schema_migrations as `%`, but this script''s migration 3 is `steps`: the database was migrated by a build whose migrations differ from this one''s', (SELECT name FROM job.schema_migrations WHERE version = 3);
     END IF;
 END
 $apply$;
@@ -497,6 +506,9 @@ COMMENT ON FUNCTION job.push_error(jsonb, jsonb) IS
     'Appends entry to an error history, keeping the first entry and the latest 19.';
 $job_migration_0004$;
         INSERT INTO job.schema_migrations (version, name) VALUES (4, 'isolation');
+    ELSIF NOT EXISTS (SELECT 1 FROM job.schema_migrations
+                      WHERE version = 4 AND name = 'isolation') THEN
+        RAISE EXCEPTION 'job migration 4 is recorded in job.schema_migrations as `%`, but this script''s migration 4 is `isolation`: the database was migrated by a build whose migrations differ from this one''s', (SELECT name FROM job.schema_migrations WHERE version = 4);
     END IF;
 END
 $apply$;
@@ -772,6 +784,9 @@ WHERE NOT (run_at >= '0001-01-01 00:00:00+00' AND run_at <= '9999-12-31 23:59:59
    OR NOT (locked_until >= '0001-01-01 00:00:00+00' AND locked_until <= '9999-12-31 23:59:59.999999+00');
 $job_migration_0005$;
         INSERT INTO job.schema_migrations (version, name) VALUES (5, 'rules');
+    ELSIF NOT EXISTS (SELECT 1 FROM job.schema_migrations
+                      WHERE version = 5 AND name = 'rules') THEN
+        RAISE EXCEPTION 'job migration 5 is recorded in job.schema_migrations as `%`, but this script''s migration 5 is `rules`: the database was migrated by a build whose migrations differ from this one''s', (SELECT name FROM job.schema_migrations WHERE version = 5);
     END IF;
 END
 $apply$;
@@ -808,6 +823,9 @@ ALTER TABLE job.jobs VALIDATE CONSTRAINT jobs_finalized_at_check;
 ALTER TABLE job.jobs VALIDATE CONSTRAINT jobs_locked_until_check;
 $job_migration_0006$;
         INSERT INTO job.schema_migrations (version, name) VALUES (6, 'validate_rules');
+    ELSIF NOT EXISTS (SELECT 1 FROM job.schema_migrations
+                      WHERE version = 6 AND name = 'validate_rules') THEN
+        RAISE EXCEPTION 'job migration 6 is recorded in job.schema_migrations as `%`, but this script''s migration 6 is `validate_rules`: the database was migrated by a build whose migrations differ from this one''s', (SELECT name FROM job.schema_migrations WHERE version = 6);
     END IF;
 END
 $apply$;
@@ -1183,6 +1201,9 @@ REVOKE ALL ON FUNCTION job.forbidden_in_names() FROM PUBLIC;
 REVOKE ALL ON FUNCTION job.notify_insert() FROM PUBLIC;
 $job_migration_0007$;
         INSERT INTO job.schema_migrations (version, name) VALUES (7, 'sql_interface');
+    ELSIF NOT EXISTS (SELECT 1 FROM job.schema_migrations
+                      WHERE version = 7 AND name = 'sql_interface') THEN
+        RAISE EXCEPTION 'job migration 7 is recorded in job.schema_migrations as `%`, but this script''s migration 7 is `sql_interface`: the database was migrated by a build whose migrations differ from this one''s', (SELECT name FROM job.schema_migrations WHERE version = 7);
     END IF;
 END
 $apply$;
@@ -1233,6 +1254,9 @@ CREATE INDEX jobs_due_idx ON job.jobs (queue, run_at)
     WHERE state IN ('scheduled', 'retryable');
 $job_migration_0008$;
         INSERT INTO job.schema_migrations (version, name) VALUES (8, 'staging');
+    ELSIF NOT EXISTS (SELECT 1 FROM job.schema_migrations
+                      WHERE version = 8 AND name = 'staging') THEN
+        RAISE EXCEPTION 'job migration 8 is recorded in job.schema_migrations as `%`, but this script''s migration 8 is `staging`: the database was migrated by a build whose migrations differ from this one''s', (SELECT name FROM job.schema_migrations WHERE version = 8);
     END IF;
 END
 $apply$;
@@ -1308,6 +1332,9 @@ $$;
 REVOKE ALL ON FUNCTION job.set_trace_context(bigint, text) FROM PUBLIC;
 $job_migration_0009$;
         INSERT INTO job.schema_migrations (version, name) VALUES (9, 'telemetry');
+    ELSIF NOT EXISTS (SELECT 1 FROM job.schema_migrations
+                      WHERE version = 9 AND name = 'telemetry') THEN
+        RAISE EXCEPTION 'job migration 9 is recorded in job.schema_migrations as `%`, but this script''s migration 9 is `telemetry`: the database was migrated by a build whose migrations differ from this one''s', (SELECT name FROM job.schema_migrations WHERE version = 9);
     END IF;
 END
 $apply$;
@@ -1349,6 +1376,9 @@ ALTER TABLE job.jobs ADD CONSTRAINT jobs_result_check
     CHECK (result IS NULL OR octet_length(result::text) <= 131072) NOT VALID;
 $job_migration_0010$;
         INSERT INTO job.schema_migrations (version, name) VALUES (10, 'results');
+    ELSIF NOT EXISTS (SELECT 1 FROM job.schema_migrations
+                      WHERE version = 10 AND name = 'results') THEN
+        RAISE EXCEPTION 'job migration 10 is recorded in job.schema_migrations as `%`, but this script''s migration 10 is `results`: the database was migrated by a build whose migrations differ from this one''s', (SELECT name FROM job.schema_migrations WHERE version = 10);
     END IF;
 END
 $apply$;
@@ -1382,6 +1412,9 @@ EXECUTE $job_migration_0011$
 ALTER TYPE job.job_state ADD VALUE IF NOT EXISTS 'pending' BEFORE 'scheduled';
 $job_migration_0011$;
         INSERT INTO job.schema_migrations (version, name) VALUES (11, 'pending');
+    ELSIF NOT EXISTS (SELECT 1 FROM job.schema_migrations
+                      WHERE version = 11 AND name = 'pending') THEN
+        RAISE EXCEPTION 'job migration 11 is recorded in job.schema_migrations as `%`, but this script''s migration 11 is `pending`: the database was migrated by a build whose migrations differ from this one''s', (SELECT name FROM job.schema_migrations WHERE version = 11);
     END IF;
 END
 $apply$;
@@ -1650,6 +1683,9 @@ REVOKE ALL ON FUNCTION job.ordering_lock_key(text), job.ordering_promote(text),
     job.ordering_release(), job.set_ordering_key(bigint, text) FROM PUBLIC;
 $job_migration_0012$;
         INSERT INTO job.schema_migrations (version, name) VALUES (12, 'ordering');
+    ELSIF NOT EXISTS (SELECT 1 FROM job.schema_migrations
+                      WHERE version = 12 AND name = 'ordering') THEN
+        RAISE EXCEPTION 'job migration 12 is recorded in job.schema_migrations as `%`, but this script''s migration 12 is `ordering`: the database was migrated by a build whose migrations differ from this one''s', (SELECT name FROM job.schema_migrations WHERE version = 12);
     END IF;
 END
 $apply$;
@@ -1817,6 +1853,9 @@ REVOKE ALL ON FUNCTION job.dependencies_exist(bigint[]), job.dependencies_resolv
     FROM PUBLIC;
 $job_migration_0013$;
         INSERT INTO job.schema_migrations (version, name) VALUES (13, 'dependencies');
+    ELSIF NOT EXISTS (SELECT 1 FROM job.schema_migrations
+                      WHERE version = 13 AND name = 'dependencies') THEN
+        RAISE EXCEPTION 'job migration 13 is recorded in job.schema_migrations as `%`, but this script''s migration 13 is `dependencies`: the database was migrated by a build whose migrations differ from this one''s', (SELECT name FROM job.schema_migrations WHERE version = 13);
     END IF;
 END
 $apply$;
@@ -1910,6 +1949,9 @@ CREATE TRIGGER jobs_compensate
 REVOKE ALL ON FUNCTION job.compensate() FROM PUBLIC;
 $job_migration_0014$;
         INSERT INTO job.schema_migrations (version, name) VALUES (14, 'compensation');
+    ELSIF NOT EXISTS (SELECT 1 FROM job.schema_migrations
+                      WHERE version = 14 AND name = 'compensation') THEN
+        RAISE EXCEPTION 'job migration 14 is recorded in job.schema_migrations as `%`, but this script''s migration 14 is `compensation`: the database was migrated by a build whose migrations differ from this one''s', (SELECT name FROM job.schema_migrations WHERE version = 14);
     END IF;
 END
 $apply$;
@@ -2109,6 +2151,9 @@ REVOKE ALL ON FUNCTION job.breaker_record(text[], bigint[], bigint[], smallint[]
                                           bigint[], bigint[]) FROM PUBLIC;
 $job_migration_0015$;
         INSERT INTO job.schema_migrations (version, name) VALUES (15, 'flow_control');
+    ELSIF NOT EXISTS (SELECT 1 FROM job.schema_migrations
+                      WHERE version = 15 AND name = 'flow_control') THEN
+        RAISE EXCEPTION 'job migration 15 is recorded in job.schema_migrations as `%`, but this script''s migration 15 is `flow_control`: the database was migrated by a build whose migrations differ from this one''s', (SELECT name FROM job.schema_migrations WHERE version = 15);
     END IF;
 END
 $apply$;
@@ -2296,6 +2341,9 @@ AS $$
 $$;
 $job_migration_0016$;
         INSERT INTO job.schema_migrations (version, name) VALUES (16, 'pending_unique');
+    ELSIF NOT EXISTS (SELECT 1 FROM job.schema_migrations
+                      WHERE version = 16 AND name = 'pending_unique') THEN
+        RAISE EXCEPTION 'job migration 16 is recorded in job.schema_migrations as `%`, but this script''s migration 16 is `pending_unique`: the database was migrated by a build whose migrations differ from this one''s', (SELECT name FROM job.schema_migrations WHERE version = 16);
     END IF;
 END
 $apply$;
@@ -2352,6 +2400,9 @@ CREATE INDEX jobs_cancelled_idx ON job.jobs (finalized_at)
     WHERE state = 'cancelled';
 $job_migration_0017$;
         INSERT INTO job.schema_migrations (version, name) VALUES (17, 'finished_indexes');
+    ELSIF NOT EXISTS (SELECT 1 FROM job.schema_migrations
+                      WHERE version = 17 AND name = 'finished_indexes') THEN
+        RAISE EXCEPTION 'job migration 17 is recorded in job.schema_migrations as `%`, but this script''s migration 17 is `finished_indexes`: the database was migrated by a build whose migrations differ from this one''s', (SELECT name FROM job.schema_migrations WHERE version = 17);
     END IF;
 END
 $apply$;
@@ -2391,6 +2442,9 @@ ALTER TABLE job.steps ADD CONSTRAINT steps_output_check
     CHECK (octet_length(output::text) <= 2097152) NOT VALID;
 $job_migration_0018$;
         INSERT INTO job.schema_migrations (version, name) VALUES (18, 'step_output_bound');
+    ELSIF NOT EXISTS (SELECT 1 FROM job.schema_migrations
+                      WHERE version = 18 AND name = 'step_output_bound') THEN
+        RAISE EXCEPTION 'job migration 18 is recorded in job.schema_migrations as `%`, but this script''s migration 18 is `step_output_bound`: the database was migrated by a build whose migrations differ from this one''s', (SELECT name FROM job.schema_migrations WHERE version = 18);
     END IF;
 END
 $apply$;
@@ -2456,6 +2510,9 @@ END
 $$;
 $job_migration_0019$;
         INSERT INTO job.schema_migrations (version, name) VALUES (19, 'dependency_hold');
+    ELSIF NOT EXISTS (SELECT 1 FROM job.schema_migrations
+                      WHERE version = 19 AND name = 'dependency_hold') THEN
+        RAISE EXCEPTION 'job migration 19 is recorded in job.schema_migrations as `%`, but this script''s migration 19 is `dependency_hold`: the database was migrated by a build whose migrations differ from this one''s', (SELECT name FROM job.schema_migrations WHERE version = 19);
     END IF;
 END
 $apply$;
@@ -2784,6 +2841,9 @@ END
 $grants$;
 $job_migration_0020$;
         INSERT INTO job.schema_migrations (version, name) VALUES (20, 'sql_keys');
+    ELSIF NOT EXISTS (SELECT 1 FROM job.schema_migrations
+                      WHERE version = 20 AND name = 'sql_keys') THEN
+        RAISE EXCEPTION 'job migration 20 is recorded in job.schema_migrations as `%`, but this script''s migration 20 is `sql_keys`: the database was migrated by a build whose migrations differ from this one''s', (SELECT name FROM job.schema_migrations WHERE version = 20);
     END IF;
 END
 $apply$;
@@ -2968,6 +3028,9 @@ END
 $claim$;
 $job_migration_0021$;
         INSERT INTO job.schema_migrations (version, name) VALUES (21, 'claim_function');
+    ELSIF NOT EXISTS (SELECT 1 FROM job.schema_migrations
+                      WHERE version = 21 AND name = 'claim_function') THEN
+        RAISE EXCEPTION 'job migration 21 is recorded in job.schema_migrations as `%`, but this script''s migration 21 is `claim_function`: the database was migrated by a build whose migrations differ from this one''s', (SELECT name FROM job.schema_migrations WHERE version = 21);
     END IF;
 END
 $apply$;
@@ -3519,6 +3582,9 @@ END
 $$;
 $job_migration_0022$;
         INSERT INTO job.schema_migrations (version, name) VALUES (22, 'door_bounds');
+    ELSIF NOT EXISTS (SELECT 1 FROM job.schema_migrations
+                      WHERE version = 22 AND name = 'door_bounds') THEN
+        RAISE EXCEPTION 'job migration 22 is recorded in job.schema_migrations as `%`, but this script''s migration 22 is `door_bounds`: the database was migrated by a build whose migrations differ from this one''s', (SELECT name FROM job.schema_migrations WHERE version = 22);
     END IF;
 END
 $apply$;
@@ -3760,6 +3826,9 @@ END
 $$;
 $job_migration_0023$;
         INSERT INTO job.schema_migrations (version, name) VALUES (23, 'dependency_wake');
+    ELSIF NOT EXISTS (SELECT 1 FROM job.schema_migrations
+                      WHERE version = 23 AND name = 'dependency_wake') THEN
+        RAISE EXCEPTION 'job migration 23 is recorded in job.schema_migrations as `%`, but this script''s migration 23 is `dependency_wake`: the database was migrated by a build whose migrations differ from this one''s', (SELECT name FROM job.schema_migrations WHERE version = 23);
     END IF;
 END
 $apply$;
@@ -3806,6 +3875,9 @@ ALTER FUNCTION job.ordering_wake_up(integer) SET jit = off;
 ALTER FUNCTION job.ordering_promote(text) SET jit = off;
 $job_migration_0024$;
         INSERT INTO job.schema_migrations (version, name) VALUES (24, 'jit_off');
+    ELSIF NOT EXISTS (SELECT 1 FROM job.schema_migrations
+                      WHERE version = 24 AND name = 'jit_off') THEN
+        RAISE EXCEPTION 'job migration 24 is recorded in job.schema_migrations as `%`, but this script''s migration 24 is `jit_off`: the database was migrated by a build whose migrations differ from this one''s', (SELECT name FROM job.schema_migrations WHERE version = 24);
     END IF;
 END
 $apply$;
@@ -4274,6 +4346,9 @@ REVOKE ALL ON FUNCTION job.check_errors(), job.check_trace_context(),
     job.dependencies_refuse_loops() FROM PUBLIC;
 $job_migration_0025$;
         INSERT INTO job.schema_migrations (version, name) VALUES (25, 'raw_bounds');
+    ELSIF NOT EXISTS (SELECT 1 FROM job.schema_migrations
+                      WHERE version = 25 AND name = 'raw_bounds') THEN
+        RAISE EXCEPTION 'job migration 25 is recorded in job.schema_migrations as `%`, but this script''s migration 25 is `raw_bounds`: the database was migrated by a build whose migrations differ from this one''s', (SELECT name FROM job.schema_migrations WHERE version = 25);
     END IF;
 END
 $apply$;
@@ -4415,6 +4490,9 @@ END
 $rescue$;
 $job_migration_0026$;
         INSERT INTO job.schema_migrations (version, name) VALUES (26, 'running_by_kind');
+    ELSIF NOT EXISTS (SELECT 1 FROM job.schema_migrations
+                      WHERE version = 26 AND name = 'running_by_kind') THEN
+        RAISE EXCEPTION 'job migration 26 is recorded in job.schema_migrations as `%`, but this script''s migration 26 is `running_by_kind`: the database was migrated by a build whose migrations differ from this one''s', (SELECT name FROM job.schema_migrations WHERE version = 26);
     END IF;
 END
 $apply$;
@@ -4582,6 +4660,9 @@ CREATE TRIGGER jobs_ordering_release_left
     EXECUTE FUNCTION job.ordering_release();
 $job_migration_0027$;
         INSERT INTO job.schema_migrations (version, name) VALUES (27, 'stopping_rows');
+    ELSIF NOT EXISTS (SELECT 1 FROM job.schema_migrations
+                      WHERE version = 27 AND name = 'stopping_rows') THEN
+        RAISE EXCEPTION 'job migration 27 is recorded in job.schema_migrations as `%`, but this script''s migration 27 is `stopping_rows`: the database was migrated by a build whose migrations differ from this one''s', (SELECT name FROM job.schema_migrations WHERE version = 27);
     END IF;
 END
 $apply$;
@@ -4649,6 +4730,9 @@ WHERE (cardinality(tags) > 0 AND array_lower(tags, 1) <> 1)
 ALTER TABLE job.jobs ENABLE TRIGGER jobs_admission;
 $job_migration_0028$;
         INSERT INTO job.schema_migrations (version, name) VALUES (28, 'legacy_rows');
+    ELSIF NOT EXISTS (SELECT 1 FROM job.schema_migrations
+                      WHERE version = 28 AND name = 'legacy_rows') THEN
+        RAISE EXCEPTION 'job migration 28 is recorded in job.schema_migrations as `%`, but this script''s migration 28 is `legacy_rows`: the database was migrated by a build whose migrations differ from this one''s', (SELECT name FROM job.schema_migrations WHERE version = 28);
     END IF;
 END
 $apply$;
@@ -4925,6 +5009,9 @@ CREATE INDEX jobs_cancelled_prune_idx ON job.jobs (greatest(finalized_at, run_at
     WHERE state = 'cancelled';
 $job_migration_0029$;
         INSERT INTO job.schema_migrations (version, name) VALUES (29, 'operator_races');
+    ELSIF NOT EXISTS (SELECT 1 FROM job.schema_migrations
+                      WHERE version = 29 AND name = 'operator_races') THEN
+        RAISE EXCEPTION 'job migration 29 is recorded in job.schema_migrations as `%`, but this script''s migration 29 is `operator_races`: the database was migrated by a build whose migrations differ from this one''s', (SELECT name FROM job.schema_migrations WHERE version = 29);
     END IF;
 END
 $apply$;
@@ -4976,6 +5063,9 @@ ALTER TABLE job.rate_windows ADD CONSTRAINT rate_windows_limit_check
            AND (limit_starts IS NULL OR limit_starts >= 1)) NOT VALID;
 $job_migration_0030$;
         INSERT INTO job.schema_migrations (version, name) VALUES (30, 'rate_window_limit');
+    ELSIF NOT EXISTS (SELECT 1 FROM job.schema_migrations
+                      WHERE version = 30 AND name = 'rate_window_limit') THEN
+        RAISE EXCEPTION 'job migration 30 is recorded in job.schema_migrations as `%`, but this script''s migration 30 is `rate_window_limit`: the database was migrated by a build whose migrations differ from this one''s', (SELECT name FROM job.schema_migrations WHERE version = 30);
     END IF;
 END
 $apply$;
@@ -5228,6 +5318,9 @@ END
 $$;
 $job_migration_0031$;
         INSERT INTO job.schema_migrations (version, name) VALUES (31, 'dependency_outcomes');
+    ELSIF NOT EXISTS (SELECT 1 FROM job.schema_migrations
+                      WHERE version = 31 AND name = 'dependency_outcomes') THEN
+        RAISE EXCEPTION 'job migration 31 is recorded in job.schema_migrations as `%`, but this script''s migration 31 is `dependency_outcomes`: the database was migrated by a build whose migrations differ from this one''s', (SELECT name FROM job.schema_migrations WHERE version = 31);
     END IF;
 END
 $apply$;
@@ -5326,6 +5419,9 @@ END
 $grants$;
 $job_migration_0032$;
         INSERT INTO job.schema_migrations (version, name) VALUES (32, 'worker_grants');
+    ELSIF NOT EXISTS (SELECT 1 FROM job.schema_migrations
+                      WHERE version = 32 AND name = 'worker_grants') THEN
+        RAISE EXCEPTION 'job migration 32 is recorded in job.schema_migrations as `%`, but this script''s migration 32 is `worker_grants`: the database was migrated by a build whose migrations differ from this one''s', (SELECT name FROM job.schema_migrations WHERE version = 32);
     END IF;
 END
 $apply$;
@@ -5384,6 +5480,9 @@ CREATE TRIGGER jobs_deadline_door
     EXECUTE FUNCTION job.refuse_deadline();
 $job_migration_0033$;
         INSERT INTO job.schema_migrations (version, name) VALUES (33, 'deadline_door');
+    ELSIF NOT EXISTS (SELECT 1 FROM job.schema_migrations
+                      WHERE version = 33 AND name = 'deadline_door') THEN
+        RAISE EXCEPTION 'job migration 33 is recorded in job.schema_migrations as `%`, but this script''s migration 33 is `deadline_door`: the database was migrated by a build whose migrations differ from this one''s', (SELECT name FROM job.schema_migrations WHERE version = 33);
     END IF;
 END
 $apply$;
@@ -5481,6 +5580,9 @@ END
 $$;
 $job_migration_0034$;
         INSERT INTO job.schema_migrations (version, name) VALUES (34, 'ordering_snapshots');
+    ELSIF NOT EXISTS (SELECT 1 FROM job.schema_migrations
+                      WHERE version = 34 AND name = 'ordering_snapshots') THEN
+        RAISE EXCEPTION 'job migration 34 is recorded in job.schema_migrations as `%`, but this script''s migration 34 is `ordering_snapshots`: the database was migrated by a build whose migrations differ from this one''s', (SELECT name FROM job.schema_migrations WHERE version = 34);
     END IF;
 END
 $apply$;
@@ -5526,6 +5628,9 @@ CREATE INDEX jobs_pending_deadline_idx ON job.jobs (deadline)
     WHERE deadline IS NOT NULL AND state = 'pending';
 $job_migration_0035$;
         INSERT INTO job.schema_migrations (version, name) VALUES (35, 'pending_deadlines');
+    ELSIF NOT EXISTS (SELECT 1 FROM job.schema_migrations
+                      WHERE version = 35 AND name = 'pending_deadlines') THEN
+        RAISE EXCEPTION 'job migration 35 is recorded in job.schema_migrations as `%`, but this script''s migration 35 is `pending_deadlines`: the database was migrated by a build whose migrations differ from this one''s', (SELECT name FROM job.schema_migrations WHERE version = 35);
     END IF;
 END
 $apply$;
@@ -5617,6 +5722,9 @@ END
 $$;
 $job_migration_0036$;
         INSERT INTO job.schema_migrations (version, name) VALUES (36, 'compensation_passing_errors');
+    ELSIF NOT EXISTS (SELECT 1 FROM job.schema_migrations
+                      WHERE version = 36 AND name = 'compensation_passing_errors') THEN
+        RAISE EXCEPTION 'job migration 36 is recorded in job.schema_migrations as `%`, but this script''s migration 36 is `compensation_passing_errors`: the database was migrated by a build whose migrations differ from this one''s', (SELECT name FROM job.schema_migrations WHERE version = 36);
     END IF;
 END
 $apply$;
@@ -5675,6 +5783,9 @@ ALTER TABLE job.dependencies
     REFERENCES job.jobs (id) ON DELETE CASCADE NOT VALID;
 $job_migration_0037$;
         INSERT INTO job.schema_migrations (version, name) VALUES (37, 'dependency_owner');
+    ELSIF NOT EXISTS (SELECT 1 FROM job.schema_migrations
+                      WHERE version = 37 AND name = 'dependency_owner') THEN
+        RAISE EXCEPTION 'job migration 37 is recorded in job.schema_migrations as `%`, but this script''s migration 37 is `dependency_owner`: the database was migrated by a build whose migrations differ from this one''s', (SELECT name FROM job.schema_migrations WHERE version = 37);
     END IF;
 END
 $apply$;

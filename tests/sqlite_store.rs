@@ -674,3 +674,43 @@ async fn a_write_waiting_for_a_connection_does_not_hold_up_the_writes_that_have_
     keeper.close().await;
     db.close().await;
 }
+
+#[tokio::test]
+async fn an_up_to_date_file_opens_while_another_process_holds_its_write_lock() {
+    // Every open took the file's write lock once per migration, applied or not: a worker
+    // restarting while another process held the lock past the busy timeout (a bulk enqueue)
+    // failed to open a file with nothing to migrate.
+    let db = TestSqlite::new().await;
+    let mut holder = db.pool().begin_with("BEGIN IMMEDIATE").await.unwrap();
+    sqlx::query("UPDATE job_settings SET payload_limit = payload_limit")
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+    let opened = tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        SqliteStore::open(db.path()),
+    )
+    .await
+    .expect("opened without waiting for the write lock")
+    .expect("opened");
+    holder.rollback().await.unwrap();
+    opened.pool().close().await;
+    db.close().await;
+}
+
+#[tokio::test]
+async fn a_file_whose_migration_is_recorded_under_another_name_is_refused() {
+    let db = TestSqlite::new().await;
+    sqlx::query("UPDATE job_schema_migrations SET name = 'something_else' WHERE version = 11")
+        .execute(&db.pool())
+        .await
+        .unwrap();
+    let refused = SqliteStore::open(db.path()).await.unwrap_err();
+    assert!(
+        refused
+            .to_string()
+            .contains("recorded in job_schema_migrations as `something_else`"),
+        "{refused}"
+    );
+    db.close().await;
+}

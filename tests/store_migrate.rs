@@ -538,3 +538,53 @@ async fn migration_37_waits_for_an_enqueue_with_dependencies_instead_of_deadlock
     assert_eq!(applied(&pool).await.last().map(|(v, _)| *v), Some(37));
     db.close().await;
 }
+
+#[tokio::test]
+async fn a_migration_recorded_under_another_name_is_refused_and_a_newer_one_is_not() {
+    // Only versions were compared: a database migrated by a build whose migration 33 was
+    // another one (renumbered, replaced before it landed) was "up to date", and never got
+    // this build's 33. The names recorded are now compared, by `migrate` and by the script.
+    let db = TestDb::new().await;
+    let pool = db.pool();
+    sqlx::query("UPDATE job.schema_migrations SET name = 'satisfied_edges' WHERE version = 33")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let refused = db.store().migrate().await.unwrap_err();
+    assert!(
+        matches!(
+            &refused,
+            job_postgres::Error::MigrationRenamed { version: 33, recorded, name: "deadline_door" }
+                if recorded == "satisfied_edges"
+        ),
+        "{refused:?}"
+    );
+    assert!(refused.to_string().contains("differ"), "{refused}");
+    let refused = sqlx::raw_sql(&script_without_psql())
+        .execute(&pool)
+        .await
+        .unwrap_err();
+    assert!(
+        refused
+            .to_string()
+            .contains("recorded in job.schema_migrations as `satisfied_edges`"),
+        "{refused}"
+    );
+    sqlx::query("UPDATE job.schema_migrations SET name = 'deadline_door' WHERE version = 33")
+        .execute(&pool)
+        .await
+        .unwrap();
+    // A migration of a newer release: this build runs on its schema (a rolling deploy, a
+    // rollback), saying so.
+    sqlx::query(
+        "INSERT INTO job.schema_migrations (version, name) VALUES (9999, 'from_the_future')",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    db.store()
+        .migrate()
+        .await
+        .expect("a newer migration is not refused");
+    db.close().await;
+}

@@ -65,6 +65,25 @@ pub enum Error {
         /// The first migration after it that is recorded.
         later: i32,
     },
+    /// A migration this build has is recorded in `job.schema_migrations` under another name:
+    /// the database was migrated by a build whose migrations differ from this one's (one
+    /// renumbered or replaced), so the schema is not the one this build's statements were
+    /// written for. Nothing was applied.
+    #[error(
+        "job migration {version} is recorded in job.schema_migrations as `{recorded}`, but this \
+         build's migration {version} is `{name}`: the database was migrated by a build whose \
+         migrations differ from this one's, and its schema may lack what this build needs. \
+         Nothing was applied: restore the database from a backup, or apply migration \
+         {version} `{name}` by hand and record it under that name"
+    )]
+    MigrationRenamed {
+        /// The migration's version.
+        version: i32,
+        /// The name recorded for it.
+        recorded: String,
+        /// This build's name for it.
+        name: &'static str,
+    },
     /// A guarded write found the lease it was made under gone (the job was rescued, released
     /// or finalized elsewhere): it wrote nothing.
     #[error("the lease on job {id} was lost: nothing was written")]

@@ -295,6 +295,12 @@ pub fn script() -> String {
              END IF;\n\
         EXECUTE {tag}\n{sql}{tag};\n        \
              INSERT INTO job.schema_migrations (version, name) VALUES ({version}, '{name}');\n    \
+             ELSIF NOT EXISTS (SELECT 1 FROM job.schema_migrations\n                      \
+             WHERE version = {version} AND name = '{name}') THEN\n        \
+             RAISE EXCEPTION 'job migration {version} is recorded in job.schema_migrations as \
+             `%`, but this script''s migration {version} is `{name}`: the database was migrated \
+             by a build whose migrations differ from this one''s', (SELECT name FROM \
+             job.schema_migrations WHERE version = {version});\n    \
              END IF;\nEND\n$apply$;\nCOMMIT;\n",
             version = m.version,
             name = m.name,
@@ -340,15 +346,45 @@ async fn pending(pool: &PgPool) -> Result<Vec<&'static Migration>, Error> {
             .await
             .map_err(Error::query("migrate_bootstrap"))?;
     }
-    let applied: Vec<i32> = sqlx::query_scalar(sql::MIGRATE_APPLIED)
+    let recorded: Vec<(i32, String)> = sqlx::query_as(sql::MIGRATE_RECORDED)
         .fetch_all(&mut *tx)
         .await
-        .map_err(Error::query("migrate_applied"))?;
+        .map_err(Error::query("migrate_recorded"))?;
     tx.commit().await.map_err(Error::query("commit"))?;
+    check_recorded(&recorded)?;
     Ok(MIGRATIONS
         .iter()
-        .filter(|m| !applied.contains(&m.version))
+        .filter(|m| !recorded.iter().any(|(v, _)| *v == m.version))
         .collect())
+}
+
+/// Refuses a database whose recorded migrations are not this build's: one of this build's
+/// versions recorded under another name (a migration renumbered or replaced: its version was
+/// all that was compared, and the one this build has was never applied). Versions this build
+/// does not know (a newer release migrated the database) are said at WARN: this build's
+/// statements still run on a schema its migrations are part of, which rolling deploys and
+/// rollbacks rely on.
+fn check_recorded(recorded: &[(i32, String)]) -> Result<(), Error> {
+    for (version, name) in recorded {
+        match MIGRATIONS.iter().find(|m| m.version == *version) {
+            Some(m) if m.name != name => {
+                return Err(Error::MigrationRenamed {
+                    version: *version,
+                    recorded: name.clone(),
+                    name: m.name,
+                })
+            }
+            Some(_) => {}
+            None => tracing::warn!(
+                version,
+                name = %name,
+                known = MIGRATIONS.last().map_or(0, |m| m.version),
+                "the job schema has a migration this build does not know: a newer release \
+                 migrated it; this build runs on it, but not with what the newer one added"
+            ),
+        }
+    }
+    Ok(())
 }
 
 /// Applies one migration in its own transaction, unless a concurrent migrator got there first.

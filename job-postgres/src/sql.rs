@@ -95,6 +95,7 @@ pub(crate) const MIGRATE_ENCODING: &str = include_str!("sql/migrate_encoding.sql
 pub(crate) const MIGRATE_INSTALLED: &str = include_str!("sql/migrate_installed.sql");
 pub(crate) const MIGRATE_BOOTSTRAP: &str = include_str!("sql/migrate_bootstrap.sql");
 pub(crate) const MIGRATE_APPLIED: &str = include_str!("sql/migrate_applied.sql");
+pub(crate) const MIGRATE_RECORDED: &str = include_str!("sql/migrate_recorded.sql");
 pub(crate) const MIGRATE_RECORD: &str = include_str!("sql/migrate_record.sql");
 pub(crate) const POOL_IN_TRANSACTION: &str = include_str!("sql/pool_in_transaction.sql");
 pub(crate) static STATS_STUCK: LazyLock<String> =

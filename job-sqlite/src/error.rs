@@ -39,6 +39,24 @@ pub enum Error {
         #[source]
         source: sqlx::Error,
     },
+    /// A migration this build has is recorded in `job_schema_migrations` under another name:
+    /// the file was migrated by a build whose migrations differ from this one's (one
+    /// renumbered or replaced), so its schema is not the one this build was written for.
+    /// Nothing was applied.
+    #[error(
+        "job migration {version} is recorded in job_schema_migrations as `{recorded}`, but this \
+         build's migration {version} is `{name}`: the file was migrated by a build whose \
+         migrations differ from this one's, and its schema may lack what this build needs. \
+         Nothing was applied"
+    )]
+    MigrationRenamed {
+        /// The migration's number.
+        version: i64,
+        /// The name recorded for it.
+        recorded: String,
+        /// This build's name for it.
+        name: &'static str,
+    },
     /// The store's writer thread, where its write transactions run, could not be started.
     #[error("could not start the SQLite store's writer thread: {0}")]
     Writer(#[source] std::io::Error),

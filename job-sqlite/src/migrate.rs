@@ -98,13 +98,48 @@ pub const MIGRATIONS: &[Migration] = &[
 
 /// Brings the schema in `pool`'s database up to date: applies every migration not recorded
 /// in `job_schema_migrations`, in order, each in its own immediate transaction (which waits
-/// for another process migrating the same file, then finds its work done).
+/// for another process migrating the same file, then finds its work done). A file already up
+/// to date is only read: it does not wait for the file's write lock, which another process
+/// may hold for long (a bulk enqueue), so a worker restarting then still opens it. A
+/// migration recorded under another name than this build's is refused
+/// ([`Error::MigrationRenamed`]).
 pub async fn migrate(pool: &SqlitePool) -> Result<(), Error> {
+    let books: bool = sqlx::query_scalar(sql::MIGRATE_BOOKS_MADE)
+        .fetch_one(pool)
+        .await
+        .map_err(Error::query("migrate_books_made"))?;
+    let recorded: Vec<(i64, String)> = if books {
+        sqlx::query_as(sql::MIGRATE_RECORDED)
+            .fetch_all(pool)
+            .await
+            .map_err(Error::query("migrate_recorded"))?
+    } else {
+        Vec::new()
+    };
+    for (version, name) in &recorded {
+        if let Some(m) = MIGRATIONS
+            .iter()
+            .find(|m| m.version == *version && m.name != name)
+        {
+            return Err(Error::MigrationRenamed {
+                version: *version,
+                recorded: name.clone(),
+                name: m.name,
+            });
+        }
+    }
+    let pending: Vec<&Migration> = MIGRATIONS
+        .iter()
+        .filter(|m| !recorded.iter().any(|(v, _)| *v == m.version))
+        .collect();
+    if pending.is_empty() {
+        return Ok(());
+    }
     sqlx::query(sql::MIGRATE_BOOKS)
         .execute(pool)
         .await
         .map_err(Error::query("migrate_books"))?;
-    for migration in MIGRATIONS {
+    for migration in pending {
         let mut tx = pool
             .begin_with("BEGIN IMMEDIATE")
             .await
