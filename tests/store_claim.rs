@@ -762,5 +762,16 @@ async fn a_schema_older_than_the_build_is_named_in_the_error() {
         text.contains("older than this build") && text.contains("migrate"),
         "{text}"
     );
+    // A database never migrated: its claims say so too (it was the one case without a hint,
+    // and the one a new user meets first).
+    sqlx::query("DROP SCHEMA job CASCADE")
+        .execute(store.pool())
+        .await
+        .unwrap();
+    let text = store.claim(&request).await.unwrap_err().to_string();
+    assert!(
+        text.contains("never migrated") && text.contains("job migrate"),
+        "{text}"
+    );
     db.close().await;
 }

@@ -137,9 +137,10 @@ pub enum Error {
     },
 }
 
-/// What a statement failing for an object it names being missing (42883 undefined function,
-/// 42P01 undefined table, 42703 undefined column) most often means: a database whose `job`
-/// schema is older than this build (a deploy that runs the new workers before the migration).
+/// What a statement failing for an object it names being missing (3F000 undefined schema,
+/// 42883 undefined function, 42P01 undefined table, 42703 undefined column) most often means:
+/// a database never migrated, or whose `job` schema is older than this build (a deploy that
+/// runs the new workers before the migration).
 fn hint(statement: &str, source: &sqlx::Error) -> &'static str {
     match source {
         sqlx::Error::Database(db)
@@ -149,11 +150,15 @@ fn hint(statement: &str, source: &sqlx::Error) -> &'static str {
              REPEATABLE READ or SERIALIZABLE, the lease the worker renewed on the job's row \
              after the transaction's first statement is a concurrent update)"
         }
+        sqlx::Error::Database(db) if db.code().as_deref() == Some("3F000") => {
+            " (the database has no job schema: it was never migrated. Apply the migrations: \
+             `PgStore::migrate`, `job migrate`, or `psql -f schema.sql`)"
+        }
         sqlx::Error::Database(db)
             if matches!(db.code().as_deref(), Some("42883" | "42P01" | "42703")) =>
         {
-            " (is the database's job schema older than this build? Apply its migrations: \
-             `PgStore::migrate`, `job migrate`, or `psql -f schema.sql`)"
+            " (is the database's job schema older than this build, or not installed? Apply \
+             its migrations: `PgStore::migrate`, `job migrate`, or `psql -f schema.sql`)"
         }
         _ => "",
     }
