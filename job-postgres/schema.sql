@@ -5790,3 +5790,60 @@ $job_migration_0037$;
 END
 $apply$;
 COMMIT;
+
+-- 0038 worker_reads_migrations
+BEGIN;
+DO $lock$ BEGIN PERFORM pg_advisory_xact_lock(hashtextextended('job.schema_migrations', 0)); END $lock$;
+DO $apply$
+DECLARE
+    missing integer;
+    later integer;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = 38) THEN
+        SELECT min(v) INTO missing FROM pg_catalog.unnest('{1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31,32,33,34,35,36,37}'::integer[]) v
+            WHERE NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = v);
+        IF missing IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 38 `worker_reads_migrations` was not applied: migration %, which comes before it, is not recorded in job.schema_migrations (migrations apply in order, each after the one before)', missing;
+        END IF;
+        SELECT min(version) INTO later FROM job.schema_migrations WHERE version > 38;
+        IF later IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 38 `worker_reads_migrations` was not applied: it is not recorded in job.schema_migrations, but migration %, which comes after it, is: the schema was migrated out of order, and 38 applied now could undo what later migrations changed. Apply what migration 38 lacks by hand and record it, or restore the database from a backup', later;
+        END IF;
+EXECUTE $job_migration_0038$
+-- 0038 worker_reads_migrations: a worker's `migrate()` runs on an up-to-date schema. Append-only:
+-- change the schema in a new numbered file.
+--
+-- The README has every process call `PgStore::migrate()` at startup, and a second run only
+-- reads `job.schema_migrations` (under the migrator's advisory lock, which any role takes),
+-- but no grant let a worker read it: a worker granted as the README said failed to start,
+-- "permission denied for table schema_migrations", with nothing to migrate. The worker's
+-- grants now include reading it (a worker still cannot apply a migration: that is the
+-- owner's). Granted here, as migration 0032 grants the worker's block, to every role that holds
+-- the worker's privileges (UPDATE on job.jobs; not the owner, PUBLIC or superusers).
+
+DO $grants$
+DECLARE
+    worker text;
+BEGIN
+    FOR worker IN
+        SELECT DISTINCT a.grantee::pg_catalog.regrole::text
+        FROM pg_catalog.pg_class c, pg_catalog.aclexplode(c.relacl) a, pg_catalog.pg_roles r
+        WHERE c.oid = 'job.jobs'::pg_catalog.regclass
+          AND a.privilege_type = 'UPDATE'
+          AND a.grantee <> c.relowner
+          AND r.oid = a.grantee
+          AND NOT r.rolsuper
+    LOOP
+        EXECUTE pg_catalog.format('GRANT SELECT ON job.schema_migrations TO %s', worker);
+    END LOOP;
+END
+$grants$;
+$job_migration_0038$;
+        INSERT INTO job.schema_migrations (version, name) VALUES (38, 'worker_reads_migrations');
+    ELSIF NOT EXISTS (SELECT 1 FROM job.schema_migrations
+                      WHERE version = 38 AND name = 'worker_reads_migrations') THEN
+        RAISE EXCEPTION 'job migration 38 is recorded in job.schema_migrations as `%`, but this script''s migration 38 is `worker_reads_migrations`: the database was migrated by a build whose migrations differ from this one''s', (SELECT name FROM job.schema_migrations WHERE version = 38);
+    END IF;
+END
+$apply$;
+COMMIT;

@@ -207,6 +207,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "dependency_owner",
         sql: include_str!("../migrations/0037_dependency_owner.sql"),
     },
+    Migration {
+        version: 38,
+        name: "worker_reads_migrations",
+        sql: include_str!("../migrations/0038_worker_reads_migrations.sql"),
+    },
 ];
 
 /// The whole schema as one plain SQL script, for a DBA or a team without Rust:

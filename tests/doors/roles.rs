@@ -164,6 +164,12 @@ async fn an_owner_a_worker_and_an_enqueue_only_role_each_do_what_they_need_and_n
     // The worker runs the jobs with table privileges only.
     let as_worker = pool_as(&db, &worker).await;
     let store = PgStore::new(as_worker.clone());
+    // A worker runs `migrate()` at startup as the README says: with nothing to migrate, it
+    // only reads the books, which its grants allow.
+    store
+        .migrate()
+        .await
+        .expect("the worker's migrate on an up-to-date schema");
     let running = Worker::builder(store.clone())
         .register::<Ping>()
         .queue("default", 2)
@@ -519,6 +525,12 @@ async fn a_worker_granted_as_the_readme_said_before_migration_12_still_works_aft
     // The worker stages the job scheduled before the upgrade (stage.sql calls
     // job.ordering_wake_up and job.dependencies_resolve, of migrations 0012 and 0013) ...
     let store = PgStore::new(as_worker.clone());
+    // ... and its own `migrate()` at startup, with nothing left to apply, reads the books
+    // (migration 0038 granted that) ...
+    store
+        .migrate()
+        .await
+        .expect("a worker granted before the upgrade runs its migrate");
     let running = Worker::builder(store.clone())
         .register::<Ping>()
         .register::<FailsOnce>()
