@@ -535,7 +535,7 @@ async fn migration_37_waits_for_an_enqueue_with_dependencies_instead_of_deadlock
         .await
         .unwrap()
         .expect("the migration completes once the application's transaction has");
-    assert_eq!(applied(&pool).await.last().map(|(v, _)| *v), Some(37));
+    assert!(applied(&pool).await.iter().any(|(v, _)| *v == 37));
     db.close().await;
 }
 
