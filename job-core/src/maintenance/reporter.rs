@@ -81,10 +81,22 @@ static OWNERS: Mutex<Option<HashMap<Series, u64>>> = Mutex::new(None);
 /// The next [`Reporter::id`].
 static NEXT_REPORTER: AtomicU64 = AtomicU64::new(1);
 
+/// [`OWNERS`], locked: a gauge is set, or set back to zero, with its owner under the lock, so
+/// that two reporters of the process never interleave between the two.
+fn owners() -> std::sync::MutexGuard<'static, Option<HashMap<Series, u64>>> {
+    OWNERS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Sets back to zero the gauges of `series` that reporter `me` set last, and forgets them.
 fn zero_own<'a>(series: impl IntoIterator<Item = &'a Series>, me: u64) {
-    let mut owners = OWNERS.lock().unwrap_or_else(|e| e.into_inner());
-    let owners = owners.get_or_insert_with(HashMap::new);
+    zero_own_in(owners().get_or_insert_with(HashMap::new), series, me);
+}
+
+fn zero_own_in<'a>(
+    owners: &mut HashMap<Series, u64>,
+    series: impl IntoIterator<Item = &'a Series>,
+    me: u64,
+) {
     for key in series {
         if owners.get(key) == Some(&me) {
             owners.remove(key);
@@ -298,9 +310,12 @@ impl<S: Store> Reporter<S> {
 /// (set by its earlier report) that this one has not, unless another reporter of this process
 /// has set them since; `seen` becomes this report's.
 fn export(report: &Report, seen: &mut Seen, me: u64) {
+    let mut guard = owners();
+    let owners = guard.get_or_insert_with(HashMap::new);
     let mut now = Seen::new();
     let mut set = |name: &'static str, labels: Vec<(&'static str, String)>, value: f64| {
         gauge!(name, &labels).set(value);
+        owners.insert((name, labels.clone()), me);
         now.insert((name, labels));
     };
     for c in &report.jobs {
@@ -334,16 +349,9 @@ fn export(report: &Report, seen: &mut Seen, me: u64) {
         ];
         set(names::PAUSED, labels, 1.0);
     }
-    {
-        let mut owners = OWNERS.lock().unwrap_or_else(|e| e.into_inner());
-        let owners = owners.get_or_insert_with(HashMap::new);
-        for key in &now {
-            owners.insert(key.clone(), me);
-        }
-    }
     // What an earlier report had and this one has not is now zero (a queue emptied, the
     // dead letters purged).
-    zero_own(seen.difference(&now), me);
+    zero_own_in(owners, seen.difference(&now), me);
     *seen = now;
 }
 
