@@ -233,7 +233,21 @@ pub async fn run(pool: &PgPool, faults: Faults) -> Result<Report, Box<dyn std::e
             for w in workers {
                 w.shutdown().await;
             }
-            return Err(format!("the callback is still {} after 30 seconds", row.state).into());
+            // What it still waits for, to tell why.
+            let unfinished: Vec<(i64, String, String, i32)> = sqlx::query_as(
+                "SELECT id, kind, state::text, attempt FROM job.jobs
+                 WHERE queue = 'ledger'
+                   AND state NOT IN ('completed', 'cancelled', 'discarded')
+                 ORDER BY id",
+            )
+            .fetch_all(pool)
+            .await?;
+            return Err(format!(
+                "the callback is still {} after 30 seconds; jobs not finished (id, kind, \
+                 state, attempt): {unfinished:?}",
+                row.state
+            )
+            .into());
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
@@ -268,6 +282,12 @@ mod db;
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // The workers' warnings on stderr (the injected crash says so, and so would anything that
+    // held the jobs up: a lease the rescuer holds off from after a jump of the clock, say).
+    tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::WARN)
+        .with_writer(std::io::stderr)
+        .init();
     let server = std::env::var("DATABASE_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
     let options = db::ensure_database(&server, "job_example_ledger_batch").await?;
