@@ -615,6 +615,7 @@ fn drop_lost<S>(shared: &Shared<S>, batch: &mut Vec<Completion>) {
             // Counted by the keeper, which fenced it.
             tracing::warn!(
                 id = c.info.id,
+                kind = %c.info.kind,
                 "outcome dropped: fenced before it was written"
             );
         } else if !held {
@@ -622,6 +623,7 @@ fn drop_lost<S>(shared: &Shared<S>, batch: &mut Vec<Completion>) {
             c.labels.lease_lost();
             tracing::warn!(
                 id = c.info.id,
+                kind = %c.info.kind,
                 "outcome dropped: lease lost before it was written"
             );
         }
