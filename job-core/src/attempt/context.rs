@@ -103,11 +103,18 @@ pub struct JobContext {
     /// Set when a durable step's output could not be stored: the attempt's outcome is then a
     /// discard of class `step_unstorable` with this message, whatever the handler returns.
     unstorable_step: Arc<OnceLock<String>>,
+    /// The attempt's result and what it logged (one allocation for both).
+    notes: Arc<Notes>,
+}
+
+/// What an attempt's handler left with its context.
+#[derive(Debug, Default)]
+struct Notes {
     /// The attempt's result as compact JSON, set by [`JobContext::set_result`].
-    result: Arc<Mutex<Option<String>>>,
+    result: Mutex<Option<String>>,
     /// Whether a progress report not stored was logged at WARN this attempt: the next ones
     /// are logged at DEBUG (a handler reporting every row logged a warning per row).
-    progress_warned: Arc<AtomicBool>,
+    progress_warned: AtomicBool,
 }
 
 impl JobContext {
@@ -128,8 +135,7 @@ impl JobContext {
             steps: Arc::new(StepCache::new()),
             work: TaskTracker::new(),
             unstorable_step: Arc::default(),
-            result: Arc::default(),
-            progress_warned: Arc::default(),
+            notes: Arc::default(),
         }
     }
 
@@ -152,8 +158,7 @@ impl JobContext {
             steps: Arc::new(StepCache::new()),
             work: TaskTracker::new(),
             unstorable_step: Arc::default(),
-            result: Arc::default(),
-            progress_warned: Arc::default(),
+            notes: Arc::default(),
         }
     }
 
@@ -278,13 +283,14 @@ impl JobContext {
     /// ```
     pub fn set_result<T: serde::Serialize + ?Sized>(&self, value: &T) -> Result<(), JobError> {
         let json = crate::model::result::result_json(value).map_err(JobError::terminal)?;
-        *self.result.lock().unwrap_or_else(|e| e.into_inner()) = Some(json);
+        *self.notes.result.lock().unwrap_or_else(|e| e.into_inner()) = Some(json);
         Ok(())
     }
 
     /// The result set by [`set_result`](Self::set_result), as compact JSON.
     pub fn result(&self) -> Option<String> {
-        self.result
+        self.notes
+            .result
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
@@ -334,13 +340,15 @@ impl JobContext {
         let Some(hooks) = &self.hooks else { return };
         match crate::telemetry::value_json(value) {
             Ok(json) => hooks.progress(json),
-            Err(reason) if !self.progress_warned.swap(true, Ordering::Relaxed) => tracing::warn!(
-                id = self.info.id,
-                kind = %self.info.kind,
-                %reason,
-                "progress not stored (the next reports of this attempt not stored are logged at \
-                 DEBUG)"
-            ),
+            Err(reason) if !self.notes.progress_warned.swap(true, Ordering::Relaxed) => {
+                tracing::warn!(
+                    id = self.info.id,
+                    kind = %self.info.kind,
+                    %reason,
+                    "progress not stored (the next reports of this attempt not stored are logged at \
+                     DEBUG)"
+                )
+            }
             Err(reason) => tracing::debug!(id = self.info.id, %reason, "progress not stored"),
         }
     }
