@@ -588,3 +588,56 @@ async fn a_migration_recorded_under_another_name_is_refused_and_a_newer_one_is_n
         .expect("a newer migration is not refused");
     db.close().await;
 }
+
+/// Waits until `n` sessions of the test database wait for a lock.
+async fn lock_waiters(pool: &sqlx::PgPool, n: i64) {
+    loop {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity
+             WHERE datname = current_database() AND wait_event_type = 'Lock'",
+        )
+        .fetch_one(pool)
+        .await
+        .unwrap();
+        if waiting >= n {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test]
+async fn migration_37_and_a_redrive_wait_for_each_other_in_turn_instead_of_deadlocking() {
+    // The redrive's statement locks job.dependencies before it writes job.jobs: queued behind
+    // the migration on job.jobs while holding job.dependencies, which the migration wanted
+    // next, one of them was cancelled (a worker's migrate at startup, most often). A redrive
+    // now takes job.jobs first, as every other writer does.
+    use job::Admin as _;
+    let db = TestDb::new().await;
+    let pool = db.pool();
+    migrate_below(&pool, 37).await;
+    // A writer of job.jobs that the migration queues behind.
+    let mut writer = pool.begin().await.unwrap();
+    sqlx::query("LOCK TABLE job.jobs IN ROW EXCLUSIVE MODE")
+        .execute(&mut *writer)
+        .await
+        .unwrap();
+    let store = db.store();
+    let migrating = tokio::spawn(async move { store.migrate().await });
+    lock_waiters(&pool, 1).await;
+    let store = db.store();
+    let redriving =
+        tokio::spawn(async move { store.redrive(&job::JobFilter::dead_letters()).await });
+    lock_waiters(&pool, 2).await;
+    // Past the server's deadlock_timeout (1 s): the redrive's one deadlock check has run and
+    // found no cycle, so a cycle formed now is found by the migration's check, which cancels
+    // the migration (arranges the interleaving; nothing here is timed).
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    writer.commit().await.unwrap();
+    migrating
+        .await
+        .unwrap()
+        .expect("the migration is not a deadlock's victim");
+    redriving.await.unwrap().expect("nor is the redrive");
+    db.close().await;
+}

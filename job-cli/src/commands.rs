@@ -554,6 +554,8 @@ async fn redrive(store: &PgStore, dead: &DeadArgs, json_out: bool) -> Result<Exi
             "redriven": out.redriven,
             "skipped": skipped,
             "not_redriven": not_dead,
+            // Its name before `not_redriven`, kept for scripts that read it.
+            "not_dead_letters": not_dead,
         }))?;
         return Ok(code);
     }

@@ -950,6 +950,10 @@ async fn redrive_and_purge_say_why_each_named_id_was_left() {
     let said: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(said["redriven"], serde_json::json!([dead]));
     assert_eq!(said["not_redriven"], serde_json::json!([waiting]));
+    assert_eq!(
+        said["not_dead_letters"], said["not_redriven"],
+        "the older name kept"
+    );
     db.close().await;
 }
 

@@ -15,7 +15,9 @@
 -- tables are locked (SHARE ROW EXCLUSIVE, which waits for their writers and holds further
 -- writes until this transaction commits) in the order every writer takes them, job.jobs
 -- first: an enqueue with dependencies and the stager write a job, then its edges, and the
--- ALTER alone locked the edges first, then waited for job.jobs, a deadlock with either. The
+-- ALTER alone locked the edges first, then waited for job.jobs, a deadlock with either (a
+-- redrive, whose statement locks the edges first, takes job.jobs before it: the store's
+-- redrive_lock.sql). The
 -- constraint is NOT VALID: added under those locks without a scan, it is enforced on every
 -- edge written from now on, and its cascade applies to every edge, old or new (an orphan
 -- written between the DELETE and the lock stays, harmless). The edges pointing at a job

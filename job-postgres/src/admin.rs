@@ -333,43 +333,18 @@ impl Scope<'_> {
         let mut tries = 0;
         let rows: Vec<(JobId, bool, Option<JobId>, i64)> = loop {
             tries += 1;
-            let states = vec![JobState::Discarded.as_str()];
-            let mut tx = self.pool.begin().await.map_err(Error::query("begin"))?;
-            let result = bind_filter(
-                sqlx::query(sql::REDRIVE.as_str()),
-                filter,
-                states,
-                self.tenant,
-            )
-            .try_map(|r: sqlx::postgres::PgRow| {
-                Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?, r.try_get(3)?))
-            })
-            .fetch_all(&mut *tx)
-            .await;
-            match result {
-                Ok(rows) => {
-                    // A key's redriven dead letters head it in id order (redrive_order.sql).
-                    let redriven: Vec<JobId> = rows.iter().filter(|r| r.1).map(|r| r.0).collect();
-                    if !redriven.is_empty() {
-                        sqlx::query(sql::REDRIVE_ORDER)
-                            .bind(&redriven)
-                            .execute(&mut *tx)
-                            .await
-                            .map_err(Error::query("redrive_order"))?;
-                    }
-                    tx.commit().await.map_err(Error::query("commit"))?;
-                    break rows;
-                }
+            match self.redrive_once(filter).await {
+                Ok(rows) => break rows,
                 // A key taken meanwhile (23505), or a deadlock with another transaction taking
                 // ordering keys' locks in another order (40P01, which the server resolves by
-                // failing one side): the statement runs again.
-                Err(e)
+                // failing one side): the transaction runs again.
+                Err((_, e))
                     if (crate::error::is_unique_violation(&e) || crate::error::is_deadlock(&e))
                         && tries < REDRIVE_TRIES =>
                 {
                     continue
                 }
-                Err(e) => return Err(Error::query("redrive")(e).into()),
+                Err((statement, e)) => return Err(Error::query(statement)(e).into()),
             }
         };
         let mut out = Redriven::default();
@@ -382,6 +357,47 @@ impl Scope<'_> {
             }
         }
         Ok(out)
+    }
+
+    /// One try of [`redrive`](Self::redrive), in a transaction of its own: the redrive's
+    /// statement, then `redrive_order.sql` for the rows it redrove. Its first statement takes
+    /// `job.jobs` (ROW EXCLUSIVE, which it would take anyway): the redrive's statement locks
+    /// `job.dependencies` before it writes `job.jobs`, and a migration locking `job.jobs`,
+    /// then `job.dependencies` (0037), waited for it while it waited for the migration.
+    /// Errors come with the statement's name.
+    async fn redrive_once(
+        self,
+        filter: &JobFilter,
+    ) -> Result<Vec<(JobId, bool, Option<JobId>, i64)>, (&'static str, sqlx::Error)> {
+        let states = vec![JobState::Discarded.as_str()];
+        let mut tx = self.pool.begin().await.map_err(|e| ("begin", e))?;
+        sqlx::query(sql::REDRIVE_LOCK)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| ("redrive_lock", e))?;
+        let rows = bind_filter(
+            sqlx::query(sql::REDRIVE.as_str()),
+            filter,
+            states,
+            self.tenant,
+        )
+        .try_map(|r: sqlx::postgres::PgRow| {
+            Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?, r.try_get(3)?))
+        })
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(|e| ("redrive", e))?;
+        // A key's redriven dead letters head it in id order (redrive_order.sql).
+        let redriven: Vec<JobId> = rows.iter().filter(|r| r.1).map(|r| r.0).collect();
+        if !redriven.is_empty() {
+            sqlx::query(sql::REDRIVE_ORDER)
+                .bind(&redriven)
+                .execute(&mut *tx)
+                .await
+                .map_err(|e| ("redrive_order", e))?;
+        }
+        tx.commit().await.map_err(|e| ("commit", e))?;
+        Ok(rows)
     }
 
     async fn purge(self, filter: &JobFilter) -> Result<u64, StoreError> {

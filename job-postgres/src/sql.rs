@@ -66,6 +66,7 @@ pub(crate) static LIST: LazyLock<String> = LazyLock::new(|| splice(include_str!(
 pub(crate) static LIST_SUMMARY: LazyLock<String> =
     LazyLock::new(|| splice(include_str!("sql/list_summary.sql")));
 pub(crate) const REDRIVE_ORDER: &str = include_str!("sql/redrive_order.sql");
+pub(crate) const REDRIVE_LOCK: &str = include_str!("sql/redrive_lock.sql");
 pub(crate) static REDRIVE: LazyLock<String> =
     LazyLock::new(|| splice(include_str!("sql/redrive.sql")));
 pub(crate) static PURGE: LazyLock<String> = LazyLock::new(|| splice(include_str!("sql/purge.sql")));
