@@ -932,6 +932,16 @@ async fn a_payload_nested_as_deep_as_json_allows_is_discarded_with_its_compensat
     db.close().await;
 }
 
+/// The columns of a running row (for `insert_raw`) whose lease ended at `until`.
+fn expired_lease(until: &'static str) -> [(&'static str, &'static str); 4] {
+    [
+        ("state", "'running'"),
+        ("attempt", "1"),
+        ("lock_token", "randomblob(16)"),
+        ("locked_until", until),
+    ]
+}
+
 #[tokio::test]
 async fn a_row_the_database_will_not_take_never_stops_a_rescue_or_an_expire_pass() {
     // The rescuer and the expirer wrote every row they picked in one transaction and failed
@@ -939,14 +949,6 @@ async fn a_row_the_database_will_not_take_never_stops_a_rescue_or_an_expire_pass
     // refused (here an application's trigger refuses it) stopped every pass of the file.
     let db = TestSqlite::new().await;
     let store = db.store();
-    let expired_lease = |until: &'static str| {
-        [
-            ("state", "'running'"),
-            ("attempt", "1"),
-            ("lock_token", "randomblob(16)"),
-            ("locked_until", until),
-        ]
-    };
     insert_raw(&store, "q", &expired_lease("0")).await.unwrap(); // 1: picked first
     insert_raw(&store, "q", &expired_lease("1")).await.unwrap(); // 2
     insert_raw(&store, "q", &[("deadline", "1")]).await.unwrap(); // 3: picked first
@@ -997,14 +999,6 @@ async fn a_batch_full_of_refused_rows_never_stops_the_rest_of_a_rescue_or_an_exp
     // pass now leaves out the rows refused before (for ten minutes, then tries them again).
     let db = TestSqlite::new().await;
     let store = db.store();
-    let expired_lease = |until: &'static str| {
-        [
-            ("state", "'running'"),
-            ("attempt", "1"),
-            ("lock_token", "randomblob(16)"),
-            ("locked_until", until),
-        ]
-    };
     for until in ["0", "1", "2"] {
         insert_raw(&store, "q", &expired_lease(until))
             .await

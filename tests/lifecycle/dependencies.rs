@@ -1289,14 +1289,11 @@ async fn a_redriven_dependent_does_not_fail_on_a_dependency_it_had_and_that_was_
     );
 }
 
-#[tokio::test]
-async fn a_redriven_dependent_does_not_fail_on_a_dependency_that_completed_after_it_was_discarded()
-{
-    // As above, the other way round: pack is discarded while charge still runs, so ship is
-    // discarded and its edge to charge closed without a verdict; charge then completes and is
-    // pruned. Redriven with pack, ship was discarded again as "charge was deleted".
+/// `charge`, `pack` and `ship`, which depends on both: `pack` is discarded while `charge` still
+/// waits, so `ship` is discarded and its edge to `charge` closed without a verdict. Returns
+/// (charge, pack, ship).
+async fn ship_discarded_while_charge_waits(h: &Harness) -> (JobId, JobId, JobId) {
     use job::Store as _;
-    let h = Harness::new().await;
     let pool = h.store.pool();
     let charge = enqueue(&h.store, task("charge")).await;
     let pack = enqueue(&h.store, task("pack")).await;
@@ -1314,6 +1311,19 @@ async fn a_redriven_dependent_does_not_fail_on_a_dependency_that_completed_after
         None,
         "closed without a verdict"
     );
+    (charge, pack, ship)
+}
+
+#[tokio::test]
+async fn a_redriven_dependent_does_not_fail_on_a_dependency_that_completed_after_it_was_discarded()
+{
+    // As above, the other way round: pack is discarded while charge still runs, so ship is
+    // discarded and its edge to charge closed without a verdict; charge then completes and is
+    // pruned. Redriven with pack, ship was discarded again as "charge was deleted".
+    use job::Store as _;
+    let h = Harness::new().await;
+    let pool = h.store.pool();
+    let (charge, pack, ship) = ship_discarded_while_charge_waits(&h).await;
     end(pool, charge, "completed").await;
     h.store.stage_due(100).await.unwrap();
     assert_eq!(
@@ -1348,18 +1358,7 @@ async fn a_redriven_dependent_does_not_run_when_a_dependency_closed_without_a_ve
     for (how, gone_by) in [("cancelled", "prune"), ("discarded", "purge")] {
         let h = Harness::new().await;
         let pool = h.store.pool();
-        let charge = enqueue(&h.store, task("charge")).await;
-        let pack = enqueue(&h.store, task("pack")).await;
-        let ship = Enqueue::new(task("ship"))
-            .depends_on([charge, pack])
-            .enqueue(pool)
-            .await
-            .unwrap();
-        h.store.stage_due(100).await.unwrap();
-        end(pool, pack, "discarded").await;
-        h.store.stage_due(100).await.unwrap();
-        assert_eq!(h.row(ship).await.state, JobState::Discarded);
-        assert_eq!(satisfied(pool, ship, charge).await, None, "{how}");
+        let (charge, pack, ship) = ship_discarded_while_charge_waits(&h).await;
         end(pool, charge, how).await;
         h.store.stage_due(100).await.unwrap();
         let deleted = match gone_by {

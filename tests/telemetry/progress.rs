@@ -317,19 +317,7 @@ fn a_dead_letter_is_logged_at_warn_with_what_finds_it() {
             .unwrap()
             .block_on(async {
                 let db = TestDb::new().await;
-                let id = TmHopeless {}.enqueue(&db.pool()).await.unwrap();
-                let worker = Worker::builder(db.store())
-                    .register::<TmHopeless>()
-                    .queue("tm-hopeless", 1)
-                    .for_tests()
-                    .build()
-                    .unwrap()
-                    .start();
-                assert_eq!(
-                    finished_row(&db.store(), id).await.state,
-                    JobState::Discarded
-                );
-                worker.shutdown().await;
+                let id = crate::support::dead_letter(&db, TmHopeless {}, "tm-hopeless").await;
                 db.close().await;
                 id
             })

@@ -8,7 +8,7 @@ use job::prelude::*;
 use job::{Admin, Pause, Reporter, ReporterConfig};
 use job_testkit::prelude::*;
 
-use crate::support::{finished_row, recorder, sample};
+use crate::support::{dead_letter, finished_row, recorder, sample};
 
 #[job(kind = "tr.idle", queue = "rq")]
 async fn tr_idle(_ctx: JobContext) -> Result<(), JobError> {
@@ -332,25 +332,6 @@ async fn tr_gone(_ctx: JobContext) -> Result<(), JobError> {
 #[job(kind = "tr.gone_keep", queue = "rq-gone-keep")]
 async fn tr_gone_keep(_ctx: JobContext) -> Result<(), JobError> {
     Err(JobError::terminal("never works"))
-}
-
-/// A dead letter of `J` (of queue `queue`), made as a worker would. Each test has a kind of
-/// its own: the gauges are the process's, and the tests run side by side.
-async fn dead_letter<J: Job>(db: &TestDb, job: J, queue: &str) {
-    let id = Enqueue::new(job).enqueue(&db.pool()).await.unwrap();
-    let worker = Worker::builder(db.store())
-        .register::<J>()
-        .queue(queue, 1)
-        .configure(|c| c.reporter.enabled = false)
-        .for_tests()
-        .build()
-        .unwrap()
-        .start();
-    assert_eq!(
-        finished_row(&db.store(), id).await.state,
-        JobState::Discarded
-    );
-    worker.shutdown().await;
 }
 
 fn dead_letters(queue: &str, kind: &str) -> Option<f64> {

@@ -105,3 +105,29 @@ pub(crate) async fn finished_row(store: &job::PgStore, id: job::JobId) -> job::J
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+/// Job `job` (of queue `queue`) made a dead letter as a worker makes one (its handler must
+/// fail terminally); returns its id. Each test has a kind of its own: the gauges are the
+/// process's, and the tests run side by side.
+pub(crate) async fn dead_letter<J: job::Job>(
+    db: &job_testkit::TestDb,
+    job: J,
+    queue: &str,
+) -> job::JobId {
+    use job_testkit::TestWorker as _;
+    let id = job::Enqueue::new(job).enqueue(&db.pool()).await.unwrap();
+    let worker = job::Worker::builder(db.store())
+        .register::<J>()
+        .queue(queue, 1)
+        .configure(|c| c.reporter.enabled = false)
+        .for_tests()
+        .build()
+        .unwrap()
+        .start();
+    assert_eq!(
+        finished_row(&db.store(), id).await.state,
+        job::JobState::Discarded
+    );
+    worker.shutdown().await;
+    id
+}

@@ -68,13 +68,13 @@ impl ServiceConfig for ReporterConfig {
 /// One gauge series: its name and labels.
 type Series = (&'static str, Vec<(&'static str, String)>);
 
-/// Label sets a report set, to set back to zero when a later report no longer has them.
-type Seen = HashSet<Series>;
-
 /// Which reporter of this process set each database gauge last (by [`Reporter::id`]): a
-/// reporter sets back to zero only the gauges it set last. Without it, a reporter that lost
-/// the role without noticing set what it had reported back to zero on its next pass, over what
-/// the process's new holder had just reported (the gauges are the process's, not a
+/// reporter sets back to zero only the gauges it set last, when a later reading of its own has
+/// them no more (a queue emptied, the dead letters purged) or when it stops holding the role
+/// (another worker's reporter, perhaps in this process, reports then: what it set would
+/// otherwise stay, a purged dead letter counted for good). Without the owner, a reporter that
+/// lost the role without noticing set what it had reported back to zero on its next pass,
+/// over what the process's new holder had just reported (the gauges are the process's, not a
 /// reporter's).
 static OWNERS: Mutex<Option<HashMap<Series, u64>>> = Mutex::new(None);
 
@@ -87,22 +87,16 @@ fn owners() -> std::sync::MutexGuard<'static, Option<HashMap<Series, u64>>> {
     OWNERS.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Sets back to zero the gauges of `series` that reporter `me` set last, and forgets them.
-fn zero_own<'a>(series: impl IntoIterator<Item = &'a Series>, me: u64) {
-    zero_own_in(owners().get_or_insert_with(HashMap::new), series, me);
-}
-
-fn zero_own_in<'a>(
-    owners: &mut HashMap<Series, u64>,
-    series: impl IntoIterator<Item = &'a Series>,
-    me: u64,
-) {
-    for key in series {
-        if owners.get(key) == Some(&me) {
-            owners.remove(key);
-            gauge!(key.0, &key.1).set(0.0);
+/// Sets back to zero the gauges reporter `me` set last but those `keep` holds, and forgets
+/// them.
+fn zero_own(owners: &mut HashMap<Series, u64>, me: u64, keep: &HashSet<Series>) {
+    owners.retain(|key, owner| {
+        if *owner != me || keep.contains(key) {
+            return true;
         }
-    }
+        gauge!(key.0, &key.1).set(0.0);
+        false
+    });
 }
 
 /// This process's reporters that hold the role: `job_reporter_leader` is 1 while any does.
@@ -169,11 +163,6 @@ pub struct Reporter<S> {
     owners: Vec<(String, String)>,
     /// This reporter (and its clones) among the process's: see [`OWNERS`].
     id: u64,
-    /// The gauges this reporter set, set back to zero when a later reading has them no more
-    /// or when it stops holding the role (another worker's reporter, perhaps in this process,
-    /// reports then: what this one set would otherwise stay, a purged dead letter counted for
-    /// good), unless another reporter of the process has set them since.
-    seen: Seen,
     /// When the holder reads the gauges next (see [`GAUGE_SHARE`]); until then its passes
     /// only keep the role.
     next: Option<Instant>,
@@ -201,7 +190,6 @@ impl<S: Store> Reporter<S> {
             holder: holder.into(),
             owners,
             id: NEXT_REPORTER.fetch_add(1, Ordering::Relaxed),
-            seen: Seen::new(),
             next: None,
             held: Arc::default(),
             owners_recorded: false,
@@ -259,7 +247,7 @@ impl<S: Store> Reporter<S> {
             Some(report) => {
                 self.held.set(true);
                 if read {
-                    export(report, &mut self.seen, self.id);
+                    export(report, self.id);
                 }
             }
             None => self.stop_holding(),
@@ -275,7 +263,11 @@ impl<S: Store> Reporter<S> {
     fn stop_holding(&mut self) {
         self.held.set(false);
         self.next = None;
-        zero_own(&std::mem::take(&mut self.seen), self.id);
+        zero_own(
+            owners().get_or_insert_with(HashMap::new),
+            self.id,
+            &HashSet::new(),
+        );
     }
 
     /// Gives the role up, if this worker held it at its last pass, so that another worker
@@ -306,13 +298,12 @@ impl<S: Store> Reporter<S> {
     }
 }
 
-/// Sets the database gauges from `report` as reporter `me`, and back to zero those in `seen`
-/// (set by its earlier report) that this one has not, unless another reporter of this process
-/// has set them since; `seen` becomes this report's.
-fn export(report: &Report, seen: &mut Seen, me: u64) {
+/// Sets the database gauges from `report` as reporter `me`, and back to zero those it set
+/// last that this report has not ([`OWNERS`]).
+fn export(report: &Report, me: u64) {
     let mut guard = owners();
     let owners = guard.get_or_insert_with(HashMap::new);
-    let mut now = Seen::new();
+    let mut now = HashSet::new();
     let mut set = |name: &'static str, labels: Vec<(&'static str, String)>, value: f64| {
         gauge!(name, &labels).set(value);
         owners.insert((name, labels.clone()), me);
@@ -351,8 +342,7 @@ fn export(report: &Report, seen: &mut Seen, me: u64) {
     }
     // What an earlier report had and this one has not is now zero (a queue emptied, the
     // dead letters purged).
-    zero_own_in(owners, seen.difference(&now), me);
-    *seen = now;
+    zero_own(owners, me, &now);
 }
 
 impl<S: Store> Service for Reporter<S> {
