@@ -204,12 +204,7 @@ pub(crate) async fn run(
     );
 
     let started = Instant::now();
-    let job = match (ExportReport { report_id }).enqueue(pool).await {
-        Ok(id) => id,
-        // Left active by an interrupted earlier run: that job does the export.
-        Err(EnqueueError::Duplicate { existing, .. }) => existing,
-        Err(e) => return Err(e.into()),
-    };
+    let job = (ExportReport { report_id }).enqueue(pool).await?;
     println!("enqueued export job {job} (unique key export:{report_id})");
     let duplicate_of = match (ExportReport { report_id }).enqueue(pool).await {
         Err(EnqueueError::Duplicate { existing, .. }) => {
@@ -334,6 +329,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let pool = job::pool_options()
         .max_connections(5)
         .connect_with(options)
+        .await?;
+    PgStore::new(pool.clone()).migrate().await?;
+    // This demo starts over on every run: the export job of a run killed part-way would
+    // otherwise hold the report's unique key, and run again here on its second attempt.
+    sqlx::query("DELETE FROM job.jobs WHERE kind = $1")
+        .bind(<ExportReport as Job>::KIND)
+        .execute(&pool)
         .await?;
     let store = object_store_from_env()?;
     let report_id = 1;
