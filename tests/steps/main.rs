@@ -6,6 +6,7 @@
 mod common;
 
 mod concurrent;
+mod held;
 mod inline;
 mod receipts;
 mod snooze;

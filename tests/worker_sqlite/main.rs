@@ -13,6 +13,7 @@ mod support;
 
 #[path = "../worker/drain.rs"]
 mod drain;
+mod held;
 #[path = "../worker/many_workers.rs"]
 mod many_workers;
 #[path = "../worker/outcomes.rs"]

@@ -115,6 +115,9 @@ struct Notes {
     /// Whether a progress report not stored was logged at WARN this attempt: the next ones
     /// are logged at DEBUG (a handler reporting every row logged a warning per row).
     progress_warned: AtomicBool,
+    /// Set by [`JobContext::finalized_in_transaction`]: a durable step that would have to run
+    /// is refused from then on (see [`JobContext::step`]).
+    finalized_in_transaction: AtomicBool,
 }
 
 impl JobContext {
@@ -287,6 +290,14 @@ impl JobContext {
         Ok(())
     }
 
+    /// Whether the handler finalized this job in its own transaction
+    /// ([`finalized_in_transaction`](Self::finalized_in_transaction)).
+    pub(crate) fn finalized_by_handler(&self) -> bool {
+        self.notes
+            .finalized_in_transaction
+            .load(std::sync::atomic::Ordering::Acquire)
+    }
+
     /// The result set by [`set_result`](Self::set_result), as compact JSON.
     pub fn result(&self) -> Option<String> {
         self.notes
@@ -302,6 +313,9 @@ impl JobContext {
     /// transaction rolls back; when it finds the lease gone it is not counted as lost, and
     /// neither is a heartbeat that finds the job finished.
     pub fn finalized_in_transaction(&self) {
+        self.notes
+            .finalized_in_transaction
+            .store(true, std::sync::atomic::Ordering::Release);
         if let Some(hooks) = &self.hooks {
             hooks.finalized_in_transaction();
         }

@@ -209,6 +209,11 @@ impl JobContext {
     /// would wait for itself. Without a store (a context built with [`JobContext::new`] alone)
     /// `f` runs every time and nothing is recorded.
     ///
+    /// A step not yet recorded is refused with a terminal error, `f` not run, once the handler
+    /// has called `complete_in` in this attempt: that transaction holds the job's row, and once
+    /// it commits the job is finished, so the output could never be recorded. Run steps before
+    /// `complete_in`; code after its commit runs once, as plain code.
+    ///
     /// ```
     /// # use job_core::{JobContext, JobError};
     /// # async fn charge_card(_: i64) -> Result<String, std::io::Error> { Ok("ch_1".into()) }
@@ -274,6 +279,17 @@ impl JobContext {
                 drop(running);
                 return decode_recorded(name, &recorded);
             }
+        }
+        // After `complete_in`, the handler's own transaction holds the job's row until it
+        // ends, and then the job is finished: the output could never be recorded, and a step
+        // that ran would wait for its record until the lease ran out, to run again in the
+        // next attempt.
+        if self.finalized_by_handler() {
+            return Err(JobError::terminal(format!(
+                "step `{name}` was not run: it comes after complete_in in this attempt, and \
+                 its output could not be recorded (the handler's transaction holds the job's \
+                 row, then finishes the job); run steps before complete_in"
+            )));
         }
         if hooks.crash_at(FaultPoint::BeforeStep, name) {
             return std::future::pending().await;

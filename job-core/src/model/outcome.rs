@@ -34,6 +34,10 @@ pub enum ErrorClass {
     /// The worker stopped the execution on shutdown and gave the job back (history only: the
     /// attempt is not counted).
     Released,
+    /// The job's row was held by the handler's own transaction (a `complete_in` not yet
+    /// committed) until its lease could not be renewed in time: the worker stopped the
+    /// execution, and the attempt is counted.
+    LeaseHeld,
 }
 
 impl ErrorClass {
@@ -50,6 +54,7 @@ impl ErrorClass {
             ErrorClass::StepUnstorable => "step_unstorable",
             ErrorClass::Unstorable => "unstorable",
             ErrorClass::Released => "released",
+            ErrorClass::LeaseHeld => "lease_held",
         }
     }
 }
@@ -152,6 +157,11 @@ pub enum AttemptEnd {
     Panicked(String),
     /// The handler ran over this time limit and was stopped.
     TimedOut(Duration),
+    /// The handler's own transaction held the job's row (it had called `complete_in` and not
+    /// yet committed) until the lease could not be renewed in time, and the worker stopped
+    /// it: counted as an attempt, so that a transaction always held too long ends in a dead
+    /// letter rather than in a retry for ever.
+    LeaseHeld,
 }
 
 impl Outcome {
@@ -218,7 +228,20 @@ impl Outcome {
                     "cancellation requested; the attempt exceeded its timeout of {limit:?}"
                 ),
             },
+            AttemptEnd::LeaseHeld if cancel_requested => Outcome::Cancel {
+                reason: "cancellation requested; the attempt was stopped while its own \
+                         transaction held the job's row"
+                    .into(),
+            },
             AttemptEnd::Panicked(message) => retry(ErrorClass::Panic, message, rng),
+            AttemptEnd::LeaseHeld => retry(
+                ErrorClass::LeaseHeld,
+                "the handler's own transaction (after complete_in) held the job's row until \
+                 its lease could not be renewed in time, and the attempt was stopped: commit \
+                 within two thirds of the lease, or give the job a longer lease"
+                    .into(),
+                rng,
+            ),
             AttemptEnd::TimedOut(limit) => retry(
                 ErrorClass::Timeout,
                 format!("attempt exceeded its timeout of {limit:?}"),

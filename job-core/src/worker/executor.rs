@@ -207,6 +207,14 @@ async fn execute<S: Store>(
                         Box::pin(give_back(&shared, Release::interrupted(lease, ran_for))).await;
                         return;
                     }
+                    // Stopped while its own transaction held the job's row: the lease is
+                    // still this worker's, and the attempt is written as failed below.
+                    Abort::Held => {
+                        tracing::warn!(
+                            "fenced while the handler's own transaction held the job's row: \
+                             execution stopped, writing the attempt as failed (lease_held)"
+                        );
+                    }
                     Abort::Finalized => {
                         shared.counters.applied(&Outcome::Complete);
                         labels.finished(&Outcome::Complete, ran);
@@ -243,14 +251,18 @@ async fn execute<S: Store>(
                     "the attempt ran over its timeout; its code has ended: writing a retry"
                 );
             }
-            let end = task.into_attempt_end(options.timeout);
+            let end = if signals.reason() == Some(Abort::Held) {
+                AttemptEnd::LeaseHeld
+            } else {
+                task.into_attempt_end(options.timeout)
+            };
             match &end {
                 AttemptEnd::Panicked(message) => {
                     bump(&shared.counters.panics, 1);
                     tracing::error!(panic = %message, "handler panicked");
                 }
                 AttemptEnd::TimedOut(_) => bump(&shared.counters.timeouts, 1),
-                AttemptEnd::Returned(_) => {}
+                AttemptEnd::Returned(_) | AttemptEnd::LeaseHeld => {}
             }
             // Seeded from the worker's source, so that the worker-wide lock is not held while
             // the handler's error is shown (its `Display` is application code).

@@ -33,6 +33,13 @@ pub(crate) enum Abort {
     /// The store no longer holds the lease because the handler's own transaction finalized
     /// the job (`JobContext::finalized_in_transaction`): expected, not a loss.
     Finalized,
+    /// Self-fencing, of an execution whose handler had finalized the job in its own
+    /// transaction, still open: that transaction holds the job's row, so the heartbeat could
+    /// not renew the lease, and no one else can take the job while it does. The lease stays
+    /// held, and once the code has ended the attempt is written as failed (class
+    /// `lease_held`), counted: given back uncounted, as a fence for an outage is, a handler
+    /// that always holds its transaction that long ran again for ever.
+    Held,
 }
 
 /// The signals of one execution.
@@ -97,7 +104,7 @@ impl Signals {
         self.flags.abort.cancel();
         self.stop.stop(match reason {
             Abort::Shutdown => StopReason::Shutdown,
-            Abort::LeaseLost | Abort::Fenced | Abort::Crash | Abort::Finalized => {
+            Abort::LeaseLost | Abort::Fenced | Abort::Held | Abort::Crash | Abort::Finalized => {
                 StopReason::LeaseLost
             }
         });
@@ -311,6 +318,17 @@ impl InFlight {
             return false;
         };
         let was_held = e.held;
+        let reason = if reason == Abort::Held {
+            e.signals.abort(reason);
+            if e.signals.reason() == Some(Abort::Held) && e.code_runs() {
+                // Kept: the failed attempt is written under it once the code has ended.
+                return was_held;
+            }
+            // Stopped for another reason first (a shutdown): fenced as any other.
+            Abort::Fenced
+        } else {
+            reason
+        };
         e.held = false;
         e.fenced_code_runs = reason == Abort::Fenced && was_held && e.code_runs();
         e.signals.abort(reason);
@@ -504,19 +522,34 @@ impl InFlight {
     /// and the completer's write is guarded by the lease's token, so it applies only while no
     /// one else has the job. Fenced, its outcome was dropped and the finished job ran again
     /// after any outage longer than two thirds of a lease.
+    ///
+    /// An execution whose handler finalized the job in its own transaction is stopped with
+    /// [`Abort::Held`] instead (see there), once: it keeps its lease until its code has ended.
     fn fence_where(&self, doomed: impl Fn(&Entry) -> bool) -> Vec<Arc<AttemptInfo>> {
         let mut map = self.lock();
-        let doomed: Vec<Lease> = map
+        let doomed: Vec<(Lease, Abort)> = map
             .iter()
-            .filter(|(_, e)| e.held && !matches!(e.phase, Phase::Finalizing { .. }) && doomed(e))
-            .map(|(lease, _)| *lease)
+            .filter(|(_, e)| {
+                e.held
+                    && !matches!(e.phase, Phase::Finalizing { .. })
+                    && e.signals.reason() != Some(Abort::Held)
+                    && doomed(e)
+            })
+            .map(|(lease, e)| {
+                let reason = if e.signals.finalized_by_handler() {
+                    Abort::Held
+                } else {
+                    Abort::Fenced
+                };
+                (*lease, reason)
+            })
             .collect();
         let infos = doomed
             .iter()
-            .filter_map(|lease| map.get(lease).map(|e| e.info.clone()))
+            .filter_map(|(lease, _)| map.get(lease).map(|e| e.info.clone()))
             .collect();
-        for lease in &doomed {
-            Self::take_away(&mut map, lease, Abort::Fenced);
+        for (lease, reason) in &doomed {
+            Self::take_away(&mut map, lease, *reason);
         }
         infos
     }
