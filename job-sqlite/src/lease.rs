@@ -659,8 +659,8 @@ pub(crate) async fn release(
                 now,
                 "released",
                 &format!(
-                    "worker {} stopped this attempt after {} ms on shutdown and released it; \
-                     the attempt is not counted",
+                    "worker {} stopped this attempt after {} ms (a shutdown, or a lease it \
+                     could not renew in time) and released it; the attempt is not counted",
                     job.locked_by.as_deref().unwrap_or("(unknown)"),
                     ran.as_millis()
                 ),

@@ -131,6 +131,11 @@ impl Gate {
     pub fn open(&self) {
         self.0.add_permits(1_000_000);
     }
+
+    /// Returns once the gate is open.
+    pub async fn passed(&self) {
+        let _ = self.0.acquire().await;
+    }
 }
 
 impl Job for Parked {

@@ -224,7 +224,17 @@ pub(crate) fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
         Ok(s) => *s,
         Err(payload) => match payload.downcast::<&'static str>() {
             Ok(s) => (*s).to_owned(),
-            Err(_) => "panicked with a non-string payload".to_owned(),
+            Err(payload) => {
+                // Application code's value: its `Drop` may panic too, which must not escape
+                // here (it would end the executor, and the job would wait out its lease). What
+                // such a drop panics with is leaked, not dropped, which ends the chain.
+                if let Err(again) =
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(payload)))
+                {
+                    std::mem::forget(again);
+                }
+                "panicked with a non-string payload".to_owned()
+            }
         },
     }
 }
@@ -235,6 +245,21 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
+
+    /// A panic payload whose own drop panics.
+    struct DropPanics;
+
+    impl Drop for DropPanics {
+        fn drop(&mut self) {
+            panic!("dropping the payload panicked");
+        }
+    }
+
+    #[test]
+    fn a_panic_payload_whose_drop_panics_is_shown_without_escaping() {
+        let payload: Box<dyn std::any::Any + Send> = Box::new(DropPanics);
+        assert_eq!(panic_message(payload), "panicked with a non-string payload");
+    }
 
     #[tokio::test]
     async fn run_attempt_catches_panics_and_enforces_the_timeout() {

@@ -135,35 +135,47 @@ impl<S: Store> StoreSteps<S> {
         self
     }
 
-    /// A permit of the shared calls, if any (never closed: none when it is).
-    async fn permit(&self) -> Option<tokio::sync::SemaphorePermit<'_>> {
-        match &self.calls {
-            Some(calls) => calls.acquire().await.ok(),
-            None => None,
+    /// Runs `call` with a permit of the shared calls (if any; never closed: none when it is)
+    /// in a task of its own, and returns its answer. The permit is held only while the call
+    /// runs, and the call runs to its end whether or not the step that asked is polled: a
+    /// handler that polled a step once and then awaited something else (`select!` over
+    /// `&mut step`), or blocked its thread beside it (`join!`), held the permit of every
+    /// execution of the worker meanwhile, and their steps waited, to their timeouts.
+    async fn call<T, F, Fut>(&self, call: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(S, Lease) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<T, StoreError>> + Send + 'static,
+    {
+        let (store, lease, calls) = (self.store.clone(), self.lease, self.calls.clone());
+        let task = tokio::spawn(async move {
+            let _permit = match &calls {
+                Some(calls) => calls.acquire().await.ok(),
+                None => None,
+            };
+            call(store, lease).await
+        });
+        match task.await {
+            Ok(answer) => answer,
+            Err(e) => Err(StoreError::new(format!("a step's store call failed: {e}"))),
         }
     }
 }
 
 impl<S: Store> AttemptHooks for StoreSteps<S> {
     fn load_steps(&self) -> BoxFuture<'_, Result<HashMap<String, String>, StoreError>> {
-        Box::pin(async move {
-            let _permit = self.permit().await;
-            self.store.load_steps(&self.lease).await
-        })
+        Box::pin(self.call(|store, lease| async move { store.load_steps(&lease).await }))
     }
 
     fn load_steps_up_to(&self, max_bytes: usize) -> BoxFuture<'_, Result<LoadedSteps, StoreError>> {
-        Box::pin(async move {
-            let _permit = self.permit().await;
-            self.store.load_steps_up_to(&self.lease, max_bytes).await
-        })
+        Box::pin(self.call(move |store, lease| async move {
+            store.load_steps_up_to(&lease, max_bytes).await
+        }))
     }
 
     fn load_step<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<String>, StoreError>> {
-        Box::pin(async move {
-            let _permit = self.permit().await;
-            self.store.load_step(&self.lease, name).await
-        })
+        let name = name.to_owned();
+        Box::pin(self.call(move |store, lease| async move { store.load_step(&lease, &name).await }))
     }
 
     fn save_step<'a>(
@@ -171,10 +183,12 @@ impl<S: Store> AttemptHooks for StoreSteps<S> {
         name: &'a str,
         output: &'a str,
     ) -> BoxFuture<'a, Result<Finalized, StoreError>> {
-        Box::pin(async move {
-            let _permit = self.permit().await;
-            self.store.save_step(&self.lease, name, output).await
-        })
+        let (name, output) = (name.to_owned(), output.to_owned());
+        Box::pin(
+            self.call(
+                move |store, lease| async move { store.save_step(&lease, &name, &output).await },
+            ),
+        )
     }
 }
 
@@ -294,6 +308,13 @@ impl JobContext {
         if hooks.crash_at(FaultPoint::BeforeStep, name) {
             return std::future::pending().await;
         }
+        // Held through the closure and its record, as `blocking` holds one: a step run in a
+        // task of its own (`tokio::spawn`) may outlive its handler, and the executor then
+        // waits for it before it writes the attempt's outcome and frees the lease, so that
+        // its effect never runs beside the next attempt's. Taken before the check below, so
+        // that the executor, which closes the tracker and then waits for what it holds,
+        // either waits for this step or has closed it out.
+        let _running = self.work().token();
         // A context moved into a task that outlived its handler: the effect would run outside
         // any attempt, beside the next one, and its record would find the lease gone.
         if self.work().is_closed() || !hooks.lease_held() {
@@ -304,7 +325,21 @@ impl JobContext {
             )));
         }
         let output = f().await?;
-        let json = match storable_output(&output) {
+        // Its `Serialize` and `Deserialize` are application code: one that panics makes the
+        // output unstorable as well (the effect has happened), never a panic of the attempt,
+        // which would be retried and run the effect again.
+        let checked =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| storable_output(&output)))
+                .unwrap_or_else(|panic| {
+                    Err(format!(
+                        "writing or reading it back panicked: {}",
+                        crate::model::text::storable_text(
+                            &crate::attempt::pipeline::panic_message(panic),
+                            1024
+                        )
+                    ))
+                });
+        let json = match checked {
             Ok(json) => json,
             Err(reason) => return Err(unstorable(self, name, &reason)),
         };

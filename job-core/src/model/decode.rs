@@ -44,15 +44,39 @@ pub(crate) fn explain_value<T: DeserializeOwned>(value: &Value) -> Option<String
     match serde_path_to_error::deserialize::<_, T>(ValueDe(value)) {
         Ok(_) => None,
         Err(e) => {
-            let path = e.path().to_string();
+            let mut segments: Vec<&serde_path_to_error::Segment> = e.path().iter().collect();
+            let reason = &e.inner().0;
+            // The path's last segment is then the unknown name itself (a key of the payload,
+            // which may be a secret: `{"sk_live_…": 1}`), withheld as its value is.
+            if reason.starts_with("unknown field")
+                && matches!(
+                    segments.last(),
+                    Some(serde_path_to_error::Segment::Map { .. })
+                )
+            {
+                segments.pop();
+            }
+            let path = shown_path(&segments);
             let reason = e.into_inner().0;
-            Some(if path == "." {
+            Some(if path.is_empty() {
                 reason
             } else {
                 format!("at `{path}`: {reason}")
             })
         }
     }
+}
+
+/// `segments` written as `serde_path_to_error` writes a path (`a.b[2].c`), empty for none.
+fn shown_path(segments: &[&serde_path_to_error::Segment]) -> String {
+    let mut path = String::new();
+    for (i, segment) in segments.iter().enumerate() {
+        if i > 0 && !matches!(segment, serde_path_to_error::Segment::Seq { .. }) {
+            path.push('.');
+        }
+        path.push_str(&segment.to_string());
+    }
+    path
 }
 
 /// A decode error that names what was expected and the kind of what was found, not its value.
@@ -371,6 +395,34 @@ mod tests {
     }
 
     const GOOD: &str = r#"{"invoice_id": 1, "card": {"last4": 4242}, "items": [{"sku": "a", "qty": 1}], "mode": "Live", "note": null}"#;
+
+    #[test]
+    fn an_unknown_fields_name_is_withheld_as_a_value_is() {
+        #[derive(Debug, serde::Deserialize)]
+        #[serde(deny_unknown_fields)]
+        #[allow(dead_code)]
+        struct Strict {
+            amount: i64,
+            inner: Inner,
+        }
+        #[derive(Debug, serde::Deserialize)]
+        #[serde(deny_unknown_fields)]
+        #[allow(dead_code)]
+        struct Inner {
+            n: i64,
+        }
+        let secret = "sk_live_51HxSECRET";
+        let top = format!(r#"{{"amount": 5, "inner": {{"n": 1}}, "{secret}": 1}}"#);
+        let nested = format!(r#"{{"amount": 5, "inner": {{"n": 1, "{secret}": 1}}}}"#);
+        for (json, expected) in [
+            (top, "unknown field, expected one of `amount`, `inner`"),
+            (nested, "at `inner`: unknown field, expected one of `n`"),
+        ] {
+            let e = serde_json::from_str::<Strict>(&json).unwrap_err();
+            let message = explain::<Strict>(&json, &e);
+            assert_eq!(message, expected, "{json}");
+        }
+    }
 
     #[test]
     fn names_the_path_and_the_expected_type_never_the_value() {

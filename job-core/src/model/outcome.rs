@@ -31,8 +31,8 @@ pub enum ErrorClass {
     /// The database refused the attempt's outcome even once made storable; the job is
     /// discarded with this class instead.
     Unstorable,
-    /// The worker stopped the execution on shutdown and gave the job back (history only: the
-    /// attempt is not counted).
+    /// The worker stopped the execution (on shutdown, or fenced when its lease could not be
+    /// renewed in time) and gave the job back (history only: the attempt is not counted).
     Released,
     /// The job's row was held by the handler's own transaction (a `complete_in` not yet
     /// committed) until its lease could not be renewed in time: the worker stopped the
@@ -177,6 +177,7 @@ impl Outcome {
         backoff: &crate::Backoff,
         rng: &mut fastrand::Rng,
     ) -> Outcome {
+        use crate::model::text::shown;
         use crate::JobError;
         let retry = |class: ErrorClass, message: String, rng: &mut fastrand::Rng| {
             let failure = Failure {
@@ -195,16 +196,20 @@ impl Outcome {
             AttemptEnd::Returned(Ok(())) => Outcome::Complete,
             AttemptEnd::Returned(Err(JobError::Retryable(e))) if cancel_requested => {
                 Outcome::Cancel {
-                    reason: format!("cancellation requested; the attempt ended with: {e}"),
+                    reason: format!(
+                        "cancellation requested; the attempt ended with: {}",
+                        shown(&e)
+                    ),
                 }
             }
             AttemptEnd::Returned(Err(JobError::Retryable(e))) => {
-                retry(ErrorClass::Error, e.to_string(), rng)
+                retry(ErrorClass::Error, shown(&e), rng)
             }
             AttemptEnd::Returned(Err(JobError::Terminal(e))) if cancel_requested => {
                 Outcome::Cancel {
                     reason: format!(
-                        "cancellation requested; the attempt ended with a terminal error: {e}"
+                        "cancellation requested; the attempt ended with a terminal error: {}",
+                        shown(&e)
                     ),
                 }
             }
@@ -212,7 +217,7 @@ impl Outcome {
                 failure: Failure {
                     attempt: attempt.attempt,
                     class: ErrorClass::Terminal,
-                    message: e.to_string(),
+                    message: shown(&e),
                 },
             },
             AttemptEnd::Returned(Err(JobError::Cancel(reason))) => Outcome::Cancel { reason },

@@ -15,6 +15,47 @@ pub const MAX_ERROR_MESSAGE: usize = 8 * 1024;
 /// fails forever keeps a history of bounded size that still shows how it started.
 pub const MAX_ERROR_HISTORY: usize = 20;
 
+/// How much of an application's `Display` output [`shown`] keeps: four stored messages' worth,
+/// so that a stored message is still cut with its note, from text already bounded.
+const MAX_SHOWN: usize = 4 * MAX_ERROR_MESSAGE;
+
+/// `value` shown (its `Display`), at most about [`MAX_SHOWN`] bytes, ending with a note when
+/// it went on. A handler's error is application code: one whose `Display` writes without end
+/// would otherwise grow a string until the process is killed, and every lease of the process
+/// with it.
+pub(crate) fn shown(value: &dyn std::fmt::Display) -> String {
+    use std::fmt::Write;
+
+    /// Takes text up to [`MAX_SHOWN`] bytes, then refuses it, which stops a `write!`.
+    struct Bounded {
+        out: String,
+        full: bool,
+    }
+
+    impl Write for Bounded {
+        fn write_str(&mut self, s: &str) -> std::fmt::Result {
+            let room = MAX_SHOWN - self.out.len();
+            if s.len() <= room {
+                self.out.push_str(s);
+                return Ok(());
+            }
+            self.out.push_str(&s[..floor_char_boundary(s, room)]);
+            self.full = true;
+            Err(std::fmt::Error)
+        }
+    }
+
+    let mut bounded = Bounded {
+        out: String::new(),
+        full: false,
+    };
+    let _ = write!(bounded, "{value}");
+    if bounded.full {
+        bounded.out.push_str("… [cut: the message went on]");
+    }
+    bounded.out
+}
+
 /// `text` as it can be stored: NUL characters removed, and cut to at most `max` bytes at a
 /// character boundary, ending with `… [N bytes cut]` when cut. Borrows when nothing changes.
 ///
@@ -60,6 +101,25 @@ fn floor_char_boundary(s: &str, at: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Writes its text for ever, as long as the writer takes it.
+    struct Endless;
+
+    impl std::fmt::Display for Endless {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            loop {
+                f.write_str("é and on ")?;
+            }
+        }
+    }
+
+    #[test]
+    fn an_endless_display_is_shown_bounded_with_a_note() {
+        let text = shown(&Endless);
+        assert!(text.len() <= MAX_SHOWN + 40, "{}", text.len());
+        assert!(text.ends_with("… [cut: the message went on]"));
+        assert_eq!(shown(&"short"), "short");
+    }
 
     #[test]
     fn short_clean_texts_are_borrowed_unchanged() {

@@ -27,7 +27,7 @@ use crate::attempt::step::{AttemptHooks, BoxFuture, StoreSteps};
 use crate::contract::store::{ClaimedJob, Finalize, Finalized, Lease, Release, Store};
 use crate::model::attempt_info::{AttemptInfo, StopReason};
 use crate::model::error::StoreError;
-use crate::model::outcome::{AttemptEnd, Outcome};
+use crate::model::outcome::{AttemptEnd, ErrorClass, Failure, Outcome};
 
 use super::completer::Completion;
 use super::gauges::Slot;
@@ -198,6 +198,31 @@ async fn execute<S: Store>(
                     // rescued or taken since), the attempt not counted, as a shutdown's
                     // interruption is. Left to run out, the lease cost the job an attempt for
                     // the outage (a dead letter on its last), and a lease's wait.
+                    // A step whose output could not be stored ran its effect: given back,
+                    // the job would run it again. It ends as `step_unstorable` instead, if the
+                    // store still holds the lease (guarded by its token, as a release is).
+                    Abort::Fenced if view.unstorable_step().is_some() => {
+                        shared.inflight.remove(&lease);
+                        let failure = Failure {
+                            attempt: info.attempt,
+                            class: ErrorClass::StepUnstorable,
+                            message: view.unstorable_step().unwrap_or_default().to_owned(),
+                        };
+                        let end = Finalize::new(lease, Outcome::Discard { failure });
+                        match shared.store.finalize(&[end]).await {
+                            Ok(done) => tracing::warn!(
+                                ?done,
+                                "fenced after a step whose output could not be stored: \
+                                 execution stopped, discarding the job (step_unstorable)"
+                            ),
+                            Err(e) => tracing::warn!(
+                                error = %e,
+                                "fenced after a step whose output could not be stored, and \
+                                 its discard failed: the lease runs out"
+                            ),
+                        }
+                        return;
+                    }
                     Abort::Fenced => {
                         tracing::warn!(
                             "fenced: execution stopped, nothing will be written; giving its \
@@ -233,7 +258,10 @@ async fn execute<S: Store>(
                     // decides nothing: a cooperative handler's error on being stopped is the
                     // stop, not a failed attempt (counted, it made dead letters of jobs on
                     // their last attempt at every deploy).
-                    Abort::Shutdown if !task.decided() => {
+                    // A step whose output could not be stored decided it too: its effect
+                    // happened, and the job ends as `step_unstorable` (given back, it would
+                    // run the effect again at every deploy).
+                    Abort::Shutdown if !task.decided() && view.unstorable_step().is_none() => {
                         shared.inflight.ended_unfinished(&lease, ran_for);
                         return;
                     }

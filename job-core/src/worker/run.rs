@@ -36,7 +36,9 @@ pub struct DrainReport {
     /// (stuck in code that does not return), including those whose lease was lost or fenced
     /// while it ran: their leases were neither released nor renewed any more, so they expire
     /// in the store and the rescuer takes the jobs. Exit the process after `shutdown()` so that
-    /// such code cannot overlap the job's next execution.
+    /// such code cannot overlap the job's next execution, with `std::process::exit` when this
+    /// is above 0: returning from `main` drops the Tokio runtime, which waits for blocking code
+    /// to return.
     pub abandoned: u64,
     /// The worker's counters once everything it could write was written: every outcome
     /// applied is counted here, unlike a [`WorkerHandle::stats`] read while the completer may

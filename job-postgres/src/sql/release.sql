@@ -31,8 +31,9 @@ released AS (
                                 'at', now(),
                                 'class', 'released',
                                 'message', format('worker %s stopped this attempt after %s ms '
-                                                  'on shutdown and released it; the attempt '
-                                                  'is not counted',
+                                                  '(a shutdown, or a lease it could not renew '
+                                                  'in time) and released it; the attempt is '
+                                                  'not counted',
                                                   coalesce(j.locked_by, '(unknown)'),
                                                   l.ran_ms))) END,
         unique_scope = CASE WHEN $4::boolean AND l.ran_ms IS NULL AND j.attempt = 1
