@@ -1,6 +1,7 @@
 //! What each verb does, through the framework's public API only (`Admin`, `PgStore`'s operator
 //! reads, `job_postgres::enqueue`, the migrations).
 
+use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, Write};
 use std::process::ExitCode;
 use std::time::Duration;
@@ -17,6 +18,12 @@ use crate::output::{
 };
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
+
+/// The most queues `stats` prints as rows of its table, the first by name (as the dashboard's
+/// queues page counts the first 1,000): producers may put ids in queue names, and a table of
+/// 200,000 rows is read by nobody. The line after the table says how many more there are and
+/// what they hold; `--json` lists every queue.
+const STATS_QUEUES: usize = 1_000;
 
 /// Runs one command; the exit code says how it went (0 fine, 1 failed or not found, 2 `check`
 /// found something wrong).
@@ -340,32 +347,56 @@ async fn stats(store: &PgStore, filter: &JobFilter, json_out: bool) -> Result<()
         }))?;
         return Ok(());
     }
-    let mut queues: Vec<&str> = stats.counts.iter().map(|c| c.queue.as_str()).collect();
-    queues.dedup();
+    // One pass over the counts (by queue, then state), one row per queue in the order the
+    // database gave them: a producer may put ids in queue names, and a lookup per queue and
+    // state made 200,000 queues take minutes.
+    let mut rows: Vec<(&str, [u64; JobState::ALL.len()])> = Vec::new();
+    let mut row_of: HashMap<&str, usize> = HashMap::new();
+    for c in &stats.counts {
+        let at = *row_of.entry(c.queue.as_str()).or_insert_with(|| {
+            rows.push((c.queue.as_str(), [0; JobState::ALL.len()]));
+            rows.len() - 1
+        });
+        let state = JobState::ALL
+            .iter()
+            .position(|s| *s == c.state)
+            .expect("every state is in JobState::ALL");
+        rows[at].1[state] += c.count;
+    }
+    let paused_queues: HashSet<&str> = paused
+        .iter()
+        .filter_map(|p| match p {
+            Pause::Queue(name) => Some(name.as_str()),
+            _ => None,
+        })
+        .collect();
+    let (shown, hidden) = rows.split_at(rows.len().min(STATS_QUEUES));
     let mut header = vec!["queue".to_owned()];
     header.extend(JobState::ALL.iter().map(|s| s.to_string()));
     let mut t = table(header);
-    for q in &queues {
-        let mut row = vec![q.to_string()];
-        if paused.contains(&Pause::Queue(q.to_string())) {
+    for (queue, counts) in shown {
+        let mut row = vec![queue.to_string()];
+        if paused_queues.contains(queue) {
             row[0].push_str(" (paused)");
         }
-        for s in JobState::ALL {
-            let n = stats
-                .counts
-                .iter()
-                .find(|c| c.queue == *q && c.state == s)
-                .map_or(0, |c| c.count);
-            row.push(n.to_string());
-        }
+        row.extend(counts.iter().map(u64::to_string));
         add_row(&mut t, row);
     }
     let counts: Vec<usize> = (1..=JobState::ALL.len()).collect();
     numeric(&mut t, &counts);
-    if queues.is_empty() {
+    if shown.is_empty() {
         print("no jobs")?;
     } else {
         print(&t)?;
+    }
+    if !hidden.is_empty() {
+        let jobs: u64 = hidden.iter().flat_map(|(_, counts)| counts).sum();
+        print(format_args!(
+            "… and {} more queue(s) not shown, holding {jobs} job(s): the table shows the \
+             first {STATS_QUEUES} queues by name; narrow with --queue, or --json lists every \
+             queue",
+            hidden.len()
+        ))?;
     }
     let oldest = stats
         .oldest_available_age
@@ -377,11 +408,13 @@ async fn stats(store: &PgStore, filter: &JobFilter, json_out: bool) -> Result<()
         "oldest due job waiting: {oldest}; dead letters: {}; stuck: {}",
         stats.dead_letters, stats.stuck
     ))?;
+    let in_table: HashSet<&str> = shown.iter().map(|(queue, _)| *queue).collect();
     for p in &paused {
         match p {
             Pause::Kind(name) => print(format_args!("kind {name} is paused"))?,
-            // A paused queue with no jobs has no row to mark.
-            Pause::Queue(name) if !queues.contains(&name.as_str()) => {
+            // A paused queue with no jobs, or past the table's first queues, has no row to
+            // mark.
+            Pause::Queue(name) if !in_table.contains(name.as_str()) => {
                 print(format_args!("queue {name} is paused"))?
             }
             _ => {}

@@ -373,6 +373,100 @@ async fn pause_resume_paused_and_stats() {
     db.close().await;
 }
 
+/// Producers may put ids in queue names: `stats` groups thousands of queues in one pass, prints
+/// the first 1,000 by name with each one's counts, says what the others hold, and `--json`
+/// lists every queue.
+#[tokio::test]
+async fn stats_of_thousands_of_queues_shows_the_first_thousand_and_says_the_rest() {
+    let db = TestDb::new().await;
+    // Queue qNNNNN holds NNNNN % 3 + 1 available jobs, and a dead letter when NNNNN % 5 is 0.
+    sqlx::query(
+        "SELECT job.enqueue('k', '{}'::jsonb, queue => 'q' || lpad(g::text, 5, '0'))
+         FROM generate_series(1, 2500) g, generate_series(1, 3) n
+         WHERE n <= g % 3 + 1",
+    )
+    .execute(&db.pool())
+    .await
+    .unwrap();
+    sqlx::query(
+        "SELECT job.enqueue('dead', '{}'::jsonb, queue => 'q' || lpad(g::text, 5, '0'))
+         FROM generate_series(5, 2500, 5) g",
+    )
+    .execute(&db.pool())
+    .await
+    .unwrap();
+    sqlx::query(
+        "UPDATE job.jobs SET state = 'discarded', attempt = 1, finalized_at = now(),
+                errors = jsonb_build_array(jsonb_build_object('attempt', 1, 'at', now(),
+                         'class', 'terminal', 'message', 'boom'))
+         WHERE kind = 'dead'",
+    )
+    .execute(&db.pool())
+    .await
+    .unwrap();
+    ok(&job(&db, &["pause", "--queue", "q00002"]));
+    ok(&job(&db, &["pause", "--queue", "q02000"]));
+    let available = |g: u64| g % 3 + 1;
+    let dead = |g: u64| u64::from(g % 5 == 0);
+
+    let table = ok(&job(&db, &["stats"]));
+    let rows: Vec<Vec<&str>> = table
+        .lines()
+        .filter(|l| l.starts_with("│ q0"))
+        .map(|l| {
+            l.split(['│', '┆'])
+                .map(str::trim)
+                .filter(|c| !c.is_empty())
+                .collect()
+        })
+        .collect();
+    assert_eq!(rows.len(), 1000, "{table}");
+    for (row, g) in rows.iter().zip(1u64..) {
+        let name = format!("q{g:05}");
+        let queue = if g == 2 {
+            format!("{name} (paused)")
+        } else {
+            name
+        };
+        let expected: Vec<String> = [0, 0, available(g), 0, 0, 0, 0, dead(g)]
+            .iter()
+            .map(u64::to_string)
+            .collect();
+        assert_eq!(row[0], queue);
+        assert_eq!(row[1..], expected, "{row:?}");
+    }
+    let rest: u64 = (1001..=2500).map(|g| available(g) + dead(g)).sum();
+    assert!(
+        table.contains(&format!(
+            "… and 1500 more queue(s) not shown, holding {rest} job(s): the table shows the \
+             first 1000 queues by name"
+        )),
+        "{table}"
+    );
+    // A paused queue past the table is said on its own line, as one without jobs is.
+    assert!(table.contains("queue q02000 is paused"), "{table}");
+    assert!(!table.contains("queue q00002 is paused"), "{table}");
+    let all_dead: u64 = (1..=2500).map(dead).sum();
+    assert!(
+        table.contains(&format!("dead letters: {all_dead}")),
+        "{table}"
+    );
+
+    let stats = json(&job(&db, &["--json", "stats"]));
+    let counts = stats["counts"].as_array().unwrap();
+    assert_eq!(counts.len(), 2500 + 500, "every queue and state");
+    for c in counts {
+        let g: u64 = c["queue"].as_str().unwrap()[1..].parse().unwrap();
+        let n = match c["state"].as_str().unwrap() {
+            "available" => available(g),
+            "discarded" => dead(g),
+            other => panic!("{other}"),
+        };
+        assert_eq!(c["count"], n, "{c}");
+    }
+    db.close().await;
+}
+
 /// `list --json` reads its rows a chunk at a time; the listing is still one array, in id order,
 /// written as a whole array is.
 #[tokio::test]
