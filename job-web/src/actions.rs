@@ -17,7 +17,7 @@ use crate::base::Base;
 use crate::dashboard::{App, AppState};
 use crate::error::WebError;
 use crate::extract::Form;
-use crate::fields::text;
+use crate::fields::{self, text};
 use crate::pages::layout::href;
 use crate::throttle::{forwarded_client, Client};
 
@@ -26,10 +26,13 @@ use crate::throttle::{forwarded_client, Client};
 pub(crate) struct ActionForm {
     #[serde(default)]
     csrf: String,
-    id: Option<i64>,
+    /// A job id, read by [`ActionForm::id`]: as text, so that one that does not parse is
+    /// refused naming the field, and an empty one is unset.
+    id: Option<String>,
     scope: Option<String>,
     name: Option<String>,
-    /// Set by the bulk forms: act on every dead letter matching the filter fields.
+    /// Set by the bulk forms: act on every dead letter matching the filter fields (empty:
+    /// unset, as every field).
     all: Option<String>,
     /// The bulk purge's confirmation box.
     confirm: Option<String>,
@@ -41,6 +44,13 @@ pub(crate) struct ActionForm {
     tenant: Option<String>,
     tag: Option<String>,
     token: Option<String>,
+}
+
+impl ActionForm {
+    /// The job the action is about, if the form names one.
+    fn id(&self) -> Result<Option<i64>, WebError> {
+        fields::id("id", &self.id)
+    }
 }
 
 /// Refuses the request unless it comes from a logged-in operator with the session's CSRF token.
@@ -82,7 +92,7 @@ fn redirect(base: &Base, path: &str, pairs: &[(&str, &str)]) -> Response {
 /// matching the filter fields that had finished when the operator's page was read (`seen_at`),
 /// up to 1,000: a dead letter arriving after the page was shown is not acted on unseen.
 fn target(form: &ActionForm) -> Result<JobFilter, WebError> {
-    match (form.id, form.all.is_some()) {
+    match (form.id()?, text("all", &form.all)?.is_some()) {
         (Some(id), _) => Ok(JobFilter::ids([id])),
         (None, true) => Ok(JobFilter {
             kind: text("kind", &form.kind)?,
@@ -105,7 +115,7 @@ pub(crate) async fn cancel(
 ) -> Result<Response, WebError> {
     authorize(&app, &headers, &form)?;
     let id = form
-        .id
+        .id()?
         .ok_or_else(|| WebError::bad_request("`id` is required"))?;
     let done = match app.scope().cancel(id).await? {
         Cancelled::Now => "cancelled",
@@ -131,7 +141,7 @@ pub(crate) async fn redrive(
     } else {
         "redrive_skipped"
     };
-    Ok(match form.id {
+    Ok(match form.id()? {
         Some(id) => redirect(&base, &format!("/jobs/{id}"), &[("done", done), ("n", &n)]),
         None => redirect(&base, "/dead", &[("done", done), ("n", &n)]),
     })
@@ -145,7 +155,7 @@ pub(crate) async fn purge(
 ) -> Result<Response, WebError> {
     authorize(&app, &headers, &form)?;
     let filter = target(&form)?;
-    if form.id.is_none() && form.confirm.as_deref() != Some("yes") {
+    if form.id()?.is_none() && form.confirm.as_deref() != Some("yes") {
         return Err(WebError::bad_request(
             "purging every matching dead letter needs the confirmation box ticked",
         ));

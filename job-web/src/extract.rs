@@ -4,7 +4,7 @@
 //! then deserialize as axum does.
 
 use axum::body::Bytes;
-use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::extract::{FromRequest, FromRequestParts, Path, Request};
 use axum::http::header::CONTENT_TYPE;
 use axum::http::request::Parts;
 use axum::http::StatusCode;
@@ -12,6 +12,27 @@ use percent_encoding::percent_decode;
 use serde::de::DeserializeOwned;
 
 use crate::error::WebError;
+use crate::fields::echo_name;
+
+/// The job id of a page's path (`/jobs/{id}`): one that does not parse (`/jobs/abc`, a
+/// percent-escape that is no UTF-8) is answered with the dashboard's error page, as a job that
+/// does not exist is (404), not with axum's plain-text rejection.
+#[derive(Debug)]
+pub(crate) struct JobIdPath(pub(crate) i64);
+
+impl<S: Send + Sync> FromRequestParts<S> for JobIdPath {
+    type Rejection = WebError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        match Path::<String>::from_request_parts(parts, state).await {
+            Ok(Path(id)) => crate::fields::path_id(&id).map(JobIdPath),
+            Err(_) => Err(WebError::new(
+                StatusCode::NOT_FOUND,
+                "no such job: the path's job id is not UTF-8 text",
+            )),
+        }
+    }
+}
 
 /// A page's query string, every name and value UTF-8.
 #[derive(Debug)]
@@ -27,9 +48,9 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for Query<T> {
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
         let query = parts.uri.query().unwrap_or_default();
         utf8_fields(query.as_bytes())?;
-        serde_urlencoded::from_str(query)
-            .map(Query)
-            .map_err(|e| WebError::bad_request(format!("the query string does not read: {e}")))
+        serde_urlencoded::from_str(query).map(Query).map_err(|e| {
+            WebError::bad_request(format!("the query string does not read: {}", bounded(&e)))
+        })
     }
 }
 
@@ -58,8 +79,15 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for Form<T> {
         utf8_fields(&body)?;
         serde_urlencoded::from_bytes(&body)
             .map(Form)
-            .map_err(|e| WebError::bad_request(format!("the form does not read: {e}")))
+            .map_err(|e| WebError::bad_request(format!("the form does not read: {}", bounded(&e))))
     }
+}
+
+/// What serde says of a query string or a form it cannot read, bounded: every field is read as
+/// text (numbers by `fields`), so this is a field given twice, named; nothing of the input's
+/// length reaches the page.
+fn bounded(e: &serde_urlencoded::de::Error) -> String {
+    crate::pages::layout::clip(&e.to_string(), 200)
 }
 
 /// Refuses `encoded` (`name=value&..`) when a name or a value, percent-decoded, is not UTF-8.
@@ -74,7 +102,8 @@ fn utf8_fields(encoded: &[u8]) -> Result<(), WebError> {
         };
         if percent_decode(value).decode_utf8().is_err() {
             return Err(WebError::bad_request(format!(
-                "`{name}` is not UTF-8 text (a percent-escape that is no UTF-8 character)"
+                "{} is not UTF-8 text (a percent-escape that is no UTF-8 character)",
+                echo_name(&name)
             )));
         }
     }
@@ -95,5 +124,12 @@ mod tests {
         assert!(refused.message.contains("`name`"), "{}", refused.message);
         assert!(utf8_fields(b"%c3=x").is_err());
         assert!(utf8_fields(b"kind=%e2%82").is_err());
+        // A name is repeated bounded: a query string names its fields as it likes.
+        let long = format!("{}=%ff", "n".repeat(10_000));
+        let refused = utf8_fields(long.as_bytes()).unwrap_err().message;
+        assert!(
+            refused.len() < 120 && refused.contains("nnn…`"),
+            "{refused}"
+        );
     }
 }

@@ -761,6 +761,171 @@ async fn form_and_query_fields_that_are_not_utf8_are_refused_naming_the_field() 
     db.close().await;
 }
 
+/// A number field or path id that does not parse is refused naming the field and what is wrong,
+/// repeating a bounded share of the value; an empty field is unset; a job id in the path that
+/// does not parse gets the dashboard's error page.
+#[tokio::test]
+async fn number_fields_that_do_not_parse_are_refused_naming_the_field() {
+    let db = TestDb::new().await;
+    let id = enqueue(&db, "charge", "{}", "mail", None).await;
+    let dead = enqueue(&db, "charge", "{}", "mail", None).await;
+    discard(&db, dead, "terminal", "boom").await;
+    let router = Dashboard::new(db.store()).operator_token("t0ken").router();
+    let cookie = login(&router, "t0ken").await;
+    let token = csrf(&get(&router, "/", Some(&cookie)).await.body);
+    let long = "9".repeat(5_000);
+    let junk = "x".repeat(5_000);
+    for (path, says) in [
+        (
+            "/jobs?before=abc".to_owned(),
+            r#"`before` must be a job id (a whole number), got &quot;abc&quot;"#,
+        ),
+        (
+            "/dead?before=12x".to_owned(),
+            "`before` must be a job id (a whole number)",
+        ),
+        (
+            format!("/jobs?before={long}"),
+            "`before` must be from -9223372036854775808 to 9223372036854775807",
+        ),
+        (
+            format!("/jobs?before={junk}"),
+            "`before` must be a job id (a whole number)",
+        ),
+        (
+            "/jobs?state=finished".to_owned(),
+            "`state` must be one of pending, scheduled, available, running, retryable, \
+             completed, cancelled, discarded, got &quot;finished&quot;",
+        ),
+        (
+            format!("/jobs?state={}", &junk[..100]),
+            "`state` must be one of",
+        ),
+        (
+            format!("/jobs?kind={}", &junk[..129]),
+            "`kind` must be at most 128 bytes, got 129",
+        ),
+        (
+            format!("/dead?tag={junk}"),
+            "`tag` must be at most 128 bytes, got 5000",
+        ),
+        (format!("/jobs?{junk}=%ff"), "is not UTF-8 text"),
+        ("/jobs?kind=a&kind=b".to_owned(), "duplicate field `kind`"),
+    ] {
+        let page = get(&router, &path, Some(&cookie)).await;
+        assert_eq!(
+            page.status,
+            StatusCode::BAD_REQUEST,
+            "{}",
+            &path[..40.min(path.len())]
+        );
+        assert!(page.body.contains(says), "{says}: {}", page.body);
+        assert!(page.body.starts_with("<!DOCTYPE html>"), "{}", page.body);
+        // At most 40 characters of the value are repeated.
+        assert!(
+            !page.body.contains(&"9".repeat(41)) && !page.body.contains(&"x".repeat(41)),
+            "{}",
+            page.body
+        );
+    }
+    // Empty is unset, as for every field of the listing pages.
+    for path in [
+        "/jobs?before=",
+        "/dead?before=",
+        "/dead?before=&kind=&state=",
+    ] {
+        let page = get(&router, path, Some(&cookie)).await;
+        assert_eq!(page.status, StatusCode::OK, "{path}: {}", page.body);
+    }
+    assert!(get(&router, "/dead?before=", None)
+        .await
+        .body
+        .contains(&format!("data-id=\"{dead}\"")));
+
+    for (action, body, says) in [
+        (
+            "/actions/cancel",
+            format!("id=abc&csrf={token}"),
+            "`id` must be a job id (a whole number), got &quot;abc&quot;",
+        ),
+        (
+            "/actions/redrive",
+            format!("id={long}&csrf={token}"),
+            "`id` must be from -9223372036854775808 to 9223372036854775807",
+        ),
+        (
+            "/actions/purge",
+            format!("id={id}x&csrf={token}"),
+            "`id` must be a job id (a whole number)",
+        ),
+        // Empty is unset: no job named.
+        (
+            "/actions/cancel",
+            format!("id=&csrf={token}"),
+            "`id` is required",
+        ),
+        (
+            "/actions/redrive",
+            format!("id=&csrf={token}"),
+            "name a job (`id`) or `all`",
+        ),
+        (
+            "/actions/purge",
+            format!("id=&all=&csrf={token}"),
+            "name a job (`id`) or `all`",
+        ),
+    ] {
+        let answer = post_raw(&router, action, &body, Some(&cookie)).await;
+        assert_eq!(
+            answer.status,
+            StatusCode::BAD_REQUEST,
+            "{action} {}",
+            &body[..20]
+        );
+        assert!(answer.body.contains(says), "{says}: {}", answer.body);
+        assert!(!answer.body.contains(&"9".repeat(41)), "{}", answer.body);
+    }
+    assert_eq!(state(&db, id).await.as_deref(), Some("available"));
+    assert_eq!(state(&db, dead).await.as_deref(), Some("discarded"));
+
+    // A job id in the path that does not parse: the dashboard's error page, as for no job.
+    for (path, says) in [
+        "/jobs/abc".to_owned(),
+        "/jobs/%ff".to_owned(),
+        "/jobs/1.5".to_owned(),
+        format!("/jobs/{long}"),
+        format!("/jobs/{junk}"),
+    ]
+    .iter()
+    .zip([
+        "the path's job id must be a whole number, got &quot;abc&quot;",
+        "the path's job id is not UTF-8 text",
+        "got &quot;1.5&quot;",
+        "the path's job id must be from -9223372036854775808 to 9223372036854775807",
+        "must be a whole number",
+    ]) {
+        let page = get(&router, path, Some(&cookie)).await;
+        assert_eq!(
+            page.status,
+            StatusCode::NOT_FOUND,
+            "{}",
+            &path[..20.min(path.len())]
+        );
+        assert!(page.body.starts_with("<!DOCTYPE html>"), "{}", page.body);
+        assert!(page.body.contains("no such job"), "{}", page.body);
+        assert!(page.body.contains(says), "{says}: {}", page.body);
+        assert!(
+            !page.body.contains(&"9".repeat(41)) && !page.body.contains(&"x".repeat(41)),
+            "{}",
+            page.body
+        );
+    }
+    let missing = get(&router, "/jobs/0", Some(&cookie)).await;
+    assert_eq!(missing.status, StatusCode::NOT_FOUND);
+    assert!(missing.body.contains("no job 0"), "{}", missing.body);
+    db.close().await;
+}
+
 #[tokio::test]
 async fn after_ten_wrong_tokens_in_a_minute_logging_in_is_refused() {
     let db = TestDb::new().await;

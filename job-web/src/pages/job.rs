@@ -3,7 +3,6 @@
 //! (`get.sql`, `inspect_steps.sql`). The page is a list of sections: one more is one more
 //! function in that list.
 
-use axum::extract::Path;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Html;
 use job::{JobRow, JobState};
@@ -14,7 +13,7 @@ use super::layout::{self, form, opt_time, pretty, state_badge, time, Nav, Notice
 use crate::base::Base;
 use crate::dashboard::{AppState, Ctx};
 use crate::error::WebError;
-use crate::extract::Query;
+use crate::extract::{JobIdPath, Query};
 
 /// The most of the payload, the progress and the result a page shows, in bytes of pretty JSON.
 const SHOWN_VALUE: usize = 2 << 20;
@@ -30,7 +29,7 @@ pub(crate) async fn page(
     axum::extract::State(app): AppState,
     base: Base,
     headers: HeaderMap,
-    Path(id): Path<i64>,
+    JobIdPath(id): JobIdPath,
     Query(notice): Query<Notice>,
 ) -> Result<Html<String>, WebError> {
     let ctx = app.ctx(base, &headers);

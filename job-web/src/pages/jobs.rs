@@ -14,7 +14,7 @@ use crate::base::Base;
 use crate::dashboard::{AppState, Ctx};
 use crate::error::WebError;
 use crate::extract::Query;
-use crate::fields::text;
+use crate::fields::{echo, id, text};
 
 /// The filter in the page's query string; empty fields are unset.
 #[derive(Debug, Default, Deserialize)]
@@ -24,7 +24,9 @@ pub(crate) struct ListQuery {
     queue: Option<String>,
     tenant: Option<String>,
     tag: Option<String>,
-    before: Option<i64>,
+    /// A job id, read by [`ListQuery::before`]: as text, so that one that does not parse is
+    /// refused naming the field, and an empty one is unset.
+    before: Option<String>,
     #[serde(flatten)]
     notice: Notice,
 }
@@ -38,9 +40,13 @@ impl ListQuery {
     pub(crate) fn filter(&self, state: Option<JobState>) -> Result<JobFilter, WebError> {
         let states = match (state, text("state", &self.state)?) {
             (Some(s), _) => vec![s],
-            (None, Some(s)) => vec![s
-                .parse::<JobState>()
-                .map_err(|e| WebError::bad_request(e.to_string()))?],
+            (None, Some(s)) => vec![s.parse::<JobState>().map_err(|_| {
+                WebError::bad_request(format!(
+                    "`state` must be one of {}, got {}",
+                    JobState::ALL.map(JobState::as_str).join(", "),
+                    echo(&s)
+                ))
+            })?],
             (None, None) => Vec::new(),
         };
         Ok(JobFilter {
@@ -51,6 +57,11 @@ impl ListQuery {
             tag: text("tag", &self.tag)?,
             ..JobFilter::default()
         })
+    }
+
+    /// The page's cursor: only jobs with a lower id.
+    fn before(&self) -> Result<Option<i64>, WebError> {
+        id("before", &self.before)
     }
 
     /// The filter as query pairs, for links to the next page (once [`Self::filter`] took it).
@@ -76,15 +87,16 @@ pub(crate) async fn page(
 ) -> Result<Html<String>, WebError> {
     let ctx = app.ctx(base, &headers);
     let filter = query.filter(None)?;
+    let before = query.before()?;
     let page = app
         .scope()
-        .page(&request(&app.config, filter, query.before))
+        .page(&request(&app.config, filter, before))
         .await?;
     let body = html! {
         h1 { "Jobs" }
         (filter_form(&ctx, "/jobs", &query, true))
         (table(&ctx, &page, false))
-        (pager(&ctx, "/jobs", &query, &page))
+        (pager(&ctx, "/jobs", &query, before, &page))
     };
     Ok(Html(
         layout::page(&ctx, Nav::Jobs, "Jobs", &query.notice, body).into_string(),
@@ -99,9 +111,10 @@ pub(crate) async fn dead_letters(
 ) -> Result<Html<String>, WebError> {
     let ctx = app.ctx(base, &headers);
     let filter = query.filter(Some(JobState::Discarded))?;
+    let before = query.before()?;
     let page = app
         .scope()
-        .page(&request(&app.config, filter, query.before))
+        .page(&request(&app.config, filter, before))
         .await?;
     let mut filter_fields = query.pairs();
     filter_fields.retain(|(k, _)| *k != "state");
@@ -128,7 +141,7 @@ pub(crate) async fn dead_letters(
             }
         }
         (table(&ctx, &page, true))
-        (pager(&ctx, "/dead", &query, &page))
+        (pager(&ctx, "/dead", &query, before, &page))
     };
     Ok(Html(
         layout::page(&ctx, Nav::Dead, "Dead letters", &query.notice, body).into_string(),
@@ -224,12 +237,12 @@ fn row(ctx: &Ctx, job: &JobSummary, dead: bool) -> Markup {
     }
 }
 
-fn pager(ctx: &Ctx, path: &str, query: &ListQuery, page: &Page) -> Markup {
+fn pager(ctx: &Ctx, path: &str, query: &ListQuery, before: Option<i64>, page: &Page) -> Markup {
     let pairs = query.pairs();
     let base: Vec<(&str, &str)> = pairs.iter().map(|(k, v)| (*k, v.as_str())).collect();
     html! {
         nav.pager {
-            @if query.before.is_some() {
+            @if before.is_some() {
                 a href=(ctx.base.at(&href(path, &base))) { "« Newest" }
             }
             @if let Some(next) = page.next {
@@ -238,7 +251,7 @@ fn pager(ctx: &Ctx, path: &str, query: &ListQuery, page: &Page) -> Markup {
                 a.older href=(ctx.base.at(&href(path, &older))) { "Older »" }
             }
             @if let Some(low) = page.scanned_down_to {
-                span.muted { "looked at ids " (low) " to " @if let Some(b) = query.before { (b - 1) } @else { "the newest" } }
+                span.muted { "looked at ids " (low) " to " @if let Some(b) = before { (b - 1) } @else { "the newest" } }
             }
         }
     }
