@@ -150,6 +150,25 @@ impl FilterArgs {
         }
     }
 
+    /// The first option given empty, said: it would match nothing (no kind, queue, tenant or
+    /// tag is empty), where leaving it out matches any (`--queue "$QUEUE"` with `QUEUE` unset).
+    pub(crate) fn empty_option(&self) -> Option<String> {
+        [
+            ("kind", &self.kind),
+            ("queue", &self.queue),
+            ("tenant", &self.tenant),
+            ("tag", &self.tag),
+        ]
+        .into_iter()
+        .find(|(_, value)| value.as_deref().is_some_and(|v| v.trim().is_empty()))
+        .map(|(option, _)| {
+            format!(
+                "--{option} must not be empty (no {option} is): leave it out to match any \
+                 {option}"
+            )
+        })
+    }
+
     fn is_empty(&self) -> bool {
         self.kind.is_none() && self.queue.is_none() && self.tenant.is_none() && self.tag.is_none()
     }
@@ -235,5 +254,10 @@ pub(crate) struct EnqueueArgs {
 }
 
 fn parse_state(s: &str) -> Result<JobState, String> {
-    s.parse::<JobState>().map_err(|e| e.to_string())
+    s.parse::<JobState>().map_err(|_| {
+        format!(
+            "not a job state: one of {}",
+            JobState::ALL.map(JobState::as_str).join(", ")
+        )
+    })
 }

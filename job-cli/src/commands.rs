@@ -12,7 +12,7 @@ use serde_json::json;
 use sqlx::postgres::{PgConnectOptions, PgConnection};
 use sqlx::Connection;
 
-use crate::cli::{Cli, Command, DeadArgs, EnqueueArgs, PauseArgs, MAX_LIST_LIMIT};
+use crate::cli::{Cli, Command, DeadArgs, EnqueueArgs, FilterArgs, PauseArgs, MAX_LIST_LIMIT};
 use crate::output::{
     self, add_row, json, numeric, print, print_json, table, when, JobView, StdoutError, StepView,
 };
@@ -201,6 +201,9 @@ pub(crate) async fn run(cli: Cli) -> Result<ExitCode, Error> {
 /// Refuses, naming the option, values clap's types let through but the command cannot use;
 /// checked before connecting.
 fn check_options(command: &Command) -> Result<(), Error> {
+    if let Some(problem) = filter_of(command).and_then(FilterArgs::empty_option) {
+        return Err(problem.into());
+    }
     match command {
         Command::Check { lease } if *lease > job::MAX_DURATION => Err(format!(
             "--lease must be at most 100 years (36500 days, the framework's MAX_DURATION), \
@@ -247,6 +250,14 @@ fn check_options(command: &Command) -> Result<(), Error> {
              includes its start, not its end"
         )
         .into()),
+        // An empty name matches no `Host`: the dashboard would refuse every request (421).
+        Command::Web { allowed_hosts, .. } if allowed_hosts.iter().any(|h| h.trim().is_empty()) => {
+            Err(
+                "--allowed-host must not be empty: leave it out to answer to the default \
+                 names"
+                    .into(),
+            )
+        }
         // The rule the framework applies to every tenant it stores or filters by.
         Command::Web {
             tenant: Some(tenant),
@@ -256,6 +267,15 @@ fn check_options(command: &Command) -> Result<(), Error> {
             None => Ok(()),
         },
         _ => Ok(()),
+    }
+}
+
+/// The filter options of `command`, if it takes them.
+fn filter_of(command: &Command) -> Option<&FilterArgs> {
+    match command {
+        Command::Stats(filter) | Command::List { filter, .. } => Some(filter),
+        Command::Redrive(dead) | Command::Purge { dead, .. } => Some(&dead.filter),
+        _ => None,
     }
 }
 
@@ -828,8 +848,39 @@ async fn enqueue(store: &PgStore, args: EnqueueArgs) -> Result<i64, Error> {
     }
     job.tags = args.tags;
     job.tenant = args.tenant;
-    job.validate(store.payload_limit())?;
+    job.validate(store.payload_limit()).map_err(named_option)?;
     Ok(job_postgres::enqueue(store.pool(), &job).await?)
+}
+
+/// An enqueue option the framework refused, named as the command line gave it (`--in`, not the
+/// builder's `schedule_in`).
+fn named_option(e: job::EnqueueError) -> Error {
+    let job::EnqueueError::InvalidOption { option, reason } = &e else {
+        return e.into();
+    };
+    let given = match *option {
+        "kind" => "the kind",
+        "payload" => "the payload",
+        "queue" => "--queue",
+        "priority" => "--priority",
+        "max_attempts" => "--max-attempts",
+        "schedule_in" => "--in",
+        "run_at" => "--run-at",
+        "deadline_in" => "--deadline-in",
+        "unique_key" => "--unique-key",
+        "tenant" => "--tenant",
+        "payload_version" => "--payload-version",
+        // "tag 2 must not be empty", or "at most 32 tags, got 40".
+        "tags" => {
+            return match reason.strip_prefix("tag ") {
+                Some(rest) => format!("--tag number {rest}"),
+                None => format!("--tag: {reason}"),
+            }
+            .into();
+        }
+        _ => return e.into(),
+    };
+    format!("{given} {reason}").into()
 }
 
 fn print_check(check: &Check, json_out: bool) -> Result<(), StdoutError> {
@@ -1060,6 +1111,25 @@ mod tests {
             checked(&args),
             Err("10001 ids named, more than --limit 10000: name at most 10000 per command".into())
         );
+    }
+
+    #[test]
+    fn an_empty_allowed_host_is_refused() {
+        // It would match no `Host`: the dashboard would answer every request 421.
+        assert_eq!(
+            checked(&[
+                "web",
+                "--allowed-host",
+                "jobs.example",
+                "--allowed-host",
+                ""
+            ]),
+            Err(
+                "--allowed-host must not be empty: leave it out to answer to the default names"
+                    .into()
+            )
+        );
+        assert_eq!(checked(&["web", "--allowed-host", "jobs.example"]), Ok(()));
     }
 
     #[test]

@@ -1068,3 +1068,61 @@ async fn list_refuses_a_finalized_range_that_ends_before_it_starts() {
     );
     db.close().await;
 }
+
+/// An empty filter option would match nothing where leaving it out matches any
+/// (`--queue "$QUEUE"` with `QUEUE` unset): refused naming it, before anything is read or
+/// done. An enqueue option the framework refuses is named as the command line gave it.
+#[tokio::test]
+async fn empty_filters_and_refused_enqueue_options_name_the_option() {
+    let db = TestDb::new().await;
+    let dead = enqueue(&db, &["k", "{}"]);
+    discard(&db, dead, "boom").await;
+    for (args, says) in [
+        (&["list", "--kind", ""][..], "--kind must not be empty"),
+        (&["stats", "--queue", ""], "--queue must not be empty"),
+        (&["redrive", "--tenant", " "], "--tenant must not be empty"),
+        (&["purge", "--yes", "--tag", ""], "--tag must not be empty"),
+        (
+            &["enqueue", "k", "{}", "--queue", ""],
+            "--queue must not be empty",
+        ),
+        (
+            &["enqueue", "k", "{}", "--unique-key", ""],
+            "--unique-key must be 1 to 512 bytes, got 0",
+        ),
+        (
+            &["enqueue", "k", "{}", "--in", "1000years"],
+            "--in must be under 100 years",
+        ),
+        (
+            &["enqueue", "k", "{}", "--deadline-in", "1000years"],
+            "--deadline-in must be under 100 years",
+        ),
+        (
+            &["enqueue", "k", "{}", "--max-attempts", "0"],
+            "--max-attempts must be at least 1, got 0",
+        ),
+        (
+            &["enqueue", "k", "{}", "--tag", "a", "--tag", ""],
+            "--tag number 2 must not be empty",
+        ),
+        (&["enqueue", "", "{}"], "the kind must not be empty"),
+        (&["enqueue", "k", "[]"], "the payload must be a JSON object"),
+    ] {
+        refused(&db, args, says);
+    }
+    // The dead letter was neither redriven nor purged, and nothing was enqueued.
+    let all = json(&job(&db, &["--json", "list"]));
+    assert_eq!(all.as_array().unwrap().len(), 1, "{all}");
+    assert_eq!(all[0]["state"], "discarded");
+    // A state that is none says which are.
+    let out = job(&db, &["list", "--state", "finished"]);
+    assert_eq!(out.status.code(), Some(64));
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("'--state <STATES>': not a job state: one of pending, scheduled,"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    db.close().await;
+}
