@@ -108,9 +108,7 @@ impl Store for PgStore {
     }
 
     async fn enqueue_many(&self, jobs: Vec<NewJob>) -> Result<Vec<JobId>, EnqueueError> {
-        for job in &jobs {
-            self.validate(job)?;
-        }
+        NewJob::validate_all(&jobs, self.payload_limit)?;
         if jobs.iter().any(|j| !j.depends_on.is_empty()) {
             return enqueue::enqueue_with_dependencies(&self.pool, &jobs).await;
         }

@@ -380,9 +380,7 @@ impl Store for SqliteStore {
     }
 
     async fn enqueue_many(&self, jobs: Vec<NewJob>) -> Result<Vec<JobId>, EnqueueError> {
-        for job in &jobs {
-            self.validate(job)?;
-        }
+        NewJob::validate_all(&jobs, self.payload_limit)?;
         if jobs.is_empty() {
             return Ok(Vec::new());
         }

@@ -86,6 +86,80 @@ pub(crate) fn depth_problem(json: &str) -> Option<String> {
     })
 }
 
+/// Why `json` (text already known to nest at most [`MAX_JSON_DEPTH`] levels) is not JSON that
+/// every reader of the payload reads the same way, or `None`: a syntax error, a string that is
+/// not Unicode (a lone surrogate escape such as `\ud800`), a number beyond an `f64` (`1e400`),
+/// or an object with a key twice. PostgreSQL's `jsonb` keeps a repeated key's last value and
+/// SQLite keeps the text, whose handler then fails on the duplicate field, so the same payload
+/// would run on one backend and be discarded as poison on the other; serde_json, which every
+/// handler reads with, refuses the rest. The key is named, cut to 64 bytes.
+pub(crate) fn json_problem(json: &str) -> Option<String> {
+    use serde::de::{DeserializeSeed, Deserializer, Error, MapAccess, SeqAccess};
+
+    /// Accepts any JSON value whose objects hold each key once.
+    struct Unique;
+
+    impl<'de> DeserializeSeed<'de> for Unique {
+        type Value = ();
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+            d.deserialize_any(self)
+        }
+    }
+
+    impl<'de> serde::de::Visitor<'de> for Unique {
+        type Value = ();
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a JSON value")
+        }
+        fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_str<E>(self, _: &str) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_unit<E>(self) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+            while seq.next_element_seed(Unique)?.is_some() {}
+            Ok(())
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+            let mut seen = std::collections::HashSet::new();
+            while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                if !seen.insert(key.clone()) {
+                    let end = (0..=64.min(key.len()))
+                        .rev()
+                        .find(|&i| key.is_char_boundary(i))
+                        .unwrap_or(0);
+                    let more = if end < key.len() { "…" } else { "" };
+                    return Err(A::Error::custom(format!(
+                        "holds the key `{}{more}` twice in one object",
+                        &key[..end]
+                    )));
+                }
+                map.next_value_seed(Unique)?;
+            }
+            Ok(())
+        }
+    }
+
+    let mut de = serde_json::Deserializer::from_str(json);
+    let checked = Unique.deserialize(&mut de).and_then(|()| de.end());
+    checked
+        .err()
+        .map(|e| format!("is not JSON every reader reads alike: {e}"))
+}
+
 /// The length of the JSON number `n` as `numeric` prints it.
 fn number_len(n: &str) -> usize {
     let (negative, n) = match n.strip_prefix('-') {

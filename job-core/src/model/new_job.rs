@@ -396,6 +396,27 @@ impl NewJob {
         Ok(new)
     }
 
+    /// Checks every job of a bulk enqueue ([`validate`](Self::validate)); a refused option's
+    /// reason then says which job of the list it is (`job 3 of 500 (kind `billing.send`): …`).
+    pub fn validate_all(jobs: &[NewJob], payload_limit: usize) -> Result<(), EnqueueError> {
+        for (i, job) in jobs.iter().enumerate() {
+            job.validate(payload_limit).map_err(|e| match e {
+                EnqueueError::InvalidOption { option, reason } if jobs.len() > 1 => {
+                    EnqueueError::InvalidOption {
+                        option,
+                        reason: format!(
+                            "job {i} of {} (kind `{}`): {reason}",
+                            jobs.len(),
+                            crate::model::text::storable_text(&job.kind, 128)
+                        ),
+                    }
+                }
+                e => e,
+            })?;
+        }
+        Ok(())
+    }
+
     /// Checks every field; used by [`NewJob::build`] and by stores for rows built by hand.
     pub fn validate(&self, payload_limit: usize) -> Result<(), EnqueueError> {
         check_name("kind", &self.kind)?;
@@ -591,8 +612,11 @@ fn check_name(option: &'static str, name: &str) -> Result<(), EnqueueError> {
 /// scalar, a unit struct or an enum), so that fields can be added and read by name, and no
 /// payload holds a NUL character (`\u0000`), which PostgreSQL's `jsonb` cannot store, or nests
 /// deeper than [`MAX_JSON_DEPTH`](crate::MAX_JSON_DEPTH) levels, which its handler could not
-/// read back (serde_json reads 128 at most). The text itself is the serializer's: its JSON
-/// syntax is checked by the database.
+/// read back (serde_json reads 128 at most), and that it is JSON every reader reads alike:
+/// well formed, its strings Unicode (no lone surrogate escape), its numbers within an `f64`,
+/// and no object holding a key twice (a `#[serde(flatten)]` map beside a field of the same
+/// name writes one; PostgreSQL would keep the last value, SQLite the text, whose handler
+/// refuses the duplicate).
 pub fn payload_problem(payload: &str) -> Option<String> {
     let first = payload.trim_start().chars().next();
     let got = match first {
@@ -614,7 +638,10 @@ pub fn payload_problem(payload: &str) -> Option<String> {
                 .into(),
         );
     }
-    crate::model::json_size::depth_problem(payload).map(|p| format!("{p} by its handler"))
+    if let Some(p) = crate::model::json_size::depth_problem(payload) {
+        return Some(format!("{p} by its handler"));
+    }
+    crate::model::json_size::json_problem(payload)
 }
 
 /// Whether JSON text holds the escape `\u0000`: a backslash that is not itself escaped,
@@ -807,6 +834,51 @@ mod tests {
         assert!(payload_problem(r#"{"a":"\\\u0000"}"#)
             .unwrap()
             .contains("NUL"));
+    }
+
+    #[test]
+    fn a_bulk_enqueue_names_the_job_it_refuses() {
+        let jobs = [
+            NewJob::new("mail.send", r#"{"to":1}"#),
+            NewJob::new("mail.send", r#"{"to":1,"to":2}"#),
+        ];
+        let e = NewJob::validate_all(&jobs, DEFAULT_PAYLOAD_LIMIT).unwrap_err();
+        let text = e.to_string();
+        assert!(
+            text.starts_with("invalid enqueue option `payload`: job 1 of 2 (kind `mail.send`): ")
+                && text.contains("the key `to` twice"),
+            "{text}"
+        );
+        // One job alone is named by its error as before.
+        let e = NewJob::validate_all(&jobs[1..], DEFAULT_PAYLOAD_LIMIT).unwrap_err();
+        assert!(!e.to_string().contains("of 1"), "{e}");
+    }
+
+    #[test]
+    fn payloads_every_reader_reads_alike() {
+        for json in [
+            r#"{"a":1,"b":{"a":2},"c":[{"a":3},{"a":4}]}"#,
+            r#"{"\u00e9":1,"é2":2,"big":18446744073709551615,"neg":-9223372036854775808}"#,
+            r#"{"f":1.5e300,"s":"\ud83d\ude00"}"#,
+        ] {
+            assert_eq!(payload_problem(json), None, "{json}");
+        }
+        for (json, says) in [
+            (r#"{"amount":5,"amount":999}"#, "the key `amount` twice"),
+            (r#"{"a":{"x":1,"x":2}}"#, "the key `x` twice"),
+            (r#"{"a":[{"y":1,"\u0079":2}]}"#, "the key `y` twice"),
+            (r#"{"a":"\ud800"}"#, "hex escape"),
+            (r#"{"a":"\udc00x"}"#, "hex escape"),
+            (r#"{"a":1e400}"#, "out of range"),
+            (r#"{"a":1,}"#, "trailing comma"),
+            (r#"{"a":1} {}"#, "trailing characters"),
+        ] {
+            let problem = payload_problem(json).unwrap_or_default();
+            assert!(problem.contains(says), "{json}: {problem}");
+        }
+        let long = "k".repeat(200);
+        let problem = payload_problem(&format!(r#"{{"{long}":1,"{long}":2}}"#)).unwrap();
+        assert!(problem.len() < 200, "{problem}");
     }
 
     #[test]
