@@ -212,6 +212,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "worker_reads_migrations",
         sql: include_str!("../migrations/0038_worker_reads_migrations.sql"),
     },
+    Migration {
+        version: 39,
+        name: "rescue_after_restart",
+        sql: include_str!("../migrations/0039_rescue_after_restart.sql"),
+    },
 ];
 
 /// The whole schema as one plain SQL script, for a DBA or a team without Rust:
