@@ -5850,7 +5850,7 @@ END
 $apply$;
 COMMIT;
 
--- 0039 rescue_after_restart
+-- 0041 rescue_after_restart
 BEGIN;
 DO $lock$ BEGIN PERFORM pg_advisory_xact_lock(hashtextextended('job.schema_migrations', 0)); END $lock$;
 DO $apply$
@@ -5858,18 +5858,18 @@ DECLARE
     missing integer;
     later integer;
 BEGIN
-    IF NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = 39) THEN
+    IF NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = 41) THEN
         SELECT min(v) INTO missing FROM pg_catalog.unnest('{1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31,32,33,34,35,36,37,38}'::integer[]) v
             WHERE NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = v);
         IF missing IS NOT NULL THEN
-            RAISE EXCEPTION 'job migration 39 `rescue_after_restart` was not applied: migration %, which comes before it, is not recorded in job.schema_migrations (migrations apply in order, each after the one before)', missing;
+            RAISE EXCEPTION 'job migration 41 `rescue_after_restart` was not applied: migration %, which comes before it, is not recorded in job.schema_migrations (migrations apply in order, each after the one before)', missing;
         END IF;
-        SELECT min(version) INTO later FROM job.schema_migrations WHERE version > 39;
+        SELECT min(version) INTO later FROM job.schema_migrations WHERE version > 41;
         IF later IS NOT NULL THEN
-            RAISE EXCEPTION 'job migration 39 `rescue_after_restart` was not applied: it is not recorded in job.schema_migrations, but migration %, which comes after it, is: the schema was migrated out of order, and 39 applied now could undo what later migrations changed. Apply what migration 39 lacks by hand and record it, or restore the database from a backup', later;
+            RAISE EXCEPTION 'job migration 41 `rescue_after_restart` was not applied: it is not recorded in job.schema_migrations, but migration %, which comes after it, is: the schema was migrated out of order, and 41 applied now could undo what later migrations changed. Apply what migration 41 lacks by hand and record it, or restore the database from a backup', later;
         END IF;
-EXECUTE $job_migration_0039$
--- 0039 rescue_after_restart: no lease is rescued in the first 15 seconds of the server's life
+EXECUTE $job_migration_0041$
+-- 0041 rescue_after_restart: no lease is rescued in the first 15 seconds of the server's life
 -- that expired 15 seconds before its start or later. Append-only: change the schema in a new
 -- numbered file.
 --
@@ -5929,7 +5929,7 @@ BEGIN
             SELECT j.id
             FROM job.jobs j
             WHERE j.kind = k.kind AND j.locked_until < now() AND j.state = 'running'
-              -- Held while the server is new: see the head of migration 0039.
+              -- Held while the server is new: see the head of migration 0041.
               AND NOT (j.locked_until > started.at - interval '15 seconds'
                        AND now() < started.at + interval '15 seconds')
             ORDER BY j.locked_until
@@ -5973,11 +5973,11 @@ BEGIN
 END
 $rescue$;
 
-$job_migration_0039$;
-        INSERT INTO job.schema_migrations (version, name) VALUES (39, 'rescue_after_restart');
+$job_migration_0041$;
+        INSERT INTO job.schema_migrations (version, name) VALUES (41, 'rescue_after_restart');
     ELSIF NOT EXISTS (SELECT 1 FROM job.schema_migrations
-                      WHERE version = 39 AND name = 'rescue_after_restart') THEN
-        RAISE EXCEPTION 'job migration 39 is recorded in job.schema_migrations as `%`, but this script''s migration 39 is `rescue_after_restart`: the database was migrated by a build whose migrations differ from this one''s', (SELECT name FROM job.schema_migrations WHERE version = 39);
+                      WHERE version = 41 AND name = 'rescue_after_restart') THEN
+        RAISE EXCEPTION 'job migration 41 is recorded in job.schema_migrations as `%`, but this script''s migration 41 is `rescue_after_restart`: the database was migrated by a build whose migrations differ from this one''s', (SELECT name FROM job.schema_migrations WHERE version = 41);
     END IF;
 END
 $apply$;

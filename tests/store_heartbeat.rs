@@ -171,7 +171,7 @@ async fn server_started(store: &job_postgres::PgStore, ago: &str) {
     .unwrap();
 }
 
-/// Migration 0039: a lease that ran out while the server was down (or that runs out just
+/// Migration 0041: a lease that ran out while the server was down (or that runs out just
 /// after its start) is left to its holder for the first 15 seconds of the server's life, so
 /// that a holder whose code cannot stop renews it before anyone runs the job beside that code.
 /// A lease out since well before the start is rescued as before, and so is every lease once

@@ -213,9 +213,9 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../migrations/0038_worker_reads_migrations.sql"),
     },
     Migration {
-        version: 39,
+        version: 41,
         name: "rescue_after_restart",
-        sql: include_str!("../migrations/0039_rescue_after_restart.sql"),
+        sql: include_str!("../migrations/0041_rescue_after_restart.sql"),
     },
 ];
 

@@ -1,4 +1,4 @@
--- 0039 rescue_after_restart: no lease is rescued in the first 15 seconds of the server's life
+-- 0041 rescue_after_restart: no lease is rescued in the first 15 seconds of the server's life
 -- that expired 15 seconds before its start or later. Append-only: change the schema in a new
 -- numbered file.
 --
@@ -58,7 +58,7 @@ BEGIN
             SELECT j.id
             FROM job.jobs j
             WHERE j.kind = k.kind AND j.locked_until < now() AND j.state = 'running'
-              -- Held while the server is new: see the head of migration 0039.
+              -- Held while the server is new: see the head of migration 0041.
               AND NOT (j.locked_until > started.at - interval '15 seconds'
                        AND now() < started.at + interval '15 seconds')
             ORDER BY j.locked_until
