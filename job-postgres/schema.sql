@@ -5850,6 +5850,107 @@ END
 $apply$;
 COMMIT;
 
+-- 0039 compensating_options
+BEGIN;
+DO $lock$ BEGIN PERFORM pg_advisory_xact_lock(hashtextextended('job.schema_migrations', 0)); END $lock$;
+DO $apply$
+DECLARE
+    missing integer;
+    later integer;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = 39) THEN
+        SELECT min(v) INTO missing FROM pg_catalog.unnest('{1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31,32,33,34,35,36,37,38}'::integer[]) v
+            WHERE NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = v);
+        IF missing IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 39 `compensating_options` was not applied: migration %, which comes before it, is not recorded in job.schema_migrations (migrations apply in order, each after the one before)', missing;
+        END IF;
+        SELECT min(version) INTO later FROM job.schema_migrations WHERE version > 39;
+        IF later IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 39 `compensating_options` was not applied: it is not recorded in job.schema_migrations, but migration %, which comes after it, is: the schema was migrated out of order, and 39 applied now could undo what later migrations changed. Apply what migration 39 lacks by hand and record it, or restore the database from a backup', later;
+        END IF;
+EXECUTE $job_migration_0039$
+-- 0039 compensating_options: a compensating job is enqueued with its own kind's options.
+-- Append-only: change the schema in a new numbered file.
+--
+-- job.compensate inserted only the compensating job's kind, queue, payload, tenant and trace,
+-- so the table's defaults applied: 25 attempts, priority 0, payload version 1, whatever the
+-- compensating kind said. A compensating kind at `VERSION = 2` had every compensation
+-- discarded as poison ("payload version 1 ... has no upgrade to version 2"). Workers now
+-- record, beside the kind and queue, the compensating kind's priority, max_attempts and
+-- payload version (`Compensate::of`), and the trigger enqueues with them. The columns are
+-- nullable: a row recorded by an older worker (whose statement names only the first three
+-- columns, and still succeeds) keeps the old defaults until a newer worker records it again.
+ALTER TABLE job.compensations
+    ADD COLUMN compensate_priority smallint
+        CONSTRAINT compensations_priority_check CHECK (compensate_priority >= 0),
+    ADD COLUMN compensate_max_attempts integer
+        CONSTRAINT compensations_max_attempts_check CHECK (compensate_max_attempts >= 1),
+    ADD COLUMN compensate_version integer
+        CONSTRAINT compensations_version_check CHECK (compensate_version >= 1);
+
+CREATE OR REPLACE FUNCTION job.compensate() RETURNS trigger
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    c record;
+    fits boolean;
+    wrapped jsonb;
+    trace text;
+BEGIN
+    SELECT * INTO c FROM job.compensations WHERE kind = NEW.kind;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    -- The whole wrapping is measured, as the admission rule measures a payload: the discarded
+    -- payload goes in when it fits with the id, kind and last error, else it is omitted.
+    wrapped := jsonb_build_object('discarded', jsonb_build_object(
+        'job_id', NEW.id,
+        'kind', NEW.kind,
+        'payload', NEW.payload,
+        'payload_omitted', false,
+        'error', NEW.errors -> -1));
+    SELECT octet_length(wrapped::text) <= s.payload_limit INTO fits FROM job.settings s;
+    IF NOT coalesce(fits, false) THEN
+        wrapped := jsonb_build_object('discarded', jsonb_build_object(
+            'job_id', NEW.id,
+            'kind', NEW.kind,
+            'payload', NULL,
+            'payload_omitted', true,
+            'error', NEW.errors -> -1));
+    END IF;
+    IF NEW.trace_context ~ '^00-[0123456789abcdef]{32}-[0123456789abcdef]{16}-[0123456789abcdef]{2}$'
+       AND substr(NEW.trace_context, 4, 32) <> '00000000000000000000000000000000'
+       AND substr(NEW.trace_context, 37, 16) <> '0000000000000000' THEN
+        trace := NEW.trace_context;
+    END IF;
+    BEGIN
+        INSERT INTO job.jobs (kind, queue, priority, max_attempts, payload_version, payload,
+                              tenant, trace_context)
+        VALUES (c.compensate_kind, c.compensate_queue, coalesce(c.compensate_priority, 0),
+                coalesce(c.compensate_max_attempts, 25), coalesce(c.compensate_version, 1),
+                wrapped, NEW.tenant, trace);
+    EXCEPTION WHEN OTHERS THEN
+        IF left(SQLSTATE, 2) IN ('08', '40', '53', '55', '57', '58', 'XX') THEN
+            RAISE;
+        END IF;
+        RAISE WARNING 'job %: compensating job % not enqueued: %', NEW.id, c.compensate_kind,
+            SQLERRM;
+    END;
+    RETURN NULL;
+END
+$$;
+$job_migration_0039$;
+        INSERT INTO job.schema_migrations (version, name) VALUES (39, 'compensating_options');
+    ELSIF NOT EXISTS (SELECT 1 FROM job.schema_migrations
+                      WHERE version = 39 AND name = 'compensating_options') THEN
+        RAISE EXCEPTION 'job migration 39 is recorded in job.schema_migrations as `%`, but this script''s migration 39 is `compensating_options`: the database was migrated by a build whose migrations differ from this one''s', (SELECT name FROM job.schema_migrations WHERE version = 39);
+    END IF;
+END
+$apply$;
+COMMIT;
+
 -- 0041 rescue_after_restart
 BEGIN;
 DO $lock$ BEGIN PERFORM pg_advisory_xact_lock(hashtextextended('job.schema_migrations', 0)); END $lock$;
@@ -5859,7 +5960,7 @@ DECLARE
     later integer;
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = 41) THEN
-        SELECT min(v) INTO missing FROM pg_catalog.unnest('{1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31,32,33,34,35,36,37,38}'::integer[]) v
+        SELECT min(v) INTO missing FROM pg_catalog.unnest('{1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31,32,33,34,35,36,37,38,39}'::integer[]) v
             WHERE NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = v);
         IF missing IS NOT NULL THEN
             RAISE EXCEPTION 'job migration 41 `rescue_after_restart` was not applied: migration %, which comes before it, is not recorded in job.schema_migrations (migrations apply in order, each after the one before)', missing;

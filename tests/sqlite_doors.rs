@@ -724,6 +724,9 @@ async fn compensated_by_undo(store: &SqliteStore) {
     let undo = job::Compensate {
         kind: "probe.undo",
         queue: "undo",
+        priority: 0,
+        max_attempts: 25,
+        version: 1,
     };
     store
         .register_kinds(&[("k".to_owned(), Some(undo))])

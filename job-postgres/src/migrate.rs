@@ -213,6 +213,11 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../migrations/0038_worker_reads_migrations.sql"),
     },
     Migration {
+        version: 39,
+        name: "compensating_options",
+        sql: include_str!("../migrations/0039_compensating_options.sql"),
+    },
+    Migration {
         version: 41,
         name: "rescue_after_restart",
         sql: include_str!("../migrations/0041_rescue_after_restart.sql"),

@@ -23,10 +23,19 @@ pub(crate) async fn register_kinds(
     let names: Vec<&str> = kinds.iter().map(|(k, _)| k.as_str()).collect();
     let ckinds: Vec<Option<&str>> = kinds.iter().map(|(_, c)| c.map(|c| c.kind)).collect();
     let cqueues: Vec<Option<&str>> = kinds.iter().map(|(_, c)| c.map(|c| c.queue)).collect();
+    let cpriorities: Vec<Option<i16>> = kinds.iter().map(|(_, c)| c.map(|c| c.priority)).collect();
+    let cattempts: Vec<Option<i32>> = kinds
+        .iter()
+        .map(|(_, c)| c.map(|c| c.max_attempts))
+        .collect();
+    let cversions: Vec<Option<i32>> = kinds.iter().map(|(_, c)| c.map(|c| c.version)).collect();
     sqlx::query(sql::REGISTER_KINDS)
         .bind(names)
         .bind(ckinds)
         .bind(cqueues)
+        .bind(cpriorities)
+        .bind(cattempts)
+        .bind(cversions)
         .execute(pool)
         .await
         .map_err(Error::query("register_kinds"))?;

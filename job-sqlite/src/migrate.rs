@@ -94,6 +94,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "step_bounds",
         sql: include_str!("../migrations/0015_step_bounds.sql"),
     },
+    Migration {
+        version: 16,
+        name: "compensating_options",
+        sql: include_str!("../migrations/0016_compensating_options.sql"),
+    },
 ];
 
 /// Brings the schema in `pool`'s database up to date: applies every migration not recorded

@@ -333,7 +333,10 @@ impl Store for SqliteStore {
                     Some(c) => sqlx::query(crate::sql::REGISTER_KINDS)
                         .bind(kind)
                         .bind(c.kind)
-                        .bind(c.queue),
+                        .bind(c.queue)
+                        .bind(c.priority)
+                        .bind(c.max_attempts)
+                        .bind(c.version),
                     None => sqlx::query(crate::sql::UNREGISTER_KIND).bind(kind),
                 };
                 query

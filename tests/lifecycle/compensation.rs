@@ -320,3 +320,121 @@ async fn a_compensation_the_server_cannot_insert_for_now_fails_the_discard_for_n
     assert_eq!(h.row(refused).await.state, JobState::Discarded);
     assert_eq!(refund_count(&h).await, 1, "left out, with a WARNING");
 }
+
+/// Fails for good; compensated by [`VersionedRefund`].
+#[derive(Debug, Serialize, Deserialize)]
+struct Payout {
+    order_id: i64,
+}
+
+impl Job for Payout {
+    const KIND: &'static str = "test.payout";
+    const OPTIONS: JobOptions = JobOptions {
+        backoff: FAST_BACKOFF,
+        compensate: Some(Compensate::of::<VersionedRefund>()),
+        ..JobOptions::DEFAULT
+    };
+
+    async fn perform(self, _ctx: JobContext) -> Result<(), JobError> {
+        Err(JobError::terminal("payout refused"))
+    }
+}
+
+/// A compensating kind with options of its own, at payload version 2.
+#[derive(Debug, Serialize, Deserialize)]
+struct VersionedRefund {
+    discarded: Discarded,
+}
+
+impl Job for VersionedRefund {
+    const KIND: &'static str = "test.versioned_refund";
+    const VERSION: i32 = 2;
+    const OPTIONS: JobOptions = JobOptions {
+        queue: "compensations",
+        priority: 7,
+        max_attempts: 2,
+        ..JobOptions::DEFAULT
+    };
+
+    async fn perform(self, ctx: JobContext) -> Result<(), JobError> {
+        ctx.state::<Refunds>()?
+            .0
+            .lock()
+            .unwrap()
+            .push(self.discarded);
+        Ok(())
+    }
+}
+
+/// The compensating job is enqueued with its kind's priority, attempts and payload version:
+/// the table's defaults (0, 25, 1) applied, and a compensating kind at version 2 had every
+/// compensation discarded as poison.
+#[tokio::test]
+async fn a_compensating_job_takes_its_kinds_priority_attempts_and_version() {
+    let h = Harness::new().await;
+    let refunds = Refunds::default();
+    let w = job::Worker::builder(h.store.clone())
+        .register::<Payout>()
+        .register::<VersionedRefund>()
+        .queue("default", 2)
+        .queue("compensations", 2)
+        .poll_interval(Duration::from_millis(20))
+        .state(refunds.clone())
+        .build()
+        .unwrap()
+        .start();
+    let id = enqueue(&h.store, Payout { order_id: 11 }).await;
+    let seen = discarded_then_refunded(&h, id, &refunds).await;
+    w.shutdown().await;
+    assert_eq!((seen.job_id, seen.kind.as_str()), (id, "test.payout"));
+    let (state, priority, max_attempts, version): (String, i16, i32, i32) = sqlx::query_as(
+        "SELECT state::text, priority, max_attempts, payload_version FROM job.jobs
+         WHERE kind = 'test.versioned_refund'",
+    )
+    .fetch_one(h.store.pool())
+    .await
+    .unwrap();
+    assert_eq!(
+        (state.as_str(), priority, max_attempts, version),
+        ("completed", 7, 2, 2)
+    );
+}
+
+/// A row recorded by an older worker (kind and queue only, as its statement still writes
+/// them) compensates with the old defaults.
+#[tokio::test]
+async fn a_compensation_recorded_by_an_older_worker_keeps_the_defaults() {
+    let h = Harness::new().await;
+    let pool = h.store.pool();
+    sqlx::query(
+        "INSERT INTO job.compensations AS c (kind, compensate_kind, compensate_queue)
+         VALUES ('test.charge', 'test.refund', 'billing')
+         ON CONFLICT (kind) DO UPDATE
+         SET compensate_kind = excluded.compensate_kind,
+             compensate_queue = excluded.compensate_queue, updated_at = now()",
+    )
+    .execute(pool)
+    .await
+    .expect("an older worker's statement");
+    let id = enqueue(
+        &h.store,
+        Charge {
+            order_id: 12,
+            note: String::new(),
+        },
+    )
+    .await;
+    sqlx::query("UPDATE job.jobs SET state = 'discarded', finalized_at = now() WHERE id = $1")
+        .bind(id)
+        .execute(pool)
+        .await
+        .unwrap();
+    let row: (String, i16, i32, i32) = sqlx::query_as(
+        "SELECT queue, priority, max_attempts, payload_version FROM job.jobs
+         WHERE kind = 'test.refund'",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    assert_eq!(row, ("billing".to_owned(), 0, 25, 1));
+}

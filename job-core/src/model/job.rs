@@ -265,21 +265,32 @@ pub struct DiscardedError {
     pub message: String,
 }
 
-/// The kind and queue of a compensating job (see [`JobOptions::compensate`]).
+/// The kind, queue and options of a compensating job (see [`JobOptions::compensate`]): the
+/// database enqueues it with them when a job of the kind is discarded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Compensate {
     /// The compensating job's kind.
     pub kind: &'static str,
     /// Its queue.
     pub queue: &'static str,
+    /// Its priority (0 or more).
+    pub priority: i16,
+    /// Its attempts (at least 1).
+    pub max_attempts: i32,
+    /// The version of the payload the database writes ([`Job::VERSION`], at least 1).
+    pub version: i32,
 }
 
 impl Compensate {
-    /// The kind and default queue of `J`, usable in `const` contexts.
+    /// The kind, default queue, priority, attempts and payload version of `J`, usable in
+    /// `const` contexts.
     pub const fn of<J: Job>() -> Compensate {
         Compensate {
             kind: J::KIND,
             queue: J::OPTIONS.queue,
+            priority: J::OPTIONS.priority,
+            max_attempts: J::OPTIONS.max_attempts,
+            version: J::VERSION,
         }
     }
 }

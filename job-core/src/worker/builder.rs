@@ -354,6 +354,24 @@ impl<S: Store> WorkerBuilder<S> {
                     ),
                 ));
             }
+            // What the database enqueues on a discard, with the table's CHECKs: a compensating
+            // kind outside them could not be recorded, and claims would wait on it for ever.
+            if let Some(c) = options.compensate {
+                if c.priority < 0 || c.max_attempts < 1 || c.version < 1 {
+                    return Err(invalid(
+                        "compensate",
+                        format!(
+                            "the compensating job `{}` of `{}` needs a priority of 0 or more, \
+                             max_attempts and a version of at least 1, got {}, {} and {}",
+                            c.kind,
+                            h.kind(),
+                            c.priority,
+                            c.max_attempts,
+                            c.version
+                        ),
+                    ));
+                }
+            }
             if options.timeout.is_zero() {
                 return Err(invalid(
                     "timeout",

@@ -303,12 +303,16 @@ pub async fn expire_never_touches_a_running_job<S: Store + Admin>(store: S) {
 
 /// A kind registered with a compensating job (`Store::register_kinds`): discarding a job of
 /// it enqueues the compensating job, available at once in its queue, whose payload names the
-/// discarded job, its kind, payload and last error; other outcomes enqueue nothing, and a
-/// kind registered again without one no longer compensates.
+/// discarded job, its kind, payload and last error, with the compensating kind's priority,
+/// attempts and payload version; other outcomes enqueue nothing, and a kind registered again
+/// without one no longer compensates.
 pub async fn a_discard_enqueues_the_kinds_compensating_job<S: Store>(store: S) {
     let compensate = job_core::Compensate {
         kind: UNDO,
         queue: "undo",
+        priority: 7,
+        max_attempts: 2,
+        version: 2,
     };
     store
         .register_kinds(&[(NOOP.to_owned(), Some(compensate))])
@@ -319,6 +323,15 @@ pub async fn a_discard_enqueues_the_kinds_compensating_job<S: Store>(store: S) {
     let job = discard_one(&store, "cannot work").await;
     let claimed = claim_undo(&store).await;
     assert_eq!(claimed.len(), 1, "one compensating job: {claimed:?}");
+    assert_eq!(
+        (
+            claimed[0].priority,
+            claimed[0].max_attempts,
+            claimed[0].payload_version
+        ),
+        (7, 2, 2),
+        "the compensating kind's options"
+    );
     let payload: serde_json::Value = serde_json::from_str(&claimed[0].payload).unwrap();
     let discarded = &payload["discarded"];
     assert_eq!(discarded["job_id"], job);
@@ -344,6 +357,9 @@ pub async fn a_discard_after_a_cancel_request_ends_the_job_cancelled<S: Store + 
     let compensate = job_core::Compensate {
         kind: UNDO,
         queue: "undo",
+        priority: 0,
+        max_attempts: 25,
+        version: 1,
     };
     store
         .register_kinds(&[(NOOP.to_owned(), Some(compensate))])
@@ -394,7 +410,12 @@ async fn claim_undo<S: Store>(store: &S) -> Vec<job_core::ClaimedJob> {
     store
         .claim(&job_core::ClaimRequest {
             queue: "undo".into(),
-            ..super::support::request(&[UNDO], 10)
+            // A worker that runs the compensating kind at its version 2.
+            kinds: vec![job_core::ClaimKind {
+                max_version: 2,
+                ..super::support::kind(UNDO)
+            }],
+            ..super::support::request(&[], 10)
         })
         .await
         .unwrap()

@@ -1,13 +1,19 @@
 //! `compensate` names the job type to enqueue when a job of this kind is discarded; the
-//! options keep that job's kind and default queue.
+//! options keep that job's kind, default queue, priority, attempts and payload version.
 #![deny(warnings)]
 
+use job::__private::serde_json::Value;
 use job::{job, Compensate, Discarded, Job, JobContext, JobError, JobOptions};
 
-#[job(kind = "payments.refund", queue = "refunds")]
+#[job(kind = "payments.refund", queue = "refunds", priority = 7, retry = 1, version = 2,
+     upgrade = upgrade_refund)]
 async fn refund_charge(_ctx: JobContext, discarded: Discarded) -> Result<(), JobError> {
     let _ = discarded;
     Ok(())
+}
+
+fn upgrade_refund(_from: i32, payload: Value) -> Result<Value, JobError> {
+    Ok(payload)
 }
 
 #[job(compensate = RefundCharge)]
@@ -38,6 +44,9 @@ fn main() {
         Some(Compensate {
             kind: "payments.refund",
             queue: "refunds",
+            priority: 7,
+            max_attempts: 2,
+            version: 2,
         })
     );
     assert_eq!(
@@ -45,6 +54,9 @@ fn main() {
         Some(Compensate {
             kind: "notify_support",
             queue: "default",
+            priority: 0,
+            max_attempts: 25,
+            version: 1,
         })
     );
     assert_eq!(<ChargeWallet as Job>::OPTIONS.queue, "payments");

@@ -94,6 +94,9 @@ fn main() {
             compensate: Some(Compensate {
                 kind: "drop_partial_report",
                 queue: "cleanup",
+                priority: 0,
+                max_attempts: 25,
+                version: 1,
             }),
             rate: Some(RateLimit::new(100, Duration::from_secs(60))),
             breaker: Some(Breaker {
