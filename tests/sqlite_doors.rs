@@ -166,6 +166,45 @@ async fn a_compensating_job_omits_a_payload_whose_wrapping_is_over_the_limit() {
     db.close().await;
 }
 
+/// Under a limit that the wrapping fits only without the payload and the last error, the
+/// compensating job comes with neither, and says the error was left out
+/// (`Discarded::error_omitted`); the other forms say it was not.
+#[tokio::test]
+async fn a_compensating_job_omits_the_last_error_too_when_only_that_fits_and_says_so() {
+    let db = TestSqlite::new().await;
+    let store = db.store();
+    compensated_by_undo(&store).await;
+    sqlx::query("UPDATE job_settings SET payload_limit = 4096")
+        .execute(store.pool())
+        .await
+        .unwrap();
+    let id = store
+        .enqueue(NewJob::new("k", "{\"order\":7}"))
+        .await
+        .unwrap();
+    let job = claim(&store, "k", "default").await.remove(0);
+    store
+        .finalize(&[discard(&job, &"e".repeat(5000))])
+        .await
+        .unwrap();
+    let compensating = claim(&store, "probe.undo", "undo").await;
+    assert_eq!(compensating.len(), 1, "one compensating job");
+    let payload: serde_json::Value = serde_json::from_str(&compensating[0].payload).unwrap();
+    let discarded: job::Discarded = serde_json::from_value(payload["discarded"].clone()).unwrap();
+    assert_eq!(discarded.job_id, id);
+    assert_eq!(discarded.payload, serde_json::Value::Null);
+    assert_eq!(discarded.error, None);
+    assert!(discarded.error_omitted, "{payload}");
+
+    store.enqueue(NewJob::new("k", "{\"n\":1}")).await.unwrap();
+    let job = claim(&store, "k", "default").await.remove(0);
+    store.finalize(&[discard(&job, "no")]).await.unwrap();
+    let compensating = claim(&store, "probe.undo", "undo").await;
+    let payload: serde_json::Value = serde_json::from_str(&compensating[0].payload).unwrap();
+    assert_eq!(payload["discarded"]["error_omitted"], false);
+    db.close().await;
+}
+
 /// Inserts a job row of kind `k` on `queue` raw, with `set` (column, SQL value) over a
 /// waiting row's defaults. A `deadline` is written by an update right after the insert, so
 /// that a row past its deadline can be made (an insert of one is refused: migration 0014).

@@ -9,6 +9,12 @@
 -- payload version (`Compensate::of`), and the trigger enqueues with them. The columns are
 -- nullable: a row recorded by an older worker (whose statement names only the first three
 -- columns, and still succeeds) keeps the old defaults until a newer worker records it again.
+--
+-- And the wrapping has a third form, as SQLite's trigger has had since its migration 5: when
+-- the discarded payload's omission is not enough (a last error of 5,000 bytes under a limit of
+-- 4,096), the last error is omitted too (`"error": null, "error_omitted": true`). The insert
+-- was refused, and the compensation given up with a WARNING. Only a limit too small for the
+-- id, kind and flags alone still refuses it (a WARNING, as before).
 ALTER TABLE job.compensations
     ADD COLUMN compensate_priority smallint
         CONSTRAINT compensations_priority_check CHECK (compensate_priority >= 0),
@@ -34,12 +40,14 @@ BEGIN
     END IF;
     -- The whole wrapping is measured, as the admission rule measures a payload: the discarded
     -- payload goes in when it fits with the id, kind and last error, else it is omitted.
+    -- When even that does not fit, the last error is omitted too.
     wrapped := jsonb_build_object('discarded', jsonb_build_object(
         'job_id', NEW.id,
         'kind', NEW.kind,
         'payload', NEW.payload,
         'payload_omitted', false,
-        'error', NEW.errors -> -1));
+        'error', NEW.errors -> -1,
+        'error_omitted', false));
     SELECT octet_length(wrapped::text) <= s.payload_limit INTO fits FROM job.settings s;
     IF NOT coalesce(fits, false) THEN
         wrapped := jsonb_build_object('discarded', jsonb_build_object(
@@ -47,7 +55,18 @@ BEGIN
             'kind', NEW.kind,
             'payload', NULL,
             'payload_omitted', true,
-            'error', NEW.errors -> -1));
+            'error', NEW.errors -> -1,
+            'error_omitted', false));
+        SELECT octet_length(wrapped::text) <= s.payload_limit INTO fits FROM job.settings s;
+    END IF;
+    IF NOT coalesce(fits, false) THEN
+        wrapped := jsonb_build_object('discarded', jsonb_build_object(
+            'job_id', NEW.id,
+            'kind', NEW.kind,
+            'payload', NULL,
+            'payload_omitted', true,
+            'error', NULL,
+            'error_omitted', (NEW.errors -> -1) IS NOT NULL));
     END IF;
     IF NEW.trace_context ~ '^00-[0123456789abcdef]{32}-[0123456789abcdef]{16}-[0123456789abcdef]{2}$'
        AND substr(NEW.trace_context, 4, 32) <> '00000000000000000000000000000000'

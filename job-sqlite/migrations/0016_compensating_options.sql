@@ -9,6 +9,9 @@
 -- payload version (`Compensate::of`), and the trigger enqueues with them. The columns are
 -- nullable: a row recorded by an older worker (whose statement names only the first three
 -- columns, and still succeeds) keeps the old defaults until a newer worker records it again.
+--
+-- The wrapping's third form (payload and last error omitted) now says that the error was
+-- omitted (`"error_omitted": true`, when the job had one), as job-postgres's does.
 ALTER TABLE job_compensations ADD COLUMN compensate_priority INTEGER
     CHECK (compensate_priority BETWEEN 0 AND 32767);
 ALTER TABLE job_compensations ADD COLUMN compensate_max_attempts INTEGER
@@ -16,7 +19,7 @@ ALTER TABLE job_compensations ADD COLUMN compensate_max_attempts INTEGER
 ALTER TABLE job_compensations ADD COLUMN compensate_version INTEGER
     CHECK (compensate_version BETWEEN 1 AND 2147483647);
 
--- The trigger of migration 0013, with the three options.
+-- The trigger of migration 0013, with the three options and the flag.
 DROP TRIGGER job_jobs_compensate;
 CREATE TRIGGER job_jobs_compensate
 AFTER UPDATE OF state ON job_jobs
@@ -54,19 +57,22 @@ BEGIN
                      'kind', NEW.kind,
                      'payload', json(NEW.payload),
                      'payload_omitted', json('false'),
-                     'error', json(NEW.errors -> '$[#-1]'))) AS whole,
+                     'error', json(NEW.errors -> '$[#-1]'),
+                     'error_omitted', json('false'))) AS whole,
                  json_object('discarded', json_object(
                      'job_id', NEW.id,
                      'kind', NEW.kind,
                      'payload', NULL,
                      'payload_omitted', json('true'),
-                     'error', json(NEW.errors -> '$[#-1]'))) AS omitted,
+                     'error', json(NEW.errors -> '$[#-1]'),
+                     'error_omitted', json('false'))) AS omitted,
                  json_object('discarded', json_object(
                      'job_id', NEW.id,
                      'kind', NEW.kind,
                      'payload', NULL,
                      'payload_omitted', json('true'),
-                     'error', NULL)) AS bare) w
+                     'error', NULL,
+                     'error_omitted', json(CASE WHEN NEW.errors -> '$[#-1]' IS NULL THEN 'false' ELSE 'true' END))) AS bare) w
     WHERE c.kind = NEW.kind
       AND length(CAST(w.bare AS BLOB)) <= s.payload_limit
       AND length(CAST(c.compensate_kind AS BLOB)) BETWEEN 1 AND 128

@@ -438,3 +438,53 @@ async fn a_compensation_recorded_by_an_older_worker_keeps_the_defaults() {
     .unwrap();
     assert_eq!(row, ("billing".to_owned(), 0, 25, 1));
 }
+
+/// A last error that does not fit the payload limit even without the payload: the
+/// compensating job comes without either, flagged (`error_omitted`). It was refused, and
+/// given up with a WARNING only.
+#[tokio::test]
+async fn a_last_error_over_the_limit_is_omitted_not_the_compensation() {
+    let h = Harness::new().await;
+    let pool = h.store.pool();
+    let refunds = Refunds::default();
+    worker(&h.store, &refunds).start().shutdown().await;
+    sqlx::query("UPDATE job.settings SET payload_limit = 4096")
+        .execute(pool)
+        .await
+        .unwrap();
+    let (id,): (i64,) = sqlx::query_as(
+        "INSERT INTO job.jobs (kind, payload) VALUES ('test.charge', '{\"order\":7}') RETURNING id",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    sqlx::query(
+        "UPDATE job.jobs SET state = 'discarded', finalized_at = now(),
+             errors = jsonb_build_array(jsonb_build_object(
+                 'attempt', 1, 'at', now(), 'class', 'error', 'message', repeat('e', 5000)))
+         WHERE id = $1",
+    )
+    .bind(id)
+    .execute(pool)
+    .await
+    .unwrap();
+    let wrapped: serde_json::Value =
+        sqlx::query_scalar("SELECT payload FROM job.jobs WHERE kind = 'test.refund'")
+            .fetch_one(pool)
+            .await
+            .expect("the compensating job");
+    let discarded: Discarded = serde_json::from_value(wrapped["discarded"].clone()).unwrap();
+    assert_eq!(discarded.job_id, id);
+    assert_eq!(discarded.payload, serde_json::Value::Null);
+    assert_eq!(wrapped["discarded"]["payload_omitted"], true);
+    assert_eq!(discarded.error, None);
+    assert!(discarded.error_omitted, "{wrapped}");
+    // And the worker runs it.
+    let w = worker(&h.store, &refunds).start();
+    let seen = eventually("the refund to run", || async {
+        refunds.0.lock().unwrap().first().cloned()
+    })
+    .await;
+    w.shutdown().await;
+    assert!(seen.error_omitted);
+}

@@ -73,6 +73,7 @@ impl<J: Job> Handler for Typed<J> {
             kind: "k".to_owned(),
             payload: serde_json::json!({}),
             error: None,
+            error_omitted: false,
         };
         let payload = serde_json::json!({ "discarded": sample }).to_string();
         let job = match decode::<J>(&payload, J::VERSION) {

@@ -248,10 +248,17 @@ pub struct Discarded {
     pub job_id: JobId,
     /// Its kind.
     pub kind: String,
-    /// Its payload.
+    /// Its payload (null when it did not fit the payload limit with its wrapping: the
+    /// database's `payload_omitted`).
     pub payload: serde_json::Value,
-    /// The last entry of its error history (none when it was discarded without one).
+    /// The last entry of its error history (none when it was discarded without one, or when
+    /// `error_omitted`).
     pub error: Option<DiscardedError>,
+    /// The last error was left out: even without the payload, the wrapping did not fit the
+    /// payload limit (or, on SQLite, the error could not be wrapped). False in a compensating
+    /// job enqueued before the flag was written.
+    #[serde(default)]
+    pub error_omitted: bool,
 }
 
 /// The last error of a [`Discarded`] job.
