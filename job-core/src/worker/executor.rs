@@ -192,12 +192,6 @@ async fn execute<S: Store>(
                         shared.inflight.remove(&lease);
                         return;
                     }
-                    // Counted by the keeper, which fenced it. Its code has ended now: its
-                    // lease is given back if the store still holds it (the outage over; the
-                    // release is guarded by the token, so it changes nothing if the job was
-                    // rescued or taken since), the attempt not counted, as a shutdown's
-                    // interruption is. Left to run out, the lease cost the job an attempt for
-                    // the outage (a dead letter on its last), and a lease's wait.
                     // A step whose output could not be stored ran its effect: given back,
                     // the job would run it again. It ends as `step_unstorable` instead, if the
                     // store still holds the lease (guarded by its token, as a release is).
@@ -208,21 +202,15 @@ async fn execute<S: Store>(
                             class: ErrorClass::StepUnstorable,
                             message: view.unstorable_step().unwrap_or_default().to_owned(),
                         };
-                        let end = Finalize::new(lease, Outcome::Discard { failure });
-                        match shared.store.finalize(&[end]).await {
-                            Ok(done) => tracing::warn!(
-                                ?done,
-                                "fenced after a step whose output could not be stored: \
-                                 execution stopped, discarding the job (step_unstorable)"
-                            ),
-                            Err(e) => tracing::warn!(
-                                error = %e,
-                                "fenced after a step whose output could not be stored, and \
-                                 its discard failed: the lease runs out"
-                            ),
-                        }
+                        Box::pin(discard_fenced(&shared, lease, failure)).await;
                         return;
                     }
+                    // Counted by the keeper, which fenced it. Its code has ended now: its
+                    // lease is given back if the store still holds it (the outage over; the
+                    // release is guarded by the token, so it changes nothing if the job was
+                    // rescued or taken since), the attempt not counted, as a shutdown's
+                    // interruption is. Left to run out, the lease cost the job an attempt for
+                    // the outage (a dead letter on its last), and a lease's wait.
                     Abort::Fenced => {
                         tracing::warn!(
                             "fenced: execution stopped, nothing will be written; giving its \
@@ -361,6 +349,26 @@ async fn execute<S: Store>(
 async fn give_back_unstarted<S: Store>(shared: &Shared<S>, lease: Lease, fenced: bool) {
     if shared.inflight.remove(&lease) || fenced {
         give_back(shared, Release::unstarted(lease)).await;
+    }
+}
+
+/// Discards the job of a fenced execution with `failure` (a step whose output could not be
+/// stored: its effect happened), guarded by the lease's token: a no-op when the job was rescued
+/// or taken since. On failure the lease runs out in the store and the rescuer takes the job.
+/// Boxed by its caller, as [`give_back`] is.
+async fn discard_fenced<S: Store>(shared: &Shared<S>, lease: Lease, failure: Failure) {
+    let end = Finalize::new(lease, Outcome::Discard { failure });
+    match shared.store.finalize(&[end]).await {
+        Ok(done) => tracing::warn!(
+            ?done,
+            "fenced after a step whose output could not be stored: execution stopped, \
+             discarding the job (step_unstorable)"
+        ),
+        Err(e) => tracing::warn!(
+            error = %e,
+            "fenced after a step whose output could not be stored, and its discard failed: \
+             the lease runs out"
+        ),
     }
 }
 
