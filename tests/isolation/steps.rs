@@ -324,3 +324,53 @@ async fn a_step_its_handler_stopped_polling_holds_up_no_other_jobs_steps() {
     h.reaches(parked, JobState::Completed).await;
     worker.shutdown().await;
 }
+
+/// [`UnstorableThenWaits`] with a lease of 3 s, for a fence.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct UnstorableThenFenced {}
+
+impl Job for UnstorableThenFenced {
+    const KIND: &'static str = "isolation.unstorable_then_fenced";
+    const OPTIONS: JobOptions = JobOptions {
+        lease: Duration::from_secs(3),
+        max_attempts: 3,
+        backoff: FAST_BACKOFF,
+        ..JobOptions::DEFAULT
+    };
+
+    async fn perform(self, ctx: JobContext) -> Result<(), JobError> {
+        UnstorableThenWaits {}.perform(ctx).await
+    }
+}
+
+#[tokio::test]
+async fn a_fence_after_a_step_that_could_not_be_stored_ends_the_job_rather_than_giving_it_back() {
+    use job_testkit::{Outage, OutageStore};
+    let h = Harness::new().await;
+    let (sent, answered) = (Sent::default(), Answered::default());
+    let store = OutageStore::new(h.store.clone(), Outage::default());
+    let id = enqueue(&h.store, UnstorableThenFenced {}).await;
+    let worker = job::Worker::builder(store.clone())
+        .register::<UnstorableThenFenced>()
+        .queue("default", 1)
+        .poll_interval(Duration::from_millis(20))
+        .configure(|c| c.heartbeat_interval = Some(Duration::from_millis(100)))
+        .state(sent.clone())
+        .state(answered.clone())
+        .build()
+        .unwrap()
+        .start();
+    crate::common::eventually("the step to answer", || async {
+        (answered.0.load(Ordering::SeqCst) == 1).then_some(())
+    })
+    .await;
+    // Heartbeats renewed the 3 s lease every 100 ms until now; a stall of 2.4 s makes the
+    // worker fence the execution (two thirds of the lease unrenewed) before it ends, and ends
+    // before the lease does in the database: the fenced execution's write then goes through.
+    store.layer().stall_for(Duration::from_millis(2400));
+    let row = h.reaches(id, JobState::Discarded).await;
+    worker.shutdown().await;
+    assert_eq!(row.errors.len(), 1, "{:?}", row.errors);
+    assert_eq!(row.errors[0].class, "step_unstorable");
+    assert_eq!(sent.0.load(Ordering::SeqCst), 1, "the effect ran once");
+}
