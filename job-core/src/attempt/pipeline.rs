@@ -40,7 +40,10 @@ pub fn start_attempt(
         )))
     });
     started.map_err(|poison| {
-        tracing::error!(reason = %poison, "poison payload: discarding");
+        tracing::error!(
+            reason = %crate::model::text::storable_text(&poison.0, crate::model::text::MAX_ERROR_MESSAGE),
+            "poison payload: discarding"
+        );
         Outcome::Discard {
             failure: Failure {
                 attempt,

@@ -275,7 +275,10 @@ async fn execute<S: Store>(
             match &end {
                 AttemptEnd::Panicked(message) => {
                     bump(&shared.counters.panics, 1);
-                    tracing::error!(panic = %message, "handler panicked");
+                    tracing::error!(
+                        panic = %crate::model::text::storable_text(message, crate::model::text::MAX_ERROR_MESSAGE),
+                        "handler panicked"
+                    );
                 }
                 AttemptEnd::TimedOut(_) => bump(&shared.counters.timeouts, 1),
                 AttemptEnd::Returned(_) | AttemptEnd::LeaseHeld => {}
