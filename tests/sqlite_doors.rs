@@ -1264,3 +1264,24 @@ async fn a_step_breaking_the_bounds_is_refused_and_one_not_utf8_never_fails_a_lo
     );
     db.close().await;
 }
+
+/// SQLite has no `pending` state (no ordering keys, no dependencies): a raw write of one is
+/// refused by the table's CHECK, so no row can wait there for nothing (PostgreSQL's migration
+/// 0040 releases such a row at its commit).
+#[tokio::test]
+async fn a_raw_pending_row_is_refused() {
+    let db = TestSqlite::new().await;
+    let store = db.store();
+    let refused = insert_raw(&store, "default", &[("state", "'pending'")])
+        .await
+        .expect_err("no pending state");
+    assert!(refused.to_string().contains("CHECK"), "{refused}");
+    let id = insert_raw(&store, "default", &[]).await.unwrap();
+    let refused = sqlx::query("UPDATE job_jobs SET state = 'pending' WHERE id = ?1")
+        .bind(id as i64)
+        .execute(store.pool())
+        .await
+        .expect_err("no pending state");
+    assert!(refused.to_string().contains("CHECK"), "{refused}");
+    db.close().await;
+}

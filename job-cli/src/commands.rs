@@ -908,6 +908,7 @@ fn print_check(check: &Check, json_out: bool) -> Result<(), StdoutError> {
             },
             "stuck": check.stuck,
             "orphan_steps": check.orphan_steps,
+            "pending_stranded": check.pending_stranded,
             "dead_letters_by_class": classes,
             "problems": problems,
         }))?;
@@ -954,6 +955,13 @@ fn print_check(check: &Check, json_out: bool) -> Result<(), StdoutError> {
         [
             "steps without a job".to_owned(),
             check.orphan_steps.to_string(),
+        ],
+    );
+    add_row(
+        &mut t,
+        [
+            "pending jobs that wait for nothing".to_owned(),
+            check.pending_stranded.to_string(),
         ],
     );
     numeric(&mut t, &[1]);

@@ -185,13 +185,18 @@ pub struct Check {
     pub leases_not_running: u64,
     /// Recorded steps whose job row is gone.
     pub orphan_steps: u64,
+    /// Pending jobs that wait for nothing: no unresolved dependency, and no ordering key or a
+    /// key without a head. Nothing runs them (but a keyed one whose head has just ended, which
+    /// the stager's next pass promotes).
+    pub pending_stranded: u64,
     /// Dead letters per class of their last error, most first.
     pub dead_letters_by_class: Vec<(String, u64)>,
 }
 
 impl Check {
     /// What is wrong, one line each: leases expired for over a lease, leases on rows that are
-    /// not running, steps without a job. Empty when the queue reconciles.
+    /// not running, steps without a job, pending jobs that wait for nothing. Empty when the
+    /// queue reconciles.
     pub fn problems(&self) -> Vec<String> {
         let mut out = Vec::new();
         if self.leases_overdue > 0 {
@@ -211,6 +216,15 @@ impl Check {
             out.push(format!(
                 "{} recorded step(s) belong to no job",
                 self.orphan_steps
+            ));
+        }
+        if self.pending_stranded > 0 {
+            out.push(format!(
+                "{} pending job(s) wait for nothing (no unresolved dependency, no ordering key \
+                 head): nothing will run them (a keyed one whose head has just ended waits for \
+                 the stager's next pass: check again); writing them pending again (UPDATE \
+                 job.jobs SET state = 'pending' WHERE ...) releases them (migration 0040)",
+                self.pending_stranded
             ));
         }
         out
@@ -494,8 +508,8 @@ impl PgStore {
 
     /// Reconciles the queue: exact counts per state (one pass over the table), leases expired
     /// and expired for longer than `lease` (from the rescue index), leases on rows that do not
-    /// run, steps without a job, dead letters per class. [`Check::problems`] says what is
-    /// wrong.
+    /// run, steps without a job, pending jobs that wait for nothing, dead letters per class.
+    /// [`Check::problems`] says what is wrong.
     pub async fn check(&self, lease: Duration) -> Result<Check, StoreError> {
         Ok(check(self.pool(), lease).await?)
     }
@@ -564,6 +578,10 @@ async fn check(pool: &PgPool, lease: Duration) -> Result<Check, Error> {
         .fetch_one(pool)
         .await
         .map_err(Error::query("check_orphan_steps"))?;
+    let pending_stranded: i64 = sqlx::query_scalar(sql::CHECK_PENDING_STRANDED)
+        .fetch_one(pool)
+        .await
+        .map_err(Error::query("check_pending_stranded"))?;
     let classes: Vec<(String, i64)> = sqlx::query_as(sql::CHECK_DEAD_CLASSES)
         .fetch_all(pool)
         .await
@@ -582,6 +600,7 @@ async fn check(pool: &PgPool, lease: Duration) -> Result<Check, Error> {
         stuck: n("stuck")?,
         leases_not_running: n("not_running")?,
         orphan_steps: orphan_steps.unsigned_abs(),
+        pending_stranded: pending_stranded.unsigned_abs(),
         dead_letters_by_class: classes
             .into_iter()
             .map(|(c, n)| (c, n.unsigned_abs()))

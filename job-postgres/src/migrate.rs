@@ -218,6 +218,11 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../migrations/0039_compensating_options.sql"),
     },
     Migration {
+        version: 40,
+        name: "pending_door",
+        sql: include_str!("../migrations/0040_pending_door.sql"),
+    },
+    Migration {
         version: 41,
         name: "rescue_after_restart",
         sql: include_str!("../migrations/0041_rescue_after_restart.sql"),

@@ -112,6 +112,7 @@ pub(crate) const INSPECT_OVERVIEW: &str = include_str!("sql/inspect_overview.sql
 pub(crate) const CHECK_COUNTS: &str = include_str!("sql/check_counts.sql");
 pub(crate) const CHECK_LEASES: &str = include_str!("sql/check_leases.sql");
 pub(crate) const CHECK_ORPHAN_STEPS: &str = include_str!("sql/check_orphan_steps.sql");
+pub(crate) const CHECK_PENDING_STRANDED: &str = include_str!("sql/check_pending_stranded.sql");
 pub(crate) const CHECK_DEAD_CLASSES: &str = include_str!("sql/check_dead_classes.sql");
 pub(crate) const JIT_OFF: &str = include_str!("sql/jit_off.sql");
 pub(crate) const REPORT_SETTINGS: &str = include_str!("sql/report_settings.sql");

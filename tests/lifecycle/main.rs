@@ -19,6 +19,7 @@ mod macros;
 mod metadata;
 mod ordering;
 mod pauses;
+mod pending_door;
 mod periodic;
 mod pruning;
 mod unique;
