@@ -641,3 +641,82 @@ async fn migration_37_and_a_redrive_wait_for_each_other_in_turn_instead_of_deadl
     redriving.await.unwrap().expect("nor is the redrive");
     db.close().await;
 }
+
+/// Migration 0040 releases the pending rows stranded before it: one with nothing to wait for
+/// becomes available (scheduled when due later), a key without a head goes on the wake-up
+/// list; a row behind its key's head, or waiting for a dependency, stays pending.
+#[tokio::test]
+async fn migration_40_releases_pending_rows_that_wait_for_nothing() {
+    let db = TestDb::new().await;
+    let pool = db.pool();
+    migrate_below(&pool, 40).await;
+    let insert = |state: &'static str, key: Option<&'static str>, later: bool| {
+        let pool = pool.clone();
+        async move {
+            let id: i64 = sqlx::query_scalar(
+                "INSERT INTO job.jobs (kind, payload, state, ordering_key, run_at)
+                 VALUES ('k', '{}', $1::job.job_state, $2,
+                         now() + CASE WHEN $3 THEN interval '1 hour' ELSE interval '0' END)
+                 RETURNING id",
+            )
+            .bind(state)
+            .bind(key)
+            .bind(later)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+            id
+        }
+    };
+    let bare = insert("pending", None, false).await;
+    let later = insert("pending", None, true).await;
+    let headless = insert("pending", Some("a"), false).await;
+    let head = insert("available", Some("b"), false).await;
+    let behind = insert("pending", Some("b"), false).await;
+    let parent = insert("available", None, false).await;
+    let dependent = insert("available", None, false).await;
+    sqlx::query(
+        "INSERT INTO job.dependencies (job_id, depends_on, mode) VALUES ($1, $2, 'completed')",
+    )
+    .bind(dependent)
+    .bind(parent)
+    .execute(&pool)
+    .await
+    .unwrap();
+    sqlx::query("UPDATE job.jobs SET state = 'pending' WHERE id = $1")
+        .bind(dependent)
+        .execute(&pool)
+        .await
+        .unwrap();
+    // What the admit trigger put on the list for `behind`, a stager pass since.
+    sqlx::query("DELETE FROM job.ordering_wake")
+        .execute(&pool)
+        .await
+        .unwrap();
+    job_postgres::migrate(&pool).await.unwrap();
+    let states: Vec<(i64, String)> =
+        sqlx::query_as("SELECT id, state::text FROM job.jobs ORDER BY id")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    let state = |id: i64| {
+        states
+            .iter()
+            .find(|(i, _)| *i == id)
+            .map(|(_, s)| s.as_str())
+            .unwrap()
+            .to_owned()
+    };
+    assert_eq!(state(bare), "available");
+    assert_eq!(state(later), "scheduled");
+    assert_eq!(state(headless), "pending", "until the stager's pass");
+    assert_eq!(state(head), "available");
+    assert_eq!(state(behind), "pending");
+    assert_eq!(state(dependent), "pending");
+    let woken: Vec<String> = sqlx::query_scalar("SELECT ordering_key FROM job.ordering_wake")
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+    assert_eq!(woken, ["a"]);
+    db.close().await;
+}
