@@ -265,3 +265,75 @@ async fn a_discard_written_as_a_cancellation_is_counted_as_one() {
     let stats = worker.shutdown().await.stats;
     assert_eq!((stats.discarded, stats.cancelled), (0, 1), "{stats:?}");
 }
+
+/// Fails for good; compensated by [`VersionedUndo`].
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct Undoable {
+    n: u32,
+}
+
+impl job::Job for Undoable {
+    const KIND: &'static str = "test.undoable";
+    const OPTIONS: job::JobOptions = job::JobOptions {
+        compensate: Some(job::Compensate::of::<VersionedUndo>()),
+        ..job::JobOptions::DEFAULT
+    };
+
+    async fn perform(self, _ctx: job::JobContext) -> Result<(), job::JobError> {
+        Err(job::JobError::terminal("cannot"))
+    }
+}
+
+/// A compensating kind with a priority, attempts and payload version of its own.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct VersionedUndo {
+    discarded: job::Discarded,
+}
+
+impl job::Job for VersionedUndo {
+    const KIND: &'static str = "test.versioned_undo";
+    const VERSION: i32 = 2;
+    const OPTIONS: job::JobOptions = job::JobOptions {
+        priority: 7,
+        max_attempts: 2,
+        ..job::JobOptions::DEFAULT
+    };
+
+    async fn perform(self, _ctx: job::JobContext) -> Result<(), job::JobError> {
+        Ok(())
+    }
+}
+
+/// The compensating job is enqueued with its kind's priority, attempts and payload version,
+/// and runs: at version 2 it was discarded as poison (the database wrote version 1).
+#[tokio::test]
+async fn a_compensating_job_runs_at_its_kinds_version_with_its_options() {
+    use job::Admin;
+    let h = Harness::new().await;
+    let id = enqueue(&h.store, Undoable { n: 1 }).await;
+    let worker = job::Worker::builder(h.store.clone())
+        .register::<Undoable>()
+        .register::<VersionedUndo>()
+        .queue("default", 2)
+        .poll_interval(Duration::from_millis(20))
+        .build()
+        .unwrap()
+        .start();
+    h.reaches(id, JobState::Discarded).await;
+    let undo = eventually("the compensating job to complete", || async {
+        let rows = h
+            .store
+            .list(&job::JobFilter {
+                kind: Some("test.versioned_undo".into()),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        rows.into_iter()
+            .find(|r| r.state.is_terminal())
+            .map(|r| (r.state, r.priority, r.max_attempts, r.payload_version))
+    })
+    .await;
+    worker.shutdown().await;
+    assert_eq!(undo, (JobState::Completed, 7, 2, 2));
+}
