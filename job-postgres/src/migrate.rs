@@ -227,6 +227,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "rescue_after_restart",
         sql: include_str!("../migrations/0041_rescue_after_restart.sql"),
     },
+    Migration {
+        version: 42,
+        name: "door_echoes",
+        sql: include_str!("../migrations/0042_door_echoes.sql"),
+    },
 ];
 
 /// The whole schema as one plain SQL script, for a DBA or a team without Rust:

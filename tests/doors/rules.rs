@@ -789,3 +789,55 @@ async fn rows_raw_writes_could_store_stop_no_claim_no_rescue_and_no_ordering_key
     }
     db.close().await;
 }
+
+/// Migration 0042: what the SQL doors refuse is repeated in their errors at most 40
+/// characters long (and its size when cut), never in full: an unknown field's name, an
+/// integer's or a timestamp's text, `on_duplicate`.
+#[tokio::test]
+async fn the_sql_doors_repeat_at_most_40_characters_of_what_they_refuse() {
+    let db = TestDb::new().await;
+    let pool = db.pool();
+    let long = "z".repeat(100_000);
+    for (statement, argument) in [
+        (
+            format!(
+                r#"SELECT job.enqueue_many('[{{"kind": "k", "payload": {{}}, "{long}": 1}}]')"#
+            ),
+            "jobs[0].zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz… (100000 bytes)",
+        ),
+        (
+            r#"SELECT job.enqueue_many('[{"kind": "k", "payload": {}, "priority": 1e100000}]')"#
+                .to_string(),
+            "jobs[0].priority",
+        ),
+        (
+            format!(
+                r#"SELECT job.enqueue_many('[{{"kind": "k", "payload": {{}}, "run_at": "{long}"}}]')"#
+            ),
+            "jobs[0].run_at",
+        ),
+        (
+            format!("SELECT job.enqueue('k', '{{}}', on_duplicate => '{long}')"),
+            "on_duplicate",
+        ),
+    ] {
+        let error = sqlx::raw_sql(&statement)
+            .execute(&pool)
+            .await
+            .map(|_| ())
+            .expect_err("refused");
+        let (code, message) = db_error(error);
+        assert_eq!(code, "22023", "{message}");
+        assert!(
+            message.contains(&format!("`{argument}`")) || message.contains(argument),
+            "{message}"
+        );
+        assert!(
+            message.len() < 400,
+            "{} bytes: {}",
+            message.len(),
+            message.chars().take(400).collect::<String>()
+        );
+    }
+    db.close().await;
+}
