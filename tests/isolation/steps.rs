@@ -187,8 +187,8 @@ async fn a_shutdown_after_a_step_that_could_not_be_stored_ends_the_job_rather_th
 }
 
 /// Charges two items in parallel, each in a step run in a task of its own (`tokio::spawn`, then
-/// `try_join_all`). On attempt 1 item `b` fails at once, so the handler returns while item
-/// `a`'s charge (300 ms) still runs in its task.
+/// `try_join_all`). On attempt 1 item `b` fails as soon as item `a`'s charge (300 ms) has
+/// started, so the handler returns while that charge still runs in its task.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct ParallelCharges {}
 
@@ -212,6 +212,10 @@ impl Job for ParallelCharges {
             tokio::spawn(async move {
                 ctx.step(&format!("charge-{item}"), || async move {
                     if item == "b" && attempt == 1 {
+                        // Fails once item a's charge is under way.
+                        while charges.0.lock().unwrap().is_empty() {
+                            tokio::time::sleep(Duration::from_millis(5)).await;
+                        }
                         return Err(JobError::retryable("item b: card network busy"));
                     }
                     if item == "a" {

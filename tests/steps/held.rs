@@ -16,7 +16,7 @@ use crate::support::*;
 /// What [`HoldRow`] does after `complete_in`, before its commit.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 pub enum Hold {
-    /// Waits a second: past two thirds of its 600 ms lease.
+    /// Waits 2.5 s: past two thirds of its 1.5 s lease.
     Wait,
     /// Runs a durable step (its effect counted), then commits.
     Step,
@@ -33,7 +33,7 @@ pub struct HoldRow {
 impl Job for HoldRow {
     const KIND: &'static str = "steps.hold_row";
     const OPTIONS: JobOptions = JobOptions {
-        lease: Duration::from_millis(600),
+        lease: Duration::from_millis(1500),
         max_attempts: 2,
         backoff: FAST_BACKOFF,
         ..JobOptions::DEFAULT
@@ -51,7 +51,7 @@ impl Job for HoldRow {
             Ok(())
         };
         match self.hold {
-            Hold::Wait => tokio::time::sleep(Duration::from_secs(1)).await,
+            Hold::Wait => tokio::time::sleep(Duration::from_millis(2500)).await,
             Hold::Step => {
                 let stepped = ctx.step("notify", notify).await;
                 effects.saw(id, format!("{stepped:?}"));

@@ -15,7 +15,7 @@ use crate::common::*;
 #[derive(Clone, Default)]
 struct Runs(Arc<AtomicU32>);
 
-/// Completes itself in its transaction, then waits a second (past two thirds of its 600 ms
+/// Completes itself in its transaction, then waits 2.5 s (past two thirds of its 1.5 s
 /// lease) before committing.
 #[derive(Debug, Serialize, Deserialize)]
 struct HoldFile {}
@@ -23,7 +23,7 @@ struct HoldFile {}
 impl Job for HoldFile {
     const KIND: &'static str = "sqlite.hold_file";
     const OPTIONS: JobOptions = JobOptions {
-        lease: Duration::from_millis(600),
+        lease: Duration::from_millis(1500),
         max_attempts: 2,
         backoff: FAST_BACKOFF,
         ..JobOptions::DEFAULT
@@ -34,7 +34,7 @@ impl Job for HoldFile {
         let pool = ctx.state::<sqlx::SqlitePool>()?;
         let mut tx = pool.begin().await?;
         job_sqlite::complete_in(&mut tx, &ctx).await?;
-        tokio::time::sleep(Duration::from_secs(1)).await;
+        tokio::time::sleep(Duration::from_millis(2500)).await;
         tx.commit().await?;
         Ok(())
     }
