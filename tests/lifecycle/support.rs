@@ -50,7 +50,10 @@ pub(crate) struct Spinner {}
 impl Job for Spinner {
     const KIND: &'static str = "test.spinner";
     const OPTIONS: JobOptions = JobOptions {
-        lease: Duration::from_millis(300),
+        // Long enough that a loaded machine's late heartbeat never fences it (a fenced
+        // spinner is given back and cancelled without its handler noticing); a cancel
+        // request still reaches it within a heartbeat, a third of it.
+        lease: Duration::from_secs(2),
         timeout: Duration::from_secs(30),
         backoff: FAST_BACKOFF,
         ..JobOptions::DEFAULT
