@@ -10,6 +10,21 @@ use serde::{Deserialize, Serialize};
 
 use crate::common::{enqueue, Harness, FAST_BACKOFF};
 
+/// A worker for these tests: the default queue with `slots` slots, polled every 20 ms.
+fn worker_over<S: job::Store>(store: S, slots: usize) -> job::WorkerBuilder<S> {
+    job::Worker::builder(store)
+        .queue("default", slots)
+        .poll_interval(Duration::from_millis(20))
+}
+
+/// Waits until an [`UnstorableThenWaits`] handler's step has answered.
+async fn step_answered(answered: &Answered) {
+    crate::common::eventually("the step to answer", || async {
+        (answered.0.load(Ordering::SeqCst) == 1).then_some(())
+    })
+    .await;
+}
+
 /// What the step returns.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 pub enum Bad {
@@ -95,10 +110,8 @@ async fn a_step_output_that_cannot_be_stored_ends_the_job_and_its_effect_runs_on
         let h = Harness::new().await;
         let sent = Sent::default();
         let id = enqueue(&h.store, SendsBadOutput { bad }).await;
-        let worker = job::Worker::builder(h.store.clone())
+        let worker = worker_over(h.store.clone(), 1)
             .register::<SendsBadOutput>()
-            .queue("default", 1)
-            .poll_interval(Duration::from_millis(20))
             .state(sent.clone())
             .build()
             .unwrap()
@@ -162,20 +175,15 @@ async fn a_shutdown_after_a_step_that_could_not_be_stored_ends_the_job_rather_th
     let sent = Sent::default();
     let answered = Answered::default();
     let id = enqueue(&h.store, UnstorableThenWaits {}).await;
-    let worker = job::Worker::builder(h.store.clone())
+    let worker = worker_over(h.store.clone(), 1)
         .register::<UnstorableThenWaits>()
-        .queue("default", 1)
-        .poll_interval(Duration::from_millis(20))
         .configure(|c| c.drain_timeout = Duration::from_millis(200))
         .state(sent.clone())
         .state(answered.clone())
         .build()
         .unwrap()
         .start();
-    crate::common::eventually("the step to answer", || async {
-        (answered.0.load(Ordering::SeqCst) == 1).then_some(())
-    })
-    .await;
+    step_answered(&answered).await;
     worker.shutdown().await;
     // Given back, the job would be available again, and its next attempt would run the
     // step's effect again.
@@ -241,10 +249,8 @@ async fn a_step_in_a_task_of_its_own_ends_before_the_next_attempt_starts() {
     let h = Harness::new().await;
     let charges = Charges::default();
     let id = enqueue(&h.store, ParallelCharges {}).await;
-    let worker = job::Worker::builder(h.store.clone())
+    let worker = worker_over(h.store.clone(), 2)
         .register::<ParallelCharges>()
-        .queue("default", 2)
-        .poll_interval(Duration::from_millis(20))
         .state(charges.clone())
         .build()
         .unwrap()
@@ -302,11 +308,9 @@ async fn a_step_its_handler_stopped_polling_holds_up_no_other_jobs_steps() {
     let h = Harness::new().await;
     let (parking, gate) = (Parking::default(), crate::common::Gate::default());
     let parked = enqueue(&h.store, ParksAStep {}).await;
-    let worker = job::Worker::builder(h.store.clone())
+    let worker = worker_over(h.store.clone(), 4)
         .register::<ParksAStep>()
         .register::<QuickStep>()
-        .queue("default", 4)
-        .poll_interval(Duration::from_millis(20))
         .state(parking.clone())
         .state(gate.clone())
         .build()
@@ -354,20 +358,15 @@ async fn a_fence_after_a_step_that_could_not_be_stored_ends_the_job_rather_than_
     let (sent, answered) = (Sent::default(), Answered::default());
     let store = OutageStore::new(h.store.clone(), Outage::default());
     let id = enqueue(&h.store, UnstorableThenFenced {}).await;
-    let worker = job::Worker::builder(store.clone())
+    let worker = worker_over(store.clone(), 1)
         .register::<UnstorableThenFenced>()
-        .queue("default", 1)
-        .poll_interval(Duration::from_millis(20))
         .configure(|c| c.heartbeat_interval = Some(Duration::from_millis(100)))
         .state(sent.clone())
         .state(answered.clone())
         .build()
         .unwrap()
         .start();
-    crate::common::eventually("the step to answer", || async {
-        (answered.0.load(Ordering::SeqCst) == 1).then_some(())
-    })
-    .await;
+    step_answered(&answered).await;
     // Heartbeats renewed the 3 s lease every 100 ms until now; a stall of 2.4 s makes the
     // worker fence the execution (two thirds of the lease unrenewed) before it ends, and ends
     // before the lease does in the database: the fenced execution's write then goes through.
