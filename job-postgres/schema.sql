@@ -6488,3 +6488,51 @@ $job_migration_0042$;
 END
 $apply$;
 COMMIT;
+
+-- 0043 crash_restart_hold
+BEGIN;
+DO $lock$ BEGIN PERFORM pg_advisory_xact_lock(hashtextextended('job.schema_migrations', 0)); END $lock$;
+DO $apply$
+DECLARE
+    missing integer;
+    later integer;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = 43) THEN
+        SELECT min(v) INTO missing FROM pg_catalog.unnest('{1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31,32,33,34,35,36,37,38,39,40,41,42}'::integer[]) v
+            WHERE NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = v);
+        IF missing IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 43 `crash_restart_hold` was not applied: migration %, which comes before it, is not recorded in job.schema_migrations (migrations apply in order, each after the one before)', missing;
+        END IF;
+        SELECT min(version) INTO later FROM job.schema_migrations WHERE version > 43;
+        IF later IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 43 `crash_restart_hold` was not applied: it is not recorded in job.schema_migrations, but migration %, which comes after it, is: the schema was migrated out of order, and 43 applied now could undo what later migrations changed. Apply what migration 43 lacks by hand and record it, or restore the database from a backup', later;
+        END IF;
+EXECUTE $job_migration_0043$
+-- 0043 crash_restart_hold: the restart hold of migration 0041 covers crash restarts too.
+-- Append-only: change the schema in a new numbered file.
+--
+-- When a backend dies (the OOM killer, a segfault, a `kill -9`), the postmaster ends every
+-- session, reinitializes shared memory, runs crash recovery and answers again: the same event
+-- for leases as a restart, but `pg_postmaster_start_time()` keeps the postmaster's first
+-- start, so the hold never applied and the rescuers took the leases that ran out during
+-- recovery before their holders could renew them. Crash recovery discards the cumulative
+-- statistics and sets their reset time to its end (PostgreSQL 15 and later; earlier versions'
+-- statistics collector does the same when it restarts), which every role may read:
+-- job.server_started_at() is now the later of the two. A `pg_stat_reset_shared('bgwriter')`
+-- by an operator also counts as a start: the leases that ran out in the 15 seconds before it
+-- wait up to 15 seconds more, nothing else. A standby promoted to primary keeps both times
+-- and is not covered.
+
+CREATE OR REPLACE FUNCTION job.server_started_at() RETURNS timestamptz
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT greatest(pg_postmaster_start_time(), pg_stat_get_bgwriter_stat_reset_time()) $$;
+$job_migration_0043$;
+        INSERT INTO job.schema_migrations (version, name) VALUES (43, 'crash_restart_hold');
+    ELSIF NOT EXISTS (SELECT 1 FROM job.schema_migrations
+                      WHERE version = 43 AND name = 'crash_restart_hold') THEN
+        RAISE EXCEPTION 'job migration 43 is recorded in job.schema_migrations as `%`, but this script''s migration 43 is `crash_restart_hold`: the database was migrated by a build whose migrations differ from this one''s', (SELECT name FROM job.schema_migrations WHERE version = 43);
+    END IF;
+END
+$apply$;
+COMMIT;

@@ -232,6 +232,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "door_echoes",
         sql: include_str!("../migrations/0042_door_echoes.sql"),
     },
+    Migration {
+        version: 43,
+        name: "crash_restart_hold",
+        sql: include_str!("../migrations/0043_crash_restart_hold.sql"),
+    },
 ];
 
 /// The whole schema as one plain SQL script, for a DBA or a team without Rust:
