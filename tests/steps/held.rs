@@ -154,3 +154,76 @@ async fn a_step_after_complete_in_is_refused_before_its_effect_runs() {
         .await
         .is_empty());
 }
+
+/// Completes itself in its transaction, says so ([`Effects::happen`] `locked`), then waits far
+/// longer than its lease: a worker's Held fence stops it, which rolls the transaction back.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct HoldThenRescued {}
+
+impl Job for HoldThenRescued {
+    const KIND: &'static str = "steps.hold_then_rescued";
+    const OPTIONS: JobOptions = JobOptions {
+        lease: Duration::from_millis(1500),
+        max_attempts: 1,
+        backoff: FAST_BACKOFF,
+        ..JobOptions::DEFAULT
+    };
+
+    async fn perform(self, ctx: JobContext) -> Result<(), JobError> {
+        let effects = ctx.state::<Effects>()?;
+        let pool = ctx.state::<PgPool>()?;
+        let mut tx = pool.begin().await?;
+        job_postgres::complete_in(&mut tx, &ctx).await?;
+        effects.happen(ctx.id(), "locked");
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        tx.commit().await?;
+        Ok(())
+    }
+}
+
+/// Review finding: an attempt stopped by the `Held` fence goes to the completer with
+/// `finalized_by_handler` set, and the completer counts *any* lost lease of such an outcome as
+/// the job completed by the handler's transaction (completer.rs, `Finalized::LeaseLost if
+/// c.finalized_by_handler`, and `drop_lost`). But the Held fence rolled that transaction back:
+/// when the rescuer takes the expired lease before the `lease_held` retry is written, the job
+/// was rescued (here discarded, `lease_expired`), and the worker counts it `completed`
+/// (`WorkerStats::completed`, `job_finished_total{outcome="completed"}`, a breaker success).
+/// Before the Held change such an execution was fenced and given back, never counted complete.
+#[tokio::test]
+async fn review_a_held_attempt_rescued_before_its_write_is_not_counted_completed() {
+    use job::Store;
+    use job_testkit::{Outage, OutageStore};
+    let h = Harness::new().await;
+    let effects = Effects::default();
+    let store = OutageStore::new(h.store.clone(), Outage::default());
+    let id = enqueue(&h.store, HoldThenRescued {}).await;
+    let worker = steps_worker_over(store.clone(), &h.store, &effects)
+        .register::<HoldThenRescued>()
+        .configure(|c| c.heartbeat_interval = Some(Duration::from_millis(100)))
+        .build()
+        .unwrap()
+        .start();
+    eventually("complete_in to lock the row", || async {
+        (effects.count(id, "locked") == 1).then_some(())
+    })
+    .await;
+    // The worker loses the database (its outcome write waits); the Held fence stops the
+    // handler, whose transaction rolls back on its own pool, and the lease runs out.
+    store.layer().stall_for(Duration::from_secs(60));
+    eventually("another rescuer to take the expired lease", || async {
+        h.store.rescue_expired(10).await.unwrap();
+        let row = h.row(id).await;
+        (row.state == JobState::Discarded).then_some(())
+    })
+    .await;
+    store.layer().restore();
+    let report = worker.shutdown().await;
+    let row = h.row(id).await;
+    assert_eq!(row.state, JobState::Discarded);
+    assert_eq!(classes(&row), ["lease_expired"]);
+    assert_eq!(
+        report.stats.completed, 0,
+        "the job was rescued and discarded, never completed: {:?}",
+        report.stats
+    );
+}
