@@ -378,13 +378,11 @@ async fn a_fence_after_a_step_that_could_not_be_stored_ends_the_job_rather_than_
     assert_eq!(sent.0.load(Ordering::SeqCst), 1, "the effect ran once");
 }
 
-/// Review finding: the fenced discard of an unstorable step (executor.rs `discard_fenced`)
-/// writes the dead letter through `store.finalize` directly, past the completer, and counts
-/// nothing: `WorkerStats::discarded` and `job_finished_total{outcome="discarded",
-/// class="step_unstorable"}` miss a dead letter this worker wrote, and the kind's breaker never
-/// sees the failure. Every other outcome this worker writes is counted.
+/// The fenced discard of an unstorable step is written past the completer, and counted as
+/// the completer counts what it writes: `WorkerStats::discarded`,
+/// `job_finished_total{outcome="discarded",class="step_unstorable"}` and the kind's breaker.
 #[tokio::test]
-async fn review_a_fenced_discard_of_an_unstorable_step_is_counted() {
+async fn a_fenced_discard_of_an_unstorable_step_is_counted() {
     use job_testkit::{Outage, OutageStore};
     let h = Harness::new().await;
     let (sent, answered) = (Sent::default(), Answered::default());

@@ -181,16 +181,12 @@ impl Job for HoldThenRescued {
     }
 }
 
-/// Review finding: an attempt stopped by the `Held` fence goes to the completer with
-/// `finalized_by_handler` set, and the completer counts *any* lost lease of such an outcome as
-/// the job completed by the handler's transaction (completer.rs, `Finalized::LeaseLost if
-/// c.finalized_by_handler`, and `drop_lost`). But the Held fence rolled that transaction back:
-/// when the rescuer takes the expired lease before the `lease_held` retry is written, the job
-/// was rescued (here discarded, `lease_expired`), and the worker counts it `completed`
-/// (`WorkerStats::completed`, `job_finished_total{outcome="completed"}`, a breaker success).
-/// Before the Held change such an execution was fenced and given back, never counted complete.
+/// An attempt stopped by the `Held` fence had its transaction rolled back with it: when the
+/// rescuer takes the expired lease before the `lease_held` retry is written, the job was
+/// rescued (here discarded, `lease_expired`), and the worker counts a lost lease, not a
+/// completion (`WorkerStats::completed`, `job_finished_total`, the breaker's success).
 #[tokio::test]
-async fn review_a_held_attempt_rescued_before_its_write_is_not_counted_completed() {
+async fn a_held_attempt_rescued_before_its_write_is_not_counted_completed() {
     use job::Store;
     use job_testkit::{Outage, OutageStore};
     let h = Harness::new().await;

@@ -13,6 +13,7 @@
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures_util::FutureExt;
 
@@ -202,7 +203,8 @@ async fn execute<S: Store>(
                             class: ErrorClass::StepUnstorable,
                             message: view.unstorable_step().unwrap_or_default().to_owned(),
                         };
-                        Box::pin(discard_fenced(&shared, lease, failure)).await;
+                        let end = Finalize::new(lease, Outcome::Discard { failure });
+                        Box::pin(discard_fenced(&shared, &info, &labels, end, ran)).await;
                         return;
                     }
                     // Counted by the keeper, which fenced it. Its code has ended now: its
@@ -300,7 +302,10 @@ async fn execute<S: Store>(
         shared.inflight.remove(&lease);
         return;
     }
-    let finalized_by_handler = signals.finalized_by_handler();
+    // A handler stopped by the `Held` fence never committed: its transaction was dropped with
+    // it, and whatever happens to the lease now, the job was not completed by it.
+    let finalized_by_handler =
+        signals.finalized_by_handler() && signals.reason() != Some(Abort::Held);
     let Some(last_progress) = shared.inflight.set_finalizing(&lease, Instant::now()) else {
         shared.inflight.remove(&lease);
         match signals.reason() {
@@ -355,24 +360,56 @@ async fn give_back_unstarted<S: Store>(shared: &Shared<S>, lease: Lease, fenced:
     }
 }
 
-/// Discards the job of a fenced execution with `failure` (a step whose output could not be
-/// stored: its effect happened), guarded by the lease's token: a no-op when the job was rescued
-/// or taken since. On failure the lease runs out in the store and the rescuer takes the job.
+/// Writes `end`, the discard of the job of a fenced execution (a step whose output could not
+/// be stored: its effect happened), guarded by the lease's token: a no-op when the job was
+/// rescued or taken since. Counted as the completer counts what it writes (the keeper counted
+/// the fence). On failure the lease runs out in the store and the rescuer takes the job.
 /// Boxed by its caller, as [`give_back`] is.
-async fn discard_fenced<S: Store>(shared: &Shared<S>, lease: Lease, failure: Failure) {
-    let end = Finalize::new(lease, Outcome::Discard { failure });
-    match shared.store.finalize(&[end]).await {
-        Ok(done) => tracing::warn!(
-            ?done,
-            "fenced after a step whose output could not be stored: execution stopped, \
-             discarding the job (step_unstorable)"
-        ),
-        Err(e) => tracing::warn!(
-            error = %e,
-            "fenced after a step whose output could not be stored, and its discard failed: \
-             the lease runs out"
-        ),
+async fn discard_fenced<S: Store>(
+    shared: &Shared<S>,
+    info: &AttemptInfo,
+    labels: &crate::telemetry::JobLabels,
+    end: Finalize,
+    ran: Option<Duration>,
+) {
+    let written = match shared.store.finalize(std::slice::from_ref(&end)).await {
+        Ok(done) => done.first().copied(),
+        Err(e) => {
+            tracing::warn!(
+                error = %e,
+                "fenced after a step whose output could not be stored, and its discard \
+                 failed: the lease runs out"
+            );
+            return;
+        }
+    };
+    let outcome = match written {
+        Some(Finalized::Applied) => end.outcome,
+        // A cancel was requested meanwhile: the discard was written as a cancellation.
+        Some(Finalized::Cancelled) => Outcome::Cancel {
+            reason: "cancel requested; the last attempt failed".into(),
+        },
+        _ => {
+            tracing::warn!(
+                ?written,
+                "fenced after a step whose output could not be stored: the lease is gone, \
+                 nothing written"
+            );
+            return;
+        }
+    };
+    if matches!(outcome, Outcome::Discard { .. }) {
+        shared.count_for_breaker(&info.kind, true);
     }
+    shared.counters.applied(&outcome);
+    labels.finished(&outcome, ran);
+    tracing::warn!(
+        id = info.id,
+        kind = %info.kind,
+        outcome = outcome.name(),
+        "fenced after a step whose output could not be stored: execution stopped, the job \
+         ended (step_unstorable)"
+    );
 }
 
 /// Gives back one lease (guarded by its token in the store), counting it when it was given
