@@ -714,3 +714,35 @@ async fn a_worker_that_may_not_vacuum_says_so_instead_of_doing_nothing() {
     db.close().await;
     roles.drop_all().await;
 }
+
+/// Every function of the schema but a few has `EXECUTE` revoked from `PUBLIC`, as the README
+/// says; the few give no role anything its own grants do not. A new function slips into that
+/// list only through this test.
+#[tokio::test]
+async fn public_may_execute_only_the_functions_the_readme_names() {
+    let db = TestDb::new().await;
+    let public: Vec<String> = sqlx::query_scalar(
+        "SELECT p.oid::regprocedure::text FROM pg_proc p
+         WHERE p.pronamespace = 'job'::regnamespace
+           AND (p.proacl IS NULL OR EXISTS (
+                SELECT 1 FROM aclexplode(p.proacl) a
+                WHERE a.grantee = 0 AND a.privilege_type = 'EXECUTE'))
+         ORDER BY 1",
+    )
+    .fetch_all(&db.pool())
+    .await
+    .unwrap();
+    assert_eq!(
+        public,
+        [
+            "job.claim(text,text[],integer[],bigint[],integer,text,integer[],text[])",
+            "job.ordering_lock_keys(text[])",
+            "job.push_error(jsonb,jsonb)",
+            "job.refuse_deadline()",
+            "job.rescue_expired(integer)",
+            "job.server_started_at()",
+            "job.shown(text)",
+        ]
+    );
+    db.close().await;
+}

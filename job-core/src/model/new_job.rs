@@ -397,7 +397,8 @@ impl NewJob {
     }
 
     /// Checks every job of a bulk enqueue ([`validate`](Self::validate)); a refused option's
-    /// reason then says which job of the list it is (`job 3 of 500 (kind `billing.send`): …`).
+    /// reason then says which job of the list it is, by its index from 0 (`the job at index 3
+    /// of 500 (kind `billing.send`): …`).
     pub fn validate_all(jobs: &[NewJob], payload_limit: usize) -> Result<(), EnqueueError> {
         for (i, job) in jobs.iter().enumerate() {
             job.validate(payload_limit).map_err(|e| match e {
@@ -405,7 +406,7 @@ impl NewJob {
                     EnqueueError::InvalidOption {
                         option,
                         reason: format!(
-                            "job {i} of {} (kind `{}`): {reason}",
+                            "the job at index {i} of {} (kind `{}`): {reason}",
                             jobs.len(),
                             crate::model::text::storable_text(&job.kind, 128)
                         ),
@@ -845,8 +846,9 @@ mod tests {
         let e = NewJob::validate_all(&jobs, DEFAULT_PAYLOAD_LIMIT).unwrap_err();
         let text = e.to_string();
         assert!(
-            text.starts_with("invalid enqueue option `payload`: job 1 of 2 (kind `mail.send`): ")
-                && text.contains("the key `to` twice"),
+            text.starts_with(
+                "invalid enqueue option `payload`: the job at index 1 of 2 (kind `mail.send`): "
+            ) && text.contains("the key `to` twice"),
             "{text}"
         );
         // One job alone is named by its error as before.
