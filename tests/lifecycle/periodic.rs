@@ -142,7 +142,8 @@ async fn a_refused_periodic_job_does_not_stop_the_schedules_after_it() {
             enqueued: 1,
             duplicates: 0,
             refused: 1,
-            gaps: 0
+            gaps: 0,
+            ended: 0
         }
     );
     let kinds: Vec<String> = sqlx::query_scalar("SELECT kind FROM job.jobs")
@@ -384,4 +385,31 @@ fn a_completed_retention_within_the_schedulers_catch_up_is_a_build_error() {
         ),
         "{err:?}"
     );
+}
+
+/// A schedule with a year ends: the first look after its last period says so (`ended`, and a
+/// WARN naming it), once, rather than a schedule that silently never fires again.
+#[tokio::test]
+async fn a_schedule_whose_last_period_has_passed_is_said_to_have_ended_once() {
+    let h = Harness::new().await;
+    let now = chrono::Utc::now();
+    let year = chrono::Datelike::year(&now) + 1;
+    let once = Periodic::new(&format!("0 0 0 1 1 * {year}"), || Noop { n: 1 }).unwrap();
+    let scheduler = Scheduler::new(h.store.clone(), vec![once], SchedulerConfig::default());
+    let first = scheduler.run_once(now).await.unwrap();
+    assert_eq!((first.enqueued, first.ended), (1, 0), "{first:?}");
+    let after = now + chrono::Duration::days(400);
+    let done = scheduler.run_once(after).await.unwrap();
+    assert_eq!(
+        done,
+        Scheduled {
+            ended: 1,
+            ..Scheduled::default()
+        }
+    );
+    let again = scheduler
+        .run_once(after + chrono::Duration::seconds(1))
+        .await
+        .unwrap();
+    assert_eq!(again, Scheduled::default(), "said once");
 }

@@ -154,6 +154,8 @@ pub struct Scheduler<S> {
     config: SchedulerConfig,
     /// Per entry, the last period this scheduler saw enqueued (by itself or another).
     last: Mutex<Vec<Option<DateTime<Utc>>>>,
+    /// Per entry, whether this scheduler said that it has no period after now.
+    ended: Vec<std::sync::atomic::AtomicBool>,
 }
 
 /// The most periods of one schedule a look enqueues (those starting before the next look):
@@ -187,17 +189,22 @@ pub struct Scheduled {
     /// look came more than one interval and 60 s after the last: the clock stepped forward,
     /// or the process or the database was away): logged at WARN with the first such period.
     pub gaps: u64,
+    /// Schedules found to have no period after now (an expression with a year that has
+    /// passed): logged at WARN once, the first time this scheduler finds it.
+    pub ended: u64,
 }
 
 impl<S: Store> Scheduler<S> {
     /// A scheduler of `entries` over `store`.
     pub fn new(store: S, entries: Vec<Periodic>, config: SchedulerConfig) -> Self {
         let last = Mutex::new(vec![None; entries.len()]);
+        let ended = entries.iter().map(|_| Default::default()).collect();
         Scheduler {
             store,
             entries,
             config,
             last,
+            ended,
         }
     }
 
@@ -254,6 +261,17 @@ impl<S: Store> Scheduler<S> {
             let mut ahead = false;
             for _ in 0..MAX_PERIODS_PER_LOOK {
                 let Some(period) = entry.next_after(after) else {
+                    // An expression with a year (`0 0 9 1 1 * 2026`) ends: said once, rather
+                    // than a schedule that silently never fires again.
+                    if !ahead && !self.ended[i].swap(true, std::sync::atomic::Ordering::Relaxed) {
+                        tracing::warn!(
+                            kind = entry.kind,
+                            schedule = %entry.expression,
+                            "periodic schedule ended: its expression has no period after now; \
+                             remove it from the worker"
+                        );
+                        done.ended += 1;
+                    }
                     break;
                 };
                 if ahead && period > horizon {
