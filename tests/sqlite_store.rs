@@ -714,3 +714,45 @@ async fn a_file_whose_migration_is_recorded_under_another_name_is_refused() {
     );
     db.close().await;
 }
+
+/// A backward step of the clock leaves starts stamped after now in a kind's rate window (here
+/// half an hour ahead, the limit's worth): they are not counted, and the claim forgets them,
+/// rather than hold the kind at its limit until the clock is past them.
+#[tokio::test]
+async fn starts_stamped_after_now_do_not_hold_a_rate_limited_kind_at_its_limit() {
+    use job_core::RateLimit;
+    use std::time::Duration;
+    let db = TestSqlite::new().await;
+    let store = db.store();
+    let kind = "clock.limited";
+    for _ in 0..3 {
+        store.enqueue(NewJob::new(kind, "{}")).await.unwrap();
+    }
+    store.stage_due(u32::MAX).await.unwrap();
+    let ahead = (chrono::Utc::now() + chrono::Duration::minutes(30)).timestamp_micros();
+    for _ in 0..10 {
+        sqlx::query("INSERT INTO job_rate_starts (kind, at) VALUES (?1, ?2)")
+            .bind(kind)
+            .bind(ahead)
+            .execute(&db.pool())
+            .await
+            .unwrap();
+    }
+    let claimed = store
+        .claim(&ClaimRequest {
+            queue: "default".into(),
+            kinds: vec![ClaimKind {
+                kind: kind.into(),
+                max_version: 1,
+                lease: Duration::from_secs(30),
+                concurrency: None,
+                rate: Some(RateLimit::new(10, Duration::from_secs(3600))),
+            }],
+            limit: 10,
+            worker_id: "clock".into(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 3, "the starts after now held the kind");
+    assert_eq!(count(&db.pool(), "job_rate_starts").await, 3);
+}

@@ -111,6 +111,7 @@ pub(crate) async fn claim(
             let started: i64 = sqlx::query_scalar(sql::RATE_COUNT)
                 .bind(&kind.kind)
                 .bind(now.saturating_sub(micros(rate.per)))
+                .bind(now)
                 .fetch_one(&mut *conn)
                 .await
                 .map_err(Error::query("rate_count"))?;
@@ -210,6 +211,7 @@ pub(crate) async fn claim(
         sqlx::query(sql::RATE_FORGET)
             .bind(&kind.kind)
             .bind(now.saturating_sub(micros(rate.per)))
+            .bind(now)
             .execute(&mut *conn)
             .await
             .map_err(Error::query("rate_forget"))?;

@@ -845,3 +845,46 @@ async fn a_tripped_breaker_gives_back_the_kinds_prefetched_jobs_unstarted() {
         "every job waits"
     );
 }
+
+/// A backward step of the server's clock leaves starts stamped after now in a key's window
+/// (here half an hour ahead, the limit's worth, with the claim's own shortcut recorded): they
+/// are not counted, and the next claim forgets them, rather than hold the kind at its limit
+/// until the clock is past them.
+#[tokio::test]
+async fn starts_stamped_after_now_do_not_hold_a_rate_limited_kind_at_its_limit() {
+    let h = Harness::new().await;
+    for _ in 0..3 {
+        job::Store::enqueue(&h.store, job_core::NewJob::new("test.limited", "{}"))
+            .await
+            .unwrap();
+    }
+    sqlx::query(
+        "INSERT INTO job.rate_windows (kind, rate_key, starts, limit_starts, limit_start)
+         SELECT 'test.limited', '', array_fill(now() + interval '30 minutes', ARRAY[10]),
+                10, now() + interval '30 minutes'",
+    )
+    .execute(h.store.pool())
+    .await
+    .unwrap();
+    let request = job::ClaimRequest {
+        queue: "default".into(),
+        kinds: vec![job::ClaimKind {
+            kind: "test.limited".into(),
+            max_version: 1,
+            lease: Duration::from_secs(30),
+            concurrency: None,
+            rate: Some(RateLimit::new(10, Duration::from_secs(3600))),
+        }],
+        limit: 10,
+        worker_id: "clock".into(),
+    };
+    let claimed = job::Store::claim(&h.store, &request).await.unwrap();
+    assert_eq!(claimed.len(), 3, "the starts after now held the kind");
+    let kept: i32 = sqlx::query_scalar(
+        "SELECT cardinality(starts) FROM job.rate_windows WHERE kind = 'test.limited'",
+    )
+    .fetch_one(h.store.pool())
+    .await
+    .unwrap();
+    assert_eq!(kept, 3, "the claim's own starts, the others forgotten");
+}

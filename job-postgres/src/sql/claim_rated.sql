@@ -79,13 +79,14 @@ moved AS (
     ON CONFLICT (kind, queue) DO UPDATE SET after_key = excluded.after_key
 ),
 go AS MATERIALIZED (
-    SELECT clock_timestamp() - $8::bigint * interval '1 millisecond' AS since,
+    SELECT t.now - $8::bigint * interval '1 millisecond' AS since, t.now,
            CASE WHEN $9::integer IS NULL THEN $5::integer
                 ELSE least($5::integer,
                            $9::integer - (SELECT count(*) FROM job.jobs r
                                           WHERE r.locked_until IS NOT NULL
                                             AND r.kind = $2::text)::integer)
            END AS room
+    FROM (SELECT clock_timestamp() AS now) t
     WHERE NOT EXISTS (SELECT 1 FROM job.pauses p
                       WHERE p.scope = 'kind' AND p.name = $2::text
                         AND (p.resume_at IS NULL OR p.resume_at > now()))
@@ -96,17 +97,21 @@ go AS MATERIALIZED (
 -- A key's room: its limit less its starts in the window, and never more than the claim's, so
 -- that no key reads more of its jobs than the claim could take. A key whose N-th newest start
 -- (written with the same limit N by the claim that last took from it) is still inside the
--- window holds N starts: no room, and its starts are not read (migration 0030).
+-- window holds N starts: no room, and its starts are not read (migration 0030). A start after
+-- the window's end was stamped before the server's clock stepped back: it is not counted, and
+-- the key's next claim forgets it, rather than hold the key's room until the clock is past it.
 rooms AS MATERIALIZED (
     SELECT k.key,
            least(go.room,
                  $7::integer - coalesce((SELECT CASE
                                              WHEN w.limit_starts = $7::integer
                                                   AND w.limit_start > go.since
+                                                  AND w.limit_start <= go.now
                                              THEN $7::integer
                                              ELSE (SELECT count(*)::integer
                                                    FROM unnest(w.starts) AS s(at)
-                                                   WHERE s.at > go.since) END
+                                                   WHERE s.at > go.since
+                                                     AND s.at <= go.now) END
                                          FROM job.rate_windows w
                                          WHERE w.kind = $2::text AND w.rate_key = k.key), 0))
                AS room
@@ -181,6 +186,7 @@ merged AS (
                  FROM job.rate_windows w, unnest(w.starts) AS s(at)
                  WHERE w.kind = $2::text AND w.rate_key = n.key
                    AND s.at > clock_timestamp() - $8::bigint * interval '1 millisecond'
+                   AND s.at <= clock_timestamp()
                  ORDER BY s.at)
            || array_fill(clock_timestamp(), ARRAY[n.count]) AS starts
     FROM (SELECT key, count(*)::integer AS count FROM claimed GROUP BY key) n
