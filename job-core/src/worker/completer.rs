@@ -175,6 +175,8 @@ async fn record_breakers<S: Store>(shared: &Shared<S>) {
             for t in tripped {
                 breaker_tripped(&t.kind);
                 shared.breaker_tripped(&t.kind);
+                // After the kind is marked: a reader of the count finds it marked.
+                bump(&shared.counters.breakers_tripped, 1);
                 tracing::error!(
                     kind = %t.kind,
                     reason = %t.reason,

@@ -46,6 +46,9 @@ pub struct WorkerStats {
     /// Outcomes the database refused even alone and made storable: written as a discard of
     /// class `unstorable` instead, or, refused again, left for the rescuer.
     pub unstorable: u64,
+    /// Circuit breakers this worker's counts tripped (each pauses its kind cluster-wide; the
+    /// kind's jobs it had claimed then go back unstarted).
+    pub breakers_tripped: u64,
 }
 
 #[derive(Debug, Default)]
@@ -65,6 +68,7 @@ pub(crate) struct Counters {
     released: AtomicU64,
     pub(crate) stuck: AtomicU64,
     pub(crate) unstorable: AtomicU64,
+    pub(crate) breakers_tripped: AtomicU64,
 }
 
 pub(crate) fn bump(counter: &AtomicU64, by: u64) {
@@ -111,6 +115,7 @@ impl Counters {
             stuck: get(&self.stuck),
             stuck_now,
             unstorable: get(&self.unstorable),
+            breakers_tripped: get(&self.breakers_tripped),
         }
     }
 }
