@@ -644,6 +644,14 @@ fn breaker_counts(outcome: &Outcome) -> Option<bool> {
     }
 }
 
+/// What a discard written as a cancellation (`Finalized::Cancelled`: a cancel was requested
+/// since the last heartbeat) counts as.
+pub(crate) fn discard_written_as_cancellation() -> Outcome {
+    Outcome::Cancel {
+        reason: "cancel requested; the last attempt failed".into(),
+    }
+}
+
 /// Counts and logs what the store did with one outcome, and forgets its execution.
 fn applied<S>(shared: &Shared<S>, c: &Completion, result: Finalized) {
     match result {
@@ -656,9 +664,7 @@ fn applied<S>(shared: &Shared<S>, c: &Completion, result: Finalized) {
             // (a cancel was requested since the last heartbeat) is no dead letter.
             let written;
             let outcome = if result == Finalized::Cancelled {
-                written = Outcome::Cancel {
-                    reason: "cancel requested; the last attempt failed".into(),
-                };
+                written = discard_written_as_cancellation();
                 &written
             } else {
                 &c.finalize.outcome

@@ -386,9 +386,7 @@ async fn discard_fenced<S: Store>(
     let outcome = match written {
         Some(Finalized::Applied) => end.outcome,
         // A cancel was requested meanwhile: the discard was written as a cancellation.
-        Some(Finalized::Cancelled) => Outcome::Cancel {
-            reason: "cancel requested; the last attempt failed".into(),
-        },
+        Some(Finalized::Cancelled) => super::completer::discard_written_as_cancellation(),
         _ => {
             tracing::warn!(
                 ?written,
