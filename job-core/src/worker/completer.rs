@@ -613,7 +613,7 @@ fn drop_lost<S>(shared: &Shared<S>, batch: &mut Vec<Completion>) {
             shared.count_for_breaker(&c.info.kind, false);
             shared.counters.applied(&Outcome::Complete);
             c.labels.finished(&Outcome::Complete, c.ran_for);
-        } else if !held && c.abort.reason.get() == Some(&Abort::Fenced) {
+        } else if !held && fenced(c) {
             // Counted by the keeper, which fenced it.
             tracing::warn!(
                 id = c.info.id,
@@ -631,6 +631,12 @@ fn drop_lost<S>(shared: &Shared<S>, batch: &mut Vec<Completion>) {
         }
         held
     });
+}
+
+/// Whether the keeper fenced `c`'s execution (and counted it so): a lost lease of its outcome
+/// is no other loss.
+fn fenced(c: &Completion) -> bool {
+    matches!(c.abort.reason.get(), Some(Abort::Fenced | Abort::Held))
 }
 
 /// How an outcome counts for its kind's circuit breaker: `Some(failed)` for an attempt that
@@ -692,6 +698,16 @@ fn applied<S>(shared: &Shared<S>, c: &Completion, result: Finalized) {
             shared.counters.applied(&Outcome::Complete);
             c.labels.finished(&Outcome::Complete, c.ran_for);
             tracing::debug!(id = c.info.id, "finalized by the handler's own transaction");
+        }
+        // Fenced while its own transaction held the row (`Abort::Held`), and the lease ran
+        // out before this write: counted by the keeper, which fenced it.
+        Finalized::LeaseLost if fenced(c) => {
+            tracing::warn!(
+                id = c.info.id,
+                kind = %c.info.kind,
+                outcome = c.finalize.outcome.name(),
+                "outcome dropped: fenced, and the lease ran out before it was written"
+            );
         }
         // Never passed here: flush carries it, write_alone tries it again.
         Finalized::Busy | Finalized::LeaseLost => {
