@@ -493,7 +493,8 @@ impl Run {
              {} finished but not finalized), {} leases lost by live workers, \
              {} executions started without a live lease, {} executions overlapped by the next \
              attempt after their worker was paused, {} attempts timed out on a silenced \
-             connection",
+             connection, {} executions fenced by a live worker and released, {} fenced while \
+             their transaction held the row",
             self.name,
             self.seed,
             self.ids.len(),
@@ -516,6 +517,8 @@ impl Run {
             audit.started_without_live_lease,
             audit.overlaps_after_pause.len(),
             audit.timed_out_in_silence,
+            audit.fenced_released,
+            audit.fenced_held,
         );
         for line in &self.last_words {
             let _ = write!(summary, "\n  {line}");
@@ -582,11 +585,13 @@ pub struct Incarnation {
 }
 
 impl Incarnation {
-    /// Whether a pause of this worker began at or after `from` and no later than `to`.
+    /// Whether this worker was paused at some time from `from` to `to`: a pause that began
+    /// by `to` and had not ended by `from` (one begun before `from` counts too: a pause longer
+    /// than the window, the execution claimed just before it, started on the resume).
     fn paused_between(&self, from: DateTime<Utc>, to: DateTime<Utc>) -> bool {
-        self.pauses
-            .iter()
-            .any(|(stopped, _)| *stopped + ZOMBIE_SLACK >= from && *stopped <= to)
+        self.pauses.iter().any(|(stopped, resumed)| {
+            *stopped <= to && resumed.is_none_or(|resumed| resumed + ZOMBIE_SLACK >= from)
+        })
     }
 }
 
@@ -1260,6 +1265,14 @@ pub struct Audit {
     pub overlaps_after_pause: Vec<String>,
     /// Attempts that timed out, their handler's statement on a silenced connection.
     pub timed_out_in_silence: usize,
+    /// Executions a live worker fenced (it could not renew their lease for two thirds of it:
+    /// paused, say) and whose lease it then gave back, the attempt not counted (class
+    /// `released`): the job's next execution runs the same attempt again, once the fenced
+    /// one has ended.
+    pub fenced_released: usize,
+    /// Executions fenced while their own `complete_in` transaction held the job's row, their
+    /// attempt written as failed (class `lease_held`).
+    pub fenced_held: usize,
     pub blocking_executions: usize,
 }
 
@@ -1535,7 +1548,19 @@ pub fn audit(run: &Run, plan: &[Planned], records: &Records) -> Audit {
             row.attempt
         };
         let kept = kept_attempts(settled);
-        let recorded: Vec<i32> = row.errors.iter().map(|e| e.attempt).collect();
+        // A `released` entry gives its attempt back: the attempt runs again under its number.
+        let recorded: Vec<i32> = row
+            .errors
+            .iter()
+            .filter(|e| e.class != "released")
+            .map(|e| e.attempt)
+            .collect();
+        let released = |attempt: i32, before: DateTime<Utc>| {
+            row.errors
+                .iter()
+                .filter(|e| e.class == "released" && e.attempt == attempt && e.at < before)
+                .count()
+        };
         if recorded != kept {
             v.push(
                 "attempts counted",
@@ -1580,6 +1605,7 @@ pub fn audit(run: &Run, plan: &[Planned], records: &Records) -> Audit {
         let mut execs = by_job.remove(&id).unwrap_or_default();
         execs.sort_by_key(|e| e.started_at);
         let mut at_attempt: HashMap<i32, &Execution> = HashMap::new();
+        let mut runs_of: HashMap<i32, usize> = HashMap::new();
         for e in &execs {
             if e.attempt < 1 || e.attempt > row.attempt {
                 v.push(
@@ -1590,7 +1616,11 @@ pub fn audit(run: &Run, plan: &[Planned], records: &Records) -> Audit {
                     ),
                 );
             }
-            if at_attempt.insert(e.attempt, e).is_some() {
+            at_attempt.insert(e.attempt, e);
+            let runs = runs_of.entry(e.attempt).or_default();
+            *runs += 1;
+            // Each release before it gave the attempt back for one more execution.
+            if *runs > 1 + released(e.attempt, e.started_at) {
                 v.push(
                     "one execution per attempt",
                     format!("job {id}: attempt {} executed twice", e.attempt),
@@ -1687,6 +1717,15 @@ pub fn audit(run: &Run, plan: &[Planned], records: &Records) -> Audit {
                 // A handler's own statement on a connection that went silent waits until the
                 // attempt's timeout ends it (tests/silence.rs).
                 "timeout" if run.fleet.silences > 0 => a.timed_out_in_silence += 1,
+                // A live worker fenced the execution and gave its lease back; that it ended
+                // before the attempt ran again is checked below ("never twice at once").
+                "released" | "lease_held" if exec.is_some() => {
+                    if err.class == "released" {
+                        a.fenced_released += 1;
+                    } else {
+                        a.fenced_held += 1;
+                    }
+                }
                 other => v.push(
                     "errors match the ledger",
                     format!(
@@ -1726,7 +1765,10 @@ pub fn audit(run: &Run, plan: &[Planned], records: &Records) -> Audit {
         // Never twice at once.
         for (j, later) in execs.iter().enumerate() {
             for earlier in &execs[..j] {
-                if earlier.attempt >= later.attempt {
+                // The same attempt again after a release of it is the next execution.
+                let again = earlier.attempt == later.attempt
+                    && released(later.attempt, later.started_at) > 0;
+                if earlier.attempt >= later.attempt && !again {
                     let what = format!(
                         "job {id}: attempt {} on {} started at {} after attempt {} on {} started \
                          at {}",
