@@ -161,9 +161,13 @@ async fn run(args: Args) -> ExitCode {
     // Lazy: the first connection may go silent under the silence test (a worker started just
     // before its connections were cut off), and a worker whose first connect fails retries in
     // its loops like after any lost connection, instead of exiting.
+    // Acquires bounded as the worker's own pools are (`ACQUIRE_TIMEOUT`, as the README advises
+    // for an application's pool): sqlx spaces its retries of a refused connection by up to a
+    // fifth of the acquire timeout, and handlers would wait that long past a restarted
+    // server's return.
     let pool = match job_postgres::pool_options()
         .max_connections((args.concurrency / 2 + 4) as u32)
-        .acquire_timeout(Duration::from_secs(10))
+        .acquire_timeout(job_postgres::ACQUIRE_TIMEOUT)
         .connect_lazy(&args.database_url)
     {
         Ok(pool) => pool,

@@ -32,6 +32,6 @@ pub use inspect::{
 pub use listen::CHANNEL;
 pub use listen::LISTEN_CHECK;
 pub use migrate::{migrate, script as schema_script, Migration, MIGRATIONS};
-pub use pool::{pool_options, setup_session, POOL_CHECK_TIMEOUT};
+pub use pool::{pool_options, setup_session, ACQUIRE_TIMEOUT, POOL_CHECK_TIMEOUT};
 pub use store::PgStore;
 pub use summary::{JobSummary, LastError, SUMMARY_CLASS_CHARS, SUMMARY_MESSAGE_CHARS};

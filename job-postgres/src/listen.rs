@@ -8,7 +8,7 @@ use sqlx::PgPool;
 use tokio::sync::mpsc;
 
 use crate::error::Error;
-use crate::pool::{pool_options, POOL_CHECK_TIMEOUT};
+use crate::pool::{pool_options, ACQUIRE_TIMEOUT, POOL_CHECK_TIMEOUT};
 
 /// The channel the insert trigger, release and rescue notify, with the queue as payload.
 pub const CHANNEL: &str = "job_insert";
@@ -48,11 +48,14 @@ pub(crate) async fn listen(pool: &PgPool, check: Duration) -> Result<Wakeups, Er
 /// given up, sqlx sends `UNLISTEN` on its connection before giving it back, which on a silent
 /// connection waits as long as the kernel keeps the socket. Only that pool's slot waits, never
 /// one of the store's.
-/// Bounded by [`CONNECT_TIMEOUT`]: a new connection can go silent too.
+/// Bounded by [`CONNECT_TIMEOUT`]: a new connection can go silent too. Its acquires, and so
+/// the listener's own reconnections, by [`ACQUIRE_TIMEOUT`]: sqlx spaces its retries of a
+/// refused connection by up to a fifth of it, and the listener listens again within about a
+/// second of a restarted server's return.
 async fn connect(pool: &PgPool) -> Result<PgListener, Error> {
     let own = pool_options()
         .max_connections(1)
-        .acquire_timeout(CONNECT_TIMEOUT)
+        .acquire_timeout(ACQUIRE_TIMEOUT)
         .connect_lazy_with((*pool.connect_options()).clone());
     let connect = async {
         let mut listener = PgListener::connect_with(&own)

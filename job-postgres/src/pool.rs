@@ -42,6 +42,24 @@ use crate::sql;
 /// busy to answer in 5 seconds costs a reconnection, no more.
 pub const POOL_CHECK_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// How long an acquire from the worker's own pools (and its LISTEN connection's) may take
+/// before it fails like a lost connection, for the worker's loop to try again: 5 seconds.
+///
+/// sqlx retries a connection the server refuses (down, or `57P03`: starting up, shutting
+/// down, in recovery) inside the acquire, sleeping between tries for twice as long each time
+/// up to a fifth of the pool's `acquire_timeout`, and never tries sooner: with sqlx's default
+/// (30 s), a worker whose acquire began during a restart slept up to 6 s past the server's
+/// return, and every statement of the worker queued behind it (a restart of 5 s idled a fleet
+/// for 5 s more). At 5 s, the tries are at most 1 s apart, so the worker claims again within
+/// about a second of the server accepting connections; while the server stays down, each
+/// loop's acquire fails every 5 s (one log line each) and is tried again after that loop's own
+/// pause, never in a busy loop. A server that accepts connections but takes longer than this
+/// to open one, or a pool whose every connection is held longer, fails the call, which is
+/// tried again as after a lost connection.
+///
+/// An application's pool has the same back-off: see the README's "Server restarts".
+pub const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// Pool options for the application's pool and the worker's own: a connection given back
 /// inside a transaction sqlx does not know of (a cancelled `begin()`) is closed, never
 /// reused; and a connection that does not answer the pool's checks within

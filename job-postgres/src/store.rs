@@ -217,7 +217,11 @@ impl Store for PgStore {
         // a claim that runs in 1 (migration 0024, which turns it off in the functions too). A
         // statement, not a startup option, so that a pooler that refuses unknown startup
         // parameters still lets the worker in.
+        // Acquires bounded by ACQUIRE_TIMEOUT, not sqlx's 30 s: sqlx spaces its retries of a
+        // refused connection by up to a fifth of it, and a worker slept that long (6 s) past
+        // a restarted server's return before claiming again.
         let pool = pool_options()
+            .acquire_timeout(crate::pool::ACQUIRE_TIMEOUT)
             .after_connect(|conn, _meta| {
                 Box::pin(async move {
                     crate::pool::setup_session(conn).await?;
