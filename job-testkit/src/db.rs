@@ -3,6 +3,8 @@
 
 mod cluster;
 
+pub use cluster::{PrivateCluster, StopMode};
+
 use std::time::Duration;
 
 use job_postgres::{PgStore, MIGRATIONS};

@@ -1,7 +1,8 @@
 //! Testing tools for applications built on `job`, and for `job` itself.
 //!
 //! - [`TestDb`]: a fresh, migrated PostgreSQL database per test, dropped afterwards;
-//!   [`TestSqlite`]: a fresh, migrated SQLite file per test.
+//!   [`TestSqlite`]: a fresh, migrated SQLite file per test. [`PrivateCluster`]: a PostgreSQL
+//!   cluster of the test's own, to stop and restart under running workers.
 //! - [`perform`] / [`Inline`]: run one job's handler inline and get the outcome a worker would
 //!   write.
 //! - [`Faults`]: crash an execution at a named point (after claim, before or after perform,
@@ -32,7 +33,7 @@ mod worker;
 
 pub use backend::TestStore;
 #[cfg(feature = "postgres")]
-pub use db::{PgFactory, TestDb};
+pub use db::{PgFactory, PrivateCluster, StopMode, TestDb};
 pub use drain::{Drain, Drained};
 pub use enqueued::{
     assert_enqueued, assert_enqueued_with, enqueued, refute_enqueued, EnqueuedJob, Expect,

@@ -10,6 +10,9 @@
 //!
 //! Stop it with `$(cat <dir>/bindir)/pg_ctl -D <dir>/data stop` (as `postgres` when it was
 //! started by root); otherwise it runs until the machine restarts.
+//!
+//! Also [`PrivateCluster`]: a cluster of one test's own, made the same way, which the test
+//! may stop and restart.
 
 use std::fs;
 use std::io::{ErrorKind, Write};
@@ -103,26 +106,7 @@ fn start(bindir: &Path, owner: &Owner, dir: &Path) -> Result<u16, String> {
     let mut failures = Vec::new();
     for _ in 0..3 {
         let port = free_port()?;
-        // A throwaway cluster: durability off, room for many test databases' pools.
-        let options = format!(
-            "-p {port} -c listen_addresses=127.0.0.1 -c unix_socket_directories='{}' \
-             -c max_connections=300 -c fsync=off -c synchronous_commit=off \
-             -c full_page_writes=off",
-            data.display()
-        );
-        let args = [
-            "-D".as_ref(),
-            data.as_os_str(),
-            "-l".as_ref(),
-            log.as_os_str(),
-            "-w".as_ref(),
-            "-t".as_ref(),
-            "60".as_ref(),
-            "-o".as_ref(),
-            options.as_ref(),
-            "start".as_ref(),
-        ];
-        match owner.run(&pg_ctl, &args) {
+        match pg_ctl_start(&pg_ctl, owner, &data, &log, port) {
             Ok(()) => {
                 write_atomically(&dir.join("port"), &port.to_string())?;
                 write_atomically(&dir.join("bindir"), &bindir.display().to_string())?;
@@ -139,6 +123,174 @@ fn start(bindir: &Path, owner: &Owner, dir: &Path) -> Result<u16, String> {
         failures.join("; "),
         tail.into_iter().rev().collect::<Vec<_>>().join("\n")
     ))
+}
+
+/// `pg_ctl start` of the cluster in `data` on `port` of 127.0.0.1, waiting (60 s at most)
+/// until it accepts connections. A throwaway cluster: durability off, room for many test
+/// databases' pools, its unix socket in its data directory.
+fn pg_ctl_start(
+    pg_ctl: &Path,
+    owner: &Owner,
+    data: &Path,
+    log: &Path,
+    port: u16,
+) -> Result<(), String> {
+    let options = format!(
+        "-p {port} -c listen_addresses=127.0.0.1 -c unix_socket_directories='{}' \
+         -c max_connections=300 -c fsync=off -c synchronous_commit=off \
+         -c full_page_writes=off",
+        data.display()
+    );
+    let args = [
+        "-D".as_ref(),
+        data.as_os_str(),
+        "-l".as_ref(),
+        log.as_os_str(),
+        "-w".as_ref(),
+        "-t".as_ref(),
+        "60".as_ref(),
+        "-o".as_ref(),
+        options.as_ref(),
+        "start".as_ref(),
+    ];
+    owner.run(pg_ctl, &args)
+}
+
+/// How [`PrivateCluster::stop`] stops the server: `pg_ctl stop -m <mode>`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopMode {
+    /// Waits for nothing: sessions are ended at once and a checkpoint is written (`fast`).
+    Fast,
+    /// Kills every process at once; the next start recovers from the WAL (`immediate`).
+    Immediate,
+}
+
+impl StopMode {
+    fn arg(self) -> &'static str {
+        match self {
+            StopMode::Fast => "fast",
+            StopMode::Immediate => "immediate",
+        }
+    }
+}
+
+/// A PostgreSQL cluster of one test's own, which the test may stop, start and restart (a
+/// server restart under running workers), unlike the shared fallback cluster [`TestDb`]
+/// uses, which other tests rely on. Made like that one (the machine's own binaries, found the
+/// same way; trust authentication; the superuser `postgres`; durability off; as the `postgres`
+/// user when the test runs as root), in a fresh directory under the temporary directory, on a
+/// free port of 127.0.0.1 that it keeps across restarts. Dropping it stops the server
+/// (`immediate`) and removes the directory.
+///
+/// Every method blocks (it runs `initdb` or `pg_ctl`): call them off the async runtime
+/// (`tokio::task::spawn_blocking`), or from a test whose runtime has other threads.
+///
+/// [`TestDb`]: crate::TestDb
+#[derive(Debug)]
+pub struct PrivateCluster {
+    bindir: PathBuf,
+    owner: Owner,
+    dir: tempfile::TempDir,
+    port: u16,
+}
+
+impl PrivateCluster {
+    /// Creates the cluster and starts it. The error says what was tried (no binaries, no
+    /// `postgres` user to run them as root, `initdb` or `pg_ctl` failing).
+    pub fn start() -> Result<PrivateCluster, String> {
+        let bindir = find_bindir()?;
+        let owner = Owner::detect()?;
+        let dir = tempfile::Builder::new()
+            .prefix("job-testkit-private-pg-")
+            .tempdir()
+            .map_err(|e| format!("could not create a directory for the cluster: {e}"))?;
+        owner.adopt(dir.path())?;
+        init(&bindir, &owner, dir.path())?;
+        let mut cluster = PrivateCluster {
+            bindir,
+            owner,
+            dir,
+            port: 0,
+        };
+        let mut failures = Vec::new();
+        for _ in 0..3 {
+            cluster.port = free_port()?;
+            match cluster.start_again() {
+                Ok(()) => return Ok(cluster),
+                Err(e) => failures.push(e),
+            }
+        }
+        Err(format!(
+            "pg_ctl could not start a private cluster in {}: {}; its log ends:\n{}",
+            cluster.dir.path().display(),
+            failures.join("; "),
+            cluster.log_tail(10)
+        ))
+    }
+
+    /// Its port on 127.0.0.1.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The options to connect to database `database` as the superuser.
+    pub fn connect_options(&self, database: &str) -> sqlx::postgres::PgConnectOptions {
+        sqlx::postgres::PgConnectOptions::new()
+            .host("127.0.0.1")
+            .port(self.port)
+            .username(SUPERUSER)
+            .database(database)
+    }
+
+    /// The URL of database `database`, as the superuser.
+    pub fn url(&self, database: &str) -> String {
+        format!("postgres://{SUPERUSER}@127.0.0.1:{}/{database}", self.port)
+    }
+
+    /// Stops the server (`pg_ctl stop -m <mode>`), waiting until it has stopped.
+    pub fn stop(&self, mode: StopMode) -> Result<(), String> {
+        let data = self.dir.path().join("data");
+        let args = [
+            "-D".as_ref(),
+            data.as_os_str(),
+            "-m".as_ref(),
+            mode.arg().as_ref(),
+            "-w".as_ref(),
+            "-t".as_ref(),
+            "60".as_ref(),
+            "stop".as_ref(),
+        ];
+        self.owner.run(&self.bindir.join("pg_ctl"), &args)
+    }
+
+    /// Starts the stopped server again on its port, waiting until it accepts connections.
+    pub fn start_again(&self) -> Result<(), String> {
+        let data = self.dir.path().join("data");
+        let log = self.dir.path().join("log");
+        pg_ctl_start(
+            &self.bindir.join("pg_ctl"),
+            &self.owner,
+            &data,
+            &log,
+            self.port,
+        )
+    }
+
+    /// The last `lines` lines of the server's log.
+    pub fn log_tail(&self, lines: usize) -> String {
+        let log = fs::read_to_string(self.dir.path().join("log")).unwrap_or_default();
+        let tail: Vec<&str> = log.lines().rev().take(lines).collect();
+        tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+    }
+}
+
+impl Drop for PrivateCluster {
+    fn drop(&mut self) {
+        if self.port != 0 {
+            let _ = self.stop(StopMode::Immediate);
+        }
+        // The directory (the TempDir) is removed after this.
+    }
 }
 
 fn free_port() -> Result<u16, String> {
@@ -222,6 +374,7 @@ fn major_version(bindir: &Path) -> Result<String, String> {
 
 /// Who runs the cluster: this user, or `postgres` when this process is root (PostgreSQL
 /// refuses to run as root).
+#[derive(Debug)]
 enum Owner {
     Me(String),
     Postgres,
