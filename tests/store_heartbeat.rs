@@ -228,3 +228,80 @@ async fn the_rescue_leaves_leases_that_ran_out_across_a_restart_to_their_holders
     assert_eq!(state(during.lease.id).await, "retryable");
     db.close().await;
 }
+
+/// A crash restart (a backend killed: the postmaster ends every session, runs crash recovery
+/// and answers again, as after the OOM killer) is a start for the restart hold (migrations
+/// 0041 and 0043): `job.server_started_at()` moves to the recovery's end, though
+/// `pg_postmaster_start_time()` keeps the postmaster's first start. On a private cluster, the
+/// one kind of server a test may crash.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_restart_moves_the_start_the_restart_hold_counts_from() {
+    use chrono::{DateTime, Utc};
+    use sqlx::{Connection, PgConnection};
+    let cluster = tokio::task::spawn_blocking(job_testkit::PrivateCluster::start)
+        .await
+        .unwrap()
+        .unwrap_or_else(|e| panic!("a private cluster: {e}"));
+    let url = cluster.url("postgres");
+    let pool = sqlx::PgPool::connect(&url).await.unwrap();
+    job_postgres::migrate(&pool).await.unwrap();
+    // The private cluster commits without waiting for its WAL to reach the disk, and a crash
+    // restart loses what shared memory held: make the schema durable first.
+    sqlx::query("CHECKPOINT").execute(&pool).await.unwrap();
+    pool.close().await;
+    // The checkpointer, like every process of the server but the postmaster, is started anew
+    // by a crash restart: its pid tells when the restart happened.
+    const CHECKPOINTER: &str =
+        "SELECT pid FROM pg_stat_activity WHERE backend_type = 'checkpointer'";
+    let mut victim = PgConnection::connect(&url).await.unwrap();
+    let (pid, before, checkpointer): (i32, DateTime<Utc>, i32) = sqlx::query_as(&format!(
+        "SELECT pg_backend_pid(), clock_timestamp(), ({CHECKPOINTER})"
+    ))
+    .fetch_one(&mut victim)
+    .await
+    .unwrap();
+    let killed = std::process::Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success(), "kill -KILL {pid} failed");
+    drop(victim);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let mut conn = loop {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the server was not back within 60 s of the crash:\n{}",
+            cluster.log_tail(20)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let Ok(mut conn) = PgConnection::connect(&url).await else {
+            continue;
+        };
+        let now: Result<(Option<i32>, bool), _> =
+            sqlx::query_as(&format!("SELECT ({CHECKPOINTER}), pg_is_in_recovery()"))
+                .fetch_one(&mut conn)
+                .await;
+        if let Ok((Some(new), false)) = now {
+            if new != checkpointer {
+                break conn;
+            }
+        }
+    };
+    let (postmaster, started): (DateTime<Utc>, DateTime<Utc>) =
+        sqlx::query_as("SELECT pg_postmaster_start_time(), job.server_started_at()")
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
+    assert!(
+        postmaster < before,
+        "the postmaster restarted ({postmaster}): not a crash restart"
+    );
+    assert!(
+        started > before,
+        "job.server_started_at() is {started}, before the crash at {before}"
+    );
+    drop(conn);
+    tokio::task::spawn_blocking(move || drop(cluster))
+        .await
+        .unwrap();
+}

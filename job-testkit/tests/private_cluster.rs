@@ -3,8 +3,7 @@
 //! Each case runs `TestDb` in child processes of this test binary, with the default server
 //! pointed at a port where nothing listens (`JOB_TESTKIT_DEFAULT_URL`) and the cluster in a
 //! directory of its own (`JOB_TESTKIT_CLUSTER_DIR`): deterministic, and the machine's real
-//! server is never touched. The cluster started here is stopped at the end. One case also
-//! crashes the cluster it started, the one kind of server a test may crash.
+//! server is never touched. The cluster started here is stopped at the end.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -164,95 +163,6 @@ fn without_a_server_or_binaries_the_failure_says_what_was_tried() {
         assert!(text.contains(needle), "expected {needle:?} in:\n{text}");
     }
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-/// A crash restart (a backend killed: the postmaster ends every session, runs crash recovery
-/// and answers again, as after the OOM killer) is a start for the lease rescue's restart hold
-/// (migrations 0041 and 0043): `job.server_started_at()` moves to the recovery's end, though
-/// `pg_postmaster_start_time()` keeps the postmaster's first start. It lives here because the
-/// private cluster is the one server a test may crash.
-#[test]
-fn a_crash_restart_moves_the_start_the_lease_rescue_holds_from() {
-    let dir = scratch_dir("crash-restart-test");
-    let out = child(&dir).output().unwrap();
-    let result = std::panic::catch_unwind(|| {
-        assert!(
-            out.status.success(),
-            "the cluster did not start:\n{}",
-            said(&out)
-        );
-        let port = std::fs::read_to_string(dir.join("port")).expect("no port recorded");
-        let url = format!("postgres://postgres@127.0.0.1:{}/postgres", port.trim());
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        runtime.block_on(crash_and_read_the_start(&url));
-    });
-    stop_and_remove(&dir);
-    if let Err(panic) = result {
-        std::panic::resume_unwind(panic);
-    }
-}
-
-async fn crash_and_read_the_start(url: &str) {
-    use sqlx::{Connection, PgConnection};
-    let pool = sqlx::PgPool::connect(url).await.unwrap();
-    job_postgres::migrate(&pool).await.unwrap();
-    // The private cluster commits without waiting for its WAL to reach the disk, and a crash
-    // restart loses what shared memory held: make the schema durable first.
-    sqlx::query("CHECKPOINT").execute(&pool).await.unwrap();
-    pool.close().await;
-    // The checkpointer, like every process of the server but the postmaster, is started
-    // anew by a crash restart: its pid tells when the restart happened.
-    const CHECKPOINTER: &str =
-        "SELECT pid FROM pg_stat_activity WHERE backend_type = 'checkpointer'";
-    let mut victim = PgConnection::connect(url).await.unwrap();
-    let (pid, before, checkpointer): (i32, chrono::DateTime<chrono::Utc>, i32) = sqlx::query_as(
-        &format!("SELECT pg_backend_pid(), clock_timestamp(), ({CHECKPOINTER})"),
-    )
-    .fetch_one(&mut victim)
-    .await
-    .unwrap();
-    let killed = Command::new("kill")
-        .args(["-KILL", &pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(killed.success(), "kill -KILL {pid} failed");
-    drop(victim);
-    let deadline = Instant::now() + std::time::Duration::from_secs(60);
-    let mut conn = loop {
-        assert!(
-            Instant::now() < deadline,
-            "the server was not back within 60 s of the crash"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        let Ok(mut conn) = PgConnection::connect(url).await else {
-            continue;
-        };
-        let now: Result<(Option<i32>, bool), _> =
-            sqlx::query_as(&format!("SELECT ({CHECKPOINTER}), pg_is_in_recovery()"))
-                .fetch_one(&mut conn)
-                .await;
-        if let Ok((Some(new), false)) = now {
-            if new != checkpointer {
-                break conn;
-            }
-        }
-    };
-    let (postmaster, started): (chrono::DateTime<chrono::Utc>, chrono::DateTime<chrono::Utc>) =
-        sqlx::query_as("SELECT pg_postmaster_start_time(), job.server_started_at()")
-            .fetch_one(&mut conn)
-            .await
-            .unwrap();
-    assert!(
-        postmaster < before,
-        "the postmaster restarted ({postmaster}): not a crash restart"
-    );
-    assert!(
-        started > before,
-        "job.server_started_at() is {started}, before the crash at {before}"
-    );
 }
 
 /// `Command::output` on a thread, so several children run at once.
