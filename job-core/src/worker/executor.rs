@@ -396,9 +396,8 @@ async fn discard_fenced<S: Store>(
             return;
         }
     };
-    if matches!(outcome, Outcome::Discard { .. }) {
-        shared.count_for_breaker(&info.kind, true);
-    }
+    // The attempt failed, whatever was written (as the completer counts it).
+    shared.count_for_breaker(&info.kind, true);
     shared.counters.applied(&outcome);
     labels.finished(&outcome, ran);
     tracing::warn!(
