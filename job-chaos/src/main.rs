@@ -161,13 +161,14 @@ async fn run(args: Args) -> ExitCode {
     // Lazy: the first connection may go silent under the silence test (a worker started just
     // before its connections were cut off), and a worker whose first connect fails retries in
     // its loops like after any lost connection, instead of exiting.
-    // Acquires bounded as the worker's own pools are (`ACQUIRE_TIMEOUT`, as the README advises
-    // for an application's pool): sqlx spaces its retries of a refused connection by up to a
-    // fifth of the acquire timeout, and handlers would wait that long past a restarted
-    // server's return.
+    // Acquires wait up to 10 s: longer than a silenced connection holds its slot (a handler's
+    // statement on it waits for the attempt's timeout), so that under the silence test a
+    // handler's ledger write waits for a slot rather than fail its attempt (at 5 s, the
+    // worker's own `ACQUIRE_TIMEOUT`, it failed 17 of them in a CI run). sqlx then spaces its
+    // retries of a refused connection by up to 2 s after a restart.
     let pool = match job_postgres::pool_options()
         .max_connections((args.concurrency / 2 + 4) as u32)
-        .acquire_timeout(job_postgres::ACQUIRE_TIMEOUT)
+        .acquire_timeout(Duration::from_secs(10))
         .connect_lazy(&args.database_url)
     {
         Ok(pool) => pool,
