@@ -6536,3 +6536,149 @@ $job_migration_0043$;
 END
 $apply$;
 COMMIT;
+
+-- 0044 last_attempt_start
+BEGIN;
+DO $lock$ BEGIN PERFORM pg_advisory_xact_lock(hashtextextended('job.schema_migrations', 0)); END $lock$;
+DO $apply$
+DECLARE
+    missing integer;
+    later integer;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = 44) THEN
+        SELECT min(v) INTO missing FROM pg_catalog.unnest('{1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31,32,33,34,35,36,37,38,39,40,41,42,43}'::integer[]) v
+            WHERE NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = v);
+        IF missing IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 44 `last_attempt_start` was not applied: migration %, which comes before it, is not recorded in job.schema_migrations (migrations apply in order, each after the one before)', missing;
+        END IF;
+        SELECT min(version) INTO later FROM job.schema_migrations WHERE version > 44;
+        IF later IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 44 `last_attempt_start` was not applied: it is not recorded in job.schema_migrations, but migration %, which comes after it, is: the schema was migrated out of order, and 44 applied now could undo what later migrations changed. Apply what migration 44 lacks by hand and record it, or restore the database from a backup', later;
+        END IF;
+EXECUTE $job_migration_0044$
+-- 0044 last_attempt_start: a last attempt is counted by the rescuer only once its handler
+-- started. Append-only: change the schema in a new numbered file.
+--
+-- A claim counts an attempt before the job runs: a worker prefetches jobs, holding their
+-- leases while they wait for a slot, and one killed meanwhile (SIGKILL, the OOM killer, a lost
+-- machine) leaves them to the rescuer, which counted each as an attempt. On a job's last
+-- attempt that made a dead letter of a job that never ran (the chaos review: 1 in 6,000 jobs
+-- at retry = 3 with a kill every second).
+--
+-- Now the worker records the start of a last attempt before its handler runs
+-- (sql/record_start.sql: started_lease := the lease's token, guarded by it), and the rescuer
+-- discards an expired last attempt only when its start was recorded under that lease: one that
+-- never started goes back to `retryable` with its attempt not counted, and an entry of class
+-- `lease_expired` that says so. Other attempts are counted as before (they are retried
+-- anyway). A worker of an earlier release records no start: a last attempt of its that dies
+-- with it is retried once more, not discarded, while such workers run (at every kill, so a
+-- job that kills its worker is retried for as long as earlier workers take it).
+--
+-- started_lease: the token of the lease under which the job's handler last started, where
+-- that start was recorded; never cleared (a new claim's token differs from it).
+
+ALTER TABLE job.jobs ADD COLUMN started_lease uuid;
+
+CREATE OR REPLACE FUNCTION job.rescue_expired(in_limit integer)
+RETURNS TABLE (retried bigint, discarded bigint, queues_woken bigint)
+LANGUAGE plpgsql
+VOLATILE
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+SET enable_bitmapscan = off
+SET jit = off
+AS $rescue$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+    WITH RECURSIVE started AS (
+        SELECT job.server_started_at() AS at
+    ),
+    kinds AS (
+        (SELECT j.kind FROM job.jobs j
+         WHERE j.locked_until IS NOT NULL
+         ORDER BY j.kind LIMIT 1)
+        UNION ALL
+        SELECT (SELECT j.kind FROM job.jobs j
+                WHERE j.locked_until IS NOT NULL AND j.kind > k.kind
+                ORDER BY j.kind LIMIT 1)
+        FROM kinds k
+        WHERE k.kind IS NOT NULL
+    ),
+    expired AS (
+        SELECT e.id
+        FROM kinds k
+        CROSS JOIN started
+        CROSS JOIN LATERAL (
+            SELECT j.id
+            FROM job.jobs j
+            WHERE j.kind = k.kind AND j.locked_until < now() AND j.state = 'running'
+              -- Held while the server is new: see the head of migration 0041.
+              AND NOT (j.locked_until > started.at - interval '15 seconds'
+                       AND now() < started.at + interval '15 seconds')
+            ORDER BY j.locked_until
+            LIMIT in_limit
+            FOR NO KEY UPDATE SKIP LOCKED
+        ) e
+        WHERE k.kind IS NOT NULL
+        LIMIT in_limit
+    ),
+    rescued AS (
+        UPDATE job.jobs j
+        -- A job whose cancel was requested is never discarded here: retryable, it is ended
+        -- `cancelled` by the expirer (job.expire), whatever attempts it has left.
+        -- A last attempt whose start was not recorded (started_lease is another lease's
+        -- token, or none) never ran its handler: it is not counted, and the job is retried.
+        SET state        = CASE WHEN j.attempt >= j.max_attempts AND NOT j.cancel_requested
+                                     AND j.started_lease IS NOT DISTINCT FROM j.lock_token
+                                THEN 'discarded' ELSE 'retryable' END::job.job_state,
+            finalized_at = CASE WHEN j.attempt >= j.max_attempts AND NOT j.cancel_requested
+                                     AND j.started_lease IS NOT DISTINCT FROM j.lock_token
+                                THEN now() END,
+            attempt      = CASE WHEN j.attempt >= j.max_attempts
+                                     AND j.started_lease IS DISTINCT FROM j.lock_token
+                                THEN j.attempt - 1 ELSE j.attempt END,
+            errors       = job.push_error(j.errors, jsonb_build_object(
+                               'attempt', j.attempt,
+                               'at', now(),
+                               'class', 'lease_expired',
+                               'message', CASE
+                                   WHEN j.attempt >= j.max_attempts
+                                        AND j.started_lease IS DISTINCT FROM j.lock_token
+                                   THEN format('lease of worker %s expired at %s before this '
+                                               'last attempt started; the attempt is not '
+                                               'counted',
+                                               coalesce(j.locked_by, '(unknown)'),
+                                               j.locked_until)
+                                   ELSE format('lease of worker %s expired at %s',
+                                               coalesce(j.locked_by, '(unknown)'),
+                                               j.locked_until) END)),
+            lock_token   = NULL,
+            locked_until = NULL,
+            locked_by    = NULL,
+            stuck_since  = NULL
+        -- By primary key: joined, the rows could be matched by a scan of every running row.
+        WHERE j.id = ANY (ARRAY(SELECT expired.id FROM expired))
+          AND j.state = 'running' AND j.locked_until < now()
+        RETURNING j.state, j.queue
+    ),
+    woken AS (
+        SELECT pg_notify('job_insert', q.queue)
+        FROM (SELECT DISTINCT queue FROM rescued WHERE state = 'retryable') q
+    )
+    SELECT count(*) FILTER (WHERE state = 'retryable') AS retried,
+           count(*) FILTER (WHERE state = 'discarded') AS discarded,
+           (SELECT count(*) FROM woken) AS queues_woken
+    FROM rescued;
+END
+$rescue$;
+
+$job_migration_0044$;
+        INSERT INTO job.schema_migrations (version, name) VALUES (44, 'last_attempt_start');
+    ELSIF NOT EXISTS (SELECT 1 FROM job.schema_migrations
+                      WHERE version = 44 AND name = 'last_attempt_start') THEN
+        RAISE EXCEPTION 'job migration 44 is recorded in job.schema_migrations as `%`, but this script''s migration 44 is `last_attempt_start`: the database was migrated by a build whose migrations differ from this one''s', (SELECT name FROM job.schema_migrations WHERE version = 44);
+    END IF;
+END
+$apply$;
+COMMIT;

@@ -220,6 +220,18 @@ fn claimed_jobs(rows: &[sqlx::postgres::PgRow]) -> Result<Vec<ClaimedJob>, sqlx:
         .collect()
 }
 
+/// Records that the execution holding `lease` starts its handler, guarded by its token.
+/// False when the lease is no longer held.
+pub(crate) async fn record_start(pool: &PgPool, lease: Lease) -> Result<bool, Error> {
+    let row: Option<JobId> = sqlx::query_scalar(sql::RECORD_START)
+        .bind(lease.id)
+        .bind(lease.token)
+        .fetch_optional(pool)
+        .await
+        .map_err(Error::query("record_start"))?;
+    Ok(row.is_some())
+}
+
 /// Records the latest progress of running jobs, guarded by (id, lock_token) and running.
 pub(crate) async fn save_progress<'e, E: PgExecutor<'e>>(
     executor: E,

@@ -237,6 +237,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "crash_restart_hold",
         sql: include_str!("../migrations/0043_crash_restart_hold.sql"),
     },
+    Migration {
+        version: 44,
+        name: "last_attempt_start",
+        sql: include_str!("../migrations/0044_last_attempt_start.sql"),
+    },
 ];
 
 /// The whole schema as one plain SQL script, for a DBA or a team without Rust:

@@ -49,6 +49,7 @@ pub(crate) const FINALIZE_BUSY: &str = include_str!("sql/finalize_busy.sql");
 pub(crate) const RESCUE_EXPIRED: &str = include_str!("sql/rescue_expired.sql");
 pub(crate) const STAGE: &str = include_str!("sql/stage.sql");
 pub(crate) const RELEASE: &str = include_str!("sql/release.sql");
+pub(crate) const RECORD_START: &str = include_str!("sql/record_start.sql");
 pub(crate) const GET: &str = include_str!("sql/get.sql");
 pub(crate) const ENQUEUE_UNIQUE: &str = include_str!("sql/enqueue_unique.sql");
 pub(crate) const CLAIM_LOCK: &str = include_str!("sql/claim_lock.sql");

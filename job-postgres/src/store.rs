@@ -157,6 +157,10 @@ impl Store for PgStore {
         Ok(lease::stage_due(&self.pool, limit).await?)
     }
 
+    async fn record_start(&self, lease: Lease) -> Result<bool, StoreError> {
+        Ok(lease::record_start(&self.pool, lease).await?)
+    }
+
     async fn release(&self, releases: &[Release]) -> Result<u64, StoreError> {
         Ok(lease::release(&self.pool, releases).await?)
     }

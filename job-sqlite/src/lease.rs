@@ -397,6 +397,9 @@ pub(crate) struct Held {
     pub(crate) locked_until: Micros,
     pub(crate) run_at: Micros,
     pub(crate) cancel_requested: bool,
+    /// A last attempt whose start was not recorded under this lease: the rescuer does not
+    /// count it.
+    pub(crate) unstarted_last: bool,
 }
 
 pub(crate) async fn held(
@@ -417,6 +420,7 @@ pub(crate) async fn held(
             locked_until: r.try_get("locked_until")?,
             run_at: r.try_get("run_at")?,
             cancel_requested: r.try_get("cancel_requested")?,
+            unstarted_last: r.try_get("unstarted_last")?,
         })
     })
     .transpose()
@@ -601,11 +605,14 @@ pub(crate) async fn rescue_expired(
         let Some(job) = held(conn, &lease).await? else {
             continue;
         };
-        let message = format!(
+        let mut message = format!(
             "lease of worker {} expired at {}",
             job.locked_by.as_deref().unwrap_or("(unknown)"),
             to_time(job.locked_until).to_rfc3339()
         );
+        if job.unstarted_last {
+            message.push_str(" before this last attempt started; the attempt is not counted");
+        }
         let errors = history::push(&job.errors, job.attempt, now, "lease_expired", &message);
         let mut savepoint = row_savepoint(conn).await?;
         let written: Result<Option<(Text, Text)>, Error> = sqlx::query_as(sql::RESCUE)
@@ -635,6 +642,18 @@ pub(crate) async fn rescue_expired(
     }
     omit_unreadable_payloads(&mut *conn, &discarded, before).await?;
     Ok((rescued, queues, refused))
+}
+
+/// Records that the execution holding `lease` starts its handler, guarded by its token and
+/// running. False when the lease is no longer held.
+pub(crate) async fn record_start(conn: &mut SqliteConnection, lease: Lease) -> Result<bool, Error> {
+    let row: Option<JobId> = sqlx::query_scalar(sql::RECORD_START)
+        .bind(lease.id)
+        .bind(lease.token)
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(Error::query("record_start"))?;
+    Ok(row.is_some())
 }
 
 /// Gives leases back, guarded by (id, lock_token) and running. Returns how many, and the

@@ -99,6 +99,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "compensating_options",
         sql: include_str!("../migrations/0016_compensating_options.sql"),
     },
+    Migration {
+        version: 17,
+        name: "last_attempt_start",
+        sql: include_str!("../migrations/0017_last_attempt_start.sql"),
+    },
 ];
 
 /// Brings the schema in `pool`'s database up to date: applies every migration not recorded

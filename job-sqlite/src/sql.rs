@@ -30,6 +30,7 @@ pub(crate) const FINALIZE: &str = include_str!("sql/finalize.sql");
 pub(crate) const RESCUE_PICK: &str = include_str!("sql/rescue_pick.sql");
 pub(crate) const RESCUE: &str = include_str!("sql/rescue.sql");
 pub(crate) const RELEASE: &str = include_str!("sql/release.sql");
+pub(crate) const RECORD_START: &str = include_str!("sql/record_start.sql");
 pub(crate) const PRUNE: &str = include_str!("sql/prune.sql");
 pub(crate) const EXPIRE_PICK: &str = include_str!("sql/expire_pick.sql");
 pub(crate) const EXPIRE: &str = include_str!("sql/expire.sql");

@@ -455,6 +455,16 @@ impl Store for SqliteStore {
         self.rescue(limit, Some(at)).await
     }
 
+    async fn record_start(&self, lease: Lease) -> Result<bool, StoreError> {
+        self.on_writer(move |store| async move {
+            let mut w = store.write().await?;
+            let held = lease::record_start(&mut w.tx, lease).await?;
+            w.commit().await?;
+            Ok(held)
+        })
+        .await
+    }
+
     async fn release(&self, releases: &[Release]) -> Result<u64, StoreError> {
         if releases.is_empty() {
             return Ok(0);

@@ -135,6 +135,11 @@ impl<S: Store, L: StoreLayer> Store for Layered<S, L> {
             .await
     }
 
+    async fn record_start(&self, lease: Lease) -> Result<bool, StoreError> {
+        self.through("record_start", 1, self.inner.record_start(lease))
+            .await
+    }
+
     async fn release(&self, releases: &[Release]) -> Result<u64, StoreError> {
         self.through("release", releases.len(), self.inner.release(releases))
             .await

@@ -396,7 +396,9 @@ pub trait Store: Clone + Send + Sync + 'static {
 
     /// Recovers up to `limit` jobs whose lease expired (`running` and `locked_until` before the
     /// database's now), and only those: back to `retryable` with the attempt counted, or to
-    /// `discarded` when attempts are exhausted. A rescued job keeps its `run_at` (it was due
+    /// `discarded` when attempts are exhausted and the last one started (see
+    /// [`record_start`](Store::record_start)): a last attempt that never started is retried,
+    /// not counted. A rescued job keeps its `run_at` (it was due
     /// when it was claimed), so it does not queue behind jobs that became due after it.
     fn rescue_expired(
         &self,
@@ -428,6 +430,19 @@ pub trait Store: Clone + Send + Sync + 'static {
     fn stage_due(&self, limit: u32) -> impl Future<Output = Result<u64, StoreError>> + Send {
         let _ = limit;
         async { Ok(0) }
+    }
+
+    /// Records that the execution holding `lease` starts its handler now, guarded by
+    /// `(id, lock_token)` and `running`; false when the lease is no longer held (the job must
+    /// not run). The worker calls it before a job's last attempt runs, so that
+    /// [`rescue_expired`](Store::rescue_expired) discards an expired last attempt only when its
+    /// handler started: one claimed and never started (a worker killed while the job waited
+    /// in its prefetch buffer) goes back to `retryable` with its attempt not counted. The
+    /// default records nothing and answers true, for a store whose rescuer counts every
+    /// expired attempt.
+    fn record_start(&self, lease: Lease) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        let _ = lease;
+        std::future::ready(Ok(true))
     }
 
     /// Gives leases back without an outcome, guarded by `(id, lock_token)`: the jobs become

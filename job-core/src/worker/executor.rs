@@ -155,6 +155,11 @@ async fn execute<S: Store>(
                 shared.inflight.remove(&lease);
                 return;
             }
+            if job.attempt >= job.max_attempts
+                && !Box::pin(record_last_start(&shared, &labels, lease)).await
+            {
+                return;
+            }
             let started = Instant::now();
             // The part of its queue wait spent in this worker (waiting for a slot, or for
             // the runtime): since its claim was sent.
@@ -344,6 +349,40 @@ async fn execute<S: Store>(
         labels,
         ran_for: ran,
     });
+}
+
+/// Records the start of a job's last attempt before its handler runs ([`Store::record_start`]):
+/// should this worker die before the handler starts (a job that waited in the prefetch buffer),
+/// the rescuer then does not count the attempt, and the job is retried instead of becoming a
+/// dead letter that never ran. Other attempts are retried when they expire, started or not,
+/// and need no record. Returns whether the handler may run: not when the lease is gone
+/// (counted as lost), nor when the record failed (the job is given back unstarted; should that
+/// fail too, the lease runs out, and the rescuer retries the job without counting the
+/// attempt). Its caller boxes it, as [`give_back_unstarted`] is.
+async fn record_last_start<S: Store>(
+    shared: &Shared<S>,
+    labels: &crate::telemetry::JobLabels,
+    lease: Lease,
+) -> bool {
+    match shared.store.record_start(lease).await {
+        Ok(true) => true,
+        Ok(false) => {
+            if shared.inflight.remove(&lease) {
+                bump(&shared.counters.lease_lost, 1);
+                labels.lease_lost();
+                tracing::warn!("lease lost before the last attempt could start: not running it");
+            }
+            false
+        }
+        Err(e) => {
+            tracing::warn!(
+                error = %e,
+                "could not record the start of the job's last attempt: giving it back unstarted"
+            );
+            give_back_unstarted(shared, lease, false).await;
+            false
+        }
+    }
 }
 
 /// Gives back a claimed job whose handler did not start: available again at once, the attempt

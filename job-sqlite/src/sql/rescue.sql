@@ -1,14 +1,20 @@
 -- Recovers job ?1 whose lease (token ?2) expired before ?5 (the database's now ?3, or the
 -- rescuer's clock check when earlier: lease.rs): discarded (finalized at ?3) when
--- its attempts are exhausted, else retryable with the attempt counted, keeping its run_at. A
--- job whose cancel was requested is never discarded here: retryable, the expirer ends it
--- `cancelled` (expire_pick.sql), whatever attempts it has left.
+-- its attempts are exhausted and its last attempt started (its start recorded under this
+-- lease: record_start.sql), else retryable, keeping its run_at, with the attempt counted
+-- unless it was a last attempt that never started. A job whose cancel was requested is never
+-- discarded here: retryable, the expirer ends it `cancelled` (expire_pick.sql), whatever
+-- attempts it has left.
 -- The error history ?4 holds the caller's lease_expired entry. Returns the new state and
 -- queue.
 UPDATE job_jobs
-SET state        = CASE WHEN attempt >= max_attempts AND NOT cancel_requested THEN 'discarded'
+SET state        = CASE WHEN attempt >= max_attempts AND NOT cancel_requested
+                             AND started_lease IS lock_token THEN 'discarded'
                         ELSE 'retryable' END,
-    finalized_at = CASE WHEN attempt >= max_attempts AND NOT cancel_requested THEN ?3 END,
+    finalized_at = CASE WHEN attempt >= max_attempts AND NOT cancel_requested
+                             AND started_lease IS lock_token THEN ?3 END,
+    attempt      = CASE WHEN attempt >= max_attempts AND started_lease IS NOT lock_token
+                        THEN attempt - 1 ELSE attempt END,
     errors       = ?4,
     lock_token   = NULL,
     locked_until = NULL,

@@ -52,14 +52,17 @@ pub async fn rescue_only_touches_expired_leases<S: Store>(store: S) {
     assert_eq!(store.rescue_expired(100).await.unwrap(), Rescued::default());
 }
 
-/// An expired lease whose attempts are used up is `discarded` and finalized, not retried.
+/// An expired lease whose attempts are used up, and whose last attempt started (the worker
+/// recorded its start, [`Store::record_start`]), is `discarded` and finalized, not retried.
 pub async fn rescue_discards_an_expired_lease_with_no_attempts_left<S: Store>(store: S) {
     let last_try = NewJob {
         max_attempts: 1,
         ..new_job(NOOP)
     };
     let id = store.enqueue(last_try).await.unwrap();
-    assert_eq!(store.claim_due(&short_lease()).await.unwrap().len(), 1);
+    let claimed = store.claim_due(&short_lease()).await.unwrap();
+    assert_eq!(claimed.len(), 1);
+    assert!(store.record_start(claimed[0].lease).await.unwrap());
     outlive(SHORT_LEASE).await;
     let rescued = store.rescue_expired(100).await.unwrap();
     assert_eq!(
@@ -74,6 +77,64 @@ pub async fn rescue_discards_an_expired_lease_with_no_attempts_left<S: Store>(st
     assert!(row.finalized_at.is_some());
     assert_lease_cleared(&row);
     assert_eq!(row.errors[0].class, "lease_expired");
+}
+
+/// A last attempt whose start was never recorded (a worker killed while the job waited for a
+/// slot) is retried with the attempt not counted, not discarded: it never ran. A start
+/// recorded under an earlier lease does not count for a later one, and a stale lease records
+/// nothing.
+pub async fn rescue_retries_a_last_attempt_that_never_started<S: Store>(store: S) {
+    let last_try = NewJob {
+        max_attempts: 2,
+        ..new_job(NOOP)
+    };
+    let id = store.enqueue(last_try).await.unwrap();
+    // Attempt 1 started (its start recorded, though only a last attempt needs it) and expired.
+    let first = store.claim_due(&short_lease()).await.unwrap();
+    assert_eq!(first.len(), 1);
+    assert!(store.record_start(first[0].lease).await.unwrap());
+    outlive(SHORT_LEASE).await;
+    assert_eq!(store.rescue_expired(100).await.unwrap().retried, 1);
+    // Attempt 2, the last, claimed and never started: retried, not counted, twice over.
+    for _ in 0..2 {
+        let last = store.claim_due(&short_lease()).await.unwrap();
+        assert_eq!(last.len(), 1);
+        assert_eq!((last[0].attempt, last[0].max_attempts), (2, 2));
+        outlive(SHORT_LEASE).await;
+        assert_eq!(
+            store.rescue_expired(100).await.unwrap(),
+            Rescued {
+                retried: 1,
+                discarded: 0
+            },
+            "a last attempt that never started was not retried"
+        );
+        let rescued = row(&store, id).await;
+        assert_eq!(rescued.state, JobState::Retryable);
+        assert_eq!(
+            rescued.attempt, 1,
+            "the attempt that never started was counted"
+        );
+        assert_eq!(rescued.finalized_at, None);
+        assert_lease_cleared(&rescued);
+        let error = rescued.errors.last().unwrap();
+        assert_eq!((error.attempt, error.class.as_str()), (2, "lease_expired"));
+        assert!(
+            error.message.contains("before this last attempt started"),
+            "{}",
+            error.message
+        );
+        // Its lease is gone: recording a start under it records nothing.
+        assert!(!store.record_start(last[0].lease).await.unwrap());
+    }
+    // Once started, the last attempt is counted: a dead letter.
+    let last = store.claim_due(&short_lease()).await.unwrap();
+    assert_eq!(last.len(), 1);
+    assert!(store.record_start(last[0].lease).await.unwrap());
+    outlive(SHORT_LEASE).await;
+    assert_eq!(store.rescue_expired(100).await.unwrap().discarded, 1);
+    let row = row(&store, id).await;
+    assert_eq!((row.state, row.attempt), (JobState::Discarded, 2));
 }
 
 /// One rescue call recovers at most its limit; the rest wait for the next.

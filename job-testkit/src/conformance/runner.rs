@@ -80,6 +80,7 @@ suite![
     heartbeat::a_stuck_renewal_is_recorded_until_it_is_not,
     rescue::rescue_only_touches_expired_leases,
     rescue::rescue_discards_an_expired_lease_with_no_attempts_left,
+    rescue::rescue_retries_a_last_attempt_that_never_started,
     rescue::rescue_takes_at_most_its_limit,
     rescue::the_rescuer_recovers_every_expired_lease_in_batches,
     rescue::an_expired_lease_that_was_rescued_cannot_finalize,
