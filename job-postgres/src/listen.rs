@@ -198,8 +198,8 @@ async fn forward(
         }
         if silent {
             tracing::warn!(
-                "job listener's connection did not answer within {POOL_CHECK_TIMEOUT:?} \
-                 (its server or the network went silent): replacing it"
+                "job listener's connection did not answer within {POOL_CHECK_TIMEOUT:?} (the \
+                 server is down or restarting, or it or the network went silent): replacing it"
             );
             listener = loop {
                 let connected = tokio::select! {
