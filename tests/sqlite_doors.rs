@@ -716,6 +716,8 @@ async fn every_discard_of_a_payload_that_is_not_utf8_compensates_without_it() {
             ("attempt", "1"),
             ("max_attempts", "1"),
             ("lock_token", "x'00112233445566778899aabbccddeeff'"),
+            // Its last attempt started (recorded, migration 0017: else the rescue retries it).
+            ("started_lease", "x'00112233445566778899aabbccddeeff'"),
             ("locked_until", "0"),
         ],
     )
@@ -914,12 +916,14 @@ async fn a_payload_nested_as_deep_as_json_allows_is_discarded_with_its_compensat
         .unwrap();
     drop(conn);
     let deepest = format!("'{}'", nested(1000));
+    // Its last attempt started (recorded, migration 0017: else the rescue retries it).
     let running = [
         ("payload", deepest.as_str()),
         ("state", "'running'"),
         ("attempt", "1"),
         ("max_attempts", "1"),
-        ("lock_token", "randomblob(16)"),
+        ("lock_token", "x'00112233445566778899aabbccddeeff'"),
+        ("started_lease", "x'00112233445566778899aabbccddeeff'"),
         ("locked_until", "0"),
     ];
     insert_raw(&store, "q", &running).await.unwrap();

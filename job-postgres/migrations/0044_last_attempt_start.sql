@@ -10,11 +10,12 @@
 -- Now the worker records the start of a last attempt before its handler runs
 -- (sql/record_start.sql: started_lease := the lease's token, guarded by it), and the rescuer
 -- discards an expired last attempt only when its start was recorded under that lease: one that
--- never started goes back to `retryable` with its attempt not counted, and an entry of class
--- `lease_expired` that says so. Other attempts are counted as before (they are retried
--- anyway). A worker of an earlier release records no start: a last attempt of its that dies
--- with it is retried once more, not discarded, while such workers run (at every kill, so a
--- job that kills its worker is retried for as long as earlier workers take it).
+-- never started goes back to `retryable` with its attempt not counted and, as when a worker
+-- gives back a job it did not start (release.sql), no entry in its history: it returns as if
+-- never claimed. Other attempts are counted as before (they are retried anyway). A worker of
+-- an earlier release records no start: a last attempt of its that dies with it is retried
+-- once more, not discarded, while such workers run (at every kill, so a job that kills its
+-- worker is retried for as long as earlier workers take it).
 --
 -- started_lease: the token of the lease under which the job's handler last started, where
 -- that start was recorded; never cleared (a new claim's token differs from it).
@@ -80,21 +81,18 @@ BEGIN
             attempt      = CASE WHEN j.attempt >= j.max_attempts
                                      AND j.started_lease IS DISTINCT FROM j.lock_token
                                 THEN j.attempt - 1 ELSE j.attempt END,
-            errors       = job.push_error(j.errors, jsonb_build_object(
-                               'attempt', j.attempt,
-                               'at', now(),
-                               'class', 'lease_expired',
-                               'message', CASE
-                                   WHEN j.attempt >= j.max_attempts
-                                        AND j.started_lease IS DISTINCT FROM j.lock_token
-                                   THEN format('lease of worker %s expired at %s before this '
-                                               'last attempt started; the attempt is not '
-                                               'counted',
-                                               coalesce(j.locked_by, '(unknown)'),
-                                               j.locked_until)
-                                   ELSE format('lease of worker %s expired at %s',
-                                               coalesce(j.locked_by, '(unknown)'),
-                                               j.locked_until) END)),
+            -- Given back as a release of an unstarted job is: no entry (the job returns as
+            -- if never claimed; job_rescued_total counts it as retried).
+            errors       = CASE WHEN j.attempt >= j.max_attempts
+                                     AND j.started_lease IS DISTINCT FROM j.lock_token
+                                THEN j.errors
+                                ELSE job.push_error(j.errors, jsonb_build_object(
+                                    'attempt', j.attempt,
+                                    'at', now(),
+                                    'class', 'lease_expired',
+                                    'message', format('lease of worker %s expired at %s',
+                                                      coalesce(j.locked_by, '(unknown)'),
+                                                      j.locked_until))) END,
             lock_token   = NULL,
             locked_until = NULL,
             locked_by    = NULL,

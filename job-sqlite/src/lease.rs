@@ -605,15 +605,18 @@ pub(crate) async fn rescue_expired(
         let Some(job) = held(conn, &lease).await? else {
             continue;
         };
-        let mut message = format!(
-            "lease of worker {} expired at {}",
-            job.locked_by.as_deref().unwrap_or("(unknown)"),
-            to_time(job.locked_until).to_rfc3339()
-        );
-        if job.unstarted_last {
-            message.push_str(" before this last attempt started; the attempt is not counted");
-        }
-        let errors = history::push(&job.errors, job.attempt, now, "lease_expired", &message);
+        // A last attempt that never started goes back as a release of an unstarted job does,
+        // with no entry (rescue.sql).
+        let errors = if job.unstarted_last {
+            job.errors.clone()
+        } else {
+            let message = format!(
+                "lease of worker {} expired at {}",
+                job.locked_by.as_deref().unwrap_or("(unknown)"),
+                to_time(job.locked_until).to_rfc3339()
+            );
+            history::push(&job.errors, job.attempt, now, "lease_expired", &message)
+        };
         let mut savepoint = row_savepoint(conn).await?;
         let written: Result<Option<(Text, Text)>, Error> = sqlx::query_as(sql::RESCUE)
             .bind(id)

@@ -175,6 +175,13 @@ async fn rows_stored_before_the_raw_bounds_keep_running_and_their_histories_are_
         .await
         .expect("the deleted settings row is back");
     assert_eq!(limit, 1024 * 1024);
+    // The running row's last attempt started, its start recorded as a worker of this release
+    // records one (migration 0044): without it, a rescue retries it, the attempt not counted.
+    sqlx::query("UPDATE job.jobs SET started_lease = lock_token WHERE id = $1")
+        .bind(ids[1])
+        .execute(&pool)
+        .await
+        .unwrap();
 
     // Claimed and completed: finalize writes `errors = j.errors`, unchanged.
     let worker = Worker::builder(store.clone())

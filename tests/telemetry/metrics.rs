@@ -397,10 +397,13 @@ async fn rescued_and_expired_jobs_are_counted_where_they_are_written() {
         .fetch_one(&pool)
         .await
         .unwrap();
-        // Claimed by a worker that then died: its lease ran out a minute ago.
+        // Claimed by a worker that then died while the attempt ran (its start recorded,
+        // migration 0044): its lease ran out a minute ago.
         sqlx::query(
-            "UPDATE job.jobs SET state = 'running', attempt = 1, lock_token = gen_random_uuid(), \
-             locked_by = 'gone', locked_until = now() - interval '1 minute' WHERE id = $1",
+            "WITH t AS (SELECT gen_random_uuid() AS token) \
+             UPDATE job.jobs SET state = 'running', attempt = 1, lock_token = t.token, \
+             started_lease = t.token, locked_by = 'gone', \
+             locked_until = now() - interval '1 minute' FROM t WHERE id = $1",
         )
         .bind(id)
         .execute(&pool)

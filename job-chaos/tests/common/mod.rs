@@ -1351,6 +1351,7 @@ fn parse_lease_expired(message: &str) -> Option<(&str, DateTime<Utc>)> {
 ///   ran on when resumed, after its lease was taken over.
 /// - Effects once: a completed job has exactly one effect, committed with its completion by
 ///   its final attempt under that attempt's lease; a discarded job has none.
+/// - No dead letter unrun: a job discarded for its attempts has an execution of its last one.
 /// - Discarded by its dependency: a job planned to depend on one that does not complete
 ///   ([`End::Dependency`]) is discarded without an attempt, its one error entry of class
 ///   `dependency` naming the job it depended on, and never ran (no execution, no effect).
@@ -1734,6 +1735,19 @@ pub fn audit(run: &Run, plan: &[Planned], records: &Records) -> Audit {
                     ),
                 ),
             }
+        }
+
+        // No dead letter unrun: a job discarded after its attempts ran its last one (a last
+        // attempt claimed and lost with its worker before it started is retried, not counted).
+        if row.state == "discarded" && !at_attempt.contains_key(&row.attempt) {
+            v.push(
+                "no dead letter unrun",
+                format!(
+                    "job {id}: discarded after {} attempts, but the ledger has no execution of \
+                     the last; errors {:?}",
+                    row.attempt, row.errors
+                ),
+            );
         }
 
         if row.state == "completed" {

@@ -5,7 +5,8 @@
 -- unless it was a last attempt that never started. A job whose cancel was requested is never
 -- discarded here: retryable, the expirer ends it `cancelled` (expire_pick.sql), whatever
 -- attempts it has left.
--- The error history ?4 holds the caller's lease_expired entry. Returns the new state and
+-- The error history ?4 holds the caller's lease_expired entry (none for a last attempt that
+-- never started, which goes back as a release of an unstarted job does). Returns the new state and
 -- queue.
 UPDATE job_jobs
 SET state        = CASE WHEN attempt >= max_attempts AND NOT cancel_requested
