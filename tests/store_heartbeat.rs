@@ -305,3 +305,92 @@ async fn a_crash_restart_moves_the_start_the_restart_hold_counts_from() {
         .await
         .unwrap();
 }
+
+/// A rescue gives an `UntilStarted` key back when the job's only attempt never started
+/// (migration 0044), unless another job took the key meanwhile. One that commits between the
+/// rescue's snapshot and its write makes the write a unique violation: the rescue then runs
+/// again without giving the key back, and the other job keeps it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rescue_racing_an_enqueue_of_the_key_it_gives_back_leaves_the_key_to_the_enqueue() {
+    let db = TestDb::new().await;
+    let store = db.store();
+    let pool = store.pool().clone();
+    let keyed = || job_core::NewJob {
+        max_attempts: 1,
+        unique: Some(job_core::Unique {
+            key: "k".into(),
+            scope: job_core::UniqueScope::UntilStarted,
+            on_duplicate: job_core::OnDuplicate::Keep,
+        }),
+        ..new_job("noop")
+    };
+    let first = store.enqueue(keyed()).await.unwrap();
+    let job = claim_one(&store, "noop").await;
+    assert_eq!(job.lease.id, first);
+    // Its worker died before it started: the lease ran out a minute ago.
+    let key: String = sqlx::query_scalar(
+        "UPDATE job.jobs SET locked_until = now() - interval '1 minute' WHERE id = $1
+         RETURNING unique_key",
+    )
+    .bind(first)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    // Another transaction takes the key (the claim spent it), not yet committed.
+    let mut tx = pool.begin().await.unwrap();
+    let second: i64 = sqlx::query_scalar(
+        "INSERT INTO job.jobs (kind, payload, unique_key, unique_scope, max_attempts)
+         VALUES ('noop', '{}', $1, 'started', 1) RETURNING id",
+    )
+    .bind(&key)
+    .fetch_one(&mut *tx)
+    .await
+    .unwrap();
+    let rescuer = store.clone();
+    let rescue = tokio::spawn(async move { rescuer.rescue_expired(10).await });
+    // The rescue's write waits for that transaction's key.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity
+             WHERE datname = current_database() AND wait_event_type = 'Lock'",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        if waiting > 0 {
+            break;
+        }
+        assert!(
+            !rescue.is_finished(),
+            "the rescue ended without waiting for the key: {:?}",
+            rescue.await
+        );
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the rescue never waited"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tx.commit().await.unwrap();
+    let rescued = rescue
+        .await
+        .unwrap()
+        .expect("the rescue runs again and goes through");
+    assert_eq!((rescued.retried, rescued.discarded), (1, 0));
+    let (state, scope, attempt): (String, String, i32) =
+        sqlx::query_as("SELECT state::text, unique_scope, attempt FROM job.jobs WHERE id = $1")
+            .bind(first)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        (state.as_str(), scope.as_str(), attempt),
+        ("retryable", "spent", 0)
+    );
+    match store.enqueue(keyed()).await {
+        Err(job_core::EnqueueError::Duplicate { existing, .. }) => assert_eq!(existing, second),
+        other => panic!("expected a duplicate of job {second}, got {other:?}"),
+    }
+    db.close().await;
+}

@@ -17,6 +17,12 @@
 -- once more, not discarded, while such workers run (at every kill, so a job that kills its
 -- worker is retried for as long as earlier workers take it).
 --
+-- A job claimed `UntilStarted` on its first and only attempt holds its unique key again when
+-- that attempt is given back this way, as release.sql gives it back: it never started. A
+-- concurrent enqueue may take the key between the statement's snapshot and its write (23505):
+-- the function then runs the statement again without giving any key back, as release.sql's
+-- caller does.
+--
 -- started_lease: the token of the lease under which the job's handler last started, where
 -- that start was recorded; never cleared (a new claim's token differs from it).
 
@@ -32,7 +38,11 @@ SET enable_bitmapscan = off
 SET jit = off
 AS $rescue$
 #variable_conflict use_column
+DECLARE
+    give_key_back boolean := true;
 BEGIN
+  LOOP
+   BEGIN
     RETURN QUERY
     WITH RECURSIVE started AS (
         SELECT job.server_started_at() AS at
@@ -93,6 +103,27 @@ BEGIN
                                     'message', format('lease of worker %s expired at %s',
                                                       coalesce(j.locked_by, '(unknown)'),
                                                       j.locked_until))) END,
+            -- An `UntilStarted` key spent by the claim of a first attempt that never started
+            -- is held again, unless another job took it meanwhile (release.sql's rule).
+            unique_scope = CASE WHEN give_key_back
+                                     AND j.attempt >= j.max_attempts
+                                     AND j.started_lease IS DISTINCT FROM j.lock_token
+                                     AND j.attempt = 1 AND j.snoozes = 0
+                                     AND j.errors = '[]'::jsonb
+                                     AND j.unique_scope = 'spent' AND j.unique_key IS NOT NULL
+                                     AND NOT EXISTS (
+                                         SELECT 1 FROM job.jobs a
+                                         WHERE a.kind = j.kind AND a.unique_key = j.unique_key
+                                           AND a.id <> j.id AND (
+                                               a.unique_scope = 'pruned'
+                                               OR (a.unique_scope = 'finished'
+                                                   AND a.state IN ('pending', 'scheduled',
+                                                                   'available', 'running',
+                                                                   'retryable'))
+                                               OR (a.unique_scope = 'started'
+                                                   AND a.state IN ('pending', 'scheduled',
+                                                                   'available', 'retryable'))))
+                                THEN 'started' ELSE j.unique_scope END,
             lock_token   = NULL,
             locked_until = NULL,
             locked_by    = NULL,
@@ -110,6 +141,16 @@ BEGIN
            count(*) FILTER (WHERE state = 'discarded') AS discarded,
            (SELECT count(*) FROM woken) AS queues_woken
     FROM rescued;
+    RETURN;
+   EXCEPTION WHEN unique_violation THEN
+    -- A concurrent enqueue took a key this statement gave back (see the head): once more,
+    -- giving none back.
+    IF NOT give_key_back THEN
+        RAISE;
+    END IF;
+    give_key_back := false;
+   END;
+  END LOOP;
 END
 $rescue$;
 

@@ -220,8 +220,8 @@ fn claimed_jobs(rows: &[sqlx::postgres::PgRow]) -> Result<Vec<ClaimedJob>, sqlx:
         .collect()
 }
 
-/// Records that the execution holding `lease` starts its handler, guarded by its token.
-/// False when the lease is no longer held.
+/// Records that the execution holding `lease` starts its handler, guarded by its token and
+/// the lease's end. False when the lease is no longer held, or has run out.
 pub(crate) async fn record_start(pool: &PgPool, lease: Lease) -> Result<bool, Error> {
     let row: Option<JobId> = sqlx::query_scalar(sql::RECORD_START)
         .bind(lease.id)

@@ -647,12 +647,14 @@ pub(crate) async fn rescue_expired(
     Ok((rescued, queues, refused))
 }
 
-/// Records that the execution holding `lease` starts its handler, guarded by its token and
-/// running. False when the lease is no longer held.
+/// Records that the execution holding `lease` starts its handler, guarded by its token,
+/// running and the lease's end. False when the lease is no longer held, or has run out.
 pub(crate) async fn record_start(conn: &mut SqliteConnection, lease: Lease) -> Result<bool, Error> {
+    let now = now(&mut *conn).await?;
     let row: Option<JobId> = sqlx::query_scalar(sql::RECORD_START)
         .bind(lease.id)
         .bind(lease.token)
+        .bind(now)
         .fetch_optional(&mut *conn)
         .await
         .map_err(Error::query("record_start"))?;

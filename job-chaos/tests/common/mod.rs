@@ -490,7 +490,8 @@ impl Run {
              {} executions \
              ({} of blocking jobs), {} effects; \
              {} attempts rescued after their lease expired ({} killed before the handler started, \
-             {} finished but not finalized), {} leases lost by live workers, \
+             {} finished but not finalized, {} last attempts killed after their recorded \
+             start), {} leases lost by live workers, \
              {} executions started without a live lease, {} executions overlapped by the next \
              attempt after their worker was paused, {} attempts timed out on a silenced \
              connection, {} executions fenced by a live worker and released, {} fenced while \
@@ -513,6 +514,7 @@ impl Run {
             audit.rescued,
             audit.rescued_unstarted,
             audit.rescued_finished,
+            audit.killed_after_last_start,
             audit.lost_by_live_workers.len(),
             audit.started_without_live_lease,
             audit.overlaps_after_pause.len(),
@@ -1059,6 +1061,8 @@ pub struct JobRow {
     pub errors: Vec<AttemptError>,
     pub finalized_at: Option<DateTime<Utc>>,
     pub ordering_key: Option<String>,
+    /// A worker recorded the start of a last attempt (`job.jobs.started_lease`).
+    pub last_start_recorded: bool,
 }
 
 type JobTuple = (
@@ -1070,12 +1074,13 @@ type JobTuple = (
     Json<Vec<AttemptError>>,
     Option<DateTime<Utc>>,
     Option<String>,
+    bool,
 );
 
 async fn load_jobs(pool: &PgPool) -> Vec<JobRow> {
     sqlx::query_as::<_, JobTuple>(
         "SELECT id, state::text, attempt, max_attempts, payload, errors, finalized_at,
-                ordering_key
+                ordering_key, started_lease IS NOT NULL
          FROM job.jobs ORDER BY id",
     )
     .fetch_all(pool)
@@ -1083,15 +1088,28 @@ async fn load_jobs(pool: &PgPool) -> Vec<JobRow> {
     .expect("loading the jobs")
     .into_iter()
     .map(
-        |(id, state, attempt, max_attempts, payload, errors, finalized_at, ordering_key)| JobRow {
+        |(
             id,
             state,
             attempt,
             max_attempts,
-            payload: payload.0,
-            errors: errors.0,
+            payload,
+            errors,
             finalized_at,
             ordering_key,
+            recorded,
+        )| {
+            JobRow {
+                id,
+                state,
+                attempt,
+                max_attempts,
+                payload: payload.0,
+                errors: errors.0,
+                finalized_at,
+                ordering_key,
+                last_start_recorded: recorded,
+            }
         },
     )
     .collect()
@@ -1255,6 +1273,9 @@ pub struct Audit {
     pub dependency_discarded: usize,
     pub rescued: usize,
     pub rescued_unstarted: usize,
+    /// Jobs discarded whose last attempt's start was recorded and whose worker was killed
+    /// before the handler's first ledger write.
+    pub killed_after_last_start: usize,
     pub rescued_finished: usize,
     /// Allowed (a worker that cannot renew in time fences itself), but worth a look.
     pub lost_by_live_workers: Vec<String>,
@@ -1739,7 +1760,20 @@ pub fn audit(run: &Run, plan: &[Planned], records: &Records) -> Audit {
 
         // No dead letter unrun: a job discarded after its attempts ran its last one (a last
         // attempt claimed and lost with its worker before it started is retried, not counted).
-        if row.state == "discarded" && !at_attempt.contains_key(&row.attempt) {
+        // Its start is recorded before its handler's first ledger write: a worker killed
+        // between the two leaves a started attempt with no execution, rescued as one.
+        let killed_after_its_start = row.state == "discarded"
+            && row.last_start_recorded
+            && row.errors.last().is_some_and(|e| {
+                e.attempt == row.attempt
+                    && e.class == "lease_expired"
+                    && parse_lease_expired(&e.message).is_some_and(|(worker, _)| {
+                        workers.get(worker).is_some_and(|w| w.killed_at.is_some())
+                    })
+            });
+        if killed_after_its_start && !at_attempt.contains_key(&row.attempt) {
+            a.killed_after_last_start += 1;
+        } else if row.state == "discarded" && !at_attempt.contains_key(&row.attempt) {
             v.push(
                 "no dead letter unrun",
                 format!(

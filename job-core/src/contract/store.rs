@@ -398,7 +398,8 @@ pub trait Store: Clone + Send + Sync + 'static {
     /// database's now), and only those: back to `retryable` with the attempt counted, or to
     /// `discarded` when attempts are exhausted and the last one started (see
     /// [`record_start`](Store::record_start)): a last attempt that never started is retried,
-    /// not counted. A rescued job keeps its `run_at` (it was due
+    /// not counted, with no history entry and its `UntilStarted` key held again on a first
+    /// attempt, as [`release`](Store::release) gives back an unstarted job. A rescued job keeps its `run_at` (it was due
     /// when it was claimed), so it does not queue behind jobs that became due after it.
     fn rescue_expired(
         &self,
@@ -433,8 +434,9 @@ pub trait Store: Clone + Send + Sync + 'static {
     }
 
     /// Records that the execution holding `lease` starts its handler now, guarded by
-    /// `(id, lock_token)` and `running`; false when the lease is no longer held (the job must
-    /// not run). The worker calls it before a job's last attempt runs, so that
+    /// `(id, lock_token)`, `running` and the lease's end; false when the lease is no longer
+    /// held or has run out (the job must not run). The worker calls it before anything of a
+    /// job's last attempt runs, so that
     /// [`rescue_expired`](Store::rescue_expired) discards an expired last attempt only when its
     /// handler started: one claimed and never started (a worker killed while the job waited
     /// in its prefetch buffer) goes back to `retryable` with its attempt not counted. The

@@ -106,31 +106,16 @@ async fn execute<S: Store>(
         .inflight
         .start(&lease, options.timeout, Instant::now())
     else {
-        match signals.reason() {
-            // Taken away while it waited: the keeper counted its fence; a lease the store
-            // reported lost is counted here, as when a running job's outcome is dropped.
-            Some(Abort::Fenced) => {}
-            Some(Abort::LeaseLost) => {
-                bump(&shared.counters.lease_lost, 1);
-                labels.lease_lost();
-                tracing::warn!("lease lost while the job waited for its start: not running it");
-            }
-            Some(_) => {}
-            // The job waited so long for its start (a runtime whose threads were all busy, a
-            // long wait in the prefetch buffer) that its lease is about to run out: running
-            // it now could overlap its next owner.
-            None => {
-                bump(&shared.counters.fenced, 1);
-                labels.fenced();
-                tracing::warn!(
-                    "lease too close to its expiry when the job could start: not running it"
-                );
-            }
-        }
-        let fenced = signals.reason() == Some(Abort::Fenced);
-        Box::pin(give_back_unstarted(&shared, lease, fenced)).await;
+        Box::pin(not_started(&shared, &labels, &signals, lease)).await;
         return;
     };
+    // Before anything of the job runs (its payload's decoding included: a payload that kills
+    // its worker must use up its attempts, not be retried uncounted for ever).
+    if job.attempt >= job.max_attempts
+        && !Box::pin(record_last_start(&shared, &labels, &signals, lease)).await
+    {
+        return;
+    }
     let hooks = Arc::new(Hooks {
         labels: labels.clone(),
         shared: shared.clone(),
@@ -153,11 +138,6 @@ async fn execute<S: Store>(
         Ok(future) => {
             if shared.crashes_at(FaultPoint::BeforePerform, &info) {
                 shared.inflight.remove(&lease);
-                return;
-            }
-            if job.attempt >= job.max_attempts
-                && !Box::pin(record_last_start(&shared, &labels, lease)).await
-            {
                 return;
             }
             let started = Instant::now();
@@ -351,38 +331,109 @@ async fn execute<S: Store>(
     });
 }
 
-/// Records the start of a job's last attempt before its handler runs ([`Store::record_start`]):
-/// should this worker die before the handler starts (a job that waited in the prefetch buffer),
-/// the rescuer then does not count the attempt, and the job is retried instead of becoming a
-/// dead letter that never ran. Other attempts are retried when they expire, started or not,
-/// and need no record. Returns whether the handler may run: not when the lease is gone
-/// (counted as lost), nor when the record failed (the job is given back unstarted; should that
-/// fail too, the lease runs out, and the rescuer retries the job without counting the
-/// attempt). Its caller boxes it, as [`give_back_unstarted`] is.
+/// A claimed job that will not start after all (its lease was taken away or lost while it
+/// waited, or is too close to its end): counted, and given back unstarted unless it is lost.
+async fn not_started<S: Store>(
+    shared: &Shared<S>,
+    labels: &crate::telemetry::JobLabels,
+    signals: &Signals,
+    lease: Lease,
+) {
+    match signals.reason() {
+        // Taken away while it waited: the keeper counted its fence; a lease the store
+        // reported lost is counted here, as when a running job's outcome is dropped.
+        Some(Abort::Fenced) => {}
+        Some(Abort::LeaseLost) => {
+            bump(&shared.counters.lease_lost, 1);
+            labels.lease_lost();
+            tracing::warn!("lease lost while the job waited for its start: not running it");
+        }
+        Some(_) => {}
+        // The job waited so long for its start (a runtime whose threads were all busy, a
+        // long wait in the prefetch buffer) that its lease is about to run out: running
+        // it now could overlap its next owner.
+        None => {
+            bump(&shared.counters.fenced, 1);
+            labels.fenced();
+            tracing::warn!(
+                "lease too close to its expiry when the job could start: not running it"
+            );
+        }
+    }
+    let fenced = signals.reason() == Some(Abort::Fenced);
+    give_back_unstarted(shared, lease, fenced).await;
+}
+
+/// Tries of [`Store::record_start`] before a job's last attempt is given back unstarted, and
+/// the wait after the first failed one (doubled after each).
+const RECORD_TRIES: u32 = 3;
+const RECORD_RETRY: Duration = Duration::from_millis(100);
+
+/// Records the start of a job's last attempt before any of it runs ([`Store::record_start`]):
+/// should this worker die before (a job that waited in the prefetch buffer), the rescuer
+/// then does not count the attempt, and the job is retried instead of becoming a dead letter
+/// that never ran. Other attempts are retried when they expire, started or not, and need no
+/// record. Returns whether the job may run: not when the store finds the lease gone or run
+/// out (counted as lost: the lease is left to run out, and the rescuer retries the job
+/// uncounted), nor when the lease was taken away meanwhile, nor when the record failed
+/// [`RECORD_TRIES`] times (a failure may be a record that committed and whose answer was
+/// lost, so it is tried again before the job is given back unstarted: a committed record
+/// whose give-back fails too leaves the job to the rescuer as started, the one case that still
+/// makes a dead letter of an attempt that did not run). Its caller boxes it, as
+/// [`give_back_unstarted`] is.
 async fn record_last_start<S: Store>(
     shared: &Shared<S>,
     labels: &crate::telemetry::JobLabels,
+    signals: &Signals,
     lease: Lease,
 ) -> bool {
-    match shared.store.record_start(lease).await {
-        Ok(true) => true,
-        Ok(false) => {
-            if shared.inflight.remove(&lease) {
-                bump(&shared.counters.lease_lost, 1);
-                labels.lease_lost();
-                tracing::warn!("lease lost before the last attempt could start: not running it");
-            }
-            false
+    let mut wait = RECORD_RETRY;
+    // Taken away (fenced, lost, a shutdown's deadline) before a try or while it was under
+    // way: nothing of the job has run, and it goes back as any job that could not start.
+    let taken_away = || signals.flags.abort.is_cancelled() || !shared.inflight.holds(&lease);
+    for tried in 1..=RECORD_TRIES {
+        if taken_away() {
+            not_started(shared, labels, signals, lease).await;
+            return false;
         }
-        Err(e) => {
-            tracing::warn!(
-                error = %e,
-                "could not record the start of the job's last attempt: giving it back unstarted"
-            );
-            give_back_unstarted(shared, lease, false).await;
-            false
+        let recorded = shared.store.record_start(lease).await;
+        if taken_away() {
+            not_started(shared, labels, signals, lease).await;
+            return false;
+        }
+        match recorded {
+            Ok(true) => return true,
+            Ok(false) => {
+                if shared.inflight.remove(&lease) {
+                    bump(&shared.counters.lease_lost, 1);
+                    labels.lease_lost();
+                    tracing::warn!(
+                        "lease lost or run out before the last attempt could start: not running it"
+                    );
+                }
+                return false;
+            }
+            Err(e) if tried < RECORD_TRIES => {
+                tracing::warn!(
+                    error = %e,
+                    "could not record the start of the job's last attempt: trying again"
+                );
+                tokio::select! {
+                    () = signals.flags.abort.cancelled() => {}
+                    () = tokio::time::sleep(wait) => {}
+                }
+                wait *= 2;
+            }
+            Err(e) => {
+                tracing::warn!(
+                    error = %e,
+                    "could not record the start of the job's last attempt: giving it back unstarted"
+                );
+                give_back_unstarted(shared, lease, false).await;
+            }
         }
     }
+    false
 }
 
 /// Gives back a claimed job whose handler did not start: available again at once, the attempt

@@ -2,7 +2,8 @@
 -- rescuer's clock check when earlier: lease.rs): discarded (finalized at ?3) when
 -- its attempts are exhausted and its last attempt started (its start recorded under this
 -- lease: record_start.sql), else retryable, keeping its run_at, with the attempt counted
--- unless it was a last attempt that never started. A job whose cancel was requested is never
+-- unless it was a last attempt that never started (then its `UntilStarted` key is held
+-- again, as release.sql gives it back). A job whose cancel was requested is never
 -- discarded here: retryable, the expirer ends it `cancelled` (expire_pick.sql), whatever
 -- attempts it has left.
 -- The error history ?4 holds the caller's lease_expired entry (none for a last attempt that
@@ -17,6 +18,25 @@ SET state        = CASE WHEN attempt >= max_attempts AND NOT cancel_requested
     attempt      = CASE WHEN attempt >= max_attempts AND started_lease IS NOT lock_token
                         THEN attempt - 1 ELSE attempt END,
     errors       = ?4,
+    -- An `UntilStarted` key spent by the claim of a first attempt that never started is held
+    -- again, unless another job took it meanwhile (release.sql's rule; one writer at a time:
+    -- the check and the write see the same rows).
+    unique_scope = CASE WHEN attempt >= max_attempts AND started_lease IS NOT lock_token
+                             AND attempt = 1 AND snoozes = 0 AND errors = '[]'
+                             AND unique_scope = 'spent' AND unique_key IS NOT NULL
+                             AND NOT EXISTS (
+                                 SELECT 1 FROM job_jobs a
+                                 WHERE a.kind = job_jobs.kind
+                                   AND a.unique_key = job_jobs.unique_key
+                                   AND a.id <> job_jobs.id AND (
+                                       a.unique_scope = 'pruned'
+                                       OR (a.unique_scope = 'finished'
+                                           AND a.state IN ('scheduled', 'available', 'running',
+                                                           'retryable'))
+                                       OR (a.unique_scope = 'started'
+                                           AND a.state IN ('scheduled', 'available',
+                                                           'retryable'))))
+                        THEN 'started' ELSE unique_scope END,
     lock_token   = NULL,
     locked_until = NULL,
     locked_by    = NULL,

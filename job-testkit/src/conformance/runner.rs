@@ -102,6 +102,7 @@ suite![
     unique::replace_updates_a_waiting_holder_and_refuses_a_running_one,
     unique::replace_leaves_a_holder_with_recorded_steps_or_a_requested_cancel_alone,
     unique::until_started_holds_the_key_again_when_given_back_unstarted,
+    unique::until_started_holds_the_key_again_when_rescued_unstarted,
     unique::eight_concurrent_enqueues_of_one_key_make_one_job,
     ordering::one_job_of_a_key_at_a_time_in_enqueue_order,
     flow::a_rate_limit_caps_the_starts_of_its_kind_per_window,

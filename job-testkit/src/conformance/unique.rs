@@ -8,7 +8,10 @@ use job_core::{
     Outcome, Release, Store, Unique, UniqueScope,
 };
 
-use super::support::{claim_one, failure, finalize_one, new_job, request, row, ClaimDue, NOOP};
+use super::support::{
+    claim_one, failure, finalize_one, new_job, outlive, request, row, short_lease, ClaimDue, NOOP,
+    SHORT_LEASE,
+};
 
 /// A [`NOOP`] with unique key `key` in `scope`.
 fn keyed(key: &str, scope: UniqueScope, on_duplicate: OnDuplicate) -> NewJob {
@@ -250,6 +253,29 @@ pub async fn until_started_holds_the_key_again_when_given_back_unstarted<S: Stor
     assert_eq!(store.release(&give_back(job.lease, None)).await.unwrap(), 1);
     let after = store.enqueue(started("u")).await.unwrap();
     assert_ne!(after, snoozer, "the key was spent by the job's first start");
+}
+
+/// An `UntilStarted` job on its only attempt, claimed and lost with its worker before it
+/// started, is retried uncounted by the rescuer and holds its key again, as a job given back
+/// unstarted does; once its attempt started, the rescue discards it and the key is free.
+pub async fn until_started_holds_the_key_again_when_rescued_unstarted<S: Store>(store: S) {
+    let only_try = || NewJob {
+        max_attempts: 1,
+        ..keyed("r", UniqueScope::UntilStarted, OnDuplicate::Keep)
+    };
+    let first = store.enqueue(only_try()).await.unwrap();
+    assert_eq!(store.claim_due(&short_lease()).await.unwrap().len(), 1);
+    outlive(SHORT_LEASE).await;
+    assert_eq!(store.rescue_expired(100).await.unwrap().retried, 1);
+    assert_eq!(duplicate_of(store.enqueue(only_try()).await), first);
+
+    let claimed = store.claim_due(&short_lease()).await.unwrap();
+    assert_eq!(claimed.len(), 1);
+    assert!(store.record_start(claimed[0].lease).await.unwrap());
+    outlive(SHORT_LEASE).await;
+    assert_eq!(store.rescue_expired(100).await.unwrap().discarded, 1);
+    let second = store.enqueue(only_try()).await.unwrap();
+    assert_ne!(second, first, "the started attempt spent the key");
 }
 
 /// Eight concurrent enqueues of one key make exactly one job; the seven others are refused
