@@ -6650,7 +6650,7 @@ BEGIN
                                      AND j.started_lease IS DISTINCT FROM j.lock_token
                                 THEN j.attempt - 1 ELSE j.attempt END,
             -- Given back as a release of an unstarted job is: no entry (the job returns as
-            -- if never claimed; job_rescued_total counts it as retried).
+            -- if never claimed, and job_rescued_total counts it as retried).
             errors       = CASE WHEN j.attempt >= j.max_attempts
                                      AND j.started_lease IS DISTINCT FROM j.lock_token
                                 THEN j.errors

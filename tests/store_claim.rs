@@ -552,8 +552,10 @@ async fn the_stager_and_the_rescuer_read_what_they_change_not_the_table() {
     for mode in ["force_generic_plan", "force_custom_plan"] {
         let mut tx = pool.begin().await.unwrap();
         let staged = rows_read(&explain_prepared(&mut tx, mode, STAGE, "(integer)", "(100)").await);
-        let rescue =
-            function_statement(&mut tx, "job.rescue_expired(integer)", &["in_limit"]).await;
+        // As its first try runs it (migration 0044: giving `UntilStarted` keys back).
+        let rescue = function_statement(&mut tx, "job.rescue_expired(integer)", &["in_limit"])
+            .await
+            .replace("give_key_back", "true");
         let rescued =
             rows_read(&explain_prepared(&mut tx, mode, &rescue, "(integer)", "(100)").await);
         let changed: Vec<(String, i64)> = sqlx::query_as(
@@ -605,7 +607,11 @@ async fn function_statement(tx: &mut sqlx::PgConnection, function: &str, names: 
         .find("RETURN QUERY")
         .unwrap_or_else(|| panic!("{function} returns a query"))
         + 12;
-    let end = source.rfind(';').expect("the query ends with a semicolon");
+    // The query's own semicolon ends its line (one in a comment does not).
+    let end = start
+        + source[start..]
+            .find(";\n")
+            .expect("the query ends with a semicolon");
     let mut statement = source[start..end].to_owned();
     for (i, name) in names.iter().enumerate() {
         statement = statement.replace(name, &format!("${}", i + 1));
