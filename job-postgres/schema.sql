@@ -6565,12 +6565,12 @@ EXECUTE $job_migration_0044$
 -- attempt that made a dead letter of a job that never ran (the chaos review: 1 in 6,000 jobs
 -- at retry = 3 with a kill every second).
 --
--- Now the worker records the start of a last attempt before its handler runs
--- (sql/record_start.sql: started_lease := the lease's token, guarded by it), and the rescuer
--- discards an expired last attempt only when its start was recorded under that lease: one that
--- never started goes back to `retryable` with its attempt not counted and, as when a worker
--- gives back a job it did not start (release.sql), no entry in its history: it returns as if
--- never claimed. Other attempts are counted as before (they are retried anyway). A worker of
+-- Now the worker records the start of a last attempt before any of it runs, its payload's
+-- decoding included (sql/record_start.sql: started_lease := the lease's token, guarded by it
+-- and by the lease's end), and the rescuer discards an expired last attempt only when its
+-- start was recorded under that lease: one that never started goes back to `retryable` with
+-- its attempt not counted and, as when a worker gives back a job it did not start
+-- (release.sql), no entry in its history: it returns as if never claimed. Other attempts are counted as before (they are retried anyway). A worker of
 -- an earlier release records no start: a last attempt of its that dies with it is retried
 -- once more, not discarded, while such workers run (at every kill, so a job that kills its
 -- worker is retried for as long as earlier workers take it).

@@ -399,8 +399,9 @@ pub trait Store: Clone + Send + Sync + 'static {
     /// `discarded` when attempts are exhausted and the last one started (see
     /// [`record_start`](Store::record_start)): a last attempt that never started is retried,
     /// not counted, with no history entry and its `UntilStarted` key held again on a first
-    /// attempt, as [`release`](Store::release) gives back an unstarted job. A rescued job keeps its `run_at` (it was due
-    /// when it was claimed), so it does not queue behind jobs that became due after it.
+    /// attempt, as [`release`](Store::release) gives back an unstarted job. A rescued job
+    /// keeps its `run_at` (it was due when it was claimed), so it does not queue behind jobs
+    /// that became due after it.
     fn rescue_expired(
         &self,
         limit: u32,
@@ -436,12 +437,11 @@ pub trait Store: Clone + Send + Sync + 'static {
     /// Records that the execution holding `lease` starts its handler now, guarded by
     /// `(id, lock_token)`, `running` and the lease's end; false when the lease is no longer
     /// held or has run out (the job must not run). The worker calls it before anything of a
-    /// job's last attempt runs, so that
-    /// [`rescue_expired`](Store::rescue_expired) discards an expired last attempt only when its
-    /// handler started: one claimed and never started (a worker killed while the job waited
-    /// in its prefetch buffer) goes back to `retryable` with its attempt not counted. The
-    /// default records nothing and answers true, for a store whose rescuer counts every
-    /// expired attempt.
+    /// job's last attempt runs, so that [`rescue_expired`](Store::rescue_expired) discards an
+    /// expired last attempt only when it started: one claimed and never started (a worker
+    /// killed while the job waited in its prefetch buffer) goes back to `retryable` with its
+    /// attempt not counted. The default records nothing and answers true, for a store whose
+    /// rescuer counts every expired attempt.
     fn record_start(&self, lease: Lease) -> impl Future<Output = Result<bool, StoreError>> + Send {
         let _ = lease;
         std::future::ready(Ok(true))
