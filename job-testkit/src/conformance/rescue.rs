@@ -9,8 +9,8 @@ use job_core::{Rescuer, RescuerConfig};
 use uuid::Uuid;
 
 use super::support::{
-    assert_lease_cleared, claim_one, new_job, outlive, row, short_lease, ClaimDue, NOOP,
-    SHORT_LEASE,
+    assert_lease_cleared, claim_one, new_job, outlive, row, short_lease, started_lease, ClaimDue,
+    NOOP, SHORT_LEASE, STARTED_LEASE,
 };
 
 /// Rescue moves an expired lease to `retryable`, due at once, the attempt counted and a
@@ -60,10 +60,10 @@ pub async fn rescue_discards_an_expired_lease_with_no_attempts_left<S: Store>(st
         ..new_job(NOOP)
     };
     let id = store.enqueue(last_try).await.unwrap();
-    let claimed = store.claim_due(&short_lease()).await.unwrap();
+    let claimed = store.claim_due(&started_lease()).await.unwrap();
     assert_eq!(claimed.len(), 1);
     assert!(store.record_start(claimed[0].lease).await.unwrap());
-    outlive(SHORT_LEASE).await;
+    outlive(STARTED_LEASE).await;
     let rescued = store.rescue_expired(100).await.unwrap();
     assert_eq!(
         rescued,
@@ -91,10 +91,10 @@ pub async fn rescue_retries_a_last_attempt_that_never_started<S: Store>(store: S
     };
     let id = store.enqueue(last_try).await.unwrap();
     // Attempt 1 started (its start recorded, though only a last attempt needs it) and expired.
-    let first = store.claim_due(&short_lease()).await.unwrap();
+    let first = store.claim_due(&started_lease()).await.unwrap();
     assert_eq!(first.len(), 1);
     assert!(store.record_start(first[0].lease).await.unwrap());
-    outlive(SHORT_LEASE).await;
+    outlive(STARTED_LEASE).await;
     assert_eq!(store.rescue_expired(100).await.unwrap().retried, 1);
     // Attempt 2, the last, claimed and never started: retried, not counted, twice over.
     for _ in 0..2 {
@@ -129,10 +129,10 @@ pub async fn rescue_retries_a_last_attempt_that_never_started<S: Store>(store: S
         assert!(!store.record_start(last[0].lease).await.unwrap());
     }
     // Once started, the last attempt is counted: a dead letter.
-    let last = store.claim_due(&short_lease()).await.unwrap();
+    let last = store.claim_due(&started_lease()).await.unwrap();
     assert_eq!(last.len(), 1);
     assert!(store.record_start(last[0].lease).await.unwrap());
-    outlive(SHORT_LEASE).await;
+    outlive(STARTED_LEASE).await;
     assert_eq!(store.rescue_expired(100).await.unwrap().discarded, 1);
     let row = row(&store, id).await;
     assert_eq!((row.state, row.attempt), (JobState::Discarded, 2));

@@ -74,6 +74,21 @@ pub(crate) fn short_lease() -> ClaimRequest {
     }
 }
 
+/// The lease of claims whose start a test records ([`Store::record_start`] refuses a lease
+/// already run out) and then wants to see expire: long enough for the record under load.
+pub(crate) const STARTED_LEASE: Duration = Duration::from_secs(2);
+
+/// [`short_lease`] with [`STARTED_LEASE`].
+pub(crate) fn started_lease() -> ClaimRequest {
+    ClaimRequest {
+        kinds: vec![ClaimKind {
+            lease: STARTED_LEASE,
+            ..kind(NOOP)
+        }],
+        ..short_lease()
+    }
+}
+
 /// A due job of `kind` on the `default` queue with payload `{"n":1}`.
 pub(crate) fn new_job(kind: &str) -> NewJob {
     NewJob::new(kind, r#"{"n":1}"#)

@@ -9,8 +9,8 @@ use job_core::{
 };
 
 use super::support::{
-    claim_one, failure, finalize_one, new_job, outlive, request, row, short_lease, ClaimDue, NOOP,
-    SHORT_LEASE,
+    claim_one, failure, finalize_one, new_job, outlive, request, row, short_lease, started_lease,
+    ClaimDue, NOOP, SHORT_LEASE, STARTED_LEASE,
 };
 
 /// A [`NOOP`] with unique key `key` in `scope`.
@@ -269,10 +269,10 @@ pub async fn until_started_holds_the_key_again_when_rescued_unstarted<S: Store>(
     assert_eq!(store.rescue_expired(100).await.unwrap().retried, 1);
     assert_eq!(duplicate_of(store.enqueue(only_try()).await), first);
 
-    let claimed = store.claim_due(&short_lease()).await.unwrap();
+    let claimed = store.claim_due(&started_lease()).await.unwrap();
     assert_eq!(claimed.len(), 1);
     assert!(store.record_start(claimed[0].lease).await.unwrap());
-    outlive(SHORT_LEASE).await;
+    outlive(STARTED_LEASE).await;
     assert_eq!(store.rescue_expired(100).await.unwrap().discarded, 1);
     let second = store.enqueue(only_try()).await.unwrap();
     assert_ne!(second, first, "the started attempt spent the key");
