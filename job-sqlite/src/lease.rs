@@ -397,9 +397,6 @@ pub(crate) struct Held {
     pub(crate) locked_until: Micros,
     pub(crate) run_at: Micros,
     pub(crate) cancel_requested: bool,
-    /// A last attempt whose start was not recorded under this lease: the rescuer does not
-    /// count it.
-    pub(crate) unstarted_last: bool,
 }
 
 pub(crate) async fn held(
@@ -420,7 +417,6 @@ pub(crate) async fn held(
             locked_until: r.try_get("locked_until")?,
             run_at: r.try_get("run_at")?,
             cancel_requested: r.try_get("cancel_requested")?,
-            unstarted_last: r.try_get("unstarted_last")?,
         })
     })
     .transpose()
@@ -605,18 +601,14 @@ pub(crate) async fn rescue_expired(
         let Some(job) = held(conn, &lease).await? else {
             continue;
         };
-        // A last attempt that never started goes back as a release of an unstarted job does,
-        // with no entry (rescue.sql).
-        let errors = if job.unstarted_last {
-            job.errors.clone()
-        } else {
-            let message = format!(
-                "lease of worker {} expired at {}",
-                job.locked_by.as_deref().unwrap_or("(unknown)"),
-                to_time(job.locked_until).to_rfc3339()
-            );
-            history::push(&job.errors, job.attempt, now, "lease_expired", &message)
-        };
+        // The statement keeps the history as it was for a last attempt that never started
+        // (rescue.sql).
+        let message = format!(
+            "lease of worker {} expired at {}",
+            job.locked_by.as_deref().unwrap_or("(unknown)"),
+            to_time(job.locked_until).to_rfc3339()
+        );
+        let errors = history::push(&job.errors, job.attempt, now, "lease_expired", &message);
         let mut savepoint = row_savepoint(conn).await?;
         let written: Result<Option<(Text, Text)>, Error> = sqlx::query_as(sql::RESCUE)
             .bind(id)

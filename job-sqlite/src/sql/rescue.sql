@@ -6,8 +6,8 @@
 -- again, as release.sql gives it back). A job whose cancel was requested is never
 -- discarded here: retryable, the expirer ends it `cancelled` (expire_pick.sql), whatever
 -- attempts it has left.
--- The error history ?4 holds the caller's lease_expired entry (none for a last attempt that
--- never started, which goes back as a release of an unstarted job does). Returns the new state and
+-- The error history ?4 holds the caller's lease_expired entry (not written for a last attempt
+-- that never started, which goes back as a release of an unstarted job does). Returns the new state and
 -- queue.
 UPDATE job_jobs
 SET state        = CASE WHEN attempt >= max_attempts AND NOT cancel_requested
@@ -17,7 +17,10 @@ SET state        = CASE WHEN attempt >= max_attempts AND NOT cancel_requested
                              AND started_lease IS lock_token THEN ?3 END,
     attempt      = CASE WHEN attempt >= max_attempts AND started_lease IS NOT lock_token
                         THEN attempt - 1 ELSE attempt END,
-    errors       = ?4,
+    -- A last attempt that never started goes back as a release of an unstarted job does,
+    -- with no entry.
+    errors       = CASE WHEN attempt >= max_attempts AND started_lease IS NOT lock_token
+                        THEN errors ELSE ?4 END,
     -- An `UntilStarted` key spent by the claim of a first attempt that never started is held
     -- again, unless another job took it meanwhile (release.sql's rule; one writer at a time:
     -- the check and the write see the same rows).
