@@ -365,6 +365,43 @@ pub async fn migrate(pool: &PgPool) -> Result<(), Error> {
     Ok(())
 }
 
+/// Which of this build's migrations the database has not recorded (see
+/// [`Store::schema_lag`](job_core::Store::schema_lag)); read only, on any role that may read
+/// `job.schema_migrations` (the worker's since migration 38).
+pub(crate) async fn schema_lag(pool: &PgPool) -> Result<Option<job_core::SchemaLag>, Error> {
+    let installed: bool = sqlx::query_scalar(sql::MIGRATE_INSTALLED)
+        .fetch_one(pool)
+        .await
+        .map_err(Error::query("migrate_installed"))?;
+    let recorded: Vec<(i32, String)> = if installed {
+        sqlx::query_as(sql::MIGRATE_RECORDED)
+            .fetch_all(pool)
+            .await
+            .map_err(Error::query("migrate_recorded"))?
+    } else {
+        Vec::new()
+    };
+    Ok(lag(&recorded))
+}
+
+/// This build's migrations missing from `recorded`, as a lag; `None` when none is.
+fn lag(recorded: &[(i32, String)]) -> Option<job_core::SchemaLag> {
+    let mut missing = MIGRATIONS
+        .iter()
+        .filter(|m| !recorded.iter().any(|(v, _)| *v == m.version));
+    let first = missing.next()?;
+    Some(job_core::SchemaLag {
+        first_missing: first.version.unsigned_abs(),
+        first_missing_name: first.name.to_owned(),
+        missing: 1 + missing.count(),
+        recorded: recorded
+            .iter()
+            .map(|(v, _)| v.unsigned_abs())
+            .max()
+            .unwrap_or(0),
+    })
+}
+
 /// Creates the bookkeeping table when missing and returns the migrations not yet applied.
 async fn pending(pool: &PgPool) -> Result<Vec<&'static Migration>, Error> {
     let mut tx = pool.begin().await.map_err(Error::Connect)?;
@@ -550,6 +587,35 @@ mod tests {
             out_of_order(&MIGRATIONS[0], &[later]),
             Some(Error::MigrationOutOfOrder { later: l, .. }) if l == later
         ));
+    }
+
+    #[test]
+    fn a_lag_names_the_first_migration_missing_and_counts_the_rest() {
+        let all: Vec<(i32, String)> = MIGRATIONS
+            .iter()
+            .map(|m| (m.version, m.name.to_owned()))
+            .collect();
+        assert_eq!(lag(&all), None);
+        let last = MIGRATIONS.last().unwrap();
+        let behind = lag(&all[..all.len() - 2]).unwrap();
+        let before = &MIGRATIONS[MIGRATIONS.len() - 2];
+        assert_eq!(behind.first_missing, before.version.unsigned_abs());
+        assert_eq!(behind.missing, 2);
+        assert_eq!(behind.recorded, (last.version - 2).unsigned_abs());
+        assert!(
+            behind.to_string().starts_with(&format!(
+                "the job schema lacks migration {} `{}` and 1 after it (latest recorded: {})",
+                before.version,
+                before.name,
+                last.version - 2
+            )),
+            "{behind}"
+        );
+        let none = lag(&[]).unwrap();
+        assert_eq!(
+            (none.first_missing, none.missing, none.recorded),
+            (1, MIGRATIONS.len(), 0)
+        );
     }
 
     #[test]

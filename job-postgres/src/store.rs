@@ -161,6 +161,10 @@ impl Store for PgStore {
         Ok(lease::record_start(&self.pool, lease).await?)
     }
 
+    async fn schema_lag(&self) -> Result<Option<job_core::SchemaLag>, StoreError> {
+        Ok(crate::migrate::schema_lag(&self.pool).await?)
+    }
+
     async fn release(&self, releases: &[Release]) -> Result<u64, StoreError> {
         Ok(lease::release(&self.pool, releases).await?)
     }

@@ -11,5 +11,6 @@ mod many_workers;
 mod outage;
 mod outcomes;
 mod prefetch;
+mod schema;
 mod shutdown;
 mod transactions;

@@ -140,6 +140,10 @@ impl<S: Store, L: StoreLayer> Store for Layered<S, L> {
             .await
     }
 
+    async fn schema_lag(&self) -> Result<Option<crate::SchemaLag>, StoreError> {
+        self.through("schema_lag", 1, self.inner.schema_lag()).await
+    }
+
     async fn release(&self, releases: &[Release]) -> Result<u64, StoreError> {
         self.through("release", releases.len(), self.inner.release(releases))
             .await
@@ -341,6 +345,13 @@ impl Returned for Option<JobRow> {
 impl Returned for Option<Report> {
     fn rows(&self) -> usize {
         usize::from(self.is_some())
+    }
+}
+
+/// The migrations the schema lacks.
+impl Returned for Option<crate::SchemaLag> {
+    fn rows(&self) -> usize {
+        self.as_ref().map_or(0, |lag| lag.missing)
     }
 }
 

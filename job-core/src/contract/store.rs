@@ -232,6 +232,38 @@ pub struct Rescued {
     pub discarded: u64,
 }
 
+/// A store's schema without migrations this build's statements are written for
+/// ([`Store::schema_lag`]): a database not yet migrated to this release.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SchemaLag {
+    /// This build's first migration the database has not recorded: its version.
+    pub first_missing: u32,
+    /// That migration's name.
+    pub first_missing_name: String,
+    /// How many of this build's migrations the database has not recorded.
+    pub missing: usize,
+    /// The latest migration the database has recorded (0: none).
+    pub recorded: u32,
+}
+
+impl std::fmt::Display for SchemaLag {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the job schema lacks migration {} `{}`",
+            self.first_missing, self.first_missing_name
+        )?;
+        if self.missing > 1 {
+            write!(f, " and {} after it", self.missing - 1)?;
+        }
+        write!(
+            f,
+            " (latest recorded: {}), which this build's statements are written for",
+            self.recorded
+        )
+    }
+}
+
 /// One recorded failure of a job.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AttemptError {
@@ -445,6 +477,17 @@ pub trait Store: Clone + Send + Sync + 'static {
     fn record_start(&self, lease: Lease) -> impl Future<Output = Result<bool, StoreError>> + Send {
         let _ = lease;
         std::future::ready(Ok(true))
+    }
+
+    /// Which of this build's migrations the store's schema lacks, if any. A worker asks
+    /// before it claims or runs its maintenance, and waits while the answer is a lag (see
+    /// [`Worker::start`](crate::Worker::start)): a worker deployed before the database was
+    /// migrated would otherwise run statements written for columns and functions that are not
+    /// there yet (its claims fail, or worse, a last attempt is given back again and again). An
+    /// error (the store could not tell, say for want of a grant) does not hold the worker. The
+    /// default answers none, for a store that migrates on open.
+    fn schema_lag(&self) -> impl Future<Output = Result<Option<SchemaLag>, StoreError>> + Send {
+        std::future::ready(Ok(None))
     }
 
     /// Gives leases back without an outcome, guarded by `(id, lock_token)`: the jobs become

@@ -195,6 +195,55 @@ impl<S: Store> Worker<S> {
     }
 }
 
+/// How often a worker whose store's schema lags this build asks again.
+const SCHEMA_RECHECK: Duration = Duration::from_secs(5);
+
+/// Holds the worker, before it claims anything or runs its maintenance, while the store's
+/// schema lacks migrations this build needs ([`Store::schema_lag`]): said at ERROR, then once
+/// a minute, and asked again every [`SCHEMA_RECHECK`] until the database is migrated or the
+/// worker is shut down. A store that cannot tell (an error) does not hold it.
+async fn wait_for_schema<S: Store>(shared: &Shared<S>, shutdown: &CancellationToken) {
+    let mut checks: u32 = 0;
+    loop {
+        let lag = tokio::select! {
+            lag = shared.store.schema_lag() => lag,
+            () = shutdown.cancelled() => return,
+        };
+        match lag {
+            Ok(None) if checks == 0 => return,
+            Ok(None) => {
+                tracing::info!(worker = %shared.config.id, "the job schema is migrated: claims start");
+                return;
+            }
+            Ok(Some(lag)) => {
+                if checks % 12 == 0 {
+                    tracing::error!(
+                        worker = %shared.config.id,
+                        first_missing = lag.first_missing,
+                        recorded = lag.recorded,
+                        "{lag}: this worker claims nothing until the database is migrated \
+                         (`migrate` or the schema script, as the role that owns the schema; \
+                         see the README's Installing the schema); asked again every 5 s"
+                    );
+                }
+            }
+            Err(e) => {
+                tracing::warn!(
+                    error = %e,
+                    "could not read which job migrations the database has; the worker starts \
+                     without knowing"
+                );
+                return;
+            }
+        }
+        checks = checks.saturating_add(1);
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = tokio::time::sleep(SCHEMA_RECHECK) => {}
+        }
+    }
+}
+
 /// Tells the store what it must know of this worker's kinds before they are claimed (their
 /// compensating jobs). When a kind has one, claims wait until the store has it, retrying
 /// every second (a discard must never miss its compensation); otherwise one try, logged when
@@ -259,6 +308,7 @@ async fn supervise<S: Store>(
     let stop_completer = CancellationToken::new();
     let stop_services = CancellationToken::new();
 
+    wait_for_schema(&shared, &shutdown).await;
     register_kinds(&shared, &shutdown).await;
     let wake: HashMap<String, Arc<Notify>> = queues
         .iter()
