@@ -111,6 +111,44 @@ async fn pages_forbid_scripts_and_framing() {
 }
 
 #[tokio::test]
+async fn an_address_with_no_page_answers_a_page_that_says_so() {
+    // axum's own answer was a 404 with an empty body and none of the dashboard's headers.
+    let db = TestDb::new().await;
+    let router = Dashboard::new(db.store()).router();
+    let long = "x".repeat(4000);
+    for path in [
+        "/nothing".to_owned(),
+        "/jobs/1/more".to_owned(),
+        format!("/{long}"),
+        "/%3Cscript%3E".to_owned(),
+    ] {
+        let response = tower::ServiceExt::oneshot(
+            router.clone(),
+            axum::http::Request::get(path.as_str())
+                .body(axum::body::Body::empty())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            response.status(),
+            StatusCode::NOT_FOUND,
+            "{}",
+            &path[..9.min(path.len())]
+        );
+        assert_eq!(response.headers()["x-frame-options"], "DENY");
+        let body = axum::body::to_bytes(response.into_body(), 1 << 20)
+            .await
+            .unwrap();
+        let body = String::from_utf8(body.to_vec()).unwrap();
+        assert!(body.starts_with("<!DOCTYPE html>"), "{body}");
+        assert!(body.contains("no dashboard page at this address"), "{body}");
+        assert!(!body.contains("xxxx") && !body.contains("script"), "{body}");
+    }
+    db.close().await;
+}
+
+#[tokio::test]
 async fn without_an_operator_token_it_is_read_only() {
     let db = TestDb::new().await;
     let id = enqueue(&db, "charge", "{}", "mail", None).await;
