@@ -12,7 +12,11 @@ use job_core::{AttemptInfo, Fault, FaultInjector, FaultPoint, Job, JobId};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Point {
-    /// The claim (only `crash_after`: the job is claimed and nothing else happened).
+    /// The claim (only `crash_after`: the job is claimed and nothing else happened). On a
+    /// job's last attempt such a crash is not counted, as a killed worker's prefetched job is
+    /// not: the job never started, so the rescuer retries it rather than discarding it (a rule
+    /// without [`Faults::times`] then crashes it for ever). `crash_before(Point::Perform)`,
+    /// after the attempt's start is recorded, is counted.
     Claim,
     /// The handler (`crash_before`: claimed, decoded, not run; `crash_after`: its side effects
     /// are done, its outcome is not written).

@@ -1,6 +1,6 @@
 //! A crash at each named point, once per job, on its first attempt.
 
-use job::FaultPoint;
+use job::{FaultPoint, Store};
 use job_testkit::Faults;
 
 use crate::support::*;
@@ -149,4 +149,62 @@ async fn a_crash_at_heartbeat_kills_the_execution_and_the_job_is_rescued() {
         killed_mid_run > 0,
         "no execution was running when the crash came: the test proves nothing"
     );
+}
+
+/// Runs 6 jobs of one attempt each, crashing each once at `point`; returns the rows.
+async fn crash_last_attempts_at(point: FaultPoint) -> (Chaos, Vec<job::JobRow>) {
+    use job_core::{EnqueueOptions, NewJob, DEFAULT_PAYLOAD_LIMIT};
+    let chaos = Chaos::new().await;
+    let jobs = (0..6)
+        .map(|_| {
+            let options = EnqueueOptions {
+                max_attempts: Some(1),
+                ..EnqueueOptions::default()
+            };
+            NewJob::build(&Traced { ms: 1 }, options, DEFAULT_PAYLOAD_LIMIT).unwrap()
+        })
+        .collect();
+    let ids = chaos.store.enqueue_many(jobs).await.unwrap();
+    let faults = Faults::new();
+    let faults = ids
+        .iter()
+        .fold(faults, |f, id| f.crash_at(point).job(*id).times(1));
+    let worker = chaos
+        .worker(chaos.store.clone())
+        .faults(faults.clone())
+        .build()
+        .unwrap()
+        .start();
+    let rows = chaos.all_terminal(&ids).await;
+    worker.shutdown().await;
+    assert_eq!(
+        faults.crashes().len(),
+        6,
+        "every job crashed once at {point}"
+    );
+    chaos.timeline.assert_never_concurrent();
+    (chaos, rows)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_after_the_claim_of_a_last_attempt_is_not_counted() {
+    // The job never started (a killed worker's prefetched job): it runs, not a dead letter.
+    let (chaos, rows) = crash_last_attempts_at(FaultPoint::AfterClaim).await;
+    for row in &rows {
+        assert_eq!(row.state, job::JobState::Completed, "job {}", row.id);
+        assert_eq!((row.attempt, row.errors.len()), (1, 0), "job {}", row.id);
+        assert_eq!(chaos.timeline.executions(row.id).len(), 1);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_before_the_perform_of_a_last_attempt_makes_a_dead_letter() {
+    // Its start was recorded: the attempt is spent, as one that ran.
+    let (chaos, rows) = crash_last_attempts_at(FaultPoint::BeforePerform).await;
+    for row in &rows {
+        assert_eq!(row.state, job::JobState::Discarded, "job {}", row.id);
+        assert_eq!(row.errors.len(), 1);
+        assert_eq!(row.errors[0].class, "lease_expired");
+        assert!(chaos.timeline.executions(row.id).is_empty());
+    }
 }
