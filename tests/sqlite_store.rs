@@ -756,3 +756,20 @@ async fn starts_stamped_after_now_do_not_hold_a_rate_limited_kind_at_its_limit()
     assert_eq!(claimed.len(), 3, "the starts after now held the kind");
     assert_eq!(count(&db.pool(), "job_rate_starts").await, 3);
 }
+
+#[tokio::test]
+async fn a_file_opened_without_migrating_answers_the_migrations_it_lacks() {
+    // `connect_with` does not migrate: a worker on such a file waits for the migrations
+    // rather than running statements on tables that are not there.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("jobs.db");
+    let store = SqliteStore::connect_with(SqliteStore::options(&path))
+        .await
+        .unwrap();
+    let lag = store.schema_lag().await.unwrap().expect("a lag");
+    let all = job_sqlite::MIGRATIONS.len();
+    assert_eq!((lag.first_missing, lag.missing, lag.recorded), (1, all, 0));
+    store.migrate().await.unwrap();
+    assert_eq!(store.schema_lag().await.unwrap(), None);
+    store.pool().close().await;
+}

@@ -106,6 +106,34 @@ pub const MIGRATIONS: &[Migration] = &[
     },
 ];
 
+/// Which of this build's migrations the file has not recorded (see
+/// [`Store::schema_lag`](job_core::Store::schema_lag)): a store opened with
+/// [`SqliteStore::connect_with`](crate::SqliteStore::connect_with), which does not migrate.
+pub(crate) async fn schema_lag(pool: &SqlitePool) -> Result<Option<job_core::SchemaLag>, Error> {
+    let books: bool = sqlx::query_scalar(sql::MIGRATE_BOOKS_MADE)
+        .fetch_one(pool)
+        .await
+        .map_err(Error::query("migrate_books_made"))?;
+    let recorded: Vec<(i64, String)> = if books {
+        sqlx::query_as(sql::MIGRATE_RECORDED)
+            .fetch_all(pool)
+            .await
+            .map_err(Error::query("migrate_recorded"))?
+    } else {
+        Vec::new()
+    };
+    let recorded: Vec<u32> = recorded
+        .iter()
+        .filter_map(|(v, _)| u32::try_from(*v).ok())
+        .collect();
+    Ok(job_core::SchemaLag::between(
+        MIGRATIONS
+            .iter()
+            .filter_map(|m| Some((u32::try_from(m.version).ok()?, m.name))),
+        &recorded,
+    ))
+}
+
 /// Brings the schema in `pool`'s database up to date: applies every migration not recorded
 /// in `job_schema_migrations`, in order, each in its own immediate transaction (which waits
 /// for another process migrating the same file, then finds its work done). A file already up

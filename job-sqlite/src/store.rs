@@ -465,6 +465,10 @@ impl Store for SqliteStore {
         .await
     }
 
+    async fn schema_lag(&self) -> Result<Option<job_core::SchemaLag>, StoreError> {
+        Ok(crate::migrate::schema_lag(&self.pool).await?)
+    }
+
     async fn release(&self, releases: &[Release]) -> Result<u64, StoreError> {
         if releases.is_empty() {
             return Ok(0);

@@ -198,11 +198,7 @@ impl Dashboard {
 /// Any other address under the dashboard: a page that says so (axum's own answer is an empty
 /// body). The path is not repeated back (it can be long, and it is the visitor's).
 async fn not_found() -> WebError {
-    WebError::new(
-        StatusCode::NOT_FOUND,
-        "no dashboard page at this address: the pages are the overview, /jobs, /dead and \
-         /jobs/ID",
-    )
+    WebError::new(StatusCode::NOT_FOUND, "no dashboard page at this address")
 }
 
 /// The dashboard's shared state.

@@ -535,6 +535,14 @@ async fn links_and_cookies_follow_the_mount_point() {
     let list = get(&app, "/ops/jobs/jobs", Some(&cookie)).await.body;
     assert!(list.contains(&format!(r#"href="/ops/jobs/jobs/{id}""#)));
     assert!(list.contains(r#"action="/ops/jobs/logout""#));
+    // An address under the mount point with no page gets the dashboard's 404 page; the
+    // application's other addresses are the application's.
+    let missing = get(&app, "/ops/jobs/nothing", Some(&cookie)).await;
+    assert_eq!(missing.status, StatusCode::NOT_FOUND);
+    assert!(missing.body.contains("no dashboard page at this address"));
+    let outside = get(&app, "/elsewhere", Some(&cookie)).await;
+    assert_eq!(outside.status, StatusCode::NOT_FOUND);
+    assert!(!outside.body.contains("dashboard"), "{}", outside.body);
     db.close().await;
 }
 

@@ -246,6 +246,25 @@ pub struct SchemaLag {
     pub recorded: u32,
 }
 
+impl SchemaLag {
+    /// The lag of a database that recorded the migrations `recorded` behind a build whose
+    /// migrations are `build` (version and name, in order); `None` when it has them all.
+    /// Versions the build does not know (a newer release's) are no lag.
+    pub fn between<'a>(
+        build: impl IntoIterator<Item = (u32, &'a str)>,
+        recorded: &[u32],
+    ) -> Option<SchemaLag> {
+        let mut missing = build.into_iter().filter(|(v, _)| !recorded.contains(v));
+        let (first_missing, name) = missing.next()?;
+        Some(SchemaLag {
+            first_missing,
+            first_missing_name: name.to_owned(),
+            missing: 1 + missing.count(),
+            recorded: recorded.iter().copied().max().unwrap_or(0),
+        })
+    }
+}
+
 impl std::fmt::Display for SchemaLag {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
@@ -480,12 +499,12 @@ pub trait Store: Clone + Send + Sync + 'static {
     }
 
     /// Which of this build's migrations the store's schema lacks, if any. A worker asks
-    /// before it claims or runs its maintenance, and waits while the answer is a lag (see
-    /// [`Worker::start`](crate::Worker::start)): a worker deployed before the database was
-    /// migrated would otherwise run statements written for columns and functions that are not
-    /// there yet (its claims fail, or worse, a last attempt is given back again and again). An
-    /// error (the store could not tell, say for want of a grant) does not hold the worker. The
-    /// default answers none, for a store that migrates on open.
+    /// before it claims or runs its maintenance, and waits while the answer is a lag or an
+    /// error (see [`Worker::start`](crate::Worker::start)): a worker deployed before the
+    /// database was migrated would otherwise run statements written for columns and functions
+    /// that are not there yet (its claims fail, or worse, a last attempt is given back again
+    /// and again). A store that cannot tell (a role not granted the read of its books) answers
+    /// none, so that it is not held for ever. The default answers none.
     fn schema_lag(&self) -> impl Future<Output = Result<Option<SchemaLag>, StoreError>> + Send {
         std::future::ready(Ok(None))
     }

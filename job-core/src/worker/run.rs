@@ -198,25 +198,36 @@ impl<S: Store> Worker<S> {
 /// How often a worker whose store's schema lags this build asks again.
 const SCHEMA_RECHECK: Duration = Duration::from_secs(5);
 
+/// How often a worker asks again when the store could not answer (the database is down or
+/// restarting, say): sooner, since it is likely up to date.
+const SCHEMA_RETRY: Duration = Duration::from_secs(1);
+
 /// Holds the worker, before it claims anything or runs its maintenance, while the store's
-/// schema lacks migrations this build needs ([`Store::schema_lag`]): said at ERROR, then once
-/// a minute, and asked again every [`SCHEMA_RECHECK`] until the database is migrated or the
-/// worker is shut down. A store that cannot tell (an error) does not hold it.
-async fn wait_for_schema<S: Store>(shared: &Shared<S>, shutdown: &CancellationToken) {
-    let mut checks: u32 = 0;
+/// schema lacks migrations this build needs ([`Store::schema_lag`]), or while the store cannot
+/// answer: said at ERROR (a lag) or WARN (no answer), then once a minute, and asked again until
+/// the database is migrated and answers. True when it may start; false when it was shut down
+/// meanwhile (nothing of it started: no claim, no maintenance pass).
+async fn wait_for_schema<S: Store>(shared: &Shared<S>, shutdown: &CancellationToken) -> bool {
+    let mut waited = false;
+    let mut said: Option<Instant> = None;
     loop {
-        let lag = tokio::select! {
-            lag = shared.store.schema_lag() => lag,
-            () = shutdown.cancelled() => return,
+        let answer = tokio::select! {
+            answer = shared.store.schema_lag() => answer,
+            () = shutdown.cancelled() => return false,
         };
-        match lag {
-            Ok(None) if checks == 0 => return,
+        let say = said.is_none_or(|at| at.elapsed() >= Duration::from_secs(60));
+        let pause = match answer {
             Ok(None) => {
-                tracing::info!(worker = %shared.config.id, "the job schema is migrated: claims start");
-                return;
+                if waited {
+                    tracing::info!(
+                        worker = %shared.config.id,
+                        "the job schema is migrated: claims start"
+                    );
+                }
+                return true;
             }
             Ok(Some(lag)) => {
-                if checks % 12 == 0 {
+                if say {
                     tracing::error!(
                         worker = %shared.config.id,
                         first_missing = lag.first_missing,
@@ -225,22 +236,53 @@ async fn wait_for_schema<S: Store>(shared: &Shared<S>, shutdown: &CancellationTo
                          (`migrate` or the schema script, as the role that owns the schema; \
                          see the README's Installing the schema); asked again every 5 s"
                     );
+                    said = Some(Instant::now());
                 }
+                SCHEMA_RECHECK
             }
             Err(e) => {
-                tracing::warn!(
-                    error = %e,
-                    "could not read which job migrations the database has; the worker starts \
-                     without knowing"
-                );
-                return;
+                if say {
+                    tracing::warn!(
+                        worker = %shared.config.id,
+                        error = %e,
+                        "could not read which job migrations the database has: this worker \
+                         claims nothing until it can; asked again every second"
+                    );
+                    said = Some(Instant::now());
+                }
+                SCHEMA_RETRY
             }
-        }
-        checks = checks.saturating_add(1);
+        };
+        waited = true;
         tokio::select! {
-            () = shutdown.cancelled() => return,
-            () = tokio::time::sleep(SCHEMA_RECHECK) => {}
+            () = shutdown.cancelled() => return false,
+            () = tokio::time::sleep(pause) => {}
         }
+    }
+}
+
+/// Stops a worker shut down before it started (see [`wait_for_schema`]): its lease keeper,
+/// which holds nothing, and its connections.
+async fn stop_unstarted<S: Store>(shared: &Shared<S>, keeper: Keeper) -> DrainReport {
+    let close_by = Instant::now() + CLOSE_TIMEOUT;
+    if tokio::time::timeout_at(close_by, keeper.stop())
+        .await
+        .is_err()
+    {
+        tracing::warn!("the lease keeper did not stop in time: left to end on its own");
+    }
+    if tokio::time::timeout_at(close_by, shared.store.close())
+        .await
+        .is_err()
+    {
+        tracing::warn!("the worker's connections did not close in time");
+    }
+    tracing::info!(worker = %shared.config.id, "worker stopped before it started");
+    DrainReport {
+        finished_in_time: true,
+        released: 0,
+        abandoned: 0,
+        stats: shared.counters.snapshot(0),
     }
 }
 
@@ -308,7 +350,9 @@ async fn supervise<S: Store>(
     let stop_completer = CancellationToken::new();
     let stop_services = CancellationToken::new();
 
-    wait_for_schema(&shared, &shutdown).await;
+    if !wait_for_schema(&shared, &shutdown).await {
+        return stop_unstarted(&shared, keeper).await;
+    }
     register_kinds(&shared, &shutdown).await;
     let wake: HashMap<String, Arc<Notify>> = queues
         .iter()
