@@ -3,7 +3,7 @@
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
@@ -11,7 +11,6 @@ use job_postgres::{PgStore, TenantAdmin};
 
 use crate::auth::{Operator, Session};
 use crate::base::Base;
-use crate::error::WebError;
 use crate::scope::Scope;
 use crate::throttle::LoginThrottle;
 use crate::{actions, connections, deadline, pages};
@@ -181,7 +180,6 @@ impl Dashboard {
             .route("/actions/pause", post(actions::pause))
             .route("/actions/resume", post(actions::resume))
             .route("/assets/dashboard.css", get(stylesheet))
-            .fallback(not_found)
             .layer(axum::middleware::from_fn_with_state(
                 within,
                 deadline::bound,
@@ -193,12 +191,6 @@ impl Dashboard {
             .layer(axum::middleware::map_response(secure_headers))
             .with_state(app)
     }
-}
-
-/// Any other address under the dashboard: a page that says so (axum's own answer is an empty
-/// body). The path is not repeated back (it can be long, and it is the visitor's).
-async fn not_found() -> WebError {
-    WebError::new(StatusCode::NOT_FOUND, "no dashboard page at this address")
 }
 
 /// The dashboard's shared state.
