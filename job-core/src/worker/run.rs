@@ -126,6 +126,11 @@ impl<S: Store> Worker<S> {
     /// thread of its own. The worker runs its statements on connections of its own, made from
     /// the store's ([`Store::dedicated`]; see [`Worker::connections`]), never on the
     /// application's.
+    ///
+    /// Before it claims anything or runs its maintenance, the worker asks the store whether its
+    /// schema has every migration of this build ([`Store::schema_lag`]), and waits while it
+    /// lacks one (logged at ERROR, asked again every 5 seconds) or does not answer (WARN, every
+    /// second): migrate before (or while) deploying workers of a new release.
     pub fn start(self) -> WorkerHandle {
         let (tx, rx) = mpsc::unbounded_channel();
         let seed = self.config.rng_seed.unwrap_or_else(|| fastrand::u64(..));
