@@ -38,7 +38,9 @@ pub use model::new_job::{
 pub use model::outcome::{AttemptEnd, ErrorClass, Failure, Outcome, DEFAULT_MAX_SNOOZES};
 pub use model::result::MAX_RESULT;
 pub use model::state::{JobState, UnknownState};
-pub use model::text::{storable_text, MAX_ERROR_HISTORY, MAX_ERROR_MESSAGE};
+pub use model::text::{
+    storable_text, MAX_ERROR_HISTORY, MAX_ERROR_MESSAGE, MAX_REFUNDED_INTERRUPTIONS,
+};
 
 pub use telemetry::{
     current_traceparent, describe_metrics, record_enqueued, valid_traceparent, MetricInfo,

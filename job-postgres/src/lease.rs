@@ -601,6 +601,7 @@ pub(crate) async fn release(pool: &PgPool, releases: &[Release]) -> Result<u64, 
             .bind(&tokens)
             .bind(&ran_ms)
             .bind(restore)
+            .bind(i32::try_from(job_core::MAX_REFUNDED_INTERRUPTIONS).unwrap_or(i32::MAX))
             .fetch_one(pool)
     };
     let (released, _woken) = match run(true).await {

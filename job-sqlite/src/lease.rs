@@ -690,6 +690,7 @@ pub(crate) async fn release(
             .bind(now)
             .bind(errors)
             .bind(r.ran_for.is_none())
+            .bind(i64::from(job_core::MAX_REFUNDED_INTERRUPTIONS))
             .fetch_optional(&mut *conn)
             .await
             .map_err(Error::query("release"))?;

@@ -15,6 +15,16 @@ pub const MAX_ERROR_MESSAGE: usize = 8 * 1024;
 /// fails forever keeps a history of bounded size that still shows how it started.
 pub const MAX_ERROR_HISTORY: usize = 20;
 
+/// How many interrupted executions of a job ([`Release::interrupted`](crate::Release::interrupted):
+/// a shutdown's drain, or a fence when the lease could not be renewed) its history may hold
+/// with their attempts given back uncounted. A release of one more interrupted execution is
+/// refused: its lease runs out and the rescuer counts the attempt (`lease_expired`), so that
+/// something that stops one job again and again (a job whose work takes its database down,
+/// whose restart fences the execution) ends as a dead letter once its attempts are spent,
+/// instead of running for ever. Counted among the entries the history keeps (see
+/// [`MAX_ERROR_HISTORY`]): the counted attempts' entries push the oldest out.
+pub const MAX_REFUNDED_INTERRUPTIONS: u32 = 10;
+
 /// How much of an application's `Display` output [`shown`] keeps: four stored messages' worth,
 /// so that a stored message is still cut with its note, from text already bounded.
 const MAX_SHOWN: usize = 4 * MAX_ERROR_MESSAGE;

@@ -285,6 +285,53 @@ pub async fn releasing_an_execution_that_ran_records_it_without_counting_the_att
     assert_eq!((again.lease.id, again.attempt), (id, 1));
 }
 
+/// An interrupted execution's attempt is given back uncounted only while the job's history
+/// holds fewer than [`MAX_REFUNDED_INTERRUPTIONS`](job_core::MAX_REFUNDED_INTERRUPTIONS)
+/// `released` entries: the next release is refused, the lease runs out, and the rescuer counts
+/// the attempt. A job given back unstarted is released whatever its history holds.
+pub async fn interruptions_are_given_back_uncounted_a_bounded_number_of_times<S: Store>(store: S) {
+    let bound = job_core::MAX_REFUNDED_INTERRUPTIONS as usize;
+    let id = store.enqueue(new_job(NOOP)).await.unwrap();
+    for n in 0..bound {
+        let job = claim_one(&store, NOOP).await;
+        assert_eq!(job.attempt, 1, "interruption {n} was not counted");
+        let release = Release::interrupted(job.lease, Duration::from_millis(10));
+        assert_eq!(
+            store.release(&[release]).await.unwrap(),
+            1,
+            "interruption {n}"
+        );
+    }
+    let released =
+        |row: &job_core::JobRow| row.errors.iter().filter(|e| e.class == "released").count();
+    assert_eq!(released(&row(&store, id).await), bound);
+    // Unstarted, it is given back still: it did not run.
+    let job = claim_one(&store, NOOP).await;
+    assert_eq!(
+        store
+            .release(&[Release::unstarted(job.lease)])
+            .await
+            .unwrap(),
+        1
+    );
+    // One interruption more: refused, the lease left to run out.
+    let job = store.claim_due(&short_lease()).await.unwrap().remove(0);
+    assert_eq!((job.lease.id, job.attempt), (id, 1));
+    let release = Release::interrupted(job.lease, Duration::from_millis(10));
+    assert_eq!(store.release(&[release]).await.unwrap(), 0);
+    let held = row(&store, id).await;
+    assert_eq!((held.state, held.attempt), (JobState::Running, 1));
+    assert_eq!(released(&held), bound, "no entry for the refused release");
+    outlive(SHORT_LEASE).await;
+    assert_eq!(store.rescue_expired(100).await.unwrap().retried, 1);
+    let rescued = row(&store, id).await;
+    assert_eq!((rescued.state, rescued.attempt), (JobState::Retryable, 1));
+    assert_eq!(
+        rescued.errors.last().map(|e| e.class.as_str()),
+        Some("lease_expired")
+    );
+}
+
 /// A rescued job keeps its place: it was due when it was claimed, and it is claimed again
 /// before jobs that became due after it, however many wait.
 pub async fn a_rescued_job_is_claimed_before_jobs_due_after_it<S: Store>(store: S) {

@@ -86,6 +86,7 @@ suite![
     rescue::an_expired_lease_that_was_rescued_cannot_finalize,
     rescue::release_makes_a_job_available_at_once_with_the_attempt_not_counted,
     rescue::releasing_an_execution_that_ran_records_it_without_counting_the_attempt,
+    rescue::interruptions_are_given_back_uncounted_a_bounded_number_of_times,
     rescue::a_rescued_job_is_claimed_before_jobs_due_after_it,
     rescue::release_with_a_stale_token_changes_nothing,
     worker::a_worker_leaves_unknown_kinds_untouched,
