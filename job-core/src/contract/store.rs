@@ -126,7 +126,8 @@ pub struct Release {
     pub lease: Lease,
     /// How long the job's handler ran before the worker stopped it (a shutdown), or `None`
     /// when it never started (a prefetched job given back). An execution that ran leaves an
-    /// entry of class `released` in the job's history, not counted as an attempt.
+    /// entry of class `released` in the job's history, not counted as an attempt (a bounded
+    /// number of times: see [`Store::release`]).
     pub ran_for: Option<Duration>,
 }
 

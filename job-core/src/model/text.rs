@@ -22,7 +22,12 @@ pub const MAX_ERROR_HISTORY: usize = 20;
 /// something that stops one job again and again (a job whose work takes its database down,
 /// whose restart fences the execution) ends as a dead letter once its attempts are spent,
 /// instead of running for ever. Counted among the entries the history keeps (see
-/// [`MAX_ERROR_HISTORY`]): the counted attempts' entries push the oldest out.
+/// [`MAX_ERROR_HISTORY`]: the first and the latest 19), so once the history is full each
+/// counted attempt's entry may push an old `released` entry out and let one more interruption
+/// be given back: a job interrupted at every execution runs `max_attempts + 10` times with
+/// up to 10 attempts, and about twice its attempts beyond (53 times with 25), where it ran
+/// for ever. A redriven dead letter keeps its
+/// history, and so its interruptions: a redrive gives fresh attempts, not fresh refunds.
 pub const MAX_REFUNDED_INTERRUPTIONS: u32 = 10;
 
 /// How much of an application's `Display` output [`shown`] keeps: four stored messages' worth,

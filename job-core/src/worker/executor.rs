@@ -505,7 +505,7 @@ async fn discard_fenced<S: Store>(
 /// see the `Abort::Fenced` arm of [`execute`].
 async fn give_back<S: Store>(shared: &Shared<S>, release: Release) {
     match shared.store.release(&[release]).await {
-        Ok(0) if release.ran_for.is_some() => tracing::info!(
+        Ok(0) if release.ran_for.is_some() => tracing::warn!(
             id = release.lease.id,
             "an interrupted execution was not given back: the store no longer holds its lease, \
              or the job's history holds {} interruptions given back already (its lease runs \

@@ -31,6 +31,9 @@ pub struct DrainReport {
     pub finished_in_time: bool,
     /// Leases given back: claimed jobs that never started, and executions stopped by the
     /// drain deadline whose code then ended (each leaves a `released` entry in its history).
+    /// An execution of a job whose history holds
+    /// [`MAX_REFUNDED_INTERRUPTIONS`](crate::MAX_REFUNDED_INTERRUPTIONS) such entries is not
+    /// given back (logged at WARN): its lease expires and the rescuer counts the attempt.
     pub released: u64,
     /// Executions whose code was still running `shutdown_grace` after the drain deadline
     /// (stuck in code that does not return), including those whose lease was lost or fenced
@@ -212,14 +215,29 @@ const SCHEMA_RETRY: Duration = Duration::from_secs(1);
 /// answer: said at ERROR (a lag) or WARN (no answer), then once a minute, and asked again until
 /// the database is migrated and answers. True when it may start; false when it was shut down
 /// meanwhile (nothing of it started: no claim, no maintenance pass).
-async fn wait_for_schema<S: Store>(shared: &Shared<S>, shutdown: &CancellationToken) -> bool {
+async fn wait_for_schema<S: Store>(
+    shared: &Shared<S>,
+    shutdown: &CancellationToken,
+    give_up: &GiveUp,
+) -> bool {
     let mut waited = false;
     let mut said: Option<Instant> = None;
     loop {
+        // A shutdown meanwhile lets the question in flight be answered (within the patience
+        // `register_kinds` has too): a worker started and stopped at once on a database that
+        // is up to date still registers its kinds.
+        let check = shared.store.schema_lag();
+        tokio::pin!(check);
         let answer = tokio::select! {
-            answer = shared.store.schema_lag() => answer,
-            () = shutdown.cancelled() => return false,
+            answer = &mut check => answer,
+            () = shutdown.cancelled() => match tokio::time::timeout_at(give_up.at(shared), check).await {
+                Ok(answer) => answer,
+                Err(_) => return false,
+            },
         };
+        if shutdown.is_cancelled() && !matches!(answer, Ok(None)) {
+            return false;
+        }
         let say = said.is_none_or(|at| at.elapsed() >= Duration::from_secs(60));
         let pause = match answer {
             Ok(None) => {
@@ -266,6 +284,28 @@ async fn wait_for_schema<S: Store>(shared: &Shared<S>, shutdown: &CancellationTo
     }
 }
 
+/// When the statements of a worker's start (the schema's question, the kinds' record) give
+/// up once a shutdown was requested: fixed when the first of them sees the shutdown, within
+/// the drain and grace they do not otherwise use (no job has been claimed yet), and
+/// [`RELEASE_TIMEOUT`] at most for all of them, so that a hung database cannot hold shutdown
+/// past its bound.
+#[derive(Default)]
+struct GiveUp(std::sync::OnceLock<Instant>);
+
+impl GiveUp {
+    fn at<S>(&self, shared: &Shared<S>) -> Instant {
+        *self.0.get_or_init(|| {
+            let patience = RELEASE_TIMEOUT.min(
+                shared
+                    .config
+                    .drain_timeout
+                    .saturating_add(shared.config.shutdown_grace),
+            );
+            after(Instant::now(), patience)
+        })
+    }
+}
+
 /// Stops a worker shut down before it started (see [`wait_for_schema`]): its lease keeper,
 /// which holds nothing, and its connections.
 async fn stop_unstarted<S: Store>(shared: &Shared<S>, keeper: Keeper) -> DrainReport {
@@ -295,29 +335,26 @@ async fn stop_unstarted<S: Store>(shared: &Shared<S>, keeper: Keeper) -> DrainRe
 /// compensating jobs). When a kind has one, claims wait until the store has it, retrying
 /// every second (a discard must never miss its compensation); otherwise one try, logged when
 /// it fails, so a worker without compensations never waits on it.
-async fn register_kinds<S: Store>(shared: &Shared<S>, shutdown: &CancellationToken) {
+async fn register_kinds<S: Store>(
+    shared: &Shared<S>,
+    shutdown: &CancellationToken,
+    give_up: &GiveUp,
+) {
     let kinds: Vec<(String, Option<crate::Compensate>)> = shared
         .registry
         .handlers()
         .map(|h| (h.kind().to_owned(), h.options().compensate))
         .collect();
     let must = kinds.iter().any(|(_, c)| c.is_some());
-    // A shutdown requested meanwhile lets the statement in flight finish, within the drain
-    // and grace it does not otherwise use (no job has been claimed yet), and RELEASE_TIMEOUT
-    // at most: a worker started and stopped at once still registers its kinds, and a hung
-    // database cannot hold shutdown past its bound.
-    let patience = RELEASE_TIMEOUT.min(
-        shared
-            .config
-            .drain_timeout
-            .saturating_add(shared.config.shutdown_grace),
-    );
+    // A shutdown requested meanwhile lets the statement in flight finish, until `give_up`:
+    // a worker started and stopped at once still registers its kinds, and a hung database
+    // cannot hold shutdown past its bound.
     loop {
         let attempt = shared.store.register_kinds(&kinds);
         tokio::pin!(attempt);
         let registered = tokio::select! {
             r = &mut attempt => r,
-            () = shutdown.cancelled() => match tokio::time::timeout(patience, attempt).await {
+            () = shutdown.cancelled() => match tokio::time::timeout_at(give_up.at(shared), attempt).await {
                 Ok(r) => r,
                 Err(_) => {
                     tracing::warn!("shutdown while the kinds were being recorded: not recorded");
@@ -355,10 +392,11 @@ async fn supervise<S: Store>(
     let stop_completer = CancellationToken::new();
     let stop_services = CancellationToken::new();
 
-    if !wait_for_schema(&shared, &shutdown).await {
+    let give_up = GiveUp::default();
+    if !wait_for_schema(&shared, &shutdown, &give_up).await {
         return stop_unstarted(&shared, keeper).await;
     }
-    register_kinds(&shared, &shutdown).await;
+    register_kinds(&shared, &shutdown, &give_up).await;
     let wake: HashMap<String, Arc<Notify>> = queues
         .iter()
         .map(|(q, _)| (q.clone(), Arc::new(Notify::new())))
@@ -533,6 +571,16 @@ async fn release<S: Store>(shared: &Shared<S>, releases: &[Release], deadline: I
             match shared.store.release(releases).await {
                 Ok(n) => {
                     shared.counters.released(n);
+                    let refused = (releases.len() as u64).saturating_sub(n);
+                    if refused > 0 {
+                        tracing::warn!(
+                            refused,
+                            "leases not given back on shutdown: the store no longer held them, \
+                             or their jobs' histories hold MAX_REFUNDED_INTERRUPTIONS \
+                             interruptions given back already; they expire in the store, and \
+                             the rescuer counts those attempts"
+                        );
+                    }
                     return n;
                 }
                 Err(e) => {
