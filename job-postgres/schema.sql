@@ -6721,3 +6721,51 @@ $job_migration_0044$;
 END
 $apply$;
 COMMIT;
+
+-- 0045 interruptions
+BEGIN;
+DO $lock$ BEGIN PERFORM pg_advisory_xact_lock(hashtextextended('job.schema_migrations', 0)); END $lock$;
+DO $apply$
+DECLARE
+    missing integer;
+    later integer;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = 45) THEN
+        SELECT min(v) INTO missing FROM pg_catalog.unnest('{1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31,32,33,34,35,36,37,38,39,40,41,42,43,44}'::integer[]) v
+            WHERE NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = v);
+        IF missing IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 45 `interruptions` was not applied: migration %, which comes before it, is not recorded in job.schema_migrations (migrations apply in order, each after the one before)', missing;
+        END IF;
+        SELECT min(version) INTO later FROM job.schema_migrations WHERE version > 45;
+        IF later IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 45 `interruptions` was not applied: it is not recorded in job.schema_migrations, but migration %, which comes after it, is: the schema was migrated out of order, and 45 applied now could undo what later migrations changed. Apply what migration 45 lacks by hand and record it, or restore the database from a backup', later;
+        END IF;
+EXECUTE $job_migration_0045$
+-- 0045 interruptions: how many interrupted executions of a job were given back uncounted.
+-- Append-only: change the schema in a new numbered file.
+--
+-- An execution the worker stops without an outcome (a shutdown's drain deadline, or a fence
+-- when its lease could not be renewed: the database down or restarting) is given back with its
+-- attempt not counted (sql/release.sql). That refund had no bound: a job whose work takes its
+-- database down (the restart fences it) ran for ever. release.sql now gives back an execution
+-- that ran only while this count is below MAX_REFUNDED_INTERRUPTIONS (10), and adds one; past
+-- it, the lease runs out and the rescuer counts the attempt. A redrive sets it back to 0, with
+-- the attempts. Rows stored before start at 0 (a count read from their histories would be
+-- cut by the history's bound of 20 entries).
+--
+-- The constant default adds the column without rewriting the table; the CHECK is validated
+-- apart (a scan of the table, holding only a lock that lets reads and writes go on).
+
+ALTER TABLE job.jobs ADD COLUMN interruptions integer NOT NULL DEFAULT 0;
+ALTER TABLE job.jobs ADD CONSTRAINT jobs_interruptions_check
+    CHECK (interruptions >= 0) NOT VALID;
+ALTER TABLE job.jobs VALIDATE CONSTRAINT jobs_interruptions_check;
+$job_migration_0045$;
+        INSERT INTO job.schema_migrations (version, name) VALUES (45, 'interruptions');
+    ELSIF NOT EXISTS (SELECT 1 FROM job.schema_migrations
+                      WHERE version = 45 AND name = 'interruptions') THEN
+        RAISE EXCEPTION 'job migration 45 is recorded in job.schema_migrations as `%`, but this script''s migration 45 is `interruptions`: the database was migrated by a build whose migrations differ from this one''s', (SELECT name FROM job.schema_migrations WHERE version = 45);
+    END IF;
+END
+$apply$;
+COMMIT;

@@ -638,7 +638,16 @@ async fn migration_37_and_a_redrive_wait_for_each_other_in_turn_instead_of_deadl
         .await
         .unwrap()
         .expect("the migration is not a deadlock's victim");
-    redriving.await.unwrap().expect("nor is the redrive");
+    // Nor is the redrive. This build's redrive is written for the latest schema (migration
+    // 0045's column): given job.jobs while later migrations are still to come, it may find
+    // that column missing (42703, after its locks were taken, which is what is tested here).
+    if let Err(e) = redriving.await.unwrap() {
+        let text = format!("{e:?}");
+        assert!(
+            text.contains("42703") && text.contains("interruptions"),
+            "nor is the redrive: {text}"
+        );
+    }
     db.close().await;
 }
 

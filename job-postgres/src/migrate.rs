@@ -242,6 +242,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "last_attempt_start",
         sql: include_str!("../migrations/0044_last_attempt_start.sql"),
     },
+    Migration {
+        version: 45,
+        name: "interruptions",
+        sql: include_str!("../migrations/0045_interruptions.sql"),
+    },
 ];
 
 /// The whole schema as one plain SQL script, for a DBA or a team without Rust:

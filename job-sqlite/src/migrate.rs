@@ -104,6 +104,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "last_attempt_start",
         sql: include_str!("../migrations/0017_last_attempt_start.sql"),
     },
+    Migration {
+        version: 18,
+        name: "interruptions",
+        sql: include_str!("../migrations/0018_interruptions.sql"),
+    },
 ];
 
 /// Which of this build's migrations the file has not recorded (see

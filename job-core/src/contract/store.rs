@@ -513,10 +513,10 @@ pub trait Store: Clone + Send + Sync + 'static {
     /// Gives leases back without an outcome, guarded by `(id, lock_token)`: the jobs become
     /// `available` at once (keeping their place: `run_at` is not moved later) and the attempt
     /// is not counted. A release of an execution that ran ([`Release::ran_for`]) appends an
-    /// entry of class `released` to the job's history, unless that history holds
-    /// [`MAX_REFUNDED_INTERRUPTIONS`](crate::MAX_REFUNDED_INTERRUPTIONS) such entries already:
-    /// then that job is not released (its lease runs out, and the rescuer counts the attempt).
-    /// Returns how many were released.
+    /// entry of class `released` to the job's history and counts an interruption; a job given
+    /// back uncounted [`MAX_REFUNDED_INTERRUPTIONS`](crate::MAX_REFUNDED_INTERRUPTIONS) times
+    /// since its enqueue or last redrive is not released after an execution that ran (its
+    /// lease runs out, and the rescuer counts the attempt). Returns how many were released.
     fn release(&self, releases: &[Release])
         -> impl Future<Output = Result<u64, StoreError>> + Send;
 

@@ -16,18 +16,13 @@ pub const MAX_ERROR_MESSAGE: usize = 8 * 1024;
 pub const MAX_ERROR_HISTORY: usize = 20;
 
 /// How many interrupted executions of a job ([`Release::interrupted`](crate::Release::interrupted):
-/// a shutdown's drain, or a fence when the lease could not be renewed) its history may hold
-/// with their attempts given back uncounted. A release of one more interrupted execution is
-/// refused: its lease runs out and the rescuer counts the attempt (`lease_expired`), so that
-/// something that stops one job again and again (a job whose work takes its database down,
-/// whose restart fences the execution) ends as a dead letter once its attempts are spent,
-/// instead of running for ever. Counted among the entries the history keeps (see
-/// [`MAX_ERROR_HISTORY`]: the first and the latest 19), so once the history is full each
-/// counted attempt's entry may push an old `released` entry out and let one more interruption
-/// be given back: a job interrupted at every execution runs `max_attempts + 10` times with
-/// up to 10 attempts, and about twice its attempts beyond (53 times with 25), where it ran
-/// for ever. A redriven dead letter keeps its
-/// history, and so its interruptions: a redrive gives fresh attempts, not fresh refunds.
+/// a shutdown's drain, or a fence when the lease could not be renewed) are given back with
+/// their attempts uncounted, counted since its enqueue or its last redrive. The release of one
+/// more interrupted execution is refused: its lease runs out and the rescuer counts the attempt
+/// (`lease_expired`), so that something that stops one job again and again (a job whose work
+/// takes its database down, whose restart fences the execution) ends as a dead letter once its
+/// attempts are spent, after at most `max_attempts + 10` executions, instead of running for
+/// ever.
 pub const MAX_REFUNDED_INTERRUPTIONS: u32 = 10;
 
 /// How much of an application's `Display` output [`shown`] keeps: four stored messages' worth,

@@ -508,8 +508,8 @@ async fn give_back<S: Store>(shared: &Shared<S>, release: Release) {
         Ok(0) if release.ran_for.is_some() => tracing::warn!(
             id = release.lease.id,
             "an interrupted execution was not given back: the store no longer holds its lease, \
-             or the job's history holds {} interruptions given back already (its lease runs \
-             out and the rescuer counts this attempt)",
+             or the job was given back uncounted {} times already (its lease runs out and the \
+             rescuer counts this attempt)",
             crate::MAX_REFUNDED_INTERRUPTIONS
         ),
         Ok(n) => shared.counters.released(n),

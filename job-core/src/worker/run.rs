@@ -31,9 +31,9 @@ pub struct DrainReport {
     pub finished_in_time: bool,
     /// Leases given back: claimed jobs that never started, and executions stopped by the
     /// drain deadline whose code then ended (each leaves a `released` entry in its history).
-    /// An execution of a job whose history holds
-    /// [`MAX_REFUNDED_INTERRUPTIONS`](crate::MAX_REFUNDED_INTERRUPTIONS) such entries is not
-    /// given back (logged at WARN): its lease expires and the rescuer counts the attempt.
+    /// An execution of a job given back uncounted
+    /// [`MAX_REFUNDED_INTERRUPTIONS`](crate::MAX_REFUNDED_INTERRUPTIONS) times already is not
+    /// (logged at WARN): its lease expires and the rescuer counts the attempt.
     pub released: u64,
     /// Executions whose code was still running `shutdown_grace` after the drain deadline
     /// (stuck in code that does not return), including those whose lease was lost or fenced
@@ -576,9 +576,9 @@ async fn release<S: Store>(shared: &Shared<S>, releases: &[Release], deadline: I
                         tracing::warn!(
                             refused,
                             "leases not given back on shutdown: the store no longer held them, \
-                             or their jobs' histories hold MAX_REFUNDED_INTERRUPTIONS \
-                             interruptions given back already; they expire in the store, and \
-                             the rescuer counts those attempts"
+                             or their jobs were given back uncounted MAX_REFUNDED_INTERRUPTIONS \
+                             times already; they expire in the store, and the rescuer counts \
+                             those attempts"
                         );
                     }
                     return n;

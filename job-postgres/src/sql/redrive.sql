@@ -1,5 +1,6 @@
 -- Puts up to $9 dead letters matching the filter of job_filter.sql ($1..$8, $10) back to available with fresh
--- attempts (attempt 0, snoozes 0, due now, no deadline, cancellation cleared; errors kept).
+-- attempts (attempt 0, snoozes 0, interruptions 0, due now, no deadline, cancellation cleared;
+-- errors kept).
 -- Through the unique guard: a dead letter whose key an active job holds (any row inside
 -- jobs_unique_idx's predicate) is skipped and reported with that job's id; of several dead
 -- letters sharing a key only the newest goes back, the others are reported with its id.
@@ -102,6 +103,7 @@ redriven AS (
                                 THEN 'pending' ELSE 'available' END::job.job_state,
         attempt          = 0,
         snoozes          = 0,
+        interruptions    = 0,
         run_at           = now(),
         deadline         = NULL,
         finalized_at     = NULL,

@@ -3,9 +3,10 @@
 -- cleared. An execution that ran ($3: milliseconds it ran; null: never started) leaves an entry
 -- of class `released` in the history, through job.push_error, under the attempt it used.
 -- Wakes the queues so another worker takes them now.
--- An execution that ran is not released when the job's history holds $5
--- (`MAX_REFUNDED_INTERRUPTIONS`) `released` entries already: its lease runs out and the rescuer
--- counts the attempt, so that what stops one job again and again cannot retry it for ever.
+-- An execution that ran is released only while the job's `interruptions` (migration 0045) is
+-- below $5 (`MAX_REFUNDED_INTERRUPTIONS`), and adds one to it; past that its lease runs out and
+-- the rescuer counts the attempt, so that what stops one job again and again cannot retry it
+-- for ever.
 -- A job given back before its first attempt ever started ($3 null, the refund brings it to
 -- attempt 0, and it never snoozed nor has any entry in its history) holds its unique key again when the claim had spent it ('started' becomes 'spent'
 -- at the claim): it has not started, so `UntilStarted` still holds it, unless another job took
@@ -20,11 +21,7 @@ locked AS MATERIALIZED (
     SELECT j.id, u.ran_ms
     FROM job.jobs j
     JOIN u ON j.id = u.id AND j.lock_token = u.token
-    WHERE u.ran_ms IS NULL
-       OR (SELECT count(*)
-           FROM jsonb_array_elements(CASE WHEN jsonb_typeof(j.errors) = 'array'
-                                          THEN j.errors ELSE '[]'::jsonb END) e
-           WHERE e ->> 'class' = 'released') < $5::integer
+    WHERE u.ran_ms IS NULL OR j.interruptions < $5::integer
     ORDER BY j.id
     FOR NO KEY UPDATE OF j
 ),
@@ -32,6 +29,7 @@ released AS (
     UPDATE job.jobs j
     SET state        = 'available',
         attempt      = j.attempt - 1,
+        interruptions = j.interruptions + CASE WHEN l.ran_ms IS NULL THEN 0 ELSE 1 END,
         run_at       = least(j.run_at, now()),
         errors       = CASE WHEN l.ran_ms IS NULL THEN j.errors
                             ELSE job.push_error(j.errors, jsonb_build_object(

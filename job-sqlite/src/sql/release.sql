@@ -7,12 +7,14 @@
 -- ('started' becomes 'spent' at the claim), unless another job took the key meanwhile (that
 -- one keeps it): it has not started, so `UntilStarted` still holds it. One writer at a time:
 -- the check and the write see the same rows.
--- An execution that ran (?5 false) is not released when the job's history holds ?6
--- (`MAX_REFUNDED_INTERRUPTIONS`) `released` entries already: its lease runs out and the rescuer
--- counts the attempt, so that what stops one job again and again cannot retry it for ever.
+-- An execution that ran (?5 false) is released only while the job's `interruptions` (migration
+-- 0018) is below ?6 (`MAX_REFUNDED_INTERRUPTIONS`), and adds one to it; past that its lease runs
+-- out and the rescuer counts the attempt, so that what stops one job again and again cannot
+-- retry it for ever.
 UPDATE job_jobs
 SET state        = 'available',
     attempt      = attempt - 1,
+    interruptions = interruptions + CASE WHEN ?5 THEN 0 ELSE 1 END,
     run_at       = min(run_at, ?3),
     errors       = ?4,
     unique_scope = CASE WHEN ?5 AND attempt = 1 AND snoozes = 0
@@ -36,9 +38,5 @@ SET state        = 'available',
     locked_by    = NULL,
     stuck_since  = NULL
 WHERE id = ?1 AND lock_token = ?2 AND state = 'running'
-  AND (?5 OR (SELECT count(*)
-              FROM json_each(CASE WHEN json_valid(errors) AND json_type(errors) = 'array'
-                                  THEN errors ELSE '[]' END) e
-              WHERE e.type = 'object'
-                AND json_extract(e.value, '$.class') = 'released') < ?6)
+  AND (?5 OR interruptions < ?6)
 RETURNING queue

@@ -118,6 +118,44 @@ pub async fn redrive_restores_dead_letters_and_skips_held_keys<S: Store + Admin>
     assert_eq!(again.redriven, Vec::<JobId>::new());
 }
 
+/// A redrive gives a dead letter fresh interruptions with its fresh attempts: one given back
+/// uncounted [`MAX_REFUNDED_INTERRUPTIONS`](job_core::MAX_REFUNDED_INTERRUPTIONS) times before
+/// it died is given back again after the redrive.
+pub async fn a_redrive_gives_fresh_interruptions<S: Store + Admin>(store: S) {
+    use job_core::Release;
+    let id = store.enqueue(new_job(NOOP)).await.unwrap();
+    for _ in 0..job_core::MAX_REFUNDED_INTERRUPTIONS {
+        let job = claim_one(&store, NOOP).await;
+        let release = Release::interrupted(job.lease, Duration::from_millis(10));
+        assert_eq!(store.release(&[release]).await.unwrap(), 1);
+    }
+    let job = claim_one(&store, NOOP).await;
+    let release = Release::interrupted(job.lease, Duration::from_millis(10));
+    assert_eq!(
+        store.release(&[release]).await.unwrap(),
+        0,
+        "the bound holds"
+    );
+    let discard = Outcome::Discard {
+        failure: Failure {
+            attempt: 1,
+            class: ErrorClass::Terminal,
+            message: "dead".into(),
+        },
+    };
+    finalize_one(&store, job.lease, discard).await;
+    let redriven = store.redrive(&JobFilter::dead_letters()).await.unwrap();
+    assert_eq!(redriven.redriven, vec![id]);
+    let job = claim_one(&store, NOOP).await;
+    assert_eq!((job.lease.id, job.attempt), (id, 1));
+    let release = Release::interrupted(job.lease, Duration::from_millis(10));
+    assert_eq!(
+        store.release(&[release]).await.unwrap(),
+        1,
+        "fresh after the redrive"
+    );
+}
+
 /// `purge` deletes the matching dead letters, and only dead letters.
 pub async fn purge_deletes_only_matching_dead_letters<S: Store + Admin>(store: S) {
     let first = dead_letter(&store, new_job(NOOP)).await;

@@ -285,10 +285,10 @@ pub async fn releasing_an_execution_that_ran_records_it_without_counting_the_att
     assert_eq!((again.lease.id, again.attempt), (id, 1));
 }
 
-/// An interrupted execution's attempt is given back uncounted only while the job's history
-/// holds fewer than [`MAX_REFUNDED_INTERRUPTIONS`](job_core::MAX_REFUNDED_INTERRUPTIONS)
-/// `released` entries: the next release is refused, the lease runs out, and the rescuer counts
-/// the attempt. A job given back unstarted is released whatever its history holds.
+/// An interrupted execution's attempt is given back uncounted
+/// [`MAX_REFUNDED_INTERRUPTIONS`](job_core::MAX_REFUNDED_INTERRUPTIONS) times: the next release
+/// is refused, the lease runs out, and the rescuer counts the attempt. A job given back
+/// unstarted is released however often it was interrupted.
 pub async fn interruptions_are_given_back_uncounted_a_bounded_number_of_times<S: Store>(store: S) {
     let bound = job_core::MAX_REFUNDED_INTERRUPTIONS as usize;
     let id = store.enqueue(new_job(NOOP)).await.unwrap();

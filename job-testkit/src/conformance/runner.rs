@@ -128,6 +128,7 @@ suite![
     steps::steps_outlive_a_retry_and_go_with_the_job,
     admin::list_matches_every_filter_field_oldest_first,
     admin::redrive_restores_dead_letters_and_skips_held_keys,
+    admin::a_redrive_gives_fresh_interruptions,
     admin::a_filter_field_holding_a_nul_is_refused_naming_it,
     admin::purge_deletes_only_matching_dead_letters,
     admin::stats_count_per_queue_and_state_with_the_oldest_due_age,
