@@ -55,7 +55,7 @@ pub use job_core::{
     JobContext, JobError, JobId, JobOptions, JobRow, JobState, NewJob, OnDuplicate, Outcome,
     RateLimit, RunAt, StopReason, Unique, UniqueScope, DEFAULT_MAX_SNOOZES, DEFAULT_PAYLOAD_LIMIT,
     MAX_DURATION, MAX_ERROR_HISTORY, MAX_ERROR_MESSAGE, MAX_LOADED_STEPS, MAX_NAME_LEN,
-    MAX_STEP_NAME, MAX_STEP_OUTPUT, MAX_TAGS, MAX_UNIQUE_KEY_LEN,
+    MAX_REFUNDED_INTERRUPTIONS, MAX_STEP_NAME, MAX_STEP_OUTPUT, MAX_TAGS, MAX_UNIQUE_KEY_LEN,
 };
 // The rules every door checks names (kinds, queues, tenants, tags) and payloads by.
 pub use job_core::{name_problem, payload_problem};
@@ -84,7 +84,7 @@ pub use job_core::{
 pub use job_core::{
     AttemptHooks, BoxFuture, BreakerCount, Call, ClaimKind, ClaimRequest, ClaimedJob, Expired,
     Finalize, Finalized, HeartbeatReport, Layered, Lease, PruneRequest, Release, Renewal, Rescued,
-    Returned, Store, StoreLayer, StoreSteps, Tripped, Wakeups, HEARTBEAT_BUSY_WAIT,
+    Returned, SchemaLag, Store, StoreLayer, StoreSteps, Tripped, Wakeups, HEARTBEAT_BUSY_WAIT,
 };
 // Fault injection (see `job-testkit`).
 pub use job_core::{Fault, FaultInjector, FaultPoint};

@@ -1014,6 +1014,58 @@ impl StoreLayer for HeartbeatsFail {
     }
 }
 
+/// A job given back uncounted `MAX_REFUNDED_INTERRUPTIONS` times is not given back when an
+/// outage fences it once more: its lease runs out and the rescuer counts the attempt, here its
+/// last, so it is a dead letter. A job whose work takes its database down (every restart
+/// fences it) was given back for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_fenced_past_the_interruption_bound_is_not_given_back() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let h = Harness::new().await;
+    let cut = HeartbeatsFail::default();
+    let store = Layered::new(h.store.clone(), cut.clone());
+    let gate = Gate::default();
+    let only_attempt = job_core::EnqueueOptions {
+        max_attempts: Some(1),
+        ..Default::default()
+    };
+    let id = enqueue_with(&h.store, Parked { n: 1 }, only_attempt).await;
+    sqlx::query("UPDATE job.jobs SET interruptions = $2 WHERE id = $1")
+        .bind(id)
+        .bind(i32::try_from(job::MAX_REFUNDED_INTERRUPTIONS).unwrap())
+        .execute(h.store.pool())
+        .await
+        .unwrap();
+    let worker = job::Worker::builder(store)
+        .register::<Parked>()
+        .queue("default", 1)
+        .poll_interval(Duration::from_millis(50))
+        .configure(|c| c.rescuer.interval = Duration::from_millis(50))
+        .state(h.ledger.clone())
+        .state(gate.clone())
+        .build()
+        .unwrap()
+        .start();
+    h.reaches(id, JobState::Running).await;
+    cut.0.store(true, SeqCst);
+    eventually("the execution to be fenced", || async {
+        (worker.stats().fenced >= 1).then_some(())
+    })
+    .await;
+    cut.0.store(false, SeqCst);
+    let row = h.reaches(id, JobState::Discarded).await;
+    assert_eq!(h.ledger.runs(id), 1);
+    assert_eq!(
+        row.errors
+            .iter()
+            .map(|e| e.class.as_str())
+            .collect::<Vec<_>>(),
+        vec!["lease_expired"],
+        "not given back: no `released` entry"
+    );
+    assert_eq!(worker.shutdown().await.stats.released, 0);
+}
+
 /// A job waiting in the prefetch buffer through an outage of two thirds of its lease is not
 /// fenced (no code of it runs): renewed once the heartbeats get through, it runs here, once,
 /// on its only attempt. It used to be taken away and never given back, so its lease ran out and
