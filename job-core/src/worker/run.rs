@@ -223,9 +223,9 @@ async fn wait_for_schema<S: Store>(
     let mut waited = false;
     let mut said: Option<Instant> = None;
     loop {
-        // A shutdown meanwhile lets the question in flight be answered (within the patience
-        // `register_kinds` has too): a worker started and stopped at once on a database that
-        // is up to date still registers its kinds.
+        // A shutdown meanwhile lets the question in flight be answered, until `give_up`: a
+        // worker started and stopped at once on a database that is up to date still
+        // registers its kinds.
         let check = shared.store.schema_lag();
         tokio::pin!(check);
         let answer = tokio::select! {

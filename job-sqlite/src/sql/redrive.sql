@@ -1,6 +1,7 @@
 -- Puts dead letter ?1 back to available with fresh attempts (attempt 0, snoozes 0,
--- interruptions 0, due at ?2, no deadline, cancellation cleared; errors kept). A key spent by a start is held 'started'
--- again. Returns its queue; no row when it is no longer a dead letter.
+-- interruptions 0, due at ?2, no deadline, cancellation cleared; errors kept). A key spent by
+-- a start is held 'started' again. Returns its queue; no row when it is no longer a dead
+-- letter.
 UPDATE job_jobs
 SET state            = 'available',
     attempt          = 0,
