@@ -910,6 +910,12 @@ fn print_check(check: &Check, json_out: bool) -> Result<(), StdoutError> {
             "orphan_steps": check.orphan_steps,
             "pending_stranded": check.pending_stranded,
             "dead_letters_by_class": classes,
+            "schema_lag": check.schema_lag.as_ref().map(|lag| json!({
+                "first_missing": lag.first_missing,
+                "first_missing_name": lag.first_missing_name,
+                "missing": lag.missing,
+                "recorded": lag.recorded,
+            })),
             "problems": problems,
         }))?;
         return Ok(());

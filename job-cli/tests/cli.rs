@@ -562,6 +562,44 @@ async fn check_reconciles_and_flags_leases_no_rescuer_takes() {
     // With a lease longer than the expiry's age it is only expired: the rescuer's to take.
     let long = job(&db, &["--json", "check", "--lease", "1h"]);
     assert!(long.status.success());
+    assert_eq!(clean["schema_lag"], Value::Null);
+    db.close().await;
+}
+
+#[tokio::test]
+async fn check_says_which_migration_the_workers_wait_for() {
+    // A worker of this build waits for its migrations; the operator asking why nothing runs
+    // is told by `check`.
+    let db = TestDb::new().await;
+    let last = job_postgres::MIGRATIONS.last().unwrap();
+    sqlx::query("DELETE FROM job.schema_migrations WHERE version = $1")
+        .bind(last.version)
+        .execute(&db.pool())
+        .await
+        .unwrap();
+    let out = job(&db, &["check"]);
+    assert_eq!(out.status.code(), Some(2));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!(
+            "PROBLEM: the job schema lacks migration {} `{}`",
+            last.version, last.name
+        )),
+        "{text}"
+    );
+    assert!(text.contains("`job migrate`"), "{text}");
+    let report = serde_json::from_slice::<Value>(&job(&db, &["--json", "check"]).stdout).unwrap();
+    assert_eq!(report["ok"], false);
+    assert_eq!(report["schema_lag"]["first_missing"], last.version);
+    assert_eq!(report["schema_lag"]["missing"], 1);
+    // Recorded again (what its migration would do): nothing to say.
+    sqlx::query("INSERT INTO job.schema_migrations (version, name) VALUES ($1, $2)")
+        .bind(last.version)
+        .bind(last.name)
+        .execute(&db.pool())
+        .await
+        .unwrap();
+    assert!(job(&db, &["check"]).status.success());
     db.close().await;
 }
 

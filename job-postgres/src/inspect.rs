@@ -191,14 +191,24 @@ pub struct Check {
     pub pending_stranded: u64,
     /// Dead letters per class of their last error, most first.
     pub dead_letters_by_class: Vec<(String, u64)>,
+    /// The migrations of this build the database has not recorded: workers of this build
+    /// claim nothing until they are applied (see `Store::schema_lag`).
+    pub schema_lag: Option<job_core::SchemaLag>,
 }
 
 impl Check {
-    /// What is wrong, one line each: leases expired for over a lease, leases on rows that are
+    /// What is wrong, one line each: migrations of this build missing, leases expired for over
+    /// a lease, leases on rows that are
     /// not running, steps without a job, pending jobs that wait for nothing. Empty when the
     /// queue reconciles.
     pub fn problems(&self) -> Vec<String> {
         let mut out = Vec::new();
+        if let Some(lag) = &self.schema_lag {
+            out.push(format!(
+                "{lag}: workers of this build claim nothing until it is applied (`job migrate`, \
+                 as the role that owns the schema)"
+            ));
+        }
         if self.leases_overdue > 0 {
             out.push(format!(
                 "{} running job(s) hold a lease that expired more than a lease ago: is any \
@@ -553,6 +563,7 @@ impl TenantAdmin {
 }
 
 async fn check(pool: &PgPool, lease: Duration) -> Result<Check, Error> {
+    let schema_lag = crate::migrate::schema_lag(pool).await?;
     let mut tx = pool.begin().await.map_err(Error::query("check_counts"))?;
     sqlx::query(sql::JIT_OFF)
         .execute(&mut *tx)
@@ -605,5 +616,6 @@ async fn check(pool: &PgPool, lease: Duration) -> Result<Check, Error> {
             .into_iter()
             .map(|(c, n)| (c, n.unsigned_abs()))
             .collect(),
+        schema_lag,
     })
 }
