@@ -111,22 +111,26 @@ pub const MIGRATIONS: &[Migration] = &[
     },
 ];
 
-/// Which of this build's migrations the file has not recorded (see
-/// [`Store::schema_lag`](job_core::Store::schema_lag)): a store opened with
-/// [`SqliteStore::connect_with`](crate::SqliteStore::connect_with), which does not migrate.
-pub(crate) async fn schema_lag(pool: &SqlitePool) -> Result<Option<job_core::SchemaLag>, Error> {
+/// The migrations the file has recorded, with their names; none before the books exist.
+async fn recorded(pool: &SqlitePool) -> Result<Vec<(i64, String)>, Error> {
     let books: bool = sqlx::query_scalar(sql::MIGRATE_BOOKS_MADE)
         .fetch_one(pool)
         .await
         .map_err(Error::query("migrate_books_made"))?;
-    let recorded: Vec<(i64, String)> = if books {
-        sqlx::query_as(sql::MIGRATE_RECORDED)
-            .fetch_all(pool)
-            .await
-            .map_err(Error::query("migrate_recorded"))?
-    } else {
-        Vec::new()
-    };
+    if !books {
+        return Ok(Vec::new());
+    }
+    sqlx::query_as(sql::MIGRATE_RECORDED)
+        .fetch_all(pool)
+        .await
+        .map_err(Error::query("migrate_recorded"))
+}
+
+/// Which of this build's migrations the file has not recorded (see
+/// [`Store::schema_lag`](job_core::Store::schema_lag)): a store opened with
+/// [`SqliteStore::connect_with`](crate::SqliteStore::connect_with), which does not migrate.
+pub(crate) async fn schema_lag(pool: &SqlitePool) -> Result<Option<job_core::SchemaLag>, Error> {
+    let recorded = recorded(pool).await?;
     let recorded: Vec<u32> = recorded
         .iter()
         .filter_map(|(v, _)| u32::try_from(*v).ok())
@@ -147,18 +151,7 @@ pub(crate) async fn schema_lag(pool: &SqlitePool) -> Result<Option<job_core::Sch
 /// migration recorded under another name than this build's is refused
 /// ([`Error::MigrationRenamed`]).
 pub async fn migrate(pool: &SqlitePool) -> Result<(), Error> {
-    let books: bool = sqlx::query_scalar(sql::MIGRATE_BOOKS_MADE)
-        .fetch_one(pool)
-        .await
-        .map_err(Error::query("migrate_books_made"))?;
-    let recorded: Vec<(i64, String)> = if books {
-        sqlx::query_as(sql::MIGRATE_RECORDED)
-            .fetch_all(pool)
-            .await
-            .map_err(Error::query("migrate_recorded"))?
-    } else {
-        Vec::new()
-    };
+    let recorded = recorded(pool).await?;
     for (version, name) in &recorded {
         match MIGRATIONS.iter().find(|m| m.version == *version) {
             Some(m) if m.name != name => {
