@@ -1289,3 +1289,45 @@ async fn a_raw_pending_row_is_refused() {
     assert!(refused.to_string().contains("CHECK"), "{refused}");
     db.close().await;
 }
+
+/// A breaker row another writer gave counts at the edge of a 64-bit integer still counts and
+/// trips: the sums are held below the bound (SQLite would turn them into floats) and the
+/// comparison cannot overflow (it would panic in a debug build and wrap in a release one).
+#[tokio::test]
+async fn a_breaker_row_with_counts_at_the_integer_bound_still_counts_and_trips() {
+    use job::{Breaker, BreakerCount};
+
+    let db = TestSqlite::new().await;
+    let store = db.store();
+    let count = |attempts: u32, failures: u32| {
+        vec![BreakerCount {
+            kind: "doors.huge".into(),
+            breaker: Breaker::new(50),
+            attempts,
+            failures,
+        }]
+    };
+    assert!(store
+        .record_breakers(&count(1, 0))
+        .await
+        .unwrap()
+        .is_empty());
+    raw(
+        &store,
+        "UPDATE job_breakers SET attempts = 9223372036854775807, failures = 9223372036854775000",
+    )
+    .await
+    .unwrap();
+    let tripped = store
+        .record_breakers(&count(10, 10))
+        .await
+        .expect("the call counts");
+    assert_eq!(tripped.len(), 1, "{tripped:?}");
+    assert!(
+        tripped[0].reason.contains("attempts failed (99%)")
+            || tripped[0].reason.contains("attempts failed (100%)"),
+        "{}",
+        tripped[0].reason
+    );
+    db.close().await;
+}

@@ -247,6 +247,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "interruptions",
         sql: include_str!("../migrations/0045_interruptions.sql"),
     },
+    Migration {
+        version: 46,
+        name: "breaker_counts",
+        sql: include_str!("../migrations/0046_breaker_counts.sql"),
+    },
 ];
 
 /// The whole schema as one plain SQL script, for a DBA or a team without Rust:

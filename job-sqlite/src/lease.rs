@@ -319,15 +319,18 @@ pub(crate) async fn record_breakers(
                 .fetch_one(&mut *conn)
                 .await
                 .map_err(Error::query("breaker_add"))?;
+        // In i128: a row another writer gave counts near i64's bound (the file is anyone's
+        // who can open it) must not overflow the comparison.
+        let (wide_failures, wide_attempts) = (i128::from(failures), i128::from(attempts));
         if attempts < i64::from(b.min_attempts)
-            || failures * 100 < i64::from(b.failure_percent) * attempts
+            || wide_failures * 100 < i128::from(b.failure_percent) * wide_attempts
         {
             continue;
         }
         let reason = format!(
             "circuit breaker: {failures} of {attempts} attempts failed ({}%) in the window since \
              {}; it trips at {}% of at least {} attempts per {} ms",
-            failures * 100 / attempts,
+            wide_failures * 100 / wide_attempts,
             to_time(window_start).format("%Y-%m-%dT%H:%M:%SZ"),
             b.failure_percent,
             b.min_attempts,

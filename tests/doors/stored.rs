@@ -111,3 +111,102 @@ async fn a_value_nested_past_what_serde_json_reads_is_read_back_as_its_text() {
     );
     db.close().await;
 }
+
+/// `job.breaker_record` is a door any role with the worker's grants calls with counts of its
+/// own (migration 0046): counts no worker sends are refused naming the kind, the table refuses
+/// negative counts from any writer, and a window holding more attempts than `bigint` can
+/// multiply by a percent (a crafted call once stored one, and every later call for the kind
+/// failed with "bigint out of range") still counts and trips.
+#[tokio::test]
+async fn a_breakers_counts_are_bounded_at_its_door_and_its_arithmetic_cannot_overflow() {
+    let db = TestDb::new().await;
+    let pool = db.pool();
+    let record = |kinds: Vec<&'static str>, attempts: Vec<i64>, failures: Vec<i64>, pct: i16| {
+        let n = kinds.len();
+        sqlx::query_as::<_, (String, String)>(
+            "SELECT kind, reason FROM job.breaker_record($1, $2, $3, $4, $5, $6, $7)",
+        )
+        .bind(kinds)
+        .bind(attempts)
+        .bind(failures)
+        .bind(vec![pct; n])
+        .bind(vec![20_i32; n])
+        .bind(vec![60_000_i64; n])
+        .bind(vec![60_000_i64; n])
+        .fetch_all(&pool)
+    };
+    let refused = |error: sqlx::Error| {
+        let pg = error
+            .as_database_error()
+            .expect("a database error")
+            .downcast_ref::<PgDatabaseError>();
+        (pg.code().to_string(), pg.message().to_string())
+    };
+    for (attempts, failures) in [(-1, 0), (4_294_967_296, 0), (5, 6), (5, -1)] {
+        let (code, message) = refused(
+            record(
+                vec!["doors.ok", "doors.crafted"],
+                vec![1, attempts],
+                vec![0, failures],
+                1,
+            )
+            .await
+            .expect_err("counts no worker sends"),
+        );
+        assert_eq!(code, "22023", "{message}");
+        assert!(
+            message.contains("counts for kind `doors.crafted`"),
+            "{message}"
+        );
+    }
+    let (code, message) = refused(
+        sqlx::query("SELECT * FROM job.breaker_record('{doors.a}', '{1,2}', '{0}', '{1}', '{20}', '{60000}', '{60000}')")
+            .execute(&pool)
+            .await
+            .expect_err("arrays of different lengths"),
+    );
+    assert_eq!(code, "22023", "{message}");
+    let breakers: i64 = sqlx::query_scalar("SELECT count(*) FROM job.breakers")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(breakers, 0, "nothing of a refused call is kept");
+
+    // A window of 9 quintillion attempts (the owner's raw write; no call adds that many):
+    // a worker's next call still counts, and its failures still trip the breaker.
+    record(vec!["doors.huge"], vec![1], vec![0], 50)
+        .await
+        .unwrap();
+    sqlx::query("UPDATE job.breakers SET attempts = 9000000000000000000 WHERE kind = 'doors.huge'")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let tripped = record(vec!["doors.huge"], vec![10], vec![10], 50)
+        .await
+        .expect("the call counts");
+    assert!(tripped.is_empty(), "{tripped:?}");
+    sqlx::query("UPDATE job.breakers SET failures = 8000000000000000000 WHERE kind = 'doors.huge'")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let tripped = record(vec!["doors.huge"], vec![1], vec![1], 50)
+        .await
+        .expect("the call counts");
+    assert_eq!(tripped.len(), 1, "{tripped:?}");
+    assert!(
+        tripped[0].1.contains("attempts failed (88%)"),
+        "{}",
+        tripped[0].1
+    );
+
+    let error = sqlx::query("UPDATE job.breakers SET attempts = -5, failures = 0")
+        .execute(&pool)
+        .await
+        .expect_err("the table refuses negative counts");
+    let pg = error
+        .as_database_error()
+        .expect("a database error")
+        .downcast_ref::<PgDatabaseError>();
+    assert_eq!(pg.constraint(), Some("breakers_counts_check"));
+    db.close().await;
+}
