@@ -12,10 +12,14 @@
 --
 -- Now each call's counts must be what a worker counts in one batch (0 to 4,294,967,295
 -- attempts, a u32, and at most that many failures), with kinds, counts and settings in
--- arrays of one length: anything else is refused, naming the argument and the kind. The
--- comparisons and the reason's percentage are computed in numeric. The table refuses negative
--- counts and more failures than attempts from any writer; rows that already break that start
--- their window again at zero.
+-- arrays of one length, each kind once, at most 1,000 kinds, each a name the kind rule takes
+-- (job.name_problem: the function writes pauses, which the worker role cannot write itself,
+-- and every reporter pass reads every pause): anything else is refused, naming the argument
+-- and the kind. The sums are held at 2^62 (repeated calls of the largest counts that never
+-- trip would otherwise reach bigint's bound in some 60 hours, and every later call carrying
+-- the kind would fail), and the comparisons and the reason's percentage are computed in
+-- numeric. The table refuses negative counts, more failures than attempts and sums over 2^62
+-- from any writer; rows that already break that start their window again at zero.
 
 CREATE OR REPLACE FUNCTION job.breaker_record(
     p_kinds        text[],
@@ -54,6 +58,28 @@ BEGIN
                         coalesce(cardinality(p_cool_down_ms), 0)
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    IF n > 1000 THEN
+        RAISE EXCEPTION 'invalid breaker_record arguments: % kinds in one call (at most 1000)', n
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    SELECT k.kind, job.name_problem(k.kind) AS problem INTO r
+    FROM unnest(p_kinds) AS k(kind)
+    WHERE job.name_problem(k.kind) IS NOT NULL
+    LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'invalid breaker_record kind %: %', coalesce(quote_literal(r.kind), 'null'),
+                        r.problem
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    SELECT k.kind INTO r
+    FROM unnest(p_kinds) AS k(kind)
+    GROUP BY k.kind HAVING count(*) > 1
+    LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'invalid breaker_record arguments: kind `%` is named more than once '
+                        '(one call counts each kind once)', r.kind
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
     SELECT c.kind, c.attempts, c.failures INTO r
     FROM unnest(p_kinds, p_attempts, p_failures) AS c(kind, attempts, failures)
     WHERE c.attempts IS NULL OR c.attempts NOT BETWEEN 0 AND 4294967295
@@ -84,10 +110,12 @@ BEGIN
             cool_down_ms    = excluded.cool_down_ms,
             window_start    = CASE WHEN now() >= b.window_start + b.window_ms * interval '1 millisecond'
                                    THEN now() ELSE b.window_start END,
-            attempts        = CASE WHEN now() >= b.window_start + b.window_ms * interval '1 millisecond'
-                                   THEN 0 ELSE b.attempts END + excluded.attempts,
-            failures        = CASE WHEN now() >= b.window_start + b.window_ms * interval '1 millisecond'
-                                   THEN 0 ELSE b.failures END + excluded.failures
+            attempts        = least(CASE WHEN now() >= b.window_start + b.window_ms * interval '1 millisecond'
+                                         THEN 0 ELSE b.attempts END::numeric + excluded.attempts,
+                                    4611686018427387904)::bigint,
+            failures        = least(CASE WHEN now() >= b.window_start + b.window_ms * interval '1 millisecond'
+                                         THEN 0 ELSE b.failures END::numeric + excluded.failures,
+                                    4611686018427387904)::bigint
         RETURNING * INTO cur;
 
         CONTINUE WHEN cur.attempts < cur.min_attempts
@@ -129,7 +157,7 @@ $$;
 
 UPDATE job.breakers
 SET attempts = 0, failures = 0, window_start = now()
-WHERE attempts < 0 OR failures < 0 OR failures > attempts;
+WHERE attempts < 0 OR failures < 0 OR failures > attempts OR attempts > 4611686018427387904;
 
 ALTER TABLE job.breakers ADD CONSTRAINT breakers_counts_check
-    CHECK (attempts >= 0 AND failures BETWEEN 0 AND attempts);
+    CHECK (attempts BETWEEN 0 AND 4611686018427387904 AND failures BETWEEN 0 AND attempts);

@@ -112,11 +112,12 @@ async fn a_value_nested_past_what_serde_json_reads_is_read_back_as_its_text() {
     db.close().await;
 }
 
-/// `job.breaker_record` is a door any role with the worker's grants calls with counts of its
-/// own (migration 0046): counts no worker sends are refused naming the kind, the table refuses
-/// negative counts from any writer, and a window holding more attempts than `bigint` can
-/// multiply by a percent (a crafted call once stored one, and every later call for the kind
-/// failed with "bigint out of range") still counts and trips.
+/// `job.breaker_record` is a door any role with the worker's grants calls with counts and
+/// kinds of its own (migration 0046): what no worker sends is refused naming the kind (counts
+/// out of a call's bounds, a kind twice, a kind the name rule refuses, over 1,000 kinds), the
+/// table refuses counts out of bounds from any writer, and a window holding more attempts than
+/// `bigint` can multiply by a percent (a crafted call once stored one, and every later call for
+/// the kind failed with "bigint out of range") still counts, held at its bound, and trips.
 #[tokio::test]
 async fn a_breakers_counts_are_bounded_at_its_door_and_its_arithmetic_cannot_overflow() {
     let db = TestDb::new().await;
@@ -166,26 +167,70 @@ async fn a_breakers_counts_are_bounded_at_its_door_and_its_arithmetic_cannot_ove
             .expect_err("arrays of different lengths"),
     );
     assert_eq!(code, "22023", "{message}");
+    for (kinds, says) in [
+        (
+            vec!["doors.twice", "doors.twice"],
+            "kind `doors.twice` is named more than once",
+        ),
+        (
+            vec!["doors.ok", "a kind"],
+            "invalid breaker_record kind 'a kind': must not contain",
+        ),
+        (
+            vec![""],
+            "invalid breaker_record kind '': must not be empty",
+        ),
+    ] {
+        let n = kinds.len();
+        let (code, message) = refused(
+            record(kinds, vec![1; n], vec![0; n], 1)
+                .await
+                .expect_err("a kind no worker sends"),
+        );
+        assert_eq!(code, "22023", "{message}");
+        assert!(message.contains(says), "{message}");
+    }
+    let many: Vec<String> = (0..1001).map(|i| format!("doors.k{i}")).collect();
+    let (code, message) = refused(
+        sqlx::query("SELECT * FROM job.breaker_record($1, $2, $2, $3, $4, $5, $5)")
+            .bind(&many)
+            .bind(vec![0_i64; 1001])
+            .bind(vec![1_i16; 1001])
+            .bind(vec![20_i32; 1001])
+            .bind(vec![60_000_i64; 1001])
+            .execute(&pool)
+            .await
+            .expect_err("more kinds than a call takes"),
+    );
+    assert_eq!(code, "22023", "{message}");
+    assert!(message.contains("1001 kinds in one call"), "{message}");
     let breakers: i64 = sqlx::query_scalar("SELECT count(*) FROM job.breakers")
         .fetch_one(&pool)
         .await
         .unwrap();
     assert_eq!(breakers, 0, "nothing of a refused call is kept");
 
-    // A window of 9 quintillion attempts (the owner's raw write; no call adds that many):
-    // a worker's next call still counts, and its failures still trip the breaker.
+    // A window at the sums' bound, 2^62 attempts (calls of the largest counts that never
+    // trip reach it in days; here the owner's raw write): a worker's next call still counts,
+    // is held at the bound, and its failures still trip the breaker.
     record(vec!["doors.huge"], vec![1], vec![0], 50)
         .await
         .unwrap();
-    sqlx::query("UPDATE job.breakers SET attempts = 9000000000000000000 WHERE kind = 'doors.huge'")
+    sqlx::query("UPDATE job.breakers SET attempts = 4611686018427387904 WHERE kind = 'doors.huge'")
         .execute(&pool)
         .await
         .unwrap();
-    let tripped = record(vec!["doors.huge"], vec![10], vec![10], 50)
+    let tripped = record(vec!["doors.huge"], vec![4_294_967_295], vec![10], 50)
         .await
         .expect("the call counts");
     assert!(tripped.is_empty(), "{tripped:?}");
-    sqlx::query("UPDATE job.breakers SET failures = 8000000000000000000 WHERE kind = 'doors.huge'")
+    let (attempts, failures): (i64, i64) =
+        sqlx::query_as("SELECT attempts, failures FROM job.breakers WHERE kind = 'doors.huge'")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!((attempts, failures), (4_611_686_018_427_387_904, 10));
+    sqlx::query("UPDATE job.breakers SET failures = 4000000000000000000 WHERE kind = 'doors.huge'")
         .execute(&pool)
         .await
         .unwrap();
@@ -194,19 +239,24 @@ async fn a_breakers_counts_are_bounded_at_its_door_and_its_arithmetic_cannot_ove
         .expect("the call counts");
     assert_eq!(tripped.len(), 1, "{tripped:?}");
     assert!(
-        tripped[0].1.contains("attempts failed (88%)"),
+        tripped[0].1.contains("attempts failed (86%)"),
         "{}",
         tripped[0].1
     );
 
-    let error = sqlx::query("UPDATE job.breakers SET attempts = -5, failures = 0")
-        .execute(&pool)
-        .await
-        .expect_err("the table refuses negative counts");
-    let pg = error
-        .as_database_error()
-        .expect("a database error")
-        .downcast_ref::<PgDatabaseError>();
-    assert_eq!(pg.constraint(), Some("breakers_counts_check"));
+    for counts in [
+        "attempts = -5, failures = 0",
+        "attempts = 4611686018427387905",
+    ] {
+        let error = sqlx::query(&format!("UPDATE job.breakers SET {counts}"))
+            .execute(&pool)
+            .await
+            .expect_err("the table refuses counts out of bounds");
+        let pg = error
+            .as_database_error()
+            .expect("a database error")
+            .downcast_ref::<PgDatabaseError>();
+        assert_eq!(pg.constraint(), Some("breakers_counts_check"), "{counts}");
+    }
     db.close().await;
 }
