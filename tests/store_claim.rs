@@ -479,6 +479,43 @@ async fn a_rate_limited_claim_reads_its_keys_and_what_it_can_take_not_its_backlo
     }
 }
 
+/// Jobs a worker cannot take, at the head of a rate-limited kind (a payload version newer than
+/// it decodes: a producer deployed before its workers), do not count toward the 100 jobs its
+/// claim looks among for jobs without a key: 100 of them stopped every job without a key for
+/// good, whatever waited behind.
+#[tokio::test]
+async fn jobs_a_worker_cannot_take_never_hide_the_rate_limited_jobs_behind_them() {
+    let db = TestDb::new().await;
+    let store = db.store();
+    let pool = store.pool();
+    for kind in ["r.generic", "r.custom"] {
+        sqlx::query(
+            "INSERT INTO job.jobs (kind, queue, payload, state, run_at, payload_version)
+             SELECT $1, 'default', '{}'::jsonb, 'available'::job.job_state,
+                    now() - interval '1 hour' + g * interval '1 millisecond', 2
+             FROM generate_series(1, 150) g
+             UNION ALL
+             SELECT $1, 'default', '{}'::jsonb, 'available'::job.job_state,
+                    now() - interval '1 minute', 1",
+        )
+        .bind(kind)
+        .execute(pool)
+        .await
+        .unwrap();
+    }
+    sqlx::query("ANALYZE job.jobs").execute(pool).await.unwrap();
+    for (mode, kind) in [
+        ("force_generic_plan", "r.generic"),
+        ("force_custom_plan", "r.custom"),
+    ] {
+        let (claimed, _) = explain_rated(pool, mode, kind, 10, 1000).await;
+        assert_eq!(
+            claimed, 1.0,
+            "{mode}: the one job of version 1, behind 150 of version 2"
+        );
+    }
+}
+
 /// Runs `sql` (a statement of the store's, with parameters of `types`) prepared with plans of
 /// `plan_mode` under `EXPLAIN ANALYZE`, with `args` (SQL literals), in `tx`; returns the root
 /// of its plan.

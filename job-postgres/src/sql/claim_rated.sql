@@ -15,8 +15,11 @@
 -- at most its keys and, for each, what the claim could take, whatever waits behind them
 -- (tests/store_claim.rs measures it on the statement's plans). The starts are stamped with
 -- clock_timestamp() once the rows are updated, so no start is stamped before it happened. Jobs without a key share the
--- window of key '': they are looked for among the kind's first 100 available jobs
--- (jobs_claim_idx), so a kind whose jobs have keys should give every job one. The rows are
+-- window of key '': they are looked for among the kind's first 100 available jobs this
+-- worker could take (jobs_claim_idx), so a kind whose jobs have keys should give every job
+-- one. Jobs no worker of this build could take (a payload version newer than it decodes, past
+-- their deadline, cancelled, at the last attempt count) are passed over before those 100 are
+-- counted: 100 of them at the head of the kind stopped its jobs without a key for good. The rows are
 -- merged in the claim's order (priority, run_at, id). No SKIP LOCKED: claims of the kind are
 -- serialized, and the update re-checks that each row is still available.
 WITH RECURSIVE cursor AS MATERIALIZED (
@@ -140,17 +143,16 @@ candidates AS (
     FROM rooms r
     CROSS JOIN LATERAL (
         SELECT f.id, f.priority, f.run_at
-        FROM (SELECT j.id, j.priority, j.run_at, j.rate_key, j.payload_version, j.deadline,
-                     j.cancel_requested, j.attempt
+        FROM (SELECT j.id, j.priority, j.run_at, j.rate_key
               FROM job.jobs j
               WHERE j.queue = $1::text AND j.kind = $2::text AND j.state = 'available'
+                AND j.payload_version <= $3::integer
+                AND (j.deadline IS NULL OR j.deadline > now())
+                AND NOT j.cancel_requested
+                AND j.attempt < 2147483646
               ORDER BY j.priority, j.run_at, j.id
               LIMIT 100) f
         WHERE f.rate_key IS NULL
-          AND f.payload_version <= $3::integer
-          AND (f.deadline IS NULL OR f.deadline > now())
-          AND NOT f.cancel_requested
-          AND f.attempt < 2147483646
         ORDER BY f.priority, f.run_at, f.id
         LIMIT greatest(r.room, 0)
     ) c
