@@ -6803,10 +6803,14 @@ EXECUTE $job_migration_0046$
 --
 -- Now each call's counts must be what a worker counts in one batch (0 to 4,294,967,295
 -- attempts, a u32, and at most that many failures), with kinds, counts and settings in
--- arrays of one length: anything else is refused, naming the argument and the kind. The
--- comparisons and the reason's percentage are computed in numeric. The table refuses negative
--- counts and more failures than attempts from any writer; rows that already break that start
--- their window again at zero.
+-- arrays of one length, each kind once, at most 1,000 kinds, each a name the kind rule takes
+-- (job.name_problem: the function writes pauses, which the worker role cannot write itself,
+-- and every reporter pass reads every pause): anything else is refused, naming the argument
+-- and the kind. The sums are held at 2^62 (repeated calls of the largest counts that never
+-- trip would otherwise reach bigint's bound in some 60 hours, and every later call carrying
+-- the kind would fail), and the comparisons and the reason's percentage are computed in
+-- numeric. The table refuses negative counts, more failures than attempts and sums over 2^62
+-- from any writer; rows that already break that start their window again at zero.
 
 CREATE OR REPLACE FUNCTION job.breaker_record(
     p_kinds        text[],
@@ -6845,6 +6849,28 @@ BEGIN
                         coalesce(cardinality(p_cool_down_ms), 0)
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    IF n > 1000 THEN
+        RAISE EXCEPTION 'invalid breaker_record arguments: % kinds in one call (at most 1000)', n
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    SELECT k.kind, job.name_problem(k.kind) AS problem INTO r
+    FROM unnest(p_kinds) AS k(kind)
+    WHERE job.name_problem(k.kind) IS NOT NULL
+    LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'invalid breaker_record kind %: %', coalesce(quote_literal(r.kind), 'null'),
+                        r.problem
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    SELECT k.kind INTO r
+    FROM unnest(p_kinds) AS k(kind)
+    GROUP BY k.kind HAVING count(*) > 1
+    LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'invalid breaker_record arguments: kind `%` is named more than once '
+                        '(one call counts each kind once)', r.kind
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
     SELECT c.kind, c.attempts, c.failures INTO r
     FROM unnest(p_kinds, p_attempts, p_failures) AS c(kind, attempts, failures)
     WHERE c.attempts IS NULL OR c.attempts NOT BETWEEN 0 AND 4294967295
@@ -6875,10 +6901,12 @@ BEGIN
             cool_down_ms    = excluded.cool_down_ms,
             window_start    = CASE WHEN now() >= b.window_start + b.window_ms * interval '1 millisecond'
                                    THEN now() ELSE b.window_start END,
-            attempts        = CASE WHEN now() >= b.window_start + b.window_ms * interval '1 millisecond'
-                                   THEN 0 ELSE b.attempts END + excluded.attempts,
-            failures        = CASE WHEN now() >= b.window_start + b.window_ms * interval '1 millisecond'
-                                   THEN 0 ELSE b.failures END + excluded.failures
+            attempts        = least(CASE WHEN now() >= b.window_start + b.window_ms * interval '1 millisecond'
+                                         THEN 0 ELSE b.attempts END::numeric + excluded.attempts,
+                                    4611686018427387904)::bigint,
+            failures        = least(CASE WHEN now() >= b.window_start + b.window_ms * interval '1 millisecond'
+                                         THEN 0 ELSE b.failures END::numeric + excluded.failures,
+                                    4611686018427387904)::bigint
         RETURNING * INTO cur;
 
         CONTINUE WHEN cur.attempts < cur.min_attempts
@@ -6920,15 +6948,63 @@ $$;
 
 UPDATE job.breakers
 SET attempts = 0, failures = 0, window_start = now()
-WHERE attempts < 0 OR failures < 0 OR failures > attempts;
+WHERE attempts < 0 OR failures < 0 OR failures > attempts OR attempts > 4611686018427387904;
 
 ALTER TABLE job.breakers ADD CONSTRAINT breakers_counts_check
-    CHECK (attempts >= 0 AND failures BETWEEN 0 AND attempts);
+    CHECK (attempts BETWEEN 0 AND 4611686018427387904 AND failures BETWEEN 0 AND attempts);
 $job_migration_0046$;
         INSERT INTO job.schema_migrations (version, name) VALUES (46, 'breaker_counts');
     ELSIF NOT EXISTS (SELECT 1 FROM job.schema_migrations
                       WHERE version = 46 AND name = 'breaker_counts') THEN
         RAISE EXCEPTION 'job migration 46 is recorded in job.schema_migrations as `%`, but this script''s migration 46 is `breaker_counts`: the database was migrated by a build whose migrations differ from this one''s', (SELECT name FROM job.schema_migrations WHERE version = 46);
+    END IF;
+END
+$apply$;
+COMMIT;
+
+-- 0047 staging_by_time
+BEGIN;
+DO $lock$ BEGIN PERFORM pg_advisory_xact_lock(hashtextextended('job.schema_migrations', 0)); END $lock$;
+DO $apply$
+DECLARE
+    missing integer;
+    later integer;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = 47) THEN
+        SELECT min(v) INTO missing FROM pg_catalog.unnest('{1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31,32,33,34,35,36,37,38,39,40,41,42,43,44,45,46}'::integer[]) v
+            WHERE NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = v);
+        IF missing IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 47 `staging_by_time` was not applied: migration %, which comes before it, is not recorded in job.schema_migrations (migrations apply in order, each after the one before)', missing;
+        END IF;
+        SELECT min(version) INTO later FROM job.schema_migrations WHERE version > 47;
+        IF later IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 47 `staging_by_time` was not applied: it is not recorded in job.schema_migrations, but migration %, which comes after it, is: the schema was migrated out of order, and 47 applied now could undo what later migrations changed. Apply what migration 47 lacks by hand and record it, or restore the database from a backup', later;
+        END IF;
+EXECUTE $job_migration_0047$
+-- 0047 staging_by_time: the stager's cost follows the due rows, not the queues. Append-only:
+-- change the schema in a new numbered file.
+--
+-- The stager (job-postgres/src/sql/stage.sql, every worker every poll interval) found the
+-- queues holding `scheduled` or `retryable` rows with a loose scan of jobs_due_idx (queue,
+-- run_at), one index probe per such queue, due or not, then read each queue's due rows. Its
+-- cost grew with the number of queues holding a row due later: 200,000 queues with one row
+-- each due in 9999 (which a role that may only enqueue can make) took 1.7-2.2 s a pass that
+-- staged nothing, on every worker, every second; per-tenant queues of an ordinary application
+-- paid a probe each on every pass. It now reads the due rows themselves, oldest first,
+-- through this index, whatever their queue.
+--
+-- It holds only the waiting rows (`scheduled`, `retryable`), so it is built from them alone,
+-- in this migration's transaction (CREATE INDEX CONCURRENTLY cannot run in one): writes to
+-- job.jobs wait while it builds, a moment unless millions of jobs wait for a later time.
+-- jobs_due_idx stays: the reporter and `job inspect` count the waiting rows per queue.
+
+CREATE INDEX jobs_staging_idx ON job.jobs (run_at)
+    WHERE state IN ('scheduled', 'retryable');
+$job_migration_0047$;
+        INSERT INTO job.schema_migrations (version, name) VALUES (47, 'staging_by_time');
+    ELSIF NOT EXISTS (SELECT 1 FROM job.schema_migrations
+                      WHERE version = 47 AND name = 'staging_by_time') THEN
+        RAISE EXCEPTION 'job migration 47 is recorded in job.schema_migrations as `%`, but this script''s migration 47 is `staging_by_time`: the database was migrated by a build whose migrations differ from this one''s', (SELECT name FROM job.schema_migrations WHERE version = 47);
     END IF;
 END
 $apply$;

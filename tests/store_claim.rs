@@ -615,6 +615,42 @@ async fn the_stager_and_the_rescuer_read_what_they_change_not_the_table() {
     }
 }
 
+/// The stager reads the due rows, not the queues: 3,000 queues holding one job due next month
+/// each (per-tenant queues; or rows a role that may only enqueue made, due in 9999) cost its
+/// pass nothing. Before migration 0047 it probed each of them on every pass of every worker.
+#[tokio::test]
+async fn the_stager_reads_the_due_rows_not_the_queues_waiting_for_later() {
+    let db = TestDb::new().await;
+    let store = db.store();
+    let pool = store.pool();
+    sqlx::query(
+        "INSERT INTO job.jobs (kind, queue, payload, state, run_at)
+         SELECT 'a.later', 'tenant-' || g, '{}', 'scheduled', now() + interval '30 days'
+         FROM generate_series(1, 3000) g",
+    )
+    .execute(pool)
+    .await
+    .unwrap();
+    fill(pool, 100, "a.due", "retryable", "now() - interval '1 hour'").await;
+    sqlx::query("ANALYZE job.jobs").execute(pool).await.unwrap();
+    for mode in ["force_generic_plan", "force_custom_plan"] {
+        let mut tx = pool.begin().await.unwrap();
+        let plan = explain_prepared(&mut tx, mode, STAGE, "(integer)", "(1000)").await;
+        let staged: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM job.jobs WHERE state = 'available'")
+                .fetch_one(&mut *tx)
+                .await
+                .unwrap();
+        tx.rollback().await.unwrap();
+        assert_eq!(staged, 100, "{mode}");
+        let read = rows_read(&plan);
+        assert!(
+            read <= 3.0 * 100.0 + 10.0,
+            "{mode}: the stager read {read} rows to stage 100 among 3,000 queues"
+        );
+    }
+}
+
 /// The stager's statement, as the store sends it.
 const STAGE: &str = include_str!("../job-postgres/src/sql/stage.sql");
 

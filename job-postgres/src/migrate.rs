@@ -252,6 +252,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "breaker_counts",
         sql: include_str!("../migrations/0046_breaker_counts.sql"),
     },
+    Migration {
+        version: 47,
+        name: "staging_by_time",
+        sql: include_str!("../migrations/0047_staging_by_time.sql"),
+    },
 ];
 
 /// The whole schema as one plain SQL script, for a DBA or a team without Rust:

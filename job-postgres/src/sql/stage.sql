@@ -1,38 +1,20 @@
 -- Makes up to $1 due jobs claimable: `scheduled` and `retryable` rows whose run_at has come
 -- become `available`, keeping their run_at (their place in the claim's order), skipping rows
--- someone holds. Reads only due rows: a loose scan of jobs_due_idx finds the queues that have
--- waiting rows (one index probe each), then each queue's due rows in run_at order. Wakes the
--- queues it filled (NOTIFY is delivered at commit). Then promotes the pending jobs of up to $1
--- keys on the ordering wake-up list (job.ordering_wake_up, migration 0012; an empty list costs
--- one probe), and resolves up to $1 dependents whose dependencies have ended
--- (job.dependencies_resolve, migration 0013). Returns how many rows it staged, and how many
--- it promoted or discarded.
-WITH RECURSIVE queues AS (
-    (SELECT j.queue FROM job.jobs j
-     WHERE j.state IN ('scheduled', 'retryable')
-     ORDER BY j.queue LIMIT 1)
-    UNION ALL
-    SELECT (SELECT j.queue FROM job.jobs j
-            WHERE j.state IN ('scheduled', 'retryable') AND j.queue > q.queue
-            ORDER BY j.queue LIMIT 1)
-    FROM queues q
-    WHERE q.queue IS NOT NULL
-),
-due AS (
-    SELECT d.id
-    FROM queues q
-    CROSS JOIN LATERAL (
-        SELECT j.id
-        FROM job.jobs j
-        WHERE j.queue = q.queue
-          AND j.state IN ('scheduled', 'retryable')
-          AND j.run_at <= now()
-        ORDER BY j.run_at
-        LIMIT $1::integer
-        FOR NO KEY UPDATE SKIP LOCKED
-    ) d
-    WHERE q.queue IS NOT NULL
+-- someone holds. Reads only due rows, oldest first, whatever their queue, through
+-- jobs_staging_idx (migration 0047: a probe per queue holding waiting rows, as before, cost a
+-- pass as much as the queues). Wakes the queues it filled (NOTIFY is delivered at commit).
+-- Then promotes the pending jobs of up to $1 keys on the ordering wake-up list
+-- (job.ordering_wake_up, migration 0012; an empty list costs one probe), and resolves up to $1
+-- dependents whose dependencies have ended (job.dependencies_resolve, migration 0013). Returns
+-- how many rows it staged, and how many it promoted or discarded.
+WITH due AS (
+    SELECT j.id
+    FROM job.jobs j
+    WHERE j.state IN ('scheduled', 'retryable')
+      AND j.run_at <= now()
+    ORDER BY j.run_at
     LIMIT $1::integer
+    FOR NO KEY UPDATE SKIP LOCKED
 ),
 staged AS (
     UPDATE job.jobs j
