@@ -2,6 +2,7 @@
 //! Each runs on a connection inside the store's immediate transaction (the write lock held
 //! from its first statement), with the database's now read once at its start.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use job_core::{
@@ -9,6 +10,7 @@ use job_core::{
     HeartbeatReport, JobId, JobState, Lease, Outcome, Pause, PauseEntry, PausedBy, Release,
     Renewal, Rescued, Tripped,
 };
+use sqlx::sqlite::SqliteRow;
 use sqlx::{Connection, Row, Sqlite, SqliteConnection, Transaction};
 use uuid::Uuid;
 
@@ -122,6 +124,35 @@ pub(crate) async fn claim(
     picked.sort_by_key(|p| (p.priority, p.run_at, p.id));
     picked.truncate(usize::try_from(request.limit).unwrap_or(usize::MAX));
 
+    // Every picked row in one statement (a statement per row was most of a claim's time).
+    let take: Vec<serde_json::Value> = picked
+        .iter()
+        .map(|p| {
+            let lease = request
+                .kinds
+                .iter()
+                .find(|k| k.kind == p.kind)
+                .map_or(Duration::ZERO, |k| k.lease);
+            serde_json::json!({
+                "id": p.id,
+                "token": Uuid::new_v4().simple().to_string(),
+                "until": after(now, lease),
+            })
+        })
+        .collect();
+    let mut taken: HashMap<JobId, SqliteRow> = HashMap::with_capacity(take.len());
+    if !take.is_empty() {
+        let rows = sqlx::query(sql::CLAIM_TAKE)
+            .bind(&request.worker_id)
+            .bind(serde_json::Value::Array(take).to_string())
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(Error::query("claim_take"))?;
+        for row in rows {
+            let id: JobId = row.try_get("id").map_err(Error::query("claim_take"))?;
+            taken.insert(id, row);
+        }
+    }
     let mut claimed = Vec::with_capacity(picked.len());
     let mut unreadable = Vec::new();
     for p in picked {
@@ -129,20 +160,9 @@ pub(crate) async fn claim(
         // Saturating: a run_at written raw before migration 0006 may be anything.
         let waited =
             Duration::from_micros(u64::try_from(now.saturating_sub(p.run_at)).unwrap_or(0));
-        let lease = request
-            .kinds
-            .iter()
-            .find(|k| k.kind == p.kind)
-            .map_or(Duration::ZERO, |k| k.lease);
-        let row = sqlx::query(sql::CLAIM_TAKE)
-            .bind(p.id)
-            .bind(&request.worker_id)
-            .bind(Uuid::new_v4())
-            .bind(after(now, lease))
-            .fetch_optional(&mut *conn)
-            .await
-            .map_err(Error::query("claim_take"))?;
-        let Some(row) = row else { continue };
+        let Some(row) = taken.remove(&p.id) else {
+            continue;
+        };
         let payload: Vec<u8> = row.try_get("payload").map_err(Error::query("claim_take"))?;
         let payload = match String::from_utf8(payload) {
             Ok(payload) => payload,
@@ -435,10 +455,13 @@ pub(crate) async fn finalize(
         return Ok(Vec::new());
     }
     let now = now(&mut *conn).await?;
-    let mut result = Vec::with_capacity(batch.len());
-    for item in batch {
+    let mut result: Vec<Option<Finalized>> = complete_all(conn, batch, now).await?;
+    for (item, written) in batch.iter().zip(result.iter_mut()) {
+        if written.is_some() {
+            continue;
+        }
         let Some(job) = held(conn, &item.lease).await? else {
-            result.push(Finalized::LeaseLost);
+            *written = Some(Finalized::LeaseLost);
             continue;
         };
         let push = |attempt: i32, class: &str, message: &str| {
@@ -511,7 +534,7 @@ pub(crate) async fn finalize(
             .fetch_optional(&mut *conn)
             .await
             .map_err(Error::query("finalize"))?;
-        result.push(match applied {
+        *written = Some(match applied {
             None => Finalized::LeaseLost,
             // Written as a cancellation: a cancel had been requested (above).
             Some(_)
@@ -523,7 +546,64 @@ pub(crate) async fn finalize(
             Some(_) => Finalized::Applied,
         });
     }
-    Ok(result)
+    Ok(result
+        .into_iter()
+        .map(|written| written.unwrap_or(Finalized::LeaseLost))
+        .collect())
+}
+
+/// Writes the completions of `batch` in one statement (`finalize_completed.sql`; a statement
+/// or two per outcome was most of a drain's time), each guarded as [`finalize`] guards one:
+/// the answer for each item of `batch`, `None` for the items left to [`finalize`]'s one by
+/// one path (every other outcome, and a job the batch names more than once, whose items must
+/// apply in order: the first written wins).
+async fn complete_all(
+    conn: &mut SqliteConnection,
+    batch: &[Finalize],
+    now: Micros,
+) -> Result<Vec<Option<Finalized>>, Error> {
+    // By job id: the statement answers by id, so two leases of one job (a stale one and the
+    // one held) go the one by one way.
+    let mut times: HashMap<JobId, usize> = HashMap::with_capacity(batch.len());
+    for item in batch {
+        *times.entry(item.lease.id).or_default() += 1;
+    }
+    let alone = |item: &Finalize| {
+        matches!(item.outcome, Outcome::Complete) && times.get(&item.lease.id) == Some(&1)
+    };
+    let completes: Vec<serde_json::Value> = batch
+        .iter()
+        .filter(|item| alone(item))
+        .map(|item| {
+            serde_json::json!({
+                "id": item.lease.id,
+                "token": item.lease.token.simple().to_string(),
+                "result": item.result.as_deref(),
+            })
+        })
+        .collect();
+    if completes.is_empty() {
+        return Ok(vec![None; batch.len()]);
+    }
+    let applied: Vec<JobId> = sqlx::query_scalar(sql::FINALIZE_COMPLETED)
+        .bind(now)
+        .bind(serde_json::Value::Array(completes).to_string())
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(Error::query("finalize_completed"))?;
+    let applied: std::collections::HashSet<JobId> = applied.into_iter().collect();
+    Ok(batch
+        .iter()
+        .map(|item| {
+            alone(item).then(|| {
+                if applied.contains(&item.lease.id) {
+                    Finalized::Applied
+                } else {
+                    Finalized::LeaseLost
+                }
+            })
+        })
+        .collect())
 }
 
 /// A savepoint for one row's write of a maintenance pass (the rescuer's, the expirer's), inside
@@ -812,6 +892,63 @@ mod tests {
                 ids, due,
                 "analyzed: {analyzed}: the due jobs, in priority order"
             );
+        }
+        drop(conn);
+        store.pool().close().await;
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// The claim's take and the completions are one statement for a whole batch: each row is
+    /// reached by its primary key, the batch (`json_each`) being the outer loop, never a scan
+    /// of the table, with or without statistics.
+    #[tokio::test]
+    async fn a_batch_reaches_its_rows_by_primary_key_with_or_without_statistics() {
+        let dir = std::env::temp_dir().join(format!(
+            "job-sqlite-batch-plan-{}-{}",
+            std::process::id(),
+            SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .unwrap()
+                .as_nanos()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let store = SqliteStore::open(dir.join("job.db")).await.unwrap();
+        let mut conn = store.pool().acquire().await.unwrap();
+        let now = crate::time::now(&mut conn).await.unwrap();
+        sqlx::query(
+            "WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < 4000)
+             INSERT INTO job_jobs (kind, queue, priority, payload, run_at, state, created_at)
+             SELECT 'k', 'q', 0, '{}', ?1, 'available', ?1 FROM s",
+        )
+        .bind(now)
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+        let batch =
+            r#"[{"id":1,"token":"00112233445566778899aabbccddeeff","until":1,"result":null}]"#;
+        for analyzed in [false, true] {
+            if analyzed {
+                sqlx::query("ANALYZE").execute(&mut *conn).await.unwrap();
+            }
+            for (name, statement, first) in [
+                ("claim_take", sql::CLAIM_TAKE, "w"),
+                ("finalize_completed", sql::FINALIZE_COMPLETED, "1"),
+            ] {
+                let rows: Vec<(i64, i64, i64, String)> =
+                    sqlx::query_as(&format!("EXPLAIN QUERY PLAN {statement}"))
+                        .bind(first)
+                        .bind(batch)
+                        .fetch_all(&mut *conn)
+                        .await
+                        .unwrap();
+                let plan: Vec<String> = rows.into_iter().map(|r| r.3).collect();
+                assert!(
+                    plan.len() == 2
+                        && plan[0].starts_with("SCAN json_each VIRTUAL TABLE")
+                        && plan[1] == "SEARCH job_jobs USING INTEGER PRIMARY KEY (rowid=?)",
+                    "{name}, analyzed: {analyzed}: {plan:#?}"
+                );
+            }
         }
         drop(conn);
         store.pool().close().await;

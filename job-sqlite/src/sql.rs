@@ -27,6 +27,7 @@ pub(crate) const COMPENSATION_OMIT_PAYLOAD: &str =
 pub(crate) const HEARTBEAT: &str = include_str!("sql/heartbeat.sql");
 pub(crate) const LEASE_READ: &str = include_str!("sql/lease_read.sql");
 pub(crate) const FINALIZE: &str = include_str!("sql/finalize.sql");
+pub(crate) const FINALIZE_COMPLETED: &str = include_str!("sql/finalize_completed.sql");
 pub(crate) const RESCUE_PICK: &str = include_str!("sql/rescue_pick.sql");
 pub(crate) const RESCUE: &str = include_str!("sql/rescue.sql");
 pub(crate) const RELEASE: &str = include_str!("sql/release.sql");

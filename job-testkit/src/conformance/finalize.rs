@@ -254,6 +254,44 @@ pub async fn a_duplicate_id_in_one_batch_is_applied_once_without_error<S: Store>
     assert_eq!(row(&store, job.lease.id).await.state, JobState::Completed);
 }
 
+/// A stale lease and the held one of the same job in one batch, in either order, and beside
+/// outcomes of other jobs: only the held one applies, with its own outcome, whichever way the
+/// store writes the batch (SQLite writes the completions of a batch in one statement and the
+/// rest one by one).
+pub async fn a_stale_and_a_held_lease_of_one_job_in_a_batch_apply_only_the_held_one<S: Store>(
+    store: S,
+) {
+    let a = running(&store).await;
+    let b = running(&store).await;
+    let c = running(&store).await;
+    let stale = |lease: Lease| Lease {
+        id: lease.id,
+        token: Uuid::new_v4(),
+    };
+    let retry = Outcome::Retry {
+        delay: Duration::from_secs(3600),
+        failure: failure(1, ErrorClass::Error, "held"),
+    };
+    let batch = [
+        Finalize::new(stale(a.lease), Outcome::Complete),
+        Finalize::new(a.lease, retry),
+        Finalize::new(b.lease, Outcome::Complete),
+        Finalize::new(stale(b.lease), Outcome::Complete),
+        Finalize::new(c.lease, Outcome::Complete),
+    ];
+    let result = store.finalize(&batch).await.unwrap();
+    use Finalized::{Applied, LeaseLost};
+    assert_eq!(
+        result,
+        vec![LeaseLost, Applied, Applied, LeaseLost, Applied]
+    );
+    let a_row = row(&store, a.lease.id).await;
+    assert_eq!(a_row.state, JobState::Retryable);
+    assert_eq!(a_row.errors.len(), 1);
+    assert_eq!(row(&store, b.lease.id).await.state, JobState::Completed);
+    assert_eq!(row(&store, c.lease.id).await.state, JobState::Completed);
+}
+
 /// Messages are stored as `storable_text` makes them: without NUL characters and cut to
 /// `MAX_ERROR_MESSAGE` bytes, so that no handler's message can make an outcome unwritable.
 pub async fn error_messages_are_stored_without_nul_and_cut_to_the_limit<S: Store>(store: S) {

@@ -70,6 +70,7 @@ suite![
     finalize::a_finished_job_cannot_be_finalized_again,
     finalize::a_batch_reports_each_item_in_order,
     finalize::a_duplicate_id_in_one_batch_is_applied_once_without_error,
+    finalize::a_stale_and_a_held_lease_of_one_job_in_a_batch_apply_only_the_held_one,
     finalize::error_messages_are_stored_without_nul_and_cut_to_the_limit,
     finalize::the_error_history_keeps_the_first_and_latest_entries,
     finalize::a_completion_stores_its_result_and_no_other_outcome_does,
