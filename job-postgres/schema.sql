@@ -6809,8 +6809,10 @@ EXECUTE $job_migration_0046$
 -- and the kind. The sums are held at 2^62 (repeated calls of the largest counts that never
 -- trip would otherwise reach bigint's bound in some 60 hours, and every later call carrying
 -- the kind would fail), and the comparisons and the reason's percentage are computed in
--- numeric. The table refuses negative counts, more failures than attempts and sums over 2^62
--- from any writer; rows that already break that start their window again at zero.
+-- numeric; the trips count stops at bigint's bound. The table refuses negative counts, more
+-- failures than attempts and sums over 2^62 from any writer; rows that already break that
+-- start their window again at zero. A worker with more than 1,000 kinds with breakers sends
+-- them in several calls of one transaction (job-postgres/src/report.rs).
 
 CREATE OR REPLACE FUNCTION job.breaker_record(
     p_kinds        text[],
@@ -6930,7 +6932,7 @@ BEGIN
         -- that were running when it tripped, ending) is not counted.
         UPDATE job.breakers
         SET attempts = 0, failures = 0, window_start = now(),
-            trips = trips + least(written, 1),
+            trips = least(trips::numeric + least(written, 1), 9223372036854775807)::bigint,
             tripped_at = CASE WHEN written > 0 THEN now() ELSE tripped_at END
         WHERE job.breakers.kind = r.kind;
         IF written > 0 THEN
@@ -6946,8 +6948,13 @@ $$;
 -- CREATE OR REPLACE keeps the function's owner and grants (REVOKE FROM PUBLIC, and the
 -- worker roles' EXECUTE of migration 0032).
 
+-- A row repaired here is checked against every constraint of the table, the NOT VALID ones
+-- of migration 0022 included: a time it holds out of their range (a raw write before 0022) is
+-- repaired with it (`tripped_at` to null: not known).
 UPDATE job.breakers
-SET attempts = 0, failures = 0, window_start = now()
+SET attempts = 0, failures = 0, window_start = now(),
+    tripped_at = CASE WHEN tripped_at >= '0001-01-01 00:00:00+00'
+                           AND tripped_at < '10000-01-01 00:00:00+00' THEN tripped_at END
 WHERE attempts < 0 OR failures < 0 OR failures > attempts OR attempts > 4611686018427387904;
 
 ALTER TABLE job.breakers ADD CONSTRAINT breakers_counts_check
@@ -6993,9 +7000,10 @@ EXECUTE $job_migration_0047$
 -- paid a probe each on every pass. It now reads the due rows themselves, oldest first,
 -- through this index, whatever their queue.
 --
--- It holds only the waiting rows (`scheduled`, `retryable`), so it is built from them alone,
--- in this migration's transaction (CREATE INDEX CONCURRENTLY cannot run in one): writes to
--- job.jobs wait while it builds, a moment unless millions of jobs wait for a later time.
+-- It holds only the waiting rows (`scheduled`, `retryable`), but building it reads the whole
+-- table, in this migration's transaction (CREATE INDEX CONCURRENTLY cannot run in one):
+-- writes to job.jobs wait while it builds, so on a large table apply it when the queue is
+-- quiet.
 -- jobs_due_idx stays: the reporter and `job inspect` count the waiting rows per queue.
 
 CREATE INDEX jobs_staging_idx ON job.jobs (run_at)

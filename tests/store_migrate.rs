@@ -729,3 +729,41 @@ async fn migration_40_releases_pending_rows_that_wait_for_nothing() {
     assert_eq!(woken, ["a"]);
     db.close().await;
 }
+
+/// Migration 46 starts again the windows of breaker rows whose counts its new constraint
+/// refuses, repairing with them a time out of range that a raw write stored before migration
+/// 22 (a repaired row is checked against the NOT VALID constraints too: without that repair
+/// the migration failed, and no worker of the build could start).
+#[tokio::test]
+async fn migration_46_repairs_breaker_rows_it_would_refuse() {
+    let db = TestDb::new().await;
+    let pool = db.pool();
+    migrate_below(&pool, 22).await;
+    sqlx::query(
+        "INSERT INTO job.breakers (kind, failure_percent, min_attempts, window_ms, cool_down_ms,
+                                   attempts, failures, tripped_at)
+         VALUES ('negative', 50, 20, 60000, 60000, -5, 0, 'infinity'),
+                ('more_failed', 50, 20, 60000, 60000, 3, 7, now()),
+                ('sound', 50, 20, 60000, 60000, 9, 4, now())",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    job_postgres::migrate(&pool)
+        .await
+        .expect("migrations 22 to 46 apply over the rows");
+    let rows: Vec<(String, i64, i64, bool)> = sqlx::query_as(
+        "SELECT kind, attempts, failures, tripped_at IS NULL FROM job.breakers ORDER BY kind",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        rows,
+        vec![
+            ("more_failed".to_owned(), 0, 0, false),
+            ("negative".to_owned(), 0, 0, true),
+            ("sound".to_owned(), 9, 4, false),
+        ]
+    );
+}

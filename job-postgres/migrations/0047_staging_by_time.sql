@@ -10,9 +10,10 @@
 -- paid a probe each on every pass. It now reads the due rows themselves, oldest first,
 -- through this index, whatever their queue.
 --
--- It holds only the waiting rows (`scheduled`, `retryable`), so it is built from them alone,
--- in this migration's transaction (CREATE INDEX CONCURRENTLY cannot run in one): writes to
--- job.jobs wait while it builds, a moment unless millions of jobs wait for a later time.
+-- It holds only the waiting rows (`scheduled`, `retryable`), but building it reads the whole
+-- table, in this migration's transaction (CREATE INDEX CONCURRENTLY cannot run in one):
+-- writes to job.jobs wait while it builds, so on a large table apply it when the queue is
+-- quiet.
 -- jobs_due_idx stays: the reporter and `job inspect` count the waiting rows per queue.
 
 CREATE INDEX jobs_staging_idx ON job.jobs (run_at)

@@ -146,10 +146,35 @@ pub(crate) async fn pauses<'e, E: sqlx::PgExecutor<'e>>(
         .map_err(Error::query("pauses"))
 }
 
+/// The most kinds `job.breaker_record` takes in one call (migration 0046).
+const BREAKER_KINDS_PER_CALL: usize = 1000;
+
 /// Adds ended attempts to the kinds' circuit breakers (`sql/breaker_record.sql`) and returns
-/// those it tripped.
+/// those it tripped. More kinds than one call takes go in several calls of one transaction,
+/// all or nothing (the caller keeps the counts of a failed call for its next), in kind order
+/// across the calls as within each, so that two workers' transactions never deadlock.
 pub(crate) async fn record_breakers(
     pool: &PgPool,
+    counts: &[BreakerCount],
+) -> Result<Vec<Tripped>, Error> {
+    if counts.len() <= BREAKER_KINDS_PER_CALL {
+        return record_breakers_once(pool, counts).await;
+    }
+    let mut sorted: Vec<&BreakerCount> = counts.iter().collect();
+    sorted.sort_by(|a, b| a.kind.cmp(&b.kind));
+    let mut tx = pool.begin().await.map_err(Error::query("begin"))?;
+    let mut tripped = Vec::new();
+    for chunk in sorted.chunks(BREAKER_KINDS_PER_CALL) {
+        let chunk: Vec<BreakerCount> = chunk.iter().map(|c| (*c).clone()).collect();
+        tripped.extend(record_breakers_once(&mut *tx, &chunk).await?);
+    }
+    tx.commit().await.map_err(Error::query("commit"))?;
+    Ok(tripped)
+}
+
+/// One call of `job.breaker_record` for `counts` (at most [`BREAKER_KINDS_PER_CALL`]).
+async fn record_breakers_once<'e, E: sqlx::PgExecutor<'e>>(
+    executor: E,
     counts: &[BreakerCount],
 ) -> Result<Vec<Tripped>, Error> {
     if counts.is_empty() {
@@ -183,7 +208,7 @@ pub(crate) async fn record_breakers(
             .bind(mins)
             .bind(windows)
             .bind(cool_downs)
-            .fetch_all(pool)
+            .fetch_all(executor)
             .await
             .map_err(Error::query("breaker_record"))?;
     Ok(rows

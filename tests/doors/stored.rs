@@ -244,6 +244,38 @@ async fn a_breakers_counts_are_bounded_at_its_door_and_its_arithmetic_cannot_ove
         tripped[0].1
     );
 
+    // A trips count at bigint's bound stays there, and the trip is still made.
+    record(vec!["doors.trips"], vec![1], vec![0], 50)
+        .await
+        .unwrap();
+    sqlx::query("UPDATE job.breakers SET trips = 9223372036854775807 WHERE kind = 'doors.trips'")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let tripped = record(vec!["doors.trips"], vec![20], vec![20], 50)
+        .await
+        .expect("a trip at the trips count's bound");
+    assert_eq!(tripped.len(), 1, "{tripped:?}");
+
+    // A worker with more kinds than one call takes sends them in several, all or nothing.
+    let counts: Vec<job::BreakerCount> = (0..1500)
+        .map(|i| job::BreakerCount {
+            kind: format!("doors.many{i:04}"),
+            breaker: job::Breaker::new(50),
+            attempts: 1,
+            failures: 0,
+        })
+        .collect();
+    job::Store::record_breakers(&db.store(), &counts)
+        .await
+        .expect("1,500 kinds of one worker");
+    let recorded: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM job.breakers WHERE kind LIKE 'doors.many%'")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(recorded, 1500);
+
     for counts in [
         "attempts = -5, failures = 0",
         "attempts = 4611686018427387905",
