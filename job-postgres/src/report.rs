@@ -157,16 +157,15 @@ pub(crate) async fn record_breakers(
     pool: &PgPool,
     counts: &[BreakerCount],
 ) -> Result<Vec<Tripped>, Error> {
-    if counts.len() <= BREAKER_KINDS_PER_CALL {
-        return record_breakers_once(pool, counts).await;
-    }
     let mut sorted: Vec<&BreakerCount> = counts.iter().collect();
+    if sorted.len() <= BREAKER_KINDS_PER_CALL {
+        return record_breakers_once(pool, &sorted).await;
+    }
     sorted.sort_by(|a, b| a.kind.cmp(&b.kind));
     let mut tx = pool.begin().await.map_err(Error::query("begin"))?;
     let mut tripped = Vec::new();
     for chunk in sorted.chunks(BREAKER_KINDS_PER_CALL) {
-        let chunk: Vec<BreakerCount> = chunk.iter().map(|c| (*c).clone()).collect();
-        tripped.extend(record_breakers_once(&mut *tx, &chunk).await?);
+        tripped.extend(record_breakers_once(&mut *tx, chunk).await?);
     }
     tx.commit().await.map_err(Error::query("commit"))?;
     Ok(tripped)
@@ -175,7 +174,7 @@ pub(crate) async fn record_breakers(
 /// One call of `job.breaker_record` for `counts` (at most [`BREAKER_KINDS_PER_CALL`]).
 async fn record_breakers_once<'e, E: sqlx::PgExecutor<'e>>(
     executor: E,
-    counts: &[BreakerCount],
+    counts: &[&BreakerCount],
 ) -> Result<Vec<Tripped>, Error> {
     if counts.is_empty() {
         return Ok(Vec::new());

@@ -2,7 +2,7 @@
 //! Each runs on a connection inside the store's immediate transaction (the write lock held
 //! from its first statement), with the database's now read once at its start.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use job_core::{
@@ -591,7 +591,7 @@ async fn complete_all(
         .fetch_all(&mut *conn)
         .await
         .map_err(Error::query("finalize_completed"))?;
-    let applied: std::collections::HashSet<JobId> = applied.into_iter().collect();
+    let applied: HashSet<JobId> = applied.into_iter().collect();
     Ok(batch
         .iter()
         .map(|item| {
@@ -812,10 +812,11 @@ mod tests {
         rows.into_iter().map(|r| r.3).collect()
     }
 
-    #[tokio::test]
-    async fn a_claim_never_reads_the_rows_due_later_with_or_without_statistics() {
+    /// A store on a fresh file in a directory of its own (`job-sqlite-{name}-plan-…`), which
+    /// the test removes at its end.
+    async fn plan_store(name: &str) -> (std::path::PathBuf, SqliteStore) {
         let dir = std::env::temp_dir().join(format!(
-            "job-sqlite-claim-plan-{}-{}",
+            "job-sqlite-{name}-plan-{}-{}",
             std::process::id(),
             SystemTime::now()
                 .duration_since(UNIX_EPOCH)
@@ -824,6 +825,12 @@ mod tests {
         ));
         std::fs::create_dir_all(&dir).unwrap();
         let store = SqliteStore::open(dir.join("job.db")).await.unwrap();
+        (dir, store)
+    }
+
+    #[tokio::test]
+    async fn a_claim_never_reads_the_rows_due_later_with_or_without_statistics() {
+        let (dir, store) = plan_store("claim").await;
         let mut conn = store.pool().acquire().await.unwrap();
         let now = crate::time::now(&mut conn).await.unwrap();
         // 3,000 jobs of the queue due tomorrow over three priorities (and more of another
@@ -903,16 +910,7 @@ mod tests {
     /// of the table, with or without statistics.
     #[tokio::test]
     async fn a_batch_reaches_its_rows_by_primary_key_with_or_without_statistics() {
-        let dir = std::env::temp_dir().join(format!(
-            "job-sqlite-batch-plan-{}-{}",
-            std::process::id(),
-            SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .unwrap()
-                .as_nanos()
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        let store = SqliteStore::open(dir.join("job.db")).await.unwrap();
+        let (dir, store) = plan_store("batch").await;
         let mut conn = store.pool().acquire().await.unwrap();
         let now = crate::time::now(&mut conn).await.unwrap();
         sqlx::query(
