@@ -84,7 +84,8 @@ pub use job_core::{
 pub use job_core::{
     AttemptHooks, BoxFuture, BreakerCount, Call, ClaimKind, ClaimRequest, ClaimedJob, Expired,
     Finalize, Finalized, HeartbeatReport, Layered, Lease, PruneRequest, Release, Renewal, Rescued,
-    Returned, SchemaLag, Store, StoreLayer, StoreSteps, Tripped, Wakeups, HEARTBEAT_BUSY_WAIT,
+    RescuedJob, Returned, SchemaLag, Store, StoreLayer, StoreSteps, Tripped, Wakeups,
+    HEARTBEAT_BUSY_WAIT,
 };
 // Fault injection (see `job-testkit`).
 pub use job_core::{Fault, FaultInjector, FaultPoint};

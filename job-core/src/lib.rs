@@ -56,7 +56,7 @@ pub use contract::report::{DeadLetterCount, QueueCount, Report, ReportRequest};
 pub use contract::store::{
     duration_millis, AttemptError, BreakerCount, ClaimKind, ClaimRequest, ClaimedJob, Expired,
     Finalize, Finalized, HeartbeatReport, JobRow, Lease, PruneRequest, Release, Renewal, Rescued,
-    SchemaLag, Store, Tripped, Wakeups, HEARTBEAT_BUSY_WAIT,
+    RescuedJob, SchemaLag, Store, Tripped, Wakeups, HEARTBEAT_BUSY_WAIT,
 };
 
 #[doc(hidden)]

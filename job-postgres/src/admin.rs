@@ -18,7 +18,7 @@ use sqlx::query::Query;
 use sqlx::{PgExecutor, Postgres, Row};
 
 use crate::error::Error;
-use crate::row;
+use crate::row::{self, parse_state};
 use crate::sql;
 use crate::PgStore;
 
@@ -153,16 +153,6 @@ pub(crate) fn bind_filter<'q>(
         .bind(filter.finalized_to)
         .bind(i32::try_from(filter.effective_limit()).unwrap_or(i32::MAX))
         .bind(scope)
-}
-
-fn parse_state(id: JobId, state: &str) -> Result<JobState, Error> {
-    state
-        .parse()
-        .map_err(|e: job_core::UnknownState| Error::Decode {
-            id,
-            column: "state",
-            reason: e.to_string(),
-        })
 }
 
 /// An [`Admin`] handle that sees and touches the jobs of one tenant only, for an operator or

@@ -7,7 +7,7 @@ use std::time::Duration;
 use job_core::duration_millis;
 use job_core::{
     storable_text, ClaimKind, ClaimRequest, ClaimedJob, Finalize, Finalized, HeartbeatReport,
-    JobId, JobState, Lease, Outcome, Release, Renewal, Rescued, MAX_ERROR_MESSAGE,
+    JobId, JobState, Lease, Outcome, Release, Renewal, Rescued, RescuedJob, MAX_ERROR_MESSAGE,
 };
 use sqlx::{PgExecutor, PgPool, Row};
 use uuid::Uuid;
@@ -553,14 +553,39 @@ pub(crate) async fn rescue_expired<'e, E: PgExecutor<'e>>(
     limit: u32,
 ) -> Result<Rescued, Error> {
     let limit = i32::try_from(limit).unwrap_or(i32::MAX);
-    let (retried, discarded, _woken): (i64, i64, i64) = sqlx::query_as(sql::RESCUE_EXPIRED)
-        .bind(limit)
-        .fetch_one(executor)
-        .await
-        .map_err(Error::query("rescue_expired"))?;
+    type Row = (
+        i64,
+        i64,
+        i64,
+        Vec<JobId>,
+        Vec<String>,
+        Vec<Option<String>>,
+        Vec<String>,
+    );
+    let (retried, discarded, _woken, ids, kinds, workers, states): Row =
+        sqlx::query_as(sql::RESCUE_EXPIRED)
+            .bind(limit)
+            .fetch_one(executor)
+            .await
+            .map_err(Error::query("rescue_expired"))?;
+    let jobs = ids
+        .into_iter()
+        .zip(kinds)
+        .zip(workers)
+        .zip(states)
+        .map(|(((id, kind), worker), state)| {
+            Ok(RescuedJob {
+                id,
+                kind,
+                worker,
+                state: crate::row::parse_state(id, &state)?,
+            })
+        })
+        .collect::<Result<_, Error>>()?;
     Ok(Rescued {
         retried: retried.unsigned_abs(),
         discarded: discarded.unsigned_abs(),
+        jobs,
     })
 }
 

@@ -257,6 +257,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "staging_by_time",
         sql: include_str!("../migrations/0047_staging_by_time.sql"),
     },
+    Migration {
+        version: 48,
+        name: "rescue_names",
+        sql: include_str!("../migrations/0048_rescue_names.sql"),
+    },
 ];
 
 /// The whole schema as one plain SQL script, for a DBA or a team without Rust:

@@ -34,6 +34,11 @@ pub(crate) fn column_error(id: JobId, column: &'static str) -> impl Fn(sqlx::Err
 /// The row's `state`, as read by [`decode`] and by the listing's summaries.
 pub(crate) fn state(id: JobId, row: &PgRow) -> Result<JobState, Error> {
     let state: String = row.try_get("state").map_err(column_error(id, "state"))?;
+    parse_state(id, &state)
+}
+
+/// Job `id`'s state, as a statement returned it in text.
+pub(crate) fn parse_state(id: JobId, state: &str) -> Result<JobState, Error> {
     state
         .parse()
         .map_err(|e: job_core::UnknownState| Error::Decode {

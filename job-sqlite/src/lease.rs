@@ -8,7 +8,7 @@ use std::time::Duration;
 use job_core::{
     BreakerCount, ClaimKind, ClaimRequest, ClaimedJob, ErrorClass, Failure, Finalize, Finalized,
     HeartbeatReport, JobId, JobState, Lease, Outcome, Pause, PauseEntry, PausedBy, Release,
-    Renewal, Rescued, Tripped,
+    Renewal, Rescued, RescuedJob, Tripped,
 };
 use sqlx::sqlite::SqliteRow;
 use sqlx::{Connection, Row, Sqlite, SqliteConnection, Transaction};
@@ -693,7 +693,7 @@ pub(crate) async fn rescue_expired(
         );
         let errors = history::push(&job.errors, job.attempt, now, "lease_expired", &message);
         let mut savepoint = row_savepoint(conn).await?;
-        let written: Result<Option<(Text, Text)>, Error> = sqlx::query_as(sql::RESCUE)
+        let written: Result<Option<(Text, Text, Text)>, Error> = sqlx::query_as(sql::RESCUE)
             .bind(id)
             .bind(token)
             .bind(now)
@@ -706,17 +706,24 @@ pub(crate) async fn rescue_expired(
             refused.push(id);
             continue;
         };
-        match row.as_ref().map(|(state, queue)| (state.0.as_str(), queue)) {
-            Some(("retryable", queue)) => {
-                rescued.retried += 1;
-                queues.push(queue.0.clone());
-            }
-            Some(_) => {
-                rescued.discarded += 1;
-                discarded.push(id);
-            }
-            None => {}
-        }
+        let Some((state, queue, kind)) = row else {
+            continue;
+        };
+        let state = if state.0 == "retryable" {
+            rescued.retried += 1;
+            queues.push(queue.0);
+            JobState::Retryable
+        } else {
+            rescued.discarded += 1;
+            discarded.push(id);
+            JobState::Discarded
+        };
+        rescued.jobs.push(RescuedJob {
+            id,
+            kind: kind.0,
+            worker: job.locked_by,
+            state,
+        });
     }
     omit_unreadable_payloads(&mut *conn, &discarded, before).await?;
     Ok((rescued, queues, refused))

@@ -225,12 +225,38 @@ impl Finalized {
 }
 
 /// What a rescue pass did.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Rescued {
     /// Expired leases put back to `retryable`.
     pub retried: u64,
     /// Expired leases whose attempts were exhausted, now `discarded`.
     pub discarded: u64,
+    /// The jobs rescued, each once, in the order the store rescued them (by id within one
+    /// statement): as many as `retried + discarded`.
+    pub jobs: Vec<RescuedJob>,
+}
+
+/// One job a rescue took back from a lease that had expired.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RescuedJob {
+    /// The job.
+    pub id: JobId,
+    /// Its kind.
+    pub kind: String,
+    /// The worker whose lease expired (its `locked_by`), when the claim recorded one.
+    pub worker: Option<String>,
+    /// The state it went to: [`JobState::Retryable`], or [`JobState::Discarded`] when its
+    /// attempts were exhausted.
+    pub state: JobState,
+}
+
+impl Rescued {
+    /// Adds another statement's rescue to this one.
+    pub fn add(&mut self, other: Rescued) {
+        self.retried += other.retried;
+        self.discarded += other.discarded;
+        self.jobs.extend(other.jobs);
+    }
 }
 
 /// A store's schema without migrations this build's statements are written for

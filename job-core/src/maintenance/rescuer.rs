@@ -134,12 +134,48 @@ impl<S: Store> Rescuer<S> {
                 None => self.store.rescue_expired(self.config.batch).await?,
             };
             crate::telemetry::rescued(&r);
-            total.retried += r.retried;
-            total.discarded += r.discarded;
-            if r.retried + r.discarded < u64::from(self.config.batch) {
+            let done = r.retried + r.discarded < u64::from(self.config.batch);
+            total.add(r);
+            if done {
                 return Ok(total);
             }
         }
+    }
+}
+
+/// The most jobs, and workers, a rescue's log line names; it counts the rest.
+const NAMED_IN_LOG: usize = 20;
+
+/// The rescued jobs for the log: `id kind (state)`, the first [`NAMED_IN_LOG`] of them.
+fn named_jobs(r: &Rescued) -> String {
+    let named: Vec<String> = r
+        .jobs
+        .iter()
+        .take(NAMED_IN_LOG)
+        .map(|j| format!("{} {} ({})", j.id, j.kind, j.state))
+        .collect();
+    with_rest(named.join(", "), r.jobs.len().saturating_sub(NAMED_IN_LOG))
+}
+
+/// The workers whose leases expired, each once, the first [`NAMED_IN_LOG`] of them.
+fn named_workers(r: &Rescued) -> String {
+    let mut workers: Vec<&str> = r
+        .jobs
+        .iter()
+        .map(|j| j.worker.as_deref().unwrap_or("(unknown)"))
+        .collect();
+    workers.sort_unstable();
+    workers.dedup();
+    let rest = workers.len().saturating_sub(NAMED_IN_LOG);
+    workers.truncate(NAMED_IN_LOG);
+    with_rest(workers.join(", "), rest)
+}
+
+fn with_rest(named: String, rest: usize) -> String {
+    if rest == 0 {
+        named
+    } else {
+        format!("{named} and {rest} more")
     }
 }
 
@@ -183,13 +219,60 @@ impl<S: Store> Service for Rescuer<S> {
         Box::pin(async move {
             let r = self.pass().await?;
             if r.retried + r.discarded > 0 {
-                tracing::info!(
+                // Warned: a lease runs out only when its worker died, hung or lost the
+                // database for longer than the lease.
+                tracing::warn!(
                     retried = r.retried,
                     discarded = r.discarded,
-                    "rescued jobs with expired leases"
+                    jobs = %named_jobs(&r),
+                    workers = %named_workers(&r),
+                    "rescued jobs with expired leases: their workers stopped renewing them"
                 );
             }
             Ok(())
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{named_jobs, named_workers, NAMED_IN_LOG};
+    use crate::contract::store::{Rescued, RescuedJob};
+    use crate::model::state::JobState;
+
+    fn rescued(n: usize, workers: usize) -> Rescued {
+        Rescued {
+            retried: n as u64,
+            discarded: 0,
+            jobs: (0..n)
+                .map(|i| RescuedJob {
+                    id: i as i64 + 1,
+                    kind: "mail.send".into(),
+                    worker: (i % workers != 0).then(|| format!("w{}", i % workers)),
+                    state: JobState::Retryable,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn the_log_names_the_rescued_jobs_and_their_workers() {
+        let r = rescued(3, 2);
+        assert_eq!(
+            named_jobs(&r),
+            "1 mail.send (retryable), 2 mail.send (retryable), 3 mail.send (retryable)"
+        );
+        assert_eq!(named_workers(&r), "(unknown), w1");
+    }
+
+    #[test]
+    fn the_log_names_a_bounded_number_and_counts_the_rest() {
+        let r = rescued(1000, 500);
+        let jobs = named_jobs(&r);
+        assert_eq!(jobs.matches("mail.send").count(), NAMED_IN_LOG, "{jobs}");
+        assert!(jobs.ends_with(" and 980 more"), "{jobs}");
+        let workers = named_workers(&r);
+        assert_eq!(workers.matches(", ").count(), NAMED_IN_LOG - 1, "{workers}");
+        assert!(workers.ends_with(" and 480 more"), "{workers}");
     }
 }

@@ -7,8 +7,8 @@
 -- discarded here: retryable, the expirer ends it `cancelled` (expire_pick.sql), whatever
 -- attempts it has left.
 -- The error history ?4 holds the caller's lease_expired entry (not written for a last attempt
--- that never started, which goes back as a release of an unstarted job does). Returns the new state and
--- queue.
+-- that never started, which goes back as a release of an unstarted job does). Returns the new state,
+-- the queue and the kind.
 UPDATE job_jobs
 SET state        = CASE WHEN attempt >= max_attempts AND NOT cancel_requested
                              AND started_lease IS lock_token THEN 'discarded'
@@ -45,4 +45,4 @@ SET state        = CASE WHEN attempt >= max_attempts AND NOT cancel_requested
     locked_by    = NULL,
     stuck_since  = NULL
 WHERE id = ?1 AND lock_token = ?2 AND state = 'running' AND locked_until < ?5
-RETURNING state, queue
+RETURNING state, queue, kind

@@ -166,7 +166,8 @@ pub async fn an_expired_lease_whose_cancel_was_requested_ends_cancelled<S: Store
         store.rescue_expired(100).await.unwrap(),
         Rescued {
             retried: 1,
-            discarded: 0
+            discarded: 0,
+            jobs: vec![super::rescue::by_doomed_worker(id, JobState::Retryable)],
         }
     );
     assert_nothing_to_claim(&store, NOOP).await;

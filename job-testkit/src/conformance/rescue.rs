@@ -3,7 +3,8 @@
 use std::time::Duration;
 
 use job_core::{
-    Finalize, Finalized, JobState, Lease, NewJob, Outcome, Release, Renewal, Rescued, RunAt, Store,
+    Finalize, Finalized, JobId, JobState, Lease, NewJob, Outcome, Release, Renewal, Rescued,
+    RescuedJob, RunAt, Store,
 };
 use job_core::{Rescuer, RescuerConfig};
 use uuid::Uuid;
@@ -14,7 +15,8 @@ use super::support::{
 };
 
 /// Rescue moves an expired lease to `retryable`, due at once, the attempt counted and a
-/// `lease_expired` error naming the worker recorded; a live lease is never touched.
+/// `lease_expired` error naming the worker recorded; a live lease is never touched. The rescue
+/// names the job, its kind and the worker whose lease expired.
 pub async fn rescue_only_touches_expired_leases<S: Store>(store: S) {
     let expiring = store.enqueue(new_job(NOOP)).await.unwrap();
     assert_eq!(store.claim_due(&short_lease()).await.unwrap().len(), 1);
@@ -29,7 +31,8 @@ pub async fn rescue_only_touches_expired_leases<S: Store>(store: S) {
         rescued,
         Rescued {
             retried: 1,
-            discarded: 0
+            discarded: 0,
+            jobs: vec![by_doomed_worker(expiring, JobState::Retryable)],
         }
     );
     let rescued = row(&store, expiring).await;
@@ -69,7 +72,8 @@ pub async fn rescue_discards_an_expired_lease_with_no_attempts_left<S: Store>(st
         rescued,
         Rescued {
             retried: 0,
-            discarded: 1
+            discarded: 1,
+            jobs: vec![by_doomed_worker(id, JobState::Discarded)],
         }
     );
     let row = row(&store, id).await;
@@ -106,7 +110,8 @@ pub async fn rescue_retries_a_last_attempt_that_never_started<S: Store>(store: S
             store.rescue_expired(100).await.unwrap(),
             Rescued {
                 retried: 1,
-                discarded: 0
+                discarded: 0,
+                jobs: vec![by_doomed_worker(id, JobState::Retryable)],
             },
             "a last attempt that never started was not retried"
         );
@@ -138,6 +143,16 @@ pub async fn rescue_retries_a_last_attempt_that_never_started<S: Store>(store: S
     assert_eq!((row.state, row.attempt), (JobState::Discarded, 2));
 }
 
+/// What a rescue by [`short_lease`]'s worker reports of job `id` of [`NOOP`].
+pub(crate) fn by_doomed_worker(id: JobId, state: JobState) -> RescuedJob {
+    RescuedJob {
+        id,
+        kind: NOOP.into(),
+        worker: Some("doomed-worker".into()),
+        state,
+    }
+}
+
 /// One rescue call recovers at most its limit; the rest wait for the next.
 pub async fn rescue_takes_at_most_its_limit<S: Store>(store: S) {
     store
@@ -167,13 +182,10 @@ pub async fn the_rescuer_recovers_every_expired_lease_in_batches<S: Store>(store
         .run_once()
         .await
         .unwrap();
-    assert_eq!(
-        rescued,
-        Rescued {
-            retried: 5,
-            discarded: 0
-        }
-    );
+    assert_eq!((rescued.retried, rescued.discarded), (5, 0));
+    let mut named: Vec<JobId> = rescued.jobs.iter().map(|j| j.id).collect();
+    named.sort_unstable();
+    assert_eq!(named, ids, "every batch's jobs are named, each once");
     for id in ids {
         assert_eq!(row(&store, id).await.state, JobState::Retryable, "job {id}");
     }
