@@ -7197,3 +7197,52 @@ $job_migration_0048$;
 END
 $apply$;
 COMMIT;
+
+-- 0049 step_output_bytes
+BEGIN;
+DO $lock$ BEGIN PERFORM pg_advisory_xact_lock(hashtextextended('job.schema_migrations', 0)); END $lock$;
+DO $apply$
+DECLARE
+    missing integer;
+    later integer;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = 49) THEN
+        SELECT min(v) INTO missing FROM pg_catalog.unnest('{1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31,32,33,34,35,36,37,38,39,40,41,42,43,44,45,46,47,48}'::integer[]) v
+            WHERE NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = v);
+        IF missing IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 49 `step_output_bytes` was not applied: migration %, which comes before it, is not recorded in job.schema_migrations (migrations apply in order, each after the one before)', missing;
+        END IF;
+        SELECT min(version) INTO later FROM job.schema_migrations WHERE version > 49;
+        IF later IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 49 `step_output_bytes` was not applied: it is not recorded in job.schema_migrations, but migration %, which comes after it, is: the schema was migrated out of order, and 49 applied now could undo what later migrations changed. Apply what migration 49 lacks by hand and record it, or restore the database from a backup', later;
+        END IF;
+EXECUTE $job_migration_0049$
+-- 0049 step_output_bytes: a step's size is stored with it, so a page that shows a job's steps
+-- reads no output it does not show. Append-only: change the schema in a new numbered file.
+--
+-- The dashboard's job page shows each step's size, and its output only when that is at most
+-- 64 KiB. It computed the size as octet_length(output::text) for every step of the job before
+-- its LIMIT: each output decompressed and printed as text, up to 2 MiB each and any number of
+-- steps. A review measured 400 steps of 1.9 MB: 8.5 s a view, over the page's statement
+-- budget, so the page always failed, and each view held one of the dashboard's connections
+-- for seconds.
+--
+-- Now step_save.sql stores the byte length of the JSON text the worker wrote (output_bytes),
+-- and inspect_steps_shown.sql takes its first steps before reading any size, and reads the
+-- stored size. Rows written before this migration, or by a writer that does not set it, have
+-- none: their size is computed as before, for the steps shown only.
+--
+-- ADD COLUMN without a default does not rewrite the table.
+
+ALTER TABLE job.steps
+    ADD COLUMN output_bytes integer
+        CONSTRAINT steps_output_bytes_check CHECK (output_bytes >= 0);
+$job_migration_0049$;
+        INSERT INTO job.schema_migrations (version, name) VALUES (49, 'step_output_bytes');
+    ELSIF NOT EXISTS (SELECT 1 FROM job.schema_migrations
+                      WHERE version = 49 AND name = 'step_output_bytes') THEN
+        RAISE EXCEPTION 'job migration 49 is recorded in job.schema_migrations as `%`, but this script''s migration 49 is `step_output_bytes`: the database was migrated by a build whose migrations differ from this one''s', (SELECT name FROM job.schema_migrations WHERE version = 49);
+    END IF;
+END
+$apply$;
+COMMIT;

@@ -262,6 +262,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "rescue_names",
         sql: include_str!("../migrations/0048_rescue_names.sql"),
     },
+    Migration {
+        version: 49,
+        name: "step_output_bytes",
+        sql: include_str!("../migrations/0049_step_output_bytes.sql"),
+    },
 ];
 
 /// The whole schema as one plain SQL script, for a DBA or a team without Rust:

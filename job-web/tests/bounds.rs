@@ -578,6 +578,91 @@ async fn a_job_page_reads_the_first_steps_and_no_large_output() {
     db.close().await;
 }
 
+/// The most rows any node of `plan` (EXPLAIN ANALYZE VERBOSE, JSON) produced with an output
+/// that computes `expression`.
+fn rows_computing(plan: &serde_json::Value, expression: &str) -> f64 {
+    let here = plan["Output"].as_array().is_some_and(|out| {
+        out.iter()
+            .any(|o| o.as_str().is_some_and(|o| o.contains(expression)))
+    });
+    let rows = if here {
+        plan["Actual Rows"].as_f64().unwrap_or(0.0) * plan["Actual Loops"].as_f64().unwrap_or(1.0)
+    } else {
+        0.0
+    };
+    plan["Plans"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|p| rows_computing(p, expression))
+        .fold(rows, f64::max)
+}
+
+#[tokio::test]
+async fn a_job_page_sizes_only_the_steps_it_shows_and_reads_sizes_stored_with_them() {
+    // Sized as text before its LIMIT, every output of the job was decompressed and printed (a
+    // review: 400 steps of 1.9 MB, 8.5 s a view). Steps written before migration 0049 have no
+    // stored size: 150 of them here.
+    let db = TestDb::new().await;
+    let id = enqueue(&db, "stepped", "{}", "default", None).await;
+    sqlx::query(
+        "INSERT INTO job.steps (job_id, name, output, attempt)
+         SELECT $1, format('step %s', lpad(g::text, 3, '0')), jsonb_build_object('n', g), 1
+         FROM generate_series(1, 150) g",
+    )
+    .bind(id)
+    .execute(&db.pool())
+    .await
+    .unwrap();
+    let statement = include_str!("../../job-postgres/src/sql/inspect_steps_shown.sql");
+    let mut conn = db.pool().acquire().await.unwrap();
+    sqlx::raw_sql(&format!(
+        "PREPARE shown (bigint, text, integer, integer) AS {statement}"
+    ))
+    .execute(&mut *conn)
+    .await
+    .unwrap();
+    let (plan,): (serde_json::Value,) = sqlx::query_as(&format!(
+        "EXPLAIN (ANALYZE, VERBOSE, FORMAT JSON) EXECUTE shown({id}, NULL, 65536, 101)"
+    ))
+    .fetch_one(&mut *conn)
+    .await
+    .unwrap();
+    let sized = rows_computing(&plan[0]["Plan"], "octet_length");
+    assert!(
+        (1.0..=101.0).contains(&sized),
+        "the statement sized {sized} steps' outputs to show 100: {plan}"
+    );
+    // A step the store saves carries its size: the page reads it, not the output.
+    sqlx::query("UPDATE job.jobs SET state = 'running', attempt = 1, lock_token = $2, locked_until = now() + interval '1 hour' WHERE id = $1")
+        .bind(id)
+        .bind(uuid::Uuid::nil())
+        .execute(&db.pool())
+        .await
+        .unwrap();
+    let output = serde_json::json!({ "blob": "b".repeat(100_000) }).to_string();
+    let lease = job::Lease {
+        id,
+        token: uuid::Uuid::nil(),
+    };
+    let store = db.store();
+    use job::Store as _;
+    assert!(store
+        .save_step(&lease, "saved", &output)
+        .await
+        .unwrap()
+        .written());
+    let stored: Option<i32> = sqlx::query_scalar(
+        "SELECT output_bytes FROM job.steps WHERE job_id = $1 AND name = 'saved'",
+    )
+    .bind(id)
+    .fetch_one(&db.pool())
+    .await
+    .unwrap();
+    assert_eq!(stored, Some(output.len() as i32));
+    db.close().await;
+}
+
 #[tokio::test]
 async fn the_queues_page_counts_the_first_thousand_queues_by_name() {
     // One job in each of many queues: the page probed every queue, then looked each row's

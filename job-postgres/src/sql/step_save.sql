@@ -1,4 +1,5 @@
--- Records one step's output ($3 name, $4 JSON text), guarded by (id, lock_token) and running:
+-- Records one step's output ($3 name, $4 JSON text, whose size in bytes is stored with it:
+-- migration 0049), guarded by (id, lock_token) and running:
 -- the insert selects from the guard row, so a lost lease inserts nothing. The guard row is
 -- locked FOR SHARE, which orders the write against a concurrent rescue, finalize or release of
 -- the same row: either the step commits while the lease is held (and the job's next attempt,
@@ -15,8 +16,8 @@ WITH held AS (
     WHERE id = $1 AND lock_token = $2 AND state = 'running'
     FOR SHARE SKIP LOCKED
 ), recorded AS (
-    INSERT INTO job.steps (job_id, name, output, attempt)
-    SELECT held.id, $3, $4::jsonb, held.attempt
+    INSERT INTO job.steps (job_id, name, output, attempt, output_bytes)
+    SELECT held.id, $3, $4::jsonb, held.attempt, octet_length($4::text)
     FROM held
     ON CONFLICT (job_id, name) DO NOTHING
 )
