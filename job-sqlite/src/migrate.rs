@@ -109,6 +109,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "interruptions",
         sql: include_str!("../migrations/0018_interruptions.sql"),
     },
+    Migration {
+        version: 19,
+        name: "claim_by_kind",
+        sql: include_str!("../migrations/0019_claim_by_kind.sql"),
+    },
 ];
 
 /// The migrations the file has recorded, with their names; none before the books exist.
