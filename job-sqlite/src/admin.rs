@@ -67,6 +67,55 @@ async fn list(
         .collect()
 }
 
+/// The statement picking the dead letters `filter` names, for redrive and purge, and its name:
+/// by primary key when it names ids, else through `job_jobs_discarded_idx`.
+fn dead_letters_statement(filter: &JobFilter) -> (&'static str, &'static str) {
+    if filter.ids.is_empty() {
+        (sql::DEAD_LETTERS, "dead_letters")
+    } else {
+        (sql::DEAD_LETTERS_BY_ID, "dead_letters_by_id")
+    }
+}
+
+/// Binds a [`JobFilter`] to [`dead_letters_statement`]'s statement (its states left out: only
+/// `discarded`).
+fn bind_dead_letters<'q>(
+    query: Query<'q, Sqlite, SqliteArguments<'q>>,
+    filter: &'q JobFilter,
+) -> Query<'q, Sqlite, SqliteArguments<'q>> {
+    let query = if filter.ids.is_empty() {
+        query
+    } else {
+        query.bind(serde_json::to_string(&filter.ids).unwrap_or_else(|_| "[]".into()))
+    };
+    query
+        .bind(&filter.kind)
+        .bind(&filter.queue)
+        .bind(&filter.tenant)
+        .bind(&filter.tag)
+        .bind(filter.finalized_from.map(from_time))
+        .bind(filter.finalized_to.map(from_time))
+        .bind(i64::from(filter.effective_limit()))
+}
+
+/// The dead letters `filter` names, lowest id first, up to its limit.
+async fn dead_letters(
+    conn: &mut SqliteConnection,
+    filter: &JobFilter,
+) -> Result<Vec<JobRow>, Error> {
+    let (statement, name) = dead_letters_statement(filter);
+    let rows = bind_dead_letters(sqlx::query(statement), filter)
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(Error::query(name))?;
+    rows.iter()
+        .map(|r| {
+            let id: JobId = r.try_get("id").map_err(Error::query(name))?;
+            row::decode(id, r)
+        })
+        .collect()
+}
+
 impl Admin for SqliteStore {
     async fn cancel(&self, id: JobId) -> Result<Cancelled, StoreError> {
         self.on_writer(|store| async move {
@@ -184,7 +233,7 @@ impl Admin for SqliteStore {
         self.on_writer(|store| async move {
             let mut w = store.write().await?;
             let now = now(&mut w.tx).await?;
-            let dead = list(&mut w.tx, &filter, &[JobState::Discarded]).await?;
+            let dead = dead_letters(&mut w.tx, &filter).await?;
             // Of several dead letters sharing a key, only the newest goes back.
             let mut newest: HashMap<(&str, &str), JobId> = HashMap::new();
             for d in &dead {
@@ -233,7 +282,7 @@ impl Admin for SqliteStore {
         let filter = filter.clone();
         self.on_writer(|store| async move {
             let mut w = store.write().await?;
-            let dead = list(&mut w.tx, &filter, &[JobState::Discarded]).await?;
+            let dead = dead_letters(&mut w.tx, &filter).await?;
             let ids: Vec<JobId> = dead.iter().map(|d| d.id).collect();
             let done = sqlx::query(sql::PURGE)
                 .bind(serde_json::to_string(&ids).unwrap_or_else(|_| "[]".into()))
@@ -298,5 +347,124 @@ impl Admin for SqliteStore {
         };
         stats.dead_letters = stats.in_state(JobState::Discarded);
         Ok(stats)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lease::tests::plan_store;
+
+    /// Redrive and purge read the dead letters through `job_jobs_discarded_idx`, or each id
+    /// they name by primary key, never the whole table (a million completed rows and 5 dead
+    /// letters: 170-218 ms under the write lock through `job_filter.sql`), with or without
+    /// statistics, whatever else the filter holds.
+    #[tokio::test]
+    async fn redrive_and_purge_read_only_the_dead_letters_with_or_without_statistics() {
+        let (dir, store) = plan_store("dead").await;
+        let mut conn = store.pool().acquire().await.unwrap();
+        let now = now(&mut conn).await.unwrap();
+        sqlx::query(
+            "WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < 4000)
+             INSERT INTO job_jobs (kind, queue, priority, payload, run_at, state, created_at,
+                                   finalized_at)
+             SELECT 'k', 'q', 0, '{}', ?1, CASE WHEN i % 800 = 0 THEN 'discarded'
+                                                ELSE 'completed' END, ?1, ?1
+             FROM s",
+        )
+        .bind(now)
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+        let dead: Vec<JobId> =
+            sqlx::query_scalar("SELECT id FROM job_jobs WHERE state = 'discarded' ORDER BY id")
+                .fetch_all(&mut *conn)
+                .await
+                .unwrap();
+        assert_eq!(dead.len(), 5);
+        let filters = [
+            JobFilter::default(),
+            JobFilter::dead_letters(),
+            JobFilter {
+                kind: Some("k".into()),
+                queue: Some("q".into()),
+                tag: Some("t".into()),
+                finalized_from: Some(crate::time::to_time(now - 1)),
+                limit: Some(3),
+                ..JobFilter::default()
+            },
+            JobFilter::ids([dead[1], dead[3], 1, 2, 3]),
+            JobFilter {
+                ids: vec![dead[0], dead[4], 4000],
+                kind: Some("k".into()),
+                finalized_to: Some(crate::time::to_time(now + 1)),
+                ..JobFilter::default()
+            },
+        ];
+        for analyzed in [false, true] {
+            if analyzed {
+                sqlx::query("ANALYZE").execute(&mut *conn).await.unwrap();
+            }
+            for filter in &filters {
+                let (statement, _) = dead_letters_statement(filter);
+                let explain = format!("EXPLAIN QUERY PLAN {statement}");
+                let rows: Vec<(i64, i64, i64, String)> =
+                    bind_dead_letters(sqlx::query(&explain), filter)
+                        .map(|r: sqlx::sqlite::SqliteRow| (r.get(0), r.get(1), r.get(2), r.get(3)))
+                        .fetch_all(&mut *conn)
+                        .await
+                        .unwrap();
+                let plan: Vec<String> = rows.into_iter().map(|r| r.3).collect();
+                let reads: Vec<&String> = plan
+                    .iter()
+                    .filter(|d| {
+                        let mut words = d.split(' ');
+                        matches!(words.next(), Some("SEARCH" | "SCAN")) && words.next() == Some("j")
+                    })
+                    .collect();
+                // The dead letters in id order, or a seek per id named (by primary key, or
+                // into the dead letters' index, which ANALYZE's statistics may prefer).
+                let expected: &[&str] = if filter.ids.is_empty() {
+                    &["SCAN j USING INDEX job_jobs_discarded_idx"]
+                } else {
+                    &[
+                        "SEARCH j USING INTEGER PRIMARY KEY (rowid=?)",
+                        "SEARCH j USING INDEX job_jobs_discarded_idx (id=?)",
+                    ]
+                };
+                assert!(
+                    reads.len() == 1 && expected.contains(&reads[0].as_str()),
+                    "analyzed: {analyzed}; {filter:?}; plan: {plan:#?}"
+                );
+            }
+            let mut read = Vec::new();
+            for filter in [
+                JobFilter::default(),
+                JobFilter {
+                    limit: Some(3),
+                    ..JobFilter::default()
+                },
+                filters[2].clone(),
+                filters[3].clone(),
+                filters[4].clone(),
+            ] {
+                let rows = dead_letters(&mut conn, &filter).await.unwrap();
+                read.push(rows.iter().map(|r| r.id).collect::<Vec<JobId>>());
+            }
+            assert_eq!(
+                read,
+                [
+                    dead.clone(),
+                    dead[..3].to_vec(),
+                    vec![],
+                    vec![dead[1], dead[3]],
+                    vec![dead[0], dead[4]],
+                ],
+                "analyzed: {analyzed}"
+            );
+        }
+        drop(conn);
+        store.pool().close().await;
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

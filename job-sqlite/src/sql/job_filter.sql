@@ -1,7 +1,8 @@
 -- Lists jobs matching a JobFilter, oldest (lowest id) first, at most ?9: ?1 ids (a JSON array;
 -- empty: any), ?2 states (a JSON array; empty: any), ?3 kind, ?4 queue, ?5 tenant, ?6 a tag the
--- job carries, ?7..?8 the finalized_at range [from, to); null: any. Also picks the dead letters
--- redrive and purge act on (?2 = '["discarded"]').
+-- job carries, ?7..?8 the finalized_at range [from, to); null: any. Redrive and purge pick
+-- their dead letters with dead_letters.sql and dead_letters_by_id.sql instead, which read them
+-- through their index.
 SELECT id, kind, queue, priority, state, payload, payload_version, attempt, max_attempts,
        run_at, lock_token, locked_until, locked_by, cancel_requested, errors, created_at,
        finalized_at, deadline, unique_key, tags, tenant, stuck_since, result
