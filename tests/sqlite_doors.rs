@@ -1331,3 +1331,93 @@ async fn a_breaker_row_with_counts_at_the_integer_bound_still_counts_and_trips()
     );
     db.close().await;
 }
+
+/// `Store::record_breakers` is a door: counts or settings no worker sends are refused, naming
+/// the kind and what is wrong, and nothing of the call is recorded, as PostgreSQL's
+/// `job.breaker_record` refuses them. A `min_attempts` of 0 with a window of no attempts
+/// divided by zero on the writer thread before.
+#[tokio::test]
+async fn breaker_counts_no_worker_sends_are_refused_naming_the_kind() {
+    use job::{Breaker, BreakerCount};
+
+    let db = TestSqlite::new().await;
+    let store = db.store();
+    let count = |kind: &str, breaker: Breaker, attempts: u32, failures: u32| BreakerCount {
+        kind: kind.into(),
+        breaker,
+        attempts,
+        failures,
+    };
+    let zero_minimum = Breaker {
+        min_attempts: 0,
+        ..Breaker::new(50)
+    };
+    for (counts, problem) in [
+        (
+            vec![count("doors.zero", zero_minimum, 0, 0)],
+            "min_attempts must be 1 to 1000000, got 0",
+        ),
+        (
+            // One bad kind refuses the whole call, the good one before it included.
+            vec![
+                count("doors.good", Breaker::new(50), 5, 5),
+                count("doors.zero", zero_minimum, 3, 3),
+            ],
+            "min_attempts must be 1 to 1000000, got 0",
+        ),
+        (
+            vec![count(
+                "doors.percent",
+                Breaker {
+                    failure_percent: 0,
+                    ..Breaker::new(50)
+                },
+                1,
+                0,
+            )],
+            "failure_percent must be 1 to 100, got 0",
+        ),
+        (
+            vec![count("doors.more", Breaker::new(50), 1, 2)],
+            "2 failures of 1 attempts",
+        ),
+        (
+            vec![count("", Breaker::new(50), 1, 0)],
+            "the kind must not be empty",
+        ),
+    ] {
+        let err = store
+            .record_breakers(&counts)
+            .await
+            .expect_err("refused at the door");
+        let kind = &counts.last().unwrap().kind;
+        let message = err.to_string();
+        assert!(
+            err.is_refused()
+                && message.contains(&format!("invalid breaker counts for kind {kind:?}"))
+                && message.contains(problem),
+            "{message}"
+        );
+    }
+    let recorded: i64 = sqlx::query_scalar("SELECT count(*) FROM job_breakers")
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+    assert_eq!(recorded, 0, "nothing of a refused call is recorded");
+    assert!(store.pauses().await.unwrap().is_empty());
+    // The store still counts after the refusals.
+    let tripped = store
+        .record_breakers(&[count(
+            "doors.good",
+            Breaker {
+                min_attempts: 1,
+                ..Breaker::new(50)
+            },
+            1,
+            1,
+        )])
+        .await
+        .unwrap();
+    assert_eq!(tripped.len(), 1, "{tripped:?}");
+    db.close().await;
+}

@@ -67,6 +67,17 @@ pub enum Error {
         /// The job's id.
         id: i64,
     },
+    /// [`Store::record_breakers`](job_core::Store::record_breakers) was given counts or
+    /// settings no worker sends (a breaker [`Breaker::problem`](job_core::Breaker::problem)
+    /// refuses, more failures than attempts, a kind the name rule refuses), as PostgreSQL's
+    /// `job.breaker_record` refuses them: nothing of the call was recorded.
+    #[error("invalid breaker counts for kind {kind:?}: {problem}; nothing was recorded")]
+    Breaker {
+        /// The kind.
+        kind: String,
+        /// What is wrong.
+        problem: String,
+    },
     /// A stored job row could not be read back into its Rust type.
     #[error("job {id} has an undecodable `{column}`: {reason}")]
     Decode {
@@ -99,6 +110,9 @@ impl Error {
     pub fn is_refusal(&self) -> bool {
         if let Error::File { source, .. } = self {
             return source.is_refusal();
+        }
+        if let Error::Breaker { .. } = self {
+            return true;
         }
         let Error::Query { source, .. } = self else {
             return false;

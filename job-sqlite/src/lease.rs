@@ -314,6 +314,31 @@ pub(crate) async fn paused(
         .map_err(Error::query("paused"))
 }
 
+/// The first of `counts` no worker sends, as [`Error::Breaker`]: a breaker
+/// [`Breaker::problem`](job_core::Breaker::problem) refuses (a `min_attempts` of 0 let a
+/// window of 0 attempts trip, dividing by zero on the writer thread), more failures than
+/// attempts, or a kind the name rule refuses (it would be written to the pauses). The store
+/// refuses such a call at its door, as PostgreSQL's `job.breaker_record` does.
+pub(crate) fn breaker_problem(counts: &[BreakerCount]) -> Option<Error> {
+    counts.iter().find_map(|c| {
+        let problem = job_core::name_problem(&c.kind)
+            .map(|p| format!("the kind {p}"))
+            .or_else(|| c.breaker.problem())
+            .or_else(|| {
+                (c.failures > c.attempts).then(|| {
+                    format!(
+                        "{} failures of {} attempts (at most as many failures as attempts)",
+                        c.failures, c.attempts
+                    )
+                })
+            })?;
+        Some(Error::Breaker {
+            kind: c.kind.clone(),
+            problem,
+        })
+    })
+}
+
 /// Adds ended attempts to the kinds' circuit breakers and trips those over their threshold
 /// (`breaker_add.sql`, `breaker_trip.sql`, `pause_breaker.sql`), as job-postgres's
 /// `job.breaker_record`. In one immediate transaction.
@@ -343,10 +368,15 @@ pub(crate) async fn record_breakers(
         {
             continue;
         }
+        // A window of no attempts never trips: the door refuses a `min_attempts` of 0, but the
+        // percentage must never divide by zero on the writer thread, whatever reaches here.
+        let Some(percent) = (wide_failures * 100).checked_div(wide_attempts) else {
+            continue;
+        };
         let reason = format!(
             "circuit breaker: {failures} of {attempts} attempts failed ({}%) in the window since \
              {}; it trips at {}% of at least {} attempts per {} ms",
-            wide_failures * 100 / wide_attempts,
+            percent,
             to_time(window_start).format("%Y-%m-%dT%H:%M:%SZ"),
             b.failure_percent,
             b.min_attempts,

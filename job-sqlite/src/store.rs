@@ -357,6 +357,9 @@ impl Store for SqliteStore {
         if counts.is_empty() {
             return Ok(Vec::new());
         }
+        if let Some(refused) = lease::breaker_problem(counts) {
+            return Err(refused.into());
+        }
         let counts = counts.to_vec();
         self.on_writer(|store| async move {
             let mut w = store.write().await?;
