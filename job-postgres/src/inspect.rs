@@ -130,8 +130,9 @@ pub struct QueueOverview {
     pub recent_discarded: u64,
     /// Jobs cancelled within [`Overview::window`].
     pub recent_cancelled: u64,
-    /// Whether its waiting jobs reached [`Overview::cap`]: `scheduled`, `available` and
-    /// `retryable` (counted in claim order) are then lower bounds.
+    /// Whether the waiting jobs read of this queue reached [`Overview::queue_cap`] (its
+    /// available ones, or its scheduled and retryable ones), whatever their tenant:
+    /// `scheduled`, `available` and `retryable` (counted in claim order) are then lower bounds.
     pub waiting_capped: bool,
 }
 
@@ -141,11 +142,18 @@ pub struct Overview {
     /// One entry per queue that has waiting, running or dead jobs or finished some within the
     /// window, by name.
     pub queues: Vec<QueueOverview>,
-    /// The rows each part (waiting jobs of each queue, running, dead letters, recently
-    /// finished) reads at most.
+    /// The rows each part (running, dead letters, recently finished) reads at most, whatever
+    /// the tenant; and the most the waiting jobs of one queue read, of each kind of state.
     pub cap: u32,
-    /// Parts that reached `cap` in all (`running`, `discarded`, `recent`): their counts are
-    /// lower bounds. Waiting jobs are capped per queue ([`QueueOverview::waiting_capped`]).
+    /// The rows the waiting jobs of each queue read, of each kind of state (available; due
+    /// later): `cap`, or less when many queues have waiting jobs (ten times `cap` in all).
+    pub queue_cap: u32,
+    /// On a tenant's overview: whether a queue is missing because the waiting jobs read of it
+    /// (its first `queue_cap` in claim order) were all other tenants': this tenant's may
+    /// wait behind them.
+    pub waiting_unseen: bool,
+    /// Parts that read `cap` rows (`running`, `discarded`, `recent`): their counts are lower
+    /// bounds. Waiting jobs are capped per queue ([`QueueOverview::waiting_capped`]).
     pub capped: Vec<&'static str>,
     /// How far back "recent" reaches.
     pub window: Duration,
@@ -395,14 +403,31 @@ impl Reader<'_> {
             .await
             .map_err(Error::query("inspect_overview"))?;
         let mut queues: Vec<QueueOverview> = Vec::new();
-        let mut totals = [0u64; 3];
         let mut queues_capped = false;
+        // What each part read whatever the tenant, and the rows each waiting part read per
+        // queue at most: a part that read all it could has counts that are lower bounds.
+        let mut read_waiting: Vec<(String, String, u64)> = Vec::new();
+        let mut read = [0u64; 3];
+        let (mut budget_available, mut budget_later) = (u64::from(cap), u64::from(cap));
+        let mut waiting_unseen = false;
         for (section, queue, state, n, oldest_ms) in rows {
-            if section == "capped" {
-                queues_capped = true;
+            let n = n.unsigned_abs();
+            match (section.as_str(), state.as_str()) {
+                ("capped", _) => {
+                    queues_capped = true;
+                    continue;
+                }
+                ("budget", "available") => budget_available = n,
+                ("budget", "later") => budget_later = n,
+                ("read", "running") => read[0] = n,
+                ("read", "discarded") => read[1] = n,
+                ("read", "recent") => read[2] = n,
+                ("read", _) => read_waiting.push((queue.clone(), state.clone(), n)),
+                _ => {}
+            }
+            if section != "now" && section != "recent" {
                 continue;
             }
-            let n = n.unsigned_abs();
             let at = match queues.binary_search_by(|q| q.queue.as_str().cmp(&queue)) {
                 Ok(at) => at,
                 Err(at) => {
@@ -429,29 +454,36 @@ impl Reader<'_> {
                 ("recent", "cancelled") => q.recent_cancelled = n,
                 _ => {}
             }
-            match (section.as_str(), state.as_str()) {
-                ("now", "running") => totals[0] += n,
-                ("now", "discarded") => totals[1] += n,
-                ("recent", _) => totals[2] += n,
-                _ => {}
-            }
             if let Some(ms) = oldest_ms {
                 let age = Duration::from_millis(ms.unsigned_abs());
                 q.oldest_due = Some(q.oldest_due.map_or(age, |a| a.max(age)));
             }
         }
-        for q in &mut queues {
-            q.waiting_capped = q.scheduled + q.available + q.retryable >= u64::from(cap);
+        for (queue, part, n) in read_waiting {
+            let budget = if part == "available" {
+                budget_available
+            } else {
+                budget_later
+            };
+            if n >= budget {
+                match queues.binary_search_by(|q| q.queue.as_str().cmp(&queue)) {
+                    Ok(at) => queues[at].waiting_capped = true,
+                    // On a tenant's overview: the jobs read were all other tenants'.
+                    Err(_) => waiting_unseen = true,
+                }
+            }
         }
         let capped = ["running", "discarded", "recent"]
             .into_iter()
-            .zip(totals)
-            .filter(|(_, total)| *total >= u64::from(cap))
+            .zip(read)
+            .filter(|(_, n)| *n >= u64::from(cap))
             .map(|(part, _)| part)
             .collect();
         Ok(Overview {
             queues,
             cap,
+            queue_cap: u32::try_from(budget_available.min(budget_later)).unwrap_or(cap),
+            waiting_unseen,
             capped,
             window,
             queues_capped,

@@ -114,8 +114,11 @@ pub(crate) async fn page(
             @if overview.queues_capped {
                 p.muted { "More than " (job_postgres::OVERVIEW_QUEUES) " queues have waiting jobs: the first " (job_postgres::OVERVIEW_QUEUES) " by name are counted, with those that have running, dead or recently finished jobs." }
             }
+            @if overview.waiting_unseen {
+                p.muted { "A queue whose first " (overview.queue_cap) " waiting jobs are other tenants' is not listed: this tenant's jobs may wait behind them. `job stats --tenant` counts them all." }
+            }
             @if !overview.capped.is_empty() || overview.queues.iter().any(|q| q.waiting_capped) {
-                p.muted { "Counts with + and ages with ≥ are lower bounds: this page reads at most " (overview.cap) " waiting jobs per queue, and as many running, dead and recently finished ones in all (the oldest of those), so a queue whose only jobs are finished ones past that may be missing here. `job stats` counts them all." }
+                p.muted { "Counts with + and ages with ≥ are lower bounds: this page reads at most " (overview.queue_cap) " waiting jobs per queue (of those available, and of those due later), and " (overview.cap) " running, dead and recently finished ones in all (the oldest of those), so a queue whose only jobs are finished ones past that may be missing here. `job stats` counts them all." }
             }
         }
         h2 { "Paused" }
