@@ -82,8 +82,10 @@ pub(crate) fn json<T: Serialize>(value: &T) -> String {
     serde_json::to_string_pretty(value).expect("plain data serializes")
 }
 
+/// A time as the tables print it: in UTC, marked `Z` (an operator in another zone reads it
+/// as what it is); empty when there is none.
 pub(crate) fn when(at: Option<DateTime<Utc>>) -> String {
-    at.map(|t| t.format("%Y-%m-%d %H:%M:%S").to_string())
+    at.map(|t| t.format("%Y-%m-%d %H:%M:%SZ").to_string())
         .unwrap_or_default()
 }
 

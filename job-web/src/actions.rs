@@ -34,7 +34,7 @@ pub(crate) struct ActionForm {
     /// Set by the bulk forms: act on every dead letter matching the filter fields (empty:
     /// unset, as every field).
     all: Option<String>,
-    /// The bulk purge's confirmation box.
+    /// A purge's confirmation box.
     confirm: Option<String>,
     /// Set by the bulk forms: when the page they were on was read (RFC 3339, the database's
     /// clock). Dead letters finished since were never shown, and are left alone.
@@ -155,9 +155,9 @@ pub(crate) async fn purge(
 ) -> Result<Response, WebError> {
     authorize(&app, &headers, &form)?;
     let filter = target(&form)?;
-    if form.id()?.is_none() && form.confirm.as_deref() != Some("yes") {
+    if form.confirm.as_deref() != Some("yes") {
         return Err(WebError::bad_request(
-            "purging every matching dead letter needs the confirmation box ticked",
+            "a purge deletes for good: it needs the confirmation box ticked",
         ));
     }
     let n = app.scope().purge(&filter).await?.to_string();

@@ -410,7 +410,11 @@ async fn an_action_the_database_stopped_is_not_done_once_the_lock_is_gone() {
         let answer = post(
             &router,
             path,
-            &[("id", id.as_str()), ("csrf", token.as_str())],
+            &[
+                ("id", id.as_str()),
+                ("confirm", "yes"),
+                ("csrf", token.as_str()),
+            ],
             Some(&cookie),
         )
         .await;
@@ -445,7 +449,11 @@ async fn an_action_the_database_stopped_is_not_done_once_the_lock_is_gone() {
             post(
                 &router,
                 path,
-                &[("id", id.as_str()), ("csrf", token.as_str())],
+                &[
+                    ("id", id.as_str()),
+                    ("confirm", "yes"),
+                    ("csrf", token.as_str()),
+                ],
                 Some(&cookie),
             ),
         )

@@ -298,6 +298,17 @@ async fn redrive_purge_pause_and_resume_from_the_pages() {
         Some(&op),
     )
     .await;
+    // A purge of one job needs the box ticked too.
+    assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{}", answer.body);
+    assert!(answer.body.contains("confirmation box"), "{}", answer.body);
+    assert_eq!(state(&db, b).await.as_deref(), Some("discarded"));
+    let answer = post(
+        &router,
+        "/actions/purge",
+        &[("id", &bstr), ("confirm", "yes"), ("csrf", &token)],
+        Some(&op),
+    )
+    .await;
     assert_eq!(answer.status, StatusCode::SEE_OTHER);
     assert_eq!(state(&db, b).await, None);
     // Purging everything matching needs the box ticked.
@@ -430,7 +441,7 @@ async fn a_tenants_dashboard_shows_and_touches_that_tenant_only() {
         post(
             &router,
             path,
-            &[("id", &theirs_str), ("csrf", &token)],
+            &[("id", &theirs_str), ("confirm", "yes"), ("csrf", &token)],
             Some(&op),
         )
         .await;

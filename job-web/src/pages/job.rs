@@ -9,7 +9,7 @@ use job::{JobRow, JobState};
 use job_postgres::{ShowSteps, ShownSteps};
 use maud::{html, Markup};
 
-use super::layout::{self, form, opt_time, pretty, state_badge, time, Nav, Notice};
+use super::layout::{self, form, opt_time, pretty, purge_form, state_badge, time, Nav, Notice};
 use crate::base::Base;
 use crate::dashboard::{AppState, Ctx};
 use crate::error::WebError;
@@ -63,7 +63,7 @@ fn actions(ctx: &Ctx, job: &JobRow) -> Markup {
                 }
                 @if job.state == JobState::Discarded {
                     (form(ctx, "/actions/redrive", &id, "Redrive", "redrive"))
-                    (form(ctx, "/actions/purge", &id, "Purge", "purge"))
+                    (purge_form(ctx, &id, "Purge"))
                 }
             }
         }

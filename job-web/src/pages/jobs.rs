@@ -9,7 +9,7 @@ use job_postgres::{JobSummary, Page, PageRequest};
 use maud::{html, Markup};
 use serde::Deserialize;
 
-use super::layout::{self, clip, form, href, opt_time, state_badge, Nav, Notice};
+use super::layout::{self, clip, form, href, opt_time, purge_form, state_badge, Nav, Notice};
 use crate::base::Base;
 use crate::dashboard::{AppState, Ctx};
 use crate::error::WebError;
@@ -130,14 +130,7 @@ pub(crate) async fn dead_letters(
         @if ctx.can_act() && !page.jobs.is_empty() {
             div.bulk {
                 (form(&ctx, "/actions/redrive", &with(&filter_fields, ("all", "1")), "Redrive all matching (up to 1,000)", "redrive"))
-                form.inline method="post" action=(ctx.base.at("/actions/purge")) {
-                    input type="hidden" name="csrf" value=(ctx.csrf.clone().unwrap_or_default());
-                    input type="hidden" name="all" value="1";
-                    @for (k, v) in &filter_fields { input type="hidden" name=(k) value=(v); }
-                    label { input type="checkbox" name="confirm" value="yes" required; " I mean it" }
-                    " "
-                    button type="submit" class="purge" { "Purge all matching (up to 1,000)" }
-                }
+                (purge_form(&ctx, &with(&filter_fields, ("all", "1")), "Purge all matching (up to 1,000)"))
             }
         }
         (table(&ctx, &page, true))
@@ -230,7 +223,7 @@ fn row(ctx: &Ctx, job: &JobSummary, dead: bool) -> Markup {
             @if dead && ctx.can_act() {
                 td.actions {
                     (form(ctx, "/actions/redrive", &[("id", job.id.to_string())], "Redrive", "redrive"))
-                    (form(ctx, "/actions/purge", &[("id", job.id.to_string())], "Purge", "purge"))
+                    (purge_form(ctx, &[("id", job.id.to_string())], "Purge"))
                 }
             }
         }

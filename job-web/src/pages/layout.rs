@@ -127,6 +127,25 @@ pub(crate) fn form(
     }
 }
 
+/// A purge's form: like [`form`], with the box an operator must tick first (a purge deletes
+/// for good, as the CLI's asks before it does).
+pub(crate) fn purge_form(ctx: &Ctx, fields: &[(&str, String)], label: &str) -> Markup {
+    let Some(csrf) = &ctx.csrf else {
+        return html! {};
+    };
+    html! {
+        form.inline method="post" action=(ctx.base.at("/actions/purge")) {
+            input type="hidden" name="csrf" value=(csrf);
+            @for (name, value) in fields {
+                input type="hidden" name=(name) value=(value);
+            }
+            label { input type="checkbox" name="confirm" value="yes" required; " I mean it" }
+            " "
+            button type="submit" class="purge" { (label) }
+        }
+    }
+}
+
 /// The CSS class of a state's badge.
 pub(crate) fn state_badge(state: JobState, stuck: bool) -> Markup {
     html! {
@@ -135,8 +154,9 @@ pub(crate) fn state_badge(state: JobState, stuck: bool) -> Markup {
     }
 }
 
+/// A time, shown in UTC and saying so (the machine-readable `datetime` beside it).
 pub(crate) fn time(at: DateTime<Utc>) -> Markup {
-    html! { time datetime=(at.to_rfc3339()) { (at.format("%Y-%m-%d %H:%M:%S")) } }
+    html! { time datetime=(at.to_rfc3339()) { (at.format("%Y-%m-%d %H:%M:%S UTC")) } }
 }
 
 pub(crate) fn opt_time(at: Option<DateTime<Utc>>) -> Markup {
