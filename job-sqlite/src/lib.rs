@@ -14,6 +14,7 @@
 //! transaction.
 
 mod admin;
+mod busy;
 mod enqueue;
 mod error;
 mod history;

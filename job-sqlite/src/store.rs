@@ -38,8 +38,11 @@ const POOL_SIZE: u32 = 8;
 /// upgraded from a stale read), run from begin to commit on the store's own writer thread (so
 /// that no handler blocking the application's runtime can stop one while it holds the lock),
 /// and the writes of one process, each with its connection, queue on an async gate before they
-/// ask for the lock, so they wait in order instead of in SQLite's busy handler. Writers of
-/// other processes sharing the file wait in the busy handler, up to [`BUSY_TIMEOUT`].
+/// ask for the lock, so they wait in order instead of in SQLite's busy handler. Against
+/// writers of other processes sharing the file, each connection waits in the store's busy
+/// handler, which tries again every 200 µs for the first 50 ms and every millisecond after
+/// (SQLite's own sleeps up to 100 ms between tries, and missed the short gaps between another
+/// process's writes for seconds), up to [`BUSY_TIMEOUT`].
 ///
 /// Cloning is cheap (the pool is shared).
 #[derive(Debug, Clone)]
@@ -110,9 +113,12 @@ impl SqliteStore {
     /// The connect options the store uses for the file at `path`: created when missing, WAL
     /// journal, `synchronous = NORMAL` (durable against a crash of the process; a power loss
     /// may undo the last commits: set [`SqliteSynchronous::Full`] to rule that out), foreign
-    /// keys on, [`BUSY_TIMEOUT`], and `journal_size_limit` 64 MiB: the WAL file, which grows
-    /// to hold the largest transaction written between two checkpoints, is cut back to that
-    /// size when a checkpoint resets it, instead of keeping its largest size for good.
+    /// keys on, [`BUSY_TIMEOUT`] (how long the store's busy handler, which every connection
+    /// of the store's pools gets in place of SQLite's, waits for another process's write
+    /// lock: change it with `busy_timeout`), and `journal_size_limit` 64 MiB: the WAL file,
+    /// which grows to hold the largest transaction written between two checkpoints, is cut
+    /// back to that size when a checkpoint resets it, instead of keeping its largest size for
+    /// good.
     pub fn options(path: impl AsRef<Path>) -> SqliteConnectOptions {
         SqliteConnectOptions::new()
             .filename(path)
@@ -312,6 +318,7 @@ fn pool_options(shared: &Arc<Shared>, connections: u32) -> SqlitePoolOptions {
         .after_connect(move |conn, _| {
             let notifier = notifier.clone();
             Box::pin(async move {
+                crate::busy::install(conn).await?;
                 notifier
                     .install(conn)
                     .await
