@@ -760,6 +760,44 @@ async fn a_redrive_reads_a_unique_key_that_is_not_utf8_byte_for_byte() {
     db.close().await;
 }
 
+#[tokio::test]
+async fn a_redrive_tells_unique_keys_apart_by_their_bytes() {
+    // Two keys whose bytes differ only where they are not UTF-8 read the same as text (U+FFFD
+    // for each such byte): the redrive took them for one key and sent back only the newest of
+    // the two dead letters.
+    let db = TestSqlite::new().await;
+    let store = db.store();
+    let key_ff = format!("CAST(x'{}ff' AS TEXT)", hex("key"));
+    let key_fe = format!("CAST(x'{}fe' AS TEXT)", hex("key"));
+    for key in [&key_ff, &key_fe, &key_ff] {
+        let dead = [
+            ("state", "'discarded'"),
+            ("finalized_at", "1"),
+            ("unique_key", key.as_str()),
+            ("unique_scope", "'finished'"),
+        ];
+        insert_raw(&store, "q", &dead).await.unwrap();
+    }
+    let listed = store.list(&job::JobFilter::default()).await.unwrap();
+    let shown: Vec<Option<&str>> = listed.iter().map(|j| j.unique_key.as_deref()).collect();
+    assert_eq!(
+        shown,
+        [Some("key\u{FFFD}"); 3],
+        "the keys read the same as text"
+    );
+    let redriven = store
+        .redrive(&job::JobFilter::default())
+        .await
+        .expect("the redrive goes through");
+    assert_eq!(redriven.redriven, vec![2, 3], "one of each key");
+    assert_eq!(
+        redriven.skipped,
+        vec![(1, 3)],
+        "the older of the same bytes"
+    );
+    db.close().await;
+}
+
 /// Registers kind `k` with the compensating kind `probe.undo` on queue `undo`.
 async fn compensated_by_undo(store: &SqliteStore) {
     let undo = job::Compensate {

@@ -98,11 +98,19 @@ fn bind_dead_letters<'q>(
         .bind(i64::from(filter.effective_limit()))
 }
 
+/// A dead letter and, when it has a unique key, its kind and key as stored, byte for byte
+/// (the row's text shows bytes that are not UTF-8 as U+FFFD: two keys that differ only in
+/// such bytes read the same there).
+struct DeadLetter {
+    row: JobRow,
+    key: Option<(Vec<u8>, Vec<u8>)>,
+}
+
 /// The dead letters `filter` names, lowest id first, up to its limit.
 async fn dead_letters(
     conn: &mut SqliteConnection,
     filter: &JobFilter,
-) -> Result<Vec<JobRow>, Error> {
+) -> Result<Vec<DeadLetter>, Error> {
     let (statement, name) = dead_letters_statement(filter);
     let rows = bind_dead_letters(sqlx::query(statement), filter)
         .fetch_all(&mut *conn)
@@ -111,7 +119,13 @@ async fn dead_letters(
     rows.iter()
         .map(|r| {
             let id: JobId = r.try_get("id").map_err(Error::query(name))?;
-            row::decode(id, r)
+            let row = row::decode(id, r)?;
+            let key: Option<Vec<u8>> = r.try_get("unique_key").map_err(Error::query(name))?;
+            let key = match key {
+                Some(key) => Some((r.try_get("kind").map_err(Error::query(name))?, key)),
+                None => None,
+            };
+            Ok(DeadLetter { row, key })
         })
         .collect()
 }
@@ -234,26 +248,25 @@ impl Admin for SqliteStore {
             let mut w = store.write().await?;
             let now = now(&mut w.tx).await?;
             let dead = dead_letters(&mut w.tx, &filter).await?;
-            // Of several dead letters sharing a key, only the newest goes back.
-            let mut newest: HashMap<(&str, &str), JobId> = HashMap::new();
+            // Of several dead letters sharing a kind and key (byte for byte), only the newest
+            // goes back.
+            let mut newest: HashMap<&(Vec<u8>, Vec<u8>), JobId> = HashMap::new();
             for d in &dead {
-                if let Some(key) = &d.unique_key {
-                    let slot = newest
-                        .entry((d.kind.as_str(), key.as_str()))
-                        .or_insert(d.id);
-                    *slot = (*slot).max(d.id);
+                if let Some(key) = &d.key {
+                    let slot = newest.entry(key).or_insert(d.row.id);
+                    *slot = (*slot).max(d.row.id);
                 }
             }
             let mut out = Redriven::default();
             let mut queues = Vec::new();
-            for d in &dead {
-                if let Some(key) = &d.unique_key {
+            for DeadLetter { row: d, key } in &dead {
+                if let Some(key) = key {
                     let holder: Option<JobId> = sqlx::query_scalar(sql::UNIQUE_OTHER_HOLDER)
                         .bind(d.id)
                         .fetch_optional(&mut *w.tx)
                         .await
                         .map_err(Error::query("unique_other_holder"))?;
-                    let first = newest[&(d.kind.as_str(), key.as_str())];
+                    let first = newest[key];
                     if let Some(existing) = holder.or((first != d.id).then_some(first)) {
                         out.skipped.push((d.id, existing));
                         continue;
@@ -283,7 +296,7 @@ impl Admin for SqliteStore {
         self.on_writer(|store| async move {
             let mut w = store.write().await?;
             let dead = dead_letters(&mut w.tx, &filter).await?;
-            let ids: Vec<JobId> = dead.iter().map(|d| d.id).collect();
+            let ids: Vec<JobId> = dead.iter().map(|d| d.row.id).collect();
             let done = sqlx::query(sql::PURGE)
                 .bind(serde_json::to_string(&ids).unwrap_or_else(|_| "[]".into()))
                 .execute(&mut *w.tx)
@@ -449,7 +462,7 @@ mod tests {
                 filters[4].clone(),
             ] {
                 let rows = dead_letters(&mut conn, &filter).await.unwrap();
-                read.push(rows.iter().map(|r| r.id).collect::<Vec<JobId>>());
+                read.push(rows.iter().map(|r| r.row.id).collect::<Vec<JobId>>());
             }
             assert_eq!(
                 read,
