@@ -581,6 +581,83 @@ async fn the_pruner_reads_each_pruned_state_through_its_own_index_never_the_dead
 }
 
 #[tokio::test]
+async fn a_prune_of_large_jobs_deletes_its_whole_batch_and_the_pass_prunes_them_all() {
+    // A prune transaction stops at 16 MiB of payloads, results, histories and steps (1,000
+    // jobs of 1 MiB held the file's write lock about a second in one): the store still
+    // answers for its whole batch, or the pruner, which repeats until a prune comes back
+    // short of its batch, would stop after the first 16 MiB.
+    let db = TestSqlite::new().await;
+    let store = db.store();
+    for i in 0..40 {
+        sqlx::query(
+            "INSERT INTO job_jobs (kind, queue, payload, run_at, created_at, state, finalized_at)
+             VALUES ('k', 'q', json_object('pad', substr(hex(zeroblob(524000)), 1, 1048000)),
+                     1000000, 1000000, 'completed', 1000000 + ?1)",
+        )
+        .bind(i)
+        .execute(store.pool())
+        .await
+        .unwrap();
+    }
+    let request = job::PruneRequest {
+        completed_retention: std::time::Duration::ZERO,
+        cancelled_retention: std::time::Duration::ZERO,
+        batch: 20,
+    };
+    assert_eq!(store.prune(&request).await.unwrap(), 20, "the whole batch");
+    let config = job::PrunerConfig {
+        completed_retention: std::time::Duration::ZERO,
+        batch: 1000,
+        ..job::PrunerConfig::default()
+    };
+    let pass = job::Pruner::new(store.clone(), config)
+        .run_once()
+        .await
+        .unwrap();
+    assert_eq!(pass.deleted, 20, "the rest, in one pass");
+    let left: i64 = sqlx::query_scalar("SELECT count(*) FROM job_jobs")
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+    assert_eq!(left, 0);
+    db.close().await;
+}
+
+#[tokio::test]
+async fn a_prune_whose_deletes_a_trigger_ignores_ends() {
+    // A prune goes on while its transactions pick as many jobs as they may: one whose deletes
+    // an application's trigger ignores (RAISE(IGNORE)) would pick the same jobs for ever.
+    let db = TestSqlite::new().await;
+    let store = db.store();
+    sqlx::query(
+        "CREATE TRIGGER keep_jobs BEFORE DELETE ON job_jobs BEGIN SELECT RAISE(IGNORE); END",
+    )
+    .execute(store.pool())
+    .await
+    .unwrap();
+    for _ in 0..3 {
+        sqlx::query(
+            "INSERT INTO job_jobs (kind, queue, payload, run_at, created_at, state, finalized_at)
+             VALUES ('k', 'q', '{}', 1000000, 1000000, 'completed', 1000000)",
+        )
+        .execute(store.pool())
+        .await
+        .unwrap();
+    }
+    let request = job::PruneRequest {
+        completed_retention: std::time::Duration::ZERO,
+        cancelled_retention: std::time::Duration::ZERO,
+        batch: 2,
+    };
+    // A deadline only, so that a prune that never ends fails the test: nothing is measured.
+    let pruned = tokio::time::timeout(std::time::Duration::from_secs(30), store.prune(&request))
+        .await
+        .expect("the prune ended");
+    assert_eq!(pruned.unwrap(), 0);
+    db.close().await;
+}
+
+#[tokio::test]
 async fn every_connection_of_the_store_cuts_the_wal_file_back_to_64_mib() {
     // Without a journal_size_limit the WAL file kept the size of the largest transaction it
     // ever held (a bulk enqueue) for good.

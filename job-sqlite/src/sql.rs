@@ -33,6 +33,7 @@ pub(crate) const RESCUE: &str = include_str!("sql/rescue.sql");
 pub(crate) const RELEASE: &str = include_str!("sql/release.sql");
 pub(crate) const RECORD_START: &str = include_str!("sql/record_start.sql");
 pub(crate) const PRUNE: &str = include_str!("sql/prune.sql");
+pub(crate) const PRUNE_IDS: &str = include_str!("sql/prune_ids.sql");
 pub(crate) const EXPIRE_PICK: &str = include_str!("sql/expire_pick.sql");
 pub(crate) const EXPIRE: &str = include_str!("sql/expire.sql");
 pub(crate) const STEP_LOAD: &str = include_str!("sql/step_load.sql");

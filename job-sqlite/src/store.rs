@@ -521,15 +521,40 @@ impl Store for SqliteStore {
         Ok(self.shared.notifier.subscribe())
     }
 
+    /// Deletes up to `request.batch` jobs, in transactions of at most
+    /// [`maintenance::PRUNE_BYTES`] of their payloads, results, error histories and step
+    /// outputs each, so that no prune holds the file's write lock long; the answer counts them
+    /// all, so it is short of the batch only when no more are due (the pruner's loop stops
+    /// there). After a transaction stopped at its bytes, the next one picks twice as many jobs
+    /// as it deleted, not the whole rest of the batch: each pick reads its jobs' rows.
     async fn prune(&self, request: &PruneRequest) -> Result<u64, StoreError> {
         let request = *request;
-        self.on_writer(|store| async move {
-            let mut w = store.write().await?;
-            let n = maintenance::prune(&mut w.tx, &request).await?;
-            w.commit().await?;
-            Ok(n)
-        })
-        .await
+        let batch = u64::from(request.batch);
+        let mut deleted: u64 = 0;
+        let mut pick = batch;
+        loop {
+            let rows = u32::try_from(pick.min(batch - deleted)).unwrap_or(request.batch);
+            if rows == 0 {
+                return Ok(deleted);
+            }
+            let done = self
+                .on_writer(move |store| async move {
+                    let mut w = store.write().await?;
+                    let done =
+                        maintenance::prune(&mut w.tx, &request, rows, maintenance::PRUNE_BYTES)
+                            .await?;
+                    w.commit().await?;
+                    Ok::<_, Error>(done)
+                })
+                .await?;
+            deleted += done.deleted;
+            // None deleted of those picked (an application's trigger ignoring the deletes):
+            // the next pick would find them again.
+            if !done.more || done.deleted == 0 {
+                return Ok(deleted);
+            }
+            pick = done.deleted.saturating_mul(2).max(1);
+        }
     }
 
     async fn expire(&self, limit: u32) -> Result<Expired, StoreError> {
