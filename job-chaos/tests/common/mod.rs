@@ -1682,6 +1682,12 @@ pub fn audit(run: &Run, plan: &[Planned], records: &Records) -> Audit {
                     }
                 }
                 "lease_expired" => {
+                    // A release between the attempt's last execution and this rescue gave the
+                    // attempt back: the lease rescued was a later claim of the same attempt
+                    // number, which never started (no execution of it is in the ledger).
+                    let exec = exec.filter(|e| {
+                        released(err.attempt, err.at) <= released(err.attempt, e.started_at)
+                    });
                     a.rescued += 1;
                     match exec {
                         None => a.rescued_unstarted += 1,

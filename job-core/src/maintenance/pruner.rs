@@ -23,8 +23,9 @@ pub struct PrunerConfig {
     pub cancelled_retention: Duration,
     /// Time between passes: [`MIN_INTERVAL`](crate::MIN_INTERVAL) (10 ms) to [`MAX_DURATION`](crate::MAX_DURATION). Defaults to 10 seconds.
     pub interval: Duration,
-    /// The most rows one statement deletes or updates; a pass repeats until fewer come back.
-    /// Defaults to 1,000.
+    /// The most rows one call of the store deletes or updates (on PostgreSQL one statement;
+    /// on SQLite, transactions of at most 16 MiB of payloads, results, histories and steps
+    /// each); a pass repeats until fewer come back. Defaults to 1,000.
     pub batch: u32,
     /// How often the pruner asks the store to vacuum the job tables ([`Store::vacuum`]), which
     /// it does only where the database would not (PostgreSQL with autovacuum off) and enough
