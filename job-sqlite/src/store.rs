@@ -521,8 +521,8 @@ impl Store for SqliteStore {
         Ok(self.shared.notifier.subscribe())
     }
 
-    /// Deletes up to `request.batch` jobs, in transactions of at most
-    /// [`maintenance::PRUNE_BYTES`] of their payloads, results, error histories and step
+    /// Deletes up to `request.batch` jobs, in transactions of at most 16 MiB
+    /// (`maintenance::PRUNE_BYTES`) of their payloads, results, error histories and step
     /// outputs each, so that no prune holds the file's write lock long; the answer counts them
     /// all, so it is short of the batch only when no more are due (the pruner's loop stops
     /// there). After a transaction stopped at its bytes, the next one picks twice as many jobs
