@@ -31,36 +31,73 @@ struct Picked {
     run_at: Micros,
 }
 
-/// Picks due jobs of `kind` on `queue`, at most `limit`, in claim order (`claim_pick.sql`:
-/// only that kind's rows are read).
+/// A row of `claim_pick.sql`: a picked job (no version, its id, priority and run time), or
+/// the last row (the next version, if any, and no job).
+type PickRow = (Option<i32>, Option<JobId>, Option<i64>, Option<Micros>);
+
+/// Picks due jobs of `kind` on `queue`, at most `limit`, in claim order, all of one payload
+/// version: the lowest from `from` up to the kind's `max_version` among its waiting jobs
+/// (`claim_pick.sql`: only that kind's rows of that version are read). Answers the next such
+/// version too, if any, for the next pick.
 async fn pick(
     conn: &mut SqliteConnection,
     queue: &str,
     kind: &ClaimKind,
     now: Micros,
     limit: u32,
-) -> Result<Vec<Picked>, Error> {
+    from: i32,
+) -> Result<(Vec<Picked>, Option<i32>), Error> {
     if limit == 0 {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), None));
     }
-    let rows: Vec<(JobId, i64, Micros)> = sqlx::query_as(sql::CLAIM_PICK)
+    let rows: Vec<PickRow> = sqlx::query_as(sql::CLAIM_PICK)
         .bind(queue)
         .bind(&kind.kind)
         .bind(now)
         .bind(i64::from(limit))
         .bind(i64::from(kind.max_version))
+        .bind(i64::from(from))
         .fetch_all(&mut *conn)
         .await
         .map_err(Error::query("claim_pick"))?;
-    Ok(rows
+    let next = rows.iter().find_map(|r| r.0);
+    let picked = rows
         .into_iter()
-        .map(|(id, priority, run_at)| Picked {
-            id,
-            kind: kind.kind.clone(),
-            priority,
-            run_at,
+        .filter_map(|(_, id, priority, run_at)| {
+            Some(Picked {
+                id: id?,
+                kind: kind.kind.clone(),
+                priority: priority?,
+                run_at: run_at?,
+            })
         })
-        .collect())
+        .collect();
+    Ok((picked, next))
+}
+
+/// Picks due jobs of `kind` on `queue`, at most `limit`, in claim order, of every payload
+/// version up to its `max_version`: one [`pick`] per version its waiting jobs have, merged.
+async fn pick_versions(
+    conn: &mut SqliteConnection,
+    queue: &str,
+    kind: &ClaimKind,
+    now: Micros,
+    limit: u32,
+) -> Result<Vec<Picked>, Error> {
+    let (mut picked, mut next) = pick(conn, queue, kind, now, limit, 1).await?;
+    if next.is_none() {
+        return Ok(picked);
+    }
+    while let Some(version) = next {
+        let (more, after) = pick(conn, queue, kind, now, limit, version).await?;
+        picked.extend(more);
+        next = after;
+    }
+    // Each version was picked up to the kind's room: the kind takes the first of them all in
+    // the claim's order, at most its room (its concurrency cap, its rate).
+    picked.sort_by_key(|p| (p.priority, p.run_at, p.id));
+    picked.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
+    Ok(picked)
 }
 
 /// Claims due jobs of the requested kinds. Inside the immediate transaction no other claimer
@@ -89,9 +126,10 @@ pub(crate) async fn claim(
         .iter()
         .filter(|k| !is_paused("kind", &k.kind))
         .collect();
-    // Each kind picked apart, through its own range of the claim index: the due rows of a
-    // kind not taken here (paused, at its cap, run by no worker of this process) are never
-    // read. The picks are merged in the claim's order below.
+    // Each kind picked apart, and each payload version of it the worker decodes, through its
+    // own range of the claim index: the due rows of a kind not taken here (paused, at its cap,
+    // run by no worker of this process) or of a version newer than its worker decodes are
+    // never read. The picks are merged in the claim's order below.
     let mut picked = Vec::new();
     for kind in kinds {
         let mut room = request.limit;
@@ -113,7 +151,7 @@ pub(crate) async fn claim(
                 .map_err(Error::query("rate_count"))?;
             room = room.min(u32::try_from((i64::from(rate.starts) - started).max(0)).unwrap_or(0));
         }
-        picked.extend(pick(conn, &request.queue, kind, now, room).await?);
+        picked.extend(pick_versions(conn, &request.queue, kind, now, room).await?);
     }
     picked.sort_by_key(|p| (p.priority, p.run_at, p.id));
     // A kind the request names twice was picked twice.
@@ -828,10 +866,10 @@ pub(crate) mod tests {
     use crate::SqliteStore;
 
     /// The plan SQLite makes for `claim_pick.sql` with `binds` (queue, kind, now, limit,
-    /// version): the details, in order.
+    /// newest version, lowest version): the details, in order.
     async fn pick_plan(
         conn: &mut SqliteConnection,
-        binds: (&str, &str, i64, i64, i64),
+        binds: (&str, &str, i64, i64, i64, i64),
     ) -> Vec<String> {
         let explain = format!("EXPLAIN QUERY PLAN {}", sql::CLAIM_PICK);
         let rows: Vec<(i64, i64, i64, String)> = sqlx::query_as(&explain)
@@ -840,6 +878,7 @@ pub(crate) mod tests {
             .bind(binds.2)
             .bind(binds.3)
             .bind(binds.4)
+            .bind(binds.5)
             .fetch_all(conn)
             .await
             .unwrap();
@@ -907,7 +946,7 @@ pub(crate) mod tests {
             if analyzed {
                 sqlx::query("ANALYZE").execute(&mut *conn).await.unwrap();
             }
-            let plan = pick_plan(&mut conn, ("q", "k", now, 10, 1)).await;
+            let plan = pick_plan(&mut conn, ("q", "k", now, 10, 1, 1)).await;
             // The jobs are read through one range of the claim index per priority, up to now,
             // in the claim's order: never a scan of the queue's waiting rows, never a sort.
             let jobs: Vec<&String> = plan
@@ -918,16 +957,24 @@ pub(crate) mod tests {
                 .collect();
             assert_eq!(
                 jobs,
-                ["SEARCH j USING INDEX job_jobs_claim_kind_idx \
-                  (queue=? AND kind=? AND priority=? AND run_at<?)"],
+                ["SEARCH j USING INDEX job_jobs_claim_version_idx \
+                  (queue=? AND kind=? AND payload_version=? AND priority=? AND run_at<?)"],
                 "analyzed: {analyzed}; plan: {plan:#?}"
             );
-            assert_eq!(plan[0], *jobs[0], "the jobs are the outer loop: {plan:#?}");
+            // The first read: the jobs are the outer loop (the version and the priorities are
+            // subqueries, each run once).
+            assert_eq!(
+                plan.iter()
+                    .find(|d| d.starts_with("SEARCH ") || d.starts_with("SCAN ")),
+                Some(jobs[0]),
+                "the jobs are the outer loop: {plan:#?}"
+            );
             assert!(
                 !plan.iter().any(|d| d.contains("TEMP B-TREE")),
                 "analyzed: {analyzed}; plan: {plan:#?}"
             );
-            let picked = pick(&mut conn, "q", &kind, now, 10).await.unwrap();
+            let (picked, next) = pick(&mut conn, "q", &kind, now, 10, 1).await.unwrap();
+            assert_eq!(next, None);
             let ids: Vec<JobId> = picked.iter().map(|p| p.id).collect();
             assert_eq!(
                 ids, due,
@@ -971,7 +1018,7 @@ pub(crate) mod tests {
     /// A claim reads the due rows of the kinds it takes and no others: not those of a paused
     /// kind, of a kind at its concurrency cap, or of a kind the worker does not run, though
     /// they come first in the claim's order (each kind is picked through its own range of
-    /// `job_jobs_claim_kind_idx`, migration 0019). Shown by the pick's plan, with and without
+    /// `job_jobs_claim_version_idx`, migration 0020). Shown by the pick's plan, with and without
     /// statistics, and by the claim's work, the same with 9,000 such rows as with none.
     #[tokio::test]
     async fn a_claim_never_reads_the_due_rows_of_kinds_it_does_not_take() {
@@ -1039,20 +1086,20 @@ pub(crate) mod tests {
                 sqlx::query("ANALYZE").execute(&mut *conn).await.unwrap();
             }
             for name in ["k", "paused", "capped"] {
-                let plan = pick_plan(&mut conn, ("q", name, now, 10, 1)).await;
+                let plan = pick_plan(&mut conn, ("q", name, now, 10, 1, 1)).await;
                 // Every read of the table is a seek or a range of the kind's own entries.
                 let reads: Vec<&String> = plan
                     .iter()
                     .filter(|d| {
                         let mut words = d.split(' ');
                         matches!(words.next(), Some("SEARCH" | "SCAN"))
-                            && matches!(words.next(), Some("j" | "w" | "job_jobs"))
+                            && matches!(words.next(), Some("j" | "w" | "n" | "job_jobs"))
                     })
                     .collect();
                 assert!(
-                    reads.len() == 3
+                    reads.len() == 5
                         && reads.iter().all(|d| d.starts_with("SEARCH ")
-                            && d.contains("INDEX job_jobs_claim_kind_idx (queue=? AND kind=?")),
+                            && d.contains("INDEX job_jobs_claim_version_idx (queue=? AND kind=?")),
                     "{name}, analyzed: {analyzed}; plan: {plan:#?}"
                 );
             }

@@ -114,6 +114,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "claim_by_kind",
         sql: include_str!("../migrations/0019_claim_by_kind.sql"),
     },
+    Migration {
+        version: 20,
+        name: "claim_by_version",
+        sql: include_str!("../migrations/0020_claim_by_version.sql"),
+    },
 ];
 
 /// The migrations the file has recorded, with their names; none before the books exist.
