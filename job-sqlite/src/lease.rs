@@ -1127,6 +1127,146 @@ pub(crate) mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
+    /// A claim reads no waiting row of a payload version newer than its worker decodes (a
+    /// rolling deploy: new code enqueues version 3 while old workers, which decode up to 2,
+    /// still poll), though those rows come first in the claim's order, and it takes the jobs
+    /// of the versions it decodes in the claim's order across versions (each version is picked
+    /// through its own range of `job_jobs_claim_version_idx`, migration 0020, and the picks
+    /// merged). Shown by the pick's plan, with and without statistics, and by the claim's
+    /// work, the same with 9,000 due rows of newer versions as with none.
+    #[tokio::test]
+    async fn a_claim_never_reads_the_rows_of_a_newer_payload_version() {
+        let (dir, store) = plan_store("versions").await;
+        let mut conn = store.pool().acquire().await.unwrap();
+        let now = crate::time::now(&mut conn).await.unwrap();
+        // The claimable jobs, versions 1 and 2 interleaved in the claim's order, and one of
+        // each due tomorrow.
+        let mut insert = async |version: i32, priority: i64, run_at: Micros| -> JobId {
+            sqlx::query_scalar(
+                "INSERT INTO job_jobs (kind, queue, priority, payload, payload_version, run_at,
+                                       state, created_at)
+                 VALUES ('k', 'q', ?1, '{}', ?2, ?3, 'available', ?3) RETURNING id",
+            )
+            .bind(priority)
+            .bind(version)
+            .bind(run_at)
+            .fetch_one(&mut *conn)
+            .await
+            .unwrap()
+        };
+        let a = insert(2, 0, now - 10).await;
+        let b = insert(1, 0, now - 20).await;
+        let c = insert(2, 1, now - 40).await;
+        let d = insert(1, 1, now - 30).await;
+        let e = insert(1, 2, now - 50).await;
+        insert(1, 0, now + 86_400_000_000).await;
+        insert(2, 0, now + 86_400_000_000).await;
+        let in_order = [b, a, c, d, e];
+        let request = |limit: u32, concurrency: Option<u32>| ClaimRequest {
+            queue: "q".into(),
+            kinds: vec![ClaimKind {
+                kind: "k".into(),
+                max_version: 2,
+                lease: Duration::from_secs(30),
+                concurrency,
+                rate: None,
+            }],
+            limit,
+            worker_id: "w".into(),
+        };
+        for analyzed in [false, true] {
+            // 9,000 due rows of versions 3 and 4, all ahead of the claimable jobs (the same
+            // priorities, due earlier).
+            sqlx::query(
+                "WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < 9000)
+                 INSERT INTO job_jobs (kind, queue, priority, payload, payload_version, run_at,
+                                       state, created_at)
+                 SELECT 'k', 'q', i % 2, '{}', 3 + i % 2, ?1 - 100 - i, 'available', ?1
+                 FROM s",
+            )
+            .bind(now)
+            .execute(&mut *conn)
+            .await
+            .unwrap();
+            if analyzed {
+                sqlx::query("ANALYZE").execute(&mut *conn).await.unwrap();
+            }
+            for from in [1, 2] {
+                let plan = pick_plan(&mut conn, ("q", "k", now, 10, 2, from)).await;
+                // Every read of the table is a seek or a range of the kind's entries of one
+                // version, or of the versions from `from` up to 2: never one of version 3.
+                let reads: Vec<&String> = plan
+                    .iter()
+                    .filter(|d| {
+                        let mut words = d.split(' ');
+                        matches!(words.next(), Some("SEARCH" | "SCAN"))
+                            && matches!(words.next(), Some("j" | "w" | "n" | "job_jobs"))
+                    })
+                    .collect();
+                let index = "INDEX job_jobs_claim_version_idx (queue=? AND kind=? AND \
+                             payload_version";
+                assert!(
+                    reads.len() == 5
+                        && reads.iter().all(|d| {
+                            d.starts_with("SEARCH ")
+                                && d.contains(index)
+                                && (d.contains("payload_version=?")
+                                    || d.ends_with("payload_version>? AND payload_version<?)"))
+                        }),
+                    "from {from}, analyzed: {analyzed}; plan: {plan:#?}"
+                );
+                assert!(
+                    reads.contains(
+                        &&"SEARCH j USING INDEX job_jobs_claim_version_idx (queue=? AND kind=? \
+                           AND payload_version=? AND priority=? AND run_at<?)"
+                            .to_owned()
+                    ) && !plan.iter().any(|d| d.contains("TEMP B-TREE")),
+                    "from {from}, analyzed: {analyzed}; plan: {plan:#?}"
+                );
+            }
+            // A pick per version, each in the claim's order, naming the next version.
+            let kind = &request(10, None).kinds[0];
+            let (first, next) = pick(&mut conn, "q", kind, now, 10, 1).await.unwrap();
+            let ids: Vec<JobId> = first.iter().map(|p| p.id).collect();
+            assert_eq!(
+                (ids, next),
+                (vec![b, d, e], Some(2)),
+                "analyzed: {analyzed}"
+            );
+            let (second, next) = pick(&mut conn, "q", kind, now, 10, 2).await.unwrap();
+            let ids: Vec<JobId> = second.iter().map(|p| p.id).collect();
+            assert_eq!((ids, next), (vec![a, c], None), "analyzed: {analyzed}");
+
+            // Once to prepare its statements (ANALYZE makes them prepared again), then with
+            // the newer versions' rows and without them, under the same statistics.
+            measured_claim(&mut conn, &request(10, None)).await;
+            let (with_rows, claimed) = measured_claim(&mut conn, &request(10, None)).await;
+            assert_eq!(claimed, in_order, "analyzed: {analyzed}");
+            // Fewer than the claimable jobs: the first in the claim's order, across versions,
+            // whether the limit or the kind's concurrency cap bounds them.
+            let (_, claimed) = measured_claim(&mut conn, &request(3, None)).await;
+            assert_eq!(claimed, in_order[..3], "analyzed: {analyzed}");
+            let (_, claimed) = measured_claim(&mut conn, &request(10, Some(3))).await;
+            assert_eq!(claimed, in_order[..3], "analyzed: {analyzed}");
+            sqlx::query("DELETE FROM job_jobs WHERE payload_version > 2")
+                .execute(&mut *conn)
+                .await
+                .unwrap();
+            let (without, claimed) = measured_claim(&mut conn, &request(10, None)).await;
+            assert_eq!(claimed, in_order, "analyzed: {analyzed}");
+            // The same work, but for a few instructions (seeks into a deeper tree): reading the
+            // newer versions' rows would take tens of thousands.
+            assert!(
+                with_rows <= without + 50,
+                "analyzed: {analyzed}: the claim took {with_rows} SQLite instructions with \
+                 9,000 due rows of newer versions, {without} without them"
+            );
+        }
+        drop(conn);
+        store.pool().close().await;
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     /// The claim's take and the completions are one statement for a whole batch: each row is
     /// reached by its primary key, the batch (`json_each`) being the outer loop, never a scan
     /// of the table, with or without statistics.
