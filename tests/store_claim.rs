@@ -207,14 +207,15 @@ async fn a_claim_reads_only_what_it_can_take() {
     // The same, ahead of a kind whose first waiting job is older than every job of the
     // claimed kind (as lease.rs asks before claiming a rate-limited kind): nothing to take,
     // and the bound stops the claimed kind's scan at its start instead of reading its 10 jobs
-    // and filtering them out. It reads the bound (1) and the limited kind's running jobs (2).
+    // and filtering them out. It reads the bound (1), the limited kind's running jobs (2) and
+    // the claimed kind's payload version (1, migration 0050).
     let (claimed, read) = explain_claim(pool, &claim, &["b.unregistered"]).await;
     assert_eq!(
         claimed, 0.0,
         "every job of the claimed kind is behind the bound"
     );
     assert!(
-        read <= 3.0,
+        read <= 4.0,
         "a claim bounded ahead of another kind read {read} rows of job.jobs"
     );
 
@@ -224,6 +225,77 @@ async fn a_claim_reads_only_what_it_can_take() {
     let (claimed, read) = explain_claim(pool, &idle, &[]).await;
     assert_eq!(claimed, 0.0);
     assert!(read <= 1.0, "an idle claim read {read} rows of job.jobs");
+}
+
+/// Inserts `n` available jobs of `kind` at payload `version`, due an hour ago plus `offset`
+/// milliseconds and one more per job.
+async fn fill_version(pool: &sqlx::PgPool, n: i64, kind: &str, version: i32, offset: i64) {
+    sqlx::query(
+        "INSERT INTO job.jobs (kind, queue, payload, state, run_at, payload_version)
+         SELECT $2, 'default', '{}', 'available',
+                now() - interval '1 hour' + ($4 + g) * interval '1 millisecond', $3
+         FROM generate_series(1, $1::bigint) g",
+    )
+    .bind(n)
+    .bind(kind)
+    .bind(version)
+    .bind(offset)
+    .execute(pool)
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn a_claim_never_reads_the_jobs_of_a_payload_version_its_worker_does_not_decode() {
+    let db = TestDb::new().await;
+    let store = db.store();
+    let pool = store.pool();
+    // A rolling deploy: the new release enqueued 20,000 jobs of version 3, older than
+    // everything, while this worker of the old release decodes versions up to 2. Its jobs of
+    // versions 1 and 2 are interleaved in claim order behind them, and a version-4 job sits
+    // between those.
+    fill_version(pool, 20_000, "a.claimed", 3, 0).await;
+    fill_version(pool, 3, "a.claimed", 1, 100_000).await;
+    fill_version(pool, 1, "a.claimed", 4, 100_001).await;
+    fill_version(pool, 3, "a.claimed", 2, 100_002).await;
+    sqlx::query("ANALYZE job.jobs").execute(pool).await.unwrap();
+    let mut claim = request(&["a.claimed"], 100);
+    claim.kinds[0].max_version = 2;
+
+    let (claimed, read) = explain_claim(pool, &claim, &[]).await;
+    assert_eq!(claimed, 6.0, "the 6 jobs of versions 1 and 2");
+    // The 6 (read by their version's scan, then by the update's lookup) and one probe per
+    // version it decodes (2), nothing of the 20,001 jobs of newer versions.
+    assert!(
+        read <= 2.0 * claimed + 3.0,
+        "the claim read {read} rows of job.jobs to claim {claimed}"
+    );
+
+    // Claimed for real: in claim order across versions, the newer versions left waiting.
+    let jobs = store.claim(&claim).await.unwrap();
+    let versions: Vec<i32> = jobs.iter().map(|j| j.payload_version).collect();
+    assert_eq!(versions, [1, 1, 1, 2, 2, 2]);
+    let ids: Vec<i64> = jobs.iter().map(|j| j.lease.id).collect();
+    let mut sorted = ids.clone();
+    sorted.sort_unstable();
+    assert_eq!(
+        ids, sorted,
+        "claim order is run_at, then id, across versions"
+    );
+
+    // Idle: only jobs of newer versions wait.
+    let (claimed, read) = explain_claim(pool, &claim, &[]).await;
+    assert_eq!(claimed, 0.0);
+    assert!(
+        read <= 1.0,
+        "an idle claim read {read} rows of job.jobs past the jobs of newer versions"
+    );
+    // A worker of the new release takes them, ahead of nothing.
+    let mut new = request(&["a.claimed"], 5);
+    new.kinds[0].max_version = 4;
+    let jobs = store.claim(&new).await.unwrap();
+    assert_eq!(jobs.len(), 5);
+    assert!(jobs.iter().all(|j| j.payload_version == 3));
 }
 
 #[tokio::test]

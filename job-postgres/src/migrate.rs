@@ -267,6 +267,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "step_output_bytes",
         sql: include_str!("../migrations/0049_step_output_bytes.sql"),
     },
+    Migration {
+        version: 50,
+        name: "claim_by_version",
+        sql: include_str!("../migrations/0050_claim_by_version.sql"),
+    },
 ];
 
 /// The whole schema as one plain SQL script, for a DBA or a team without Rust:

@@ -20,9 +20,10 @@
 -- one. Jobs no worker of this build could take (a payload version newer than it decodes, past
 -- their deadline, cancelled, at the last attempt count) are passed over before those 100 are
 -- counted: 100 of them at the head of the kind stopped its jobs without a key for good. So
--- this branch reads every such job ahead of what it takes (100,000 of a newer version: about
--- 70 ms a claim, under the kind's lock), as job.claim does: they wait for a worker that
--- decodes them, or for the expirer and the cancel. The rows are
+-- this branch, and each key's scan, read every such job ahead of what they take (100,000 of a
+-- newer version: about 70 ms a claim, under the kind's lock), where job.claim reads no job of
+-- a newer version (migration 0050): they wait for a worker that decodes them, or for the
+-- expirer and the cancel. The rows are
 -- merged in the claim's order (priority, run_at, id). No SKIP LOCKED: claims of the kind are
 -- serialized, and the update re-checks that each row is still available.
 WITH RECURSIVE cursor AS MATERIALIZED (
