@@ -8,13 +8,24 @@
 //! handler, or an application pool held empty by handlers delay neither a heartbeat nor the
 //! fencing clock. It shares only the in-flight table (a mutex held for microseconds) with the
 //! rest of the worker.
+//!
+//! It also hands the application's multi-thread runtime an empty task every
+//! [`NUDGE_EVERY`] (`nudge`), so that a handler blocking one thread cannot freeze the
+//! others: Tokio's thread that wakes from the I/O and timer driver runs the task it woke
+//! without handing the driver to an idle thread (tokio-rs/tokio#4730), so a handler that
+//! awaited a timer or a query and then blocked that thread stopped every socket and timer of
+//! the runtime, the worker's claims, outcomes and listener included, while the other threads
+//! slept. A task spawned from outside wakes an idle thread, which takes the driver when it
+//! parks again.
 
 use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::FutureExt;
 
+use tokio::runtime::{Handle, RuntimeFlavor};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -43,6 +54,11 @@ pub(crate) fn interval<S>(shared: &Shared<S>) -> Duration {
     })
 }
 
+/// How often the keeper hands the application's runtime an empty task (see the module's
+/// doc): the longest a handler blocking the thread that held the driver stops the others'
+/// sockets and timers.
+pub(crate) const NUDGE_EVERY: Duration = Duration::from_millis(50);
+
 /// A running lease keeper.
 pub(crate) struct Keeper {
     stop: CancellationToken,
@@ -51,7 +67,13 @@ pub(crate) struct Keeper {
 
 impl Keeper {
     /// Starts the keeper on a thread of its own, with its own connections made from `store`.
-    pub(crate) fn start<S: Store>(shared: Arc<Shared<S>>, store: S) -> Keeper {
+    /// It nudges `runtime`, the worker's runtime, when that is a multi-thread one.
+    pub(crate) fn start<S: Store>(
+        shared: Arc<Shared<S>>,
+        store: S,
+        runtime: Option<Handle>,
+    ) -> Keeper {
+        let application = runtime.filter(|r| r.runtime_flavor() == RuntimeFlavor::MultiThread);
         let stop = CancellationToken::new();
         let (done_tx, done) = oneshot::channel();
         let token = stop.clone();
@@ -70,7 +92,7 @@ impl Keeper {
                             .expect("the lease keeper cannot build its Tokio runtime");
                         runtime.block_on(async {
                             let store = store.dedicated("job lease keeper", KEEPER_CONNECTIONS);
-                            run(&shared, &store, &token).await;
+                            run(&shared, &store, &token, application.as_ref()).await;
                             store.close().await;
                         });
                     }));
@@ -104,7 +126,12 @@ impl Drop for Keeper {
     }
 }
 
-async fn run<S: Store>(shared: &Shared<S>, store: &S, stop: &CancellationToken) {
+async fn run<S: Store>(
+    shared: &Shared<S>,
+    store: &S,
+    stop: &CancellationToken,
+    runtime: Option<&Handle>,
+) {
     let every = interval(shared);
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -138,10 +165,33 @@ async fn run<S: Store>(shared: &Shared<S>, store: &S, stop: &CancellationToken) 
             }
         }
     };
+    let nudges = async {
+        match runtime {
+            Some(runtime) => nudge(runtime).await,
+            None => std::future::pending().await,
+        }
+    };
     tokio::select! {
         _ = beats => {}
         _ = watches => {}
+        _ = nudges => {}
         _ = stop.cancelled() => {}
+    }
+}
+
+/// Spawns an empty task on `runtime` every [`NUDGE_EVERY`], one at a time: while every thread
+/// of it is blocked, one task waits, not one per period.
+async fn nudge(runtime: &Handle) {
+    let waiting = Arc::new(AtomicBool::new(false));
+    let mut tick = tokio::time::interval(NUDGE_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        if !waiting.swap(true, Ordering::AcqRel) {
+            let ran = waiting.clone();
+            // A runtime shutting down drops the task unrun: nothing to wait for then.
+            drop(runtime.spawn(async move { ran.store(false, Ordering::Release) }));
+        }
     }
 }
 

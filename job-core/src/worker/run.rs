@@ -171,7 +171,11 @@ impl<S: Store> Worker<S> {
         // The keeper bounds each of its calls by its heartbeat period: the layer passes them
         // through (it is there for the type only).
         let unbounded = super::bound::Bound { timeout: None };
-        let keeper = Keeper::start(shared.clone(), crate::Layered::new(self.store, unbounded));
+        let keeper = Keeper::start(
+            shared.clone(),
+            crate::Layered::new(self.store, unbounded),
+            Some(tokio::runtime::Handle::current()),
+        );
         let shutdown = CancellationToken::new();
         let task = tokio::spawn(supervise(
             shared.clone(),
