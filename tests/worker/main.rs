@@ -5,6 +5,7 @@ mod common;
 
 mod bad_input;
 mod drain;
+mod drop_panics;
 mod durations;
 mod leases;
 mod many_workers;

@@ -68,6 +68,8 @@ pub fn conclude(
 ) -> Outcome {
     let info = ctx.info();
     if let Some(message) = ctx.unstorable_step() {
+        // What the handler returned is not looked at, but still dropped in a guard.
+        drop_quietly("the attempt's end", end);
         return Outcome::Discard {
             failure: Failure {
                 attempt: info.attempt,
@@ -145,25 +147,46 @@ pub(crate) enum StopCause {
     Told,
 }
 
-/// How a handler's task ended.
+/// What a handler's task gave back: its result, or why it has none (a panic, or the abort).
+type Joined = Result<Result<(), JobError>, tokio::task::JoinError>;
+
+/// How a handler's task ended. What the task gave back is application code's (an error, a
+/// panic's payload) and is dropped in a guard ([`drop_quietly`]) wherever this is dropped
+/// unread: an early return of the executor's, or a timeout, which ignores it.
 pub(crate) struct TaskEnd {
-    /// What the task gave back: its result, or why it has none (a panic, or the abort).
-    pub(crate) joined: Result<Result<(), JobError>, tokio::task::JoinError>,
+    /// What the task gave back; taken only by [`TaskEnd::into_attempt_end`].
+    joined: Option<Joined>,
     /// Set when the runtime stopped the task before it ended by itself.
     pub(crate) stopped: Option<StopCause>,
 }
 
+impl Drop for TaskEnd {
+    fn drop(&mut self) {
+        if let Some(joined) = self.joined.take() {
+            drop_quietly("the handler's result", joined);
+        }
+    }
+}
+
 impl TaskEnd {
+    fn new(joined: Joined, stopped: Option<StopCause>) -> Self {
+        TaskEnd {
+            joined: Some(joined),
+            stopped,
+        }
+    }
+
     /// The attempt's end: a task stopped for its timeout timed out, whatever it returned
     /// while being stopped; otherwise what it returned, or its panic.
-    pub(crate) fn into_attempt_end(self, timeout: Duration) -> AttemptEnd {
+    pub(crate) fn into_attempt_end(mut self, timeout: Duration) -> AttemptEnd {
         if self.stopped == Some(StopCause::TimedOut) {
+            // What it returned is dropped with `self`, quietly.
             return AttemptEnd::TimedOut(timeout);
         }
-        match self.joined {
-            Ok(result) => AttemptEnd::Returned(result),
-            Err(e) if e.is_panic() => AttemptEnd::Panicked(panic_message(e.into_panic())),
-            Err(_) => AttemptEnd::Panicked("handler task was cancelled".into()),
+        match self.joined.take() {
+            Some(Ok(result)) => AttemptEnd::Returned(result),
+            Some(Err(e)) if e.is_panic() => AttemptEnd::Panicked(panic_message(e.into_panic())),
+            Some(Err(_)) | None => AttemptEnd::Panicked("handler task was cancelled".into()),
         }
     }
 
@@ -176,10 +199,12 @@ impl TaskEnd {
         self.stopped != Some(StopCause::TimedOut)
             && matches!(
                 &self.joined,
-                Ok(Ok(()))
-                    | Ok(Err(JobError::Terminal(_)
-                        | JobError::Cancel(_)
-                        | JobError::Snooze(_)))
+                Some(
+                    Ok(Ok(()))
+                        | Ok(Err(JobError::Terminal(_)
+                            | JobError::Cancel(_)
+                            | JobError::Snooze(_)))
+                )
             )
     }
 }
@@ -205,7 +230,7 @@ pub(crate) async fn run_task(
     tokio::pin!(stop);
     let cause = tokio::select! {
         biased;
-        joined = &mut task => return TaskEnd { joined, stopped: None },
+        joined = &mut task => return TaskEnd::new(joined, None),
         () = &mut stop => StopCause::Told,
         () = tokio::time::sleep(timeout) => StopCause::TimedOut,
     };
@@ -215,10 +240,7 @@ pub(crate) async fn run_task(
     // not await (blocking, spinning) runs on until it returns. Either way, only then is the
     // execution over.
     let joined = (&mut task).await;
-    TaskEnd {
-        joined,
-        stopped: Some(cause),
-    }
+    TaskEnd::new(joined, Some(cause))
 }
 
 /// The text a panic was raised with.
@@ -229,21 +251,39 @@ pub(crate) fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
             Ok(s) => (*s).to_owned(),
             Err(payload) => {
                 // Application code's value: its `Drop` may panic too, which must not escape
-                // here (it would end the executor, and the job would wait out its lease). What
-                // such a drop panics with is leaked, not dropped, which ends the chain.
-                if let Err(again) =
-                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(payload)))
-                {
-                    std::mem::forget(again);
-                }
+                // here (it would end the executor, and the job would wait out its lease).
+                drop_quietly("a panic's payload", payload);
                 "panicked with a non-string payload".to_owned()
             }
         },
     }
 }
 
+/// Drops `value`, application code's or holding some (a handler's future, what it returned,
+/// its error, a panic's payload), so that a `Drop` that panics cannot unwind into the
+/// runtime: every such drop outside the handler's own task goes through here. Unwound past
+/// the executor, the panic ended the execution without an outcome, and the job waited out its
+/// lease. What the drop panicked with is leaked, not dropped (its own `Drop` could panic
+/// again), and logged at WARN as `what`'s.
+pub(crate) fn drop_quietly<T>(what: &'static str, value: T) {
+    if let Err(panic) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(value))) {
+        let text = panic
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| panic.downcast_ref::<&'static str>().copied())
+            .unwrap_or("a non-string payload");
+        tracing::warn!(
+            what,
+            panic = %crate::model::text::storable_text(text, crate::model::text::MAX_ERROR_MESSAGE),
+            "dropping application code's value panicked: leaked instead"
+        );
+        std::mem::forget(panic);
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use std::panic::AssertUnwindSafe;
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
 
@@ -255,6 +295,88 @@ mod tests {
     impl Drop for DropPanics {
         fn drop(&mut self) {
             panic!("dropping the payload panicked");
+        }
+    }
+
+    /// A handler's error whose drop panics.
+    #[derive(Debug)]
+    struct ErrorDropPanics;
+
+    impl std::fmt::Display for ErrorDropPanics {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("an error whose drop panics")
+        }
+    }
+
+    impl std::error::Error for ErrorDropPanics {}
+
+    impl Drop for ErrorDropPanics {
+        fn drop(&mut self) {
+            panic!("dropping the error panicked");
+        }
+    }
+
+    fn returned_error_drop_panics() -> Result<(), JobError> {
+        Err(JobError::Retryable(Box::new(ErrorDropPanics)))
+    }
+
+    fn context() -> JobContext {
+        let info = crate::AttemptInfo {
+            id: 1,
+            kind: "k".into(),
+            queue: "q".into(),
+            attempt: 1,
+            max_attempts: 3,
+        };
+        let lease = crate::Lease {
+            id: 1,
+            token: uuid::Uuid::nil(),
+        };
+        JobContext::new(
+            info,
+            lease,
+            Arc::new(crate::attempt::context::Extensions::new()),
+            tokio_util::sync::CancellationToken::new(),
+        )
+    }
+
+    #[test]
+    fn an_end_dropped_unread_drops_what_the_handler_returned_in_a_guard() {
+        // Timed out: what it returned while being stopped is ignored, and dropped.
+        let timed_out = TaskEnd::new(Ok(returned_error_drop_panics()), Some(StopCause::TimedOut));
+        let end = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            timed_out.into_attempt_end(Duration::from_millis(300))
+        }))
+        .expect("the drop's panic stays inside");
+        assert!(matches!(end, AttemptEnd::TimedOut(_)), "{end:?}");
+        // Stopped by a shutdown, and dropped by an early return without being read.
+        let stopped = TaskEnd::new(Ok(returned_error_drop_panics()), Some(StopCause::Told));
+        assert!(!stopped.decided());
+        std::panic::catch_unwind(AssertUnwindSafe(|| drop(stopped)))
+            .expect("the drop's panic stays inside");
+    }
+
+    #[test]
+    fn an_end_ignored_for_an_unstorable_step_is_dropped_in_a_guard() {
+        let ctx = context();
+        ctx.mark_step_unstorable("the output of step `s` cannot be stored".into());
+        let end = AttemptEnd::Returned(returned_error_drop_panics());
+        let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            conclude(
+                end,
+                &ctx,
+                false,
+                &crate::Backoff::DEFAULT,
+                0,
+                &mut fastrand::Rng::with_seed(1),
+            )
+        }))
+        .expect("the drop's panic stays inside");
+        match outcome {
+            Outcome::Discard { failure } => {
+                assert_eq!(failure.class, ErrorClass::StepUnstorable, "{failure:?}")
+            }
+            other => panic!("expected a step_unstorable discard, got {other:?}"),
         }
     }
 

@@ -37,6 +37,24 @@ use super::shared::Shared;
 use super::stats::bump;
 use crate::telemetry::attempt_span;
 
+/// How far an execution got, for [`run`] to act on should it panic past every guard.
+#[derive(Debug)]
+enum Reached {
+    /// The handler has not started, or its code may still run: nothing may be written.
+    Running,
+    /// The handler's code (and its blocking work) has ended; no outcome is on its way yet.
+    Ended {
+        ran_for: Duration,
+        /// The kind's timeout, when the attempt ran over it.
+        timed_out: Option<Duration>,
+        backoff: crate::model::backoff::Backoff,
+        /// Why a step's output could not be stored, when one could not.
+        unstorable_step: Option<String>,
+    },
+    /// Its outcome went to the completer: the entry is the completer's.
+    Handed,
+}
+
 /// Runs `job`, whose kind and queue are read from `info` (the fetcher moved them there).
 pub(crate) async fn run<S: Store>(
     shared: Arc<Shared<S>>,
@@ -53,26 +71,137 @@ pub(crate) async fn run<S: Store>(
         job.traceparent.as_deref(),
     );
     let lease = job.lease;
-    let ran = AssertUnwindSafe(execute(shared.clone(), job, info, signals))
-        .catch_unwind()
-        .instrument(span)
-        .await;
+    let mut reached = Reached::Running;
+    let ran = AssertUnwindSafe(execute(
+        shared.clone(),
+        job,
+        info.clone(),
+        signals.clone(),
+        &mut reached,
+    ))
+    .catch_unwind()
+    .instrument(span.clone())
+    .await;
     if let Err(panic) = ran {
-        // A bug, or application code run outside the handler's own task that got past the
-        // pipeline's guards: the entry would stay held, renewed for ever and never rescued.
-        // Its handler is not running (it ran in a task of its own, aborted with this one), so
-        // the lease is no longer renewed: it runs out, and the rescuer takes the job.
-        if shared.inflight.remove(&lease) {
-            tracing::error!(
-                id = lease.id,
-                panic = %crate::attempt::pipeline::panic_message(panic),
-                "the execution panicked outside its handler: its lease is left to run out, \
-                 and the rescuer takes the job"
-            );
-        }
+        let panic = crate::attempt::pipeline::panic_message(panic);
+        let _entered = span.enter();
+        after_a_panic(&shared, info, &signals, lease, reached, &panic);
     }
     // The execution slot and the claimer's permit: the next claim may take this one's place.
     drop(permits);
+}
+
+/// What [`run`] does when its execution panicked outside its handler (a bug, or application
+/// code that got past the pipeline's guards): the entry would stay held, renewed for ever and
+/// never rescued. Once the handler's code had ended, the job still gets what its end
+/// promises: a shutdown's stop waits for the drain's release (uncounted), a timeout is written
+/// as a timeout, anything else as the attempt's panic (retried per its policy). Before that,
+/// its code may still run (in a task of its own, aborted with this one, but only dropped at
+/// its next `.await`), so nothing is written: its lease is no longer renewed, runs out, and
+/// the rescuer takes the job.
+fn after_a_panic<S: Store>(
+    shared: &Shared<S>,
+    info: Arc<AttemptInfo>,
+    signals: &Signals,
+    lease: Lease,
+    reached: Reached,
+    panic: &str,
+) {
+    let panic = crate::model::text::storable_text(panic, crate::model::text::MAX_ERROR_MESSAGE);
+    let (ran_for, timed_out, backoff, unstorable_step) = match reached {
+        Reached::Ended {
+            ran_for,
+            timed_out,
+            backoff,
+            unstorable_step,
+        } => (ran_for, timed_out, backoff, unstorable_step),
+        Reached::Handed => return,
+        Reached::Running => {
+            if shared.inflight.remove(&lease) {
+                tracing::error!(
+                    id = lease.id,
+                    %panic,
+                    "the execution panicked outside its handler: its lease is left to run \
+                     out, and the rescuer takes the job"
+                );
+            }
+            return;
+        }
+    };
+    let end = match signals.reason() {
+        // A step's effect happened: the job ends `step_unstorable`, as `conclude` ends it.
+        None | Some(Abort::Held | Abort::Shutdown) if unstorable_step.is_some() => None,
+        None => Some(match timed_out {
+            Some(timeout) => AttemptEnd::TimedOut(timeout),
+            None => AttemptEnd::Panicked(format!(
+                "the execution panicked outside its handler once its code had ended: {panic}"
+            )),
+        }),
+        Some(Abort::Held) => Some(AttemptEnd::LeaseHeld),
+        Some(Abort::Shutdown) => {
+            if shared.inflight.holds(&lease) {
+                tracing::error!(
+                    id = lease.id,
+                    %panic,
+                    "the execution panicked outside its handler once its stopped code had \
+                     ended: its lease waits for the drain's release"
+                );
+                shared.inflight.ended_unfinished(&lease, ran_for);
+            }
+            return;
+        }
+        // Taken away: nothing is written (see `execute`).
+        Some(_) => {
+            shared.inflight.remove(&lease);
+            return;
+        }
+    };
+    let Some(last_progress) = shared.inflight.set_finalizing(&lease, Instant::now()) else {
+        shared.inflight.remove(&lease);
+        return;
+    };
+    let outcome = match (end, unstorable_step) {
+        (Some(end), _) => {
+            let seed = shared.rng.lock().unwrap_or_else(|e| e.into_inner()).u64(..);
+            Outcome::classify(
+                end,
+                &info,
+                signals.cancel_requested(),
+                &backoff,
+                &mut fastrand::Rng::with_seed(seed),
+            )
+        }
+        (None, message) => Outcome::Discard {
+            failure: Failure {
+                attempt: info.attempt,
+                class: ErrorClass::StepUnstorable,
+                message: message.unwrap_or_default(),
+            },
+        },
+    };
+    tracing::error!(
+        id = lease.id,
+        %panic,
+        outcome = outcome.name(),
+        "the execution panicked outside its handler once its code had ended: writing its outcome"
+    );
+    let labels = shared.labels(&info);
+    let _ = shared.completions.send(Completion {
+        finalize: Finalize {
+            result: None,
+            lease,
+            outcome,
+        },
+        info,
+        finalized_by_handler: signals.finalized_by_handler()
+            && signals.reason() != Some(Abort::Held),
+        last_progress,
+        tried: false,
+        alone: false,
+        abort: signals.flags.clone(),
+        labels,
+        ran_for: Some(ran_for),
+    });
 }
 
 async fn execute<S: Store>(
@@ -80,6 +209,7 @@ async fn execute<S: Store>(
     job: ClaimedJob,
     info: Arc<AttemptInfo>,
     signals: Signals,
+    reached: &mut Reached,
 ) {
     let lease = job.lease;
     let labels = shared.labels(&info);
@@ -138,6 +268,8 @@ async fn execute<S: Store>(
         Ok(future) => {
             if shared.crashes_at(FaultPoint::BeforePerform, &info) {
                 shared.inflight.remove(&lease);
+                // Never polled, it holds the decoded payload, application code's.
+                crate::attempt::pipeline::drop_quietly("the handler's future", future);
                 return;
             }
             let started = Instant::now();
@@ -166,6 +298,12 @@ async fn execute<S: Store>(
             }
             let ran_for = started.elapsed();
             ran = Some(ran_for);
+            *reached = Reached::Ended {
+                ran_for,
+                timed_out: (task.stopped == Some(StopCause::TimedOut)).then_some(options.timeout),
+                backoff: options.backoff,
+                unstorable_step: view.unstorable_step().map(str::to_owned),
+            };
             if task.stopped.is_some() {
                 tracing::debug!(?ran_for, "the stopped handler's code has ended");
             }
@@ -291,6 +429,7 @@ async fn execute<S: Store>(
     // it, and whatever happens to the lease now, the job was not completed by it.
     let finalized_by_handler =
         signals.finalized_by_handler() && signals.reason() != Some(Abort::Held);
+    *reached = Reached::Handed;
     let Some(last_progress) = shared.inflight.set_finalizing(&lease, Instant::now()) else {
         shared.inflight.remove(&lease);
         match signals.reason() {
