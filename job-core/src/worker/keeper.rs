@@ -167,7 +167,7 @@ async fn run<S: Store>(
     };
     let nudges = async {
         match runtime {
-            Some(runtime) => nudge(runtime).await,
+            Some(runtime) => nudge(shared, runtime).await,
             None => std::future::pending().await,
         }
     };
@@ -179,15 +179,16 @@ async fn run<S: Store>(
     }
 }
 
-/// Spawns an empty task on `runtime` every [`NUDGE_EVERY`], one at a time: while every thread
-/// of it is blocked, one task waits, not one per period.
-async fn nudge(runtime: &Handle) {
+/// Spawns an empty task on `runtime` every [`NUDGE_EVERY`] while executions are in flight
+/// (only a handler blocks a thread; an idle worker is not woken 20 times a second), one at a
+/// time: while every thread of it is blocked, one task waits, not one per period.
+async fn nudge<S>(shared: &Shared<S>, runtime: &Handle) {
     let waiting = Arc::new(AtomicBool::new(false));
     let mut tick = tokio::time::interval(NUDGE_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        if !waiting.swap(true, Ordering::AcqRel) {
+        if shared.inflight.len() > 0 && !waiting.swap(true, Ordering::AcqRel) {
             let ran = waiting.clone();
             // A runtime shutting down drops the task unrun: nothing to wait for then.
             drop(runtime.spawn(async move { ran.store(false, Ordering::Release) }));
