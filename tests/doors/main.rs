@@ -9,6 +9,7 @@ mod support;
 
 mod clients;
 mod legacy;
+mod logs;
 mod names;
 mod roles;
 mod rules;

@@ -243,9 +243,12 @@ pub(crate) async fn run_task(
     TaskEnd::new(joined, Some(cause))
 }
 
-/// The text a panic was raised with.
+/// The text a panic was raised with, cut to
+/// [`MAX_ERROR_MESSAGE`](crate::MAX_ERROR_MESSAGE) bytes as an error's message is: it is
+/// application code's, of any size, and goes into outcomes and logs as it is.
 pub(crate) fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
-    match payload.downcast::<String>() {
+    use crate::model::text::{cut, MAX_ERROR_MESSAGE};
+    let text = match payload.downcast::<String>() {
         Ok(s) => *s,
         Err(payload) => match payload.downcast::<&'static str>() {
             Ok(s) => (*s).to_owned(),
@@ -253,10 +256,14 @@ pub(crate) fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
                 // Application code's value: its `Drop` may panic too, which must not escape
                 // here (it would end the executor, and the job would wait out its lease).
                 drop_quietly("a panic's payload", payload);
-                "panicked with a non-string payload".to_owned()
+                return "panicked with a non-string payload".to_owned();
             }
         },
+    };
+    if text.len() <= MAX_ERROR_MESSAGE {
+        return text;
     }
+    cut(&text, MAX_ERROR_MESSAGE).into_owned()
 }
 
 /// Drops `value`, application code's or holding some (a handler's future, what it returned,
@@ -378,6 +385,17 @@ mod tests {
             }
             other => panic!("expected a step_unstorable discard, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn a_panic_message_is_cut_to_an_error_message_s_bound() {
+        use crate::model::text::MAX_ERROR_MESSAGE;
+        let long: Box<dyn std::any::Any + Send> = Box::new("y".repeat(20_000_000));
+        let message = panic_message(long);
+        assert!(message.len() <= MAX_ERROR_MESSAGE, "{}", message.len());
+        assert!(message.ends_with("bytes cut]"), "{}", &message[8000..]);
+        let nul: Box<dyn std::any::Any + Send> = Box::new("bad \0 byte".to_owned());
+        assert_eq!(panic_message(nul), "bad \0 byte", "cut, not cleaned");
     }
 
     #[test]

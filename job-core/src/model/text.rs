@@ -78,21 +78,30 @@ pub(crate) fn shown(value: &dyn std::fmt::Display) -> String {
 /// assert!(cut.len() <= 100 && cut.ends_with("bytes cut]"));
 /// ```
 pub fn storable_text(text: &str, max: usize) -> Cow<'_, str> {
-    let text: Cow<'_, str> = if text.contains('\0') {
-        Cow::Owned(text.replace('\0', ""))
-    } else {
-        Cow::Borrowed(text)
-    };
+    if !text.contains('\0') {
+        return cut(text, max);
+    }
+    let text = text.replace('\0', "");
     if text.len() <= max {
-        return text;
+        return Cow::Owned(text);
+    }
+    Cow::Owned(cut(&text, max).into_owned())
+}
+
+/// `text` cut to at most `max` bytes at a character boundary, ending with `… [N bytes cut]`
+/// when cut, as [`storable_text`] cuts it, but with its NUL characters kept. Borrows when
+/// nothing changes.
+pub(crate) fn cut(text: &str, max: usize) -> Cow<'_, str> {
+    if text.len() <= max {
+        return Cow::Borrowed(text);
     }
     // The note is at most this long: "… [" + 20 digits + " bytes cut]".
     const NOTE_MAX: usize = 40;
-    let keep = floor_char_boundary(&text, max.saturating_sub(NOTE_MAX));
+    let keep = floor_char_boundary(text, max.saturating_sub(NOTE_MAX));
     let note = format!("… [{} bytes cut]", text.len() - keep);
     if keep + note.len() > max {
         // `max` is too small for a note: cut without one.
-        return Cow::Owned(text[..floor_char_boundary(&text, max)].to_owned());
+        return Cow::Owned(text[..floor_char_boundary(text, max)].to_owned());
     }
     let mut out = String::with_capacity(keep + note.len());
     out.push_str(&text[..keep]);

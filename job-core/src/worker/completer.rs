@@ -686,7 +686,12 @@ fn applied<S>(shared: &Shared<S>, c: &Completion, result: Finalized) {
                     queue = %c.info.queue,
                     attempt = failure.attempt,
                     class = failure.class.as_str(),
-                    message = ?failure.message,
+                    // Cut as it is stored: a handler's error is shown up to 32 KiB, and a
+                    // poison's or a step's reason may hold application text too.
+                    message = ?crate::model::text::storable_text(
+                        &failure.message,
+                        crate::model::text::MAX_ERROR_MESSAGE
+                    ),
                     "dead letter: the job was discarded"
                 ),
                 _ => tracing::debug!(id = c.info.id, outcome = outcome.name(), "finalized"),
