@@ -16,4 +16,5 @@ mod rules;
 mod schema;
 mod secrets;
 mod stored;
+mod surrogates;
 mod tenants;

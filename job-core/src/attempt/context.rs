@@ -270,9 +270,10 @@ impl JobContext {
     /// returns counts.
     ///
     /// The value is stored as compact JSON, at most [`MAX_RESULT`](crate::MAX_RESULT) bytes,
-    /// without a NUL character (which PostgreSQL's `jsonb` cannot hold) and nested at most
-    /// [`MAX_JSON_DEPTH`](crate::MAX_JSON_DEPTH) levels (serde_json reads no deeper, so no
-    /// one could read it back). A value that does not serialize or breaks a rule is refused
+    /// without a NUL character or, in raw JSON text (a `serde_json::value::RawValue`), a lone
+    /// surrogate escape such as `"\ud800"` (neither of which PostgreSQL's `jsonb` can hold),
+    /// and nested at most [`MAX_JSON_DEPTH`](crate::MAX_JSON_DEPTH) levels (serde_json reads
+    /// no deeper, so no one could read it back). A value that does not serialize or breaks a rule is refused
     /// with a terminal [`JobError`] naming it:
     /// returned with `?`, the job is discarded with that message rather than retried, since
     /// its effects have happened.

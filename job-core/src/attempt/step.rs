@@ -210,7 +210,8 @@ impl JobContext {
     /// job's new owner runs the step) and the step returns a retryable error.
     ///
     /// An output that cannot be stored (it does not serialize, does not read back as `T`, as
-    /// NaN does not, holds a NUL character, is over [`MAX_STEP_OUTPUT`], or the database
+    /// NaN does not, holds a NUL character or, in raw JSON text, a lone surrogate escape such
+    /// as `"\ud800"`, is over [`MAX_STEP_OUTPUT`], or the database
     /// refuses it) ends the job: the step returns a terminal error and the job is discarded
     /// with class `step_unstorable` and a message naming the step, whatever the handler
     /// returns, because `f`'s effect may have happened and must not run again on its own.
@@ -562,6 +563,9 @@ fn storable_output<T: Serialize + DeserializeOwned>(output: &T) -> Result<String
     if has_escaped_nul(&json) {
         return Err("it holds a NUL character (\\u0000), which cannot be stored".into());
     }
+    if let Some(problem) = crate::model::json_size::lone_surrogate(&json) {
+        return Err(format!("it {problem}"));
+    }
     // serde_json writes NaN and the infinities as `null`: what would come back is not what
     // the step returned.
     if let Err(e) = serde_json::from_str::<T>(&json) {
@@ -613,6 +617,20 @@ mod tests {
     use tokio_util::sync::CancellationToken;
 
     use super::*;
+
+    #[test]
+    fn a_raw_output_with_a_lone_surrogate_escape_is_unstorable() {
+        let raw = |t: &str| serde_json::value::RawValue::from_string(t.to_owned()).unwrap();
+        // Raw text reads back as itself: only the check refuses it.
+        for text in [r#"{"k":"\ud800"}"#, r#"{"\udfff":1}"#] {
+            let refused = storable_output(&raw(text)).unwrap_err();
+            assert!(
+                refused.starts_with("it holds the lone surrogate escape"),
+                "{text}: {refused}"
+            );
+        }
+        assert!(storable_output(&raw(r#"{"k":"\ud83d\ude00"}"#)).is_ok());
+    }
 
     #[test]
     fn an_output_float_json_cannot_hold_is_unstorable_even_where_null_reads_back() {

@@ -160,6 +160,41 @@ pub(crate) fn json_problem(json: &str) -> Option<String> {
         .map(|e| format!("is not JSON every reader reads alike: {e}"))
 }
 
+/// Why `json` (valid JSON text) holds a string that is not Unicode, or `None`: an escaped
+/// lone surrogate, a `\uD800`-`\uDBFF` not followed by a `\uDC00`-`\uDFFF` escape, or a
+/// `\uDC00`-`\uDFFF` not preceded by one, in a string or a key. PostgreSQL's `jsonb` refuses
+/// it (`invalid input syntax for type json`), and serde_json reads it back into no string.
+/// Only raw text carries one (a `serde_json::value::RawValue`): serde_json writes every
+/// Rust string as Unicode.
+pub(crate) fn lone_surrogate(json: &str) -> Option<String> {
+    let bytes = json.as_bytes();
+    let unit = |at: usize| -> Option<u16> {
+        let hex = bytes.get(at..at + 6)?.strip_prefix(b"\\u")?;
+        u16::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok()
+    };
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] != b'\\' {
+            i += 1;
+            continue;
+        }
+        match unit(i) {
+            Some(0xD800..=0xDBFF) if matches!(unit(i + 6), Some(0xDC00..=0xDFFF)) => i += 12,
+            Some(0xD800..=0xDFFF) => {
+                return Some(format!(
+                    "holds the lone surrogate escape `{}`, which is not Unicode: PostgreSQL's \
+                     jsonb refuses it",
+                    &json[i..i + 6]
+                ))
+            }
+            Some(_) => i += 6,
+            // Any other escape: the backslash and the character it escapes.
+            None => i += 2,
+        }
+    }
+    None
+}
+
 /// The length of the JSON number `n` as `numeric` prints it.
 fn number_len(n: &str) -> usize {
     let (negative, n) = match n.strip_prefix('-') {
@@ -187,6 +222,37 @@ fn number_len(n: &str) -> usize {
 
 #[cfg(test)]
 mod tests {
+    use super::lone_surrogate;
+
+    #[test]
+    fn lone_surrogate_escapes_are_found_in_strings_and_keys() {
+        for json in [
+            r#""\ud83d\ude00""#,
+            r#""\uD83D\uDE00 and \u00e9""#,
+            r#""\\ud800""#,
+            r#"{"a\\":"\\udc00"}"#,
+            r#""😀 \n \"""#,
+        ] {
+            assert_eq!(lone_surrogate(json), None, "{json}");
+        }
+        for (json, escape) in [
+            (r#""\ud800""#, r"\ud800"),
+            (r#"{"\ud800":1}"#, r"\ud800"),
+            (r#""\udc00""#, r"\udc00"),
+            (r#""x\uDBFFy""#, r"\uDBFF"),
+            (r#""\ud800\ud800""#, r"\ud800"),
+            (r#""\ude00\ud83d""#, r"\ude00"),
+            (r#""\\\ud800""#, r"\ud800"),
+            (r#""\ud800\n""#, r"\ud800"),
+        ] {
+            let problem = lone_surrogate(json).unwrap_or_default();
+            assert!(
+                problem.contains(&format!("lone surrogate escape `{escape}`")),
+                "{json}: {problem}"
+            );
+        }
+    }
+
     fn nested(levels: usize) -> String {
         format!("{}1{}", "[".repeat(levels), "]".repeat(levels))
     }

@@ -871,6 +871,7 @@ mod tests {
             (r#"{"a":[{"y":1,"\u0079":2}]}"#, "the key `y` twice"),
             (r#"{"a":"\ud800"}"#, "hex escape"),
             (r#"{"a":"\udc00x"}"#, "hex escape"),
+            (r#"{"\ud800":1}"#, "hex escape"),
             (r#"{"a":1e400}"#, "out of range"),
             (r#"{"a":1,}"#, "trailing comma"),
             (r#"{"a":1} {}"#, "trailing characters"),

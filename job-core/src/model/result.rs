@@ -11,8 +11,8 @@ use serde::Serialize;
 pub const MAX_RESULT: usize = 64 * 1024;
 
 /// The stored form of `value`: its compact JSON, or why it cannot be stored (it does not
-/// serialize, it is over [`MAX_RESULT`] bytes, or it holds a NUL character, which
-/// PostgreSQL's `jsonb` refuses).
+/// serialize, it is over [`MAX_RESULT`] bytes, or it holds a NUL character or, in raw JSON
+/// text, a lone surrogate escape, which PostgreSQL's `jsonb` refuses).
 pub(crate) fn result_json<T: Serialize + ?Sized>(value: &T) -> Result<String, String> {
     let json = serde_json::to_string(value)
         .map_err(|e| format!("result: the value does not serialize to JSON: {e}"))?;
@@ -32,6 +32,9 @@ pub(crate) fn result_json<T: Serialize + ?Sized>(value: &T) -> Result<String, St
     if crate::model::new_job::has_nul_escape(&json) {
         return Err("result: holds a NUL character (\\u0000), which cannot be stored".into());
     }
+    if let Some(problem) = crate::model::json_size::lone_surrogate(&json) {
+        return Err(format!("result: {problem}"));
+    }
     if let Some(problem) = crate::model::json_size::depth_problem(&json) {
         return Err(format!("result: {problem}"));
     }
@@ -42,6 +45,30 @@ pub(crate) fn result_json<T: Serialize + ?Sized>(value: &T) -> Result<String, St
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn raw_json_with_a_lone_surrogate_escape_is_refused() {
+        let raw = |t: &str| serde_json::value::RawValue::from_string(t.to_owned()).unwrap();
+        for (text, escape) in [
+            (r#""\ud800""#, r"\ud800"),
+            (r#"{"\ud800":1}"#, r"\ud800"),
+            (r#"["ok","\udc00x"]"#, r"\udc00"),
+        ] {
+            let refused = result_json(&raw(text)).unwrap_err();
+            assert_eq!(
+                refused,
+                format!(
+                    "result: holds the lone surrogate escape `{escape}`, which is not Unicode: \
+                     PostgreSQL's jsonb refuses it"
+                ),
+                "{text}"
+            );
+        }
+        assert_eq!(
+            result_json(&raw(r#""\ud83d\ude00""#)).unwrap(),
+            r#""\ud83d\ude00""#
+        );
+    }
 
     #[test]
     fn results_are_compact_json_within_the_limit() {
