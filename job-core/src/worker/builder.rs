@@ -12,7 +12,7 @@ use crate::model::error::BuildError;
 use crate::model::job::{too_long, Job};
 use crate::model::new_job::name_problem;
 
-use super::config::{too_short, WorkerConfig, MIN_INTERVAL};
+use super::config::{store_timeout_too_short, too_short, WorkerConfig, MIN_INTERVAL};
 
 /// A configured worker, ready to [`start`](Worker::start).
 pub struct Worker<S: Store> {
@@ -296,7 +296,7 @@ impl<S: Store> WorkerBuilder<S> {
                 ));
             }
         }
-        if let Some(problem) = too_short(c.store_timeout) {
+        if let Some(problem) = store_timeout_too_short(c.store_timeout) {
             return Err(invalid("store_timeout", problem));
         }
         if c.finalize_batch == 0 {

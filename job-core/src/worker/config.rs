@@ -19,6 +19,22 @@ pub(crate) fn too_short(interval: Duration) -> Option<String> {
         .then(|| format!("must be at least 10ms (MIN_INTERVAL), got {interval:?}"))
 }
 
+/// The shortest [`WorkerConfig::store_timeout`]: 1 second. It bounds a call, not a loop's
+/// period: a claim or a rescue pass given up on the worker's side may still commit in the
+/// database, leaving leases the worker never tracks, and a bound of milliseconds gives up
+/// calls a busy but healthy database would have answered.
+pub(crate) const MIN_STORE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// What is wrong with a [`WorkerConfig::store_timeout`] under [`MIN_STORE_TIMEOUT`], if it is.
+pub(crate) fn store_timeout_too_short(timeout: Duration) -> Option<String> {
+    (timeout < MIN_STORE_TIMEOUT).then(|| {
+        format!(
+            "must be at least 1s (a call's bound, not a loop's period: a call given up may \
+             still commit in the database), got {timeout:?}"
+        )
+    })
+}
+
 /// How many claimed jobs a queue holds beyond its running ones: [`WorkerConfig::prefetch`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -129,11 +145,13 @@ pub struct WorkerConfig {
     pub connections: Option<u32>,
     /// How long the worker waits for the answer to any one call to its store (a claim, a
     /// batch of outcomes, a release, a durable step, a maintenance pass) before giving it up
-    /// as if the connection were lost: at least [`MIN_INTERVAL`] (10 ms). A connection whose
-    /// server or network goes silent (a host that vanished, a firewall dropping the flow)
-    /// never answers and never fails; without a bound, one such call would stall its loop
-    /// for as long as the kernel keeps the socket (about 15 minutes, or for ever when
-    /// nothing was left unacknowledged). The loop tries again on another connection, as
+    /// as if the connection were lost: at least 1 second ([`build`](crate::WorkerBuilder::build)
+    /// refuses a shorter one, naming it). A call given up may still commit in the database (a
+    /// claim's leases, a rescue pass), so the bound is for a database that stopped answering,
+    /// never for a slow one. A connection whose server or network goes silent (a host that
+    /// vanished, a firewall dropping the flow) never answers and never fails; without a
+    /// bound, one such call would stall its loop for as long as the kernel keeps the socket
+    /// (about 15 minutes, or for ever when nothing was left unacknowledged). The loop tries again on another connection, as
     /// after any lost connection. The lease keeper bounds its heartbeats by the heartbeat
     /// period instead; the pruner's VACUUM (only when autovacuum is off) gets 6 hours, or this
     /// when longer. Defaults to 60 seconds: far above any call of a healthy database, which
