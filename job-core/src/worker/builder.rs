@@ -74,7 +74,7 @@ pub struct ConnectionBudget {
 impl ConnectionBudget {
     /// Both together: the most connections the worker holds at once.
     pub fn total(&self) -> u32 {
-        self.lease_keeper + self.runtime
+        self.lease_keeper.saturating_add(self.runtime)
     }
 }
 
@@ -282,8 +282,46 @@ impl<S: Store> WorkerBuilder<S> {
         if c.stuck_after.is_zero() {
             return Err(invalid("stuck_after", "must be greater than zero".into()));
         }
+        // The pool allocates a slot per connection when the worker starts (at u32::MAX, an
+        // allocation of 300 GB that aborts the process), and every connection is a server
+        // process (on SQLite, a thread): a budget past the bound is a mistake, whether set or
+        // taken from the number of queues.
+        let least = min_connections(self.queues.len());
+        if least > MAX_CONNECTIONS {
+            return Err(invalid(
+                "connections",
+                format!(
+                    "a worker with {} queues needs at least {least} connections of its own \
+                     (one claim per queue, the completer, the LISTEN connection and one for \
+                     the rest), more than the most a worker opens ({MAX_CONNECTIONS}): \
+                     run the queues on several workers",
+                    self.queues.len()
+                ),
+            ));
+        }
+        match c.connections {
+            Some(n) if n > MAX_CONNECTIONS => {
+                return Err(invalid(
+                    "connections",
+                    format!("must be at most {MAX_CONNECTIONS}, got {n}"),
+                ));
+            }
+            None if default_connections(self.queues.len()) > MAX_CONNECTIONS => {
+                return Err(invalid(
+                    "connections",
+                    format!(
+                        "a worker with {} queues takes 2 connections per queue + 4 by \
+                         default, {}, more than the most a worker opens \
+                         ({MAX_CONNECTIONS}): set `connections` ({least} to \
+                         {MAX_CONNECTIONS}) or run the queues on several workers",
+                        self.queues.len(),
+                        default_connections(self.queues.len())
+                    ),
+                ));
+            }
+            _ => {}
+        }
         if let Some(n) = c.connections {
-            let least = min_connections(self.queues.len());
             if n < least {
                 return Err(invalid(
                     "connections",
@@ -547,6 +585,9 @@ impl<S: Store> WorkerBuilder<S> {
     }
 }
 
+/// The most connections a worker opens of its own, apart from the lease keeper's
+/// ([`WorkerConfig::connections`], or the default taken from the number of queues).
+const MAX_CONNECTIONS: u32 = 10_000;
 /// The most jobs one queue of one worker may run at once.
 const MAX_CONCURRENCY: usize = 100_000;
 /// The most claimed jobs one queue of one worker may hold beyond its running ones.
@@ -554,4 +595,18 @@ const MAX_PREFETCH: usize = 100_000;
 
 fn invalid(option: &'static str, reason: String) -> BuildError {
     BuildError::InvalidOption { option, reason }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ConnectionBudget;
+
+    #[test]
+    fn a_budget_total_saturates_instead_of_overflowing() {
+        let budget = ConnectionBudget {
+            lease_keeper: 3,
+            runtime: u32::MAX,
+        };
+        assert_eq!(budget.total(), u32::MAX);
+    }
 }

@@ -141,7 +141,11 @@ pub struct WorkerConfig {
     /// The most connections the worker opens for its own statements (claims, outcomes,
     /// releases, durable steps, maintenance and the LISTEN connection), apart from the
     /// application's pool and from the three connections of the lease keeper. `None` (the
-    /// default) takes 2 per queue + 4. See [`Worker::connections`](crate::worker::Worker::connections).
+    /// default) takes 2 per queue + 4. At most 10,000, set or taken from the queues:
+    /// [`build`](crate::WorkerBuilder::build) refuses more, naming `connections`, and so a
+    /// worker of 4,999 queues or more needs this set (one per queue + 3 at least), and one of
+    /// 9,998 or more is refused: run its queues on several workers. See
+    /// [`Worker::connections`](crate::worker::Worker::connections).
     pub connections: Option<u32>,
     /// How long the worker waits for the answer to any one call to its store (a claim, a
     /// batch of outcomes, a release, a durable step, a maintenance pass) before giving it up
