@@ -1,5 +1,6 @@
 //! Assembling a worker: its store, jobs, queues, state and settings.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -220,7 +221,9 @@ impl<S: Store> WorkerBuilder<S> {
         if self.queues.is_empty() {
             return Err(BuildError::NoQueues);
         }
-        for (i, (queue, concurrency)) in self.queues.iter().enumerate() {
+        // A set, not a scan of the queues before each: 40,000 queues took 8 s in build().
+        let mut seen = HashSet::with_capacity(self.queues.len());
+        for (queue, concurrency) in &self.queues {
             // The rule every door applies: a queue no enqueue can fill is a mistake.
             if let Some(problem) = name_problem(queue) {
                 return Err(invalid("queue", format!("queue {queue:?} {problem}")));
@@ -234,7 +237,7 @@ impl<S: Store> WorkerBuilder<S> {
                     ),
                 ));
             }
-            if self.queues[..i].iter().any(|(q, _)| q == queue) {
+            if !seen.insert(queue.as_str()) {
                 return Err(invalid("queue", format!("queue `{queue}` is listed twice")));
             }
         }
@@ -243,7 +246,7 @@ impl<S: Store> WorkerBuilder<S> {
         // enqueues name, so this is no error).
         for h in self.registry.handlers() {
             let queue = h.options().queue;
-            if !self.queues.iter().any(|(q, _)| q == queue) {
+            if !seen.contains(queue) {
                 tracing::warn!(
                     kind = h.kind(),
                     queue,
