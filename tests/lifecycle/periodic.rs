@@ -214,6 +214,66 @@ async fn a_schedule_more_frequent_than_the_looks_loses_no_period() {
         .await
         .unwrap();
     assert_eq!(periods, 12);
+
+    // A look every 5 minutes, a period every second: 300 periods per look, more than the 100
+    // a late look catches up on. Before, each on-time look enqueued 100 (the next look went on
+    // from the last, ever further behind), and the third look warned of a gap it did not have.
+    let every_second = Periodic::new("* * * * * *", || Text { s: "s".into() }).unwrap();
+    let scheduler = Scheduler::new(
+        h.store.clone(),
+        vec![every_second],
+        SchedulerConfig {
+            interval: Duration::from_secs(300),
+        },
+    );
+    for look in 0..3 {
+        let at = now + chrono::Duration::seconds(300 * look);
+        let done = scheduler.run_once(at).await.unwrap();
+        assert_eq!(
+            (done.enqueued, done.gaps),
+            (300, 0),
+            "look {look}: {done:?}"
+        );
+    }
+    let (periods, first, last): (
+        i64,
+        chrono::DateTime<chrono::Utc>,
+        chrono::DateTime<chrono::Utc>,
+    ) = sqlx::query_as(
+        "SELECT count(DISTINCT run_at), min(run_at), max(run_at) FROM job.jobs
+         WHERE kind = 'test.text'",
+    )
+    .fetch_one(h.store.pool())
+    .await
+    .unwrap();
+    assert_eq!(periods, 900);
+    assert_eq!((last - first).num_seconds() + 1, 900, "no second skipped");
+    assert!(
+        last <= now + chrono::Duration::seconds(900) && last > now + chrono::Duration::seconds(899),
+        "every period up to the last look's horizon, {last}"
+    );
+}
+
+#[tokio::test]
+async fn a_look_late_by_more_periods_than_it_catches_up_on_says_so_and_goes_on_from_now() {
+    // Looks every 2 minutes, a period every second, a look 150 s late: of the 150 periods it
+    // missed it enqueues 100 (due at once), says the rest were skipped, and enqueues its own.
+    let h = Harness::new().await;
+    let every_second = Periodic::new("* * * * * *", || Noop { n: 1 }).unwrap();
+    let scheduler = Scheduler::new(
+        h.store.clone(),
+        vec![every_second],
+        SchedulerConfig {
+            interval: Duration::from_secs(120),
+        },
+    );
+    let t0 = chrono::Utc::now();
+    assert_eq!(scheduler.run_once(t0).await.unwrap().enqueued, 120);
+    let late = scheduler
+        .run_once(t0 + chrono::Duration::seconds(270))
+        .await
+        .unwrap();
+    assert_eq!((late.enqueued, late.gaps), (100 + 120, 1), "{late:?}");
 }
 
 #[test]

@@ -26,8 +26,11 @@ use super::service::{at_least_min, at_most_max, Service, ServiceConfig};
 pub struct SchedulerConfig {
     /// Time between looks at the schedules: [`MIN_INTERVAL`](crate::MIN_INTERVAL) (10 ms) to
     /// [`MAX_DURATION`](crate::MAX_DURATION). Each look enqueues, for every schedule, its
-    /// periods that start before the next look (at most 100) and at least its next one, so
-    /// this bounds nothing but how far ahead periods are enqueued. Defaults to 1 second.
+    /// periods that start before the next look and at least its next one (at most 100,000,
+    /// which only an interval over 100,000 s with a schedule of every second reaches; the
+    /// next look goes on from there), so this bounds nothing but how far ahead periods are
+    /// enqueued. A look that came late also enqueues the periods it missed, at most 100 of
+    /// them (see [`Scheduled::gaps`]). Defaults to 1 second.
     pub interval: Duration,
 }
 
@@ -158,9 +161,14 @@ pub struct Scheduler<S> {
     ended: Vec<std::sync::atomic::AtomicBool>,
 }
 
-/// The most periods of one schedule a look enqueues (those starting before the next look):
-/// a look every minute covers a schedule of every second.
-const MAX_PERIODS_PER_LOOK: usize = 100;
+/// The most periods of one schedule a look that came late enqueues among those it missed
+/// (due already): the rest of them are skipped, said at WARN and counted as a gap.
+const MAX_CATCH_UP_PERIODS: usize = 100;
+
+/// The most periods of one schedule a look enqueues ahead of now (those starting before the
+/// next look): a look a day covers a schedule of every second. Only a scheduler interval over
+/// 100,000 s with a schedule that dense reaches it; the next look goes on from there.
+const MAX_PERIODS_AHEAD: usize = 100_000;
 
 /// How far behind now a look catches up on periods it missed (it came late), beyond one
 /// interval.
@@ -187,7 +195,8 @@ pub struct Scheduled {
     pub refused: u64,
     /// Schedules whose periods since this scheduler's last look it did not catch up on (the
     /// look came more than one interval and 60 s after the last: the clock stepped forward,
-    /// or the process or the database was away): logged at WARN with the first such period.
+    /// or the process or the database was away; or it came late by more than 100 of the
+    /// schedule's periods): logged at WARN with the first such period.
     pub gaps: u64,
     /// Schedules found to have no period after now (an expression with a year that has
     /// passed): logged at WARN once, the first time this scheduler finds it.
@@ -234,8 +243,11 @@ impl<S: Store> Scheduler<S> {
             .unwrap_or(now);
         for (i, entry) in self.entries.iter().enumerate() {
             let last = self.lock()[i];
+            // From the last period seen, even one ahead of now (enqueued by an earlier look):
+            // the periods up to it were enqueued, and walking them again would spend the
+            // look's bounds on them.
             let mut after = match last {
-                Some(last) if last >= catch_up => last.min(now),
+                Some(last) if last >= catch_up => last,
                 _ => now,
             };
             if let Some(missed) = last
@@ -250,16 +262,21 @@ impl<S: Store> Scheduler<S> {
                     schedule = %entry.expression,
                     first_missed = %missed,
                     resumed_at = %now,
-                    "periodic periods missed: this scheduler's last look was longer ago than \
-                     it catches up (one interval and 60 s), and it goes on from now; the \
-                     periods between ran only if another worker's scheduler enqueued them"
+                    "periodic periods missed: the last period this scheduler saw enqueued is \
+                     further back than a look catches up (one interval and 60 s: the clock \
+                     stepped forward, or the process or the database was away), and it goes \
+                     on from now; the periods between ran only if another worker's scheduler \
+                     enqueued them"
                 );
                 done.gaps += 1;
             }
             // Whether a period after now was reached: the look goes on until one is, and then
             // up to the horizon.
-            let mut ahead = false;
-            for _ in 0..MAX_PERIODS_PER_LOOK {
+            let mut ahead = after > now;
+            // Periods missed (due already) and periods ahead this look enqueued: each bounded
+            // on its own, so that a look on time always covers its own periods.
+            let (mut missed, mut upcoming) = (0, 0);
+            loop {
                 let Some(period) = entry.next_after(after) else {
                     // An expression with a year (`0 0 9 1 1 * 2026`) ends: said once, rather
                     // than a schedule that silently never fires again.
@@ -277,11 +294,33 @@ impl<S: Store> Scheduler<S> {
                 if ahead && period > horizon {
                     break;
                 }
+                if period <= now {
+                    if missed == MAX_CATCH_UP_PERIODS {
+                        // Late by more periods than a look catches up on: the rest are
+                        // skipped, and said, as after a longer gap.
+                        tracing::warn!(
+                            kind = entry.kind,
+                            schedule = %entry.expression,
+                            first_missed = %period,
+                            resumed_at = %now,
+                            "periodic periods missed: this look came late by more than the \
+                             {MAX_CATCH_UP_PERIODS} periods it catches up on, and it goes on \
+                             from now; the periods between ran only if another worker's \
+                             scheduler enqueued them"
+                        );
+                        done.gaps += 1;
+                        after = now;
+                        continue;
+                    }
+                    missed += 1;
+                } else {
+                    if upcoming == MAX_PERIODS_AHEAD {
+                        break;
+                    }
+                    upcoming += 1;
+                }
                 after = period;
                 ahead |= period > now;
-                if last.is_some_and(|last| last >= period) {
-                    continue;
-                }
                 // The application's closure and `Serialize` run here: a panic is this
                 // schedule's refusal, not the end of the look for the schedules after it.
                 let made = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
