@@ -184,6 +184,39 @@ fn a_periodic_job_every_door_would_refuse_is_a_build_error_naming_its_schedule()
     }
 }
 
+#[test]
+fn a_periodic_job_whose_making_panics_is_a_build_error_naming_its_schedule() {
+    // `make` is sampled in `.periodic(..)`: its panic escaped the builder.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let store = rt.block_on(async { job_testkit::TestDb::new().await.store() });
+    let err = job::Worker::builder(store)
+        .register::<Noop>()
+        .queue("default", 1)
+        .periodic("* * * * * *", || -> Text { panic!("no payload today") })
+        .build()
+        .err()
+        .expect("refused");
+    assert!(
+        matches!(
+            err,
+            BuildError::InvalidOption {
+                option: "periodic",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    let message = err.to_string();
+    for part in [
+        "`test.text`",
+        "`* * * * * *`",
+        "panicked",
+        "no payload today",
+    ] {
+        assert!(message.contains(part), "{message}");
+    }
+}
+
 #[tokio::test]
 async fn a_schedule_more_frequent_than_the_looks_loses_no_period() {
     // A look every minute, a period every 10 seconds: each look enqueues every period that

@@ -68,8 +68,8 @@ impl Periodic {
     /// that does not parse, or that has no period after now, is a
     /// [`BuildError::InvalidSchedule`] naming it. `make` is called
     /// once here, and a job that every door would refuse (a payload with a NUL, over the size
-    /// limit, bad options) is a [`BuildError::InvalidOption`] `periodic` naming the kind and
-    /// the expression; a later period's job refused all the same is logged and skipped (see
+    /// limit, bad options), or a `make` or `Serialize` that panics, is a
+    /// [`BuildError::InvalidOption`] `periodic` naming the kind and the expression; a later period's job refused all the same is logged and skipped (see
     /// [`Scheduler::run_once`]).
     pub fn new<J, F>(expression: &str, make: F) -> Result<Periodic, BuildError>
     where
@@ -100,8 +100,22 @@ impl Periodic {
             cron,
             make: Arc::new(move |options| NewJob::build(&make(), options, DEFAULT_PAYLOAD_LIMIT)),
         };
-        // One sample, so that a schedule whose every job is refused fails at the door.
-        if let Err(refused) = periodic.job_for(Utc::now()) {
+        // One sample, so that a schedule whose every job is refused fails at the door. The
+        // application's closure and `Serialize` run here: a panic is a refusal too, not one
+        // that escapes the builder.
+        let sample = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            periodic.job_for(Utc::now())
+        }))
+        .unwrap_or_else(|panic| {
+            Err(EnqueueError::InvalidOption {
+                option: "periodic",
+                reason: format!(
+                    "making the job panicked: {}",
+                    crate::attempt::pipeline::panic_message(panic)
+                ),
+            })
+        });
+        if let Err(refused) = sample {
             return Err(BuildError::InvalidOption {
                 option: "periodic",
                 reason: format!(

@@ -189,8 +189,8 @@ impl<S: Store> WorkerBuilder<S> {
     /// its unique key (see [`Scheduler`](crate::maintenance::Scheduler)). An expression that
     /// does not parse makes [`build`](Self::build) fail with
     /// [`BuildError::InvalidSchedule`]; `make` is called once here, and a job that would be
-    /// refused (its payload or options) makes it fail with [`BuildError::InvalidOption`]
-    /// `periodic`. A later job refused all the same is logged, naming the schedule, and that
+    /// refused (its payload or options), or a `make` that panics, makes it fail with
+    /// [`BuildError::InvalidOption`] `periodic`. A later job refused all the same is logged, naming the schedule, and that
     /// period skipped; the other schedules go on. One schedule per kind: a second one of the
     /// same kind makes `build` fail with [`BuildError::InvalidOption`] `periodic`.
     pub fn periodic<J, F>(mut self, schedule: &str, make: F) -> Self
