@@ -1107,6 +1107,23 @@ async fn list_refuses_a_finalized_range_that_ends_before_it_starts() {
     db.close().await;
 }
 
+/// PostgreSQL answered `timestamp out of range` to a bound before 4713 BC: refused naming the
+/// filter's field, before anything is read.
+#[tokio::test]
+async fn list_refuses_a_finalized_bound_outside_the_times_a_job_carries() {
+    let db = TestDb::new().await;
+    for (option, field) in [
+        (
+            "--finalized-from=-262143-01-01T00:00:00Z",
+            "`finalized_from`",
+        ),
+        ("--finalized-to=+262142-12-31T00:00:00Z", "`finalized_to`"),
+    ] {
+        refused(&db, &["list", option], field);
+    }
+    db.close().await;
+}
+
 /// An empty filter option would match nothing where leaving it out matches any
 /// (`--queue "$QUEUE"` with `QUEUE` unset): refused naming it, before anything is read or
 /// done. An enqueue option the framework refuses is named as the command line gave it.

@@ -159,10 +159,28 @@ impl JobFilter {
     }
 
     /// Refused (naming the field) when `kind`, `queue`, `tenant` or `tag` holds a NUL
-    /// character, which no name can hold and PostgreSQL cannot take as text: [`Admin::list`],
+    /// character, which no name can hold and PostgreSQL cannot take as text, or when
+    /// `finalized_from` or `finalized_to` is outside [`EARLIEST_TIME`](crate::EARLIEST_TIME)
+    /// to [`LATEST_TIME`](crate::LATEST_TIME) (no job carries such a time, and PostgreSQL
+    /// cannot take some: `timestamp out of range`): [`Admin::list`],
     /// [`redrive`](Admin::redrive), [`purge`](Admin::purge) and [`stats`](Admin::stats) check
     /// it first, so such a filter is an error saying so rather than the database's.
     pub fn check(&self) -> Result<(), StoreError> {
+        use chrono::Datelike;
+        let times = [
+            ("finalized_from", self.finalized_from),
+            ("finalized_to", self.finalized_to),
+        ];
+        for (field, at) in times {
+            if let Some(at) = at.filter(|at| !(1..=9999).contains(&at.year())) {
+                return Err(StoreError::refused(format!(
+                    "the filter's `{field}` must be between {} and {} (EARLIEST_TIME and \
+                     LATEST_TIME), got {at}",
+                    crate::EARLIEST_TIME,
+                    crate::LATEST_TIME
+                )));
+            }
+        }
         let fields = [
             ("kind", &self.kind),
             ("queue", &self.queue),
@@ -267,4 +285,44 @@ pub trait Admin: Send + Sync {
     /// Counts per queue and state, the age of the oldest due job and the dead letters, of the
     /// jobs matching `filter`'s kind, queue, tenant and tag.
     fn stats(&self, filter: &JobFilter) -> impl Future<Output = Result<Stats, StoreError>> + Send;
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::{DateTime, TimeZone, Utc};
+
+    use super::JobFilter;
+
+    #[test]
+    fn a_filter_time_outside_the_jobs_range_is_refused_naming_the_field() {
+        let too_early = DateTime::<Utc>::MIN_UTC;
+        let too_late = Utc.with_ymd_and_hms(10_000, 1, 1, 0, 0, 0).unwrap();
+        for (at, field) in [
+            (too_early, "finalized_from"),
+            (too_late, "finalized_from"),
+            (too_early, "finalized_to"),
+            (too_late, "finalized_to"),
+        ] {
+            let filter = if field == "finalized_from" {
+                JobFilter {
+                    finalized_from: Some(at),
+                    ..JobFilter::default()
+                }
+            } else {
+                JobFilter {
+                    finalized_to: Some(at),
+                    ..JobFilter::default()
+                }
+            };
+            let said = filter.check().unwrap_err().to_string();
+            assert!(said.contains(&format!("`{field}`")), "{said}");
+            assert!(said.contains("0001-01-01T00:00:00Z"), "{said}");
+        }
+        let bounds = JobFilter {
+            finalized_from: Some(crate::EARLIEST_TIME.parse().unwrap()),
+            finalized_to: Some(crate::LATEST_TIME.parse().unwrap()),
+            ..JobFilter::default()
+        };
+        bounds.check().expect("the bounds themselves are allowed");
+    }
 }
