@@ -192,6 +192,13 @@ async fn code_whose_lease_was_lost_is_counted_abandoned() {
         .unwrap()
         .start();
     h.reaches(id, JobState::Running).await;
+    // Its code runs: a row `running` is only claimed, and a lease taken away before the code
+    // starts (the last attempt's recorded start is guarded by it) is never run: the job goes
+    // back and is claimed again under a new lease, which no heartbeat finds lost.
+    eventually("the handler's code to run", || async {
+        latch.entered().then_some(())
+    })
+    .await;
     // Taken over: the lease's token is another's now.
     sqlx::query("UPDATE job.jobs SET lock_token = gen_random_uuid() WHERE id = $1")
         .bind(id)
