@@ -2,6 +2,7 @@
 //! (see [`TestDb`]); the private fallback cluster is in `db/cluster.rs`.
 
 mod cluster;
+mod hold;
 
 pub use cluster::{PrivateCluster, StopMode};
 
@@ -21,6 +22,9 @@ const DEFAULT_URL_VAR: &str = "JOB_TESTKIT_DEFAULT_URL";
 
 /// How long the first connection to a server may take before it counts as not answering.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a connection to the server may take once it has answered.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Connections in each test database's pool at most: enough for the concurrency tests.
 const POOL_SIZE: u32 = 12;
@@ -53,6 +57,18 @@ const POOL_SIZE: u32 = 12;
 /// On that server, the first test builds a template database `job_tpl_<hash of the
 /// migrations>` (under an advisory lock, so racing processes build it once), and every
 /// `TestDb` is a copy of it (`CREATE DATABASE … TEMPLATE …`), which is fast.
+///
+/// # Restart hold
+///
+/// `job.rescue_expired` rescues no lease in the first 15 seconds of a server's life
+/// (migration 0041: the holders reconnecting after a restart renew first). A test that
+/// crashes an execution on a server started a moment before (the private cluster above, a CI
+/// job that starts PostgreSQL just before `cargo test`) would see its job rescued only after
+/// that, past [`wait_for`](crate::wait_for)'s 10 seconds. So the first `TestDb` of a process
+/// reads the hold from the rescue function and the server's start from
+/// `job.server_started_at()`, and when the server is younger than the hold, waits the rest
+/// of it once (saying so on stderr); later ones do not wait. A server restarted after that
+/// (a [`PrivateCluster`] a test restarts) holds its rescues again, as in production.
 #[derive(Debug)]
 pub struct TestDb {
     name: String,
@@ -66,7 +82,9 @@ impl TestDb {
     /// Creates a fresh database from the migrated template.
     ///
     /// The server is found once per process (see [which server](TestDb#which-server)); the
-    /// first test on a machine without one waits a few seconds for the private cluster.
+    /// first test on a machine without one waits a few seconds for the private cluster. On a
+    /// server that started less than 15 seconds ago, the first `TestDb` of the process also
+    /// waits out the [restart hold](TestDb#restart-hold), saying so on stderr.
     ///
     /// # Panics
     ///
@@ -83,6 +101,7 @@ impl TestDb {
             .unwrap_or_else(|e| panic!("could not create test database {name}: {e}"));
         let _ = conn.close().await;
         let options = admin.clone().database(&name);
+        hold::wait_out(&options, &at(&admin)).await;
         // The application's pool as the README advises: never handed out inside a transaction.
         let pool = job_postgres::pool_options()
             .max_connections(POOL_SIZE)
@@ -332,29 +351,27 @@ async fn ensure_template(conn: &mut PgConnection, admin: &PgConnectOptions) -> S
             let migrated = job_postgres::migrate(&pool).await;
             pool.close().await;
             migrated?;
-            // The server ends a closed connection's session a moment after the client has
-            // gone, and a database with a session left cannot be renamed (55006): wait for it.
+            // A database with a session left cannot be renamed (55006), and the rename waits
+            // up to 5 s for sessions to end before it says so. The build's closed connection
+            // was seen to keep its session open (idle after its last COMMIT) until ended: 20
+            // such renames took 106 s on a fresh server. The database is this build's own and
+            // nobody else's: end whatever session is left before each rename.
             let rename = format!("ALTER DATABASE {building} RENAME TO {template}");
             let mut tries = 0;
             loop {
+                sqlx::query(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+                     WHERE datname = $1 AND pid <> pg_backend_pid()",
+                )
+                .bind(&building)
+                .execute(&mut *conn)
+                .await?;
                 match conn.execute(rename.as_str()).await {
                     Ok(_) => break,
                     Err(sqlx::Error::Database(e))
-                        if e.code().as_deref() == Some("55006") && tries < 100 =>
+                        if e.code().as_deref() == Some("55006") && tries < 20 =>
                     {
                         tries += 1;
-                        // Past a second, end whatever session is left: the database is this
-                        // build's own and nobody else's (on a loaded server a closed
-                        // session was seen to linger past five seconds).
-                        if tries > 20 {
-                            sqlx::query(
-                                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
-                                 WHERE datname = $1 AND pid <> pg_backend_pid()",
-                            )
-                            .bind(&building)
-                            .execute(&mut *conn)
-                            .await?;
-                        }
                         tokio::time::sleep(Duration::from_millis(50)).await;
                     }
                     Err(e) => return Err(e.into()),

@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Instant;
 
-use job_core::{NewJob, Store};
-use job_testkit::TestDb;
+use job_core::{Job, JobContext, JobError, JobState, NewJob, Store, Worker};
+use job_testkit::{wait_for, Faults, Point, PrivateCluster, TestDb, TestWorker};
 
 /// A port where no PostgreSQL listens.
 const NOWHERE: &str = "postgres://postgres@127.0.0.1:1/test";
@@ -27,6 +27,63 @@ async fn child_uses_a_test_db() {
     assert!(db.store().get(id).await.unwrap().is_some());
     println!("served by {}", db.url());
     db.close().await;
+}
+
+/// A job that does nothing; crashed once by the child below.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Noop {}
+
+impl Job for Noop {
+    const KIND: &'static str = "noop";
+    async fn perform(self, _: JobContext) -> Result<(), JobError> {
+        Ok(())
+    }
+}
+
+/// The child of a fresh server's test: a job crashed after its handler ran, which only a
+/// rescue brings back, waited for with the testkit's own wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "run in a child process by the test below"]
+async fn child_waits_for_a_crashed_job() {
+    let db = TestDb::new().await;
+    let store = db.store();
+    let id = store.enqueue(NewJob::new("noop", "{}")).await.unwrap();
+    let faults = Faults::new().crash_after(Point::Perform).times(1);
+    let worker = Worker::builder(store.clone())
+        .register::<Noop>()
+        .queue("default", 1)
+        .faults(faults.clone())
+        .for_tests()
+        .build()
+        .unwrap()
+        .start();
+    let row = wait_for(&store, id, JobState::Completed).await;
+    worker.shutdown().await;
+    assert_eq!(row.attempt, 2);
+    assert_eq!(row.errors[0].class, "lease_expired");
+    assert_eq!(faults.crashes().len(), 1);
+    db.close().await;
+}
+
+#[test]
+fn on_a_server_started_a_moment_ago_a_crashed_job_is_rescued_within_the_wait() {
+    let cluster = PrivateCluster::start().expect("a private cluster");
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "child_waits_for_a_crashed_job",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("DATABASE_URL", cluster.url("postgres"))
+        .output()
+        .unwrap();
+    let text = said(&out);
+    assert!(out.status.success(), "the child failed:\n{text}");
+    // The first TestDb waited out the rest of the restart hold, and said why.
+    assert!(text.contains("rescues no lease in the first 15s"), "{text}");
+    eprintln!("{text}");
 }
 
 fn child(dir: &Path) -> Command {
