@@ -4,7 +4,7 @@
 
 use std::future::Future;
 
-use job_core::{Admin, Store};
+use job_core::{Admin, JobId, Store};
 #[cfg(feature = "postgres")]
 use job_postgres::PgStore;
 use job_sqlite::SqliteStore;
@@ -27,6 +27,21 @@ pub trait TestStore: Store + Admin {
     /// When `queue` holds no job at all: the other queues with jobs waiting or running, and
     /// how many (at most 10 queues). Empty otherwise.
     fn busy_elsewhere(&self, queue: &str) -> impl Future<Output = Vec<(String, i64)>> + Send;
+
+    /// Makes the lease of job `id` run out now, when it is running attempt `attempt` (under
+    /// the lease `token`, when given), so that the next rescue pass takes it
+    /// ([`Faults::rescue_at_once`](crate::Faults::rescue_at_once)'s shortcut past a crashed
+    /// execution's lease). Returns the lease's token, or `None` when the job is not running
+    /// so. Defaults to `None`: the lease runs out by itself.
+    fn expire_lease(
+        &self,
+        id: JobId,
+        attempt: i32,
+        token: Option<&str>,
+    ) -> impl Future<Output = Option<String>> + Send {
+        let _ = (id, attempt, token);
+        async { None }
+    }
 }
 
 #[cfg(feature = "postgres")]
@@ -81,6 +96,22 @@ impl TestStore for PgStore {
         .await
         .unwrap_or_default()
     }
+    async fn expire_lease(&self, id: JobId, attempt: i32, token: Option<&str>) -> Option<String> {
+        // A millisecond before now: the rescue takes a lease that ran out before its now.
+        sqlx::query_scalar(
+            "UPDATE job.jobs SET locked_until = now() - interval '1 millisecond' \
+             WHERE id = $1 AND attempt = $2 AND state = 'running' \
+               AND ($3::text IS NULL OR lock_token::text = $3) \
+             RETURNING lock_token::text",
+        )
+        .bind(id)
+        .bind(attempt)
+        .bind(token)
+        .fetch_optional(self.pool())
+        .await
+        .ok()
+        .flatten()
+    }
 }
 
 impl TestStore for SqliteStore {
@@ -121,5 +152,22 @@ impl TestStore for SqliteStore {
         .fetch_all(self.pool())
         .await
         .unwrap_or_default()
+    }
+
+    async fn expire_lease(&self, id: JobId, attempt: i32, token: Option<&str>) -> Option<String> {
+        sqlx::query_scalar(
+            "UPDATE job_jobs \
+             SET locked_until = CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000 - 1000 \
+             WHERE id = ?1 AND attempt = ?2 AND state = 'running' \
+               AND (?3 IS NULL OR hex(lock_token) = ?3) \
+             RETURNING hex(lock_token)",
+        )
+        .bind(id)
+        .bind(attempt)
+        .bind(token)
+        .fetch_optional(self.pool())
+        .await
+        .ok()
+        .flatten()
     }
 }

@@ -4,9 +4,13 @@
 //! nothing more is written for it (no finalize, no heartbeat, no release), and its lease runs
 //! out in the database until the rescuer puts it back to work.
 
+use std::fmt;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use job_core::{AttemptInfo, Fault, FaultInjector, FaultPoint, Job, JobId};
+use job_core::{AttemptInfo, Fault, FaultInjector, FaultPoint, Job, JobId, Rescuer, RescuerConfig};
+
+use crate::backend::TestStore;
 
 /// Where in an execution a crash goes, with [`Faults::crash_before`] / [`Faults::crash_after`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,6 +36,7 @@ pub enum Point {
 }
 
 impl Point {
+    #[track_caller]
     fn before(self) -> FaultPoint {
         match self {
             Point::Claim => panic!(
@@ -63,6 +68,7 @@ struct Rule {
     attempt: Option<i32>,
     step: Option<String>,
     remaining: Option<u32>,
+    fired: u32,
 }
 
 impl Rule {
@@ -74,6 +80,25 @@ impl Rule {
             && self.kind.as_deref().is_none_or(|k| k == job.kind)
             && self.job.is_none_or(|id| id == job.id)
             && self.attempt.is_none_or(|a| a == job.attempt)
+    }
+}
+
+impl fmt::Display for Rule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "crash at {}", self.point)?;
+        if let Some(kind) = &self.kind {
+            write!(f, ", kind `{kind}`")?;
+        }
+        if let Some(step) = &self.step {
+            write!(f, ", step `{step}`")?;
+        }
+        if let Some(job) = self.job {
+            write!(f, ", job {job}")?;
+        }
+        if let Some(attempt) = self.attempt {
+            write!(f, ", attempt {attempt}")?;
+        }
+        Ok(())
     }
 }
 
@@ -94,6 +119,21 @@ pub struct Crash {
 struct Inner {
     rules: Vec<Rule>,
     crashes: Vec<Crash>,
+    /// The kinds and the steps the injector was asked about, in the order first seen: what
+    /// [`Faults::assert_fired`] names next to a rule that never fired.
+    kinds_seen: Vec<String>,
+    steps_seen: Vec<String>,
+    rescue: Option<RescueHook>,
+}
+
+/// What a crash does beyond stopping the execution: [`Faults::rescue_at_once`].
+#[derive(Clone)]
+struct RescueHook(Arc<dyn Fn(JobId, i32) + Send + Sync>);
+
+impl fmt::Debug for RescueHook {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("RescueHook")
+    }
 }
 
 /// A fault plan: which executions crash where. Install it with `WorkerBuilder::faults`.
@@ -111,7 +151,8 @@ struct Inner {
 ///     .crash_after(Point::Perform).kind::<SendInvoice>().times(1)
 ///     .crash_before(Point::Finalize).attempt(2).times(1)
 ///     .crash_after(Point::Step).step("charge").times(1);
-/// // Worker::builder(store).faults(faults.clone()) ... then `faults.crashes()` tells what fired.
+/// // Worker::builder(store).faults(faults.clone()) ... then `faults.crashes()` tells what
+/// // fired, and `faults.assert_fired()` fails the test for a rule that never did.
 /// ```
 #[derive(Debug, Clone, Default)]
 pub struct Faults {
@@ -125,11 +166,13 @@ impl Faults {
     }
 
     /// Crashes just before `point`.
+    #[track_caller]
     pub fn crash_before(self, point: Point) -> Self {
         self.push(point.before())
     }
 
     /// Crashes just after `point`.
+    #[track_caller]
     pub fn crash_after(self, point: Point) -> Self {
         self.push(point.after())
     }
@@ -140,32 +183,50 @@ impl Faults {
     }
 
     /// Narrows the last rule to jobs of type `J`.
+    #[track_caller]
     pub fn kind<J: Job>(self) -> Self {
         self.kind_named(J::KIND)
     }
 
     /// Narrows the last rule to jobs of the kind named `kind`.
+    #[track_caller]
     pub fn kind_named(self, kind: &str) -> Self {
         self.edit(|r| r.kind = Some(kind.to_owned()))
     }
 
     /// Narrows the last rule to the job `id`.
+    #[track_caller]
     pub fn job(self, id: JobId) -> Self {
         self.edit(|r| r.job = Some(id))
     }
 
     /// Narrows the last rule to attempt number `attempt`.
+    #[track_caller]
     pub fn attempt(self, attempt: i32) -> Self {
         self.edit(|r| r.attempt = Some(attempt))
     }
 
     /// Narrows the last rule to the durable step named `name` (a rule at a step point without
     /// it fires at every step).
+    ///
+    /// # Panics
+    /// When the last rule is not at a step point (it would never fire).
+    #[track_caller]
     pub fn step(self, name: &str) -> Self {
+        let point = self.lock().rules.last().map(|r| r.point);
+        if let Some(point) =
+            point.filter(|p| !matches!(p, FaultPoint::BeforeStep | FaultPoint::AfterStep))
+        {
+            panic!(
+                "step({name:?}) narrows a rule at a step point (Point::Step), not one at {point}: \
+                 it would never fire"
+            );
+        }
         self.edit(|r| r.step = Some(name.to_owned()))
     }
 
     /// The last rule fires at most `n` times.
+    #[track_caller]
     pub fn times(self, n: u32) -> Self {
         self.edit(|r| r.remaining = Some(n))
     }
@@ -173,6 +234,70 @@ impl Faults {
     /// Every crash so far, in order.
     pub fn crashes(&self) -> Vec<Crash> {
         self.lock().crashes.clone()
+    }
+
+    /// Rescues each crashed execution at once in `store` (the worker's store): on a crash, the
+    /// job's lease is made to run out and a rescue pass runs, as [`rescue_now`] would, so a
+    /// crash test does not wait out the lease ([`TEST_LEASE`] under
+    /// [`for_tests`](crate::TestWorker::for_tests), the job's own otherwise). Without it, a
+    /// crashed job comes back when its lease runs out, as after a killed process.
+    ///
+    /// The lease taken is the crashed attempt's only, and only while that attempt runs: a
+    /// rescue already done, or a later claim of the job, is left alone. Needs a Tokio
+    /// runtime, which every worker has.
+    ///
+    /// [`rescue_now`]: crate::rescue_now
+    /// [`TEST_LEASE`]: crate::TEST_LEASE
+    pub fn rescue_at_once<S: TestStore>(self, store: &S) -> Self {
+        let store = store.clone();
+        let hook = move |id: JobId, attempt: i32| {
+            let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+                return;
+            };
+            runtime.spawn(expire_and_rescue(store.clone(), id, attempt));
+        };
+        self.lock().rescue = Some(RescueHook(Arc::new(hook)));
+        self
+    }
+
+    /// Fails the test when a rule never fired (a misspelled kind or step name, a step rule
+    /// for a job without that step, a rule shadowed by an earlier one): the panic lists each
+    /// such rule and the kinds and steps the executions had.
+    ///
+    /// # Panics
+    /// When a rule never fired, at the caller's line.
+    #[track_caller]
+    pub fn assert_fired(&self) {
+        let inner = self.lock();
+        let idle: Vec<String> = inner
+            .rules
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.fired == 0)
+            .map(|(i, r)| format!("rule {} ({r})", i + 1))
+            .collect();
+        if idle.is_empty() {
+            return;
+        }
+        let list = |names: &[String]| {
+            if names.is_empty() {
+                "none".to_owned()
+            } else {
+                names
+                    .iter()
+                    .map(|n| format!("`{n}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            }
+        };
+        panic!(
+            "{} of {} fault rule(s) never fired: {}; the executions seen had kinds {} and steps {}",
+            idle.len(),
+            inner.rules.len(),
+            idle.join("; "),
+            list(&inner.kinds_seen),
+            list(&inner.steps_seen)
+        );
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -187,10 +312,12 @@ impl Faults {
             attempt: None,
             step: None,
             remaining: None,
+            fired: 0,
         });
         self
     }
 
+    #[track_caller]
     fn edit(self, f: impl FnOnce(&mut Rule)) -> Self {
         {
             let mut inner = self.lock();
@@ -207,19 +334,49 @@ impl Faults {
 impl Faults {
     fn decide(&self, point: FaultPoint, step: Option<&str>, job: &AttemptInfo) -> Fault {
         let mut inner = self.lock();
+        if !inner.kinds_seen.contains(&job.kind) {
+            inner.kinds_seen.push(job.kind.clone());
+        }
+        if let Some(step) = step.filter(|s| !inner.steps_seen.iter().any(|k| k == s)) {
+            inner.steps_seen.push(step.to_owned());
+        }
         let Some(rule) = inner.rules.iter_mut().find(|r| r.matches(point, step, job)) else {
             return Fault::Continue;
         };
         if let Some(n) = rule.remaining.as_mut() {
             *n -= 1;
         }
+        rule.fired += 1;
         inner.crashes.push(Crash {
             point,
             job: job.id,
             attempt: job.attempt,
             step: step.map(str::to_owned),
         });
+        let rescue = inner.rescue.clone();
+        drop(inner);
+        if let Some(RescueHook(rescue)) = rescue {
+            rescue(job.id, job.attempt);
+        }
         Fault::Crash
+    }
+}
+
+/// Makes the lease of attempt `attempt` of job `id` run out and rescues it. The runtime
+/// forgets the execution just after the crash, and a heartbeat already under way may renew
+/// the lease once more: so again, under the same lease only, until it is rescued (at most a
+/// second; past that the lease runs out by itself).
+async fn expire_and_rescue<S: TestStore>(store: S, id: JobId, attempt: i32) {
+    let mut token: Option<String> = None;
+    for _ in 0..20 {
+        let Some(expired) = store.expire_lease(id, attempt, token.as_deref()).await else {
+            return;
+        };
+        token = Some(expired);
+        let _ = Rescuer::new(store.clone(), RescuerConfig::default())
+            .run_once()
+            .await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
@@ -236,6 +393,14 @@ impl FaultInjector for Faults {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    trait Tap: Sized {
+        fn tap(self, f: impl FnOnce(&Self)) -> Self {
+            f(&self);
+            self
+        }
+    }
+    impl Tap for Faults {}
 
     fn info(kind: &str, id: JobId, attempt: i32) -> AttemptInfo {
         AttemptInfo {
@@ -314,6 +479,85 @@ mod tests {
             faults.at(FaultPoint::AfterClaim, &info("k", 7, 2)),
             Fault::Crash
         );
+    }
+
+    #[test]
+    fn assert_fired_names_the_rules_that_never_fired_and_what_ran() {
+        let faults = Faults::new()
+            .crash_after(Point::Perform)
+            .kind_named("settle")
+            .times(1)
+            .crash_after(Point::Step)
+            .step("authorise")
+            .crash_after(Point::Perform)
+            .kind_named("Settle");
+        let settle = info("settle", 1, 1);
+        assert_eq!(
+            faults.at_step(FaultPoint::AfterStep, "authorize", &settle),
+            Fault::Continue
+        );
+        assert_eq!(faults.at(FaultPoint::AfterPerform, &settle), Fault::Crash);
+        let said =
+            std::panic::catch_unwind(|| faults.assert_fired()).expect_err("two rules never fired");
+        let said = said.downcast_ref::<String>().unwrap();
+        assert_eq!(
+            said,
+            "2 of 3 fault rule(s) never fired: rule 2 (crash at after_step, step `authorise`); \
+             rule 3 (crash at after_perform, kind `Settle`); the executions seen had kinds \
+             `settle` and steps `authorize`"
+        );
+        // Every rule fired: nothing to say.
+        Faults::new()
+            .crash_after(Point::Perform)
+            .times(1)
+            .tap(|f| assert_eq!(f.at(FaultPoint::AfterPerform, &settle), Fault::Crash))
+            .assert_fired();
+    }
+
+    #[test]
+    #[should_panic(
+        expected = "narrows a rule at a step point (Point::Step), not one at after_perform"
+    )]
+    fn a_step_name_on_a_rule_at_another_point_is_refused() {
+        let _ = Faults::new().crash_after(Point::Perform).step("charge");
+    }
+
+    /// Where a panic of `f` points: the line its message is reported at.
+    fn panic_location(f: impl FnOnce() + std::panic::UnwindSafe) -> u32 {
+        use std::sync::Mutex;
+        static SEEN: Mutex<Option<u32>> = Mutex::new(None);
+        static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+        let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+        let me = std::thread::current().id();
+        let previous = std::sync::Arc::new(std::panic::take_hook());
+        let forward = previous.clone();
+        std::panic::set_hook(Box::new(move |info| {
+            if std::thread::current().id() == me {
+                *SEEN.lock().unwrap() = info.location().map(|l| l.line());
+            } else {
+                forward(info);
+            }
+        }));
+        let result = std::panic::catch_unwind(f);
+        let _ = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| previous(info)));
+        assert!(result.is_err(), "it did not panic");
+        SEEN.lock().unwrap().take().expect("a location")
+    }
+
+    #[test]
+    fn a_misplaced_narrowing_points_at_the_test_not_the_testkit() {
+        // Every panic below is reported at a line of this test, not of the code above.
+        let start = line!();
+        for location in [
+            panic_location(|| drop(Faults::new().times(1))),
+            panic_location(|| drop(Faults::new().kind_named("mail"))),
+            panic_location(|| drop(Faults::new().crash_before(Point::Claim))),
+            panic_location(|| drop(Faults::new().crash_after(Point::Claim).step("charge"))),
+            panic_location(|| Faults::new().crash_after(Point::Claim).assert_fired()),
+        ] {
+            assert!(location > start, "reported at line {location}");
+        }
     }
 
     #[test]

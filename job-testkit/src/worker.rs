@@ -1,20 +1,28 @@
-//! A test-time clock for workers: short leases, fast rescues and polls, so a test that crashes
-//! an execution sees the job again in a fraction of a second, without changing the job's
-//! production lease.
+//! A test-time clock for workers: a lease that survives a loaded CI machine, fast rescues and
+//! polls, without changing the job's production lease. A test that crashes an execution sees
+//! the job again at once with
+//! [`Faults::rescue_at_once`](crate::Faults::rescue_at_once).
 
 use std::time::Duration;
 
 use job_core::{Rescued, Rescuer, RescuerConfig, Store, StoreError, WorkerBuilder};
 
-/// The lease every kind takes on a worker set up [`for_tests`](TestWorker::for_tests).
-pub const TEST_LEASE: Duration = Duration::from_millis(300);
+/// The lease every kind takes on a worker set up [`for_tests`](TestWorker::for_tests): 2 s,
+/// renewed every third of it. Long enough that a worker starved of CPU (test binaries running side
+/// by side on two cores) still renews in time: under a 300 ms lease, the keeper fenced
+/// executions it could not renew in time, and a crash test saw a fault never fire or a step
+/// run twice. A crash need not wait it out: see
+/// [`Faults::rescue_at_once`](crate::Faults::rescue_at_once).
+pub const TEST_LEASE: Duration = Duration::from_secs(2);
 
 /// Test-time settings for a worker being built.
 pub trait TestWorker {
-    /// Sets every kind's lease to [`TEST_LEASE`] (heartbeats every 100 ms), the rescuer to run
-    /// every 50 ms, idle polls every 20 ms, the drain to wait 2 s and the stuck report to come
-    /// after 1 s: a job whose execution crashed is rescued and runs again about 0.4 s later.
-    /// The jobs' own options (`#[job(lease = ..)]`) stay as they are for production.
+    /// Sets every kind's lease to [`TEST_LEASE`] (2 s, heartbeats every 667 ms), the rescuer
+    /// to run every 50 ms, idle polls every 20 ms, the drain to wait 2 s and the stuck report
+    /// to come after 1 s. A job whose execution crashed runs again at once when the
+    /// [`Faults`](crate::Faults) are set to [`rescue_at_once`](crate::Faults::rescue_at_once),
+    /// else when its lease runs out (about 2 s). The jobs' own options (`#[job(lease = ..)]`)
+    /// stay as they are for production.
     ///
     /// ```no_run
     /// # async fn demo(store: job_postgres::PgStore) {

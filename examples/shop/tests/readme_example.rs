@@ -22,14 +22,16 @@ async fn an_order_commits_with_its_confirmation_and_the_email_goes_out_once() {
     tx.commit().await.unwrap();
 
     // A real worker, crashed once after the handler ran: the retry finds the email's step
-    // recorded and sends nothing. `for_tests` makes the lease 300 ms, so this takes ~1 s.
+    // recorded and sends nothing. `rescue_at_once` brings the crashed job back without
+    // waiting out its lease (2 s under `for_tests`).
     let mailer = Mailer::default();
     let faults = Faults::new()
         .crash_after(Point::Perform)
         .kind::<SendConfirmation>()
-        .times(1);
+        .times(1)
+        .rescue_at_once(&store);
     let worker = shop::worker(store.clone(), &pool, &mailer, &Payments::default())
-        .faults(faults)
+        .faults(faults.clone())
         .for_tests()
         .build()
         .unwrap()
@@ -37,6 +39,7 @@ async fn an_order_commits_with_its_confirmation_and_the_email_goes_out_once() {
     let id = assert_enqueued::<SendConfirmation>(&pool, json!({ "order_id": order })).await;
     let row = wait_for(&store, id, JobState::Completed).await;
     worker.shutdown().await;
+    faults.assert_fired(); // a misspelled kind or step would never crash anything
     assert_eq!(row.attempt, 2);
     assert_eq!(mailer.sent().len(), 1);
 }
