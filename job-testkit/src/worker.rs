@@ -8,16 +8,22 @@ use std::time::Duration;
 use job_core::{Rescued, Rescuer, RescuerConfig, Store, StoreError, WorkerBuilder};
 
 /// The lease every kind takes on a worker set up [`for_tests`](TestWorker::for_tests): 2 s,
-/// renewed every third of it. Long enough that a worker starved of CPU (test binaries running side
+/// renewed every 100 ms. Long enough that a worker starved of CPU (test binaries running side
 /// by side on two cores) still renews in time: under a 300 ms lease, the keeper fenced
 /// executions it could not renew in time, and a crash test saw a fault never fire or a step
 /// run twice. A crash need not wait it out: see
 /// [`Faults::rescue_at_once`](crate::Faults::rescue_at_once).
 pub const TEST_LEASE: Duration = Duration::from_secs(2);
 
+/// The heartbeat period under [`for_tests`](TestWorker::for_tests): as under the 300 ms lease
+/// before, so a heartbeat fault fires in a handler of a few hundred milliseconds (at a third of
+/// the lease it came after the 250 ms handler of a crash test had returned).
+const TEST_HEARTBEAT: Duration = Duration::from_millis(100);
+
 /// Test-time settings for a worker being built.
 pub trait TestWorker {
-    /// Sets every kind's lease to [`TEST_LEASE`] (2 s, heartbeats every 667 ms), the rescuer
+    /// Sets every kind's lease to [`TEST_LEASE`] (2 s, heartbeats every 100 ms: a
+    /// `.configure` that sets a lease under 200 ms after it sets `heartbeat_interval` too), the rescuer
     /// to run every 50 ms, idle polls every 20 ms, the drain to wait 2 s and the stuck report
     /// to come after 1 s. A job whose execution crashed runs again at once when the
     /// [`Faults`](crate::Faults) are set to [`rescue_at_once`](crate::Faults::rescue_at_once),
@@ -47,7 +53,7 @@ impl<S: Store> TestWorker for WorkerBuilder<S> {
     fn for_tests(self) -> Self {
         self.configure(|c| {
             c.lease = Some(TEST_LEASE);
-            c.heartbeat_interval = None;
+            c.heartbeat_interval = Some(TEST_HEARTBEAT);
             c.rescuer.interval = Duration::from_millis(50);
             c.poll_interval = Duration::from_millis(20);
             c.drain_timeout = Duration::from_secs(2);
