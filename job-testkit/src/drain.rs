@@ -162,6 +162,9 @@ impl Drain {
                 } else {
                     self.warn_if_due_jobs_are_left(store, queue).await;
                 }
+                if let Some(said) = self.unregistered_kinds_due(store, queue).await {
+                    eprintln!("{said}");
+                }
                 break;
             }
             for job in claimed {
@@ -260,6 +263,44 @@ impl Drain {
         }
     }
 
+    /// What to say when due jobs of kinds the drain does not run wait in `queue`: a kind not
+    /// registered (`.register::<J>()` forgotten) leaves its jobs there, and the report has
+    /// nothing of them.
+    async fn unregistered_kinds_due<S: TestStore>(&self, store: &S, queue: &str) -> Option<String> {
+        let now = chrono::Utc::now();
+        let filter = JobFilter {
+            queue: Some(queue.to_owned()),
+            states: vec![
+                JobState::Scheduled,
+                JobState::Available,
+                JobState::Retryable,
+            ],
+            limit: Some(10_000),
+            ..JobFilter::default()
+        };
+        let mut kinds: Vec<(String, usize)> = Vec::new();
+        for row in store.list(&filter).await.unwrap_or_default() {
+            if row.run_at > now || self.registry.get(&row.kind).is_some() {
+                continue;
+            }
+            match kinds.iter_mut().find(|(k, _)| *k == row.kind) {
+                Some((_, n)) => *n += 1,
+                None => kinds.push((row.kind, 1)),
+            }
+        }
+        if kinds.is_empty() {
+            return None;
+        }
+        kinds.sort();
+        let found: Vec<String> = kinds.iter().map(|(k, n)| format!("`{k}` ({n})")).collect();
+        Some(format!(
+            "job-testkit Drain: due jobs of kinds this drain does not run wait in queue \
+             `{queue}`: {}; they are not in the report (register their types: \
+             `.register::<J>()`)",
+            found.join(", ")
+        ))
+    }
+
     /// Says on stderr where jobs of the registered kinds wait, when a drain found nothing due
     /// in its queue: a test draining the wrong queue, or a job scheduled for later, learns it
     /// here rather than from an empty report.
@@ -304,5 +345,48 @@ impl Drain {
                 found.join(", ")
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::TestSqlite;
+    use job_core::{JobError, NewJob, Store};
+
+    #[derive(serde::Serialize, serde::Deserialize)]
+    struct Receipt {}
+
+    impl Job for Receipt {
+        const KIND: &'static str = "receipt";
+        async fn perform(self, _: JobContext) -> Result<(), JobError> {
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn a_drain_names_the_due_kinds_it_does_not_run() {
+        let db = TestSqlite::new().await;
+        let store = db.store();
+        for kind in ["receipt", "invoice", "invoice", "refund"] {
+            store.enqueue(NewJob::new(kind, "{}")).await.unwrap();
+        }
+        let drain = Drain::new().register::<Receipt>();
+        let report = drain.run(&store, "default").await;
+        assert_eq!(report.len(), 1);
+        assert_eq!(
+            drain
+                .unregistered_kinds_due(&store, "default")
+                .await
+                .as_deref(),
+            Some(
+                "job-testkit Drain: due jobs of kinds this drain does not run wait in queue \
+                 `default`: `invoice` (2), `refund` (1); they are not in the report (register \
+                 their types: `.register::<J>()`)"
+            )
+        );
+        // Another queue, or nothing left: nothing to say.
+        assert_eq!(drain.unregistered_kinds_due(&store, "mail").await, None);
+        db.close().await;
     }
 }
