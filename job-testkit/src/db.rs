@@ -1,6 +1,7 @@
 //! A fresh, migrated PostgreSQL database per test, on whichever server the machine offers
 //! (see [`TestDb`]); the private fallback cluster is in `db/cluster.rs`.
 
+mod admin;
 mod cluster;
 mod hold;
 
@@ -23,14 +24,14 @@ const DEFAULT_URL_VAR: &str = "JOB_TESTKIT_DEFAULT_URL";
 /// How long the first connection to a server may take before it counts as not answering.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// How long a connection to the server may take once it has answered.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
-
 /// Connections in each test database's pool at most: enough for the concurrency tests.
 const POOL_SIZE: u32 = 12;
 
 /// A throwaway database with the `job` schema migrated. Dropped by [`TestDb::close`], or on
 /// a best-effort basis when the value is dropped (a panicking test leaves nothing behind).
+/// A `TestDb` in a `static` (one database shared by a test binary's tests, in a `OnceCell`)
+/// is never dropped: Rust runs no destructor of a static, so its database is left on the
+/// server (`job_test_<uuid>`; `DROP DATABASE` it, or give each test its own `TestDb`).
 ///
 /// # Which server
 ///
@@ -89,16 +90,23 @@ impl TestDb {
     /// # Panics
     ///
     /// When no PostgreSQL server answers and no private cluster can be started (the message
-    /// says what was tried and how to start one), or any setup statement fails.
+    /// says what was tried and how to start one), or any setup statement fails or does not
+    /// finish in time: a connection (30 s, and 30 s more while the server has too many
+    /// clients), the template's lock held by another session (2 minutes; the message names
+    /// its server process), `CREATE DATABASE` (60 s).
     pub async fn new() -> TestDb {
         let admin = admin_options().await;
         let mut conn = connect_admin(&admin).await;
         let template = ensure_template(&mut conn, &admin).await;
         let name = format!("job_test_{}", uuid::Uuid::new_v4().simple());
         let create = format!("CREATE DATABASE {name} TEMPLATE {template}");
-        conn.execute(create.as_str())
-            .await
-            .unwrap_or_else(|e| panic!("could not create test database {name}: {e}"));
+        admin::bounded(
+            admin::STATEMENT_TIMEOUT,
+            "CREATE DATABASE",
+            conn.execute(create.as_str()),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("could not create test database {name}: {e}"));
         let _ = conn.close().await;
         let options = admin.clone().database(&name);
         hold::wait_out(&options, &at(&admin)).await;
@@ -141,7 +149,8 @@ impl TestDb {
         PgStore::new(self.pool.clone())
     }
 
-    /// Closes the pool and drops the database.
+    /// Closes the pool and drops the database. A server at its connection limit (53300) is
+    /// tried again for up to 30 s; the drop itself may take 60 s.
     ///
     /// # Panics
     ///
@@ -151,7 +160,7 @@ impl TestDb {
         // Closing waits for checked-out connections; one a test leaked (a transaction left
         // open, a listener still running) must not hang it: the drop below forces them off.
         let _ = tokio::time::timeout(Duration::from_secs(5), self.pool.close()).await;
-        drop_database(&self.admin, &self.name)
+        admin::drop_database(&self.admin, &self.name)
             .await
             .unwrap_or_else(|e| panic!("could not drop test database {}: {e}", self.name));
     }
@@ -171,7 +180,7 @@ impl Drop for TestDb {
                 .enable_all()
                 .build()
                 .ok()?;
-            runtime.block_on(drop_database(&admin, &name)).err()
+            runtime.block_on(admin::drop_database(&admin, &name)).err()
         });
         if let Ok(Some(error)) = dropper.join() {
             eprintln!("job-testkit: could not drop a test database: {error}");
@@ -311,7 +320,7 @@ async fn probe(options: &PgConnectOptions) -> Result<(), Probe> {
 }
 
 async fn connect_admin(admin: &PgConnectOptions) -> PgConnection {
-    admin.connect().await.unwrap_or_else(|e| {
+    admin::connect(admin).await.unwrap_or_else(|e| {
         panic!(
             "could not connect to the PostgreSQL server at {} any more: {e}",
             at(admin)
@@ -326,7 +335,7 @@ async fn ensure_template(conn: &mut PgConnection, admin: &PgConnectOptions) -> S
     let fail = |what: &str, e: &dyn std::fmt::Display| -> ! {
         panic!("could not {what} template database {template}: {e}")
     };
-    conn.execute("SELECT pg_advisory_lock(hashtextextended('job_testkit.template', 0))")
+    admin::lock_template(conn, admin::TEMPLATE_LOCK_WAIT)
         .await
         .unwrap_or_else(|e| fail("lock", &e));
     let exists: bool =
@@ -381,17 +390,10 @@ async fn ensure_template(conn: &mut PgConnection, admin: &PgConnectOptions) -> S
         };
         build.await.unwrap_or_else(|e| fail("build", &*e));
     }
-    conn.execute("SELECT pg_advisory_unlock(hashtextextended('job_testkit.template', 0))")
+    admin::unlock_template(conn)
         .await
         .unwrap_or_else(|e| fail("unlock", &e));
     template
-}
-
-async fn drop_database(admin: &PgConnectOptions, name: &str) -> Result<(), sqlx::Error> {
-    let mut conn = admin.connect().await?;
-    conn.execute(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)").as_str())
-        .await?;
-    conn.close().await
 }
 
 /// FNV-1a over every migration: stable across builds and Rust versions, so one template

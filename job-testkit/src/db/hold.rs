@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use sqlx::postgres::PgConnectOptions;
-use sqlx::{ConnectOptions, Connection, PgConnection};
+use sqlx::{Connection, PgConnection};
 
 /// What the rescue function's hold reads like: `now() < started.at + interval '15 seconds'`.
 const HOLD_MARK: &str = "started.at + interval '";
@@ -59,10 +59,7 @@ pub(super) async fn wait_out(database: &PgConnectOptions, server: &str) {
 }
 
 async fn wait(database: &PgConnectOptions, server: &str) -> Result<(), String> {
-    let mut conn = tokio::time::timeout(super::CONNECT_TIMEOUT, database.connect())
-        .await
-        .map_err(|_| format!("no connection within {:?}", super::CONNECT_TIMEOUT))?
-        .map_err(|e| e.to_string())?;
+    let mut conn = super::admin::connect(database).await?;
     let definition: String = sqlx::query_scalar(
         "SELECT pg_get_functiondef('job.rescue_expired(integer)'::regprocedure)",
     )
