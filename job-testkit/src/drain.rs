@@ -55,8 +55,12 @@ pub struct Drain {
     state: Arc<Extensions>,
     with_scheduled: bool,
     max_attempts_run: usize,
+    attempt_timeout: Duration,
     seed: u64,
 }
+
+/// How long one attempt of a drain may run unless told otherwise.
+const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(30);
 
 impl Default for Drain {
     fn default() -> Self {
@@ -65,6 +69,7 @@ impl Default for Drain {
             state: Arc::new(Extensions::new()),
             with_scheduled: false,
             max_attempts_run: 10_000,
+            attempt_timeout: ATTEMPT_TIMEOUT,
             seed: 0,
         }
     }
@@ -102,6 +107,14 @@ impl Drain {
         self
     }
 
+    /// Fails the drain when one attempt's handler has not returned after `timeout` (it waits
+    /// on something the test never provides, or loops), naming the job. Defaults to 30 s. A
+    /// handler that blocks its thread without an `.await` cannot be stopped by it.
+    pub fn attempt_timeout(mut self, timeout: Duration) -> Self {
+        self.attempt_timeout = timeout;
+        self
+    }
+
     /// Seeds the backoff jitter of retry outcomes. Defaults to 0.
     pub fn seed(mut self, seed: u64) -> Self {
         self.seed = seed;
@@ -112,7 +125,8 @@ impl Drain {
     /// in the order they ran.
     ///
     /// # Panics
-    /// When no kind is registered or the database fails: a test should hear about either.
+    /// When no kind is registered, the database fails, or an attempt does not return within
+    /// [`attempt_timeout`](Self::attempt_timeout): a test should hear about each.
     pub async fn run<S: TestStore>(&self, store: &S, queue: &str) -> Vec<Drained> {
         self.registry
             .check()
@@ -188,15 +202,22 @@ impl Drain {
                 .with_hooks(Arc::new(StoreSteps::new(store.clone(), job.lease)));
                 let view = ctx.clone();
                 // The worker's own pipeline, the snooze bound included.
-                let outcome = perform_attempt(
+                let attempt = perform_attempt(
                     &**handler,
                     &job.payload,
                     job.payload_version,
                     ctx,
                     job.snoozes,
                     &mut rng,
-                )
-                .await;
+                );
+                let Ok(outcome) = tokio::time::timeout(self.attempt_timeout, attempt).await else {
+                    panic!(
+                        "job-testkit Drain: job {} (kind `{}`, attempt {}) did not return \
+                         within {:?}: its handler hangs, or waits for something the test \
+                         does not provide (`.attempt_timeout(..)` sets the bound)",
+                        info.id, info.kind, info.attempt, self.attempt_timeout
+                    );
+                };
                 let result = match outcome {
                     Outcome::Complete => view.result(),
                     _ => None,
@@ -362,6 +383,43 @@ mod tests {
         async fn perform(self, _: JobContext) -> Result<(), JobError> {
             Ok(())
         }
+    }
+
+    #[derive(serde::Serialize, serde::Deserialize)]
+    struct Hangs {}
+
+    impl Job for Hangs {
+        const KIND: &'static str = "hangs";
+        async fn perform(self, _: JobContext) -> Result<(), JobError> {
+            std::future::pending().await
+        }
+    }
+
+    #[tokio::test]
+    async fn a_handler_that_never_returns_fails_the_drain_naming_its_job() {
+        let db = TestSqlite::new().await;
+        let store = db.store();
+        store.enqueue(NewJob::new("receipt", "{}")).await.unwrap();
+        let id = store.enqueue(NewJob::new("hangs", "{}")).await.unwrap();
+        let drain = Drain::new()
+            .register::<Receipt>()
+            .register::<Hangs>()
+            .attempt_timeout(Duration::from_millis(100));
+        // Far past the drain's bound: a drain that ignores it fails here instead of hanging.
+        let drained = tokio::spawn(async move { drain.run(&store, "default").await });
+        let panic = tokio::time::timeout(Duration::from_secs(20), drained)
+            .await
+            .expect("the drain ends by its attempt_timeout")
+            .expect_err("the drain fails")
+            .into_panic();
+        let said = panic.downcast_ref::<String>().unwrap();
+        assert!(
+            said.contains(&format!(
+                "job {id} (kind `hangs`, attempt 1) did not return within 100ms"
+            )),
+            "{said}"
+        );
+        db.close().await;
     }
 
     #[tokio::test]
