@@ -214,26 +214,40 @@ impl StoreFactory for PgFactory {
     }
 }
 
-/// The admin connection's options, found once per process.
+/// The admin connection's options, found once per process. A failure is remembered too:
+/// every later test fails at once with it, rather than trying again (a server that does not
+/// answer costs the probe's 10 s each time).
 async fn admin_options() -> PgConnectOptions {
-    static SERVER: tokio::sync::OnceCell<PgConnectOptions> = tokio::sync::OnceCell::const_new();
-    SERVER.get_or_init(find_server).await.clone()
+    static SERVER: tokio::sync::OnceCell<Result<PgConnectOptions, String>> =
+        tokio::sync::OnceCell::const_new();
+    let mut first = false;
+    let found = SERVER
+        .get_or_init(|| {
+            first = true;
+            find_server()
+        })
+        .await;
+    match found {
+        Ok(options) => options.clone(),
+        Err(why) if first => panic!("{why}"),
+        Err(why) => panic!("{why} (found by this process's first TestDb; not tried again)"),
+    }
 }
 
 /// `DATABASE_URL` if set (and it must answer), else the local default if it answers, else
 /// the private cluster.
-async fn find_server() -> PgConnectOptions {
+async fn find_server() -> Result<PgConnectOptions, String> {
     if let Some(url) = std::env::var("DATABASE_URL").ok().filter(|u| !u.is_empty()) {
-        let options = parse_url("DATABASE_URL", &url);
+        let options = parse_url("DATABASE_URL", &url)?;
         if let Err(e) = probe(&options).await {
-            panic!(
+            return Err(format!(
                 "DATABASE_URL names a PostgreSQL server at {} that cannot be used ({e}): start \
                  it, point DATABASE_URL to a server this test may create databases on, or \
                  unset it to use the local default or a private throwaway cluster",
                 at(&options)
-            );
+            ));
         }
-        return options;
+        return Ok(options);
     }
     let (name, url) = match std::env::var(DEFAULT_URL_VAR)
         .ok()
@@ -242,45 +256,47 @@ async fn find_server() -> PgConnectOptions {
         Some(url) => (DEFAULT_URL_VAR, url),
         None => ("the default URL", DEFAULT_URL.to_owned()),
     };
-    let default = parse_url(name, &url);
+    let default = parse_url(name, &url)?;
     let unreachable = match probe(&default).await {
-        Ok(()) => return default,
+        Ok(()) => return Ok(default),
         Err(Probe::Unreachable(e)) => e,
-        Err(e) => panic!(
-            "the PostgreSQL server at {} ({name}) cannot be used ({e}): set DATABASE_URL to a \
+        Err(e) => {
+            return Err(format!(
+                "the PostgreSQL server at {} ({name}) cannot be used ({e}): set DATABASE_URL to a \
              server this test may create databases on",
-            at(&default)
-        ),
+                at(&default)
+            ))
+        }
     };
     let started = tokio::task::spawn_blocking(cluster::ensure)
         .await
         .unwrap_or_else(|e| Err(format!("starting it panicked: {e}")));
-    let port = started.unwrap_or_else(|why| {
-        panic!(
+    let port = started.map_err(|why| {
+        format!(
             "no PostgreSQL answers at {} ({name}: {unreachable}), and no private throwaway \
              cluster could be started: {why}. Start a server (`pg_ctlcluster 15 main start`, \
              `pg_ctl -D <datadir> start`) or set DATABASE_URL to a server this test may \
              create databases on",
             at(&default)
         )
-    });
+    })?;
     let private = PgConnectOptions::new()
         .host("127.0.0.1")
         .port(port)
         .username(cluster::SUPERUSER)
         .database("postgres");
     if let Err(e) = probe(&private).await {
-        panic!(
+        return Err(format!(
             "the private PostgreSQL cluster at {} was started but cannot be used: {e}",
             at(&private)
-        );
+        ));
     }
-    private
+    Ok(private)
 }
 
-fn parse_url(name: &str, url: &str) -> PgConnectOptions {
+fn parse_url(name: &str, url: &str) -> Result<PgConnectOptions, String> {
     url.parse::<PgConnectOptions>()
-        .unwrap_or_else(|e| panic!("{name} is not a PostgreSQL URL ({url}): {e}"))
+        .map_err(|e| format!("{name} is not a PostgreSQL URL ({url}): {e}"))
 }
 
 fn at(options: &PgConnectOptions) -> String {

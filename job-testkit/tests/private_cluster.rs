@@ -189,6 +189,50 @@ fn without_a_server_test_processes_share_one_private_cluster() {
     }
 }
 
+/// A child that asks for a `TestDb` twice where no server answers, printing each failure.
+#[tokio::test]
+#[ignore = "run in a child process by the test below"]
+async fn child_asks_twice() {
+    for i in 0..2 {
+        let panic = tokio::spawn(TestDb::new())
+            .await
+            .expect_err("no server answers")
+            .into_panic();
+        let said = panic.downcast_ref::<String>().cloned().unwrap_or_default();
+        println!("try {i}: {said}");
+    }
+}
+
+#[test]
+fn a_server_that_cannot_be_used_is_found_once_per_process() {
+    let dir = scratch_dir("found-once-test");
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "child_asks_twice", "--ignored", "--nocapture"])
+        .env("DATABASE_URL", NOWHERE)
+        .env("JOB_TESTKIT_CLUSTER_DIR", &dir)
+        .output()
+        .unwrap();
+    let text = said(&out);
+    let first = text
+        .lines()
+        .find(|l| l.starts_with("try 0: "))
+        .expect(&text);
+    let second = text
+        .lines()
+        .find(|l| l.starts_with("try 1: "))
+        .expect(&text);
+    assert!(
+        first.contains("DATABASE_URL names a PostgreSQL server at 127.0.0.1:1"),
+        "{text}"
+    );
+    assert!(!first.contains("not tried again"), "{text}");
+    assert!(
+        second.ends_with("(found by this process's first TestDb; not tried again)"),
+        "{text}"
+    );
+    assert!(!dir.exists());
+}
+
 #[test]
 fn an_explicit_database_url_that_does_not_answer_fails_naming_it() {
     let dir = scratch_dir("explicit-url-test");
