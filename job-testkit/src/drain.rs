@@ -60,7 +60,7 @@ pub struct Drain {
 }
 
 /// How long one attempt of a drain may run unless told otherwise.
-const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(30);
+const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl Default for Drain {
     fn default() -> Self {
@@ -108,8 +108,9 @@ impl Drain {
     }
 
     /// Fails the drain when one attempt's handler has not returned after `timeout` (it waits
-    /// on something the test never provides, or loops), naming the job. Defaults to 30 s. A
-    /// handler that blocks its thread without an `.await` cannot be stopped by it.
+    /// on something the test never provides, or loops), naming the job. Defaults to 10 s, as
+    /// [`WAIT`](crate::WAIT). A handler that blocks its thread without an `.await` cannot be
+    /// stopped by it.
     pub fn attempt_timeout(mut self, timeout: Duration) -> Self {
         self.attempt_timeout = timeout;
         self
