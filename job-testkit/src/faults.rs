@@ -188,7 +188,9 @@ impl Faults {
         self.kind_named(J::KIND)
     }
 
-    /// Narrows the last rule to jobs of the kind named `kind`.
+    /// Narrows the last rule to jobs of the kind named `kind`. A name no job has never
+    /// matches, and nothing says so while the test runs: [`assert_fired`](Self::assert_fired)
+    /// does (the worker's registered kinds are not in the injector's reach).
     #[track_caller]
     pub fn kind_named(self, kind: &str) -> Self {
         self.edit(|r| r.kind = Some(kind.to_owned()))
