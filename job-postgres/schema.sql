@@ -7359,7 +7359,10 @@ BEGIN
     -- Per kind, the payload versions waiting that this worker decodes (at most room.version),
     -- each found by one probe of jobs_claim_version_idx (a loose index scan), then each
     -- version's jobs read in claim order and the versions' rows merged: the jobs of a newer
-    -- version are never read.
+    -- version are never read. The probes go from the newest version down: each lands on the
+    -- end of its version's range, among the jobs enqueued last, where an ascending probe
+    -- would start at the jobs claimed first and step over their index entries until a
+    -- VACUUM removes them, as the version's own scan then does once more.
     picked AS (
         SELECT c.tid, c.id, c.priority, c.run_at
         FROM room
@@ -7371,7 +7374,7 @@ BEGIN
                    AND j.kind = room.kind
                    AND j.state = 'available'
                    AND j.payload_version <= room.version
-                 ORDER BY j.payload_version
+                 ORDER BY j.payload_version DESC
                  LIMIT 1)
                 UNION ALL
                 SELECT (SELECT j.payload_version
@@ -7379,9 +7382,8 @@ BEGIN
                         WHERE j.queue = $1::text
                           AND j.kind = room.kind
                           AND j.state = 'available'
-                          AND j.payload_version > v.version
-                          AND j.payload_version <= room.version
-                        ORDER BY j.payload_version
+                          AND j.payload_version < v.version
+                        ORDER BY j.payload_version DESC
                         LIMIT 1)
                 FROM versions v
                 WHERE v.version IS NOT NULL
