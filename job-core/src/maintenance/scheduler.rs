@@ -103,19 +103,7 @@ impl Periodic {
         // One sample, so that a schedule whose every job is refused fails at the door. The
         // application's closure and `Serialize` run here: a panic is a refusal too, not one
         // that escapes the builder.
-        let sample = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            periodic.job_for(Utc::now())
-        }))
-        .unwrap_or_else(|panic| {
-            Err(EnqueueError::InvalidOption {
-                option: "periodic",
-                reason: format!(
-                    "making the job panicked: {}",
-                    crate::attempt::pipeline::panic_message(panic)
-                ),
-            })
-        });
-        if let Err(refused) = sample {
+        if let Err(refused) = periodic.job_guarded(Utc::now()) {
             return Err(BuildError::InvalidOption {
                 option: "periodic",
                 reason: format!(
@@ -160,6 +148,21 @@ impl Periodic {
             on_duplicate: OnDuplicate::Keep,
             ..EnqueueOptions::default()
         })
+    }
+
+    /// [`job_for`](Self::job_for), with a panic of the application's closure or `Serialize`
+    /// made a refusal of the job rather than one that unwinds through the caller.
+    fn job_guarded(&self, period: DateTime<Utc>) -> Result<NewJob, EnqueueError> {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.job_for(period)))
+            .unwrap_or_else(|panic| {
+                Err(EnqueueError::InvalidOption {
+                    option: "periodic",
+                    reason: format!(
+                        "making the job panicked: {}",
+                        crate::attempt::pipeline::panic_message(panic)
+                    ),
+                })
+            })
     }
 }
 
@@ -337,19 +340,7 @@ impl<S: Store> Scheduler<S> {
                 ahead |= period > now;
                 // The application's closure and `Serialize` run here: a panic is this
                 // schedule's refusal, not the end of the look for the schedules after it.
-                let made = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    entry.job_for(period)
-                }))
-                .unwrap_or_else(|panic| {
-                    Err(EnqueueError::InvalidOption {
-                        option: "periodic",
-                        reason: format!(
-                            "making the job panicked: {}",
-                            crate::attempt::pipeline::panic_message(panic)
-                        ),
-                    })
-                });
-                let enqueued = match made {
+                let enqueued = match entry.job_guarded(period) {
                     Ok(job) => self.store.enqueue(job).await,
                     Err(refused) => Err(refused),
                 };
