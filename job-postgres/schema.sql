@@ -7444,3 +7444,58 @@ $job_migration_0050$;
 END
 $apply$;
 COMMIT;
+
+-- 0051 rate_claim_by_version
+BEGIN;
+DO $lock$ BEGIN PERFORM pg_advisory_xact_lock(hashtextextended('job.schema_migrations', 0)); END $lock$;
+DO $apply$
+DECLARE
+    missing integer;
+    later integer;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = 51) THEN
+        SELECT min(v) INTO missing FROM pg_catalog.unnest('{1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31,32,33,34,35,36,37,38,39,40,41,42,43,44,45,46,47,48,49,50}'::integer[]) v
+            WHERE NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = v);
+        IF missing IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 51 `rate_claim_by_version` was not applied: migration %, which comes before it, is not recorded in job.schema_migrations (migrations apply in order, each after the one before)', missing;
+        END IF;
+        SELECT min(version) INTO later FROM job.schema_migrations WHERE version > 51;
+        IF later IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 51 `rate_claim_by_version` was not applied: it is not recorded in job.schema_migrations, but migration %, which comes after it, is: the schema was migrated out of order, and 51 applied now could undo what later migrations changed. Apply what migration 51 lacks by hand and record it, or restore the database from a backup', later;
+        END IF;
+EXECUTE $job_migration_0051$
+-- 0051 rate_claim_by_version: the rate-limited claim never reads the jobs of a payload version
+-- newer than its worker decodes. Append-only: change the schema in a new numbered file.
+--
+-- Migration 0050 gave job.claim this; the rate-limited claim (claim_rated.sql) still read each
+-- key's jobs through jobs_rate_key_idx (queue, kind, rate_key, priority, run_at, id) and its
+-- jobs without a key through jobs_claim_idx, comparing payload_version on the table row. So
+-- during a rolling deploy every claim of an old worker, under the kind's advisory lock, read
+-- each waiting job of the new release's version ahead of what it took (100,000 of them: about
+-- 70 ms a claim).
+--
+-- jobs_rate_key_version_idx puts payload_version after rate_key and replaces
+-- jobs_rate_key_idx: the claim's probe for the next key with waiting jobs reads the same
+-- leading columns, and per key it finds the versions it decodes (one probe each, from the
+-- newest down, as job.claim does) and reads each version's jobs in claim order, at most the
+-- key's room. The jobs without a key are looked for among the kind's first 100 jobs the worker
+-- could take per version it decodes, through jobs_claim_version_idx, merged in claim order.
+--
+-- The index holds only the available rows with a key, but building it reads the whole table,
+-- in this migration's transaction (CREATE INDEX CONCURRENTLY cannot run in one): writes to
+-- job.jobs wait while it builds, so on a large table apply it when the queue is quiet.
+
+CREATE INDEX jobs_rate_key_version_idx
+    ON job.jobs (queue, kind, rate_key, payload_version, priority, run_at, id)
+    WHERE state = 'available' AND rate_key IS NOT NULL;
+
+DROP INDEX job.jobs_rate_key_idx;
+$job_migration_0051$;
+        INSERT INTO job.schema_migrations (version, name) VALUES (51, 'rate_claim_by_version');
+    ELSIF NOT EXISTS (SELECT 1 FROM job.schema_migrations
+                      WHERE version = 51 AND name = 'rate_claim_by_version') THEN
+        RAISE EXCEPTION 'job migration 51 is recorded in job.schema_migrations as `%`, but this script''s migration 51 is `rate_claim_by_version`: the database was migrated by a build whose migrations differ from this one''s', (SELECT name FROM job.schema_migrations WHERE version = 51);
+    END IF;
+END
+$apply$;
+COMMIT;

@@ -369,6 +369,10 @@ async fn due_jobs_become_claimable_through_the_stager_and_keep_their_place() {
 /// The statement that claims a rate-limited kind, as the store sends it.
 const CLAIM_RATED: &str = include_str!("../job-postgres/src/sql/claim_rated.sql");
 
+/// The statement that opens every transaction of a claim with a limited kind, as the store
+/// sends it: the kinds' advisory locks, and JIT off for the transaction.
+const CLAIM_LOCK: &str = include_str!("../job-postgres/src/sql/claim_lock.sql");
+
 /// Runs the rate-limited claim of `kind` under `EXPLAIN ANALYZE` with plans of `plan_mode`
 /// (`force_generic_plan`: a connection's statement after its fifth execution;
 /// `force_custom_plan`: before) and commits it, so that its key cursor and start windows move
@@ -380,7 +384,7 @@ async fn explain_rated(
     limit: i32,
     starts_per_key: i32,
 ) -> (f64, f64) {
-    let root = explain_rated_plan(pool, plan_mode, kind, limit, starts_per_key).await;
+    let root = explain_rated_plan(pool, plan_mode, kind, limit, starts_per_key, 1).await;
     (root["Actual Rows"].as_f64().unwrap(), rows_read(&root))
 }
 
@@ -391,8 +395,15 @@ async fn explain_rated_plan(
     kind: &str,
     limit: i32,
     starts_per_key: i32,
+    max_version: i32,
 ) -> Value {
     let mut tx = pool.begin().await.unwrap();
+    // In the claim's transaction, as the store runs it: after the kind's lock.
+    sqlx::query(CLAIM_LOCK)
+        .bind([kind])
+        .execute(&mut *tx)
+        .await
+        .unwrap();
     // At most `starts_per_key` starts per key in any minute, no concurrency limit.
     let root = explain_prepared(
         &mut tx,
@@ -400,7 +411,8 @@ async fn explain_rated_plan(
         CLAIM_RATED,
         "(text, text, integer, bigint, integer, text, integer, bigint, integer)",
         &format!(
-            "('default', '{kind}', 1, 30000, {limit}, 'worker-1', {starts_per_key}, 60000, NULL)"
+            "('default', '{kind}', {max_version}, 30000, {limit}, 'worker-1', \
+             {starts_per_key}, 60000, NULL)"
         ),
     )
     .await;
@@ -447,23 +459,23 @@ async fn a_rate_key_at_its_limit_is_passed_over_without_reading_its_starts() {
         ("force_custom_plan", "r.custom"),
     ] {
         // Three starts a minute per key: the first claim takes three of each key's jobs.
-        let plan = explain_rated_plan(pool, mode, kind, 200, 3).await;
+        let plan = explain_rated_plan(pool, mode, kind, 200, 3, 1).await;
         assert_eq!(plan["Actual Rows"], 120.0, "{mode}: three of each key");
         // Every key is at its limit: the claim takes nothing and reads none of the 120 starts
         // (it read all of them before migration 0030).
-        let plan = explain_rated_plan(pool, mode, kind, 200, 3).await;
+        let plan = explain_rated_plan(pool, mode, kind, 200, 3, 1).await;
         assert_eq!(plan["Actual Rows"], 0.0, "{mode}: every key at its limit");
         assert_eq!(starts_read(&plan), 0.0, "{mode}: starts read at the limit");
         // A deploy raises the limit to four: the keys' windows were written with three, so the
         // claim counts their starts, and each key gives one more job.
-        let plan = explain_rated_plan(pool, mode, kind, 200, 4).await;
+        let plan = explain_rated_plan(pool, mode, kind, 200, 4, 1).await;
         assert_eq!(plan["Actual Rows"], 40.0, "{mode}: one more of each key");
         assert!(
             starts_read(&plan) >= 120.0,
             "{mode}: the starts were counted"
         );
         // At the new limit, nothing is read again.
-        let plan = explain_rated_plan(pool, mode, kind, 200, 4).await;
+        let plan = explain_rated_plan(pool, mode, kind, 200, 4, 1).await;
         assert_eq!(
             plan["Actual Rows"], 0.0,
             "{mode}: every key at its new limit"
@@ -533,19 +545,21 @@ async fn a_rate_limited_claim_reads_its_keys_and_what_it_can_take_not_its_backlo
         for round in ["first", "second"] {
             let (claimed, read) = explain_rated(pool, mode, kind, 10, 1000).await;
             assert_eq!(claimed, 10.0, "{mode}, {round} claim");
+            // Per key: its probe, one for its versions, and at most 10 of its jobs.
             assert!(
-                read <= 4.0 * KEYS + KEYS * 10.0 + 2.0 * claimed,
+                read <= 5.0 * KEYS + KEYS * 10.0 + 2.0 * claimed,
                 "{mode}, {round} claim: read {read} rows of job.jobs to claim {claimed}"
             );
         }
         // One start per key a minute: each key has had its start, so nothing is due; the
-        // claim looks at each key, not at the 19,980 jobs waiting behind them.
+        // claim looks at each key, not at the 19,980 jobs waiting behind them. (A key with
+        // room costs one more probe, for its versions.)
         let (claimed, read) = explain_rated(pool, mode, kind, 100, 1).await;
         assert_eq!(claimed, 20.0, "{mode}: the 20 keys without a start yet");
         let (claimed, read_full) = explain_rated(pool, mode, kind, 100, 1).await;
         assert_eq!(claimed, 0.0, "{mode}: every key at its limit");
         assert!(
-            read <= 4.0 * KEYS + 2.0 * 20.0 && read_full <= 4.0 * KEYS,
+            read <= 4.0 * KEYS + 3.0 * 20.0 && read_full <= 4.0 * KEYS,
             "{mode}: read {read} rows to claim 20 and {read_full} to claim none"
         );
     }
@@ -586,6 +600,102 @@ async fn jobs_a_worker_cannot_take_never_hide_the_rate_limited_jobs_behind_them(
             "{mode}: the one job of version 1, behind 150 of version 2"
         );
     }
+}
+
+/// A rolling deploy's jobs of a payload version newer than the worker decodes, with rate keys
+/// and without, ahead of everything: the rate-limited claim reads none of them (it read each,
+/// under the kind's lock, before migration 0051), and takes the versions it decodes in claim
+/// order.
+#[tokio::test]
+async fn a_rate_limited_claim_never_reads_the_jobs_of_a_payload_version_its_worker_does_not_decode()
+{
+    let db = TestDb::new().await;
+    let store = db.store();
+    let pool = store.pool();
+    const KEYS: f64 = 40.0;
+    for kind in ["r.generic", "r.custom"] {
+        // 20,000 jobs of version 3 over 40 keys and 20,000 without a key, oldest; then, in
+        // claim order, 3 of version 1 and 3 of version 2 with a key and as many without, and
+        // one of version 4 between them. The worker decodes up to version 2.
+        sqlx::query(
+            "INSERT INTO job.jobs (kind, queue, payload, state, run_at, rate_key,
+                                   payload_version)
+             SELECT $1, 'default', '{}'::jsonb, 'available'::job.job_state,
+                    now() - interval '2 hours' + g * interval '1 millisecond',
+                    CASE WHEN g % 2 = 0 THEN 'tenant-' || (g % 80) / 2 END, 3
+             FROM generate_series(1, 40000) g
+             UNION ALL
+             SELECT $1, 'default', '{}'::jsonb, 'available'::job.job_state,
+                    now() - interval '1 hour' + g * interval '1 millisecond',
+                    CASE WHEN g % 2 = 0 THEN 'tenant-' || g END,
+                    CASE WHEN g = 7 THEN 4 WHEN g < 7 THEN 1 ELSE 2 END
+             FROM generate_series(1, 13) g",
+        )
+        .bind(kind)
+        .execute(pool)
+        .await
+        .unwrap();
+    }
+    sqlx::query("ANALYZE job.jobs").execute(pool).await.unwrap();
+    for (mode, kind) in [
+        ("force_generic_plan", "r.generic"),
+        ("force_custom_plan", "r.custom"),
+    ] {
+        let plan = explain_rated_plan(pool, mode, kind, 100, 1000, 2).await;
+        let (claimed, read) = (plan["Actual Rows"].as_f64().unwrap(), rows_read(&plan));
+        assert_eq!(claimed, 12.0, "{mode}: the 12 jobs of versions 1 and 2");
+        // Each key found by a probe (the 40 keys of version 3 and the 6 of the jobs it takes)
+        // and probed for its versions, the jobs it takes (read by their scans, then by the
+        // update), and one probe per version for the jobs without a key: nothing of the
+        // 40,000 of version 3.
+        assert!(
+            read <= 4.0 * (KEYS + 6.0) + 2.0 * claimed + 4.0,
+            "{mode}: the claim read {read} rows of job.jobs to claim {claimed}"
+        );
+        // Claimed: versions 1 and 2 in claim order, the newer versions left waiting.
+        let taken: Vec<(i32, i64)> = sqlx::query_as(
+            "SELECT payload_version, id FROM job.jobs
+             WHERE kind = $1 AND state = 'running' ORDER BY run_at, id",
+        )
+        .bind(kind)
+        .fetch_all(pool)
+        .await
+        .unwrap();
+        let versions: Vec<i32> = taken.iter().map(|(v, _)| *v).collect();
+        assert_eq!(versions, [1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2], "{mode}");
+        // Idle: only jobs of newer versions wait.
+        let plan = explain_rated_plan(pool, mode, kind, 100, 1000, 2).await;
+        let (claimed, read) = (plan["Actual Rows"].as_f64().unwrap(), rows_read(&plan));
+        assert_eq!(claimed, 0.0, "{mode}: idle");
+        assert!(
+            read <= 4.0 * KEYS + 4.0,
+            "{mode}: an idle claim read {read} rows of job.jobs past the jobs of newer versions"
+        );
+    }
+}
+
+/// A claim of a limited kind runs in a transaction with JIT compilation off, whatever the
+/// connection's setting: the rate-limited claim's plan is estimated far above
+/// `jit_above_cost`, and compiling it took about 1.8 s for a claim of a few milliseconds.
+#[tokio::test]
+async fn a_limited_claim_is_never_compiled() {
+    let db = TestDb::new().await;
+    let pool = db.store().pool().clone();
+    let mut tx = pool.begin().await.unwrap();
+    sqlx::query("SET LOCAL jit = on")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    sqlx::query(CLAIM_LOCK)
+        .bind(["r.kind"])
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    let jit: String = sqlx::query_scalar("SELECT current_setting('jit')")
+        .fetch_one(&mut *tx)
+        .await
+        .unwrap();
+    assert_eq!(jit, "off");
 }
 
 /// Runs `sql` (a statement of the store's, with parameters of `types`) prepared with plans of

@@ -272,6 +272,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "claim_by_version",
         sql: include_str!("../migrations/0050_claim_by_version.sql"),
     },
+    Migration {
+        version: 51,
+        name: "rate_claim_by_version",
+        sql: include_str!("../migrations/0051_rate_claim_by_version.sql"),
+    },
 ];
 
 /// The whole schema as one plain SQL script, for a DBA or a team without Rust:

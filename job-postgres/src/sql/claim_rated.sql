@@ -6,26 +6,29 @@
 -- claim of the kind runs meanwhile and every earlier one has committed its starts; the window
 -- ends at clock_timestamp(), read under that lock.
 --
--- Each rate key with waiting jobs is found by one probe of jobs_rate_key_idx (a loose index
--- scan), at most 256 keys per claim, in rotation: the scan starts after the key where the
--- previous claim of the kind stopped (job.rate_cursors) and wraps around, so the claim's cost
--- is bounded however many keys wait, and every key is looked at in turn. Each gives up to its
--- room (its limit less its starts in the window, job.rate_windows, and at most the claim's
--- own limit) of its jobs in claim order; a key at its limit reads nothing. So a claim reads
--- at most its keys and, for each, what the claim could take, whatever waits behind them
--- (tests/store_claim.rs measures it on the statement's plans). The starts are stamped with
--- clock_timestamp() once the rows are updated, so no start is stamped before it happened. Jobs without a key share the
--- window of key '': they are looked for among the kind's first 100 available jobs this
--- worker could take (jobs_claim_idx), so a kind whose jobs have keys should give every job
--- one. Jobs no worker of this build could take (a payload version newer than it decodes, past
+-- Each rate key with waiting jobs is found by one probe of jobs_rate_key_version_idx (a loose
+-- index scan), at most 256 keys per claim, in rotation: the scan starts after the key where
+-- the previous claim of the kind stopped (job.rate_cursors) and wraps around, so the claim's
+-- cost is bounded however many keys wait, and every key is looked at in turn. Each gives up to
+-- its room (its limit less its starts in the window, job.rate_windows, and at most the claim's
+-- own limit) of its jobs in claim order; a key at its limit reads nothing. Within a key, the
+-- payload versions this worker decodes are found by one probe each and each version's jobs
+-- read in claim order, then merged (migration 0051), so the jobs of a newer version (a rolling
+-- deploy's) are never read. So a claim reads at most its keys and, for each, its versions and
+-- what the claim could take, whatever waits behind them (tests/store_claim.rs measures it on
+-- the statement's plans). The starts are stamped with clock_timestamp() once the rows are
+-- updated, so no start is stamped before it happened. Jobs without a key share the window of
+-- key '': they are looked for among the kind's first 100 available jobs this worker could
+-- take, per version it decodes (jobs_claim_version_idx), so a kind whose jobs have keys
+-- should give every job one. Jobs of a decodable version that no worker could take (past
 -- their deadline, cancelled, at the last attempt count) are passed over before those 100 are
--- counted: 100 of them at the head of the kind stopped its jobs without a key for good. So
--- this branch, and each key's scan, read every such job ahead of what they take (100,000 of a
--- newer version: about 70 ms a claim, under the kind's lock), where job.claim reads no job of
--- a newer version (migration 0050): they wait for a worker that decodes them, or for the
--- expirer and the cancel. The rows are
--- merged in the claim's order (priority, run_at, id). No SKIP LOCKED: claims of the kind are
--- serialized, and the update re-checks that each row is still available.
+-- counted (100 of them at the head of the kind stopped its jobs without a key for good), so
+-- they are read ahead of what is taken: they wait for the expirer and the cancel. The rows
+-- are merged in the claim's order (priority, run_at, id). No SKIP LOCKED: claims of the kind
+-- are serialized, and the update re-checks that each row is still available.
+--
+-- Its plan is estimated far above jit_above_cost (the per-key limits are parameters):
+-- claim_lock.sql, earlier in the same transaction, turns JIT off for the transaction.
 WITH RECURSIVE cursor AS MATERIALIZED (
     SELECT coalesce((SELECT c.after_key FROM job.rate_cursors c
                      WHERE c.kind = $2::text AND c.queue = $1::text), '') AS after_key
@@ -125,38 +128,96 @@ rooms AS MATERIALIZED (
     FROM go,
          (SELECT rate_key AS key FROM keys UNION ALL SELECT '') k
 ),
+-- Per key, the payload versions waiting that this worker decodes (at most $3), each found by
+-- one probe of jobs_rate_key_version_idx from the newest down (as job.claim does), then each
+-- version's jobs in claim order, at most the key's room, merged: the jobs of a newer version
+-- are never read.
 candidates AS (
     SELECT c.id, c.priority, c.run_at, r.key
     FROM rooms r
     CROSS JOIN LATERAL (
-        SELECT j.id, j.priority, j.run_at
-        FROM job.jobs j
-        WHERE j.queue = $1::text AND j.kind = $2::text
-          AND j.state = 'available' AND j.rate_key = r.key
-          AND j.run_at <= now()
-          AND j.payload_version <= $3::integer
-          AND (j.deadline IS NULL OR j.deadline > now())
-          AND NOT j.cancel_requested
-          AND j.attempt < 2147483646
-        ORDER BY j.priority, j.run_at, j.id
+        WITH RECURSIVE versions(version) AS (
+            (SELECT j.payload_version
+             FROM job.jobs j
+             WHERE j.queue = $1::text AND j.kind = $2::text
+               AND j.state = 'available' AND j.rate_key = r.key
+               AND j.payload_version <= $3::integer
+             ORDER BY j.payload_version DESC
+             LIMIT 1)
+            UNION ALL
+            SELECT (SELECT j.payload_version
+                    FROM job.jobs j
+                    WHERE j.queue = $1::text AND j.kind = $2::text
+                      AND j.state = 'available' AND j.rate_key = r.key
+                      AND j.payload_version < v.version
+                    ORDER BY j.payload_version DESC
+                    LIMIT 1)
+            FROM versions v
+            WHERE v.version IS NOT NULL
+        )
+        SELECT f.id, f.priority, f.run_at
+        FROM versions v
+        CROSS JOIN LATERAL (
+            SELECT j.id, j.priority, j.run_at
+            FROM job.jobs j
+            WHERE j.queue = $1::text AND j.kind = $2::text
+              AND j.state = 'available' AND j.rate_key = r.key
+              AND j.payload_version = v.version
+              AND j.run_at <= now()
+              AND (j.deadline IS NULL OR j.deadline > now())
+              AND NOT j.cancel_requested
+              AND j.attempt < 2147483646
+            ORDER BY j.priority, j.run_at, j.id
+            LIMIT greatest(r.room, 0)
+        ) f
+        WHERE v.version IS NOT NULL
+        ORDER BY f.priority, f.run_at, f.id
         LIMIT greatest(r.room, 0)
     ) c
     WHERE r.key <> '' AND r.room > 0
     UNION ALL
+    -- The jobs without a key: among the kind's first 100 jobs this worker could take, per
+    -- version it decodes (jobs_claim_version_idx), merged in claim order.
     SELECT c.id, c.priority, c.run_at, ''
     FROM rooms r
     CROSS JOIN LATERAL (
         SELECT f.id, f.priority, f.run_at
-        FROM (SELECT j.id, j.priority, j.run_at, j.rate_key
-              FROM job.jobs j
-              WHERE j.queue = $1::text AND j.kind = $2::text AND j.state = 'available'
-                AND j.run_at <= now()
-                AND j.payload_version <= $3::integer
-                AND (j.deadline IS NULL OR j.deadline > now())
-                AND NOT j.cancel_requested
-                AND j.attempt < 2147483646
-              ORDER BY j.priority, j.run_at, j.id
-              LIMIT 100) f
+        FROM (
+            WITH RECURSIVE versions(version) AS (
+                (SELECT j.payload_version
+                 FROM job.jobs j
+                 WHERE j.queue = $1::text AND j.kind = $2::text AND j.state = 'available'
+                   AND j.payload_version <= $3::integer
+                 ORDER BY j.payload_version DESC
+                 LIMIT 1)
+                UNION ALL
+                SELECT (SELECT j.payload_version
+                        FROM job.jobs j
+                        WHERE j.queue = $1::text AND j.kind = $2::text
+                          AND j.state = 'available'
+                          AND j.payload_version < v.version
+                        ORDER BY j.payload_version DESC
+                        LIMIT 1)
+                FROM versions v
+                WHERE v.version IS NOT NULL
+            )
+            SELECT h.id, h.priority, h.run_at, h.rate_key
+            FROM versions v
+            CROSS JOIN LATERAL (
+                SELECT j.id, j.priority, j.run_at, j.rate_key
+                FROM job.jobs j
+                WHERE j.queue = $1::text AND j.kind = $2::text AND j.state = 'available'
+                  AND j.payload_version = v.version
+                  AND j.run_at <= now()
+                  AND (j.deadline IS NULL OR j.deadline > now())
+                  AND NOT j.cancel_requested
+                  AND j.attempt < 2147483646
+                ORDER BY j.priority, j.run_at, j.id
+                LIMIT 100
+            ) h
+            WHERE v.version IS NOT NULL
+            ORDER BY h.priority, h.run_at, h.id
+            LIMIT 100) f
         WHERE f.rate_key IS NULL
         ORDER BY f.priority, f.run_at, f.id
         LIMIT greatest(r.room, 0)
