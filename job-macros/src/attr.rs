@@ -855,7 +855,9 @@ fn unknown_key(key: &Ident) -> syn::Error {
     )
 }
 
-/// An integer literal (possibly negative) in `range`.
+/// An integer literal (possibly negative) in `range`. Below it, the error says what the key
+/// takes (`what`); above it, including a number past any integer type, that the value is too
+/// large and what the most is.
 fn integer<T>(expr: &Expr, key: &str, range: RangeInclusive<i128>, what: &str) -> syn::Result<T>
 where
     T: TryFrom<i128>,
@@ -880,15 +882,25 @@ where
         ));
     }
     let shown = format!("{}{}", if negative { "-" } else { "" }, int.base10_digits());
-    let value = int
-        .base10_parse::<i128>()
-        .ok()
-        .map(|v| if negative { -v } else { v })
-        .filter(|v| range.contains(v))
-        .and_then(|v| T::try_from(v).ok());
-    value.ok_or_else(|| {
-        syn::Error::new_spanned(expr, format!("`{key}` must be {what}, got {shown}"))
-    })
+    // Digits past i128 are a number past every bound, on its side of zero.
+    let value = match int.base10_parse::<i128>() {
+        Ok(v) if negative => -v,
+        Ok(v) => v,
+        Err(_) if negative => i128::MIN,
+        Err(_) => i128::MAX,
+    };
+    if value > *range.end() {
+        let most = range.end();
+        let message = format!("`{key}` is too large: at most {most}, got {shown}");
+        return Err(syn::Error::new_spanned(expr, message));
+    }
+    range
+        .contains(&value)
+        .then(|| T::try_from(value).ok())
+        .flatten()
+        .ok_or_else(|| {
+            syn::Error::new_spanned(expr, format!("`{key}` must be {what}, got {shown}"))
+        })
 }
 
 /// A string literal.
@@ -1074,10 +1086,55 @@ mod tests {
     }
 
     #[test]
+    fn says_a_value_above_its_range_is_too_large_and_gives_the_most() {
+        let cases = [
+            (
+                quote! { version = 2147483648 },
+                "`version` is too large: at most 2147483647, got 2147483648",
+            ),
+            (
+                quote! { concurrency = 4294967296 },
+                "`concurrency` is too large: at most 4294967295, got 4294967296",
+            ),
+            (
+                quote! { retry = 1001 },
+                "`retry` is too large: at most 1000, got 1001",
+            ),
+            (
+                quote! { retry = 99999999999999999999999999999999999999999 },
+                "`retry` is too large: at most 1000, got 99999999999999999999999999999999999999999",
+            ),
+            (
+                quote! { priority = 32768 },
+                "`priority` is too large: at most 32767, got 32768",
+            ),
+            (
+                quote! { breaker(failure_percent = 101) },
+                "`failure_percent` is too large: at most 100, got 101",
+            ),
+            (
+                quote! { breaker(failure_percent = 50, min_attempts = 1000001) },
+                "`min_attempts` is too large: at most 1000000, got 1000001",
+            ),
+        ];
+        for (tokens, expected) in cases {
+            assert_eq!(messages(tokens), [expected]);
+        }
+        assert_eq!(
+            parse_ok(quote! { version = 2147483647 }).version,
+            Some(i32::MAX)
+        );
+        assert_eq!(
+            parse_ok(quote! { concurrency = 4294967295 }).concurrency,
+            Some(u32::MAX)
+        );
+    }
+
+    #[test]
     fn checks_integer_ranges() {
         assert_eq!(
-            messages(quote! { retry = 1001 }),
-            ["`retry` must be between 0 and 1000 (the retries after the first attempt), got 1001"]
+            messages(quote! { retry = -1 }),
+            ["`retry` must be between 0 and 1000 (the retries after the first attempt), got -1"]
         );
         assert_eq!(
             messages(quote! { priority = -1 }),
@@ -1086,6 +1143,10 @@ mod tests {
         assert_eq!(
             messages(quote! { version = 0 }),
             ["`version` must be 1 or more, got 0"]
+        );
+        assert_eq!(
+            messages(quote! { version = -99999999999999999999999999999999999999999 }),
+            ["`version` must be 1 or more, got -99999999999999999999999999999999999999999"]
         );
         assert_eq!(parse_ok(quote! { retry = 0 }).retry, Some(0));
         assert_eq!(parse_ok(quote! { retry = 1000 }).retry, Some(1000));
@@ -1549,7 +1610,7 @@ mod tests {
         );
         assert_eq!(
             messages(quote! { breaker(failure_percent = 101) }),
-            [format!("{percent}, got 101")]
+            ["`failure_percent` is too large: at most 100, got 101"]
         );
         assert_eq!(
             messages(quote! { breaker(failure_percent = 50, min_attempts = 0) }),
