@@ -127,23 +127,26 @@ pub(crate) async fn pauses<'e, E: sqlx::PgExecutor<'e>>(
         .await
         .map_err(Error::query("pauses"))?;
     rows.iter()
-        .map(|row| {
-            let scope: String = row.try_get("scope")?;
-            let name: String = row.try_get("name")?;
-            let by: String = row.try_get("paused_by")?;
-            Ok(PauseEntry {
-                what: match scope.as_str() {
-                    "queue" => Pause::Queue(name),
-                    _ => Pause::Kind(name),
-                },
-                paused_by: PausedBy::parse(&by).unwrap_or(PausedBy::Operator),
-                reason: row.try_get("reason")?,
-                paused_at: row.try_get("paused_at")?,
-                resume_at: row.try_get("resume_at")?,
-            })
-        })
+        .map(pause_entry)
         .collect::<Result<_, sqlx::Error>>()
         .map_err(Error::query("pauses"))
+}
+
+/// One row of `sql/pauses.sql` (or `sql/pauses_tenant.sql`, which has the same columns).
+pub(crate) fn pause_entry(row: &sqlx::postgres::PgRow) -> Result<PauseEntry, sqlx::Error> {
+    let scope: String = row.try_get("scope")?;
+    let name: String = row.try_get("name")?;
+    let by: String = row.try_get("paused_by")?;
+    Ok(PauseEntry {
+        what: match scope.as_str() {
+            "queue" => Pause::Queue(name),
+            _ => Pause::Kind(name),
+        },
+        paused_by: PausedBy::parse(&by).unwrap_or(PausedBy::Operator),
+        reason: row.try_get("reason")?,
+        paused_at: row.try_get("paused_at")?,
+        resume_at: row.try_get("resume_at")?,
+    })
 }
 
 /// The most kinds `job.breaker_record` takes in one call (migration 0046).

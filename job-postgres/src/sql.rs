@@ -58,6 +58,7 @@ pub(crate) const CLAIM_RATED: &str = include_str!("sql/claim_rated.sql");
 pub(crate) const ORDERING_LOCK: &str = include_str!("sql/ordering_lock.sql");
 pub(crate) const BREAKER_RECORD: &str = include_str!("sql/breaker_record.sql");
 pub(crate) const PAUSES: &str = include_str!("sql/pauses.sql");
+pub(crate) const PAUSES_TENANT: &str = include_str!("sql/pauses_tenant.sql");
 pub(crate) const CANCEL: &str = include_str!("sql/cancel.sql");
 pub(crate) const STATE: &str = include_str!("sql/state.sql");
 pub(crate) const PAUSE: &str = include_str!("sql/pause.sql");

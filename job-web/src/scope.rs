@@ -74,7 +74,9 @@ impl Scope {
         }
     }
 
-    /// Every pause in force, with who made it, why and until when.
+    /// Every pause in force, with who made it, why and until when; on a tenant's dashboard,
+    /// only those that hold back or touch one of its jobs (see `TenantAdmin`), so that no
+    /// queue or kind name of another tenant's shows.
     pub(crate) async fn pauses(&self) -> Result<Vec<PauseEntry>, StoreError> {
         match self {
             Scope::All(s) => s.pauses().await,

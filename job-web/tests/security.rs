@@ -485,6 +485,60 @@ async fn a_tenants_dashboard_shows_and_touches_that_tenant_only() {
 }
 
 #[tokio::test]
+async fn a_tenants_dashboard_shows_no_pause_of_another_tenants_queue_or_kind() {
+    // job.pauses records no tenant, and a tenant's dashboard listed every pause in force:
+    // other tenants' queue and kind names with them.
+    let db = TestDb::new().await;
+    enqueue(&db, "charge", "{}", "mail", Some("acme")).await;
+    enqueue(
+        &db,
+        "globex-secret-kind",
+        "{}",
+        "globex-secret-queue",
+        Some("globex"),
+    )
+    .await;
+    let store = db.store();
+    for what in [
+        job::Pause::Queue("mail".into()),
+        job::Pause::Queue("globex-secret-queue".into()),
+        job::Pause::Kind("globex-secret-kind".into()),
+        job::Pause::Kind("charge".into()),
+    ] {
+        job::Admin::pause(&store, &what).await.unwrap();
+    }
+    let router = Dashboard::for_tenant(store.for_tenant("acme"))
+        .operator_token("t0ken")
+        .router();
+    let op = login(&router, "t0ken").await;
+    let page = get(&router, "/", Some(&op)).await;
+    assert_eq!(page.status, StatusCode::OK);
+    assert!(!page.body.contains("globex-secret"), "{}", page.body);
+    assert!(
+        page.body.contains("queue <code>mail</code>"),
+        "{}",
+        page.body
+    );
+    assert!(
+        page.body.contains("kind <code>charge</code>"),
+        "{}",
+        page.body
+    );
+    // The dashboard over every tenant still shows them all.
+    let all = Dashboard::new(db.store()).router();
+    let page = get(&all, "/", None).await.body;
+    assert!(
+        page.contains("queue <code>globex-secret-queue</code>"),
+        "{page}"
+    );
+    assert!(
+        page.contains("kind <code>globex-secret-kind</code>"),
+        "{page}"
+    );
+    db.close().await;
+}
+
+#[tokio::test]
 async fn links_and_cookies_follow_the_mount_point() {
     let db = TestDb::new().await;
     let id = enqueue(&db, "charge", "{}", "mail", None).await;

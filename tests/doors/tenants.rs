@@ -97,3 +97,88 @@ async fn a_tenant_scoped_admin_cannot_reach_another_tenants_jobs() {
     assert_eq!(store.list(&JobFilter::default()).await.unwrap().len(), 4);
     db.close().await;
 }
+
+#[tokio::test]
+async fn a_tenant_scoped_admin_shows_only_the_pauses_that_hold_its_jobs() {
+    // job.pauses records no tenant: a tenant's handle listed every pause in force, and with
+    // it the names of queues and kinds only other tenants use.
+    let db = TestDb::new().await;
+    let pool = db.pool();
+    let store = db.store();
+    sqlx::raw_sql(
+        "INSERT INTO job.jobs (kind, queue, tenant) VALUES
+             ('acme-kind', 'acme-queue', 'acme'),
+             ('globex-secret-kind', 'globex-secret-queue', 'globex'),
+             ('shared-kind', 'shared', 'globex'),
+             ('shared-kind', 'shared', 'acme');
+         INSERT INTO job.jobs (kind, queue, tenant, state, run_at) VALUES
+             ('acme-later-kind', 'acme-later-queue', 'acme', 'scheduled', now() + interval '1 hour');
+         INSERT INTO job.jobs (kind, queue, tenant, state, attempt, lock_token, locked_by,
+                               locked_until) VALUES
+             ('acme-running-kind', 'acme-running-queue', 'acme', 'running', 1,
+              gen_random_uuid(), 'w', now() + interval '1 hour'),
+             ('globex-running-kind', 'globex-running-queue', 'globex', 'running', 1,
+              gen_random_uuid(), 'w', now() + interval '1 hour');
+         INSERT INTO job.jobs (kind, queue, tenant, state, finalized_at) VALUES
+             ('acme-done-kind', 'acme-done-queue', 'acme', 'completed', now());",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let all = [
+        Pause::Queue("acme-queue".into()),
+        Pause::Kind("acme-kind".into()),
+        Pause::Queue("globex-secret-queue".into()),
+        Pause::Kind("globex-secret-kind".into()),
+        Pause::Queue("shared".into()),
+        Pause::Kind("shared-kind".into()),
+        Pause::Queue("acme-later-queue".into()),
+        Pause::Queue("acme-running-queue".into()),
+        Pause::Kind("acme-running-kind".into()),
+        Pause::Queue("globex-running-queue".into()),
+        Pause::Kind("globex-running-kind".into()),
+        Pause::Queue("acme-done-queue".into()),
+        Pause::Queue("nobodys-queue".into()),
+    ];
+    for what in &all {
+        assert!(store.pause(what).await.unwrap(), "{what:?}");
+    }
+    let names = |pauses: Vec<Pause>| {
+        pauses
+            .iter()
+            .map(|p| format!("{} {}", p.scope(), p.name()))
+            .collect::<Vec<_>>()
+    };
+    let acme = store.for_tenant("acme");
+    let expected = [
+        "kind acme-kind",
+        "kind acme-running-kind",
+        "kind shared-kind",
+        "queue acme-later-queue",
+        "queue acme-queue",
+        "queue acme-running-queue",
+        "queue shared",
+    ];
+    assert_eq!(names(acme.paused().await.unwrap()), expected);
+    let entries = acme.pauses().await.unwrap();
+    assert_eq!(
+        names(entries.into_iter().map(|e| e.what).collect()),
+        expected
+    );
+    assert_eq!(
+        names(store.for_tenant("globex").paused().await.unwrap()),
+        [
+            "kind globex-running-kind",
+            "kind globex-secret-kind",
+            "kind shared-kind",
+            "queue globex-running-queue",
+            "queue globex-secret-queue",
+            "queue shared",
+        ]
+    );
+    assert_eq!(store.for_tenant("initech").pauses().await.unwrap(), []);
+    // The store's own handle still shows every pause.
+    assert_eq!(store.paused().await.unwrap().len(), all.len());
+    assert_eq!(store.pauses().await.unwrap().len(), all.len());
+    db.close().await;
+}

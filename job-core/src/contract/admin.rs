@@ -260,9 +260,12 @@ pub trait Admin: Send + Sync {
     fn resume(&self, what: &Pause) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
     /// Everything paused now (by an operator, or by a breaker whose cool-down has not ended).
+    /// A handle scoped to one tenant shows only what concerns that tenant's jobs (see the
+    /// backend's tenant handle).
     fn paused(&self) -> impl Future<Output = Result<Vec<Pause>, StoreError>> + Send;
 
-    /// Every pause in force, with who made it, why and until when.
+    /// Every pause in force, with who made it, why and until when (on a handle scoped to one
+    /// tenant, those that concern its jobs, as [`paused`](Admin::paused)).
     fn pauses(&self) -> impl Future<Output = Result<Vec<PauseEntry>, StoreError>> + Send;
 
     /// Jobs matching `filter`, oldest first (by id), with their whole error history.

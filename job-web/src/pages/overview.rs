@@ -122,6 +122,9 @@ pub(crate) async fn page(
             }
         }
         h2 { "Paused" }
+        @if ctx.tenant.is_some() {
+            p.muted { "The pauses of the queues and kinds this tenant's waiting and running jobs are in. A pause stops every tenant's jobs of its queue or kind; only an operator of every tenant pauses and resumes." }
+        }
         @if paused.is_empty() {
             p.muted { "Nothing is paused." }
         } @else {
