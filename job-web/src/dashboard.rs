@@ -144,7 +144,11 @@ impl Dashboard {
         self
     }
 
-    /// The dashboard's routes, to serve or to `nest` into an application's router.
+    /// The dashboard's routes, to serve or to `nest` into an application's router. An address
+    /// with no page gets the dashboard's 404 page when the router is served alone or mounted
+    /// with `Router::nest_service`; under `Router::nest` (or `merge`) axum gives it the
+    /// application's fallback. The router sets no fallback of its own, so that it merges into
+    /// a router that has one.
     pub fn router(mut self) -> Router {
         let given = self.config.answer_within;
         let within = given.clamp(MIN_ANSWER_WITHIN, MAX_ANSWER_WITHIN);
@@ -183,6 +187,10 @@ impl Dashboard {
             .layer(axum::middleware::from_fn_with_state(
                 within,
                 deadline::bound,
+            ))
+            .layer(axum::middleware::from_fn_with_state(
+                app.clone(),
+                pages::failure::dress,
             ))
             .layer(axum::middleware::from_fn_with_state(
                 hosts,

@@ -14,6 +14,14 @@ pub(crate) struct WebError {
     gave_up: bool,
 }
 
+/// What a failed answer says, kept on it (as an extension) for `pages::failure::dress`, which
+/// shows it in the dashboard's frame.
+#[derive(Debug, Clone)]
+pub(crate) struct Failure {
+    pub(crate) status: StatusCode,
+    pub(crate) message: String,
+}
+
 /// Marks an answer whose statement the database gave up on at the request's bound, or that
 /// found no connection within it: nothing of it was done.
 #[derive(Debug, Clone, Copy)]
@@ -51,6 +59,7 @@ impl From<job::StoreError> for WebError {
 }
 
 impl IntoResponse for WebError {
+    /// A bare page saying the status and the message; `pages::failure::dress` frames it.
     fn into_response(self) -> Response {
         let page = html! {
             (maud::DOCTYPE)
@@ -60,6 +69,10 @@ impl IntoResponse for WebError {
             }
         };
         let mut response = (self.status, Html(page.into_string())).into_response();
+        response.extensions_mut().insert(Failure {
+            status: self.status,
+            message: self.message,
+        });
         if self.gave_up {
             response.extensions_mut().insert(GaveUp);
         }

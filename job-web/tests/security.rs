@@ -126,6 +126,78 @@ async fn an_application_with_a_fallback_of_its_own_merges_the_dashboard_and_keep
 }
 
 #[tokio::test]
+async fn an_address_with_no_page_answers_the_dashboards_404_page() {
+    // axum's default fallback answered a 404 with an empty body: no page, no way back.
+    let db = TestDb::new().await;
+    let router = Dashboard::new(db.store()).operator_token("t0ken").router();
+    let op = login(&router, "t0ken").await;
+    let long = "x".repeat(4000);
+    for (path, says) in [
+        ("/nothing".to_owned(), "no page at /nothing".to_owned()),
+        (
+            "/jobs/1/more".to_owned(),
+            "no page at /jobs/1/more".to_owned(),
+        ),
+        (
+            "/a&b%3Cscript%3E".to_owned(),
+            "no page at /a&amp;b%3Cscript%3E".to_owned(),
+        ),
+        (format!("/{long}"), format!("no page at /{}…", &long[..119])),
+    ] {
+        let page = get(&router, &path, Some(&op)).await;
+        let shown = &path[..20.min(path.len())];
+        assert_eq!(page.status, StatusCode::NOT_FOUND, "{shown}");
+        assert!(page.body.starts_with("<!DOCTYPE html>"), "{}", page.body);
+        assert!(page.body.contains(&says), "{shown}: {}", page.body);
+        assert!(
+            page.body.contains(r#"<a href="/">Back to the queues</a>"#),
+            "{}",
+            page.body
+        );
+        // The dashboard's frame: its stylesheet, navigation and who is logged in.
+        assert!(page.body.contains("/assets/dashboard.css"), "{}", page.body);
+        assert!(page.body.contains(r#"href="/dead""#), "{}", page.body);
+        assert!(page.body.contains("operator"), "{}", page.body);
+        assert!(!page.body.contains(&"x".repeat(121)), "{shown}");
+        assert!(!page.body.contains("<script"), "{shown}");
+    }
+    // A job that does not exist is the same page, saying so.
+    let missing = get(&router, "/jobs/424242", None).await;
+    assert_eq!(missing.status, StatusCode::NOT_FOUND);
+    assert!(missing.body.contains("no job 424242"), "{}", missing.body);
+    assert!(
+        missing
+            .body
+            .contains(r#"<a href="/">Back to the queues</a>"#),
+        "{}",
+        missing.body
+    );
+    assert!(
+        missing.body.contains("/assets/dashboard.css"),
+        "{}",
+        missing.body
+    );
+    // Under `nest_service` the dashboard answers the addresses under its mount point, and the
+    // way back follows it.
+    let app = axum::Router::new().nest_service("/ops/jobs", Dashboard::new(db.store()).router());
+    let nested = get(&app, "/ops/jobs/nothing", None).await;
+    assert_eq!(nested.status, StatusCode::NOT_FOUND);
+    assert!(
+        nested.body.contains("no page at /ops/jobs/nothing"),
+        "{}",
+        nested.body
+    );
+    assert!(
+        nested
+            .body
+            .contains(r#"<a href="/ops/jobs/">Back to the queues</a>"#),
+        "{}",
+        nested.body
+    );
+    db.close().await;
+}
+
+#[tokio::test]
 async fn without_an_operator_token_it_is_read_only() {
     let db = TestDb::new().await;
     let id = enqueue(&db, "charge", "{}", "mail", None).await;

@@ -1,5 +1,6 @@
 //! The pages, server-rendered with maud (every `(value)` is HTML-escaped).
 
+pub(crate) mod failure;
 pub(crate) mod job;
 pub(crate) mod jobs;
 pub(crate) mod layout;
