@@ -2,14 +2,15 @@
 //! setting or kind timeout or lease, naming it, and a worker whose every duration is the bound
 //! itself runs: its lease keeper renews and fences as with the defaults. The periods of the
 //! worker's loops have a floor, `MIN_INTERVAL` (10 ms), refused below in the same way, and the
-//! bound of a store call, `store_timeout`, a floor of its own: 1 s.
+//! bound of a store call, `store_timeout`, a floor of its own: 1 s; the rescuer's hold after a
+//! jump of the clock, `rescuer.after_clock_jump`, a bound of its own: 1 day.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use job::{
-    BuildError, Job, JobContext, JobError, JobOptions, JobState, PgStore, WorkerBuilder,
-    WorkerConfig, MAX_DURATION, MIN_INTERVAL,
+    BuildError, Job, JobContext, JobError, JobOptions, JobState, PgStore, RescuerConfig,
+    WorkerBuilder, WorkerConfig, MAX_DURATION, MIN_INTERVAL,
 };
 use serde::{Deserialize, Serialize};
 use tokio::sync::Semaphore;
@@ -77,7 +78,8 @@ pub(crate) fn refused(builder: WorkerBuilder<PgStore>) -> (&'static str, String)
 async fn worker_durations_over_the_bound_are_refused_naming_the_option() {
     let h = Harness::new().await;
     type Set = fn(&mut WorkerConfig, Duration);
-    let settings: [(&str, &str, Set); 14] = [
+    // `rescuer.after_clock_jump` has a lower bound of its own: see below.
+    let settings: [(&str, &str, Set); 13] = [
         ("poll_interval", "poll_interval", |c, d| c.poll_interval = d),
         ("prefetch_ttl", "prefetch_ttl", |c, d| c.prefetch_ttl = d),
         ("drain_timeout", "drain_timeout", |c, d| c.drain_timeout = d),
@@ -92,9 +94,6 @@ async fn worker_durations_over_the_bound_are_refused_naming_the_option() {
         ("lease", "lease", |c, d| c.lease = Some(d)),
         ("stager", "interval", |c, d| c.stager.interval = d),
         ("rescuer", "interval", |c, d| c.rescuer.interval = d),
-        ("rescuer", "after_clock_jump", |c, d| {
-            c.rescuer.after_clock_jump = d
-        }),
         ("scheduler", "interval", |c, d| c.scheduler.interval = d),
         ("reporter.interval", "interval", |c, d| {
             c.reporter.interval = d
@@ -132,6 +131,37 @@ async fn worker_durations_over_the_bound_are_refused_naming_the_option() {
             "poll_interval"
         );
     }
+}
+
+/// After a jump of the wall clock the rescuer takes nothing for `after_clock_jump`: at 100
+/// years (accepted before), one sleep of the machine stopped every rescue for the life of the
+/// process. A day covers the heartbeat of leases of 3 days; a worker whose own heartbeat
+/// period is longer still holds twice that, and builds.
+#[tokio::test]
+async fn a_clock_jump_hold_over_a_day_is_refused_naming_the_option() {
+    let h = Harness::new().await;
+    let day = RescuerConfig::MAX_AFTER_CLOCK_JUMP;
+    assert_eq!(day, Duration::from_secs(24 * 3600));
+    for too_long in [day + Duration::from_nanos(1), MAX_DURATION, Duration::MAX] {
+        let (option, message) = refused(
+            h.worker()
+                .configure(|c| c.rescuer.after_clock_jump = too_long),
+        );
+        assert_eq!(option, "rescuer", "{message}");
+        assert!(message.contains("after_clock_jump"), "{message}");
+        assert!(message.contains("at most 1 day"), "{message}");
+        assert!(message.contains(&format!("got {too_long:?}")), "{message}");
+    }
+    h.worker()
+        .configure(|c| c.rescuer.after_clock_jump = day)
+        .build()
+        .expect("the bound is allowed");
+    // Leases of 6 days: a heartbeat every 2, a hold of 4 derived from them.
+    const SIX_DAYS_MS: u64 = 6 * 24 * 3600 * 1000;
+    h.worker()
+        .register::<Timed<300_000, SIX_DAYS_MS>>()
+        .build()
+        .expect("a hold derived from the worker's own leases is not bounded by the setting's");
 }
 
 #[tokio::test]

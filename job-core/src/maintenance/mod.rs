@@ -89,6 +89,7 @@ mod tests {
     use std::time::Duration;
 
     use super::rescuer_config;
+    use super::service::ServiceConfig;
     use crate::worker::WorkerConfig;
 
     #[test]
@@ -100,8 +101,10 @@ mod tests {
         // 15-minute leases only: a heartbeat every 5 minutes.
         let long = rescuer_config(&config, Duration::from_secs(900));
         assert_eq!(long.after_clock_jump, Duration::from_secs(600));
-        // No kind (no lease): never past what validation accepts.
+        // No kind (no lease): never past what validation of a derived config accepts, though
+        // past what a given one may say.
         let none = rescuer_config(&config, Duration::MAX);
-        assert!(none.validate().is_ok());
+        assert!(ServiceConfig::validate(&none).is_ok());
+        assert!(none.validate().is_err());
     }
 }

@@ -35,9 +35,20 @@ pub struct RescuerConfig {
     /// second further than its monotonic clock between two passes (a sleep, a clock step):
     /// long enough for every live holder to renew its leases, so at least the longest
     /// heartbeat period of the workers on the database (a third of their longest lease by
-    /// default). Leases that ran out meanwhile are rescued after it. Defaults to 2 minutes;
-    /// a worker holds at least twice its own heartbeat period, whatever this says.
+    /// default). Leases that ran out meanwhile are rescued after it. At most
+    /// [`MAX_AFTER_CLOCK_JUMP`](Self::MAX_AFTER_CLOCK_JUMP) (1 day): `build()` refuses more,
+    /// naming `rescuer` and `after_clock_jump`. Defaults to 2 minutes; a worker holds at least
+    /// twice its own heartbeat period, whatever this says.
     pub after_clock_jump: Duration,
+}
+
+impl RescuerConfig {
+    /// The longest [`after_clock_jump`](Self::after_clock_jump): 1 day. The hold covers the
+    /// heartbeat periods of the workers on the database (a day's covers leases of 3 days); a
+    /// longer one would rescue nothing for as long after every sleep of the machine or step
+    /// of its clock, while jobs of dead workers wait. A worker whose own heartbeat period
+    /// is longer still holds twice that.
+    pub const MAX_AFTER_CLOCK_JUMP: Duration = Duration::from_secs(24 * 3600);
 }
 
 impl Default for RescuerConfig {
@@ -182,6 +193,23 @@ fn with_rest(named: String, rest: usize) -> String {
 impl RescuerConfig {
     /// Whether the rescuer can run with these settings.
     pub fn validate(&self) -> Result<(), BuildError> {
+        if self.after_clock_jump > Self::MAX_AFTER_CLOCK_JUMP {
+            return Err(invalid(
+                "rescuer",
+                &format!(
+                    "after_clock_jump must be at most 1 day (RescuerConfig::MAX_AFTER_CLOCK_JUMP), \
+                     got {:?}",
+                    self.after_clock_jump
+                ),
+            ));
+        }
+        self.validate_derived()
+    }
+
+    /// The checks that also hold for the settings a worker derives from these
+    /// (`maintenance::services`), whose hold after a clock jump, at least twice the worker's
+    /// own heartbeat period, may pass [`MAX_AFTER_CLOCK_JUMP`](Self::MAX_AFTER_CLOCK_JUMP).
+    fn validate_derived(&self) -> Result<(), BuildError> {
         if self.batch == 0 {
             return Err(invalid("rescuer", "batch must be greater than zero"));
         }
@@ -197,8 +225,10 @@ impl RescuerConfig {
 }
 
 impl ServiceConfig for RescuerConfig {
+    /// The worker's derived settings: the given ones passed [`RescuerConfig::validate`]
+    /// first (`WorkerBuilder::build`).
     fn validate(&self) -> Result<(), BuildError> {
-        RescuerConfig::validate(self)
+        self.validate_derived()
     }
 
     fn interval(&self) -> Duration {
