@@ -22,7 +22,9 @@ pub enum FaultPoint {
     AfterStep,
     /// The outcome is about to be handed to the completer.
     BeforeFinalize,
-    /// The outcome was written.
+    /// The outcome was written: by the completer, or by the handler's own transaction
+    /// (`complete_in`), asked once the worker has seen that commit, whether its completer or
+    /// its lease keeper saw it first. It comes after the job's row shows the outcome.
     AfterFinalize,
     /// The heartbeat is about to renew this job's lease.
     Heartbeat,

@@ -354,9 +354,8 @@ async fn execute<S: Store>(
                         );
                     }
                     Abort::Finalized => {
-                        shared.counters.applied(&Outcome::Complete);
-                        labels.finished(&Outcome::Complete, ran);
                         shared.inflight.remove(&lease);
+                        completed_by_its_transaction(&shared, &info, &labels, ran);
                         return;
                     }
                     Abort::Crash => {
@@ -433,10 +432,9 @@ async fn execute<S: Store>(
     let Some(last_progress) = shared.inflight.set_finalizing(&lease, Instant::now()) else {
         shared.inflight.remove(&lease);
         match signals.reason() {
-            Some(Abort::Finalized) => {
-                shared.counters.applied(&Outcome::Complete);
-                labels.finished(&Outcome::Complete, ran);
-            }
+            // The keeper saw the handler's commit first (`InFlight::finished_by_handler`):
+            // nothing goes to the completer, which would have counted it and asked the point.
+            Some(Abort::Finalized) => completed_by_its_transaction(&shared, &info, &labels, ran),
             // Fenced while classifying: counted by the keeper; given back, as above.
             Some(Abort::Fenced) => {
                 let ran_for = ran.unwrap_or_default();
@@ -468,6 +466,22 @@ async fn execute<S: Store>(
         labels,
         ran_for: ran,
     });
+}
+
+/// Counts a job its handler's own transaction completed (`complete_in`) when the lease keeper
+/// found the commit before the completer got the outcome, and asks [`FaultPoint::AfterFinalize`]
+/// as the completer does once it has counted one: the job's completion is written, whoever
+/// found it first. (Only the completer asked it, so whether the point fired for such a job
+/// was a race between the keeper's heartbeat and the end of the handler's code.)
+fn completed_by_its_transaction<S: Store>(
+    shared: &Shared<S>,
+    info: &AttemptInfo,
+    labels: &crate::telemetry::JobLabels,
+    ran: Option<Duration>,
+) {
+    shared.counters.applied(&Outcome::Complete);
+    labels.finished(&Outcome::Complete, ran);
+    shared.crashes_at(FaultPoint::AfterFinalize, info);
 }
 
 /// A claimed job that will not start after all (its lease was taken away or lost while it
