@@ -25,7 +25,10 @@ pub enum Point {
     /// The handler (`crash_before`: claimed, decoded, not run; `crash_after`: its side effects
     /// are done, its outcome is not written).
     Perform,
-    /// The outcome's write (`crash_before`: classified, not written; `crash_after`: written).
+    /// The outcome's write (`crash_before`: classified, not written; `crash_after`: written,
+    /// by the worker or by the handler's own transaction with `complete_in`). A crash after it
+    /// comes after the job's row shows the outcome: [`wait_for`](crate::wait_for) may return
+    /// before it has happened, so assert it once `worker.shutdown().await` has returned.
     Finalize,
     /// The heartbeat that would renew the lease (either word: the execution dies there).
     Heartbeat,
@@ -233,7 +236,10 @@ impl Faults {
         self.edit(|r| r.remaining = Some(n))
     }
 
-    /// Every crash so far, in order.
+    /// Every crash so far, in order. A crash after the outcome's write
+    /// ([`Point::Finalize`]) is in the list only once the worker has seen that write, after the
+    /// job's row shows it: read the list after `worker.shutdown().await`, which waits for every
+    /// execution and outcome, not just after [`wait_for`](crate::wait_for).
     pub fn crashes(&self) -> Vec<Crash> {
         self.lock().crashes.clone()
     }
@@ -264,7 +270,8 @@ impl Faults {
 
     /// Fails the test when a rule never fired (a misspelled kind or step name, a step rule
     /// for a job without that step, a rule shadowed by an earlier one): the panic lists each
-    /// such rule and the kinds and steps the executions had.
+    /// such rule and the kinds and steps the executions had. Call it after
+    /// `worker.shutdown().await`: see [`crashes`](Self::crashes).
     ///
     /// # Panics
     /// When a rule never fired, at the caller's line.
