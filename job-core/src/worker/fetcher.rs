@@ -674,21 +674,51 @@ async fn give_back<S: Store>(
     }
 }
 
+/// The first wait before subscribing again after [`Store::listen`] failed; it doubles with
+/// each failure in a row, up to the poll interval.
+const LISTEN_RETRY_MIN: Duration = Duration::from_millis(100);
+
+/// The wait after the `failures`-th failed subscription in a row (1 for the first):
+/// [`LISTEN_RETRY_MIN`] doubling, at most `poll_interval`.
+fn listen_retry(failures: u32, poll_interval: Duration) -> Duration {
+    let doublings = failures.saturating_sub(1).min(31);
+    LISTEN_RETRY_MIN
+        .saturating_mul(1 << doublings)
+        .min(poll_interval)
+}
+
 /// Turns the store's wake-ups into per-queue notifications, resubscribing when the stream
-/// ends (the store lost its connection).
+/// ends (the store lost its connection). A failed subscription is tried again after
+/// [`listen_retry`], and once one goes through every queue is woken, for the jobs enqueued
+/// while nothing listened: the fetchers poll meanwhile, but with a long poll interval a
+/// worker that waited all of it before listening again (as it did) found new jobs that much
+/// later.
 pub(crate) async fn forward_wakeups<S: Store>(
     shared: Arc<Shared<S>>,
     wake: HashMap<String, Arc<Notify>>,
     stop: CancellationToken,
 ) {
+    let mut failures: u32 = 0;
     loop {
         let mut wakeups = tokio::select! {
             r = shared.store.listen() => match r {
-                Ok(w) => w,
+                Ok(w) => {
+                    if failures > 0 {
+                        wake.values().for_each(|n| n.notify_one());
+                    }
+                    failures = 0;
+                    w
+                }
                 Err(e) => {
-                    tracing::warn!(error = %e, "cannot listen for new jobs; polling only for now");
+                    failures = failures.saturating_add(1);
+                    let retry = listen_retry(failures, shared.config.poll_interval);
+                    tracing::warn!(
+                        error = %e,
+                        ?retry,
+                        "cannot listen for new jobs; polling only until it can"
+                    );
                     tokio::select! {
-                        _ = tokio::time::sleep(shared.config.poll_interval) => continue,
+                        _ = tokio::time::sleep(retry) => continue,
                         _ = stop.cancelled() => return,
                     }
                 }
@@ -714,5 +744,26 @@ pub(crate) async fn forward_wakeups<S: Store>(
             _ = tokio::time::sleep(shared.config.poll_interval) => {}
             _ = stop.cancelled() => return,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::listen_retry;
+
+    #[test]
+    fn a_failed_listen_is_retried_after_100ms_doubling_up_to_the_poll_interval() {
+        let poll = Duration::from_secs(1);
+        let waits: Vec<u128> = (1..=6).map(|n| listen_retry(n, poll).as_millis()).collect();
+        assert_eq!(waits, [100, 200, 400, 800, 1000, 1000]);
+        assert_eq!(listen_retry(u32::MAX, poll), poll);
+        let short = Duration::from_millis(20);
+        assert_eq!(listen_retry(1, short), short);
+        assert_eq!(
+            listen_retry(u32::MAX, crate::MAX_DURATION),
+            Duration::from_millis(100) * (1 << 31)
+        );
     }
 }
