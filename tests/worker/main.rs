@@ -12,6 +12,7 @@ mod many_workers;
 mod outage;
 mod outcomes;
 mod prefetch;
+mod rescue_batch;
 mod schema;
 mod shutdown;
 mod transactions;

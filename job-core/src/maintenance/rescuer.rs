@@ -13,6 +13,7 @@
 //! rescuer takes nothing for [`RescuerConfig::after_clock_jump`], in which the live holders
 //! renew their leases (a renewal never moves a lease's end back, and does not look at it).
 
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
@@ -28,8 +29,11 @@ use super::service::{at_least_min, at_most_max, invalid, Service, ServiceConfig}
 pub struct RescuerConfig {
     /// Time between passes: [`MIN_INTERVAL`](crate::MIN_INTERVAL) (10 ms) to [`MAX_DURATION`](crate::MAX_DURATION). Defaults to 5 seconds.
     pub interval: Duration,
-    /// The most jobs one statement rescues; a pass repeats until fewer come back. Defaults to
-    /// 1,000.
+    /// The most jobs one statement rescues; a pass repeats until fewer come back. After a
+    /// statement that failed (one the database did not answer within the worker's
+    /// `store_timeout`, as under a backlog of expired leases too large for it, or one the
+    /// server cancelled) the next takes half as many, down to 1, and each answered one lets
+    /// the next take a tenth of this more, up to this. Defaults to 1,000.
     pub batch: u32,
     /// How long the rescuer takes nothing after this process's wall clock moved more than a
     /// second further than its monotonic clock between two passes (a sleep, a clock step):
@@ -65,11 +69,61 @@ impl Default for RescuerConfig {
 /// it counts as a jump: far above any drift or NTP slewing (at most 0.05% of the time).
 const CLOCK_JUMP: Duration = Duration::from_secs(1);
 
+/// The size of the rescuer's next statement: [`RescuerConfig::batch`], halved after a
+/// statement that failed and grown back by a tenth of the batch after each answered one
+/// (additive increase, multiplicative decrease). Before it, a batch the database could not
+/// rescue within `store_timeout` timed out on every pass, each rolled back: nothing was
+/// rescued however long the rescuer tried.
+#[derive(Debug)]
+struct Batch {
+    configured: u32,
+    next: AtomicU32,
+}
+
+impl Batch {
+    fn new(configured: u32) -> Self {
+        Batch {
+            configured,
+            next: AtomicU32::new(configured),
+        }
+    }
+
+    /// The size of the next statement.
+    fn next(&self) -> u32 {
+        self.next.load(Ordering::Relaxed)
+    }
+
+    /// After a statement of `size` failed: half of it, at least 1 (and at most the batch).
+    fn failed(&self, size: u32) -> u32 {
+        let next = (size / 2).max(1).min(self.configured);
+        self.next.store(next, Ordering::Relaxed);
+        next
+    }
+
+    /// After a statement of `size` was answered: a tenth of the batch more, up to the batch.
+    fn answered(&self, size: u32) {
+        let step = (self.configured / 10).max(1);
+        let next = size.saturating_add(step).min(self.configured);
+        self.next.store(next, Ordering::Relaxed);
+    }
+}
+
+impl Clone for Batch {
+    fn clone(&self) -> Self {
+        Batch {
+            configured: self.configured,
+            next: AtomicU32::new(self.next()),
+        }
+    }
+}
+
 /// Puts expired leases back to work.
 #[derive(Debug, Clone)]
 pub struct Rescuer<S> {
     store: S,
     config: RescuerConfig,
+    /// The size of the next statement.
+    batch: Batch,
     /// The wall clock (`SystemTime::now`, unless a test moves it).
     wall: fn() -> SystemTime,
     /// Both clocks at the last pass.
@@ -83,6 +137,7 @@ impl<S: Store> Rescuer<S> {
     pub fn new(store: S, config: RescuerConfig) -> Self {
         Rescuer {
             store,
+            batch: Batch::new(config.batch),
             config,
             wall: SystemTime::now,
             last: None,
@@ -125,7 +180,8 @@ impl<S: Store> Rescuer<S> {
         self.rescue(Some(wall)).await
     }
 
-    /// One pass: rescues every job whose lease has expired, in batches.
+    /// One pass: rescues every job whose lease has expired, in batches (see
+    /// [`RescuerConfig::batch`] for their size).
     pub async fn run_once(&self) -> Result<Rescued, StoreError> {
         self.rescue(None).await
     }
@@ -136,16 +192,30 @@ impl<S: Store> Rescuer<S> {
     async fn rescue(&self, checked_at: Option<SystemTime>) -> Result<Rescued, StoreError> {
         let mut total = Rescued::default();
         loop {
-            let r = match checked_at {
-                Some(at) => {
-                    self.store
-                        .rescue_expired_checked(self.config.batch, at)
-                        .await?
-                }
-                None => self.store.rescue_expired(self.config.batch).await?,
+            let size = self.batch.next();
+            let answer = match checked_at {
+                Some(at) => self.store.rescue_expired_checked(size, at).await,
+                None => self.store.rescue_expired(size).await,
             };
+            let r = match answer {
+                Ok(r) => r,
+                Err(e) => {
+                    let next = self.batch.failed(size);
+                    if next < size {
+                        tracing::warn!(
+                            error = %e,
+                            batch = size,
+                            next,
+                            "a rescue statement failed: the next rescues fewer jobs, so that \
+                             one the database cannot finish in time does not fail every pass"
+                        );
+                    }
+                    return Err(e);
+                }
+            };
+            self.batch.answered(size);
             crate::telemetry::rescued(&r);
-            let done = r.retried + r.discarded < u64::from(self.config.batch);
+            let done = r.retried + r.discarded < u64::from(size);
             total.add(r);
             if done {
                 return Ok(total);
@@ -266,7 +336,7 @@ impl<S: Store> Service for Rescuer<S> {
 
 #[cfg(test)]
 mod tests {
-    use super::{named_jobs, named_workers, NAMED_IN_LOG};
+    use super::{named_jobs, named_workers, Batch, NAMED_IN_LOG};
     use crate::contract::store::{Rescued, RescuedJob};
     use crate::model::state::JobState;
 
@@ -304,5 +374,32 @@ mod tests {
         let workers = named_workers(&r);
         assert_eq!(workers.matches(", ").count(), NAMED_IN_LOG - 1, "{workers}");
         assert!(workers.ends_with(" and 480 more"), "{workers}");
+    }
+
+    #[test]
+    fn the_batch_halves_after_a_failed_statement_and_grows_back_by_a_tenth() {
+        let batch = Batch::new(1000);
+        assert_eq!(batch.next(), 1000);
+        let halvings: Vec<u32> = (0..11).map(|_| batch.failed(batch.next())).collect();
+        assert_eq!(
+            halvings,
+            [500, 250, 125, 62, 31, 15, 7, 3, 1, 1, 1],
+            "halved down to 1"
+        );
+        let mut grown = Vec::new();
+        for _ in 0..12 {
+            batch.answered(batch.next());
+            grown.push(batch.next());
+        }
+        assert_eq!(
+            grown,
+            [101, 201, 301, 401, 501, 601, 701, 801, 901, 1000, 1000, 1000],
+            "grown back by a tenth, up to the batch"
+        );
+        // A batch under 10 grows back one at a time.
+        let small = Batch::new(3);
+        assert_eq!(small.failed(3), 1);
+        small.answered(1);
+        assert_eq!(small.next(), 2);
     }
 }
