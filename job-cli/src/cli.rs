@@ -22,6 +22,17 @@ pub(crate) struct Cli {
     /// Print JSON instead of tables.
     #[arg(long, global = true)]
     pub(crate) json: bool,
+    /// How long a statement may wait for the database (a lock held on the job tables, a busy
+    /// server) before the command gives up, exit code 1; the database stops the statement, so
+    /// nothing is left waiting. For `migrate`, the wait for a lock only. 100ms to 1h; `web`
+    /// has its own bound.
+    #[arg(
+        long,
+        global = true,
+        default_value = "30s",
+        value_parser = humantime::parse_duration
+    )]
+    pub(crate) timeout: Duration,
     #[command(subcommand)]
     pub(crate) command: Command,
 }

@@ -17,7 +17,7 @@ use crate::output::{
     self, add_row, json, numeric, print, print_json, table, when, JobView, StdoutError, StepView,
 };
 
-type Error = Box<dyn std::error::Error + Send + Sync>;
+pub(crate) type Error = Box<dyn std::error::Error + Send + Sync>;
 
 /// The most queues `stats` prints as rows of its table, the first by name (as the dashboard's
 /// queues page counts the first 1,000): producers may put ids in queue names, and a table of
@@ -26,18 +26,28 @@ type Error = Box<dyn std::error::Error + Send + Sync>;
 const STATS_QUEUES: usize = 1_000;
 
 /// Runs one command; the exit code says how it went (0 fine, 1 failed or not found, 2 `check`
-/// found something wrong).
+/// found something wrong). A statement the database stopped at `--timeout` is said as such.
 pub(crate) async fn run(cli: Cli) -> Result<ExitCode, Error> {
+    let (setting, timeout) = (crate::wait::setting(&cli.command), cli.timeout);
+    run_command(cli)
+        .await
+        .map_err(|e| crate::wait::explained(e, setting, timeout))
+}
+
+async fn run_command(cli: Cli) -> Result<ExitCode, Error> {
     if let Command::Migrate { print: true } = cli.command {
         output::print_raw(&job_postgres::schema_script())?;
         return Ok(ExitCode::SUCCESS);
     }
     check_options(&cli.command)?;
+    if let Some(problem) = crate::wait::timeout_problem(cli.timeout) {
+        return Err(problem.into());
+    }
     let url = cli
         .database_url
         .clone()
         .ok_or("no database: give --database-url or set DATABASE_URL")?;
-    let store = connect(&url).await?;
+    let store = connect(&url, &cli.command, cli.timeout).await?;
     let json_out = cli.json;
     match cli.command {
         Command::Migrate { .. } => {
@@ -291,10 +301,30 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// connection, a failed login or a missing database is reported at once with its cause and
 /// where it was looked for (the pool would retry a refused connection for its whole acquire
 /// timeout, then say only that it timed out). The password is never shown.
-async fn connect(url: &str) -> Result<PgStore, Error> {
+async fn connect(url: &str, command: &Command, timeout: Duration) -> Result<PgStore, Error> {
+    // sqlx reads any scheme as PostgreSQL's: `mysql://…` would be tried as a PostgreSQL server.
+    if !["postgres://", "postgresql://"].iter().any(|scheme| {
+        url.get(..scheme.len())
+            .is_some_and(|s| s.eq_ignore_ascii_case(scheme))
+    }) {
+        let scheme: String = url
+            .split("://")
+            .next()
+            .unwrap_or("")
+            .chars()
+            .take(40)
+            .collect();
+        return Err(format!(
+            "--database-url is not a PostgreSQL URL: it must start with postgres:// or \
+             postgresql://, got `{}`",
+            output::printable(&scheme)
+        )
+        .into());
+    }
     let options: PgConnectOptions = url
         .parse()
         .map_err(|e| format!("--database-url is not a PostgreSQL URL: {e}"))?;
+    let options = crate::wait::bounded(options, command, timeout);
     let database = match options.get_database() {
         Some(db) => format!("database `{db}`"),
         None => "the user's default database".to_owned(),
@@ -849,7 +879,10 @@ async fn enqueue(store: &PgStore, args: EnqueueArgs) -> Result<i64, Error> {
     job.tags = args.tags;
     job.tenant = args.tenant;
     job.validate(store.payload_limit()).map_err(named_option)?;
-    Ok(job_postgres::enqueue(store.pool(), &job).await?)
+    // The database checks what only it can (a deadline not after the run time it computes).
+    job_postgres::enqueue(store.pool(), &job)
+        .await
+        .map_err(named_option)
 }
 
 /// An enqueue option the framework refused, named as the command line gave it (`--in`, not the
@@ -867,6 +900,8 @@ fn named_option(e: job::EnqueueError) -> Error {
         "schedule_in" => "--in",
         "run_at" => "--run-at",
         "deadline_in" => "--deadline-in",
+        // The deadline `--deadline-in` gives, refused for coming before the run time.
+        "deadline" => "--deadline-in",
         "unique_key" => "--unique-key",
         "tenant" => "--tenant",
         "payload_version" => "--payload-version",

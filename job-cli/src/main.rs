@@ -5,6 +5,7 @@
 mod cli;
 mod commands;
 mod output;
+mod wait;
 
 use std::process::ExitCode;
 
@@ -20,6 +21,10 @@ fn main() -> ExitCode {
     // SAFETY: setting a signal's disposition to its default before any thread is started.
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+    if let Some(problem) = not_utf8() {
+        eprintln!("job: {problem}");
+        return ExitCode::from(USAGE);
     }
     let cli = match cli::Cli::try_parse() {
         Ok(cli) => cli,
@@ -56,9 +61,36 @@ fn main() -> ExitCode {
     }
 }
 
+/// The first argument (or `DATABASE_URL`) that is not UTF-8, said with its position and up to
+/// 40 characters of it (clap says only "invalid UTF-8 was detected in one or more arguments",
+/// and a long command line leaves the operator to guess which).
+fn not_utf8() -> Option<String> {
+    let shown = |value: &std::ffi::OsStr| {
+        let lossy = value.to_string_lossy();
+        let cut: String = lossy.chars().take(40).collect();
+        let more = if cut.len() < lossy.len() { "…" } else { "" };
+        format!("{}{more}", output::printable(&cut))
+    };
+    if let Some((n, arg)) = std::env::args_os()
+        .enumerate()
+        .skip(1)
+        .find(|(_, arg)| arg.to_str().is_none())
+    {
+        return Some(format!(
+            "argument {n} is not UTF-8: \"{}\" (bytes that are not UTF-8 shown as U+FFFD)",
+            shown(&arg)
+        ));
+    }
+    std::env::var_os("DATABASE_URL")
+        .filter(|url| url.to_str().is_none())
+        .map(|url| format!("DATABASE_URL is not UTF-8: \"{}\"", shown(&url)))
+}
+
 /// What is logged when `RUST_LOG` is not set: the job crates' information and every crate's
-/// warnings.
-const DEFAULT_LOG: &str = "warn,job=info,job_core=info,job_postgres=info,job_web=info";
+/// warnings, but not sqlx's of a slow statement, which print the statement's whole text (a
+/// page of SQL before the one line saying what happened, when `--timeout` stopped it).
+const DEFAULT_LOG: &str =
+    "warn,sqlx::query=error,job=info,job_core=info,job_postgres=info,job_web=info";
 
 /// Logs to stderr, so that what the framework reports through `tracing` is seen: the
 /// dashboard's store errors and refused logins, the pool's warnings, applied migrations.

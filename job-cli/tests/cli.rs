@@ -1154,6 +1154,11 @@ async fn empty_filters_and_refused_enqueue_options_name_the_option() {
             "--deadline-in must be under 100 years",
         ),
         (
+            // The database's refusal (a deadline not after the run time it computes) too.
+            &["enqueue", "k", "{}", "--deadline-in", "0s"],
+            "job: --deadline-in ",
+        ),
+        (
             &["enqueue", "k", "{}", "--max-attempts", "0"],
             "--max-attempts must be at least 1, got 0",
         ),

@@ -1,0 +1,172 @@
+//! The `job` binary never waits for ever: a lock held on the job tables ends each command at
+//! its `--timeout` with exit code 1 and a line saying so, and what it was doing is undone.
+//! Also what the command line refuses before connecting: arguments that are not UTF-8 (named
+//! by position) and a URL of another database's scheme.
+
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use job_testkit::TestDb;
+
+/// How long a command may take before the test calls it stuck and kills it: a bound so that
+/// a hang fails the test instead of stalling it, not a measure of speed (the commands are
+/// given `--timeout 1s`).
+const STUCK: Duration = Duration::from_secs(60);
+
+/// Runs `job args` against `db`, killed and reported when it has not ended within [`STUCK`].
+async fn job_bounded(db: &TestDb, args: &[&str]) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_job"))
+        .args(args)
+        .env("DATABASE_URL", db.url())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the job binary runs");
+    let args = args.join(" ");
+    tokio::task::spawn_blocking(move || {
+        let start = Instant::now();
+        while child.try_wait().unwrap().is_none() {
+            if start.elapsed() > STUCK {
+                let _ = child.kill();
+                let out = child.wait_with_output().unwrap();
+                panic!(
+                    "job {args} still waited after {STUCK:?}: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        child.wait_with_output().unwrap()
+    })
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn a_lock_held_on_the_jobs_table_ends_each_command_at_its_timeout() {
+    let db = TestDb::new().await;
+    let mut holder = db.pool().begin().await.unwrap();
+    sqlx::query("LOCK TABLE job.jobs IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+    for args in [
+        &["--timeout", "1s", "stats"][..],
+        &["list", "--timeout", "1s"],
+        &["--timeout", "1s", "enqueue", "k", "{}"],
+        &["--timeout", "1s", "cancel", "1"],
+        &["--timeout", "1s", "--json", "check"],
+    ] {
+        let out = job_bounded(&db, args).await;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("the database did not answer within 1s (--timeout)"),
+            "{args:?}: {stderr}"
+        );
+        // sqlx's slow-statement warning, a page of SQL, is not printed before it.
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+    }
+    holder.rollback().await.unwrap();
+    // The enqueue stopped was rolled back: nothing waits behind the lock.
+    let jobs: i64 = sqlx::query_scalar("SELECT count(*) FROM job.jobs")
+        .fetch_one(&db.pool())
+        .await
+        .unwrap();
+    assert_eq!(jobs, 0);
+    db.close().await;
+}
+
+#[tokio::test]
+async fn migrate_gives_up_waiting_for_another_migrator_at_its_timeout() {
+    let db = TestDb::new().await;
+    let mut holder = db.pool().begin().await.unwrap();
+    // The lock every migrator takes first (migrate_lock.sql).
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended('job.schema_migrations', 0))")
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+    let out = job_bounded(&db, &["--timeout", "1s", "migrate"]).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("job migrate waited more than 1s (--timeout) for a lock"),
+        "{stderr}"
+    );
+    holder.rollback().await.unwrap();
+    let out = job_bounded(&db, &["--timeout", "1s", "migrate"]).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    db.close().await;
+}
+
+#[tokio::test]
+async fn a_timeout_out_of_bounds_is_refused_naming_it() {
+    let db = TestDb::new().await;
+    for (given, says) in [("0s", "got 0s"), ("2h", "got 2h"), ("1ms", "got 1ms")] {
+        let out = job_bounded(&db, &["--timeout", given, "stats"]).await;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{given}: {stderr}");
+        assert!(
+            stderr.contains("--timeout must be from 100ms to 1h") && stderr.contains(says),
+            "{given}: {stderr}"
+        );
+    }
+    db.close().await;
+}
+
+#[cfg(unix)]
+#[test]
+fn an_argument_that_is_not_utf8_is_named_by_its_position() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+
+    let out = Command::new(env!("CARGO_BIN_EXE_job"))
+        .args([
+            OsStr::new("list"),
+            OsStr::new("--queue"),
+            OsStr::new("mail"),
+            OsStr::new("--kind"),
+            OsStr::from_bytes(b"send\xffmail"),
+        ])
+        .env("DATABASE_URL", "postgres://nobody@127.0.0.1:1/none")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(64), "{stderr}");
+    assert!(
+        stderr.contains("argument 5 is not UTF-8: \"send\u{fffd}mail\""),
+        "{stderr}"
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_job"))
+        .arg("stats")
+        .env(
+            "DATABASE_URL",
+            OsStr::from_bytes(b"postgres://\xff@host/db"),
+        )
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(64), "{stderr}");
+    assert!(stderr.contains("DATABASE_URL is not UTF-8"), "{stderr}");
+}
+
+#[test]
+fn a_url_of_another_scheme_is_refused_before_connecting() {
+    for url in ["mysql://root@127.0.0.1:1/app", "garbage"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_job"))
+            .args(["--database-url", url, "stats"])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{url}: {stderr}");
+        assert!(
+            stderr.contains("it must start with postgres:// or postgresql://"),
+            "{url}: {stderr}"
+        );
+    }
+}
