@@ -314,7 +314,10 @@ pub(crate) async fn heartbeat(
             // The lock was not free in time, or the statement failed: not renewed this time.
             Err(e) => {
                 if !is_lock_timeout(&e) {
-                    tracing::debug!(id = lease.id, error = %e, "renewing a busy lease failed");
+                    let error =
+                        job_core::storable_text(&e.to_string(), job_core::MAX_ERROR_MESSAGE)
+                            .into_owned();
+                    tracing::debug!(id = lease.id, %error, "renewing a busy lease failed");
                 }
                 report.busy.push(lease);
             }

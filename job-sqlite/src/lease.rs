@@ -704,10 +704,13 @@ pub(crate) async fn settle_row<T>(
                 .rollback()
                 .await
                 .map_err(Error::query("rollback_to_savepoint"))?;
+            // Cut as every logged error is: the refusal may quote the row.
+            let error =
+                job_core::storable_text(&e.to_string(), job_core::MAX_ERROR_MESSAGE).into_owned();
             tracing::error!(
                 job_id = id,
-                error = %e,
-                "{pass} skipped job {id}: the database refused its write ({e}); the pass goes on \
+                %error,
+                "{pass} skipped job {id}: the database refused its write; the pass goes on \
                  with the other jobs, and this one stays as it is until the cause is removed"
             );
             Ok(None)

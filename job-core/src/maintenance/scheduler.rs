@@ -353,7 +353,7 @@ impl<S: Store> Scheduler<S> {
                             kind = entry.kind,
                             schedule = %entry.expression,
                             %period,
-                            error = %refused,
+                            error = %crate::model::text::capped(&refused),
                             "periodic job refused: this period of the schedule is skipped"
                         );
                         done.refused += 1;

@@ -87,12 +87,47 @@ impl fmt::Display for JobError {
 }
 
 /// A storage backend failed (connection lost, query error, ...).
-#[derive(Debug, thiserror::Error)]
-#[error("storage error: {source}")]
+///
+/// Shown (`Display` and `Debug`) with the backend's error cut to
+/// [`MAX_ERROR_MESSAGE`](crate::MAX_ERROR_MESSAGE) bytes, ending with a note when cut: a
+/// driver's error may carry a huge text (a constraint or trigger message quoting a row), and
+/// the framework logs every store error it meets. [`inner`](Self::inner) and
+/// [`source`](std::error::Error::source) give the backend's error whole.
 pub struct StoreError {
-    #[source]
     source: BoxError,
     refused: bool,
+}
+
+impl fmt::Display for StoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("storage error: ")?;
+        write!(f, "{}", crate::model::text::capped(&self.source))
+    }
+}
+
+impl fmt::Debug for StoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        /// The backend's error, its `Debug` cut as its `Display` is.
+        struct Source<'a>(&'a BoxError);
+
+        impl fmt::Debug for Source<'_> {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                let max = crate::model::text::MAX_ERROR_MESSAGE;
+                crate::model::text::write_capped(f, max, |w| write!(w, "{:?}", self.0))
+            }
+        }
+
+        f.debug_struct("StoreError")
+            .field("source", &Source(&self.source))
+            .field("refused", &self.refused)
+            .finish()
+    }
+}
+
+impl std::error::Error for StoreError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&*self.source)
+    }
 }
 
 impl StoreError {
@@ -224,4 +259,37 @@ pub enum BuildError {
         /// What is allowed.
         reason: String,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::text::MAX_ERROR_MESSAGE;
+
+    #[test]
+    fn a_store_error_with_a_huge_text_is_shown_cut_and_kept_whole_inside() {
+        let huge = "row (".to_owned() + &"y".repeat(2_000_000) + ")";
+        let error = StoreError::refused(huge.clone());
+        let shown = error.to_string();
+        assert!(shown.len() <= MAX_ERROR_MESSAGE + 64, "{}", shown.len());
+        assert!(
+            shown.starts_with("storage error: row (yyy"),
+            "{}",
+            &shown[..40]
+        );
+        assert!(shown.ends_with("[cut: the message went on]"));
+        let debugged = format!("{error:?}");
+        assert!(
+            debugged.len() <= MAX_ERROR_MESSAGE + 128,
+            "{}",
+            debugged.len()
+        );
+        assert!(
+            debugged.ends_with("refused: true }"),
+            "{}",
+            &debugged[debugged.len() - 80..]
+        );
+        assert_eq!(error.inner().to_string(), huge);
+        assert_eq!(StoreError::new("gone").to_string(), "storage error: gone");
+    }
 }

@@ -66,6 +66,74 @@ pub(crate) fn shown(value: &dyn std::fmt::Display) -> String {
     bounded.out
 }
 
+/// A value shown (its `Display`) at most `max` bytes long, ending with a note when it went on:
+/// how the framework logs an error that may carry a huge text (a driver's error quoting a row,
+/// a trigger's message, an application's `Serialize` error). Writes straight to the formatter,
+/// and stops the value's `Display` once `max` is reached, so a value that writes without end
+/// is shown bounded too.
+pub(crate) struct Capped<'a> {
+    value: &'a dyn std::fmt::Display,
+    max: usize,
+}
+
+/// `value` shown at most [`MAX_ERROR_MESSAGE`] bytes long (see [`Capped`]): every error the
+/// framework logs goes through it (a [`StoreError`](crate::StoreError) shows itself so).
+pub(crate) fn capped(value: &dyn std::fmt::Display) -> Capped<'_> {
+    Capped {
+        value,
+        max: MAX_ERROR_MESSAGE,
+    }
+}
+
+/// The note that ends a [`Capped`] value that went on.
+const CAPPED_NOTE: &str = "… [cut: the message went on]";
+
+impl std::fmt::Display for Capped<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write_capped(f, self.max, |w| write!(w, "{}", self.value))
+    }
+}
+
+/// Writes to `f` what `write` writes, at most `max` bytes of it (cut at a character
+/// boundary), then [`CAPPED_NOTE`] if it went on.
+pub(crate) fn write_capped(
+    f: &mut std::fmt::Formatter<'_>,
+    max: usize,
+    write: impl FnOnce(&mut dyn std::fmt::Write) -> std::fmt::Result,
+) -> std::fmt::Result {
+    /// Passes text on while there is room, then refuses it, which stops a `write!`.
+    struct Room<'a, 'b> {
+        f: &'a mut std::fmt::Formatter<'b>,
+        room: usize,
+        full: bool,
+    }
+
+    impl std::fmt::Write for Room<'_, '_> {
+        fn write_str(&mut self, s: &str) -> std::fmt::Result {
+            if s.len() <= self.room {
+                self.room -= s.len();
+                return self.f.write_str(s);
+            }
+            let keep = floor_char_boundary(s, self.room);
+            self.f.write_str(&s[..keep])?;
+            self.room = 0;
+            self.full = true;
+            Err(std::fmt::Error)
+        }
+    }
+
+    let mut room = Room {
+        f,
+        room: max,
+        full: false,
+    };
+    let written = write(&mut room);
+    if room.full {
+        return room.f.write_str(CAPPED_NOTE);
+    }
+    written
+}
+
 /// `text` as it can be stored: NUL characters removed, and cut to at most `max` bytes at a
 /// character boundary, ending with `… [N bytes cut]` when cut. Borrows when nothing changes.
 ///
@@ -138,6 +206,26 @@ mod tests {
         assert!(text.len() <= MAX_SHOWN + 40, "{}", text.len());
         assert!(text.ends_with("… [cut: the message went on]"));
         assert_eq!(shown(&"short"), "short");
+    }
+
+    #[test]
+    fn a_capped_value_is_shown_whole_when_short_and_cut_with_a_note_when_long() {
+        assert_eq!(capped(&"short").to_string(), "short");
+        let long = "é".repeat(MAX_ERROR_MESSAGE);
+        let shown = capped(&long).to_string();
+        assert!(
+            shown.len() <= MAX_ERROR_MESSAGE + CAPPED_NOTE.len(),
+            "{}",
+            shown.len()
+        );
+        assert!(
+            shown.ends_with(CAPPED_NOTE),
+            "{}",
+            &shown[shown.len() - 50..]
+        );
+        let endless = capped(&Endless).to_string();
+        assert!(endless.len() <= MAX_ERROR_MESSAGE + CAPPED_NOTE.len());
+        assert!(endless.ends_with(CAPPED_NOTE));
     }
 
     #[test]
