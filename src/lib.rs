@@ -55,7 +55,8 @@ pub use job_core::{
     JobContext, JobError, JobId, JobOptions, JobRow, JobState, NewJob, OnDuplicate, Outcome,
     RateLimit, RunAt, StopReason, Unique, UniqueScope, DEFAULT_MAX_SNOOZES, DEFAULT_PAYLOAD_LIMIT,
     MAX_DURATION, MAX_ERROR_HISTORY, MAX_ERROR_MESSAGE, MAX_LOADED_STEPS, MAX_NAME_LEN,
-    MAX_REFUNDED_INTERRUPTIONS, MAX_STEP_NAME, MAX_STEP_OUTPUT, MAX_TAGS, MAX_UNIQUE_KEY_LEN,
+    MAX_REFUNDED_INTERRUPTIONS, MAX_STEPS, MAX_STEPS_TOTAL, MAX_STEP_NAME, MAX_STEP_OUTPUT,
+    MAX_TAGS, MAX_UNIQUE_KEY_LEN,
 };
 // The rules every door checks names (kinds, queues, tenants, tags) and payloads by.
 pub use job_core::{name_problem, payload_problem};
@@ -68,7 +69,7 @@ pub use job_core::{
 // Job results.
 pub use job_core::{MAX_JSON_DEPTH, MAX_RESULT};
 // Errors.
-pub use job_core::{BoxError, BuildError, EnqueueError, StoreError};
+pub use job_core::{BoxError, BuildError, EnqueueError, StepLimit, StoreError};
 // The worker and its maintenance services.
 pub use job_core::{
     shutdown_signal, ConnectionBudget, DrainReport, Periodic, Prefetch, Pruned, Pruner,

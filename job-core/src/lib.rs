@@ -66,7 +66,8 @@ pub use attempt::fault::{Fault, FaultInjector, FaultPoint};
 pub use attempt::pipeline::{conclude, perform_attempt, run_attempt, start_attempt};
 pub use attempt::registry::{decode, BoxJobFuture, Handler, Poison, Registry};
 pub use attempt::step::{
-    AttemptHooks, LoadedSteps, StoreSteps, MAX_LOADED_STEPS, MAX_STEP_NAME, MAX_STEP_OUTPUT,
+    AttemptHooks, LoadedSteps, StepLimit, StoreSteps, MAX_LOADED_STEPS, MAX_STEPS, MAX_STEPS_TOTAL,
+    MAX_STEP_NAME, MAX_STEP_OUTPUT,
 };
 
 pub use maintenance::{

@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use job_core::{Finalized, JobId, Lease};
+use job_core::{Finalized, JobId, Lease, StepLimit, StoreError};
 use sqlx::PgExecutor;
 
 use crate::error::Error;
@@ -59,20 +59,32 @@ pub(crate) async fn load_one<'e, E: PgExecutor<'e>>(
 
 /// Records step `name`'s output, guarded by (id, lock_token) and running
 /// (see `sql/step_save.sql`); [`Finalized::Busy`] when another transaction held the job's row.
+/// A new step past the job's limits is refused: [`StepLimit`], inside a refused
+/// [`StoreError`], nothing recorded.
 pub(crate) async fn save<'e, E: PgExecutor<'e>>(
     executor: E,
     lease: &Lease,
     name: &str,
     output: &str,
-) -> Result<Finalized, Error> {
-    let (held, running): (i64, i64) = sqlx::query_as(sql::STEP_SAVE)
-        .bind(lease.id)
-        .bind(lease.token)
-        .bind(name)
-        .bind(output)
-        .fetch_one(executor)
-        .await
-        .map_err(Error::query("step_save"))?;
+) -> Result<Finalized, StoreError> {
+    let limit = |max: usize| i64::try_from(max).unwrap_or(i64::MAX);
+    let (held, running, steps, bytes): (i64, i64, Option<i64>, Option<i64>) =
+        sqlx::query_as(sql::STEP_SAVE)
+            .bind(lease.id)
+            .bind(lease.token)
+            .bind(name)
+            .bind(output)
+            .bind(limit(job_core::MAX_STEPS))
+            .bind(limit(job_core::MAX_STEPS_TOTAL))
+            .fetch_one(executor)
+            .await
+            .map_err(Error::query("step_save"))?;
+    if let (Some(steps), Some(bytes)) = (steps, bytes) {
+        let count = |n: i64| u64::try_from(n).unwrap_or(0);
+        let output = u64::try_from(output.len()).unwrap_or(u64::MAX);
+        let refused = StepLimit::new(lease.id, name, count(steps), count(bytes), output);
+        return Err(StoreError::refused(refused));
+    }
     Ok(if held > 0 {
         Finalized::Applied
     } else if running > 0 {

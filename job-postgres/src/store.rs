@@ -299,6 +299,6 @@ impl Store for PgStore {
         name: &str,
         output: &str,
     ) -> Result<Finalized, StoreError> {
-        Ok(crate::steps::save(&self.pool, lease, name, output).await?)
+        crate::steps::save(&self.pool, lease, name, output).await
     }
 }

@@ -40,6 +40,7 @@ pub(crate) const STEP_LOAD: &str = include_str!("sql/step_load.sql");
 pub(crate) const STEP_LOAD_UP_TO: &str = include_str!("sql/step_load_up_to.sql");
 pub(crate) const STEP_LOAD_ONE: &str = include_str!("sql/step_load_one.sql");
 pub(crate) const STEP_SAVE: &str = include_str!("sql/step_save.sql");
+pub(crate) const STEP_ROOM: &str = include_str!("sql/step_room.sql");
 pub(crate) const COMPLETE_IN: &str = include_str!("sql/complete_in.sql");
 pub(crate) const MIGRATE_BOOKS: &str = include_str!("sql/migrate_books.sql");
 pub(crate) const MIGRATE_APPLIED: &str = include_str!("sql/migrate_applied.sql");

@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 
-use job_core::{Finalized, JobContext, JobId, Lease};
+use job_core::{Finalized, JobContext, JobId, Lease, StepLimit, StoreError};
 use sqlx::{SqliteConnection, SqliteExecutor};
 
 use crate::error::Error;
@@ -69,15 +69,29 @@ pub(crate) async fn load_one<'e, E: SqliteExecutor<'e>>(
 }
 
 /// Records step `name`'s output, guarded by (id, lock_token) and running, inside the store's
-/// immediate transaction (see `sql/step_save.sql`).
+/// immediate transaction (see `sql/step_save.sql`). A new step past the job's limits is
+/// refused (`sql/step_room.sql`): [`StepLimit`], inside a refused [`StoreError`], nothing
+/// recorded.
 pub(crate) async fn save(
     conn: &mut SqliteConnection,
     lease: &Lease,
     name: &str,
     output: &str,
-) -> Result<Finalized, Error> {
+) -> Result<Finalized, StoreError> {
     if held(&mut *conn, lease).await?.is_none() {
         return Ok(Finalized::LeaseLost);
+    }
+    let (steps, bytes, named): (i64, i64, bool) = sqlx::query_as(sql::STEP_ROOM)
+        .bind(lease.id)
+        .bind(name)
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(Error::query("step_room"))?;
+    let count = |n: i64| u64::try_from(n).unwrap_or(0);
+    let size = u64::try_from(output.len()).unwrap_or(u64::MAX);
+    if !named && !StepLimit::allows(count(steps), count(bytes), size) {
+        let refused = StepLimit::new(lease.id, name, count(steps), count(bytes), size);
+        return Err(StoreError::refused(refused));
     }
     let now = now(&mut *conn).await?;
     sqlx::query(sql::STEP_SAVE)

@@ -294,7 +294,8 @@ async fn a_handler_holding_its_completing_transaction_open_does_not_hold_up_othe
     }
 }
 
-/// Records durable steps back to back for `secs` seconds, then completes.
+/// Records durable steps back to back for `secs` seconds (or until it has recorded as many as
+/// a job may, `MAX_STEPS`), then completes.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct StepLoop {
     pub secs: u64,
@@ -314,7 +315,7 @@ impl Job for StepLoop {
         effects.executed(ctx.id());
         let end = tokio::time::Instant::now() + Duration::from_secs(self.secs);
         let mut i = 0u64;
-        while tokio::time::Instant::now() < end {
+        while tokio::time::Instant::now() < end && i < job::MAX_STEPS as u64 {
             ctx.step(&format!("s{i}"), || async { Ok(i) }).await?;
             i += 1;
         }

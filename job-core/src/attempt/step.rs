@@ -29,9 +29,65 @@ pub const MAX_STEP_OUTPUT: usize = 1024 * 1024;
 
 /// How many bytes of recorded step outputs an attempt keeps in memory: 16 MiB. It loads the
 /// job's steps at its first step, in name order, up to this much; a step recorded past it is
-/// read by name when it is called. A job may record any number of steps of up to
-/// [`MAX_STEP_OUTPUT`] each, and every attempt used to hold all of them at once.
+/// read by name when it is called. A job may record up to [`MAX_STEPS_TOTAL`] bytes of
+/// outputs, and every attempt used to hold all of them at once.
 pub const MAX_LOADED_STEPS: usize = 16 * 1024 * 1024;
+
+/// The most steps one job records: 10,000. A new step past it ends the job as an output that
+/// cannot be stored does (see [`JobContext::step`]): a handler that loops over items with a
+/// step each would otherwise store without bound. Work over more items is split into jobs.
+pub const MAX_STEPS: usize = 10_000;
+
+/// The most bytes of step outputs one job records: 64 MiB of JSON text as the worker wrote it
+/// (a step recorded before PostgreSQL's migration 0049 counts its stored size). A new step
+/// whose output would pass it ends the job (see [`JobContext::step`]).
+pub const MAX_STEPS_TOTAL: usize = 64 * 1024 * 1024;
+
+/// A store refused to record a new step of a job because the job is at its limits
+/// ([`MAX_STEPS`] steps, [`MAX_STEPS_TOTAL`] bytes of output): both stores return it inside a
+/// refused [`StoreError`] from [`Store::save_step`](crate::Store::save_step), nothing recorded.
+/// A step already recorded under its name is never refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "job {job} has recorded {steps} steps of {bytes} bytes of output, and a job records at \
+     most {max_steps} steps and {max_bytes} bytes (job::MAX_STEPS, job::MAX_STEPS_TOTAL): \
+     step `{step}` of {output} bytes is refused",
+    max_steps = MAX_STEPS,
+    max_bytes = MAX_STEPS_TOTAL
+)]
+#[non_exhaustive]
+pub struct StepLimit {
+    /// The job's id.
+    pub job: crate::JobId,
+    /// The step refused.
+    pub step: String,
+    /// How many steps the job has recorded.
+    pub steps: u64,
+    /// The bytes of output those steps hold.
+    pub bytes: u64,
+    /// The bytes of the refused step's output.
+    pub output: u64,
+}
+
+impl StepLimit {
+    /// The refusal of step `step` (`output` bytes) of job `job`, which has recorded `steps`
+    /// steps of `bytes` bytes of output.
+    pub fn new(job: crate::JobId, step: &str, steps: u64, bytes: u64, output: u64) -> Self {
+        StepLimit {
+            job,
+            step: step.to_owned(),
+            steps,
+            bytes,
+            output,
+        }
+    }
+
+    /// Whether a job that has recorded `steps` steps of `bytes` bytes of output may record a
+    /// new one of `output` bytes.
+    pub fn allows(steps: u64, bytes: u64, output: u64) -> bool {
+        steps < MAX_STEPS as u64 && bytes.saturating_add(output) <= MAX_STEPS_TOTAL as u64
+    }
+}
 
 /// Recorded step outputs by step name (JSON text), and whether they are all of the job's
 /// (see [`Store::load_steps_up_to`](crate::Store::load_steps_up_to)).
@@ -211,10 +267,13 @@ impl JobContext {
     ///
     /// An output that cannot be stored (it does not serialize, does not read back as `T`, as
     /// NaN does not, holds a NUL character or, in raw JSON text, a lone surrogate escape such
-    /// as `"\ud800"`, is over [`MAX_STEP_OUTPUT`], or the database
+    /// as `"\ud800"`, is over [`MAX_STEP_OUTPUT`], would take the job past [`MAX_STEPS`]
+    /// steps or [`MAX_STEPS_TOTAL`] bytes of outputs, or the database
     /// refuses it) ends the job: the step returns a terminal error and the job is discarded
     /// with class `step_unstorable` and a message naming the step, whatever the handler
     /// returns, because `f`'s effect may have happened and must not run again on its own.
+    /// When the attempt knows that the job has recorded [`MAX_STEPS`] steps already, a new
+    /// step ends the job the same way without running `f`.
     ///
     /// A name is 1 to [`MAX_STEP_NAME`] bytes without NUL and identifies the step within the job;
     /// calling one name again returns its first output. Calls of one name at the same time (in
@@ -306,6 +365,13 @@ impl JobContext {
                  row, then finishes the job); run steps before complete_in"
             )));
         }
+        // At its limit, the job cannot record this step: refused before its effect happens
+        // (when the attempt knows every step of the job; else the store refuses the record).
+        if let Some(recorded) = steps.recorded() {
+            if recorded >= MAX_STEPS {
+                return Err(past_limit(self, name, recorded));
+            }
+        }
         if hooks.crash_at(FaultPoint::BeforeStep, name) {
             return std::future::pending().await;
         }
@@ -368,11 +434,11 @@ impl JobContext {
                     )))
                 }
                 Err(e) if e.is_refused() => {
-                    return Err(unstorable(
-                        self,
-                        name,
-                        &format!("the database refused it: {e}"),
-                    ))
+                    let reason = match e.inner().downcast_ref::<StepLimit>() {
+                        Some(limit) => limit.to_string(),
+                        None => format!("the database refused it: {e}"),
+                    };
+                    return Err(unstorable(self, name, &reason));
                 }
                 Err(e) if !hooks.lease_held() => {
                     return Err(JobError::retryable(format!(
@@ -473,6 +539,12 @@ impl Steps {
     /// Whether every step of the job is in memory.
     fn complete(&self) -> bool {
         self.lock().complete
+    }
+
+    /// How many steps the job has recorded, when every one is in memory.
+    fn recorded(&self) -> Option<usize> {
+        let steps = self.lock();
+        steps.complete.then_some(steps.recorded.len())
     }
 
     /// What a call of step `name` does: return its recorded output, run it, or wait for the
@@ -597,13 +669,34 @@ fn has_escaped_nul(json: &str) -> bool {
     false
 }
 
+/// Marks the attempt as ended by step `name`, which was not run because the job has recorded
+/// `recorded` steps, its limit, and returns the step's error: a terminal one, the job
+/// discarded as `step_unstorable` as for an output that cannot be stored (a later attempt
+/// would find the same steps).
+fn past_limit(ctx: &JobContext, name: &str, recorded: usize) -> JobError {
+    let message = format!(
+        "step `{name}` was not run: job {} has recorded {recorded} steps, and a job records at \
+         most {MAX_STEPS} (job::MAX_STEPS); split work over more items into several jobs",
+        ctx.id()
+    );
+    tracing::error!(step = name, %message, "a job's steps are at their limit: ending the job");
+    ctx.mark_step_unstorable(message.clone());
+    JobError::terminal(message)
+}
+
 /// Marks the attempt as ended by step `name`, whose output cannot be stored, and returns the
 /// step's error.
 fn unstorable(ctx: &JobContext, name: &str, reason: &str) -> JobError {
-    let message = format!(
-        "the output of step `{name}` cannot be stored: {reason}; the step's effect may have \
-         happened, so the job is not retried (redrive it once the step is fixed)"
-    );
+    // Cut as the store would cut it: `reason` may quote application or driver text of any
+    // size (a `Serialize` error, the database's refusal), and it is logged here.
+    let message = crate::model::text::cut(
+        &format!(
+            "the output of step `{name}` cannot be stored: {reason}; the step's effect may \
+             have happened, so the job is not retried (redrive it once the step is fixed)"
+        ),
+        crate::model::text::MAX_ERROR_MESSAGE,
+    )
+    .into_owned();
     tracing::error!(step = name, %message, "step output cannot be stored: ending the job");
     ctx.mark_step_unstorable(message.clone());
     JobError::terminal(message)
@@ -905,6 +998,43 @@ mod tests {
             .await;
         assert!(matches!(failed, Err(JobError::Retryable(e)) if e.to_string() == "declined"));
         assert_eq!(hooks.saves.load(Ordering::Relaxed), 0);
+    }
+
+    #[tokio::test]
+    async fn a_step_past_the_jobs_step_count_is_refused_unrun_and_ends_the_job() {
+        let hooks = Arc::new(Counting::default());
+        let ctx = context(&hooks);
+        for i in 0..MAX_STEPS {
+            ctx.step(&format!("item-{i}"), || async { Ok(i) })
+                .await
+                .unwrap();
+        }
+        let ran = AtomicBool::new(false);
+        let refused = ctx
+            .step("one-more", || async {
+                ran.store(true, Ordering::Relaxed);
+                Ok(0)
+            })
+            .await;
+        match refused {
+            Err(JobError::Terminal(e)) => {
+                let text = e.to_string();
+                assert!(
+                    text.contains("step `one-more` was not run: job 1 has recorded 10000 steps")
+                        && text.contains("job::MAX_STEPS"),
+                    "{text}"
+                );
+            }
+            other => panic!("expected a terminal error, got {other:?}"),
+        }
+        assert!(!ran.load(Ordering::Relaxed), "its effect never ran");
+        assert_eq!(hooks.saves.load(Ordering::Relaxed), MAX_STEPS as u32);
+        assert!(
+            ctx.unstorable_step().is_some(),
+            "the job ends step_unstorable"
+        );
+        // A recorded name still returns its output.
+        assert_eq!(ctx.step("item-7", || async { Ok(0) }).await.unwrap(), 7);
     }
 
     #[tokio::test]

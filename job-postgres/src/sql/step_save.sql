@@ -8,19 +8,40 @@
 -- (the handler's own open transaction, an operator's session, a heartbeat's update a moment)
 -- is skipped, not waited for: the worker's step writes share one connection, so a wait here
 -- would hold up every step of the worker; the caller tries again while the lease is held.
--- Returns (held, running): held 1 when the lease was held (recorded, or already there);
--- otherwise running 1 when the row was skipped with the lease still on it, 0 when it was lost.
+-- A new name is recorded only while the job has fewer than $5 steps and its outputs with this
+-- one add up to at most $6 bytes (job_core::MAX_STEPS, MAX_STEPS_TOTAL): the job's steps are
+-- counted through the primary key, their sizes read from output_bytes (a row written before
+-- migration 0049, or by a writer that does not set it, counts its stored size). Steps of one
+-- job saved at the same moment each count what was committed before them, so the limits can
+-- be passed by the saves in flight at once (a worker's share one connection: one at a time).
+-- Returns (held, running, steps, bytes): held 1 when the lease was held (recorded, already
+-- there, or refused); otherwise running 1 when the row was skipped with the lease still on it,
+-- 0 when it was lost. steps and bytes, what the job has recorded, only when the new step was
+-- refused for its limits.
 WITH held AS (
     SELECT id, attempt
     FROM job.jobs
     WHERE id = $1 AND lock_token = $2 AND state = 'running'
     FOR SHARE SKIP LOCKED
+), recorded_before AS (
+    SELECT count(*) AS steps,
+           coalesce(sum(coalesce(s.output_bytes, pg_column_size(s.output))), 0) AS bytes,
+           coalesce(bool_or(s.name = $3), false) AS named
+    FROM job.steps s
+    WHERE s.job_id = (SELECT id FROM held)
+), refused AS (
+    SELECT steps, bytes
+    FROM recorded_before
+    WHERE NOT named AND (steps >= $5 OR bytes + octet_length($4::text) > $6)
 ), recorded AS (
     INSERT INTO job.steps (job_id, name, output, attempt, output_bytes)
     SELECT held.id, $3, $4::jsonb, held.attempt, octet_length($4::text)
     FROM held
+    WHERE NOT EXISTS (SELECT FROM refused)
     ON CONFLICT (job_id, name) DO NOTHING
 )
 SELECT (SELECT count(*) FROM held) AS held,
        (SELECT count(*) FROM job.jobs
-        WHERE id = $1 AND lock_token = $2 AND state = 'running') AS running
+        WHERE id = $1 AND lock_token = $2 AND state = 'running') AS running,
+       (SELECT steps FROM refused) AS steps,
+       (SELECT bytes::bigint FROM refused) AS bytes

@@ -127,6 +127,7 @@ suite![
     steps::steps_load_in_name_order_up_to_a_bound_and_one_by_name,
     steps::a_step_under_a_lost_lease_is_not_recorded,
     steps::steps_outlive_a_retry_and_go_with_the_job,
+    steps::a_new_step_past_the_jobs_output_bytes_is_refused,
     admin::list_matches_every_filter_field_oldest_first,
     admin::redrive_restores_dead_letters_and_skips_held_keys,
     admin::a_redrive_gives_fresh_interruptions,

@@ -4,7 +4,9 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use job_core::{ErrorClass, Failure, Finalized, Outcome, PruneRequest, Store};
+use job_core::{
+    ErrorClass, Failure, Finalized, Outcome, PruneRequest, StepLimit, Store, MAX_STEPS_TOTAL,
+};
 
 use super::support::{claim_one, finalize_one, outlive, running, short_lease, NOOP};
 
@@ -121,4 +123,44 @@ pub async fn steps_outlive_a_retry_and_go_with_the_job<S: Store>(store: S) {
     };
     assert_eq!(store.prune(&prune).await.unwrap(), 1);
     assert_eq!(steps(&store, &second.lease).await, HashMap::new());
+}
+
+/// The refusal inside `error`: a refused store error holding a [`StepLimit`].
+fn step_limit(error: &job_core::StoreError) -> &StepLimit {
+    assert!(error.is_refused(), "refused, not passing: {error}");
+    error
+        .inner()
+        .downcast_ref::<StepLimit>()
+        .unwrap_or_else(|| panic!("a StepLimit: {error}"))
+}
+
+/// A job records at most [`MAX_STEPS_TOTAL`] bytes of step outputs: a new step that would
+/// pass them is refused, however small, and nothing is recorded.
+pub async fn a_new_step_past_the_jobs_output_bytes_is_refused<S: Store>(store: S) {
+    let job = running(&store).await;
+    // The largest output a store takes from any writer: 2 MiB of JSON text.
+    let output = format!("\"{}\"", "x".repeat(2 * 1024 * 1024 - 2));
+    let fill = MAX_STEPS_TOTAL / output.len();
+    for i in 0..fill {
+        let saved = store
+            .save_step(&job.lease, &format!("big-{i}"), &output)
+            .await
+            .unwrap();
+        assert_eq!(saved, Finalized::Applied, "step {i}");
+    }
+    let refused = store
+        .save_step(&job.lease, "one-more", "1")
+        .await
+        .expect_err("a step past the bytes is refused");
+    let limit = step_limit(&refused);
+    assert_eq!(
+        (limit.steps, limit.bytes, limit.output),
+        (fill as u64, (fill * output.len()) as u64, 1)
+    );
+    assert!(
+        refused.to_string().contains("job::MAX_STEPS_TOTAL"),
+        "{refused}"
+    );
+    let recorded = store.load_step(&job.lease, "one-more").await.unwrap();
+    assert_eq!(recorded, None);
 }

@@ -1,0 +1,185 @@
+//! A job records at most `MAX_STEPS` durable steps, on both stores: a new step past them is
+//! refused at the store's door (`StepLimit`, inside a refused `StoreError`, naming the job and
+//! the limit), and a handler that loops over one item more ends its job discarded as
+//! `step_unstorable` without running the step past the limit. The job's steps are written
+//! with one SQL statement first: ten thousand saves through the store take a minute on SQLite.
+//! (The bytes limit, `MAX_STEPS_TOTAL`, is in the conformance suite.)
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use job::{
+    ClaimKind, ClaimRequest, Finalized, Job, JobContext, JobError, JobId, JobOptions, JobState,
+    NewJob, Release, StepLimit, Store, Worker, MAX_STEPS,
+};
+use job_testkit::{TestDb, TestSqlite};
+use serde::{Deserialize, Serialize};
+
+/// The names of the steps whose effect ran.
+#[derive(Debug, Clone, Default)]
+struct Ran(Arc<Mutex<Vec<String>>>);
+
+/// A step per item, one item more than a job may record.
+#[derive(Debug, Serialize, Deserialize)]
+struct Looping {}
+
+impl Job for Looping {
+    const KIND: &'static str = "limits.looping";
+    const OPTIONS: JobOptions = JobOptions {
+        max_attempts: 3,
+        ..JobOptions::DEFAULT
+    };
+
+    async fn perform(self, ctx: JobContext) -> Result<(), JobError> {
+        let ran = ctx.state::<Ran>()?;
+        for i in 0..=MAX_STEPS {
+            let item = format!("item-{i}");
+            ctx.step(&item, || async {
+                ran.0.lock().unwrap().push(item.clone());
+                Ok(i)
+            })
+            .await?;
+        }
+        Ok(())
+    }
+}
+
+/// Fills job `id` with `MAX_STEPS` steps `item-<i>`, output `<i>`, in one statement.
+type Fill = Box<dyn Fn(JobId) -> Pin<Box<dyn Future<Output = ()> + Send>>>;
+
+async fn a_job_at_its_step_count_records_no_new_step_and_its_handler_ends_it<S: Store>(
+    store: S,
+    fill: Fill,
+) {
+    let id = store
+        .enqueue(NewJob {
+            max_attempts: 3,
+            ..NewJob::new(Looping::KIND, "{}")
+        })
+        .await
+        .unwrap();
+    fill(id).await;
+    let claimed = store
+        .claim(&ClaimRequest {
+            queue: "default".into(),
+            kinds: vec![ClaimKind {
+                kind: Looping::KIND.into(),
+                max_version: 1,
+                lease: Duration::from_secs(30),
+                concurrency: None,
+                rate: None,
+            }],
+            limit: 1,
+            worker_id: "limits".into(),
+        })
+        .await
+        .unwrap();
+    let lease = claimed[0].lease;
+
+    let past = format!("item-{MAX_STEPS}");
+    let refused = store
+        .save_step(&lease, &past, "1")
+        .await
+        .expect_err("a new step past the limit is refused");
+    assert!(refused.is_refused(), "refused, not passing: {refused}");
+    let limit = refused
+        .inner()
+        .downcast_ref::<StepLimit>()
+        .unwrap_or_else(|| panic!("a StepLimit: {refused}"));
+    assert_eq!(
+        (limit.job, limit.step.as_str(), limit.steps),
+        (id, past.as_str(), MAX_STEPS as u64)
+    );
+    let text = refused.to_string();
+    assert!(
+        text.contains(&format!("job {id}")) && text.contains("job::MAX_STEPS"),
+        "{text}"
+    );
+    let again = store.save_step(&lease, "item-0", "7").await.unwrap();
+    assert_eq!(again, Finalized::Applied, "a name already recorded");
+    assert_eq!(store.load_step(&lease, &past).await.unwrap(), None);
+    assert_eq!(
+        store.release(&[Release::unstarted(lease)]).await.unwrap(),
+        1
+    );
+
+    let ran = Ran::default();
+    let worker = Worker::builder(store.clone())
+        .poll_interval(Duration::from_millis(20))
+        .register::<Looping>()
+        .queue("default", 1)
+        .state(ran.clone())
+        .build()
+        .unwrap()
+        .start();
+    let row = loop {
+        let row = store.get(id).await.unwrap().unwrap();
+        if row.state == JobState::Discarded {
+            break row;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    worker.shutdown().await;
+    assert_eq!(row.attempt, 1, "not retried");
+    let last = row.errors.last().expect("an error");
+    assert_eq!(last.class, "step_unstorable");
+    assert!(
+        last.message.contains(&format!("job {id}"))
+            && last.message.contains("job::MAX_STEPS")
+            && last.message.contains(&format!("`{past}`")),
+        "{}",
+        last.message
+    );
+    assert_eq!(
+        *ran.0.lock().unwrap(),
+        Vec::<String>::new(),
+        "no step's effect ran: the recorded ones came back, the one past the limit was refused"
+    );
+}
+
+#[tokio::test]
+async fn postgres_refuses_a_new_step_past_the_jobs_step_count() {
+    let db = TestDb::new().await;
+    let pool = db.store().pool().clone();
+    let fill: Fill = Box::new(move |id| {
+        let pool = pool.clone();
+        Box::pin(async move {
+            sqlx::query(
+                "INSERT INTO job.steps (job_id, name, output, attempt, output_bytes)
+                 SELECT $1, 'item-' || i, to_jsonb(i), 1, length(i::text)
+                 FROM generate_series(0, $2 - 1) i",
+            )
+            .bind(id)
+            .bind(MAX_STEPS as i32)
+            .execute(&pool)
+            .await
+            .unwrap();
+        })
+    });
+    a_job_at_its_step_count_records_no_new_step_and_its_handler_ends_it(db.store(), fill).await;
+    db.close().await;
+}
+
+#[tokio::test]
+async fn sqlite_refuses_a_new_step_past_the_jobs_step_count() {
+    let db = TestSqlite::new().await;
+    let pool = db.pool();
+    let fill: Fill = Box::new(move |id| {
+        let pool = pool.clone();
+        Box::pin(async move {
+            sqlx::query(
+                "WITH RECURSIVE i(n) AS (SELECT 0 UNION ALL SELECT n + 1 FROM i WHERE n + 1 < ?2)
+                 INSERT INTO job_steps (job_id, name, output, attempt, recorded_at)
+                 SELECT ?1, 'item-' || n, CAST(n AS TEXT), 1, 0 FROM i",
+            )
+            .bind(id)
+            .bind(MAX_STEPS as i64)
+            .execute(&pool)
+            .await
+            .unwrap();
+        })
+    });
+    a_job_at_its_step_count_records_no_new_step_and_its_handler_ends_it(db.store(), fill).await;
+}
