@@ -7,10 +7,11 @@
 //! fired only in the first case: an application's crash test failed in 1 of 9 loaded runs.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use job_core::{
-    BoxFuture, Call, FaultPoint, Job, JobContext, JobError, JobState, Layered, NewJob, Returned,
-    Store, StoreError, StoreLayer, Worker, WorkerBuilder,
+    BoxFuture, Breaker, Call, FaultPoint, Job, JobContext, JobError, JobOptions, JobState, Layered,
+    NewJob, Returned, Store, StoreError, StoreLayer, Worker, WorkerBuilder,
 };
 use job_testkit::{
     wait_for, Crash, Faults, Point, TestDb, TestSqlite, TestStore, TestWorker, WAIT,
@@ -26,6 +27,16 @@ struct Charge {
 
 impl Job for Charge {
     const KIND: &'static str = "charge";
+    // A breaker that never trips here: its counts show every ended attempt was counted.
+    const OPTIONS: JobOptions = JobOptions {
+        breaker: Some(Breaker {
+            failure_percent: 100,
+            min_attempts: 1_000_000,
+            window: Duration::from_secs(3600),
+            cool_down: Duration::from_secs(60),
+        }),
+        ..JobOptions::DEFAULT
+    };
 
     async fn perform(self, ctx: JobContext) -> Result<(), JobError> {
         if let Ok(pool) = ctx.state::<sqlx::PgPool>() {
@@ -56,7 +67,9 @@ impl Job for Charge {
 }
 
 /// Keeps one lease held, so the lease keeper goes on beating, until the keeper has found the
-/// charge's commit.
+/// charge's commit, and then until the shutdown, which it answers with an error: a stopped
+/// execution's, given back, never an outcome for the completer to write (so that nothing but
+/// the completer's last look at shutdown adds the charge's success to its breaker).
 #[derive(serde::Serialize, serde::Deserialize)]
 struct Hold {}
 
@@ -66,9 +79,11 @@ impl Job for Hold {
     async fn perform(self, ctx: JobContext) -> Result<(), JobError> {
         let keeper = ctx.state::<KeeperSees>()?;
         tokio::select! {
-            moved_on = keeper.has_moved_on() => moved_on,
-            () = ctx.cancelled() => Ok(()),
+            moved_on = keeper.has_moved_on() => moved_on?,
+            () = ctx.cancelled() => {}
         }
+        ctx.cancelled().await;
+        Err(JobError::retryable("stopped by the shutdown"))
     }
 }
 
@@ -152,6 +167,28 @@ impl App {
         }
     }
 
+    /// The attempts of kind `charge` its circuit breaker has counted.
+    async fn breaker_attempts(&self) -> i64 {
+        match self {
+            App::Pg(pool) => {
+                sqlx::query_scalar(
+                    "SELECT coalesce(sum(attempts), 0)::bigint FROM job.breakers
+                     WHERE kind = 'charge'",
+                )
+                .fetch_one(pool)
+                .await
+            }
+            App::Sqlite(pool) => {
+                sqlx::query_scalar(
+                    "SELECT coalesce(sum(attempts), 0) FROM job_breakers WHERE kind = 'charge'",
+                )
+                .fetch_one(pool)
+                .await
+            }
+        }
+        .expect("read the breaker's counts")
+    }
+
     async fn charges(&self, order: i64) -> i64 {
         match self {
             App::Pg(pool) => {
@@ -225,7 +262,14 @@ async fn charged_once_with_a_crash_after_finalize<S: TestStore>(
         stats.completed,
         stats.crashed
     );
-    assert_eq!(stats.completed, if keeper_first { 2 } else { 1 });
+    assert_eq!(stats.completed, 1);
+    // The success is counted for the kind's breaker, whoever saw the commit: the keeper's
+    // path counted none, and a breaker saw only a kind's failures.
+    assert_eq!(
+        app.breaker_attempts().await,
+        1,
+        "the breaker counted the success"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -107,6 +107,18 @@ pub(crate) async fn run<S: Store>(
                 batch.push(c);
             }
             if batch.is_empty() && carried.is_empty() {
+                // Ended attempts counted outside a batch (a job its handler completed in its
+                // own transaction, seen by the lease keeper first; an outcome dropped with its
+                // lease) since the last batch: added now, or lost with the process.
+                if AssertUnwindSafe(record_breakers(&shared))
+                    .catch_unwind()
+                    .await
+                    .is_err()
+                {
+                    tracing::error!(
+                        "adding to the circuit breakers' counts panicked; those counts are lost"
+                    );
+                }
                 return;
             }
         }

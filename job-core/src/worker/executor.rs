@@ -479,6 +479,10 @@ fn completed_by_its_transaction<S: Store>(
     labels: &crate::telemetry::JobLabels,
     ran: Option<Duration>,
 ) {
+    // A success of the kind, for its circuit breaker, as the completer counts one: without
+    // it, a kind whose handler goes on after its commit for longer than a heartbeat counted
+    // only its failures, and its breaker tripped on them alone.
+    shared.count_for_breaker(&info.kind, false);
     shared.counters.applied(&Outcome::Complete);
     labels.finished(&Outcome::Complete, ran);
     shared.crashes_at(FaultPoint::AfterFinalize, info);
