@@ -3,7 +3,8 @@
 //! the limit), and a handler that loops over one item more ends its job discarded as
 //! `step_unstorable` without running the step past the limit. The job's steps are written
 //! with one SQL statement first: ten thousand saves through the store take a minute on SQLite.
-//! (The bytes limit, `MAX_STEPS_TOTAL`, is in the conformance suite.)
+//! The bytes limit, `MAX_STEPS_TOTAL`, is in the conformance suite at the store's door; here,
+//! end to end on PostgreSQL, a job whose steps hold more than the attempt keeps in memory.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -14,7 +15,7 @@ use job::{
     ClaimKind, ClaimRequest, Finalized, Job, JobContext, JobError, JobId, JobOptions, JobState,
     NewJob, Release, StepLimit, Store, Worker, MAX_STEPS,
 };
-use job_testkit::{TestDb, TestSqlite};
+use job_testkit::{wait_for, TestDb, TestSqlite, TestWorker};
 use serde::{Deserialize, Serialize};
 
 /// The names of the steps whose effect ran.
@@ -114,13 +115,7 @@ async fn a_job_at_its_step_count_records_no_new_step_and_its_handler_ends_it<S: 
         .build()
         .unwrap()
         .start();
-    let row = loop {
-        let row = store.get(id).await.unwrap().unwrap();
-        if row.state == JobState::Discarded {
-            break row;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let row = wait_for(&store, id, JobState::Discarded).await;
     worker.shutdown().await;
     assert_eq!(row.attempt, 1, "not retried");
     let last = row.errors.last().expect("an error");
@@ -182,4 +177,72 @@ async fn sqlite_refuses_a_new_step_past_the_jobs_step_count() {
         })
     });
     a_job_at_its_step_count_records_no_new_step_and_its_handler_ends_it(db.store(), fill).await;
+}
+
+/// One step more over a job whose steps hold almost `MAX_STEPS_TOTAL` of output.
+#[derive(Debug, Serialize, Deserialize)]
+struct Heavy {}
+
+impl Job for Heavy {
+    const KIND: &'static str = "limits.heavy";
+
+    async fn perform(self, ctx: JobContext) -> Result<(), JobError> {
+        let ran = ctx.state::<Ran>()?;
+        ctx.step("one-more", || async {
+            ran.0.lock().unwrap().push("one-more".into());
+            Ok("y".repeat(40_000))
+        })
+        .await?;
+        Ok(())
+    }
+}
+
+/// A job whose steps hold more output than an attempt keeps in memory, and within 40,000 bytes
+/// of `MAX_STEPS_TOTAL`: a new step's closure runs (the attempt cannot know the job's total),
+/// the store refuses its output, and the job ends `step_unstorable` with the advice that fits
+/// a limit (split the work), not a redrive, which would meet the same limit after running the
+/// step once more.
+#[tokio::test]
+async fn a_step_past_the_jobs_output_bytes_ends_it_saying_to_split_the_work() {
+    let db = TestDb::new().await;
+    let store = db.store();
+    let id = store.enqueue(NewJob::new(Heavy::KIND, "{}")).await.unwrap();
+    // 64 outputs of 1,048,002 bytes of text each: 36,736 bytes short of the limit.
+    sqlx::query(
+        "INSERT INTO job.steps (job_id, name, output, attempt, output_bytes)
+         SELECT $1, 'part-' || lpad(i::text, 2, '0'), to_jsonb(repeat('x', 1048000)), 1, 1048002
+         FROM generate_series(1, 64) i",
+    )
+    .bind(id)
+    .execute(store.pool())
+    .await
+    .unwrap();
+    let ran = Ran::default();
+    let worker = Worker::builder(store.clone())
+        .register::<Heavy>()
+        .queue("default", 1)
+        .state(ran.clone())
+        .for_tests()
+        .build()
+        .unwrap()
+        .start();
+    let row = wait_for(&store, id, JobState::Discarded).await;
+    worker.shutdown().await;
+    let last = row.errors.last().expect("an error");
+    assert_eq!(last.class, "step_unstorable");
+    assert!(
+        last.message.contains("MAX_STEPS_TOTAL")
+            && last
+                .message
+                .contains("split work over more items into several jobs")
+            && !last.message.contains("redrive"),
+        "{}",
+        last.message
+    );
+    assert_eq!(
+        *ran.0.lock().unwrap(),
+        ["one-more"],
+        "the step's closure ran once: the attempt could not know the job's total"
+    );
+    db.close().await;
 }

@@ -408,7 +408,14 @@ impl JobContext {
                 });
         let json = match checked {
             Ok(json) => json,
-            Err(reason) => return Err(unstorable(self, name, &reason)),
+            Err(reason) => {
+                return Err(unstorable(
+                    self,
+                    name,
+                    &reason,
+                    "redrive it once the step is fixed",
+                ))
+            }
         };
         let mut pause = RECORD_RETRY_FIRST;
         loop {
@@ -434,11 +441,22 @@ impl JobContext {
                     )))
                 }
                 Err(e) if e.is_refused() => {
-                    let reason = match e.inner().downcast_ref::<StepLimit>() {
-                        Some(limit) => limit.to_string(),
-                        None => format!("the database refused it: {e}"),
-                    };
-                    return Err(unstorable(self, name, &reason));
+                    return Err(match e.inner().downcast_ref::<StepLimit>() {
+                        // Redriven, the job would meet the same limit (it keeps its steps),
+                        // after running this step's closure once more.
+                        Some(limit) => unstorable(
+                            self,
+                            name,
+                            &limit.to_string(),
+                            "split work over more items into several jobs",
+                        ),
+                        None => unstorable(
+                            self,
+                            name,
+                            &format!("the database refused it: {e}"),
+                            "redrive it once the step is fixed",
+                        ),
+                    });
                 }
                 Err(e) if !hooks.lease_held() => {
                     return Err(JobError::retryable(format!(
@@ -685,14 +703,14 @@ fn past_limit(ctx: &JobContext, name: &str, recorded: usize) -> JobError {
 }
 
 /// Marks the attempt as ended by step `name`, whose output cannot be stored, and returns the
-/// step's error.
-fn unstorable(ctx: &JobContext, name: &str, reason: &str) -> JobError {
+/// step's error, which says `advice` (what to do about it).
+fn unstorable(ctx: &JobContext, name: &str, reason: &str, advice: &str) -> JobError {
     // Cut as the store would cut it: `reason` may quote application or driver text of any
     // size (a `Serialize` error, the database's refusal), and it is logged here.
     let message = crate::model::text::cut(
         &format!(
             "the output of step `{name}` cannot be stored: {reason}; the step's effect may \
-             have happened, so the job is not retried (redrive it once the step is fixed)"
+             have happened, so the job is not retried ({advice})"
         ),
         crate::model::text::MAX_ERROR_MESSAGE,
     )
