@@ -58,13 +58,20 @@ impl Job for Charge {
             tx.commit().await?;
         }
         // The code after the commit (a message published, a log line): when the test says
-        // so, it runs until the lease keeper has found the commit.
+        // so, it runs until the lease keeper has found the commit, or until it is stopped.
         if let Ok(keeper) = ctx.state::<KeeperSees>() {
             keeper.has_moved_on().await?;
+        }
+        if ctx.state::<HangAfterCommit>().is_ok() {
+            std::future::pending::<()>().await;
         }
         Ok(())
     }
 }
+
+/// Makes the charge's code after its commit run until the worker stops it.
+#[derive(Clone, Copy)]
+struct HangAfterCommit;
 
 /// Keeps one lease held, so the lease keeper goes on beating, until the keeper has found the
 /// charge's commit, and then until the shutdown, which it answers with an error: a stopped
@@ -299,5 +306,70 @@ async fn the_crash_after_finalize_fires_when_the_lease_keeper_finds_the_commit_f
 async fn the_crash_after_finalize_fires_when_the_lease_keeper_finds_the_commit_first_on_sqlite() {
     let db = TestSqlite::new().await;
     charged_once_with_a_crash_after_finalize(db.store(), App::Sqlite(db.pool()), true).await;
+    db.close().await;
+}
+
+/// The charge's code after its commit runs until the shutdown's drain stops it, before the
+/// lease keeper (beating every 20 s here) has seen the commit: the job is counted completed,
+/// for its breaker too, and the crash after finalize fires. Before, the stopped execution was
+/// given back as unfinished: counted nowhere, the point never asked, and its release found no
+/// lease.
+async fn stopped_by_the_drain_after_its_commit<S: TestStore>(store: S, app: App) {
+    let app = app.with_payments().await;
+    let id = store
+        .enqueue(NewJob::new("charge", r#"{"order": 7}"#))
+        .await
+        .unwrap();
+    let faults = Faults::new()
+        .crash_after(Point::Finalize)
+        .kind::<Charge>()
+        .times(1);
+    let worker = app
+        .state(Worker::builder(store.clone()))
+        .register::<Charge>()
+        .queue("default", 1)
+        .faults(faults.clone())
+        .state(HangAfterCommit)
+        .drain_timeout(Duration::from_millis(100))
+        .configure(|c| {
+            c.lease = Some(Duration::from_secs(60));
+            c.heartbeat_interval = Some(Duration::from_secs(20));
+        })
+        .build()
+        .unwrap()
+        .start();
+    wait_for(&store, id, JobState::Completed).await;
+    let stats = worker.shutdown().await.stats;
+    assert_eq!(app.charges(7).await, 1, "charged once");
+    assert_eq!(
+        faults.crashes(),
+        [Crash {
+            point: FaultPoint::AfterFinalize,
+            job: id,
+            attempt: 1,
+            step: None,
+        }],
+        "the crash after the finalize fired (worker counted {} completed)",
+        stats.completed
+    );
+    assert_eq!(stats.completed, 1);
+    assert_eq!(
+        app.breaker_attempts().await,
+        1,
+        "the breaker counted the success"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_charge_whose_code_after_its_commit_the_drain_stops_is_counted_completed_on_postgres() {
+    let db = TestDb::new().await;
+    stopped_by_the_drain_after_its_commit(db.store(), App::Pg(db.pool())).await;
+    db.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_charge_whose_code_after_its_commit_the_drain_stops_is_counted_completed_on_sqlite() {
+    let db = TestSqlite::new().await;
+    stopped_by_the_drain_after_its_commit(db.store(), App::Sqlite(db.pool())).await;
     db.close().await;
 }

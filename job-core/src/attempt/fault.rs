@@ -24,7 +24,8 @@ pub enum FaultPoint {
     BeforeFinalize,
     /// The outcome was written: by the completer, or by the handler's own transaction
     /// (`complete_in`), asked once the worker has seen that commit, whether its completer or
-    /// its lease keeper saw it first. It comes after the job's row shows the outcome.
+    /// its lease keeper saw it first, or the drain stopped the code after it. It comes after
+    /// the job's row shows the outcome.
     AfterFinalize,
     /// The heartbeat is about to renew this job's lease.
     Heartbeat,

@@ -373,6 +373,26 @@ async fn execute<S: Store>(
                     // A step whose output could not be stored decided it too: its effect
                     // happened, and the job ends as `step_unstorable` (given back, it would
                     // run the effect again at every deploy).
+                    // Stopped after its own transaction finished the job (`complete_in`, then
+                    // code after the commit that outlived the drain): nothing to give back,
+                    // and the job completed. Counted so, and the point after finalize asked,
+                    // as when the completer or the lease keeper sees that commit; given back
+                    // unfinished, it was counted nowhere and its release found no lease.
+                    Abort::Shutdown
+                        if !task.decided()
+                            && view.unstorable_step().is_none()
+                            && signals.finalized_by_handler()
+                            && super::keeper::finished(
+                                &shared.store,
+                                info.id,
+                                FINISHED_READ_WITHIN,
+                            )
+                            .await =>
+                    {
+                        shared.inflight.remove(&lease);
+                        completed_by_its_transaction(&shared, &info, &labels, ran);
+                        return;
+                    }
                     Abort::Shutdown if !task.decided() && view.unstorable_step().is_none() => {
                         shared.inflight.ended_unfinished(&lease, ran_for);
                         return;
@@ -468,8 +488,14 @@ async fn execute<S: Store>(
     });
 }
 
+/// How long a stopped execution whose handler finished its job in its own transaction waits
+/// to read the job's row, to tell whether that transaction committed (else it is given back as
+/// any stopped execution).
+const FINISHED_READ_WITHIN: Duration = Duration::from_secs(1);
+
 /// Counts a job its handler's own transaction completed (`complete_in`) when the lease keeper
-/// found the commit before the completer got the outcome, and asks [`FaultPoint::AfterFinalize`]
+/// found the commit before the completer got the outcome (or the drain stopped the code after
+/// that commit), and asks [`FaultPoint::AfterFinalize`]
 /// as the completer does once it has counted one: the job's completion is written, whoever
 /// found it first. (Only the completer asked it, so whether the point fired for such a job
 /// was a race between the keeper's heartbeat and the end of the handler's code.)

@@ -259,7 +259,7 @@ async fn beat<S: Store>(shared: &Shared<S>, store: &S, every: Duration) {
 /// own transaction finalized is gone because that transaction committed only then. Otherwise
 /// (a transaction rolled back, then the lease lost to a rescue), another worker may run the job,
 /// and the execution is stopped as for any lost lease; so is it when the row cannot be read.
-async fn finished<S: Store>(store: &S, id: crate::JobId, within: Duration) -> bool {
+pub(crate) async fn finished<S: Store>(store: &S, id: crate::JobId, within: Duration) -> bool {
     matches!(
         tokio::time::timeout(within, store.get(id)).await,
         Ok(Ok(Some(row))) if row.state.is_terminal()
