@@ -494,8 +494,9 @@ impl Run {
              start), {} leases lost by live workers, \
              {} executions started without a live lease, {} executions overlapped by the next \
              attempt after their worker was paused, {} attempts timed out on a silenced \
-             connection, {} executions fenced by a live worker and released, {} fenced while \
-             their transaction held the row",
+             connection, {} attempts failed by their own ledger or effect write in a silence, \
+             {} executions fenced by a live worker and released, {} fenced while their \
+             transaction held the row",
             self.name,
             self.seed,
             self.ids.len(),
@@ -519,6 +520,7 @@ impl Run {
             audit.started_without_live_lease,
             audit.overlaps_after_pause.len(),
             audit.timed_out_in_silence,
+            audit.app_writes_failed_in_silence,
             audit.fenced_released,
             audit.fenced_held,
         );
@@ -1286,6 +1288,12 @@ pub struct Audit {
     pub overlaps_after_pause: Vec<String>,
     /// Attempts that timed out, their handler's statement on a silenced connection.
     pub timed_out_in_silence: usize,
+    /// Attempts whose handler's own write (the ledger's start or end, the effect's
+    /// transaction) failed while connections were silenced: the application's pool, its slots
+    /// held by statements on silenced connections, gave no connection in time, so the ledger
+    /// could not record the failed execution it was writing. The job is retried as for any
+    /// error; no lost job, double run or double effect is excused by it.
+    pub app_writes_failed_in_silence: usize,
     /// Executions a live worker fenced (it could not renew their lease for two thirds of it:
     /// paused, say) and whose lease it then gave back, the attempt not counted (class
     /// `released`): the job's next execution runs the same attempt again, once the fenced
@@ -1667,6 +1675,13 @@ pub fn audit(run: &Run, plan: &[Planned], records: &Records) -> Audit {
         for err in &row.errors {
             let exec = at_attempt.get(&err.attempt);
             match err.class.as_str() {
+                "error"
+                    if run.fleet.silences > 0
+                        && (err.message.starts_with("ledger: ")
+                            || err.message.starts_with("effect: ")) =>
+                {
+                    a.app_writes_failed_in_silence += 1;
+                }
                 "error" => {
                     if !exec.is_some_and(|e| {
                         e.outcome.as_deref() == Some("error") && e.finished_at.is_some()
