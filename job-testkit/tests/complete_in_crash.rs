@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use job_core::{
-    BoxFuture, Breaker, Call, FaultPoint, Job, JobContext, JobError, JobOptions, JobState, Layered,
-    NewJob, Returned, Store, StoreError, StoreLayer, Worker, WorkerBuilder,
+    BoxFuture, Breaker, Call, FaultPoint, Job, JobContext, JobError, JobId, JobOptions, JobState,
+    Layered, NewJob, Returned, Store, StoreError, StoreLayer, Worker, WorkerBuilder, WorkerStats,
 };
 use job_testkit::{
     wait_for, Crash, Faults, Point, TestDb, TestSqlite, TestStore, TestWorker, WAIT,
@@ -257,6 +257,19 @@ async fn charged_once_with_a_crash_after_finalize<S: TestStore>(
         "completed at its first attempt: {:?}",
         row.errors
     );
+    completed_once_and_crashed_after_finalize(&app, &faults, id, &stats).await;
+}
+
+/// What every test here checks once the worker is shut down: the crash after the finalize
+/// fired once, the worker counted the job completed once, and the kind's breaker counted the
+/// success, whoever saw the commit (the keeper's path counted none, and a breaker saw only a
+/// kind's failures).
+async fn completed_once_and_crashed_after_finalize(
+    app: &App,
+    faults: &Faults,
+    id: JobId,
+    stats: &WorkerStats,
+) {
     assert_eq!(
         faults.crashes(),
         [Crash {
@@ -270,8 +283,6 @@ async fn charged_once_with_a_crash_after_finalize<S: TestStore>(
         stats.crashed
     );
     assert_eq!(stats.completed, 1);
-    // The success is counted for the kind's breaker, whoever saw the commit: the keeper's
-    // path counted none, and a breaker saw only a kind's failures.
     assert_eq!(
         app.breaker_attempts().await,
         1,
@@ -341,23 +352,7 @@ async fn stopped_by_the_drain_after_its_commit<S: TestStore>(store: S, app: App)
     wait_for(&store, id, JobState::Completed).await;
     let stats = worker.shutdown().await.stats;
     assert_eq!(app.charges(7).await, 1, "charged once");
-    assert_eq!(
-        faults.crashes(),
-        [Crash {
-            point: FaultPoint::AfterFinalize,
-            job: id,
-            attempt: 1,
-            step: None,
-        }],
-        "the crash after the finalize fired (worker counted {} completed)",
-        stats.completed
-    );
-    assert_eq!(stats.completed, 1);
-    assert_eq!(
-        app.breaker_attempts().await,
-        1,
-        "the breaker counted the success"
-    );
+    completed_once_and_crashed_after_finalize(&app, &faults, id, &stats).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
