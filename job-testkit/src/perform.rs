@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use job_core::{
     perform_attempt, AttemptHooks, AttemptInfo, BoxFuture, Extensions, Finalized, Job, JobContext,
-    JobId, Lease, Outcome, Registry, StoreError,
+    JobId, Lease, Outcome, Registry, StepLimit, StoreError,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -76,9 +76,41 @@ impl StepMemory {
     }
 }
 
-impl AttemptHooks for StepMemory {
+impl StepMemory {
+    /// Records step `name` of job `job` as the stores do: a name already recorded keeps its
+    /// first output, and a new step past the job's limits ([`MAX_STEPS`](job_core::MAX_STEPS)
+    /// steps, [`MAX_STEPS_TOTAL`](job_core::MAX_STEPS_TOTAL) bytes of output) is refused
+    /// with a [`StepLimit`], nothing recorded, so that a handler meets the limit inline as it
+    /// would in production.
+    fn save(&self, job: JobId, name: &str, output: &str) -> Result<Finalized, StoreError> {
+        let mut steps = self.lock();
+        if steps.contains_key(name) {
+            return Ok(Finalized::Applied);
+        }
+        let count = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
+        let recorded = count(steps.len());
+        let bytes = steps.values().map(|o| count(o.len())).sum::<u64>();
+        let size = count(output.len());
+        if !StepLimit::allows(recorded, bytes, size) {
+            return Err(StoreError::refused(StepLimit::new(
+                job, name, recorded, bytes, size,
+            )));
+        }
+        steps.insert(name.to_owned(), output.to_owned());
+        Ok(Finalized::Applied)
+    }
+}
+
+/// A [`StepMemory`] given to one inline attempt of job `job`: the id the store's refusal of
+/// a step past the limits names.
+struct InlineSteps {
+    memory: StepMemory,
+    job: JobId,
+}
+
+impl AttemptHooks for InlineSteps {
     fn load_steps(&self) -> BoxFuture<'_, Result<HashMap<String, String>, StoreError>> {
-        let steps = self.lock().clone();
+        let steps = self.memory.lock().clone();
         Box::pin(async move { Ok(steps) })
     }
 
@@ -87,10 +119,8 @@ impl AttemptHooks for StepMemory {
         name: &'a str,
         output: &'a str,
     ) -> BoxFuture<'a, Result<Finalized, StoreError>> {
-        self.lock()
-            .entry(name.to_owned())
-            .or_insert_with(|| output.to_owned());
-        Box::pin(async { Ok(Finalized::Applied) })
+        let saved = self.memory.save(self.job, name, output);
+        Box::pin(async move { saved })
     }
 }
 
@@ -259,7 +289,10 @@ impl Inline {
             id: self.id,
             token: uuid::Uuid::nil(),
         };
-        let steps = self.steps.clone();
+        let steps = InlineSteps {
+            memory: self.steps.clone(),
+            job: self.id,
+        };
         let ctx = JobContext::new(
             info,
             lease,

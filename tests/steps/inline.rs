@@ -112,3 +112,51 @@ async fn inline_applies_the_snooze_limit() {
         "{outcome:?}"
     );
 }
+
+/// Inline steps keep the stores' limits: a new step whose output would take the job past
+/// `MAX_STEPS_TOTAL` bytes is refused, nothing recorded, and the job ends as in production
+/// (`step_unstorable`, discarded), not completed with more steps than a store would keep.
+#[tokio::test]
+async fn inline_steps_refuse_a_step_past_the_jobs_bytes_of_output() {
+    #[derive(Debug, Serialize, Deserialize)]
+    struct Hoard {}
+    impl Job for Hoard {
+        const KIND: &'static str = "steps.hoard";
+        async fn perform(self, ctx: JobContext) -> Result<(), JobError> {
+            let chunk = "x".repeat(1_000_000);
+            for i in 0..100 {
+                ctx.step(&format!("chunk-{i:03}"), || async { Ok(chunk.clone()) })
+                    .await?;
+            }
+            Ok(())
+        }
+    }
+    let steps = StepMemory::new();
+    let outcome = Inline::new()
+        .id(77)
+        .steps(steps.clone())
+        .perform(Hoard {})
+        .await;
+    // Each output is 1,000,002 bytes of JSON: 67 of them fit in 64 MiB, the 68th does not.
+    let fit = job::MAX_STEPS_TOTAL / 1_000_002;
+    assert_eq!(steps.names().len(), fit, "steps recorded");
+    match outcome {
+        Outcome::Discard { failure } => {
+            assert_eq!(
+                failure.class,
+                job::ErrorClass::StepUnstorable,
+                "{failure:?}"
+            );
+            assert!(
+                failure
+                    .message
+                    .contains(&format!("job 77 has recorded {fit} steps"))
+                    && failure.message.contains("job::MAX_STEPS_TOTAL")
+                    && failure.message.contains(&format!("chunk-{fit:03}")),
+                "{}",
+                failure.message
+            );
+        }
+        other => panic!("expected a discard, got {other:?}"),
+    }
+}
