@@ -148,7 +148,8 @@ impl Dashboard {
     /// with no page gets the dashboard's 404 page when the router is served alone or mounted
     /// with `Router::nest_service`; under `Router::nest` (or `merge`) axum gives it the
     /// application's fallback. The router sets no fallback of its own, so that it merges into
-    /// a router that has one.
+    /// a router that has one. A method a route does not take gets the dashboard's 405 page
+    /// however the router is mounted.
     pub fn router(mut self) -> Router {
         let given = self.config.answer_within;
         let within = given.clamp(MIN_ANSWER_WITHIN, MAX_ANSWER_WITHIN);

@@ -5,11 +5,15 @@
 //! router, puts it in the dashboard's frame with a link back to the queues.
 //!
 //! An address with no page reaches axum's default fallback, whose empty 404 [`dress`] turns
-//! into the page too. The router sets no fallback of its own: axum allows one, and an
-//! application that merges the dashboard into a router with a fallback would panic at startup
-//! (its own fallback then answers such addresses). Under `Router::nest`, axum sends addresses
-//! under the mount point that have no page to the application's fallback; under
-//! `Router::nest_service` the dashboard answers them.
+//! into the page too; so does axum's empty 405 for a method a route does not take (`DELETE /`,
+//! `GET` on an action), which keeps the `Allow` header axum adds to it. axum answers that 405
+//! without calling the route's handler, so a wrong method never acts.
+//!
+//! The router sets no fallback of its own: axum allows one, and an application that merges
+//! the dashboard into a router with a fallback would panic at startup (its own fallback then
+//! answers such addresses). Under `Router::nest`, axum sends addresses under the mount point
+//! that have no page to the application's fallback; under `Router::nest_service` the
+//! dashboard answers them.
 //!
 //! [`WebError`]: crate::error::WebError
 
@@ -27,11 +31,14 @@ use crate::base::Base;
 use crate::dashboard::App;
 use crate::error::Failure;
 
-/// The most of an unknown address's path the 404 page repeats, in characters.
+/// The most of an unknown address's path the 404 and 405 pages repeat, in characters.
 const SHOWN_PATH: usize = 120;
+/// The most of a request's method the 405 page repeats, in characters: a method is any token.
+const SHOWN_METHOD: usize = 20;
 
 /// Puts the answer of a failed request (a [`Failure`], or axum's empty 404 for an address
-/// with no page) in the dashboard's frame; any other answer passes as it is.
+/// with no page and 405 for a method a route does not take) in the dashboard's frame; any
+/// other answer passes as it is.
 pub(crate) async fn dress(State(app): State<Arc<App>>, request: Request, next: Next) -> Response {
     let (mut parts, body) = request.into_parts();
     let base = match Base::from_request_parts(&mut parts, &()).await {
@@ -42,6 +49,7 @@ pub(crate) async fn dress(State(app): State<Arc<App>>, request: Request, next: N
         Ok(OriginalUri(uri)) => uri.path().to_owned(),
         Err(never) => match never {},
     };
+    let method = parts.method.clone();
     let cookies = parts.headers.clone();
     let response = next.run(Request::from_parts(parts, body)).await;
     let failure = match response.extensions().get::<Failure>() {
@@ -50,6 +58,15 @@ pub(crate) async fn dress(State(app): State<Arc<App>>, request: Request, next: N
         None if response.status() == StatusCode::NOT_FOUND => Failure {
             status: StatusCode::NOT_FOUND,
             message: format!("no page at {}", clip(&path, SHOWN_PATH)),
+        },
+        // Likewise 405: only axum's method router answers it, without calling a handler.
+        None if response.status() == StatusCode::METHOD_NOT_ALLOWED => Failure {
+            status: StatusCode::METHOD_NOT_ALLOWED,
+            message: format!(
+                "{} is not allowed at {}",
+                clip(method.as_str(), SHOWN_METHOD),
+                clip(&path, SHOWN_PATH)
+            ),
         },
         None => return response,
     };

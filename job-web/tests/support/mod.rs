@@ -8,12 +8,13 @@ use axum::Router;
 use job_testkit::TestDb;
 use tower::ServiceExt;
 
-/// An answer: status, `Location`, `Set-Cookie`, body.
+/// An answer: status, `Location`, `Set-Cookie`, `Allow`, body.
 #[derive(Debug)]
 pub struct Answer {
     pub status: StatusCode,
     pub location: Option<String>,
     pub set_cookie: Option<String>,
+    pub allow: Option<String>,
     pub body: String,
 }
 
@@ -21,14 +22,18 @@ pub struct Answer {
 pub async fn send(router: &Router, request: Request<Body>) -> Answer {
     let response = router.clone().oneshot(request).await.unwrap();
     // In a block of its own, so that the future stays `Send` (tests run requests at once).
-    let (location, set_cookie) = {
+    let (location, set_cookie, allow) = {
         let header = |name| {
             response
                 .headers()
                 .get(name)
                 .map(|v: &axum::http::HeaderValue| v.to_str().unwrap().to_owned())
         };
-        (header(header::LOCATION), header(header::SET_COOKIE))
+        (
+            header(header::LOCATION),
+            header(header::SET_COOKIE),
+            header(header::ALLOW),
+        )
     };
     let status = response.status();
     let body = axum::body::to_bytes(response.into_body(), 16 << 20)
@@ -38,6 +43,7 @@ pub async fn send(router: &Router, request: Request<Body>) -> Answer {
         status,
         location,
         set_cookie,
+        allow,
         body: String::from_utf8(body.to_vec()).unwrap(),
     }
 }
