@@ -7,6 +7,7 @@ mod commands;
 mod output;
 mod wait;
 
+use std::io::Write as _;
 use std::process::ExitCode;
 
 use clap::Parser as _;
@@ -28,15 +29,24 @@ fn main() -> ExitCode {
     }
     let cli = match cli::Cli::try_parse() {
         Ok(cli) => cli,
-        // `--help` and `--version` print and succeed; a command line that cannot be read
-        // exits with EX_USAGE, not clap's 2, which `check` gives a meaning of its own (the
-        // queue does not reconcile): a monitor must not read a typo as a queue problem.
-        Err(e) => {
+        // A command line that cannot be read exits with EX_USAGE, not clap's 2, which `check`
+        // gives a meaning of its own (the queue does not reconcile): a monitor must not read
+        // a typo as a queue problem.
+        Err(e) if e.use_stderr() => {
             let _ = e.print();
-            return if e.use_stderr() {
-                ExitCode::from(USAGE)
-            } else {
-                ExitCode::SUCCESS
+            return ExitCode::from(USAGE);
+        }
+        // `--help` and `--version` succeed only when what they print was written: into a
+        // full disk or a closed file they fail like any other output (clap's error, and the
+        // one a buffered stdout would only meet at exit, were dropped, and the exit code said
+        // it was printed).
+        Err(e) => {
+            return match e.print().and_then(|()| std::io::stdout().flush()) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(error) => {
+                    eprintln!("job: {}", output::StdoutError::from(error));
+                    ExitCode::FAILURE
+                }
             };
         }
     };

@@ -709,16 +709,23 @@ async fn enqueue_stores_the_payload_numbers_as_given() {
     db.close().await;
 }
 
-/// A full disk behind stdout is an error saying so (exit 1), not a panic (101).
+/// A full disk behind stdout is an error saying so (exit 1), not a panic (101), whatever the
+/// command prints.
 #[cfg(target_os = "linux")]
 #[tokio::test]
 async fn a_stdout_that_cannot_be_written_is_an_error_not_a_panic() {
     let db = TestDb::new().await;
-    enqueue(&db, &["k", "{}"]);
+    let id = enqueue(&db, &["k", "{}"]).to_string();
     for args in [
         &["list", "--limit", "5"][..],
         &["--json", "list"],
         &["migrate", "--print"],
+        &["stats"],
+        &["--json", "stats"],
+        &["show", &id],
+        &["--json", "show", &id],
+        &["check"],
+        &["paused"],
     ] {
         let out = Command::new(env!("CARGO_BIN_EXE_job"))
             .args(args)
@@ -734,6 +741,35 @@ async fn a_stdout_that_cannot_be_written_is_an_error_not_a_panic() {
         );
     }
     db.close().await;
+}
+
+/// `--help` and `--version` into a full disk fail as any output does: exit 1, said on stderr,
+/// never the success a script would read as "printed".
+#[cfg(target_os = "linux")]
+#[test]
+fn help_and_version_that_cannot_be_written_are_an_error() {
+    for args in [
+        &["--help"][..],
+        &["-h"],
+        &["--version"],
+        &["-V"],
+        &["help"],
+        &["help", "check"],
+        &["list", "--help"],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_job"))
+            .args(args)
+            .env_remove("DATABASE_URL")
+            .stdout(std::fs::File::create("/dev/full").unwrap())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert_eq!(
+            stderr, "job: cannot write to stdout: No space left on device (os error 28)\n",
+            "{args:?}"
+        );
+    }
 }
 
 /// Stored text a terminal would act on (escape sequences, C1 controls, bidirectional
