@@ -35,7 +35,7 @@ pub use error::Error;
 pub use listen::EVERY_QUEUE;
 pub use migrate::{migrate, Migration, MIGRATIONS};
 pub use steps::complete_in;
-pub use store::{SqliteStore, BUSY_TIMEOUT};
+pub use store::{SqliteStore, BUSY_TIMEOUT, MAX_DEDICATED_CONNECTIONS};
 
 #[cfg(test)]
 mod tests {

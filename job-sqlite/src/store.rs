@@ -30,6 +30,21 @@ const JOURNAL_SIZE_LIMIT: u64 = 64 * 1024 * 1024;
 /// The connections of a store's own pool at most.
 const POOL_SIZE: u32 = 8;
 
+/// The most connections a handle made by [`Store::dedicated`] opens, whatever it is asked for.
+///
+/// Each SQLite connection is a thread of its own (sqlx's) and a few file descriptors, and the
+/// file takes one write at a time: a worker's budget of two connections per queue opened one
+/// connection for every claim waiting its turn at the write gate (2,010 connections and
+/// threads for a worker of 2,000 queues), for nothing, and every such claim stood at the gate
+/// ahead of the lease keeper's next heartbeat. Capped, those writes wait for a connection
+/// instead, in the pool's first-come first-served queue; each write and each read of the
+/// store holds one connection and asks for no other while it holds it, so a full pool only
+/// makes them wait their turn (`tests/sqlite_store.rs` runs every call a worker makes, twice
+/// at once, on a handle of one connection). Sixteen: the writes go one at a time in any
+/// case, and a few spare connections let reads (a job's recorded steps, `get`) run beside
+/// them while fewer writes than that wait.
+pub const MAX_DEDICATED_CONNECTIONS: u32 = 16;
+
 /// The SQLite store: a connection pool on one database file, in WAL mode, and what every
 /// handle made from it shares: the in-process wake-ups and the write gate.
 ///
@@ -498,8 +513,9 @@ impl Store for SqliteStore {
         Ok(row::get(&self.pool, id, None).await?)
     }
 
+    /// A pool of at most `connections`, and never more than [`MAX_DEDICATED_CONNECTIONS`].
     fn dedicated(&self, _purpose: &str, connections: u32) -> Self {
-        let pool = pool_options(&self.shared, connections)
+        let pool = pool_options(&self.shared, connections.min(MAX_DEDICATED_CONNECTIONS))
             .min_connections(1)
             .idle_timeout(Some(Duration::from_secs(60)))
             .connect_lazy_with(self.shared.options.clone());

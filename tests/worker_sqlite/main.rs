@@ -11,6 +11,7 @@ mod blocking;
 #[path = "../isolation/support.rs"]
 mod support;
 
+mod connections;
 #[path = "../worker/drain.rs"]
 mod drain;
 mod held;
