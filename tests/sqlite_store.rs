@@ -850,3 +850,121 @@ async fn a_file_opened_without_migrating_answers_the_migrations_it_lacks() {
     assert_eq!(store.schema_lag().await.unwrap(), None);
     store.pool().close().await;
 }
+
+#[tokio::test]
+async fn a_dedicated_handle_opens_at_most_its_cap_of_connections() {
+    // Each SQLite connection is a thread of its own: a worker's budget of two per queue opened
+    // thousands for a worker of thousands of queues (`tests/worker_sqlite/connections.rs`).
+    let db = TestSqlite::new().await;
+    let store = db.store();
+    let few = store.dedicated("probe", 3);
+    let many = store.dedicated("probe", 4_004);
+    assert_eq!(few.pool().options().get_max_connections(), 3);
+    assert_eq!(
+        many.pool().options().get_max_connections(),
+        job_sqlite::MAX_DEDICATED_CONNECTIONS
+    );
+    few.close().await;
+    many.close().await;
+    db.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_call_a_worker_makes_goes_through_on_a_handle_of_one_connection() {
+    // The worker's handles are capped (`MAX_DEDICATED_CONNECTIONS`): a call that held a
+    // connection of its handle while it asked for a second would wait for itself once the
+    // others held the rest, until sqlx's acquire timeout (30 s) failed it. On a handle of one
+    // connection, every call of the worker at once, each twice, must all go through.
+    use job::{Admin, Finalize, JobFilter, Outcome, PruneRequest, Release};
+    use std::time::Duration;
+
+    let db = TestSqlite::new().await;
+    let store = db.store();
+    for _ in 0..6 {
+        let job = NewJob {
+            queue: "q".into(),
+            ..NewJob::new("k", "{}")
+        };
+        store.enqueue(job).await.unwrap();
+    }
+    let one = store.dedicated("probe worker", 1);
+    let request = ClaimRequest {
+        queue: "q".into(),
+        kinds: vec![ClaimKind {
+            kind: "k".into(),
+            max_version: 1,
+            lease: Duration::from_secs(30),
+            concurrency: None,
+            rate: None,
+        }],
+        limit: 3,
+        worker_id: "probe-worker".into(),
+    };
+    let all_at_once = || async {
+        let leases: Vec<_> = one
+            .claim(&request)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|c| c.lease)
+            .collect();
+        let [a, b, c] = leases[..] else {
+            panic!("claimed {leases:?}")
+        };
+        let renewals = [Renewal {
+            lease: a,
+            extend_by: Duration::from_secs(30),
+            stuck: false,
+        }];
+        let prune = PruneRequest {
+            completed_retention: Duration::from_secs(3600),
+            cancelled_retention: Duration::from_secs(3600),
+            batch: 10,
+        };
+        let outcomes = [Finalize::new(b, Outcome::Complete)];
+        let releases = [Release::unstarted(c)];
+        let every = JobFilter::default();
+        let (heartbeat, saved, loaded, one_step, started, finalized, released) = tokio::join!(
+            one.heartbeat(&renewals),
+            one.save_step(&a, "step", "1"),
+            one.load_steps(&a),
+            one.load_step(&a, "step"),
+            one.record_start(b),
+            one.finalize(&outcomes),
+            one.release(&releases),
+        );
+        let (got, rescued, expired, pruned, lag, enqueued, stats, listed) = tokio::join!(
+            one.get(a.id),
+            one.rescue_expired(10),
+            one.expire(10),
+            one.prune(&prune),
+            one.schema_lag(),
+            one.enqueue(NewJob::new("k", "{}")),
+            one.stats(&every),
+            one.list(&every),
+        );
+        heartbeat.unwrap();
+        saved.unwrap();
+        loaded.unwrap();
+        one_step.unwrap();
+        started.unwrap();
+        finalized.unwrap();
+        released.unwrap();
+        got.unwrap();
+        rescued.unwrap();
+        expired.unwrap();
+        pruned.unwrap();
+        lag.unwrap();
+        enqueued.unwrap();
+        stats.unwrap();
+        listed.unwrap();
+    };
+    // A deadline only, so that a call waiting for itself fails the test: nothing is measured.
+    tokio::time::timeout(Duration::from_secs(60), async {
+        tokio::join!(all_at_once(), all_at_once());
+    })
+    .await
+    .expect("every call went through");
+    one.close().await;
+    db.close().await;
+}
