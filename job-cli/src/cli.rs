@@ -161,9 +161,12 @@ impl FilterArgs {
         }
     }
 
-    /// The first option given empty, said: it would match nothing (no kind, queue, tenant or
-    /// tag is empty), where leaving it out matches any (`--queue "$QUEUE"` with `QUEUE` unset).
-    pub(crate) fn empty_option(&self) -> Option<String> {
+    /// The first option given that no job's name can match, said naming it: empty (where
+    /// leaving it out matches any: `--queue "$QUEUE"` with `QUEUE` unset), or breaking the rule
+    /// every kind, queue, tenant and tag is held to where it is stored ([`job::name_problem`],
+    /// the enqueue door's: at most 128 bytes, no whitespace, control or format character).
+    /// Such a filter matched nothing, silently.
+    pub(crate) fn problem(&self) -> Option<String> {
         [
             ("kind", &self.kind),
             ("queue", &self.queue),
@@ -171,12 +174,20 @@ impl FilterArgs {
             ("tag", &self.tag),
         ]
         .into_iter()
-        .find(|(_, value)| value.as_deref().is_some_and(|v| v.trim().is_empty()))
-        .map(|(option, _)| {
-            format!(
-                "--{option} must not be empty (no {option} is): leave it out to match any \
-                 {option}"
-            )
+        .find_map(|(option, value)| {
+            let value = value.as_deref()?;
+            if value.trim().is_empty() {
+                return Some(format!(
+                    "--{option} must not be empty (no {option} is): leave it out to match any \
+                     {option}"
+                ));
+            }
+            job::name_problem(value).map(|problem| {
+                format!(
+                    "--{option} {problem}: no {option} can have such a name, so it would match \
+                     nothing"
+                )
+            })
         })
     }
 

@@ -211,7 +211,7 @@ async fn run_command(cli: Cli) -> Result<ExitCode, Error> {
 /// Refuses, naming the option, values clap's types let through but the command cannot use;
 /// checked before connecting.
 fn check_options(command: &Command) -> Result<(), Error> {
-    if let Some(problem) = filter_of(command).and_then(FilterArgs::empty_option) {
+    if let Some(problem) = filter_of(command).and_then(FilterArgs::problem) {
         return Err(problem.into());
     }
     match command {

@@ -1222,3 +1222,62 @@ async fn empty_filters_and_refused_enqueue_options_name_the_option() {
     );
     db.close().await;
 }
+
+/// A filter no kind, queue, tenant or tag can have (a control character, a space, 100 kB)
+/// would match nothing: refused naming the option and the rule, the very words the enqueue
+/// door refuses such a name with, before anything is read or done.
+#[tokio::test]
+async fn filters_no_name_can_match_are_refused_naming_the_option_and_the_rule() {
+    let db = TestDb::new().await;
+    let dead = enqueue(&db, &["k", "{}"]);
+    discard(&db, dead, "boom").await;
+    let long = "k".repeat(100_000);
+    let control = "must not contain whitespace, control or format characters";
+    for (args, says) in [
+        (
+            &["list", "--kind", "a\u{7}b"][..],
+            format!("--kind {control} (U+0007 at character 2)"),
+        ),
+        (
+            &["stats", "--kind", &long],
+            "--kind must be at most 128 bytes, got 100000".to_owned(),
+        ),
+        (
+            &["stats", "--queue", "mail\n"],
+            format!("--queue {control} (U+000A at character 5)"),
+        ),
+        (
+            &["list", "--tenant", "\u{202e}acme"],
+            format!("--tenant {control} (U+202E at character 1)"),
+        ),
+        (
+            &["redrive", "--tag", &long],
+            "--tag must be at most 128 bytes, got 100000".to_owned(),
+        ),
+        (
+            &["purge", "--yes", "--queue", "a b"],
+            format!("--queue {control} (U+0020 at character 2)"),
+        ),
+    ] {
+        refused(&db, args, &says);
+        let out = job(&db, args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("it would match nothing"),
+            "{args:?}: {stderr}"
+        );
+        // The refused value is not repeated: 100 kB of it would bury the message.
+        assert!(stderr.len() < 300, "{args:?}: {stderr}");
+    }
+    // The enqueue door's words for the same name.
+    refused(
+        &db,
+        &["enqueue", "a\u{7}b", "{}"],
+        &format!("the kind {control} (U+0007 at character 2)"),
+    );
+    // The dead letter was neither redriven nor purged.
+    let all = json(&job(&db, &["--json", "list"]));
+    assert_eq!(all.as_array().unwrap().len(), 1, "{all}");
+    assert_eq!(all[0]["state"], "discarded");
+    db.close().await;
+}
