@@ -12,6 +12,11 @@ use job::{JobFilter, JobState};
 /// history with it.
 pub(crate) const MAX_LIST_LIMIT: u32 = 10_000;
 
+/// The shortest `check --lease` taken: the shortest lease a worker takes (its builder refuses
+/// a shorter one, as `#[job(lease)]` does; job-core names no constant for it). A shorter one,
+/// zero above all, would count every lease that just expired as overdue.
+pub(crate) const MIN_LEASE: Duration = Duration::from_millis(30);
+
 /// Operate the job framework's queue on PostgreSQL.
 #[derive(Debug, Parser)]
 #[command(name = "job", version, about)]
@@ -100,7 +105,7 @@ pub(crate) enum Command {
     /// job, dead letters per class. Exits with 2 when something is wrong.
     Check {
         /// The lease a job holds (workers' default 30s): a lease expired for longer than this
-        /// means no rescuer is running.
+        /// means no rescuer is running. 30ms to 100 years.
         #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
         lease: Duration,
     },

@@ -12,7 +12,9 @@ use serde_json::json;
 use sqlx::postgres::{PgConnectOptions, PgConnection};
 use sqlx::Connection;
 
-use crate::cli::{Cli, Command, DeadArgs, EnqueueArgs, FilterArgs, PauseArgs, MAX_LIST_LIMIT};
+use crate::cli::{
+    Cli, Command, DeadArgs, EnqueueArgs, FilterArgs, PauseArgs, MAX_LIST_LIMIT, MIN_LEASE,
+};
 use crate::output::{
     self, add_row, json, numeric, print, print_json, table, when, JobView, StdoutError, StepView,
 };
@@ -215,6 +217,11 @@ fn check_options(command: &Command) -> Result<(), Error> {
         return Err(problem.into());
     }
     match command {
+        Command::Check { lease } if *lease < MIN_LEASE => Err(format!(
+            "--lease must be at least 30ms (the shortest lease a worker takes), got {}",
+            humantime::format_duration(*lease)
+        )
+        .into()),
         Command::Check { lease } if *lease > job::MAX_DURATION => Err(format!(
             "--lease must be at most 100 years (36500 days, the framework's MAX_DURATION), \
              got {}",

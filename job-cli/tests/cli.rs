@@ -997,6 +997,22 @@ async fn check_refuses_a_lease_over_the_maximum_duration() {
     db.close().await;
 }
 
+/// A lease no worker takes (under 30 ms: zero, a nanosecond) would call every lease overdue:
+/// refused naming the option and the bound, as the worker refuses it.
+#[tokio::test]
+async fn check_refuses_a_lease_shorter_than_any_worker_takes() {
+    let db = TestDb::new().await;
+    for (lease, got) in [("0s", "got 0s"), ("1ns", "got 1ns"), ("29ms", "got 29ms")] {
+        refused(
+            &db,
+            &["check", "--lease", lease],
+            &format!("--lease must be at least 30ms (the shortest lease a worker takes), {got}"),
+        );
+    }
+    assert!(job(&db, &["check", "--lease", "30ms"]).status.success());
+    db.close().await;
+}
+
 #[tokio::test]
 async fn web_refuses_a_tenant_no_job_can_have() {
     use std::io::{BufRead, BufReader};
