@@ -277,6 +277,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "rate_claim_by_version",
         sql: include_str!("../migrations/0051_rate_claim_by_version.sql"),
     },
+    Migration {
+        version: 52,
+        name: "door_arguments",
+        sql: include_str!("../migrations/0052_door_arguments.sql"),
+    },
 ];
 
 /// The whole schema as one plain SQL script, for a DBA or a team without Rust:

@@ -7,6 +7,7 @@ mod common;
 
 mod support;
 
+mod arguments;
 mod clients;
 mod legacy;
 mod logs;

@@ -403,10 +403,11 @@ async fn raw_writes_a_worker_or_a_reader_would_fail_on_are_refused() {
         )
         .await;
     }
-    refused_by_constraint(
+    refused_by_sql(
         &pool,
         "SELECT job.enqueue('doors.any', '{}', tags => '[5:5]={a}')",
-        "jobs_tags_check",
+        "22023",
+        "tags",
     )
     .await;
     assert_eq!(rows(&pool).await, 0, "nothing was written");

@@ -1,0 +1,219 @@
+//! The SQL functions name the argument they refuse (migration 0052): `job.enqueue_unique`'s
+//! NULLs, tags not indexed from 1, and the stager's negative counts are refused with `22023`
+//! and the argument's name, never by a table's constraint or PostgreSQL's own words.
+
+use job_testkit::TestDb;
+use sqlx::PgPool;
+
+use crate::support::*;
+
+/// Runs `statement`, which must fail with `22023` and a message starting with `expected`.
+async fn refused_naming(pool: &PgPool, statement: &str, expected: &str) {
+    let error = sqlx::raw_sql(statement)
+        .execute(pool)
+        .await
+        .map(|_| ())
+        .expect_err(statement);
+    let (code, message) = db_error(error);
+    assert!(
+        code == "22023" && message.starts_with(expected),
+        "{statement}\nexpected: 22023 {expected}…\n   found: {code} {message}"
+    );
+}
+
+/// `job.enqueue_unique`'s arguments, each a valid value, in its order.
+const UNIQUE_ARGUMENTS: [(&str, &str); 13] = [
+    ("p_kind", "'doors.any'"),
+    ("p_queue", "'default'"),
+    ("p_priority", "0::smallint"),
+    ("p_payload", "'{}'::jsonb"),
+    ("p_payload_version", "1"),
+    ("p_max_attempts", "25"),
+    ("p_run_at", "now()"),
+    ("p_deadline", "now() + interval '1 hour'"),
+    ("p_unique_key", "'key:1'"),
+    ("p_unique_scope", "'finished'"),
+    ("p_replace", "false"),
+    ("p_tags", "'{a}'::text[]"),
+    ("p_tenant", "'acme'"),
+];
+
+/// A call of `job.enqueue_unique` with the valid arguments, `name`'s replaced by `value`.
+fn enqueue_unique(name: &str, value: &str) -> String {
+    let arguments: Vec<&str> = UNIQUE_ARGUMENTS
+        .iter()
+        .map(|&(n, v)| if n == name { value } else { v })
+        .collect();
+    format!("SELECT * FROM job.enqueue_unique({})", arguments.join(", "))
+}
+
+#[tokio::test]
+async fn enqueue_unique_refuses_a_null_argument_naming_it() {
+    let db = TestDb::new().await;
+    let pool = db.pool();
+    for (name, _) in UNIQUE_ARGUMENTS {
+        let statement = enqueue_unique(name, "NULL");
+        if matches!(name, "p_deadline" | "p_tenant") {
+            // No deadline and no tenant are what NULL means for them.
+            sqlx::raw_sql(&statement).execute(&pool).await.unwrap();
+            sqlx::raw_sql("DELETE FROM job.jobs")
+                .execute(&pool)
+                .await
+                .unwrap();
+            continue;
+        }
+        refused_naming(
+            &pool,
+            &statement,
+            &format!("invalid enqueue argument `{name}`: must"),
+        )
+        .await;
+    }
+    // Every argument NULL: the first is named.
+    refused_naming(
+        &pool,
+        &format!(
+            "SELECT * FROM job.enqueue_unique({})",
+            ["NULL"; 13].join(", ")
+        ),
+        "invalid enqueue argument `p_kind`: must not be null",
+    )
+    .await;
+    assert_eq!(rows(&pool).await, 0, "nothing was written");
+    db.close().await;
+}
+
+#[tokio::test]
+async fn enqueue_unique_refuses_what_job_enqueue_refuses_in_its_words() {
+    let db = TestDb::new().await;
+    let pool = db.pool();
+    let cases = [
+        (
+            "p_priority",
+            "(-1)::smallint",
+            "must be between 0 and 32767, got -1",
+        ),
+        ("p_max_attempts", "0", "must be at least 1, got 0"),
+        ("p_payload_version", "-5", "must be at least 1, got -5"),
+        (
+            "p_run_at",
+            "'infinity'",
+            "must be between 0001-01-01 and 9999-12-31 UTC, got infinity",
+        ),
+        (
+            "p_deadline",
+            "'-infinity'",
+            "must be between 0001-01-01 and 9999-12-31 UTC, got -infinity",
+        ),
+        (
+            "p_unique_key",
+            "''",
+            "must be 1 to 512 bytes, got 0",
+        ),
+        (
+            "p_unique_scope",
+            "repeat('x', 1000)",
+            "must be 'finished', 'started' or 'pruned', got 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx… (1000 bytes)'",
+        ),
+    ];
+    for (name, value, problem) in cases {
+        refused_naming(
+            &pool,
+            &enqueue_unique(name, value),
+            &format!("invalid enqueue argument `{name}`: {problem}"),
+        )
+        .await;
+    }
+    // The name and payload rules are the table's admission trigger's, as before (a second
+    // pass here would cost every enqueue): refused naming the column.
+    refused_by_sql(
+        &pool,
+        &enqueue_unique("p_kind", "'doors any'"),
+        "23514",
+        "kind",
+    )
+    .await;
+    refused_by_sql(
+        &pool,
+        &enqueue_unique("p_payload", "'[1]'::jsonb"),
+        "23514",
+        "payload",
+    )
+    .await;
+    assert_eq!(rows(&pool).await, 0, "nothing was written");
+    db.close().await;
+}
+
+#[tokio::test]
+async fn tags_not_indexed_from_one_are_refused_naming_the_tags() {
+    let db = TestDb::new().await;
+    let pool = db.pool();
+    let words = "must be indexed from 1 (as ARRAY[...] and '{...}' are), got an array indexed \
+                 from 5";
+    refused_naming(
+        &pool,
+        "SELECT job.enqueue('doors.any', '{}', tags => '[5:5]={a}'::text[])",
+        &format!("invalid enqueue argument `tags`: {words}"),
+    )
+    .await;
+    refused_naming(
+        &pool,
+        "SELECT job.enqueue('doors.any', '{}', unique_key => 'k', tags => '[5:6]={a,b}')",
+        &format!("invalid enqueue argument `tags`: {words}"),
+    )
+    .await;
+    refused_naming(
+        &pool,
+        &enqueue_unique("p_tags", "'[5:5]={a}'::text[]"),
+        &format!("invalid enqueue argument `p_tags`: {words}"),
+    )
+    .await;
+    assert_eq!(rows(&pool).await, 0, "nothing was written");
+    // Indexed from 1, however written, they are taken.
+    sqlx::raw_sql("SELECT job.enqueue('doors.any', '{}', tags => '[1:2]={a,b}'::text[])")
+        .execute(&pool)
+        .await
+        .unwrap();
+    assert_eq!(rows(&pool).await, 1);
+    db.close().await;
+}
+
+#[tokio::test]
+async fn the_stagers_functions_refuse_a_negative_or_null_count_naming_it() {
+    let db = TestDb::new().await;
+    let pool = db.pool();
+    for (function, argument, what) in [
+        ("ordering_wake_up", "max_keys", "the most keys to wake up"),
+        (
+            "dependencies_resolve",
+            "max_jobs",
+            "the most dependents to resolve",
+        ),
+    ] {
+        for (value, shown) in [
+            ("-1", "-1"),
+            ("-2147483648", "-2147483648"),
+            ("NULL", "null"),
+        ] {
+            refused_naming(
+                &pool,
+                &format!("SELECT job.{function}({value})"),
+                &format!(
+                    "invalid {function} argument `{argument}`: must be 0 or more ({what}), \
+                     got {shown}"
+                ),
+            )
+            .await;
+        }
+        // No upper bound: the stager sends its batch, up to i32::MAX.
+        for value in [0, i32::MAX] {
+            let done: i32 = sqlx::query_scalar(&format!("SELECT job.{function}($1)"))
+                .bind(value)
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+            assert_eq!(done, 0, "{function}({value})");
+        }
+    }
+    db.close().await;
+}
