@@ -217,3 +217,22 @@ async fn the_stagers_functions_refuse_a_negative_or_null_count_naming_it() {
     }
     db.close().await;
 }
+
+/// `job.enqueue_many` has no bound of its own (the migration's head says why): a call of more
+/// jobs than one statement of `Store::enqueue_many` holds goes in whole.
+#[tokio::test]
+async fn a_bulk_sql_enqueue_takes_more_jobs_than_one_rust_statement_holds() {
+    let db = TestDb::new().await;
+    let pool = db.pool();
+    let ids: Vec<i64> = sqlx::query_scalar(
+        "SELECT * FROM job.enqueue_many((SELECT jsonb_agg(jsonb_build_object(
+             'kind', 'doors.any', 'payload', jsonb_build_object('n', n)))
+         FROM generate_series(1, 10001) n))",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(ids.len(), 10_001);
+    assert_eq!(rows(&pool).await, 10_001);
+    db.close().await;
+}
