@@ -8,8 +8,14 @@ use axum::http::request::Parts;
 pub(crate) struct Base(pub(crate) String);
 
 impl Base {
-    /// A link to `path` (which starts with `/`) inside the dashboard.
+    /// A link to `path` (which starts with `/`) inside the dashboard. The dashboard's root
+    /// under a prefix is the prefix itself (`/ops/jobs`, `/ops/jobs?done=paused`), not
+    /// `/ops/jobs/`: `Router::nest` routes the one and not the other (`nest_service` both).
     pub(crate) fn at(&self, path: &str) -> String {
+        let path = match path.strip_prefix('/') {
+            Some(rest) if !self.0.is_empty() && (rest.is_empty() || rest.starts_with('?')) => rest,
+            _ => path,
+        };
         format!("{}{path}", self.0)
     }
 }
@@ -32,5 +38,23 @@ impl<S: Send + Sync> FromRequestParts<S> for Base {
             original.strip_suffix(inner.as_str()).unwrap_or("")
         };
         Ok(Base(prefix.to_owned()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_root_under_a_prefix_is_the_prefix() {
+        let root = Base(String::new());
+        assert_eq!(root.at("/"), "/");
+        assert_eq!(root.at("/?done=paused"), "/?done=paused");
+        assert_eq!(root.at("/dead"), "/dead");
+        let nested = Base("/ops/jobs".to_owned());
+        assert_eq!(nested.at("/"), "/ops/jobs");
+        assert_eq!(nested.at("/?done=paused"), "/ops/jobs?done=paused");
+        assert_eq!(nested.at("/dead"), "/ops/jobs/dead");
+        assert_eq!(nested.at("/jobs?queue=mail"), "/ops/jobs/jobs?queue=mail");
     }
 }

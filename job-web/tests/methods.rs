@@ -131,11 +131,11 @@ async fn a_wrong_method_answers_the_dashboards_405_page_on_every_route() {
     let nested = axum::Router::new().nest("/ops/jobs", Dashboard::new(db.store()).router());
     let answer = send_as(&nested, "GET", "/ops/jobs/actions/cancel", &[], None).await;
     let says = "GET is not allowed at /ops/jobs/actions/cancel";
-    assert_method_page(&answer, "POST", says, "/ops/jobs/");
+    assert_method_page(&answer, "POST", says, "/ops/jobs");
     let served = axum::Router::new().nest_service("/ops/jobs", Dashboard::new(db.store()).router());
     let answer = send_as(&served, "DELETE", "/ops/jobs/dead", &[], None).await;
     let says = "DELETE is not allowed at /ops/jobs/dead";
-    assert_method_page(&answer, "GET,HEAD", says, "/ops/jobs/");
+    assert_method_page(&answer, "GET,HEAD", says, "/ops/jobs");
     db.close().await;
 }
 
