@@ -149,7 +149,8 @@ impl Dashboard {
     /// with `Router::nest_service`; under `Router::nest` (or `merge`) axum gives it the
     /// application's fallback. The router sets no fallback of its own, so that it merges into
     /// a router that has one. A method a route does not take gets the dashboard's 405 page
-    /// however the router is mounted.
+    /// however the router is mounted. Under `nest("/jobs", ..)` the dashboard's root is
+    /// `/jobs`, where its links and redirects go: axum routes no `/jobs/` there.
     pub fn router(mut self) -> Router {
         let given = self.config.answer_within;
         let within = given.clamp(MIN_ANSWER_WITHIN, MAX_ANSWER_WITHIN);
