@@ -29,8 +29,9 @@ pub(crate) struct Cli {
     pub(crate) json: bool,
     /// How long a statement may wait for the database (a lock held on the job tables, a busy
     /// server) before the command gives up, exit code 1; the database stops the statement, so
-    /// nothing is left waiting. For `migrate`, the wait for a lock only. 100ms to 1h; `web`
-    /// has its own bound.
+    /// nothing is left waiting. A database that does not answer at all (a network down, a
+    /// stopped server) is given up 2s after that. For `migrate`, the wait for a lock only.
+    /// 100ms to 1h; `web` has its own bound.
     #[arg(
         long,
         global = true,

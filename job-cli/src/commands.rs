@@ -18,6 +18,7 @@ use crate::cli::{
 use crate::output::{
     self, add_row, json, numeric, print, print_json, table, when, JobView, StdoutError, StepView,
 };
+use crate::wait::Bound;
 
 pub(crate) type Error = Box<dyn std::error::Error + Send + Sync>;
 
@@ -28,7 +29,8 @@ pub(crate) type Error = Box<dyn std::error::Error + Send + Sync>;
 const STATS_QUEUES: usize = 1_000;
 
 /// Runs one command; the exit code says how it went (0 fine, 1 failed or not found, 2 `check`
-/// found something wrong). A statement the database stopped at `--timeout` is said as such.
+/// found something wrong). A statement the database stopped at `--timeout` is said as such,
+/// and so is a request the database did not answer at all ([`Bound`]).
 pub(crate) async fn run(cli: Cli) -> Result<ExitCode, Error> {
     let (setting, timeout) = (crate::wait::setting(&cli.command), cli.timeout);
     run_command(cli)
@@ -50,6 +52,7 @@ async fn run_command(cli: Cli) -> Result<ExitCode, Error> {
         .clone()
         .ok_or("no database: give --database-url or set DATABASE_URL")?;
     let store = connect(&url, &cli.command, cli.timeout).await?;
+    let bound = Bound::new(&cli.command, cli.timeout);
     let json_out = cli.json;
     match cli.command {
         Command::Migrate { .. } => {
@@ -60,7 +63,7 @@ async fn run_command(cli: Cli) -> Result<ExitCode, Error> {
                 "the job schema is up to date",
             )?;
         }
-        Command::Stats(filter) => stats(&store, &filter.filter(), json_out).await?,
+        Command::Stats(filter) => stats(&store, bound, &filter.filter(), json_out).await?,
         Command::List {
             filter,
             states,
@@ -78,10 +81,10 @@ async fn run_command(cli: Cli) -> Result<ExitCode, Error> {
                 ..filter.filter()
             };
             if json_out {
-                list_json(&store, &filter).await?;
+                list_json(&store, bound, &filter).await?;
             } else {
                 // The table shows no payload: read none (1 MiB payloads, 100 jobs).
-                let jobs = store.list_summaries(&filter).await?;
+                let jobs = bound.answer(store.list_summaries(&filter)).await?;
                 if jobs.is_empty() {
                     print("no matching jobs")?;
                 } else {
@@ -89,9 +92,9 @@ async fn run_command(cli: Cli) -> Result<ExitCode, Error> {
                 }
             }
         }
-        Command::Show { id } => return show(&store, id, json_out).await,
+        Command::Show { id } => return show(&store, bound, id, json_out).await,
         Command::Cancel { id } => {
-            let outcome = store.cancel(id).await?;
+            let outcome = bound.answer(store.cancel(id)).await?;
             let (text, code) = match outcome {
                 Cancelled::Now => ("cancelled".to_owned(), 0),
                 Cancelled::Requested => (
@@ -122,11 +125,11 @@ async fn run_command(cli: Cli) -> Result<ExitCode, Error> {
             }
             return Ok(ExitCode::from(code));
         }
-        Command::Redrive(dead) => return redrive(&store, &dead, json_out).await,
-        Command::Purge { dead, yes } => return purge(&store, &dead, yes, json_out).await,
+        Command::Redrive(dead) => return redrive(&store, bound, &dead, json_out).await,
+        Command::Purge { dead, yes } => return purge(&store, bound, &dead, yes, json_out).await,
         Command::Pause(what) => {
             let what = pause_target(what)?;
-            let changed = store.pause(&what).await?;
+            let changed = bound.answer(store.pause(&what)).await?;
             let text = if changed { "paused" } else { "already paused" };
             say(
                 json_out,
@@ -136,7 +139,7 @@ async fn run_command(cli: Cli) -> Result<ExitCode, Error> {
         }
         Command::Resume(what) => {
             let what = pause_target(what)?;
-            let changed = store.resume(&what).await?;
+            let changed = bound.answer(store.resume(&what)).await?;
             let text = if changed { "resumed" } else { "was not paused" };
             say(
                 json_out,
@@ -145,7 +148,7 @@ async fn run_command(cli: Cli) -> Result<ExitCode, Error> {
             )?;
         }
         Command::Paused => {
-            let paused = store.pauses().await?;
+            let paused = bound.answer(store.pauses()).await?;
             let until = |p: &job::PauseEntry| p.resume_at.map(|at| at.to_rfc3339());
             if json_out {
                 let list: Vec<_> = paused
@@ -182,11 +185,11 @@ async fn run_command(cli: Cli) -> Result<ExitCode, Error> {
             }
         }
         Command::Enqueue(args) => {
-            let id = enqueue(&store, args).await?;
+            let id = enqueue(&store, bound, args).await?;
             say(json_out, json!({"id": id}), &id.to_string())?;
         }
         Command::Check { lease } => {
-            let check = store.check(lease).await?;
+            let check = bound.answer(store.check(lease)).await?;
             print_check(&check, json_out)?;
             if !check.problems().is_empty() {
                 return Ok(ExitCode::from(2));
@@ -382,9 +385,14 @@ fn pause_target(args: PauseArgs) -> Result<Pause, Error> {
     }
 }
 
-async fn stats(store: &PgStore, filter: &JobFilter, json_out: bool) -> Result<(), Error> {
-    let stats = store.stats(filter).await?;
-    let paused = store.paused().await?;
+async fn stats(
+    store: &PgStore,
+    bound: Bound,
+    filter: &JobFilter,
+    json_out: bool,
+) -> Result<(), Error> {
+    let stats = bound.answer(store.stats(filter)).await?;
+    let paused = bound.answer(store.paused()).await?;
     if json_out {
         let counts: Vec<_> = stats
             .counts
@@ -480,12 +488,12 @@ async fn stats(store: &PgStore, filter: &JobFilter, json_out: bool) -> Result<()
     Ok(())
 }
 
-async fn show(store: &PgStore, id: i64, json_out: bool) -> Result<ExitCode, Error> {
-    let Some(job) = store.get(id).await? else {
+async fn show(store: &PgStore, bound: Bound, id: i64, json_out: bool) -> Result<ExitCode, Error> {
+    let Some(job) = bound.answer(store.get(id)).await? else {
         eprintln!("job: no job {id}");
         return Ok(ExitCode::FAILURE);
     };
-    let steps = store.steps(id).await?;
+    let steps = bound.answer(store.steps(id)).await?;
     if json_out {
         let steps: Vec<StepView> = steps.iter().map(StepView::from).collect();
         print_json(&json!({"job": JobView::from(&job), "steps": steps}))?;
@@ -593,20 +601,20 @@ const LIST_JSON_CHUNK: usize = 16;
 /// The output is the JSON array `print_json` would write of them all. A job deleted between
 /// the two reads (purged, pruned) is left out; one that changed meanwhile (finished, say) is
 /// written as it is at the second read, even if it no longer matches the filter.
-async fn list_json(store: &PgStore, filter: &JobFilter) -> Result<(), Error> {
-    let ids: Vec<i64> = store
-        .list_summaries(filter)
+async fn list_json(store: &PgStore, bound: Bound, filter: &JobFilter) -> Result<(), Error> {
+    let ids: Vec<i64> = bound
+        .answer(store.list_summaries(filter))
         .await?
         .iter()
         .map(|job| job.id)
         .collect();
     let mut array = output::JsonArray::start()?;
     for chunk in ids.chunks(LIST_JSON_CHUNK) {
-        let rows = store
-            .list(&JobFilter {
+        let rows = bound
+            .answer(store.list(&JobFilter {
                 limit: Some(LIST_JSON_CHUNK as u32),
                 ..JobFilter::ids(chunk.iter().copied())
-            })
+            }))
             .await?;
         for row in &rows {
             array.push(&JobView::from(row))?;
@@ -620,9 +628,14 @@ async fn list_json(store: &PgStore, filter: &JobFilter) -> Result<(), Error> {
 /// letter, a dead letter the filter leaves out, or no such job) is said with why, and so is a
 /// dead letter skipped for its unique key (it stays a dead letter): either makes the exit
 /// code 1.
-async fn redrive(store: &PgStore, dead: &DeadArgs, json_out: bool) -> Result<ExitCode, Error> {
+async fn redrive(
+    store: &PgStore,
+    bound: Bound,
+    dead: &DeadArgs,
+    json_out: bool,
+) -> Result<ExitCode, Error> {
     let filter = dead.filter()?;
-    let out = store.redrive(&filter).await?;
+    let out = bound.answer(store.redrive(&filter)).await?;
     let not_dead: Vec<i64> = dead
         .ids
         .iter()
@@ -660,7 +673,8 @@ async fn redrive(store: &PgStore, dead: &DeadArgs, json_out: bool) -> Result<Exi
         ))?;
     }
     if !not_dead.is_empty() {
-        let absent = left_behind(store, &dead.filter.filter(), &not_dead, "redriven").await?;
+        let absent =
+            left_behind(store, bound, &dead.filter.filter(), &not_dead, "redriven").await?;
         for id in absent {
             eprintln!("job: {id} was not redriven: no such job");
         }
@@ -675,23 +689,24 @@ async fn redrive(store: &PgStore, dead: &DeadArgs, json_out: bool) -> Result<Exi
 /// exits 1, as `redrive` does.
 async fn purge(
     store: &PgStore,
+    bound: Bound,
     dead: &DeadArgs,
     yes: bool,
     json_out: bool,
 ) -> Result<ExitCode, Error> {
     let filter = dead.filter()?;
-    let missing = missing(store, &dead.ids).await?;
+    let missing = missing(store, bound, &dead.ids).await?;
     let (n, expected) = if yes {
-        (store.purge(&filter).await?, dead.ids.clone())
+        (bound.answer(store.purge(&filter)).await?, dead.ids.clone())
     } else {
-        let matching = store
-            .list_summaries(&JobFilter {
+        let matching = bound
+            .answer(store.list_summaries(&JobFilter {
                 states: vec![JobState::Discarded],
                 ..filter.clone()
-            })
+            }))
             .await?;
         if matching.is_empty() {
-            let mut not_purged = unpurged(store, &filter, &dead.ids).await?;
+            let mut not_purged = unpurged(store, bound, &filter, &dead.ids).await?;
             not_purged.extend(missing);
             say(
                 json_out,
@@ -715,12 +730,12 @@ async fn purge(
         }
         // Exactly the confirmed ids: the filter may match other rows by now.
         let mut confirmed: Vec<i64> = matching.iter().map(|j| j.id).collect();
-        let n = store
-            .purge(&JobFilter {
+        let n = bound
+            .answer(store.purge(&JobFilter {
                 ids: confirmed.clone(),
                 limit: Some(u32::try_from(confirmed.len())?),
                 ..JobFilter::default()
-            })
+            }))
             .await?;
         let named: Vec<i64> = dead
             .ids
@@ -731,7 +746,7 @@ async fn purge(
         confirmed.extend(named);
         (n, confirmed)
     };
-    let mut not_purged = unpurged(store, &filter, &expected).await?;
+    let mut not_purged = unpurged(store, bound, &filter, &expected).await?;
     not_purged.extend(missing);
     say(
         json_out,
@@ -742,16 +757,16 @@ async fn purge(
 }
 
 /// Of the `named` ids, those of no job, each said on stderr.
-async fn missing(store: &PgStore, named: &[i64]) -> Result<Vec<i64>, Error> {
+async fn missing(store: &PgStore, bound: Bound, named: &[i64]) -> Result<Vec<i64>, Error> {
     if named.is_empty() {
         return Ok(Vec::new());
     }
-    let found = store
-        .list_summaries(&JobFilter {
+    let found = bound
+        .answer(store.list_summaries(&JobFilter {
             ids: named.to_vec(),
             limit: Some(u32::try_from(named.len())?),
             ..JobFilter::default()
-        })
+        }))
         .await?;
     let missing: Vec<i64> = named
         .iter()
@@ -765,8 +780,13 @@ async fn missing(store: &PgStore, named: &[i64]) -> Result<Vec<i64>, Error> {
 }
 
 /// Of `ids`, each meant to be deleted, those still there, each said on stderr with why.
-async fn unpurged(store: &PgStore, filter: &JobFilter, ids: &[i64]) -> Result<Vec<i64>, Error> {
-    let absent = left_behind(store, filter, ids, "purged").await?;
+async fn unpurged(
+    store: &PgStore,
+    bound: Bound,
+    filter: &JobFilter,
+    ids: &[i64],
+) -> Result<Vec<i64>, Error> {
+    let absent = left_behind(store, bound, filter, ids, "purged").await?;
     Ok(ids
         .iter()
         .copied()
@@ -780,6 +800,7 @@ async fn unpurged(store: &PgStore, filter: &JobFilter, ids: &[i64]) -> Result<Ve
 /// it. Returns the ids of no job, not said.
 async fn left_behind(
     store: &PgStore,
+    bound: Bound,
     filter: &JobFilter,
     ids: &[i64],
     done: &str,
@@ -788,12 +809,12 @@ async fn left_behind(
         return Ok(Vec::new());
     }
     let limit = Some(u32::try_from(ids.len())?);
-    let left = store
-        .list_summaries(&JobFilter {
+    let left = bound
+        .answer(store.list_summaries(&JobFilter {
             ids: ids.to_vec(),
             limit,
             ..JobFilter::default()
-        })
+        }))
         .await?;
     let dead: Vec<i64> = left
         .iter()
@@ -803,13 +824,13 @@ async fn left_behind(
     let matching: Vec<i64> = if dead.is_empty() {
         Vec::new()
     } else {
-        store
-            .list_summaries(&JobFilter {
+        bound
+            .answer(store.list_summaries(&JobFilter {
                 ids: dead,
                 states: vec![JobState::Discarded],
                 limit,
                 ..filter.clone()
-            })
+            }))
             .await?
             .iter()
             .map(|j| j.id)
@@ -849,7 +870,7 @@ fn exit_code(not_purged: &[i64]) -> ExitCode {
     }
 }
 
-async fn enqueue(store: &PgStore, args: EnqueueArgs) -> Result<i64, Error> {
+async fn enqueue(store: &PgStore, bound: Bound, args: EnqueueArgs) -> Result<i64, Error> {
     // Read as serde_json reads it (a handler will: syntax, escapes, numbers within an f64's
     // range), but stored as the text given: written back from the `Value`, a number past an
     // f64's precision would change, where `jsonb` keeps it exact.
@@ -887,9 +908,13 @@ async fn enqueue(store: &PgStore, args: EnqueueArgs) -> Result<i64, Error> {
     job.tenant = args.tenant;
     job.validate(store.payload_limit()).map_err(named_option)?;
     // The database checks what only it can (a deadline not after the run time it computes).
-    job_postgres::enqueue(store.pool(), &job)
+    bound
+        .answer(async {
+            job_postgres::enqueue(store.pool(), &job)
+                .await
+                .map_err(named_option)
+        })
         .await
-        .map_err(named_option)
 }
 
 /// An enqueue option the framework refused, named as the command line gave it (`--in`, not the

@@ -2,7 +2,14 @@
 //! migration, a `LOCK TABLE`, a long transaction) or a busy server made every command that
 //! reads or writes `job.jobs` wait for ever; an operator's `job stats` at 3 a.m. hung with no
 //! word. Now the database stops a statement that waits longer, and the command says so.
+//!
+//! A database that does not answer at all (a network partition, a stopped server) cannot stop
+//! anything, and the kernel waits a quarter of an hour or more for a connection whose peer
+//! says nothing: so the command also gives up by itself on each request it makes of the
+//! database ([`Bound`]), `--timeout` and [`MARGIN`] after sending it.
 
+use std::fmt;
+use std::future::Future;
 use std::time::Duration;
 
 use sqlx::postgres::PgConnectOptions;
@@ -80,6 +87,92 @@ pub(crate) fn explained(
         _ => error,
     }
 }
+
+/// What the command waits beyond `--timeout` before it gives up on a request by itself: the
+/// server's own stop of a statement at `--timeout` ([`setting`]) comes back within a round
+/// trip, and a request may have to open a connection first, so only a database that does not
+/// answer at all runs into it.
+pub(crate) const MARGIN: Duration = Duration::from_secs(2);
+
+/// The command's own bound on each request it makes of the database: one call of the store
+/// (a stats read, a page of a listing, a check, a cancel), given up `--timeout` plus
+/// [`MARGIN`] after it started, with [`NoAnswer`]. Per request, not per command: `list --json`
+/// reads a page at a time and `purge` asks the operator between its requests. `migrate` has
+/// none (a migration's own statements may run long on a large table), nor has `web` (its
+/// `answer_within`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Bound {
+    timeout: Duration,
+    changes: bool,
+}
+
+impl Bound {
+    /// `command`'s bound for `--timeout` `timeout`.
+    pub(crate) fn new(command: &Command, timeout: Duration) -> Bound {
+        let changes = matches!(
+            command,
+            Command::Cancel { .. }
+                | Command::Redrive(_)
+                | Command::Purge { .. }
+                | Command::Pause(_)
+                | Command::Resume(_)
+                | Command::Enqueue(_)
+        );
+        Bound { timeout, changes }
+    }
+
+    /// What `request` answered, or [`NoAnswer`] when it has not within the bound (it is
+    /// dropped, and with it its connection: the server ends a session whose client has gone).
+    pub(crate) async fn answer<T, E>(
+        self,
+        request: impl Future<Output = Result<T, E>>,
+    ) -> Result<T, crate::commands::Error>
+    where
+        E: Into<crate::commands::Error>,
+    {
+        match tokio::time::timeout(self.timeout + MARGIN, request).await {
+            Ok(answered) => answered.map_err(Into::into),
+            Err(_) => Err(NoAnswer {
+                timeout: self.timeout,
+                changes: self.changes,
+            }
+            .into()),
+        }
+    }
+}
+
+/// A request the database did not answer within its [`Bound`]: nothing came back, not even the
+/// server's own stop of the statement at `--timeout`.
+#[derive(Debug)]
+pub(crate) struct NoAnswer {
+    timeout: Duration,
+    /// Whether the command changes something (cancel, redrive, purge, pause, resume, enqueue),
+    /// which may or may not have been done.
+    changes: bool,
+}
+
+impl fmt::Display for NoAnswer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "the database did not answer within {} (--timeout), nor in the {} after: nothing \
+             came back, not even the server's stop of the statement, as when the network to it \
+             is down or the server is stopped",
+            humantime::format_duration(self.timeout),
+            humantime::format_duration(MARGIN)
+        )?;
+        if self.changes {
+            f.write_str(
+                "; the change asked for may or may not have been made: look (job show, \
+                 job list) before running it again",
+            )
+        } else {
+            f.write_str("; run it again once the database answers")
+        }
+    }
+}
+
+impl std::error::Error for NoAnswer {}
 
 /// The SQLSTATE of the database error somewhere in `error`'s chain of sources.
 fn sqlstate(error: &(dyn std::error::Error + 'static)) -> Option<String> {

@@ -1,5 +1,6 @@
 //! The `job` binary never waits for ever: a lock held on the job tables ends each command at
-//! its `--timeout` with exit code 1 and a line saying so, and what it was doing is undone.
+//! its `--timeout` with exit code 1 and a line saying so, and what it was doing is undone; a
+//! database that stops answering mid-statement ends it shortly after.
 //! Also what the command line refuses before connecting: arguments that are not UTF-8 (named
 //! by position) and a URL of another database's scheme.
 
@@ -15,9 +16,15 @@ const STUCK: Duration = Duration::from_secs(60);
 
 /// Runs `job args` against `db`, killed and reported when it has not ended within [`STUCK`].
 async fn job_bounded(db: &TestDb, args: &[&str]) -> Output {
+    job_bounded_at(&db.url(), args).await
+}
+
+/// Runs `job args` against the database at `url`, killed and reported when it has not ended
+/// within [`STUCK`].
+async fn job_bounded_at(url: &str, args: &[&str]) -> Output {
     let mut child = Command::new(env!("CARGO_BIN_EXE_job"))
         .args(args)
-        .env("DATABASE_URL", db.url())
+        .env("DATABASE_URL", url)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -75,6 +82,145 @@ async fn a_lock_held_on_the_jobs_table_ends_each_command_at_its_timeout() {
         .await
         .unwrap();
     assert_eq!(jobs, 0);
+    db.close().await;
+}
+
+/// A TCP proxy to the test's server that goes silent: it forwards each connection both ways
+/// until the client sends `marker` (a statement naming it), forwards those bytes, then
+/// forwards nothing more either way and holds both sockets open. The server answers; the
+/// answer never arrives, as over a partitioned network or from a stopped server, and no
+/// error comes either. Dropping it closes every socket.
+struct Silencer {
+    addr: std::net::SocketAddr,
+    accepting: tokio::task::JoinHandle<()>,
+}
+
+impl Silencer {
+    async fn start(db: &TestDb, marker: &'static [u8]) -> Silencer {
+        use tokio::net::{TcpListener, TcpStream};
+        let options = db.connect_options();
+        let server = format!("{}:{}", options.get_host(), options.get_port());
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let accepting = tokio::spawn(async move {
+            // Dropped with this task: every connection's sockets close with it.
+            let mut connections = tokio::task::JoinSet::new();
+            while let Ok((client, _)) = listener.accept().await {
+                let upstream = TcpStream::connect(&server).await.unwrap();
+                connections.spawn(relay(client, upstream, marker));
+            }
+        });
+        Silencer { addr, accepting }
+    }
+
+    /// `db`'s URL through the proxy.
+    fn url(&self, db: &TestDb) -> String {
+        let options = db.connect_options();
+        format!(
+            "postgres://{}@{}/{}",
+            options.get_username(),
+            self.addr,
+            db.name()
+        )
+    }
+}
+
+impl Drop for Silencer {
+    fn drop(&mut self) {
+        self.accepting.abort();
+    }
+}
+
+/// Forwards between `client` and `upstream` until `marker` has gone from the client to the
+/// server, then holds both sockets, silent, until dropped.
+async fn relay(client: tokio::net::TcpStream, upstream: tokio::net::TcpStream, marker: &[u8]) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let silent = std::sync::Arc::new(AtomicBool::new(false));
+    let (mut from_client, mut to_client) = client.into_split();
+    let (mut from_server, mut to_server) = upstream.into_split();
+    let up = {
+        let silent = silent.clone();
+        async move {
+            // What came last, so that a marker split between two reads is found too.
+            let mut seen: Vec<u8> = Vec::new();
+            let mut buf = vec![0; 64 * 1024];
+            loop {
+                let n = match from_client.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => n,
+                };
+                seen.extend_from_slice(&buf[..n]);
+                if seen.windows(marker.len()).any(|w| w == marker) {
+                    // Set before the server can answer what it is about to get.
+                    silent.store(true, Ordering::SeqCst);
+                }
+                let keep = seen.len().saturating_sub(marker.len());
+                seen.drain(..keep);
+                if to_server.write_all(&buf[..n]).await.is_err() {
+                    return;
+                }
+                if silent.load(Ordering::SeqCst) {
+                    // Reads nothing more from the client, and keeps both sockets open.
+                    std::future::pending::<()>().await;
+                }
+            }
+        }
+    };
+    let down = async move {
+        let mut buf = vec![0; 64 * 1024];
+        loop {
+            let n = match from_server.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => n,
+            };
+            if silent.load(Ordering::SeqCst) {
+                std::future::pending::<()>().await;
+            }
+            if to_client.write_all(&buf[..n]).await.is_err() {
+                return;
+            }
+        }
+    };
+    tokio::join!(up, down);
+}
+
+/// A statement sent on a connection that then goes silent (no answer, no error: a network
+/// partition, a stopped server) is given up at `--timeout` and a small margin, saying so,
+/// where the server's own bound cannot help and the kernel would wait a quarter of an hour.
+#[tokio::test]
+async fn a_database_gone_silent_mid_statement_ends_the_command_at_its_timeout() {
+    let db = TestDb::new().await;
+    let enqueued = job_bounded(&db, &["--json", "enqueue", "k", "{}"]).await;
+    let id =
+        serde_json::from_slice::<serde_json::Value>(&enqueued.stdout).unwrap()["id"].to_string();
+    // Every statement on `job.jobs` goes unanswered; connecting and the session's setup pass.
+    let silencer = Silencer::start(&db, b"job.jobs").await;
+    let url = silencer.url(&db);
+    for (args, action) in [
+        (&["--timeout", "1s", "stats"][..], false),
+        (&["--timeout", "1s", "--json", "list"], false),
+        (&["--timeout", "1s", "show", &id], false),
+        (&["--timeout", "1s", "cancel", &id], true),
+    ] {
+        let out = job_bounded_at(&url, args).await;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        // Said apart from the server's stop of a statement at --timeout, which never came.
+        assert!(
+            stderr.starts_with(
+                "job: the database did not answer within 1s (--timeout), nor in the 2s after"
+            ),
+            "{args:?}: {stderr}"
+        );
+        assert_eq!(
+            stderr.contains("may or may not have been made"),
+            action,
+            "{args:?}: {stderr}"
+        );
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+    }
+    drop(silencer);
     db.close().await;
 }
 
