@@ -20,6 +20,14 @@ use crate::output::{
 };
 use crate::wait::Bound;
 
+/// The statements `PgStore::check` sends one after the other (its counts, leases, orphan
+/// steps, stranded pending jobs and dead-letter classes), each given `--timeout` by the server.
+const CHECK_STATEMENTS: u32 = 5;
+/// The statements `Admin::stats` sends (counts, the oldest due job, stuck executions).
+const STATS_STATEMENTS: u32 = 3;
+/// The statements of one redrive's transaction (its lock, the redrive, the order of keys).
+const REDRIVE_STATEMENTS: u32 = 3;
+
 pub(crate) type Error = Box<dyn std::error::Error + Send + Sync>;
 
 /// The most queues `stats` prints as rows of its table, the first by name (as the dashboard's
@@ -189,7 +197,9 @@ async fn run_command(cli: Cli) -> Result<ExitCode, Error> {
             say(json_out, json!({"id": id}), &id.to_string())?;
         }
         Command::Check { lease } => {
-            let check = bound.answer(store.check(lease)).await?;
+            let check = bound
+                .answer_of(CHECK_STATEMENTS, store.check(lease))
+                .await?;
             print_check(&check, json_out)?;
             if !check.problems().is_empty() {
                 return Ok(ExitCode::from(2));
@@ -391,7 +401,9 @@ async fn stats(
     filter: &JobFilter,
     json_out: bool,
 ) -> Result<(), Error> {
-    let stats = bound.answer(store.stats(filter)).await?;
+    let stats = bound
+        .answer_of(STATS_STATEMENTS, store.stats(filter))
+        .await?;
     let paused = bound.answer(store.paused()).await?;
     if json_out {
         let counts: Vec<_> = stats
@@ -635,7 +647,9 @@ async fn redrive(
     json_out: bool,
 ) -> Result<ExitCode, Error> {
     let filter = dead.filter()?;
-    let out = bound.answer(store.redrive(&filter)).await?;
+    let out = bound
+        .answer_of(REDRIVE_STATEMENTS, store.redrive(&filter))
+        .await?;
     let not_dead: Vec<i64> = dead
         .ids
         .iter()

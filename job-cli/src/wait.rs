@@ -95,8 +95,8 @@ pub(crate) fn explained(
 pub(crate) const MARGIN: Duration = Duration::from_secs(2);
 
 /// The command's own bound on each request it makes of the database: one call of the store
-/// (a stats read, a page of a listing, a check, a cancel), given up `--timeout` plus
-/// [`MARGIN`] after it started, with [`NoAnswer`]. Per request, not per command: `list --json`
+/// (a stats read, a page of a listing, a check, a cancel), given up `--timeout` for each of
+/// its statements plus [`MARGIN`] after it started, with [`NoAnswer`]. Per request, not per command: `list --json`
 /// reads a page at a time and `purge` asks the operator between its requests. `migrate` has
 /// none (a migration's own statements may run long on a large table), nor has `web` (its
 /// `answer_within`).
@@ -121,8 +121,9 @@ impl Bound {
         Bound { timeout, changes }
     }
 
-    /// What `request` answered, or [`NoAnswer`] when it has not within the bound (it is
-    /// dropped, and with it its connection: the server ends a session whose client has gone).
+    /// What `request`, one statement, answered, or [`NoAnswer`] when it has not within the
+    /// bound (it is dropped, and with it its connection: the server ends a session whose
+    /// client has gone).
     pub(crate) async fn answer<T, E>(
         self,
         request: impl Future<Output = Result<T, E>>,
@@ -130,7 +131,23 @@ impl Bound {
     where
         E: Into<crate::commands::Error>,
     {
-        match tokio::time::timeout(self.timeout + MARGIN, request).await {
+        self.answer_of(1, request).await
+    }
+
+    /// [`answer`](Self::answer) for a request that sends up to `statements` statements one
+    /// after the other (`check`'s reads, `stats`' three, a redrive's transaction): the server
+    /// lets each run for `--timeout`, so the command waits for all of them, not for one, before
+    /// it calls the database silent; a slow but answering database is stopped by the server.
+    pub(crate) async fn answer_of<T, E>(
+        self,
+        statements: u32,
+        request: impl Future<Output = Result<T, E>>,
+    ) -> Result<T, crate::commands::Error>
+    where
+        E: Into<crate::commands::Error>,
+    {
+        let within = self.timeout.saturating_mul(statements.max(1)) + MARGIN;
+        match tokio::time::timeout(within, request).await {
             Ok(answered) => answered.map_err(Into::into),
             Err(_) => Err(NoAnswer {
                 timeout: self.timeout,
@@ -184,4 +201,35 @@ fn sqlstate(error: &(dyn std::error::Error + 'static)) -> Option<String> {
         next = e.source();
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::{Bound, MARGIN};
+    use crate::cli::Command;
+
+    const TIMEOUT: Duration = Duration::from_secs(30);
+
+    /// `--timeout 30s` (the default), on a clock that only moves when every task waits: a
+    /// request answers after `took`.
+    async fn answered(statements: u32, took: Duration) -> bool {
+        let bound = Bound::new(&Command::Paused, TIMEOUT);
+        let request = async {
+            tokio::time::sleep(took).await;
+            Ok::<_, std::io::Error>(())
+        };
+        bound.answer_of(statements, request).await.is_ok()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_of_several_statements_is_given_the_timeout_for_each() {
+        let moment = Duration::from_millis(1);
+        assert!(answered(1, TIMEOUT + MARGIN - moment).await);
+        assert!(!answered(1, TIMEOUT + MARGIN + moment).await);
+        // Three statements of 25 s each answer (the server stops none of them): 75 s.
+        assert!(answered(3, 3 * Duration::from_secs(25)).await);
+        assert!(!answered(3, 3 * TIMEOUT + MARGIN + moment).await);
+    }
 }
