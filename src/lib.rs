@@ -106,7 +106,7 @@ pub use job_sqlite::{Error as SqliteError, SqliteStore};
 pub mod sqlite {
     pub use job_sqlite::{
         complete_in, enqueue, enqueue_many, migrate, Migration, SqliteBackend, BUSY_TIMEOUT,
-        EVERY_QUEUE, MIGRATIONS,
+        EVERY_QUEUE, MAX_DEDICATED_CONNECTIONS, MIGRATIONS,
     };
 }
 /// The PostgreSQL connection pool the store and your handlers use (sqlx's).
