@@ -127,7 +127,7 @@ async fn run_command(cli: Cli) -> Result<ExitCode, Error> {
             };
             if code != 0 && !json_out {
                 // Like `show`: a missing or finished job is an error, said on stderr.
-                eprintln!("job: {text}");
+                say!("job: {text}");
             } else {
                 say(json_out, json!({"id": id, "outcome": key}), &text)?;
             }
@@ -502,7 +502,7 @@ async fn stats(
 
 async fn show(store: &PgStore, bound: Bound, id: i64, json_out: bool) -> Result<ExitCode, Error> {
     let Some(job) = bound.answer(store.get(id)).await? else {
-        eprintln!("job: no job {id}");
+        say!("job: no job {id}");
         return Ok(ExitCode::FAILURE);
     };
     let steps = bound.answer(store.steps(id)).await?;
@@ -690,7 +690,7 @@ async fn redrive(
         let absent =
             left_behind(store, bound, &dead.filter.filter(), &not_dead, "redriven").await?;
         for id in absent {
-            eprintln!("job: {id} was not redriven: no such job");
+            say!("job: {id} was not redriven: no such job");
         }
     }
     Ok(code)
@@ -729,17 +729,19 @@ async fn purge(
             )?;
             return Ok(exit_code(&not_purged));
         }
-        eprint!(
+        // Written with `?`: a prompt the operator cannot see must not be answered.
+        write!(
+            std::io::stderr(),
             "Delete {} dead letter(s) for good (ids {}..{})? [y/N] ",
             matching.len(),
             matching[0].id,
             matching[matching.len() - 1].id
-        );
+        )?;
         std::io::stderr().flush()?;
         let mut answer = String::new();
         std::io::stdin().lock().read_line(&mut answer)?;
         if !matches!(answer.trim(), "y" | "Y" | "yes") {
-            eprintln!("job: nothing purged");
+            say!("job: nothing purged");
             return Ok(ExitCode::FAILURE);
         }
         // Exactly the confirmed ids: the filter may match other rows by now.
@@ -788,7 +790,7 @@ async fn missing(store: &PgStore, bound: Bound, named: &[i64]) -> Result<Vec<i64
         .filter(|id| !found.iter().any(|j| j.id == *id))
         .collect();
     for id in &missing {
-        eprintln!("job: {id} was not purged: no such job");
+        say!("job: {id} was not purged: no such job");
     }
     Ok(missing)
 }
@@ -852,17 +854,18 @@ async fn left_behind(
     };
     for j in &left {
         if j.state != JobState::Discarded {
-            eprintln!(
+            say!(
                 "job: {} was not {done}: it is {}, not a dead letter",
-                j.id, j.state
+                j.id,
+                j.state
             );
         } else if matching.contains(&j.id) {
-            eprintln!(
+            say!(
                 "job: {} was not {done}: another operation held it; run the command again",
                 j.id
             );
         } else {
-            eprintln!(
+            say!(
                 "job: {} was not {done}: it is a dead letter the --kind/--queue/--tenant/--tag \
                  given leave out",
                 j.id
@@ -1131,7 +1134,7 @@ async fn web(
     }
     let listener = tokio::net::TcpListener::bind(listen).await?;
     let addr = listener.local_addr()?;
-    eprintln!(
+    say!(
         "job web: serving on http://{addr}/{}",
         if read_only {
             " (read-only: no operator token)"

@@ -2,6 +2,16 @@
 //! dashboard. Configured by `--database-url` or `DATABASE_URL`; tables for people, `--json`
 //! for scripts. See `job --help`.
 
+/// `eprintln!` that never panics: a message to a standard error that cannot be written (a
+/// full disk, `2>/dev/full`) is dropped, and the command ends with the exit code it decided on,
+/// where `eprintln!` would panic and exit 101.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 mod cli;
 mod commands;
 mod output;
@@ -24,7 +34,7 @@ fn main() -> ExitCode {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
     if let Some(problem) = not_utf8() {
-        eprintln!("job: {problem}");
+        say!("job: {problem}");
         return ExitCode::from(USAGE);
     }
     let cli = match cli::Cli::try_parse() {
@@ -44,7 +54,7 @@ fn main() -> ExitCode {
             return match e.print().and_then(|()| std::io::stdout().flush()) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(error) => {
-                    eprintln!("job: {}", output::StdoutError::from(error));
+                    say!("job: {}", output::StdoutError::from(error));
                     ExitCode::FAILURE
                 }
             };
@@ -58,14 +68,14 @@ fn main() -> ExitCode {
     {
         Ok(runtime) => runtime,
         Err(e) => {
-            eprintln!("job: cannot start a runtime: {e}");
+            say!("job: cannot start a runtime: {e}");
             return ExitCode::FAILURE;
         }
     };
     match runtime.block_on(commands::run(cli)) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("job: {}", output::printable(&e.to_string()));
+            say!("job: {}", output::printable(&e.to_string()));
             ExitCode::FAILURE
         }
     }
@@ -109,7 +119,7 @@ fn init_tracing() {
     use tracing_subscriber::EnvFilter;
     let filter = match std::env::var("RUST_LOG") {
         Ok(spec) if !spec.trim().is_empty() => EnvFilter::try_new(&spec).unwrap_or_else(|e| {
-            eprintln!("job: RUST_LOG ignored ({e}); logging {DEFAULT_LOG}");
+            say!("job: RUST_LOG ignored ({e}); logging {DEFAULT_LOG}");
             EnvFilter::new(DEFAULT_LOG)
         }),
         _ => EnvFilter::new(DEFAULT_LOG),

@@ -772,6 +772,26 @@ fn help_and_version_that_cannot_be_written_are_an_error() {
     }
 }
 
+/// An error said to a standard error that cannot be written (a full disk) ends the command
+/// with its own exit code, not a panic (101): `eprintln!` panics when its write fails.
+#[cfg(target_os = "linux")]
+#[test]
+fn an_error_that_cannot_be_said_keeps_its_exit_code() {
+    for (args, code) in [
+        (&["stats", "--kind", ""][..], 1),
+        (&["--timeout", "0s", "stats"], 1),
+        (&["list", "--limit", "x"], 64),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_job"))
+            .args(args)
+            .env("DATABASE_URL", "postgres://nobody@127.0.0.1:1/none")
+            .stderr(std::fs::File::create("/dev/full").unwrap())
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(code), "{args:?}");
+    }
+}
+
 /// Stored text a terminal would act on (escape sequences, C1 controls, bidirectional
 /// overrides) is shown escaped in tables and text, and exact in `--json`.
 #[tokio::test]
