@@ -194,7 +194,11 @@ async fn run_command(cli: Cli) -> Result<ExitCode, Error> {
         }
         Command::Enqueue(args) => {
             let id = enqueue(&store, bound, args).await?;
-            say(json_out, json!({"id": id}), &id.to_string())?;
+            // The job is in the queue whatever happens to its id on the way out: said, so
+            // that a script does not enqueue it again for want of an answer.
+            say(json_out, json!({"id": id}), &id.to_string()).map_err(|e| {
+                format!("job {id} was enqueued, but its id could not be printed: {e}")
+            })?;
         }
         Command::Check { lease } => {
             let check = bound

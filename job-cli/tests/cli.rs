@@ -740,6 +740,33 @@ async fn a_stdout_that_cannot_be_written_is_an_error_not_a_panic() {
             "{args:?}: {stderr}"
         );
     }
+    // An enqueue's job is in the queue even when its id cannot be printed: said with the id,
+    // so that a script does not enqueue it again.
+    for args in [
+        &["enqueue", "k", "{}"][..],
+        &["--json", "enqueue", "k", "{}"],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_job"))
+            .args(args)
+            .env("DATABASE_URL", db.url())
+            .stdout(std::fs::File::create("/dev/full").unwrap())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        let enqueued: i64 = sqlx::query_scalar("SELECT max(id) FROM job.jobs")
+            .fetch_one(&db.pool())
+            .await
+            .unwrap();
+        assert_eq!(
+            stderr,
+            format!(
+                "job: job {enqueued} was enqueued, but its id could not be printed: cannot \
+                 write to stdout: No space left on device (os error 28)\n"
+            ),
+            "{args:?}"
+        );
+    }
     db.close().await;
 }
 
