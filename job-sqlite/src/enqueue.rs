@@ -41,10 +41,16 @@ pub async fn enqueue(conn: &mut SqliteConnection, job: &NewJob) -> Result<JobId,
     if !job.depends_on.is_empty() {
         return Err(not_yet("depends_on", "dependencies and batches"));
     }
+    // Each insert is read to its end (`fetch_all`), never stopped at its row: outside a
+    // transaction its commit then happens in that last step, where SQLite calls the WAL hook
+    // that wakes this process's workers (`listen.rs`). `fetch_one` resets the statement after
+    // the row, and a commit made by a reset calls no WAL hook: the wake-up waited for the
+    // connection's next statement.
     let Some(unique) = &job.unique else {
         let inserted = bind(sqlx::query_scalar(sql::INSERT), job)
-            .fetch_one(&mut *conn)
-            .await;
+            .fetch_all(&mut *conn)
+            .await
+            .and_then(|ids: Vec<JobId>| ids.into_iter().next().ok_or(sqlx::Error::RowNotFound));
         let id: JobId = match inserted {
             Ok(id) => id,
             Err(e) => return Err(refused(conn, job, "insert", e).await),
@@ -58,10 +64,10 @@ pub async fn enqueue(conn: &mut SqliteConnection, job: &NewJob) -> Result<JobId,
     };
     for _ in 0..UNIQUE_TRIES {
         let inserted: Option<JobId> = match bind(sqlx::query_scalar(statement), job)
-            .fetch_optional(&mut *conn)
+            .fetch_all(&mut *conn)
             .await
         {
-            Ok(inserted) => inserted,
+            Ok(inserted) => inserted.into_iter().next(),
             Err(e) => return Err(refused(conn, job, "insert_unique", e).await),
         };
         if let Some(id) = inserted {

@@ -1,11 +1,20 @@
 //! Wake-ups inside one process, without polling: every connection the store opens carries
-//! SQLite hooks that notice an insert into `job_jobs` and, when its transaction commits (never
-//! when it rolls back), wake every subscriber. The store's own releases, rescues and redrives
-//! wake the queues they refilled. Another process sharing the file is not woken: its workers
-//! find new jobs by polling (`WorkerConfig::poll_interval`).
+//! SQLite hooks that notice an insert into `job_jobs` and, once its transaction has committed
+//! (never when it rolls back), wake every subscriber. The store's own releases, rescues and
+//! redrives wake the queues they refilled. Another process sharing the file is not woken: its
+//! workers find new jobs by polling (`WorkerConfig::poll_interval`).
+//!
+//! In WAL mode the wake-up comes from SQLite's WAL hook, which runs once the commit has taken
+//! place and the write lock is released: a claim woken by it reads the new rows even in the
+//! read that comes before its write (`claim_probe`, see `SqliteStore::claim`). The commit hook
+//! runs as the commit starts, before the rows are visible to other connections' reads: a
+//! claim's read woken from there could see the file as it was and find nothing, and the job
+//! would wait for the next poll.
 
+use std::cell::RefCell;
+use std::os::raw::{c_char, c_int, c_void};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 use job_core::Wakeups;
 use sqlx::sqlite::SqliteOperation;
@@ -19,6 +28,14 @@ pub const EVERY_QUEUE: &str = "";
 
 /// How many wake-ups may wait unread per subscriber; more are dropped (they are hints).
 const CAPACITY: usize = 256;
+
+thread_local! {
+    /// The notifier to wake once the commit under way on this thread has taken place (WAL
+    /// mode): set by the commit hook, taken by [`after_commit`]. SQLite calls both hooks on the
+    /// thread running the `COMMIT` (sqlx's worker thread of the connection, one per
+    /// connection), within that one step.
+    static WAKE_AFTER_COMMIT: RefCell<Option<Weak<Notifier>>> = const { RefCell::new(None) };
+}
 
 /// The subscribers of one store and every handle made from it.
 #[derive(Debug, Default)]
@@ -51,10 +68,20 @@ impl Notifier {
 
     /// Installs the hooks on a new connection: an insert into `job_jobs` marks the
     /// connection's transaction, whose commit wakes every queue and whose rollback forgets it.
+    /// In WAL mode the wake-up waits until the commit has taken place ([`after_commit`]).
     pub(crate) async fn install(
         self: &Arc<Self>,
         conn: &mut SqliteConnection,
     ) -> Result<(), Error> {
+        let journal: String = sqlx::query_scalar("PRAGMA journal_mode")
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(Error::Connect)?;
+        let wal = journal.eq_ignore_ascii_case("wal");
+        let checkpoint_at: i64 = sqlx::query_scalar("PRAGMA wal_autocheckpoint")
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(Error::Connect)?;
         let inserted = Arc::new(AtomicBool::new(false));
         let mut handle = conn.lock_handle().await.map_err(Error::Connect)?;
         {
@@ -69,18 +96,73 @@ impl Notifier {
         {
             let inserted = inserted.clone();
             let notifier = Arc::downgrade(self);
-            // Runs as the commit starts, on the connection's thread; the write lock is held
-            // until it ends, so a woken claim (an immediate transaction) sees the new rows.
+            // Runs as the commit starts, on the connection's thread, before other connections
+            // can read the new rows. In WAL mode the wake-up is left to the WAL hook, which
+            // runs once they can; otherwise (a file the application opened in another journal
+            // mode, where the claim has no read before its write) it is sent from here: the
+            // write lock is held until the commit ends, so a woken claim sees the new rows.
             handle.set_commit_hook(move || {
                 if inserted.swap(false, Ordering::Relaxed) {
-                    if let Some(notifier) = notifier.upgrade() {
+                    if wal {
+                        WAKE_AFTER_COMMIT.with(|w| *w.borrow_mut() = Some(notifier.clone()));
+                    } else if let Some(notifier) = notifier.upgrade() {
                         notifier.wake(EVERY_QUEUE);
                     }
                 }
                 true
             });
         }
-        handle.set_rollback_hook(move || inserted.store(false, Ordering::Relaxed));
+        handle.set_rollback_hook(move || {
+            inserted.store(false, Ordering::Relaxed);
+            WAKE_AFTER_COMMIT.with(|w| w.borrow_mut().take());
+        });
+        if wal {
+            // SQLite's automatic checkpoint is itself a WAL hook (a connection has one), which
+            // this one replaces: it checkpoints as SQLite's did, after the same number of
+            // pages. The number is the hook's argument itself, never dereferenced, so nothing
+            // is allocated per connection.
+            let checkpoint_at = usize::try_from(checkpoint_at.max(0)).unwrap_or(0);
+            let db = handle.as_raw_handle().as_ptr();
+            // SAFETY: `db` is the connection's open handle, locked out of its worker thread for
+            // the call (`lock_handle`), so no statement runs on it meanwhile; `after_commit`
+            // never unwinds and never reads through its argument.
+            unsafe {
+                libsqlite3_sys::sqlite3_wal_hook(
+                    db,
+                    Some(after_commit),
+                    checkpoint_at as *mut c_void,
+                );
+            }
+        }
         Ok(())
     }
+}
+
+/// SQLite's WAL hook of every connection the store opens in WAL mode: called after each commit
+/// has taken place and the write lock is released, on the thread that committed. Wakes every
+/// queue if the transaction inserted a job (the commit hook left its notifier in
+/// [`WAKE_AFTER_COMMIT`]), then checkpoints once the WAL holds `checkpoint_at` pages or more,
+/// as SQLite's own hook (`sqlite3WalDefaultHook`, `PRAGMA wal_autocheckpoint`) does; 0: never.
+extern "C" fn after_commit(
+    checkpoint_at: *mut c_void,
+    db: *mut libsqlite3_sys::sqlite3,
+    name: *const c_char,
+    pages: c_int,
+) -> c_int {
+    let _ = std::panic::catch_unwind(|| {
+        if let Some(notifier) = WAKE_AFTER_COMMIT.with(|w| w.borrow_mut().take()) {
+            if let Some(notifier) = notifier.upgrade() {
+                notifier.wake(EVERY_QUEUE);
+            }
+        }
+    });
+    let checkpoint_at = checkpoint_at as usize;
+    if checkpoint_at > 0 && usize::try_from(pages).unwrap_or(0) >= checkpoint_at {
+        // SAFETY: `db` and `name` are what SQLite passed this hook, valid for the call; a
+        // passive checkpoint from here is what SQLite's own hook does.
+        unsafe {
+            libsqlite3_sys::sqlite3_wal_checkpoint(db, name);
+        }
+    }
+    libsqlite3_sys::SQLITE_OK
 }
