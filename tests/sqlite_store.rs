@@ -968,3 +968,169 @@ async fn every_call_a_worker_makes_goes_through_on_a_handle_of_one_connection() 
     one.close().await;
     db.close().await;
 }
+
+/// A claim request for `kind` on `queue`, as a worker makes it.
+fn claim_of(queue: &str, kind: &str, limit: u32) -> ClaimRequest {
+    ClaimRequest {
+        queue: queue.into(),
+        kinds: vec![ClaimKind {
+            kind: kind.into(),
+            max_version: 1,
+            lease: std::time::Duration::from_secs(30),
+            concurrency: None,
+            rate: None,
+        }],
+        limit,
+        worker_id: "idle".into(),
+    }
+}
+
+#[tokio::test]
+async fn an_idle_claim_answers_while_another_connection_holds_the_write_lock() {
+    // Every claim was a write transaction, empty or not: each idle queue of a worker took the
+    // file's one write lock at every poll and every wake-up. A claim with nothing to take now
+    // reads first, as a WAL reader, which neither waits for the writer nor stops it.
+    use std::time::Duration;
+    let db = TestSqlite::new().await;
+    let store = db.store();
+    // Due jobs of another queue, another kind, a newer version: none of them this claim's.
+    let others = [
+        NewJob {
+            queue: "elsewhere".into(),
+            ..NewJob::new("k", "{}")
+        },
+        NewJob {
+            queue: "q".into(),
+            ..NewJob::new("other", "{}")
+        },
+        NewJob {
+            queue: "q".into(),
+            payload_version: 2,
+            ..NewJob::new("k", "{}")
+        },
+        NewJob {
+            queue: "q".into(),
+            run_at: job_core::RunAt::In(Duration::from_secs(3600)),
+            ..NewJob::new("k", "{}")
+        },
+    ];
+    for job in others {
+        store.enqueue(job).await.unwrap();
+    }
+    let mut holder = db.pool().begin_with("BEGIN IMMEDIATE").await.unwrap();
+    sqlx::query("UPDATE job_settings SET payload_limit = payload_limit")
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+    let claimed =
+        tokio::time::timeout(Duration::from_secs(5), store.claim(&claim_of("q", "k", 10)))
+            .await
+            .expect("an idle claim answered without waiting for the write lock")
+            .expect("an idle claim");
+    assert!(claimed.is_empty(), "claimed {claimed:?}");
+    // Still held: the claim did not wait for it to end.
+    sqlx::query("SELECT 1").execute(&mut *holder).await.unwrap();
+    holder.rollback().await.unwrap();
+    db.close().await;
+}
+
+#[tokio::test]
+async fn a_scheduled_job_is_claimed_once_it_is_due_without_staging() {
+    // The read before the claim's write takes the database's now as the claim does: a job
+    // that becomes due by time is found by the next claim.
+    use std::time::Duration;
+    let db = TestSqlite::new().await;
+    let store = db.store();
+    let id = store
+        .enqueue(NewJob {
+            queue: "q".into(),
+            run_at: job_core::RunAt::In(Duration::from_millis(400)),
+            ..NewJob::new("k", "{}")
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        store.get(id).await.unwrap().unwrap().state,
+        JobState::Scheduled
+    );
+    assert!(store
+        .claim(&claim_of("q", "k", 10))
+        .await
+        .unwrap()
+        .is_empty());
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let claimed = loop {
+        let claimed = store.claim(&claim_of("q", "k", 10)).await.unwrap();
+        if !claimed.is_empty() {
+            break claimed;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the job due in 400 ms was not claimed in 10 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(claimed.len(), 1);
+    assert_eq!(claimed[0].lease.id, id);
+    db.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_claim_woken_by_an_insert_finds_the_inserted_job() {
+    // The wake-up of an insert was sent from SQLite's commit hook, which runs as the commit
+    // starts: a claim that reads before it writes could run before the rows were visible,
+    // find nothing, and leave the job to the next poll. It is now sent once the commit has
+    // taken place (the WAL hook).
+    use std::time::Duration;
+    let db = TestSqlite::new().await;
+    let store = db.store();
+    let mut wakeups = store.listen().await.unwrap();
+    let rounds = 300;
+    let claimer = {
+        let store = store.clone();
+        tokio::spawn(async move {
+            let mut missed = 0;
+            for _ in 0..rounds {
+                let woken = tokio::time::timeout(Duration::from_secs(10), wakeups.recv()).await;
+                assert!(matches!(woken, Ok(Some(_))), "no wake-up");
+                if store
+                    .claim(&claim_of("q", "k", 10))
+                    .await
+                    .unwrap()
+                    .is_empty()
+                {
+                    missed += 1;
+                }
+            }
+            missed
+        })
+    };
+    for round in 0..rounds {
+        // One job at a time: the next goes in once the last was claimed (or given up on).
+        // Through the store (a transaction committed by `COMMIT`) and, every other round,
+        // through a connection of the application's pool (an insert committed on its own).
+        let job = NewJob {
+            queue: "q".into(),
+            ..NewJob::new("k", "{}")
+        };
+        let id = if round % 2 == 0 {
+            store.enqueue(job).await.unwrap()
+        } else {
+            let mut conn = store.pool().acquire().await.unwrap();
+            job::sqlite::enqueue(&mut conn, &job).await.unwrap()
+        };
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+        while store.get(id).await.unwrap().unwrap().state != JobState::Running {
+            if tokio::time::Instant::now() > deadline {
+                break;
+            }
+            tokio::time::sleep(Duration::from_micros(200)).await;
+        }
+    }
+    let missed = claimer.await.unwrap();
+    assert_eq!(
+        missed, 0,
+        "{missed} of {rounds} claims woken by an insert did not find the inserted job"
+    );
+    db.close().await;
+}

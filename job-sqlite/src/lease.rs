@@ -100,6 +100,31 @@ async fn pick_versions(
     Ok(picked)
 }
 
+/// Whether a claim of `request` may find a job to take, read without the write lock (a WAL
+/// reader neither waits for the writer nor stops it), so that a claim with nothing to take
+/// costs no write transaction (`SqliteStore::claim`). The same statement as the claim's pick
+/// (`claim_pick.sql`, one job at most, each version of each kind in turn, stopping at the
+/// first found), at the database's now read the same way: a job the claim would take at that
+/// instant is found. Looser than the claim, never stricter: pauses, concurrency caps and rate
+/// limits are not read, so a kind held by one of them answers "maybe" and the claim decides.
+pub(crate) async fn claimable(
+    conn: &mut SqliteConnection,
+    request: &ClaimRequest,
+) -> Result<bool, Error> {
+    let now = now(&mut *conn).await?;
+    for kind in &request.kinds {
+        let mut from = Some(1);
+        while let Some(version) = from {
+            let (picked, next) = pick(conn, &request.queue, kind, now, 1, version).await?;
+            if !picked.is_empty() {
+                return Ok(true);
+            }
+            from = next;
+        }
+    }
+    Ok(false)
+}
+
 /// Claims due jobs of the requested kinds. Inside the immediate transaction no other claimer
 /// runs, so a kind's concurrency limit (`claim_running.sql`) and rate limit
 /// (`rate_count.sql`) are counted once and its room taken, and its starts recorded

@@ -15,6 +15,7 @@ mod connections;
 #[path = "../worker/drain.rs"]
 mod drain;
 mod held;
+mod idle_claims;
 #[path = "../worker/many_workers.rs"]
 mod many_workers;
 #[path = "../worker/outcomes.rs"]
