@@ -10,6 +10,7 @@ use job_core::{
     ClaimRequest, ClaimedJob, EnqueueError, Expired, Finalize, Finalized, HeartbeatReport, JobId,
     JobRow, Lease, NewJob, PruneRequest, Release, Renewal, Rescued, Store, StoreError, Wakeups,
 };
+use sqlx::pool::PoolConnection;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{Connection, Sqlite, SqlitePool, Transaction};
 use tokio::sync::{Mutex, OwnedMutexGuard};
@@ -84,6 +85,10 @@ struct Shared {
     /// Rows the rescue and expire passes found the database refusing to write, which their
     /// picks pass over ([`RefusedRows`]).
     refused: std::sync::Mutex<RefusedRows>,
+    /// The queues whose last claim took jobs: their next claim writes straight away, as they
+    /// likely have more (a drain's claims paid the read before for nothing: about 5% of its
+    /// rate). Every other queue's claim reads first ([`SqliteStore::claim`]).
+    busy_queues: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 /// The jobs whose rescue or expiry the database refused (a trigger of the application's, a
@@ -182,6 +187,7 @@ impl SqliteStore {
             writer,
             wal: std::sync::atomic::AtomicBool::new(false),
             refused: std::sync::Mutex::default(),
+            busy_queues: std::sync::Mutex::default(),
         });
         let pool = pool_options(&shared, POOL_SIZE)
             .connect_with(shared.options.clone())
@@ -245,6 +251,25 @@ impl SqliteStore {
     /// fenced its running jobs.
     pub(crate) async fn write(&self) -> Result<Write, Error> {
         let conn = self.pool.acquire().await.map_err(Error::query("acquire"))?;
+        self.write_on(conn).await
+    }
+
+    /// Whether `queue`'s last claim took jobs; with `took`, records whether this one did.
+    fn busy_queue(&self, queue: &str, took: Option<bool>) -> bool {
+        let mut busy = self
+            .shared
+            .busy_queues
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        match took {
+            None => busy.contains(queue),
+            Some(true) => !busy.insert(queue.to_owned()),
+            Some(false) => busy.remove(queue),
+        }
+    }
+
+    /// [`write`](Self::write) on `conn`, a connection of this store's pool already acquired.
+    pub(crate) async fn write_on(&self, conn: PoolConnection<Sqlite>) -> Result<Write, Error> {
         let gate = self.shared.gate.clone().lock_owned().await;
         // What `Pool::begin_with` does once it has the connection.
         let tx = Transaction::begin(conn, Some("BEGIN IMMEDIATE".into()))
@@ -440,7 +465,8 @@ impl Store for SqliteStore {
         .await
     }
 
-    /// Reads first, without the write lock, whether the queue has a job this claim may take
+    /// Unless the queue's last claim took jobs (it then claims straight away), reads first,
+    /// without the write lock, whether the queue has a job this claim may take
     /// ([`lease::claimable`]), and writes only if it has: a worker's queues each claim at every
     /// poll and at every job committed in the process, and a claim that found nothing still
     /// took the file's one write lock (beside 2,000 idle queues, an enqueued job started 1.6 s
@@ -459,17 +485,25 @@ impl Store for SqliteStore {
         if request.kinds.is_empty() || request.limit == 0 {
             return Ok(Vec::new());
         }
-        if self.shared.wal.load(std::sync::atomic::Ordering::Relaxed) {
-            let mut conn = self.pool.acquire().await.map_err(Error::query("acquire"))?;
-            if !lease::claimable(&mut conn, request).await? {
-                return Ok(Vec::new());
-            }
-        }
         let request = request.clone();
         self.on_writer(|store| async move {
-            let mut w = store.write().await?;
+            // The read and the write on one connection: one acquire, not two (a claim that
+            // takes a job paid about 0.25 ms more with the read on a connection of its own).
+            let mut conn = store
+                .pool
+                .acquire()
+                .await
+                .map_err(Error::query("acquire"))?;
+            if store.shared.wal.load(std::sync::atomic::Ordering::Relaxed)
+                && !store.busy_queue(&request.queue, None)
+                && !lease::claimable(&mut conn, &request).await?
+            {
+                return Ok(Vec::new());
+            }
+            let mut w = store.write_on(conn).await?;
             let claimed = lease::claim(&mut w.tx, &request).await?;
             w.commit().await?;
+            store.busy_queue(&request.queue, Some(!claimed.is_empty()));
             Ok(claimed)
         })
         .await

@@ -1,5 +1,7 @@
 -- Due waiting jobs of kind ?2 on queue ?1 and of one payload version, in claim order
--- (priority, run time, id), at most ?4; ?3 is the database's now. The version is the lowest
+-- (priority, run time, id), at most ?4; ?3 is the database's now (the claim's, read once for
+-- its transaction by now.sql), or NULL for now.sql's reading here (the read before a claim,
+-- lease::claimable, one statement fewer). The version is the lowest
 -- among the kind's waiting jobs on the queue from ?6 up to ?5 (the newest its worker decodes).
 -- After the jobs (`next` null), one row with a null id: its `next` is the next such version
 -- up to ?5, null when there is none. Skipped: jobs past their deadline (the pruner discards
@@ -62,8 +64,9 @@ SELECT * FROM (
       AND j.kind = ?2
       AND j.payload_version = (SELECT v FROM version)
       AND j.priority IN (SELECT priority FROM priorities WHERE priority IS NOT NULL)
-      AND j.run_at <= ?3
-      AND (j.deadline IS NULL OR j.deadline > ?3)
+      AND j.run_at <= coalesce(?3, CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000)
+      AND (j.deadline IS NULL
+           OR j.deadline > coalesce(?3, CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000))
       AND j.cancel_requested = 0
       AND j.attempt < 2147483646
       AND j.max_attempts <= 2147483647
