@@ -104,8 +104,8 @@ async fn pick_versions(
 /// reader neither waits for the writer nor stops it), so that a claim with nothing to take
 /// costs no write transaction (`SqliteStore::claim`). The same statement as the claim's pick
 /// (`claim_pick.sql`, one job at most, each version of each kind in turn, stopping at the
-/// first found), at the database's now read the same way: a job the claim would take at that
-/// instant is found. Looser than the claim, never stricter: pauses, concurrency caps and rate
+/// first found), at the database's now read by the same expression as `now.sql`'s, inside
+/// the pick (`?3` NULL): a job the claim would take at that instant is found. Looser than the claim, never stricter: pauses, concurrency caps and rate
 /// limits are not read, so a kind held by one of them answers "maybe" and the claim decides.
 pub(crate) async fn claimable(
     conn: &mut SqliteConnection,
