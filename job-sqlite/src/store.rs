@@ -467,7 +467,7 @@ impl Store for SqliteStore {
 
     /// Unless the queue's last claim took jobs (it then claims straight away), reads first,
     /// without the write lock, whether the queue has a job this claim may take
-    /// ([`lease::claimable`]), and writes only if it has: a worker's queues each claim at every
+    /// (`lease::claimable`), and writes only if it has: a worker's queues each claim at every
     /// poll and at every job committed in the process, and a claim that found nothing still
     /// took the file's one write lock (beside 2,000 idle queues, an enqueued job started 1.6 s
     /// after its enqueue, and heartbeats waited at the same gate).
