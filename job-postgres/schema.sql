@@ -8083,3 +8083,56 @@ $job_migration_0052$;
 END
 $apply$;
 COMMIT;
+
+-- 0053 enqueue_problem_for_workers
+BEGIN;
+DO $lock$ BEGIN PERFORM pg_advisory_xact_lock(hashtextextended('job.schema_migrations', 0)); END $lock$;
+DO $apply$
+DECLARE
+    missing integer;
+    later integer;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = 53) THEN
+        SELECT min(v) INTO missing FROM pg_catalog.unnest('{1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31,32,33,34,35,36,37,38,39,40,41,42,43,44,45,46,47,48,49,50,51,52}'::integer[]) v
+            WHERE NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = v);
+        IF missing IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 53 `enqueue_problem_for_workers` was not applied: migration %, which comes before it, is not recorded in job.schema_migrations (migrations apply in order, each after the one before)', missing;
+        END IF;
+        SELECT min(version) INTO later FROM job.schema_migrations WHERE version > 53;
+        IF later IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 53 `enqueue_problem_for_workers` was not applied: it is not recorded in job.schema_migrations, but migration %, which comes after it, is: the schema was migrated out of order, and 53 applied now could undo what later migrations changed. Apply what migration 53 lacks by hand and record it, or restore the database from a backup', later;
+        END IF;
+EXECUTE $job_migration_0053$
+-- 0053 enqueue_problem_for_workers: a worker role's refused unique enqueue names its argument.
+-- Append-only: change the schema in a new numbered file.
+--
+-- Migration 0052 made job.enqueue_unique (the Rust producer's function, run with its caller's
+-- privileges) ask job.enqueue_problem why its arguments fail its quick test. EXECUTE on
+-- job.enqueue_problem, and on the job.admission_problem and job.time_problem it calls, is
+-- revoked from PUBLIC (migration 0007) and granted to no worker role (0032), so a worker
+-- role's keyed enqueue that broke a rule (a priority of -1, a key of 600 bytes, sent past
+-- the Rust checks through job_postgres::enqueue) failed with 42501 "permission denied for
+-- function enqueue_problem" instead of the named refusal (before 0052: 23514 from the table).
+--
+-- job.enqueue_problem now runs as the schema's owner (its calls of the other two with it)
+-- and PUBLIC may execute it: it gives nothing, reading only its arguments and the payload
+-- limit of job.settings, which every enqueue's refusal already says. Its search_path is
+-- pinned, as every SECURITY DEFINER function of the schema's is.
+
+ALTER FUNCTION job.enqueue_problem(text, jsonb, text, integer, integer, timestamptz, integer,
+                                   text, text, text, text[], text, timestamptz)
+    SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp;
+
+GRANT EXECUTE ON FUNCTION job.enqueue_problem(text, jsonb, text, integer, integer,
+                                              timestamptz, integer, text, text, text, text[],
+                                              text, timestamptz) TO PUBLIC;
+$job_migration_0053$;
+        INSERT INTO job.schema_migrations (version, name) VALUES (53, 'enqueue_problem_for_workers');
+    ELSIF NOT EXISTS (SELECT 1 FROM job.schema_migrations
+                      WHERE version = 53 AND name = 'enqueue_problem_for_workers') THEN
+        RAISE EXCEPTION 'job migration 53 is recorded in job.schema_migrations as `%`, but this script''s migration 53 is `enqueue_problem_for_workers`: the database was migrated by a build whose migrations differ from this one''s', (SELECT name FROM job.schema_migrations WHERE version = 53);
+    END IF;
+END
+$apply$;
+COMMIT;

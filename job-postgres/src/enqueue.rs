@@ -381,6 +381,22 @@ fn refused(jobs: &[NewJob], statement: &'static str, error: sqlx::Error) -> Enqu
             };
         }
     }
+    // `job.enqueue_unique` names the argument it refuses (migration 0052), in the table's
+    // words: "invalid enqueue argument `p_priority`: must be between 0 and 32767, got -1".
+    if let Some(pg) = pg.filter(|pg| pg.code() == "22023") {
+        let named = pg
+            .message()
+            .strip_prefix("invalid enqueue argument `p_")
+            .and_then(|rest| rest.split_once("`: "));
+        if let Some((argument, reason)) = named {
+            if let Some(option) = option_named(argument) {
+                return EnqueueError::InvalidOption {
+                    option,
+                    reason: reason.to_owned(),
+                };
+            }
+        }
+    }
     let Some(pg) = pg.filter(|pg| pg.code() == "23514") else {
         return Error::query(statement)(error).into();
     };
@@ -389,20 +405,8 @@ fn refused(jobs: &[NewJob], statement: &'static str, error: sqlx::Error) -> Enqu
             .and_then(|c| c.strip_prefix("jobs_")?.strip_suffix("_check"))
             .map(str::to_owned)
     });
-    let option = match column.as_deref() {
-        Some("kind") => "kind",
-        Some("queue") => "queue",
-        Some("payload") => "payload",
-        Some("tags") => "tags",
-        Some("tenant") => "tenant",
-        Some("unique_key") => "unique_key",
-        Some("run_at") => "run_at",
-        Some("deadline") => "deadline",
-        Some("priority") => "priority",
-        Some("max_attempts") => "max_attempts",
-        Some("payload_version") => "payload_version",
-        Some("depends_on") => "depends_on",
-        _ => return Error::query(statement)(error).into(),
+    let Some(option) = column.as_deref().and_then(option_named) else {
+        return Error::query(statement)(error).into();
     };
     // "job row refused: `payload` is 5 bytes, over the limit of 4 bytes"
     let message = pg.message();
@@ -428,6 +432,26 @@ fn refused(jobs: &[NewJob], statement: &'static str, error: sqlx::Error) -> Enqu
         option,
         reason: reason.to_owned(),
     }
+}
+
+/// The option of [`EnqueueError::InvalidOption`] a refused column or argument is.
+fn option_named(name: &str) -> Option<&'static str> {
+    Some(match name {
+        "kind" => "kind",
+        "queue" => "queue",
+        "payload" => "payload",
+        "tags" => "tags",
+        "tenant" => "tenant",
+        "unique_key" => "unique_key",
+        "unique_scope" => "unique_scope",
+        "run_at" => "run_at",
+        "deadline" => "deadline",
+        "priority" => "priority",
+        "max_attempts" => "max_attempts",
+        "payload_version" => "payload_version",
+        "depends_on" => "depends_on",
+        _ => return None,
+    })
 }
 
 /// Which of `jobs` the database refused as `size` bytes, over `limit`. The rows are inserted

@@ -282,6 +282,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "door_arguments",
         sql: include_str!("../migrations/0052_door_arguments.sql"),
     },
+    Migration {
+        version: 53,
+        name: "enqueue_problem_for_workers",
+        sql: include_str!("../migrations/0053_enqueue_problem_for_workers.sql"),
+    },
 ];
 
 /// The whole schema as one plain SQL script, for a DBA or a team without Rust:

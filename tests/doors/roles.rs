@@ -208,6 +208,40 @@ async fn an_owner_a_worker_and_an_enqueue_only_role_each_do_what_they_need_and_n
         .enqueue(&as_worker)
         .await
         .unwrap();
+    // ... and a keyed job that breaks a rule, sent past the Rust checks, is refused naming
+    // what it breaks (job.enqueue_unique asks job.enqueue_problem why, which a worker may
+    // execute since migration 0053: before, "permission denied for function enqueue_problem") ...
+    for (job, option) in [
+        (
+            job::NewJob {
+                priority: -1,
+                ..job::NewJob::new("doors.ping", "{}")
+            },
+            "priority",
+        ),
+        (
+            job::NewJob {
+                max_attempts: 0,
+                ..job::NewJob::new("doors.ping", "{}")
+            },
+            "max_attempts",
+        ),
+    ] {
+        let job = job::NewJob {
+            unique: Some(job::Unique {
+                key: "ping:bad".into(),
+                scope: job::UniqueScope::UntilFinished,
+                on_duplicate: job::OnDuplicate::Keep,
+            }),
+            ..job
+        };
+        match job::enqueue(&as_worker, &job).await {
+            Err(job::EnqueueError::InvalidOption { option: named, .. }) => {
+                assert_eq!(named, option)
+            }
+            other => panic!("a keyed job of {option} refused as {other:?}"),
+        }
+    }
     // ... in bulk, which takes its ordering keys' locks first (job.ordering_lock_keys) ...
     let many = job::Enqueue::<Ping>::many(&as_worker, [Ping { n: 7 }, Ping { n: 8 }])
         .await
@@ -736,6 +770,7 @@ async fn public_may_execute_only_the_functions_the_readme_names() {
         public,
         [
             "job.claim(text,text[],integer[],bigint[],integer,text,integer[],text[])",
+            "job.enqueue_problem(text,jsonb,text,integer,integer,timestamp with time zone,integer,text,text,text,text[],text,timestamp with time zone)",
             "job.ordering_lock_keys(text[])",
             "job.push_error(jsonb,jsonb)",
             "job.refuse_deadline()",
