@@ -20,13 +20,17 @@ use crate::output::{
 };
 use crate::wait::Bound;
 
-/// The statements `PgStore::check` sends one after the other (its counts, leases, orphan
-/// steps, stranded pending jobs and dead-letter classes), each given `--timeout` by the server.
-const CHECK_STATEMENTS: u32 = 5;
+/// The statements `PgStore::check` sends one after the other (the migrations it lacks, its
+/// counts, leases, orphan steps, stranded pending jobs and dead-letter classes), each given
+/// `--timeout` by the server.
+const CHECK_STATEMENTS: u32 = 6;
 /// The statements `Admin::stats` sends (counts, the oldest due job, stuck executions).
 const STATS_STATEMENTS: u32 = 3;
-/// The statements of one redrive's transaction (its lock, the redrive, the order of keys).
-const REDRIVE_STATEMENTS: u32 = 3;
+/// The statements of a redrive: its transaction's three (its lock, the redrive, the order of
+/// keys), tried up to three times when a key was taken meanwhile or a deadlock broke it.
+const REDRIVE_STATEMENTS: u32 = 3 * 3;
+/// The statements of a cancel: the cancel, then the job's state when it did not cancel it.
+const CANCEL_STATEMENTS: u32 = 2;
 
 pub(crate) type Error = Box<dyn std::error::Error + Send + Sync>;
 
@@ -102,7 +106,7 @@ async fn run_command(cli: Cli) -> Result<ExitCode, Error> {
         }
         Command::Show { id } => return show(&store, bound, id, json_out).await,
         Command::Cancel { id } => {
-            let outcome = bound.answer(store.cancel(id)).await?;
+            let outcome = bound.answer_of(CANCEL_STATEMENTS, store.cancel(id)).await?;
             let (text, code) = match outcome {
                 Cancelled::Now => ("cancelled".to_owned(), 0),
                 Cancelled::Requested => (

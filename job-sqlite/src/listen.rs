@@ -6,7 +6,7 @@
 //!
 //! In WAL mode the wake-up comes from SQLite's WAL hook, which runs once the commit has taken
 //! place and the write lock is released: a claim woken by it reads the new rows even in the
-//! read that comes before its write (`claim_probe`, see `SqliteStore::claim`). The commit hook
+//! read that comes before its write (`lease::claimable`, see `SqliteStore::claim`). The commit hook
 //! runs as the commit starts, before the rows are visible to other connections' reads: a
 //! claim's read woken from there could see the file as it was and find nothing, and the job
 //! would wait for the next poll.
