@@ -1075,6 +1075,38 @@ async fn a_scheduled_job_is_claimed_once_it_is_due_without_staging() {
     db.close().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_insert_of_an_applications_own_committed_by_a_reset_wakes_the_workers() {
+    // SQLite calls the WAL hook, which sends the wake-up of an insert, only for a statement
+    // stepped to its end: an autocommit `INSERT … RETURNING` read with `fetch_one` commits
+    // when sqlx resets it, and woke no one until that connection's next statement (or the
+    // workers' next poll). The runtime now sends the wake-up the WAL hook did not.
+    use std::time::Duration;
+    let db = TestSqlite::new().await;
+    let store = db.store();
+    let mut wakeups = store.listen().await.unwrap();
+    for round in 0..20 {
+        let mut conn = store.pool().acquire().await.unwrap();
+        let id: i64 = sqlx::query_scalar(
+            "INSERT INTO job_jobs (kind, queue, payload, state, run_at, created_at) \
+             VALUES ('k', 'q', '{}', 'available', 0, 0) RETURNING id",
+        )
+        .fetch_one(&mut *conn)
+        .await
+        .unwrap();
+        let woken = tokio::time::timeout(Duration::from_secs(10), wakeups.recv()).await;
+        assert!(
+            matches!(woken, Ok(Some(_))),
+            "round {round}: job {id}, inserted on its own with fetch_one, woke no one"
+        );
+        // The connection stays out of the pool meanwhile: no later statement of it could
+        // have sent the wake-up.
+        drop(conn);
+        while wakeups.try_recv().is_ok() {}
+    }
+    db.close().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_claim_woken_by_an_insert_finds_the_inserted_job() {
     // The wake-up of an insert was sent from SQLite's commit hook, which runs as the commit

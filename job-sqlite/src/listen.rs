@@ -30,20 +30,64 @@ pub const EVERY_QUEUE: &str = "";
 const CAPACITY: usize = 256;
 
 thread_local! {
-    /// The notifier to wake once the commit under way on this thread has taken place (WAL
+    /// The wake-up to send once the commit under way on this thread has taken place (WAL
     /// mode): set by the commit hook, taken by [`after_commit`]. SQLite calls both hooks on the
     /// thread running the `COMMIT` (sqlx's worker thread of the connection, one per
     /// connection), within that one step.
-    static WAKE_AFTER_COMMIT: RefCell<Option<Weak<Notifier>>> = const { RefCell::new(None) };
+    static WAKE_AFTER_COMMIT: RefCell<Option<Pending>> = const { RefCell::new(None) };
+}
+
+/// How long after a commit began the runtime wakes every queue itself when SQLite's WAL hook
+/// has not (see [`Pending`]).
+const WAL_HOOK_FALLBACK: std::time::Duration = std::time::Duration::from_millis(2);
+
+/// A wake-up owed for a committed insert (WAL mode). SQLite calls the WAL hook only for a
+/// statement stepped to its end: an autocommit `INSERT … RETURNING` read with `fetch_one`
+/// commits when sqlx resets it, and no WAL hook follows. So the commit hook also asks the
+/// runtime to wake every queue [`WAL_HOOK_FALLBACK`] later unless the WAL hook has sent the
+/// wake-up by then (`owed` cleared). A commit that takes longer than that may be woken for
+/// before it can be read: the WAL hook then wakes once more, as it never consumes what the
+/// fallback sent.
+#[derive(Debug, Clone)]
+struct Pending {
+    notifier: Weak<Notifier>,
+    owed: Arc<AtomicBool>,
+}
+
+impl Pending {
+    /// Sends the wake-up if still owed (the WAL hook's, or the fallback's).
+    fn pay(&self, consume: bool) {
+        let owed = if consume {
+            self.owed.swap(false, Ordering::AcqRel)
+        } else {
+            self.owed.load(Ordering::Acquire)
+        };
+        if owed {
+            if let Some(notifier) = self.notifier.upgrade() {
+                notifier.wake(EVERY_QUEUE);
+            }
+        }
+    }
 }
 
 /// The subscribers of one store and every handle made from it.
 #[derive(Debug, Default)]
 pub(crate) struct Notifier {
     subscribers: Mutex<Vec<mpsc::Sender<String>>>,
+    /// The runtime the store was opened on, which sends a wake-up SQLite's WAL hook did not
+    /// ([`Pending`]); none outside a runtime (the fallback is then the workers' poll).
+    runtime: Option<tokio::runtime::Handle>,
 }
 
 impl Notifier {
+    /// The notifier of a store opened now, on the current runtime if any.
+    pub(crate) fn new() -> Notifier {
+        Notifier {
+            subscribers: Mutex::default(),
+            runtime: tokio::runtime::Handle::try_current().ok(),
+        }
+    }
+
     /// A new subscription.
     pub(crate) fn subscribe(&self) -> Wakeups {
         let (tx, rx) = mpsc::channel(CAPACITY);
@@ -104,7 +148,23 @@ impl Notifier {
             handle.set_commit_hook(move || {
                 if inserted.swap(false, Ordering::Relaxed) {
                     if wal {
-                        WAKE_AFTER_COMMIT.with(|w| *w.borrow_mut() = Some(notifier.clone()));
+                        let pending = Pending {
+                            notifier: notifier.clone(),
+                            owed: Arc::new(AtomicBool::new(true)),
+                        };
+                        let runtime = notifier.upgrade().and_then(|n| n.runtime.clone());
+                        if let Some(runtime) = runtime {
+                            let fallback = pending.clone();
+                            // Never unwinds into SQLite: a runtime that has shut down drops
+                            // the task.
+                            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                                runtime.spawn(async move {
+                                    tokio::time::sleep(WAL_HOOK_FALLBACK).await;
+                                    fallback.pay(false);
+                                })
+                            }));
+                        }
+                        WAKE_AFTER_COMMIT.with(|w| *w.borrow_mut() = Some(pending));
                     } else if let Some(notifier) = notifier.upgrade() {
                         notifier.wake(EVERY_QUEUE);
                     }
@@ -114,7 +174,10 @@ impl Notifier {
         }
         handle.set_rollback_hook(move || {
             inserted.store(false, Ordering::Relaxed);
-            WAKE_AFTER_COMMIT.with(|w| w.borrow_mut().take());
+            // A commit that failed after its hook: nothing is owed, by either.
+            if let Some(pending) = WAKE_AFTER_COMMIT.with(|w| w.borrow_mut().take()) {
+                pending.owed.store(false, Ordering::Release);
+            }
         });
         if wal {
             // SQLite's automatic checkpoint is itself a WAL hook (a connection has one), which
@@ -150,10 +213,8 @@ extern "C" fn after_commit(
     pages: c_int,
 ) -> c_int {
     let _ = std::panic::catch_unwind(|| {
-        if let Some(notifier) = WAKE_AFTER_COMMIT.with(|w| w.borrow_mut().take()) {
-            if let Some(notifier) = notifier.upgrade() {
-                notifier.wake(EVERY_QUEUE);
-            }
+        if let Some(pending) = WAKE_AFTER_COMMIT.with(|w| w.borrow_mut().take()) {
+            pending.pay(true);
         }
     });
     let checkpoint_at = checkpoint_at as usize;

@@ -182,7 +182,7 @@ impl SqliteStore {
         let writer = Writer::start().map_err(|e| e.in_file(options.get_filename()))?;
         let shared = Arc::new(Shared {
             options,
-            notifier: Arc::new(Notifier::default()),
+            notifier: Arc::new(Notifier::new()),
             gate: Arc::new(Mutex::new(())),
             writer,
             wal: std::sync::atomic::AtomicBool::new(false),
