@@ -96,8 +96,9 @@ pub(crate) const MARGIN: Duration = Duration::from_secs(2);
 
 /// The command's own bound on each request it makes of the database: one call of the store
 /// (a stats read, a page of a listing, a check, a cancel), given up `--timeout` for each of
-/// its statements plus [`MARGIN`] after it started, with [`NoAnswer`]. Per request, not per command: `list --json`
-/// reads a page at a time and `purge` asks the operator between its requests. `migrate` has
+/// its statements plus [`MARGIN`] after it started, with [`NoAnswer`]. Per request, not per
+/// command: `list --json` reads a page at a time and `purge` asks the operator between its
+/// requests. `migrate` has
 /// none (a migration's own statements may run long on a large table), nor has `web` (its
 /// `answer_within`).
 #[derive(Debug, Clone, Copy)]

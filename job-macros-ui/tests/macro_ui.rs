@@ -2,7 +2,7 @@
 //! error for each mistake (`ui/fail`, compared with the `.stderr` beside it).
 //!
 //! The snapshots depend on the compiler: see job-macros/README.md for the version they were
-//! made with; `TRYBUILD=overwrite cargo test --test macro_ui` regenerates them.
+//! made with; `TRYBUILD=overwrite cargo test -p job-macros-ui` regenerates them.
 
 #[test]
 fn job_attribute_accepts_valid_jobs_and_explains_mistakes() {
