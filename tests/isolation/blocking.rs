@@ -15,6 +15,11 @@ use crate::common::{enqueue, Harness, FAST_BACKOFF};
 use crate::support::{Flavor, Remote, Timeline};
 
 /// Blocks its thread for `ms`, well over its lease, without a single `.await`.
+///
+/// The lease is 1.5 s: a worker fences an execution whose lease it has not renewed for two
+/// thirds of it, and a CI run of 27 tests on 2 cores once held a heartbeat of a 500 ms lease
+/// back past that (the job was released, correctly, and the test failed). The blocks stay
+/// well over the lease, so every lease here must be renewed while its handler blocks.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct Blocker {
     pub ms: u64,
@@ -27,7 +32,7 @@ pub struct WorkerName(pub &'static str);
 impl Job for Blocker {
     const KIND: &'static str = "isolation.blocker";
     const OPTIONS: JobOptions = JobOptions {
-        lease: Duration::from_millis(500),
+        lease: Duration::from_millis(1500),
         backoff: FAST_BACKOFF,
         ..JobOptions::DEFAULT
     };
@@ -67,7 +72,7 @@ async fn blocking_handlers_keep_their_leases_on_every_runtime_and_never_run_twic
     let timeline = Timeline::default();
     let mut ids = Vec::new();
     for _ in 0..12 {
-        ids.push(enqueue(&h.store, Blocker { ms: 1200 }).await);
+        ids.push(enqueue(&h.store, Blocker { ms: 2500 }).await);
     }
     // Two runtimes whose every thread the handlers block, and a roomy one whose rescuer and
     // free threads would take over any lease the others let expire.
