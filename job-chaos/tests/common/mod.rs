@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, TimeDelta, Utc};
 use job_chaos::{ChaosWork, ABORTED_LINE, LEASE, LEDGER_DDL, MAX_ATTEMPTS};
 use job_core::{
-    AttemptError, Batch, Enqueue, EnqueueError, NewJob, Store, DEFAULT_PAYLOAD_LIMIT,
+    AttemptError, Batch, Enqueue, EnqueueError, Job, NewJob, Store, DEFAULT_PAYLOAD_LIMIT,
     MAX_ERROR_HISTORY,
 };
 use job_testkit::TestDb;
@@ -33,6 +33,10 @@ use silence::Blackhole;
 
 /// How long a worker may take to drain and exit after SIGTERM.
 const STOP_TIMEOUT: Duration = Duration::from_secs(20);
+/// Waited past a `ChaosWork` attempt's timeout before the workers of a run that silenced
+/// connections are stopped (see `Chaos::run`): the executor's own ending of the timed-out
+/// attempt.
+const SILENCED_CODE_MARGIN: Duration = Duration::from_secs(2);
 /// A statement a worker sent just before it was killed may still run in its orphaned
 /// database session shortly after: writes of a killed worker (ledger rows, lease renewals) are
 /// accepted up to this long after its death was observed.
@@ -448,6 +452,16 @@ impl Chaos {
             }
         }
         let run_time = started.elapsed();
+        // A handler's COMMIT whose answer a silence swallowed (the server committed it, and the
+        // job is completed) waits for that answer until its attempt's timeout. A SIGTERM sent
+        // before then finds its code running, and no drain could end in time (a CI run: the
+        // job completed, SIGTERM came 3.6 s later, the 5 s drain passed, and the code ended at
+        // the 10 s timeout). No handler starts once every job has ended, so all such waits end
+        // within a timeout from now: the workers are stopped after it, and must then drain
+        // cleanly (`conclude`).
+        if fleet.silences > 0 {
+            tokio::time::sleep(ChaosWork::OPTIONS.timeout + SILENCED_CODE_MARGIN).await;
+        }
         let last_words = fleet.stop_all();
         Run {
             seed,
