@@ -3,7 +3,7 @@
 //! sending and before recording the job's outcome does not send the email twice.
 //!
 //! The demo injects exactly that crash (`Faults::new().crash_after(Point::Perform)`, once): the
-//! first attempt sends and "dies"; its 500 ms lease expires, the rescuer (every 100 ms) puts
+//! first attempt sends and "dies"; its 1.5 s lease expires, the rescuer (every 100 ms) puts
 //! the job back, and attempt 2 gets the recorded step output instead of sending again. It
 //! prints `sent 1 email across 2 attempts` and exits 0 when that held.
 //!
@@ -50,7 +50,7 @@ impl Mailer {
 #[job(
     queue = "mail",
     retry = 3,
-    lease = "500ms",
+    lease = "1500ms",
     backoff(base = "50ms", cap = "200ms")
 )]
 pub async fn send_invoice_email(ctx: JobContext, invoice_id: i64) -> Result<(), JobError> {
@@ -151,7 +151,7 @@ pub async fn run(pool: &PgPool, faults: Faults) -> Result<Report, Box<dyn std::e
 
     let mut config = WorkerConfig::default();
     config.poll_interval = Duration::from_millis(50);
-    // A crashed 500 ms lease is found within 100 ms of expiring.
+    // A crashed 1.5 s lease is found within 100 ms of expiring.
     config.rescuer.interval = Duration::from_millis(100);
     let worker = Worker::builder(store.clone())
         .register::<SendInvoiceEmail>()

@@ -79,8 +79,10 @@ async fn a_listing_page_reads_no_payload_and_a_bounded_last_error() {
 async fn pages_and_actions_answer_503_while_the_jobs_table_is_locked() {
     let db = TestDb::new().await;
     let id = enqueue(&db, "charge", "{}", "mail", None).await;
+    // 1 s: the pages loaded before the lock (a fresh connection and its session's setup
+    // included) must answer within it on a loaded machine too.
     let config = job_web::DashboardConfig {
-        answer_within: Duration::from_millis(300),
+        answer_within: Duration::from_secs(1),
         ..Default::default()
     };
     let router = Dashboard::new(db.store())
@@ -113,8 +115,7 @@ async fn pages_and_actions_answer_503_while_the_jobs_table_is_locked() {
             .unwrap_or_else(|_| panic!("{path} gave no answer while the table was locked"));
         assert_eq!(page.status, StatusCode::SERVICE_UNAVAILABLE, "{path}");
         assert!(
-            page.body
-                .contains("the database did not answer within 0.3 s"),
+            page.body.contains("the database did not answer within 1 s"),
             "{path}: {}",
             page.body
         );

@@ -10,8 +10,15 @@ async fn crash_everyone_at(point: FaultPoint, job_ms: u64) -> (Chaos, Vec<job::J
     let chaos = Chaos::new().await;
     let ids = chaos.enqueue(12, job_ms).await;
     let faults = Faults::new().crash_at(point).attempt(1);
+    // Leases of 1.5 s, renewed every 100 ms: a crashed attempt's lease still expires soon, a
+    // 250 ms job still sees heartbeats, and a loaded run's late heartbeat fences no other
+    // attempt (at `Traced`'s 300 ms, a third of it was all a heartbeat had).
     let worker = chaos
         .worker(chaos.store.clone())
+        .configure(|c| {
+            c.lease = Some(std::time::Duration::from_millis(1500));
+            c.heartbeat_interval = Some(std::time::Duration::from_millis(100));
+        })
         .faults(faults.clone())
         .build()
         .unwrap()
@@ -102,12 +109,12 @@ async fn a_crash_after_finalize_changes_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_at_heartbeat_kills_the_execution_and_the_job_is_rescued() {
-    // Jobs run for longer than a heartbeat period (a third of the 300ms lease).
+    // Jobs run for longer than a heartbeat period (100 ms).
     let (chaos, rows, _) = crash_everyone_at(FaultPoint::Heartbeat, 250).await;
     let mut killed_mid_run = 0;
     for row in &rows {
-        // Attempt 1 crashed and its lease expired. With 300 ms leases, a machine loaded enough
-        // to starve the lease keeper for a lease can fence a later attempt too: every attempt
+        // Attempt 1 crashed and its lease expired. A machine loaded enough to starve the lease
+        // keeper for a second can fence a later attempt too: every attempt
         // before the last ended by its lease expiring, none by an outcome.
         assert!(
             row.attempt >= 2,

@@ -203,7 +203,8 @@ pub struct CancelsBegin {}
 impl Job for CancelsBegin {
     const KIND: &'static str = "isolation.cancels_begin";
     const OPTIONS: JobOptions = JobOptions {
-        lease: Duration::from_millis(500),
+        // Long enough that a loaded run's late heartbeat fences nothing (see `blocking.rs`).
+        lease: Duration::from_millis(1500),
         backoff: FAST_BACKOFF,
         ..JobOptions::DEFAULT
     };

@@ -77,7 +77,9 @@ pub struct Checkout {
 impl Job for Checkout {
     const KIND: &'static str = "steps.checkout";
     const OPTIONS: JobOptions = JobOptions {
-        lease: Duration::from_millis(300),
+        // A crashed attempt's lease expires after this: short, but a third of it (the time a
+        // heartbeat has to renew it) is more than a loaded run has held one back.
+        lease: Duration::from_millis(1000),
         backoff: FAST_BACKOFF,
         ..JobOptions::DEFAULT
     };

@@ -400,7 +400,7 @@ async fn a_progress_report_not_written_because_its_row_was_held_is_written_later
 }
 
 /// Completes itself in its own transaction, commits, then does the work that follows a commit
-/// (announcing the shipment, say): 300 ms, over several heartbeats.
+/// (announcing the shipment, say): 1 s, over several heartbeats.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct CommitThenPublish {}
 
@@ -419,7 +419,7 @@ impl Job for CommitThenPublish {
         job_postgres::complete_in(&mut tx, &ctx).await?;
         tx.commit().await?;
         effects.happen(ctx.id(), "committed");
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
         effects.happen(ctx.id(), "published");
         Ok(())
     }
@@ -432,8 +432,10 @@ impl Job for CommitThenPublish {
 async fn code_after_a_complete_in_commit_runs_to_its_end() {
     let (h, effects) = setup().await;
     let id = enqueue(&h.store, CommitThenPublish {}).await;
+    // The heartbeat that finds the lease gone reads the row within its period: 250 ms, more
+    // than a loaded run may take to answer (at 50 ms, a late answer would stop the code).
     let worker = steps_worker(&h.store, &effects)
-        .configure(|c| c.heartbeat_interval = Some(Duration::from_millis(50)))
+        .configure(|c| c.heartbeat_interval = Some(Duration::from_millis(250)))
         .register::<CommitThenPublish>()
         .build()
         .unwrap()
@@ -468,8 +470,9 @@ impl Job for RepeatableComplete {
             .execute(&mut *tx)
             .await?;
         sqlx::query("SELECT 1").execute(&mut *tx).await?;
-        // A heartbeat renews the lease on the job's row meanwhile.
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        // A heartbeat (every 50 ms) renews the lease on the job's row meanwhile: a whole second,
+        // so that one does even on a loaded machine.
+        tokio::time::sleep(Duration::from_secs(1)).await;
         match job_postgres::complete_in(&mut tx, &ctx).await {
             Ok(()) => effects.saw(ctx.id(), "completed".into()),
             Err(e) => effects.saw(ctx.id(), e.to_string()),

@@ -20,9 +20,11 @@ async fn tr_dead(_ctx: JobContext) -> Result<(), JobError> {
     Err(JobError::terminal("never works"))
 }
 
+/// A reporter passing every second: it holds the role for 3 s, more than a loaded run takes
+/// between two of the test's passes (at 100 ms, the 300 ms hold could lapse between them).
 fn reporter(store: &PgStore, holder: &str) -> Reporter<PgStore> {
     let config = ReporterConfig {
-        interval: Duration::from_millis(100),
+        interval: Duration::from_secs(1),
         ..ReporterConfig::default()
     };
     Reporter::new(
@@ -142,7 +144,7 @@ async fn one_worker_reports_exact_gauges_and_hands_the_role_over() {
     // nothing: an empty report for the holder, which keeps the role, and nothing for another.
     let keep = |holder: &str| job::ReportRequest {
         holder: holder.into(),
-        hold_for: Duration::from_millis(300),
+        hold_for: Duration::from_secs(3),
         owners: Vec::new(),
         read: false,
     };
@@ -359,7 +361,7 @@ async fn a_reporter_that_lost_the_role_leaves_the_new_holders_gauges_alone() {
     let (store, pool) = (db.store(), db.pool());
     dead_letter(&db, TrGone {}, "rq-gone").await;
     let config = ReporterConfig {
-        interval: Duration::from_millis(100),
+        interval: Duration::from_secs(1),
         ..ReporterConfig::default()
     };
     let mut a = Reporter::new(store.clone(), config, "tr-a", Vec::new());

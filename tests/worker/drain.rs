@@ -133,6 +133,9 @@ async fn a_shutdown_never_counts_the_attempts_of_handlers_that_stop_when_told() 
         .state(h.ledger.clone())
         .state(Gate::default())
         .drain_timeout(Duration::from_millis(100))
+        // Not `Parked`'s 900 ms: a heartbeat of 40 leases held back past 600 ms on a loaded
+        // run would fence one, and it would run twice.
+        .configure(|c| c.lease = Some(Duration::from_secs(3)))
         .build()
         .unwrap()
         .start();

@@ -35,7 +35,9 @@ impl Job for HeldLong {
     const KIND: &'static str = "test.held_long";
     const OPTIONS: JobOptions = JobOptions {
         timeout: MAX_DURATION,
-        lease: Duration::from_millis(300),
+        // 1.5 s, not less: the keeper has a third of it to renew (a loaded CI run once held a
+        // heartbeat of a 500 ms lease back past that).
+        lease: Duration::from_millis(1500),
         max_attempts: 1,
         ..JobOptions::DEFAULT
     };
@@ -299,7 +301,7 @@ async fn the_keeper_renews_leases_when_every_duration_is_the_bound() {
     let renewed = eventually("the lease to be renewed past three leases", || async {
         let row = h.row(id).await;
         let until = row.locked_until?;
-        (until > first_until + chrono::Duration::milliseconds(900)).then_some(row)
+        (until > first_until + chrono::Duration::milliseconds(4500)).then_some(row)
     })
     .await;
     assert_eq!(renewed.state, JobState::Running);

@@ -122,7 +122,14 @@ async fn a_stale_token_cannot_finalize() {
 async fn a_worker_that_loses_its_lease_stops_and_writes_nothing() {
     let h = Harness::new().await;
     let id = enqueue(&h.store, Parked { n: 1 }).await;
-    let worker = h.worker().build().unwrap().start();
+    // A 3 s lease: the heartbeat (every second) must find the lease lost before the fence
+    // point (2 s), which `Parked`'s 900 ms left a loaded run 300 ms to do.
+    let worker = h
+        .worker()
+        .configure(|c| c.lease = Some(Duration::from_secs(3)))
+        .build()
+        .unwrap()
+        .start();
     h.reaches(id, JobState::Running).await;
     // Another worker takes the job over (as after a rescue and a new claim).
     let thief: uuid::Uuid = sqlx::query_scalar(
@@ -232,7 +239,13 @@ async fn a_heartbeat_that_panics_does_not_stop_fencing() {
     let h = Harness::new().await;
     let id = enqueue(&h.store, Parked { n: 1 }).await;
     let store = Layered::new(h.store.clone(), PanickingHeartbeats);
-    let worker = worker(&store, &h.ledger).build().unwrap().start();
+    // A 3 s lease: fenced at 2 s, the row is read before its lease expires at 3 s even on a
+    // loaded run (with `Parked`'s 900 ms, 300 ms less the watch's tick).
+    let worker = worker(&store, &h.ledger)
+        .configure(|c| c.lease = Some(Duration::from_secs(3)))
+        .build()
+        .unwrap()
+        .start();
     h.reaches(id, JobState::Running).await;
     eventually("the worker to fence the execution", || async {
         (worker.stats().fenced >= 1).then_some(())
@@ -851,26 +864,30 @@ impl StoreLayer for SlowBeatsStuckProgress {
 
 #[tokio::test]
 async fn a_progress_write_that_does_not_answer_never_delays_the_next_heartbeat() {
-    // Heartbeats every 300 ms (a third of the 900 ms lease), each answering after 180 ms; the
+    // Heartbeats every 900 ms (a third of the 2.7 s lease), each answering after 540 ms; the
     // progress write after each never answers. It used to get a whole period, so the next
-    // heartbeat went out 480 ms after the last, renewed at 660 ms, past the fence point
-    // (600 ms): the execution was fenced though every heartbeat succeeded.
+    // heartbeat went out 1,440 ms after the last, renewed at 1,980 ms, past the fence point
+    // (1,800 ms): the execution was fenced though every heartbeat succeeded. Now each renews
+    // 1,440 ms after the last: 360 ms to spare on a loaded machine (at a third of these
+    // times, 120 ms were once too few).
     let h = Harness::new().await;
     let id = enqueue(&h.store, Reporting {}).await;
     let layer = SlowBeatsStuckProgress {
-        delay: Duration::from_millis(180),
+        delay: Duration::from_millis(540),
         beats: Default::default(),
     };
     let store = Layered::new(h.store.clone(), layer.clone());
     let worker = worker(&store, &h.ledger)
         .register::<Reporting>()
+        // Every kind's lease, so that the heartbeat period (a third of the shortest) is 900 ms.
+        .configure(|c| c.lease = Some(Duration::from_millis(2700)))
         .build()
         .unwrap()
         .start();
     h.reaches(id, JobState::Running).await;
     let first = layer.beats.load(std::sync::atomic::Ordering::SeqCst);
-    eventually("eight more heartbeats", || async {
-        (layer.beats.load(std::sync::atomic::Ordering::SeqCst) >= first + 8).then_some(())
+    eventually("four more heartbeats", || async {
+        (layer.beats.load(std::sync::atomic::Ordering::SeqCst) >= first + 4).then_some(())
     })
     .await;
     assert_eq!(worker.stats().fenced, 0, "every heartbeat renewed in time");

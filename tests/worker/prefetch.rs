@@ -42,6 +42,9 @@ async fn all_claimed(
     config.prefetch_ttl = ttl;
     config.poll_interval = Duration::from_millis(20);
     config.drain_timeout = Duration::from_secs(60);
+    // `Parked`'s 900 ms lease gives a heartbeat 300 ms: a loaded run can miss that, fence a
+    // waiting job, and run it again. 3 s leaves a second.
+    config.lease = Some(LEASE);
     let gate = Gate::default();
     let worker = job::Worker::builder(h.store.clone())
         .register::<Parked>()
@@ -73,6 +76,9 @@ fn open_worker(h: &Harness, concurrency: usize) -> WorkerHandle {
         .unwrap()
         .start()
 }
+
+/// The lease of the jobs `all_claimed` claims.
+const LEASE: Duration = Duration::from_secs(3);
 
 /// Longer than any of these tests waits: the prefetched jobs are never given back.
 const NO_TTL: Duration = Duration::from_secs(600);
@@ -123,7 +129,7 @@ async fn a_prefetched_job_keeps_its_lease_while_it_waits() {
     let first_until = first.locked_until.unwrap();
     // Wait (without a deadline on speed) until the waiting job's lease has outlived its first
     // expiry: only the heartbeat can have moved it.
-    let lease = chrono::Duration::milliseconds(900);
+    let lease = chrono::Duration::from_std(LEASE).unwrap();
     let renewed = eventually(
         "the waiting job's lease to be renewed past its first term",
         || {
