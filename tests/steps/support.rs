@@ -77,8 +77,8 @@ pub struct Checkout {
 impl Job for Checkout {
     const KIND: &'static str = "steps.checkout";
     const OPTIONS: JobOptions = JobOptions {
-        // A crashed attempt's lease expires after this: short, but a third of it (the time a
-        // heartbeat has to renew it) is more than a loaded run has held one back.
+        // A crashed attempt's lease expires after this: short, but a heartbeat still has a
+        // third of it (333 ms) to renew it on a loaded machine.
         lease: Duration::from_millis(1000),
         backoff: FAST_BACKOFF,
         ..JobOptions::DEFAULT

@@ -869,7 +869,7 @@ async fn a_progress_write_that_does_not_answer_never_delays_the_next_heartbeat()
     // heartbeat went out 1,440 ms after the last, renewed at 1,980 ms, past the fence point
     // (1,800 ms): the execution was fenced though every heartbeat succeeded. Now each renews
     // 1,440 ms after the last: 360 ms to spare on a loaded machine (at a third of these
-    // times, 120 ms were once too few).
+    // times, there were 120 ms).
     let h = Harness::new().await;
     let id = enqueue(&h.store, Reporting {}).await;
     let layer = SlowBeatsStuckProgress {
