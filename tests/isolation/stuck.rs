@@ -43,8 +43,8 @@ impl Job for WaitsForLatch {
     const KIND: &'static str = "isolation.waits_for_latch";
     const OPTIONS: JobOptions = JobOptions {
         timeout: Duration::from_millis(200),
-        // Three times the time to be reported stuck, so that a loaded run's late heartbeat
-        // fences nothing (see `blocking.rs`).
+        // Well over the 500 ms it takes to be reported stuck (its timeout, then `stuck_after`),
+        // and long enough that a loaded run's late heartbeat fences nothing (see `blocking.rs`).
         lease: Duration::from_millis(1800),
         max_attempts: 1,
         backoff: FAST_BACKOFF,
