@@ -75,7 +75,7 @@ pub use job_core::{
     shutdown_signal, ConnectionBudget, DrainReport, Periodic, Prefetch, Pruned, Pruner,
     PrunerConfig, Reporter, ReporterConfig, Rescuer, RescuerConfig, Scheduled, Scheduler,
     SchedulerConfig, Worker, WorkerBuilder, WorkerConfig, WorkerHandle, WorkerStats, MIN_INTERVAL,
-    RELEASE_TIMEOUT,
+    MIN_LEASE, RELEASE_TIMEOUT,
 };
 // Operating on stored jobs.
 pub use job_core::{

@@ -76,5 +76,5 @@ pub use maintenance::{
 };
 pub use worker::{
     shutdown_signal, ConnectionBudget, DrainReport, Prefetch, Worker, WorkerBuilder, WorkerConfig,
-    WorkerHandle, WorkerStats, MIN_INTERVAL, RELEASE_TIMEOUT,
+    WorkerHandle, WorkerStats, MIN_INTERVAL, MIN_LEASE, RELEASE_TIMEOUT,
 };

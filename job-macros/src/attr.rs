@@ -50,7 +50,8 @@ pub(crate) const MAX_NAME_LEN: usize = 128;
 /// The most retries `retry` allows.
 const MAX_RETRY: i128 = 1000;
 
-/// The shortest lease a worker accepts (checked again by `WorkerBuilder::build`).
+/// The shortest lease a worker accepts, `job_core::MIN_LEASE` (checked again by
+/// `WorkerBuilder::build`); the `every-key` pass test asserts that the two agree.
 const MIN_LEASE: Duration = Duration::from_millis(30);
 
 /// `job_core::Backoff::DEFAULT`, to check a half-given `backoff` here; the `every-key` pass

@@ -13,7 +13,7 @@ use crate::model::error::BuildError;
 use crate::model::job::{too_long, Job};
 use crate::model::new_job::name_problem;
 
-use super::config::{store_timeout_too_short, too_short, WorkerConfig, MIN_INTERVAL};
+use super::config::{store_timeout_too_short, too_short, WorkerConfig, MIN_INTERVAL, MIN_LEASE};
 
 /// A configured worker, ready to [`start`](Worker::start).
 pub struct Worker<S: Store> {
@@ -452,10 +452,10 @@ impl<S: Store> WorkerBuilder<S> {
             }
         }
         let shortest = c.shortest_lease(&self.registry).unwrap_or(Duration::MAX);
-        if shortest < Duration::from_millis(30) {
+        if shortest < MIN_LEASE {
             return Err(invalid(
                 "lease",
-                format!("leases must be at least 30ms, got {shortest:?}"),
+                format!("leases must be at least 30ms (MIN_LEASE), got {shortest:?}"),
             ));
         }
         if let Some(every) = c.heartbeat_interval {

@@ -13,6 +13,13 @@ use crate::maintenance::{
 /// period of a nanosecond the loop never sleeps, keeping a core and the database busy.
 pub const MIN_INTERVAL: Duration = Duration::from_millis(10);
 
+/// The shortest lease a worker takes, a kind's own ([`JobOptions::lease`](crate::JobOptions),
+/// `#[job(lease)]`) or [`WorkerConfig::lease`]: 30 ms. The lease keeper renews a lease every
+/// third of it, at least [`MIN_INTERVAL`] apart.
+/// [`WorkerBuilder::build`](crate::WorkerBuilder::build) refuses a shorter one, naming it, as
+/// `#[job(lease)]` does at compile time.
+pub const MIN_LEASE: Duration = Duration::from_millis(30);
+
 /// What is wrong with a loop's period under [`MIN_INTERVAL`], if it is.
 pub(crate) fn too_short(interval: Duration) -> Option<String> {
     (interval < MIN_INTERVAL)

@@ -20,7 +20,7 @@ mod stats;
 
 pub use builder::{ConnectionBudget, Worker, WorkerBuilder};
 pub(crate) use config::too_short;
-pub use config::{Prefetch, WorkerConfig, MIN_INTERVAL};
+pub use config::{Prefetch, WorkerConfig, MIN_INTERVAL, MIN_LEASE};
 pub use run::{DrainReport, WorkerHandle, RELEASE_TIMEOUT};
 pub use signal::shutdown_signal;
 pub use stats::WorkerStats;

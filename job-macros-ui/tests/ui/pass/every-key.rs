@@ -71,7 +71,8 @@ async fn per_tenant(_ctx: JobContext, tenant_id: u32, r#type: String) -> Result<
 
 #[job(
     rate = "10000/1ms",
-    breaker(cool_down = "30 days", failure_percent = 1, window = "1s")
+    breaker(cool_down = "30 days", failure_percent = 1, window = "1s"),
+    lease = "30ms"
 )]
 async fn at_the_limits(_ctx: JobContext) -> Result<(), JobError> {
     Ok(())
@@ -184,6 +185,8 @@ fn main() {
             Duration::from_millis(1)
         ))
     );
+    // The shortest lease the macro takes is the one the worker takes.
+    assert_eq!(AtTheLimits::OPTIONS.lease, job::MIN_LEASE);
     assert_eq!(
         AtTheLimits::OPTIONS.breaker,
         Some(Breaker {
