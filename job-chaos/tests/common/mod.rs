@@ -481,15 +481,21 @@ pub struct Records {
     pub rows: Vec<JobRow>,
     pub executions: Vec<Execution>,
     pub effects: Vec<Effect>,
+    /// The attempts (job, attempt) whose handler a worker printed it aborted: their handler
+    /// ran, though its first ledger write may never have landed (a silenced connection).
+    pub aborted_attempts: HashSet<(i64, i32)>,
 }
 
 impl Run {
     /// The job rows, the ledger (with the aborts the workers printed) and the effects.
     pub async fn records(&self, pool: &PgPool) -> Records {
+        let aborts = logged_aborts(&self.fleet.incarnations);
+        let abort_times = aborts.iter().map(|a| (a.token, a.at)).collect();
         Records {
             rows: load_jobs(pool).await,
-            executions: load_executions(pool, &logged_aborts(&self.fleet.incarnations)).await,
+            executions: load_executions(pool, &abort_times).await,
             effects: load_effects(pool).await,
+            aborted_attempts: aborts.iter().filter_map(|a| a.attempt).collect(),
         }
     }
 
@@ -510,7 +516,8 @@ impl Run {
              attempt after their worker was paused, {} attempts timed out on a silenced \
              connection, {} attempts failed by their own ledger or effect write in a silence, \
              {} executions fenced by a live worker and released, {} fenced while their \
-             transaction held the row",
+             transaction held the row, {} last attempts aborted before their first ledger \
+             write landed",
             self.name,
             self.seed,
             self.ids.len(),
@@ -537,6 +544,7 @@ impl Run {
             audit.app_writes_failed_in_silence,
             audit.fenced_released,
             audit.fenced_held,
+            audit.aborted_before_ledger,
         );
         for line in &self.last_words {
             let _ = write!(summary, "\n  {line}");
@@ -1215,22 +1223,39 @@ async fn load_effects(pool: &PgPool) -> Vec<Effect> {
     .collect()
 }
 
-/// Every `ledger: aborted execution` line of the workers' logs: lease token to time.
-fn logged_aborts(incarnations: &[Incarnation]) -> HashMap<Uuid, DateTime<Utc>> {
-    let mut aborts = HashMap::new();
+/// One `ledger: aborted execution` line of a worker's log.
+struct LoggedAbort {
+    token: Uuid,
+    at: DateTime<Utc>,
+    /// The job and attempt it names, `(job N, attempt M)`.
+    attempt: Option<(i64, i32)>,
+}
+
+/// Every `ledger: aborted execution` line of the workers' logs
+/// (`<time> ledger: aborted execution <token> (job N, attempt M)`).
+fn logged_aborts(incarnations: &[Incarnation]) -> Vec<LoggedAbort> {
+    let mut aborts = Vec::new();
     for inc in incarnations {
         let log = std::fs::read_to_string(&inc.log).unwrap_or_default();
         for line in log.lines() {
             let Some((at, rest)) = line.split_once(ABORTED_LINE) else {
                 continue;
             };
-            let id = rest
-                .split_whitespace()
-                .next()
-                .and_then(|id| id.parse().ok());
+            let words: Vec<&str> = rest.split_whitespace().collect();
+            let token = words.first().and_then(|id| id.parse().ok());
             let at = DateTime::parse_from_rfc3339(at).ok();
-            if let (Some(id), Some(at)) = (id, at) {
-                aborts.insert(id, at.with_timezone(&Utc));
+            let job = words
+                .get(2)
+                .and_then(|w| w.trim_end_matches(',').parse().ok());
+            let attempt = words
+                .get(4)
+                .and_then(|w| w.trim_end_matches(')').parse().ok());
+            if let (Some(token), Some(at)) = (token, at) {
+                aborts.push(LoggedAbort {
+                    token,
+                    at: at.with_timezone(&Utc),
+                    attempt: job.zip(attempt),
+                });
             }
         }
     }
@@ -1292,6 +1317,10 @@ pub struct Audit {
     /// Jobs discarded whose last attempt's start was recorded and whose worker was killed
     /// before the handler's first ledger write.
     pub killed_after_last_start: usize,
+    /// Jobs discarded whose last attempt's handler ran (its worker printed that it aborted
+    /// it) but whose first ledger write never landed: on a silenced connection, it waited
+    /// until the worker fenced the execution, and the lease could not be given back.
+    pub aborted_before_ledger: usize,
     pub rescued_finished: usize,
     /// Allowed (a worker that cannot renew in time fences itself), but worth a look.
     pub lost_by_live_workers: Vec<String>,
@@ -1808,6 +1837,11 @@ pub fn audit(run: &Run, plan: &[Planned], records: &Records) -> Audit {
             });
         if killed_after_its_start && !at_attempt.contains_key(&row.attempt) {
             a.killed_after_last_start += 1;
+        } else if row.state == "discarded"
+            && !at_attempt.contains_key(&row.attempt)
+            && records.aborted_attempts.contains(&(id, row.attempt))
+        {
+            a.aborted_before_ledger += 1;
         } else if row.state == "discarded" && !at_attempt.contains_key(&row.attempt) {
             v.push(
                 "no dead letter unrun",
