@@ -287,6 +287,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "enqueue_problem_for_workers",
         sql: include_str!("../migrations/0053_enqueue_problem_for_workers.sql"),
     },
+    Migration {
+        version: 54,
+        name: "rescue_limit",
+        sql: include_str!("../migrations/0054_rescue_limit.sql"),
+    },
 ];
 
 /// The whole schema as one plain SQL script, for a DBA or a team without Rust:

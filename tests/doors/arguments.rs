@@ -1,6 +1,7 @@
 //! The SQL functions name the argument they refuse (migration 0052): `job.enqueue_unique`'s
 //! NULLs, tags not indexed from 1, and the stager's negative counts are refused with `22023`
-//! and the argument's name, never by a table's constraint or PostgreSQL's own words.
+//! and the argument's name, never by a table's constraint or PostgreSQL's own words; the
+//! rescuer's since migration 0054.
 
 use job_testkit::TestDb;
 use sqlx::PgPool;
@@ -215,6 +216,59 @@ async fn the_stagers_functions_refuse_a_negative_or_null_count_naming_it() {
             assert_eq!(done, 0, "{function}({value})");
         }
     }
+    db.close().await;
+}
+
+/// `job.rescue_expired` refuses them too (migration 0054). Before, -1 failed on PostgreSQL's
+/// "LIMIT must not be negative" once a lease had expired, and NULL rescued every expired lease
+/// at once. An expired lease waits here throughout: the refusals rescue nothing.
+#[tokio::test]
+async fn the_rescue_refuses_a_negative_or_null_count_naming_it() {
+    let db = TestDb::new().await;
+    let pool = db.pool();
+    let id: i64 = sqlx::query_scalar("SELECT job.enqueue('doors.any', '{}')")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    // Claimed by a worker that died: its lease ran out an hour ago.
+    sqlx::query(
+        "UPDATE job.jobs SET state = 'running', attempt = 1, lock_token = gen_random_uuid(), \
+         locked_by = 'gone', locked_until = now() - interval '1 hour' WHERE id = $1",
+    )
+    .bind(id)
+    .execute(&pool)
+    .await
+    .unwrap();
+    for (value, shown) in [
+        ("-1", "-1"),
+        ("-2147483648", "-2147483648"),
+        ("NULL", "null"),
+    ] {
+        refused_naming(
+            &pool,
+            &format!("SELECT * FROM job.rescue_expired({value})"),
+            &format!(
+                "invalid rescue_expired argument `in_limit`: must be 0 or more (the most jobs to \
+                 rescue), got {shown}"
+            ),
+        )
+        .await;
+    }
+    // No upper bound: the rescuer sends its batch, up to i32::MAX.
+    for (limit, rescued) in [(0, 0), (i32::MAX, 1)] {
+        let retried: i64 = sqlx::query_scalar("SELECT retried FROM job.rescue_expired($1)")
+            .bind(limit)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        assert_eq!(retried, rescued, "rescue_expired({limit})");
+    }
+    let state: String = sqlx::query_scalar("SELECT state::text FROM job.jobs WHERE id = $1")
+        .bind(id)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(state, "retryable");
     db.close().await;
 }
 
