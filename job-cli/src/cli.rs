@@ -30,8 +30,10 @@ pub(crate) struct Cli {
     /// How long a statement may wait for the database (a lock held on the job tables, a busy
     /// server) before the command gives up, exit code 1; the database stops the statement, so
     /// nothing is left waiting. A database that does not answer at all (a network down, a
-    /// stopped server) is given up 2s after that. For `migrate`, the wait for a lock only.
-    /// 100ms to 1h; `web` has its own bound.
+    /// stopped server) is given up 2s after that. For `migrate`, the wait for a lock, and how
+    /// long its session may wait for the command's next statement or its answer (a second
+    /// connection watches it): a migration's statement runs as long as the server works on
+    /// it. 100ms to 1h; `web` has its own bound.
     #[arg(
         long,
         global = true,

@@ -63,12 +63,12 @@ async fn run_command(cli: Cli) -> Result<ExitCode, Error> {
         .database_url
         .clone()
         .ok_or("no database: give --database-url or set DATABASE_URL")?;
-    let store = connect(&url, &cli.command, cli.timeout).await?;
+    let (store, options) = connect(&url, &cli.command, cli.timeout).await?;
     let bound = Bound::new(&cli.command, cli.timeout);
     let json_out = cli.json;
     match cli.command {
         Command::Migrate { .. } => {
-            store.migrate().await?;
+            crate::watch::migration(store.migrate(), &options, cli.timeout).await?;
             say(
                 json_out,
                 json!({"migrated": true}),
@@ -328,8 +328,13 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// The store at `url`, connected now: one connection is opened first, so that a refused
 /// connection, a failed login or a missing database is reported at once with its cause and
 /// where it was looked for (the pool would retry a refused connection for its whole acquire
-/// timeout, then say only that it timed out). The password is never shown.
-async fn connect(url: &str, command: &Command, timeout: Duration) -> Result<PgStore, Error> {
+/// timeout, then say only that it timed out). The password is never shown. Also the options
+/// it connected with. `migrate`'s pool holds one connection, the session its watch looks at.
+async fn connect(
+    url: &str,
+    command: &Command,
+    timeout: Duration,
+) -> Result<(PgStore, PgConnectOptions), Error> {
     // sqlx reads any scheme as PostgreSQL's: `mysql://…` would be tried as a PostgreSQL server.
     if !["postgres://", "postgresql://"].iter().any(|scheme| {
         url.get(..scheme.len())
@@ -371,12 +376,15 @@ async fn connect(url: &str, command: &Command, timeout: Duration) -> Result<PgSt
         .map_err(|_| format!("cannot connect to {target}: no answer within {CONNECT_TIMEOUT:?}"))?
         .map_err(|e| format!("cannot connect to {target}: {e}"))?;
     let _ = probe.close().await;
-    let pool = job_postgres::pool_options()
-        .acquire_timeout(CONNECT_TIMEOUT)
-        .connect_with(options)
+    let mut pool = job_postgres::pool_options().acquire_timeout(CONNECT_TIMEOUT);
+    if let Command::Migrate { .. } = command {
+        pool = pool.max_connections(1);
+    }
+    let pool = pool
+        .connect_with(options.clone())
         .await
         .map_err(|e| format!("cannot connect to {target}: {e}"))?;
-    Ok(PgStore::new(pool))
+    Ok((PgStore::new(pool), options))
 }
 
 /// Prints `value` with `--json`, else `text`.

@@ -16,6 +16,7 @@ mod cli;
 mod commands;
 mod output;
 mod wait;
+mod watch;
 
 use std::io::Write as _;
 use std::process::ExitCode;

@@ -46,14 +46,27 @@ pub(crate) fn setting(command: &Command) -> Option<&'static str> {
 }
 
 /// `options` with `command`'s bound of `timeout` asked of every session at its start (a
-/// startup parameter: no round trip), after any the URL gives.
+/// startup parameter: no round trip), after any the URL gives. `migrate`'s session also has
+/// `idle_in_transaction_session_timeout` at `timeout` and [`MARGIN`] (when its watch gives up
+/// on it, [`crate::watch`]), so that the server ends it, and its locks, when the command can
+/// no longer reach it; and it is tagged for that watch.
 pub(crate) fn bounded(
     options: PgConnectOptions,
     command: &Command,
     timeout: Duration,
 ) -> PgConnectOptions {
+    let ms = |d: Duration| format!("{}ms", d.as_millis());
     match setting(command) {
-        Some(name) => options.options([(name, format!("{}ms", timeout.as_millis()))]),
+        Some(name) if matches!(command, Command::Migrate { .. }) => options
+            .options([
+                (name, ms(timeout)),
+                (
+                    "idle_in_transaction_session_timeout",
+                    ms(timeout.saturating_add(MARGIN)),
+                ),
+            ])
+            .application_name(&crate::watch::tag()),
+        Some(name) => options.options([(name, ms(timeout))]),
         None => options,
     }
 }

@@ -88,26 +88,45 @@ async fn a_lock_held_on_the_jobs_table_ends_each_command_at_its_timeout() {
 /// A TCP proxy to the test's server that goes silent: it forwards each connection both ways
 /// until the client sends `marker` (a statement naming it), forwards those bytes, then
 /// forwards nothing more either way and holds both sockets open. The server answers; the
-/// answer never arrives, as over a partitioned network or from a stopped server, and no
-/// error comes either. Dropping it closes every socket.
+/// answer never arrives, as over a dropped connection, and no error comes either. Dropping it
+/// closes every socket.
 struct Silencer {
     addr: std::net::SocketAddr,
     accepting: tokio::task::JoinHandle<()>,
 }
 
 impl Silencer {
+    /// Each connection goes silent when it sends `marker`; the others go on.
     async fn start(db: &TestDb, marker: &'static [u8]) -> Silencer {
+        Silencer::proxy(db, marker, false).await
+    }
+
+    /// Every connection goes silent, those opened later too, when any sends `marker`: as a
+    /// partitioned network or a stopped server.
+    async fn start_for_everyone(db: &TestDb, marker: &'static [u8]) -> Silencer {
+        Silencer::proxy(db, marker, true).await
+    }
+
+    async fn proxy(db: &TestDb, marker: &'static [u8], everyone: bool) -> Silencer {
+        use std::sync::atomic::AtomicBool;
+        use std::sync::Arc;
         use tokio::net::{TcpListener, TcpStream};
         let options = db.connect_options();
         let server = format!("{}:{}", options.get_host(), options.get_port());
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
+        let shared = Arc::new(AtomicBool::new(false));
         let accepting = tokio::spawn(async move {
             // Dropped with this task: every connection's sockets close with it.
             let mut connections = tokio::task::JoinSet::new();
             while let Ok((client, _)) = listener.accept().await {
                 let upstream = TcpStream::connect(&server).await.unwrap();
-                connections.spawn(relay(client, upstream, marker));
+                let silent = if everyone {
+                    shared.clone()
+                } else {
+                    Arc::new(AtomicBool::new(false))
+                };
+                connections.spawn(relay(client, upstream, marker, silent));
             }
         });
         Silencer { addr, accepting }
@@ -132,11 +151,16 @@ impl Drop for Silencer {
 }
 
 /// Forwards between `client` and `upstream` until `marker` has gone from the client to the
-/// server, then holds both sockets, silent, until dropped.
-async fn relay(client: tokio::net::TcpStream, upstream: tokio::net::TcpStream, marker: &[u8]) {
-    use std::sync::atomic::{AtomicBool, Ordering};
+/// server or `silent` is set, then holds both sockets, silent, until dropped. Sets `silent`
+/// when it sees `marker`.
+async fn relay(
+    client: tokio::net::TcpStream,
+    upstream: tokio::net::TcpStream,
+    marker: &[u8],
+    silent: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) {
+    use std::sync::atomic::Ordering;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let silent = std::sync::Arc::new(AtomicBool::new(false));
     let (mut from_client, mut to_client) = client.into_split();
     let (mut from_server, mut to_server) = upstream.into_split();
     let up = {
@@ -150,6 +174,11 @@ async fn relay(client: tokio::net::TcpStream, upstream: tokio::net::TcpStream, m
                     Ok(0) | Err(_) => return,
                     Ok(n) => n,
                 };
+                if silent.load(Ordering::SeqCst) {
+                    // Another connection went silent (`start_for_everyone`): nothing more
+                    // goes through, and both sockets stay open.
+                    std::future::pending::<()>().await;
+                }
                 seen.extend_from_slice(&buf[..n]);
                 if seen.windows(marker.len()).any(|w| w == marker) {
                     // Set before the server can answer what it is about to get.
@@ -220,6 +249,91 @@ async fn a_database_gone_silent_mid_statement_ends_the_command_at_its_timeout() 
         );
         assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
     }
+    drop(silencer);
+    db.close().await;
+}
+
+/// The sessions of `job migrate` (not its watch's) the server still has on `db`'s database.
+async fn migrate_sessions(db: &TestDb) -> i64 {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM pg_stat_activity \
+         WHERE datname = $1 AND application_name ~ '^job migrate [0-9]'",
+    )
+    .bind(db.name())
+    .fetch_one(&db.pool())
+    .await
+    .unwrap()
+}
+
+/// `job migrate` whose answer is lost on the way (a dropped connection, a proxy that holds it
+/// open) gives up once its session has had nothing to do for it for `--timeout` and 2s,
+/// instead of waiting for ever, and no session of it stays behind holding a lock. Outside a
+/// transaction (the encoding's read: the session then waits `idle`, which no server setting
+/// ends, so the command ends it) and inside one (the migrators' lock: `idle in transaction`,
+/// holding that lock, which the server's `idle_in_transaction_session_timeout` or the command
+/// ends, whichever comes first).
+#[tokio::test]
+async fn migrate_gives_up_on_a_lost_answer_and_leaves_no_session_behind() {
+    let db = TestDb::new().await;
+    for (marker, said) in [
+        (
+            &b"pg_encoding_to_char"[..],
+            &["waited for this command for more than 3s (idle)"][..],
+        ),
+        (
+            b"job.schema_migrations",
+            &[
+                "waited for this command for more than 3s (idle in transaction)",
+                "the migration's session is gone from the server",
+            ],
+        ),
+    ] {
+        let silencer = Silencer::start(&db, marker).await;
+        let out = job_bounded_at(&silencer.url(&db), &["--timeout", "1s", "migrate"]).await;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        assert!(
+            stderr.starts_with("job: job migrate gave up: ")
+                && said.iter().any(|s| stderr.contains(s)),
+            "{stderr}"
+        );
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        // Gone from the server while the proxy still holds its socket open (the end of a
+        // session is asynchronous: a bounded wait, not a measure).
+        let give_up = Instant::now() + STUCK;
+        while migrate_sessions(&db).await > 0 {
+            assert!(Instant::now() < give_up, "the migration's session stayed");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        // No lock of it is held: the next migrator goes through at once.
+        let out = job_bounded(&db, &["--timeout", "1s", "migrate"]).await;
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        drop(silencer);
+    }
+    db.close().await;
+}
+
+/// `job migrate` against a database that stops answering altogether (every connection goes
+/// silent, the watch's too: a partitioned network, a stopped server) gives up once the watch
+/// has had no answer for `--timeout` and 2s, saying so.
+#[tokio::test]
+async fn migrate_gives_up_when_the_database_stops_answering_altogether() {
+    let db = TestDb::new().await;
+    let silencer = Silencer::start_for_everyone(&db, b"job.schema_migrations").await;
+    let out = job_bounded_at(&silencer.url(&db), &["--timeout", "1s", "migrate"]).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.starts_with(
+            "job: job migrate gave up: the database did not answer for 3s (--timeout and 2s)"
+        ),
+        "{stderr}"
+    );
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
     drop(silencer);
     db.close().await;
 }
