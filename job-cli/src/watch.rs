@@ -9,14 +9,21 @@
 //! the migration's session (one connection, named by a tag of this process in
 //! `application_name`) is doing. While the server works on one of its statements (`active`,
 //! a wait for a lock included, which `lock_timeout` bounds) the command waits as long as it
-//! takes. When the session has been doing nothing for this command (`idle`, `idle in
-//! transaction`: the answer was sent and never came; by the server's clock, since its state
-//! last changed) or has gone for longer than `--timeout` and
-//! [`MARGIN`](crate::wait::MARGIN), or when the second connection has had no answer for that
-//! long, the command gives up, saying which, and ends the session on the server when it
-//! can, so that no lock of the migration stays held behind it. The session itself also has
-//! `idle_in_transaction_session_timeout` at that bound ([`crate::wait::bounded`]), so the
-//! server ends it when the command can no longer reach it.
+//! takes. When the session has been doing nothing for this command for longer than
+//! `--timeout` and [`MARGIN`](crate::wait::MARGIN) (`idle`, `idle in transaction`: the answer
+//! was sent and never came; by the server's clock, since its state last changed), the command
+//! asks the server to end it, if it is still so, so that no lock of the migration stays held
+//! behind it, and gives up. It also gives up when the session, once seen, has been gone from
+//! the server for [`MARGIN`](crate::wait::MARGIN), and when the second connection has had no
+//! answer, or only errors, for [`SILENT_AFTER`] (or that bound, when longer); each said apart.
+//! The session itself also has `idle_in_transaction_session_timeout` at that bound
+//! ([`crate::wait::bounded`]), so the server ends it, in a transaction, when the command can
+//! no longer reach it.
+//!
+//! What it cannot see it says once, at WARN, and goes on: a session whose state the server
+//! does not show (`track_activities` off, a role that may not read it) or that it cannot find
+//! (a connection pooler in between). A statement the server works on for ever (a commit
+//! waiting for a synchronous standby that never answers) is waited for.
 
 use std::future::Future;
 use std::time::Duration;
@@ -29,6 +36,11 @@ use crate::commands::Error;
 
 /// How often the second connection asks after the migration's session.
 pub(crate) const PERIOD: Duration = Duration::from_millis(500);
+
+/// The shortest time without an answer to the second connection after which the database is
+/// called silent: a look may have to connect again, and a server busy with a migration's I/O
+/// may answer slowly; `--timeout` and [`MARGIN`](crate::wait::MARGIN) when longer.
+const SILENT_AFTER: Duration = Duration::from_secs(10);
 
 /// The `application_name` of this process's migration session: unique among the processes
 /// that migrate at once (its process id and the time it started).
@@ -48,18 +60,28 @@ enum Seen {
     /// The server works on one of its statements.
     Working,
     /// It has done nothing for the command for `idle_for` (by the server's clock: since its
-    /// state last changed), in `state`; `pid` is its server process.
+    /// state last changed at `changed`), in `state`; `pid` is its server process.
     Idle {
         state: String,
         pid: i32,
         idle_for: Duration,
+        changed: String,
     },
-    /// The server has no such session.
+    /// The server lists it without its state: `track_activities` is off, or the watch's role
+    /// may not read that session's activity.
+    Blind,
+    /// The server has no such session on this database.
     Gone,
-    /// The look failed with an error (the server refused a connection, say, at its
-    /// `max_connections`): the server, or the host, answers, but what the session does is not
-    /// known. The migration is not given up for it.
-    Failed,
+}
+
+/// How a look went.
+enum Look {
+    Seen(Seen),
+    /// The look failed with an error (a connection refused, say, at `max_connections`): the
+    /// server or its host answers, but what the session does is not known.
+    Failed(String),
+    /// No answer came within its bound.
+    Silent,
 }
 
 /// Runs `migrating` (the migration, on the session tagged in `options`' `application_name`)
@@ -74,49 +96,105 @@ pub(crate) async fn migration<E: Into<Error>>(
         .get_application_name()
         .expect("the migration's session is tagged")
         .to_owned();
-    let watch_options = options.clone().application_name("job migrate (watch)");
+    // No notices: a WARNING of the server's (a session that ended before the command could
+    // end it) would be logged before the command's one line.
+    let watch_options = options
+        .clone()
+        .application_name("job migrate (watch)")
+        .options([("client_min_messages", "error")]);
     let bound = timeout.saturating_add(crate::wait::MARGIN);
+    let silent_after = bound.max(SILENT_AFTER);
+    // Opened before the migration starts: a server that refuses a second connection is said
+    // now, not found out when an answer is lost.
+    let mut watch = match tokio::time::timeout(
+        silent_after,
+        PgConnection::connect_with(&watch_options),
+    )
+    .await
+    {
+        Ok(Ok(conn)) => Some(conn),
+        Ok(Err(e)) => {
+            return Err(format!(
+                "job migrate cannot open its second connection, which watches the migration's \
+                 session, so nothing was migrated: {e}"
+            )
+            .into())
+        }
+        Err(_) => return Err(silent(silent_after).into()),
+    };
     tokio::pin!(migrating);
-    let mut watch: Option<PgConnection> = None;
-    let mut answered = Instant::now();
+    let mut failing_since: Option<Instant> = None;
     let mut gone_since: Option<Instant> = None;
+    let mut seen_once = false;
+    let mut blind_said = false;
     loop {
         let look = async {
             tokio::time::sleep(PERIOD).await;
-            look(&mut watch, &watch_options, &tag, bound).await
+            look(&mut watch, &watch_options, &tag, silent_after).await
         };
         let seen = tokio::select! {
+            // The migration first: one that ended is never given up.
+            biased;
             done = &mut migrating => return done.map_err(Into::into),
             seen = look => seen,
         };
         let now = Instant::now();
-        let Some(seen) = seen else {
-            if now.duration_since(answered) > bound {
-                return Err(silent(bound).into());
+        let seen = match seen {
+            Look::Seen(seen) => seen,
+            Look::Silent => return Err(silent(silent_after).into()),
+            Look::Failed(error) => {
+                if now.duration_since(*failing_since.get_or_insert(now)) > silent_after {
+                    return Err(cannot_watch(silent_after, &error).into());
+                }
+                continue;
             }
-            continue;
         };
-        answered = now;
-        if !matches!(seen, Seen::Gone | Seen::Failed) {
+        failing_since = None;
+        if !matches!(seen, Seen::Gone) {
             gone_since = None;
         }
         match seen {
-            Seen::Working | Seen::Failed => {}
+            Seen::Working => seen_once = true,
             Seen::Idle {
                 state,
                 pid,
                 idle_for,
-            } if idle_for > bound => {
-                let ended = match watch.as_mut() {
-                    Some(conn) => end(conn, pid, bound).await,
-                    None => false,
-                };
-                return Err(lost(Some(state), bound, ended).into());
+                changed,
+            } => {
+                seen_once = true;
+                if idle_for <= bound {
+                    continue;
+                }
+                let conn = watch.as_mut().expect("the look that saw it connected");
+                match end(conn, pid, &tag, &changed, silent_after).await {
+                    Some(true) => return Err(lost(&state, bound).into()),
+                    // It moved on (or ended) meanwhile: looked at again.
+                    Some(false) => {}
+                    None => return Err(silent(silent_after).into()),
+                }
             }
-            Seen::Idle { .. } => {}
+            Seen::Blind if !blind_said => {
+                blind_said = true;
+                say!(
+                    "job: warning: job migrate cannot see what its session is doing \
+                     (track_activities is off, or its role may not read that session's \
+                     activity): an answer lost outside a transaction is not noticed, and one \
+                     lost inside one only when the server ends the session"
+                );
+            }
+            Seen::Blind => {}
             Seen::Gone => {
-                if now.duration_since(*gone_since.get_or_insert(now)) > bound {
-                    return Err(lost(None, bound, false).into());
+                let gone_for = now.duration_since(*gone_since.get_or_insert(now));
+                if seen_once && gone_for > crate::wait::MARGIN {
+                    return Err(gone().into());
+                }
+                if !seen_once && gone_for > bound && !blind_said {
+                    blind_said = true;
+                    say!(
+                        "job: warning: job migrate cannot find its session on the server (a \
+                         connection pooler or a proxy in between?): only a database that stops \
+                         answering is noticed"
+                    );
                 }
             }
         }
@@ -124,14 +202,15 @@ pub(crate) async fn migration<E: Into<Error>>(
 }
 
 /// What the server says the session tagged `tag` is doing, on `watch` (connected first when
-/// it is not: a connection that failed is dropped and made again at the next look); `None`
-/// when no answer came within `bound`.
+/// it is not: a connection that failed is dropped and made again at the next look), within
+/// `bound`.
 async fn look(
     watch: &mut Option<PgConnection>,
     options: &PgConnectOptions,
     tag: &str,
     bound: Duration,
-) -> Option<Seen> {
+) -> Look {
+    type Row = (i32, Option<String>, Option<f64>, Option<String>);
     let asked = async {
         if watch.is_none() {
             *watch = Some(PgConnection::connect_with(options).await?);
@@ -139,12 +218,14 @@ async fn look(
         let conn = watch.as_mut().expect("connected above");
         // The session working on a statement first, else the one whose state changed last
         // (a pool may be closing one connection while it opens another).
-        sqlx::query_as::<_, (i32, Option<String>, f64)>(
+        sqlx::query_as::<_, Row>(
             "SELECT pid, state, \
-                    greatest(extract(epoch FROM clock_timestamp() - state_change), 0)::float8 \
+                    greatest(extract(epoch FROM clock_timestamp() - state_change), 0)::float8, \
+                    state_change::text \
              FROM pg_catalog.pg_stat_activity \
-             WHERE application_name = $1 AND pid <> pg_catalog.pg_backend_pid() \
-             ORDER BY state = 'active' DESC, state_change DESC NULLS LAST \
+             WHERE application_name = $1 AND datname = current_database() \
+               AND pid <> pg_catalog.pg_backend_pid() \
+             ORDER BY (state = 'active') IS TRUE DESC, state_change DESC NULLS LAST \
              LIMIT 1",
         )
         .bind(tag)
@@ -152,72 +233,102 @@ async fn look(
         .await
     };
     match tokio::time::timeout(bound, asked).await {
-        Ok(Ok(None)) => Some(Seen::Gone),
-        Ok(Ok(Some((_, Some(state), _)))) if state == "active" => Some(Seen::Working),
-        Ok(Ok(Some((pid, state, idle_for)))) => Some(Seen::Idle {
-            state: state.unwrap_or_else(|| "unknown".to_owned()),
-            pid,
-            idle_for: Duration::try_from_secs_f64(idle_for).unwrap_or_default(),
-        }),
+        Ok(Ok(None)) => Look::Seen(Seen::Gone),
+        Ok(Ok(Some((pid, Some(state), Some(idle_for), Some(changed))))) if state != "disabled" => {
+            Look::Seen(if state == "active" {
+                Seen::Working
+            } else {
+                Seen::Idle {
+                    state,
+                    pid,
+                    idle_for: Duration::try_from_secs_f64(idle_for).unwrap_or_default(),
+                    changed,
+                }
+            })
+        }
+        Ok(Ok(Some(_))) => Look::Seen(Seen::Blind),
         // Dropped, not closed: a connection that failed or does not answer would not answer a
         // goodbye either.
-        Ok(Err(_)) => {
+        Ok(Err(e)) => {
             *watch = None;
-            Some(Seen::Failed)
+            Look::Failed(e.to_string())
         }
         Err(_) => {
             *watch = None;
-            None
+            Look::Silent
         }
     }
 }
 
-/// Ends the server process `pid` (the migration's session), within `bound`; whether it did.
-async fn end(conn: &mut PgConnection, pid: i32, bound: Duration) -> bool {
-    let ended = sqlx::query_scalar::<_, bool>("SELECT pg_catalog.pg_terminate_backend($1)")
-        .bind(pid)
-        .fetch_one(conn);
-    matches!(tokio::time::timeout(bound, ended).await, Ok(Ok(true)))
+/// Ends the server process `pid`, the session tagged `tag`, if it is still idle as seen (its
+/// state last changed at `changed`), within `bound`: `Some(true)` when the server was asked
+/// to, `Some(false)` when the session had moved on or ended, `None` without an answer.
+async fn end(
+    conn: &mut PgConnection,
+    pid: i32,
+    tag: &str,
+    changed: &str,
+    bound: Duration,
+) -> Option<bool> {
+    let ended = sqlx::query_scalar::<_, bool>(
+        "SELECT pg_catalog.pg_terminate_backend(pid) FROM pg_catalog.pg_stat_activity \
+         WHERE pid = $1 AND application_name = $2 AND state_change::text = $3 \
+           AND state <> 'active'",
+    )
+    .bind(pid)
+    .bind(tag)
+    .bind(changed)
+    .fetch_optional(conn);
+    match tokio::time::timeout(bound, ended).await {
+        Ok(Ok(ended)) => Some(ended == Some(true)),
+        Ok(Err(_)) => Some(false),
+        Err(_) => None,
+    }
 }
 
-/// The command's words when the second connection had no answer for `bound`.
-fn silent(bound: Duration) -> String {
+/// What follows each giving up.
+const AGAIN: &str = "The migration it was in was rolled back unless its commit had been sent: \
+                     run job migrate again, which applies only the migrations the database lacks";
+
+/// The command's words when the second connection had no answer for `waited`.
+fn silent(waited: Duration) -> String {
     format!(
-        "job migrate gave up: the database did not answer for {} (--timeout and 2s), on the \
-         migration's connection nor on a second one (a network down, a stopped server). The \
-         server ends the migration's session by itself once it has waited that long in a \
-         transaction, rolling back the migration it was in, unless its commit had been sent: \
-         run job migrate again, which applies only the migrations the database lacks",
-        humantime::format_duration(bound)
+        "job migrate gave up: the database did not answer the second connection, which watches \
+         the migration's session, for {} (a network down, a stopped server). The server ends \
+         the migration's session by itself once it has waited --timeout and 2s in a \
+         transaction. {AGAIN}",
+        humantime::format_duration(waited)
+    )
+}
+
+/// The command's words when the second connection failed for `waited`, last with `error`.
+fn cannot_watch(waited: Duration, error: &str) -> String {
+    format!(
+        "job migrate gave up: the second connection, which watches the migration's session, \
+         failed and could not be made again for {} ({error}), so whether the migration still \
+         runs is not known. {AGAIN}",
+        humantime::format_duration(waited)
     )
 }
 
 /// The command's words when the migration's session did nothing for it for `bound` (in
-/// `state`, or gone when `None`), ended by the command when `ended`.
-fn lost(state: Option<String>, bound: Duration, ended: bool) -> String {
-    let waited = humantime::format_duration(bound);
-    let what = match (state, ended) {
-        (None, _) => format!(
-            "the migration's session is gone from the server, and no answer came for {waited} \
-             (the server ended it: a restart, an administrator, or its wait for this command \
-             past idle_in_transaction_session_timeout once an answer was lost)"
-        ),
-        (Some(state), true) => format!(
-            "the migration's session waited for this command for more than {waited} ({state}): \
-             its answer was lost on the way (a dropped connection, a proxy); the command ended \
-             that session, so nothing of it holds a lock"
-        ),
-        (Some(state), false) => format!(
-            "the migration's session waited for this command for more than {waited} ({state}): \
-             its answer was lost on the way (a dropped connection, a proxy), and the command \
-             could not end that session; the server ends it once it has waited that long in a \
-             transaction"
-        ),
-    };
+/// `state`), and the server was asked to end it.
+fn lost(state: &str, bound: Duration) -> String {
     format!(
-        "job migrate gave up: {what}. The migration it was in was rolled back unless its \
-         commit had been sent: run job migrate again, which applies only the migrations the \
-         database lacks"
+        "job migrate gave up: the migration's session waited for this command for more than {} \
+         ({state}): its answer was lost on the way (a dropped connection, a proxy). The command \
+         asked the server to end that session, so no lock of it stays held. {AGAIN}",
+        humantime::format_duration(bound)
+    )
+}
+
+/// The command's words when the migration's session ended on the server while the command
+/// waited for its answer.
+fn gone() -> String {
+    format!(
+        "job migrate gave up: the migration's session ended on the server while the command \
+         waited for its answer (a restart, an administrator, or the server's \
+         idle_in_transaction_session_timeout after an answer was lost). {AGAIN}"
     )
 }
 
@@ -264,7 +375,7 @@ mod tests {
             .to_string();
         assert!(
             error.contains("for more than 2s 100ms (idle)")
-                && error.contains("the command ended that session"),
+                && error.contains("asked the server to end that session"),
             "{error}"
         );
         assert!(
