@@ -32,8 +32,9 @@ pub(crate) struct Cli {
     /// nothing is left waiting. A database that does not answer at all (a network down, a
     /// stopped server) is given up 2s after that. For `migrate`, the wait for a lock, and how
     /// long its session may wait for the command's next statement or its answer (a second
-    /// connection watches it): a migration's statement runs as long as the server works on
-    /// it. 100ms to 1h; `web` has its own bound.
+    /// connection watches it, and gives up after 10s without an answer, or this and 2s when
+    /// longer): a migration's statement runs as long as the server works on it. 100ms to 1h;
+    /// `web` has its own bound.
     #[arg(
         long,
         global = true,

@@ -47,9 +47,10 @@ pub(crate) fn setting(command: &Command) -> Option<&'static str> {
 
 /// `options` with `command`'s bound of `timeout` asked of every session at its start (a
 /// startup parameter: no round trip), after any the URL gives. `migrate`'s session also has
-/// `idle_in_transaction_session_timeout` at `timeout` and [`MARGIN`] (when its watch gives up
-/// on it, [`crate::watch`]), so that the server ends it, and its locks, when the command can
-/// no longer reach it; and it is tagged for that watch.
+/// `idle_in_transaction_session_timeout` at `timeout`, [`MARGIN`] and a second (a second
+/// after its watch gives up on it, [`crate::watch`], so that the watch, which says why, comes
+/// first), so that the server ends it, and its locks, when the command can no longer reach
+/// it; and it is tagged for that watch, in place of any `application_name` the URL gives.
 pub(crate) fn bounded(
     options: PgConnectOptions,
     command: &Command,
@@ -62,7 +63,9 @@ pub(crate) fn bounded(
                 (name, ms(timeout)),
                 (
                     "idle_in_transaction_session_timeout",
-                    ms(timeout.saturating_add(MARGIN)),
+                    ms(timeout
+                        .saturating_add(MARGIN)
+                        .saturating_add(Duration::from_secs(1))),
                 ),
             ])
             .application_name(&crate::watch::tag()),

@@ -16,14 +16,18 @@
 //! behind it, and gives up. It also gives up when the session, once seen, has been gone from
 //! the server for [`MARGIN`](crate::wait::MARGIN), and when the second connection has had no
 //! answer, or only errors, for [`SILENT_AFTER`] (or that bound, when longer); each said apart.
-//! The session itself also has `idle_in_transaction_session_timeout` at that bound
+//! The session itself also has `idle_in_transaction_session_timeout` a second past that bound
 //! ([`crate::wait::bounded`]), so the server ends it, in a transaction, when the command can
 //! no longer reach it.
 //!
-//! What it cannot see it says once, at WARN, and goes on: a session whose state the server
-//! does not show (`track_activities` off, a role that may not read it) or that it cannot find
-//! (a connection pooler in between). A statement the server works on for ever (a commit
-//! waiting for a synchronous standby that never answers) is waited for.
+//! "Idle for the command" also covers a command that is alive but stalled (stopped with
+//! SIGSTOP or ctrl-z, a paused VM) for longer than the bound: its session is then ended and
+//! the command says the answer was lost. Running `job migrate` again is safe.
+//!
+//! What it cannot see it says once, as a warning line, and goes on: a session whose state the
+//! server does not show (`track_activities` off, a role that may not read it) or that it
+//! cannot find (a connection pooler in between). A statement the server works on for ever (a
+//! commit waiting for a synchronous standby that never answers) is waited for.
 
 use std::future::Future;
 use std::time::Duration;
@@ -120,7 +124,14 @@ pub(crate) async fn migration<E: Into<Error>>(
             )
             .into())
         }
-        Err(_) => return Err(silent(silent_after).into()),
+        Err(_) => {
+            return Err(format!(
+                "job migrate cannot open its second connection, which watches the migration's \
+                 session, so nothing was migrated: no answer within {}",
+                humantime::format_duration(silent_after)
+            )
+            .into())
+        }
     };
     tokio::pin!(migrating);
     let mut failing_since: Option<Instant> = None;
@@ -167,22 +178,31 @@ pub(crate) async fn migration<E: Into<Error>>(
                 }
                 let conn = watch.as_mut().expect("the look that saw it connected");
                 match end(conn, pid, &tag, &changed, silent_after).await {
-                    Some(true) => return Err(lost(&state, bound).into()),
+                    End::Asked => return Err(lost(&state, bound).into()),
                     // It moved on (or ended) meanwhile: looked at again.
-                    Some(false) => {}
-                    None => return Err(silent(silent_after).into()),
+                    End::MovedOn => {}
+                    End::Silent => return Err(silent(silent_after).into()),
+                    // As a failed look: the watch connects again at the next.
+                    End::Failed(error) => {
+                        watch = None;
+                        if now.duration_since(*failing_since.get_or_insert(now)) > silent_after {
+                            return Err(cannot_watch(silent_after, &error).into());
+                        }
+                    }
                 }
             }
+            // Seen, though blind: once it is gone, the command is told so.
             Seen::Blind if !blind_said => {
+                seen_once = true;
                 blind_said = true;
                 say!(
                     "job: warning: job migrate cannot see what its session is doing \
                      (track_activities is off, or its role may not read that session's \
                      activity): an answer lost outside a transaction is not noticed, and one \
-                     lost inside one only when the server ends the session"
+                     lost inside one only once the server ends the session"
                 );
             }
-            Seen::Blind => {}
+            Seen::Blind => seen_once = true,
             Seen::Gone => {
                 let gone_for = now.duration_since(*gone_since.get_or_insert(now));
                 if seen_once && gone_for > crate::wait::MARGIN {
@@ -260,16 +280,21 @@ async fn look(
     }
 }
 
+/// How an attempt to end the session went.
+enum End {
+    /// The server was asked to end it.
+    Asked,
+    /// It had moved on (or ended) since it was seen idle.
+    MovedOn,
+    /// The request failed with an error.
+    Failed(String),
+    /// No answer came within its bound.
+    Silent,
+}
+
 /// Ends the server process `pid`, the session tagged `tag`, if it is still idle as seen (its
-/// state last changed at `changed`), within `bound`: `Some(true)` when the server was asked
-/// to, `Some(false)` when the session had moved on or ended, `None` without an answer.
-async fn end(
-    conn: &mut PgConnection,
-    pid: i32,
-    tag: &str,
-    changed: &str,
-    bound: Duration,
-) -> Option<bool> {
+/// state last changed at `changed`), within `bound`.
+async fn end(conn: &mut PgConnection, pid: i32, tag: &str, changed: &str, bound: Duration) -> End {
     let ended = sqlx::query_scalar::<_, bool>(
         "SELECT pg_catalog.pg_terminate_backend(pid) FROM pg_catalog.pg_stat_activity \
          WHERE pid = $1 AND application_name = $2 AND state_change::text = $3 \
@@ -280,9 +305,10 @@ async fn end(
     .bind(changed)
     .fetch_optional(conn);
     match tokio::time::timeout(bound, ended).await {
-        Ok(Ok(ended)) => Some(ended == Some(true)),
-        Ok(Err(_)) => Some(false),
-        Err(_) => None,
+        Ok(Ok(Some(true))) => End::Asked,
+        Ok(Ok(_)) => End::MovedOn,
+        Ok(Err(e)) => End::Failed(e.to_string()),
+        Err(_) => End::Silent,
     }
 }
 
@@ -295,7 +321,7 @@ fn silent(waited: Duration) -> String {
     format!(
         "job migrate gave up: the database did not answer the second connection, which watches \
          the migration's session, for {} (a network down, a stopped server). The server ends \
-         the migration's session by itself once it has waited --timeout and 2s in a \
+         the migration's session by itself once it has waited --timeout and 3s in a \
          transaction. {AGAIN}",
         humantime::format_duration(waited)
     )

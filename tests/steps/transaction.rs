@@ -48,6 +48,8 @@ impl Job for Ship {
             .execute(&mut *tx)
             .await?;
         if let Then::LoseTheLease = self.then {
+            // Past the lease keeper's first heartbeat, which comes as it starts (see the test).
+            tokio::time::sleep(Duration::from_secs(1)).await;
             steal_lease(pool, ctx.id()).await;
         }
         let completed = job_postgres::complete_in(&mut tx, &ctx).await;
@@ -150,9 +152,10 @@ async fn a_crash_between_the_handlers_write_and_its_commit_leaves_neither_the_ro
 async fn a_stale_lease_commits_nothing_of_the_handlers_transaction() {
     // A heartbeat between the steal and `complete_in`'s answer would find the lease gone and
     // stop the handler before it could say what `complete_in` answered (a CI run did that,
-    // and the test waited in vain): no heartbeat comes in the first 10 s of this lease. A
-    // heartbeat's fence of a handler whose lease was taken is tested in `tests/worker/leases.rs`
-    // (`a_worker_that_loses_its_lease_stops_and_writes_nothing`).
+    // and the test waited in vain). The keeper's first heartbeat comes as it starts, the next
+    // 10 s later, and the handler steals its lease a second after it starts: no heartbeat
+    // falls between. A heartbeat's fence of a handler whose lease was taken is tested in
+    // `tests/worker/leases.rs` (`a_worker_that_loses_its_lease_stops_and_writes_nothing`).
     let (h, effects, id, worker) = ship_with(Then::LoseTheLease, |c| {
         c.lease = Some(Duration::from_secs(30));
         c.heartbeat_interval = Some(Duration::from_secs(10));
