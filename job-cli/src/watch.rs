@@ -135,6 +135,9 @@ pub(crate) async fn migration<E: Into<Error>>(
     };
     tokio::pin!(migrating);
     let mut failing_since: Option<Instant> = None;
+    // Since when the requests to end an idle session have failed: apart from the looks', which
+    // may succeed in between.
+    let mut end_failing_since: Option<Instant> = None;
     let mut gone_since: Option<Instant> = None;
     let mut seen_once = false;
     let mut blind_said = false;
@@ -164,6 +167,9 @@ pub(crate) async fn migration<E: Into<Error>>(
         if !matches!(seen, Seen::Gone) {
             gone_since = None;
         }
+        if !matches!(seen, Seen::Idle { idle_for, .. } if idle_for > bound) {
+            end_failing_since = None;
+        }
         match seen {
             Seen::Working => seen_once = true,
             Seen::Idle {
@@ -180,12 +186,13 @@ pub(crate) async fn migration<E: Into<Error>>(
                 match end(conn, pid, &tag, &changed, silent_after).await {
                     End::Asked => return Err(lost(&state, bound).into()),
                     // It moved on (or ended) meanwhile: looked at again.
-                    End::MovedOn => {}
+                    End::MovedOn => end_failing_since = None,
                     End::Silent => return Err(silent(silent_after).into()),
-                    // As a failed look: the watch connects again at the next.
+                    // The watch connects again at the next look; given up as failed looks are.
                     End::Failed(error) => {
                         watch = None;
-                        if now.duration_since(*failing_since.get_or_insert(now)) > silent_after {
+                        let since = *end_failing_since.get_or_insert(now);
+                        if now.duration_since(since) > silent_after {
                             return Err(cannot_watch(silent_after, &error).into());
                         }
                     }
@@ -327,12 +334,13 @@ fn silent(waited: Duration) -> String {
     )
 }
 
-/// The command's words when the second connection failed for `waited`, last with `error`.
+/// The command's words when the second connection's requests (its looks, or its requests to
+/// end an idle session) failed for `waited`, last with `error`.
 fn cannot_watch(waited: Duration, error: &str) -> String {
     format!(
         "job migrate gave up: the second connection, which watches the migration's session, \
-         failed and could not be made again for {} ({error}), so whether the migration still \
-         runs is not known. {AGAIN}",
+         kept failing for {} ({error}), so what the migration's session does is not known. \
+         {AGAIN}",
         humantime::format_duration(waited)
     )
 }
