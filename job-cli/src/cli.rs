@@ -12,11 +12,6 @@ use job::{JobFilter, JobState};
 /// history with it.
 pub(crate) const MAX_LIST_LIMIT: u32 = 10_000;
 
-/// The shortest `check --lease` taken: the shortest lease a worker takes
-/// ([`job::MIN_LEASE`]). A shorter one, zero above all, would count every lease that just
-/// expired as overdue.
-pub(crate) const MIN_LEASE: Duration = job::MIN_LEASE;
-
 /// Operate the job framework's queue on PostgreSQL.
 #[derive(Debug, Parser)]
 #[command(name = "job", version, about)]

@@ -12,9 +12,7 @@ use serde_json::json;
 use sqlx::postgres::{PgConnectOptions, PgConnection};
 use sqlx::Connection;
 
-use crate::cli::{
-    Cli, Command, DeadArgs, EnqueueArgs, FilterArgs, PauseArgs, MAX_LIST_LIMIT, MIN_LEASE,
-};
+use crate::cli::{Cli, Command, DeadArgs, EnqueueArgs, FilterArgs, PauseArgs, MAX_LIST_LIMIT};
 use crate::output::{
     self, add_row, json, numeric, print, print_json, table, when, JobView, StdoutError, StepView,
 };
@@ -63,11 +61,12 @@ async fn run_command(cli: Cli) -> Result<ExitCode, Error> {
         .database_url
         .clone()
         .ok_or("no database: give --database-url or set DATABASE_URL")?;
-    let (store, options) = connect(&url, &cli.command, cli.timeout).await?;
+    let store = connect(&url, &cli.command, cli.timeout).await?;
     let bound = Bound::new(&cli.command, cli.timeout);
     let json_out = cli.json;
     match cli.command {
         Command::Migrate { .. } => {
+            let options = store.pool().connect_options();
             crate::watch::migration(store.migrate(), &options, cli.timeout).await?;
             say(
                 json_out,
@@ -238,7 +237,9 @@ fn check_options(command: &Command) -> Result<(), Error> {
         return Err(problem.into());
     }
     match command {
-        Command::Check { lease } if *lease < MIN_LEASE => Err(format!(
+        // The shortest lease a worker takes: a shorter one, zero above all, would count every
+        // lease that just expired as overdue.
+        Command::Check { lease } if *lease < job::MIN_LEASE => Err(format!(
             "--lease must be at least 30ms (the shortest lease a worker takes), got {}",
             humantime::format_duration(*lease)
         )
@@ -328,13 +329,9 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// The store at `url`, connected now: one connection is opened first, so that a refused
 /// connection, a failed login or a missing database is reported at once with its cause and
 /// where it was looked for (the pool would retry a refused connection for its whole acquire
-/// timeout, then say only that it timed out). The password is never shown. Also the options
-/// it connected with. `migrate`'s pool holds one connection, the session its watch looks at.
-async fn connect(
-    url: &str,
-    command: &Command,
-    timeout: Duration,
-) -> Result<(PgStore, PgConnectOptions), Error> {
+/// timeout, then say only that it timed out). The password is never shown. `migrate`'s pool
+/// holds one connection, the session its watch looks at.
+async fn connect(url: &str, command: &Command, timeout: Duration) -> Result<PgStore, Error> {
     // sqlx reads any scheme as PostgreSQL's: `mysql://…` would be tried as a PostgreSQL server.
     if !["postgres://", "postgresql://"].iter().any(|scheme| {
         url.get(..scheme.len())
@@ -381,10 +378,10 @@ async fn connect(
         pool = pool.max_connections(1);
     }
     let pool = pool
-        .connect_with(options.clone())
+        .connect_with(options)
         .await
         .map_err(|e| format!("cannot connect to {target}: {e}"))?;
-    Ok((PgStore::new(pool), options))
+    Ok(PgStore::new(pool))
 }
 
 /// Prints `value` with `--json`, else `text`.
