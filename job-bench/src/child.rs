@@ -4,7 +4,7 @@
 //!
 //! Protocol on the child's stdout, one JSON object per line: `{"event":"started"}` once the
 //! worker's tasks are spawned; `{"event":"handled","n":N}` whenever the count of `Noop`
-//! handlers that ran changed (looked at every [`HANDLED_EVERY`]); then `{"event":"stopped",
+//! handlers that ran changed (looked at [`HANDLED_EVERY`] after a handler ran, at most that often); then `{"event":"stopped",
 //! ...}` with its counters, the metered store's report and `peak_rss_mib` after it drained.
 //!
 //! The parent waits for the handled count before it asks the database whether the drain is
@@ -23,7 +23,7 @@ use serde_json::{json, Value};
 use tokio::sync::{mpsc, Notify};
 
 use crate::args::Args;
-use crate::jobs::{Noop, HANDLED, QUEUE};
+use crate::jobs::{Noop, HANDLED, HANDLED_CHANGED, QUEUE};
 use crate::report::{emit, proc_status_mib};
 use crate::Result;
 
@@ -34,7 +34,8 @@ const WORKER_POOL: u32 = 10;
 /// The `application_name` of the worker's connections, to find its server backends.
 pub(crate) const WORKER_APP: &str = "job-bench-worker";
 
-/// How often the child looks at its handled count.
+/// How long the child waits, after a handler ran, before it looks at its handled count (so
+/// at most that often while jobs run, and never while none do).
 const HANDLED_EVERY: Duration = Duration::from_millis(5);
 
 /// The child's side: run a worker on `--database-url` until stdin reaches EOF.
@@ -65,6 +66,7 @@ async fn run_worker<S: Store>(store: S, args: &Args, meters: impl Fn() -> Value)
     let counter = tokio::spawn(async {
         let mut told = 0;
         loop {
+            HANDLED_CHANGED.notified().await;
             tokio::time::sleep(HANDLED_EVERY).await;
             let n = HANDLED.load(Ordering::Relaxed);
             if n != told {

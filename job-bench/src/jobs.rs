@@ -5,6 +5,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use tokio::sync::Notify;
+
 use job::prelude::*;
 
 /// The queue every benchmark job runs on.
@@ -15,11 +17,16 @@ pub(crate) const OTHER_KIND: &str = "bench.unregistered";
 /// `Noop` handlers run in this process (the worker child reports it; see `child.rs`).
 pub(crate) static HANDLED: AtomicU64 = AtomicU64::new(0);
 
+/// Told after each `Noop` handler ran, so that the child's reporter sleeps while nothing runs
+/// (the `idle` workload measures the worker, not a reporter polling a counter).
+pub(crate) static HANDLED_CHANGED: Notify = Notify::const_new();
+
 /// Does nothing but count itself: the throughput workloads measure the framework, not a
 /// handler.
 #[job(kind = "bench.noop")]
 pub(crate) async fn noop(_ctx: JobContext) -> Result<(), JobError> {
     HANDLED.fetch_add(1, Ordering::Relaxed);
+    HANDLED_CHANGED.notify_one();
     Ok(())
 }
 

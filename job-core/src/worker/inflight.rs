@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
+use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -196,6 +197,9 @@ type Table = HashMap<Lease, Entry, rustc_hash::FxBuildHasher>;
 #[derive(Debug, Default)]
 pub(crate) struct InFlight {
     entries: Mutex<Table>,
+    /// Told when a claim is recorded into an empty table, so that what works only while
+    /// executions are in flight (the keeper's nudges) can sleep while there are none.
+    occupied: Notify,
 }
 
 impl InFlight {
@@ -213,7 +217,9 @@ impl InFlight {
         sent: Instant,
     ) -> Signals {
         let signals = Signals::new();
-        self.lock().insert(
+        let mut table = self.lock();
+        let was_empty = table.is_empty();
+        table.insert(
             lease,
             Entry {
                 info,
@@ -228,6 +234,10 @@ impl InFlight {
                 progress: None,
             },
         );
+        drop(table);
+        if was_empty {
+            self.occupied.notify_one();
+        }
         signals
     }
 
@@ -632,6 +642,15 @@ impl InFlight {
     pub(crate) fn len(&self) -> usize {
         self.lock().len()
     }
+
+    /// Returns once an execution is in flight: at once if one is, else when a claim is
+    /// recorded (a notification left by an earlier claim may end one wait early; the table
+    /// is looked at again then).
+    pub(crate) async fn until_occupied(&self) {
+        while self.len() == 0 {
+            self.occupied.notified().await;
+        }
+    }
 }
 
 #[cfg(test)]
@@ -652,6 +671,35 @@ mod tests {
         });
         inflight.insert(lease, info, lease_len, sent);
         lease
+    }
+
+    /// The keeper's nudges sleep on `until_occupied` while nothing is in flight: it must
+    /// wait while the table is empty and end once a claim is recorded, including a claim
+    /// recorded between its look at the table and its wait.
+    #[test]
+    fn until_occupied_waits_for_a_claim_and_misses_none() {
+        use futures_util::FutureExt;
+        let inflight = InFlight::default();
+        let now = Instant::now();
+        assert_eq!(
+            inflight.until_occupied().now_or_never(),
+            None,
+            "empty: waits"
+        );
+        let mut waiting = Box::pin(inflight.until_occupied());
+        assert_eq!((&mut waiting).now_or_never(), None);
+        let lease = claim(&inflight, Duration::from_secs(30), now);
+        assert_eq!(waiting.now_or_never(), Some(()), "woken by the claim");
+        assert_eq!(
+            inflight.until_occupied().now_or_never(),
+            Some(()),
+            "occupied: at once"
+        );
+        assert!(inflight.remove(&lease));
+        // Empty again: waits again (the claim's notification went to the waiter above).
+        assert_eq!(inflight.until_occupied().now_or_never(), None);
+        claim(&inflight, Duration::from_secs(30), now);
+        assert_eq!(inflight.until_occupied().now_or_never(), Some(()));
     }
 
     #[test]

@@ -180,13 +180,19 @@ async fn run<S: Store>(
 }
 
 /// Spawns an empty task on `runtime` every [`NUDGE_EVERY`] while executions are in flight
-/// (only a handler blocks a thread; an idle worker is not woken 20 times a second), one at a
-/// time: while every thread of it is blocked, one task waits, not one per period.
+/// (only a handler blocks a thread; an idle worker is not woken 20 times a second: with
+/// nothing in flight the loop waits for a claim to be recorded), one at a time: while every
+/// thread of it is blocked, one task waits, not one per period.
 async fn nudge<S>(shared: &Shared<S>, runtime: &Handle) {
     let waiting = Arc::new(AtomicBool::new(false));
     let mut tick = tokio::time::interval(NUDGE_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
+        if shared.inflight.len() == 0 {
+            // Nothing in flight: sleep until a claim is recorded, not every period.
+            shared.inflight.until_occupied().await;
+            tick.reset_immediately();
+        }
         tick.tick().await;
         if shared.inflight.len() > 0 && !waiting.swap(true, Ordering::AcqRel) {
             let ran = waiting.clone();
