@@ -292,6 +292,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "rescue_limit",
         sql: include_str!("../migrations/0054_rescue_limit.sql"),
     },
+    Migration {
+        version: 55,
+        name: "claim_arguments",
+        sql: include_str!("../migrations/0055_claim_arguments.sql"),
+    },
 ];
 
 /// The whole schema as one plain SQL script, for a DBA or a team without Rust:

@@ -1,7 +1,7 @@
 //! The SQL functions name the argument they refuse (migration 0052): `job.enqueue_unique`'s
 //! NULLs, tags not indexed from 1, and the stager's negative counts are refused with `22023`
 //! and the argument's name, never by a table's constraint or PostgreSQL's own words; the
-//! rescuer's since migration 0054.
+//! rescuer's since migration 0054, the claim's since 0055.
 
 use job_testkit::TestDb;
 use sqlx::PgPool;
@@ -269,6 +269,132 @@ async fn the_rescue_refuses_a_negative_or_null_count_naming_it() {
         .await
         .unwrap();
     assert_eq!(state, "retryable");
+    db.close().await;
+}
+
+/// `job.claim`'s arguments, each a valid value, in its order.
+const CLAIM_ARGUMENTS: [(&str, &str); 8] = [
+    ("in_queue", "'default'"),
+    ("in_kinds", "'{doors.any}'::text[]"),
+    ("in_versions", "'{1}'::integer[]"),
+    ("in_leases", "'{30000}'::bigint[]"),
+    ("in_max", "10"),
+    ("in_worker", "'w'"),
+    ("in_caps", "'{NULL}'::integer[]"),
+    ("in_ahead_of", "'{}'::text[]"),
+];
+
+/// `job.claim` called with `CLAIM_ARGUMENTS`, `name` given `value` instead.
+fn claim_with(changes: &[(&str, &str)]) -> String {
+    let arguments: Vec<&str> = CLAIM_ARGUMENTS
+        .iter()
+        .map(|(name, valid)| {
+            changes
+                .iter()
+                .find(|(changed, _)| changed == name)
+                .map_or(*valid, |(_, value)| *value)
+        })
+        .collect();
+    format!("SELECT * FROM job.claim({})", arguments.join(", "))
+}
+
+/// Called by hand or by another client, `job.claim` took `in_max` NULL as no limit (every
+/// available job of the queue's kinds claimed at once), a lease of 0 or less as a claim whose
+/// lease had already run out, and a NULL lease or arrays of different lengths failed on the
+/// table's constraint. Each is refused, naming the argument, and nothing is claimed.
+#[tokio::test]
+async fn the_claim_refuses_what_would_claim_too_much_or_for_nothing_naming_it() {
+    let db = TestDb::new().await;
+    let pool = db.pool();
+    for _ in 0..2 {
+        sqlx::query("SELECT job.enqueue('doors.any', '{}')")
+            .execute(&pool)
+            .await
+            .unwrap();
+    }
+    for (name, _) in CLAIM_ARGUMENTS {
+        refused_naming(
+            &pool,
+            &claim_with(&[(name, "NULL")]),
+            &format!("invalid claim argument `{name}`: must not be null"),
+        )
+        .await;
+    }
+    let lockstep = "invalid claim arguments `in_kinds`, `in_versions`, `in_leases`, `in_caps`: \
+                    must be one-dimensional arrays from 1 of one length (one item per kind), got";
+    for changes in [
+        [("in_leases", "'{}'::bigint[]")],
+        [("in_versions", "'{1,1}'::integer[]")],
+        [("in_caps", "'{}'::integer[]")],
+        [("in_leases", "'[2:2]={30000}'::bigint[]")],
+        [("in_kinds", "'{{doors.any}}'::text[]")],
+    ] {
+        refused_naming(&pool, &claim_with(&changes), lockstep).await;
+    }
+    for (lease, shown) in [
+        ("0", "0"),
+        ("-30000", "-30000"),
+        ("NULL", "null"),
+        ("3153600000001", "3153600000001"),
+    ] {
+        refused_naming(
+            &pool,
+            &claim_with(&[("in_leases", &format!("ARRAY[{lease}]::bigint[]"))]),
+            &format!(
+                "invalid claim argument `in_leases`: each lease must be 1 to 3153600000000 \
+                 milliseconds (100 years), got {shown}"
+            ),
+        )
+        .await;
+    }
+    for (max, shown) in [("-1", "-1"), ("-2147483648", "-2147483648")] {
+        refused_naming(
+            &pool,
+            &claim_with(&[("in_max", max)]),
+            &format!(
+                "invalid claim argument `in_max`: must be 0 or more (the most jobs to claim), \
+                 got {shown}"
+            ),
+        )
+        .await;
+    }
+    let running = || async {
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM job.jobs WHERE state = 'running'")
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+    };
+    assert_eq!(running().await, 0, "a refused claim claims nothing");
+    // The bounds themselves are taken, and no kinds at all is a claim of nothing.
+    for (changes, claimed) in [
+        (vec![("in_max", "0")], 0),
+        (
+            vec![
+                ("in_kinds", "'{}'::text[]"),
+                ("in_versions", "'{}'::integer[]"),
+                ("in_leases", "'{}'::bigint[]"),
+                ("in_caps", "'{}'::integer[]"),
+            ],
+            0,
+        ),
+        (vec![("in_leases", "'{1}'::bigint[]"), ("in_max", "1")], 1),
+        (
+            vec![
+                ("in_leases", "'{3153600000000}'::bigint[]"),
+                ("in_max", "2147483647"),
+            ],
+            1,
+        ),
+    ] {
+        let statement = claim_with(&changes);
+        let rows = sqlx::query(&statement).fetch_all(&pool).await.unwrap();
+        assert_eq!(rows.len(), claimed, "{statement}");
+    }
+    assert_eq!(
+        running().await,
+        2,
+        "one job claimed by each of the last two calls"
+    );
     db.close().await;
 }
 
