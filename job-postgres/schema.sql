@@ -8547,3 +8547,75 @@ $job_migration_0055$;
 END
 $apply$;
 COMMIT;
+
+-- 0056 key_arguments
+BEGIN;
+DO $lock$ BEGIN PERFORM pg_advisory_xact_lock(hashtextextended('job.schema_migrations', 0)); END $lock$;
+DO $apply$
+DECLARE
+    missing integer;
+    later integer;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = 56) THEN
+        SELECT min(v) INTO missing FROM pg_catalog.unnest('{1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31,32,33,34,35,36,37,38,39,40,41,42,43,44,45,46,47,48,49,50,51,52,53,54,55}'::integer[]) v
+            WHERE NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = v);
+        IF missing IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 56 `key_arguments` was not applied: migration %, which comes before it, is not recorded in job.schema_migrations (migrations apply in order, each after the one before)', missing;
+        END IF;
+        SELECT min(version) INTO later FROM job.schema_migrations WHERE version > 56;
+        IF later IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 56 `key_arguments` was not applied: it is not recorded in job.schema_migrations, but migration %, which comes after it, is: the schema was migrated out of order, and 56 applied now could undo what later migrations changed. Apply what migration 56 lacks by hand and record it, or restore the database from a backup', later;
+        END IF;
+EXECUTE $job_migration_0056$
+-- 0056 key_arguments: job.set_ordering_key and job.set_rate_key name the key they refuse.
+-- Append-only: change the schema in a new numbered file.
+--
+-- Both give a job inserted by job.enqueue_unique its key (the Rust producer's
+-- enqueue_unique.sql, and job.enqueue), granted to the worker and producer roles. Called by
+-- hand with a key of 0 or over 512 bytes, each was refused by the table's check
+-- (jobs_ordering_key_check, jobs_rate_key_check), whose error detail holds the whole row: a
+-- megabyte-long key came back in the error, whole, beside the job's payload. They now refuse it
+-- first with 22023 naming the argument, in job.enqueue's words ("must be 1 to 512 bytes, got
+-- N"). A NULL key still clears the job's key, and a job that does not exist is still answered
+-- NULL, as before. Plain PL/pgSQL, not SQL, for the check; an UPDATE inside a volatile
+-- PL/pgSQL function sees the row job.enqueue_unique inserted earlier in the same statement, as
+-- the SQL function's did. CREATE OR REPLACE keeps each function's owner and grants.
+
+CREATE OR REPLACE FUNCTION job.set_ordering_key(job_id bigint, key text) RETURNS boolean
+    LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF octet_length(key) NOT BETWEEN 1 AND 512 THEN
+        RAISE EXCEPTION 'invalid set_ordering_key argument `key`: must be 1 to 512 bytes, got %',
+                octet_length(key)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    UPDATE job.jobs SET ordering_key = key WHERE id = job_id;
+    RETURN CASE WHEN FOUND THEN true END;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION job.set_rate_key(job_id bigint, key text) RETURNS boolean
+    LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF octet_length(key) NOT BETWEEN 1 AND 512 THEN
+        RAISE EXCEPTION 'invalid set_rate_key argument `key`: must be 1 to 512 bytes, got %',
+                octet_length(key)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    UPDATE job.jobs SET rate_key = key WHERE id = job_id;
+    RETURN CASE WHEN FOUND THEN true END;
+END
+$$;
+$job_migration_0056$;
+        INSERT INTO job.schema_migrations (version, name) VALUES (56, 'key_arguments');
+    ELSIF NOT EXISTS (SELECT 1 FROM job.schema_migrations
+                      WHERE version = 56 AND name = 'key_arguments') THEN
+        RAISE EXCEPTION 'job migration 56 is recorded in job.schema_migrations as `%`, but this script''s migration 56 is `key_arguments`: the database was migrated by a build whose migrations differ from this one''s', (SELECT name FROM job.schema_migrations WHERE version = 56);
+    END IF;
+END
+$apply$;
+COMMIT;

@@ -297,6 +297,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "claim_arguments",
         sql: include_str!("../migrations/0055_claim_arguments.sql"),
     },
+    Migration {
+        version: 56,
+        name: "key_arguments",
+        sql: include_str!("../migrations/0056_key_arguments.sql"),
+    },
 ];
 
 /// The whole schema as one plain SQL script, for a DBA or a team without Rust:

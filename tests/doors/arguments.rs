@@ -1,7 +1,7 @@
 //! The SQL functions name the argument they refuse (migration 0052): `job.enqueue_unique`'s
 //! NULLs, tags not indexed from 1, and the stager's negative counts are refused with `22023`
 //! and the argument's name, never by a table's constraint or PostgreSQL's own words; the
-//! rescuer's since migration 0054, the claim's since 0055.
+//! rescuer's since migration 0054, the claim's since 0055, the key setters' since 0056.
 
 use job_testkit::TestDb;
 use sqlx::PgPool;
@@ -395,6 +395,66 @@ async fn the_claim_refuses_what_would_claim_too_much_or_for_nothing_naming_it() 
         2,
         "one job claimed by each of the last two calls"
     );
+    db.close().await;
+}
+
+/// `job.set_ordering_key` and `job.set_rate_key` (granted to the worker and producer roles)
+/// refuse a key of 0 or over 512 bytes naming it, in `job.enqueue`'s words: the table's check
+/// refused it before, with the whole row, a megabyte key included, in the error's detail. A
+/// NULL key still clears the job's key, and a job that does not exist is answered NULL.
+#[tokio::test]
+async fn the_key_setters_refuse_a_key_out_of_bounds_naming_it() {
+    let db = TestDb::new().await;
+    let pool = db.pool();
+    let id: i64 = sqlx::query_scalar("SELECT job.enqueue('doors.any', '{}')")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    for function in ["set_ordering_key", "set_rate_key"] {
+        for (key, bytes) in [
+            ("''", 0),
+            ("repeat('k', 513)", 513),
+            ("repeat('é', 1000000)", 2000000),
+        ] {
+            refused_naming(
+                &pool,
+                &format!("SELECT job.{function}({id}, {key})"),
+                &format!("invalid {function} argument `key`: must be 1 to 512 bytes, got {bytes}"),
+            )
+            .await;
+        }
+        let set = |key: Option<String>, job: i64| {
+            let pool = pool.clone();
+            async move {
+                sqlx::query_scalar::<_, Option<bool>>(&format!("SELECT job.{function}($1, $2)"))
+                    .bind(job)
+                    .bind(key)
+                    .fetch_one(&pool)
+                    .await
+                    .unwrap()
+            }
+        };
+        let longest = Some("k".repeat(512));
+        assert_eq!(
+            set(longest, id).await,
+            Some(true),
+            "{function}: 512 bytes taken"
+        );
+        assert_eq!(
+            set(None, id).await,
+            Some(true),
+            "{function}: NULL clears the key"
+        );
+        let other = Some("k".to_owned());
+        assert_eq!(set(other, id + 1).await, None, "{function}: no such job");
+    }
+    let keys: (Option<String>, Option<String>) =
+        sqlx::query_as("SELECT ordering_key, rate_key FROM job.jobs WHERE id = $1")
+            .bind(id)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(keys, (None, None));
     db.close().await;
 }
 
