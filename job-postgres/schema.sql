@@ -8343,22 +8343,27 @@ EXECUTE $job_migration_0055$
 --
 -- Migrations 0052 and 0054 made the stager's and the rescuer's functions refuse a negative or
 -- NULL count, naming it; job.claim, the worker's own function, was left as it was. Called by
--- hand or by another client: `in_max` NULL claimed every available job of the queue's kinds
--- at once (LIMIT NULL is no limit) and -1 failed with "LIMIT must not be negative"; a lease of
--- 0 or less claimed jobs whose lease had already run out (the rescuer then gave them back, a
--- claim for nothing); a NULL lease, or lease and kind arrays of different lengths, failed on
--- the table's jobs_lease_check with the row in the error's detail; a NULL queue, kind array or
--- worker claimed nothing, or wrote a lease without a holder, without a word.
+-- hand or by another client: `in_max` -1 failed with "LIMIT must not be negative", and NULL
+-- claimed nothing of a kind without a cap and a capped kind's free room (least(NULL, room));
+-- a lease of 0 or less claimed jobs whose lease had already run out (the rescuer then gave
+-- them back, a claim for nothing); a NULL lease, or a lease array shorter than the kinds',
+-- failed on the table's jobs_lease_check with the row in the error's detail, and longer
+-- arrays, or versions or caps of another length, were padded with NULL (a kind without a
+-- version claimed nothing, one without a cap had none); a NULL queue or kind array claimed
+-- nothing, and a NULL worker wrote a lease without a holder, without a word.
 --
 -- It now refuses, with 22023 naming the argument, in the words of 0052 and 0054: a NULL
 -- argument; `in_kinds`, `in_versions`, `in_leases` and `in_caps` that are not one-dimensional
 -- arrays from 1 of one length (one item per kind, in lockstep: each kind's lease is found by
 -- its position); a lease, in milliseconds, below 1 or above 100 years (job::MAX_DURATION, the
--- longest a worker's `build()` takes); and `in_max` below 0. No upper bound on `in_max`: the
--- worker sends its batch, a u32 capped at 2,147,483,647. An item of an array may still be
--- NULL where that claims nothing (a kind, a version) or means no limit (a cap), as the worker
--- sends it. The checks are plain PL/pgSQL expressions before the statement, which is
--- unchanged: nothing the claim's plan or its cost per row depends on.
+-- longest a worker's `build()` takes); and `in_max` NULL or below 0. No upper bound on
+-- `in_max`: the worker sends its batch, a u32 capped at 2,147,483,647. An item of an array
+-- may still be NULL where that claims nothing (a kind, a version) or means no limit (a cap),
+-- as the worker sends it. The checks are plain PL/pgSQL expressions before the statement,
+-- which is unchanged: nothing the claim's plan or its cost per row depends on. The claim of
+-- a rate-limited kind is a statement the worker sends (claim_rated.sql), not this function,
+-- and is not checked here; the worker never sends a lease outside these bounds (`build()`
+-- refuses them).
 --
 -- As in migration 0050, with those checks first. CREATE OR REPLACE keeps the function's owner
 -- and grants and sets its settings anew.
@@ -8372,14 +8377,18 @@ CREATE OR REPLACE FUNCTION job.claim(in_queue text, in_kinds text[], in_versions
 AS $function$
 #variable_conflict use_column
 BEGIN
+    IF in_max IS NULL OR in_max < 0 THEN
+        RAISE EXCEPTION 'invalid claim argument `in_max`: must be 0 or more (the most jobs to '
+                        'claim), got %', coalesce(in_max::text, 'null')
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
     IF in_queue IS NULL OR in_kinds IS NULL OR in_versions IS NULL OR in_leases IS NULL
-       OR in_max IS NULL OR in_worker IS NULL OR in_caps IS NULL OR in_ahead_of IS NULL THEN
+       OR in_worker IS NULL OR in_caps IS NULL OR in_ahead_of IS NULL THEN
         RAISE EXCEPTION 'invalid claim argument `%`: must not be null',
             CASE WHEN in_queue IS NULL THEN 'in_queue'
                  WHEN in_kinds IS NULL THEN 'in_kinds'
                  WHEN in_versions IS NULL THEN 'in_versions'
                  WHEN in_leases IS NULL THEN 'in_leases'
-                 WHEN in_max IS NULL THEN 'in_max'
                  WHEN in_worker IS NULL THEN 'in_worker'
                  WHEN in_caps IS NULL THEN 'in_caps'
                  ELSE 'in_ahead_of' END
@@ -8396,8 +8405,8 @@ BEGIN
         RAISE EXCEPTION 'invalid claim arguments `in_kinds`, `in_versions`, `in_leases`, '
                         '`in_caps`: must be one-dimensional arrays from 1 of one length (one '
                         'item per kind), got %, %, %, %',
-            array_dims(in_kinds), array_dims(in_versions), array_dims(in_leases),
-            array_dims(in_caps)
+            coalesce(array_dims(in_kinds), 'empty'), coalesce(array_dims(in_versions), 'empty'),
+            coalesce(array_dims(in_leases), 'empty'), coalesce(array_dims(in_caps), 'empty')
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     IF EXISTS (SELECT 1 FROM unnest(in_leases) AS l(ms)
@@ -8406,11 +8415,6 @@ BEGIN
                         '3153600000000 milliseconds (100 years), got %',
             (SELECT coalesce(l.ms::text, 'null') FROM unnest(in_leases) AS l(ms)
              WHERE l.ms IS NULL OR l.ms < 1 OR l.ms > 3153600000000 LIMIT 1)
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    IF in_max < 0 THEN
-        RAISE EXCEPTION 'invalid claim argument `in_max`: must be 0 or more (the most jobs to '
-                        'claim), got %', in_max
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     RETURN QUERY
@@ -8579,7 +8583,9 @@ EXECUTE $job_migration_0056$
 -- N"). A NULL key still clears the job's key, and a job that does not exist is still answered
 -- NULL, as before. Plain PL/pgSQL, not SQL, for the check; an UPDATE inside a volatile
 -- PL/pgSQL function sees the row job.enqueue_unique inserted earlier in the same statement, as
--- the SQL function's did. CREATE OR REPLACE keeps each function's owner and grants.
+-- the SQL function's did. Their search_path gains pg_temp at its end (it was pg_catalog
+-- alone, where pg_temp is searched first). CREATE OR REPLACE keeps each function's owner and
+-- grants.
 
 CREATE OR REPLACE FUNCTION job.set_ordering_key(job_id bigint, key text) RETURNS boolean
     LANGUAGE plpgsql VOLATILE

@@ -10,7 +10,9 @@
 -- N"). A NULL key still clears the job's key, and a job that does not exist is still answered
 -- NULL, as before. Plain PL/pgSQL, not SQL, for the check; an UPDATE inside a volatile
 -- PL/pgSQL function sees the row job.enqueue_unique inserted earlier in the same statement, as
--- the SQL function's did. CREATE OR REPLACE keeps each function's owner and grants.
+-- the SQL function's did. Their search_path gains pg_temp at its end (it was pg_catalog
+-- alone, where pg_temp is searched first). CREATE OR REPLACE keeps each function's owner and
+-- grants.
 
 CREATE OR REPLACE FUNCTION job.set_ordering_key(job_id bigint, key text) RETURNS boolean
     LANGUAGE plpgsql VOLATILE

@@ -698,6 +698,16 @@ mod tests {
         assert!(inflight.remove(&lease));
         // Empty again: waits again (the claim's notification went to the waiter above).
         assert_eq!(inflight.until_occupied().now_or_never(), None);
+        // A claim recorded while no one waits (between a look that found the table empty and
+        // the wait that follows it) leaves its notification for that wait: it is not lost,
+        // though the table is empty again by then.
+        let lease = claim(&inflight, Duration::from_secs(30), now);
+        assert!(inflight.remove(&lease));
+        assert_eq!(
+            inflight.occupied.notified().now_or_never(),
+            Some(()),
+            "kept for the next wait"
+        );
         claim(&inflight, Duration::from_secs(30), now);
         assert_eq!(inflight.until_occupied().now_or_never(), Some(()));
     }

@@ -191,7 +191,9 @@ async fn nudge<S>(shared: &Shared<S>, runtime: &Handle) {
         if shared.inflight.len() == 0 {
             // Nothing in flight: sleep until a claim is recorded, not every period.
             shared.inflight.until_occupied().await;
-            tick.reset_immediately();
+            // The first nudge a period after the claim, as a handler blocking by then needs;
+            // jobs shorter than that, one at a time, spawn none.
+            tick.reset();
         }
         tick.tick().await;
         if shared.inflight.len() > 0 && !waiting.swap(true, Ordering::AcqRel) {
