@@ -4,8 +4,9 @@
 //!
 //! Protocol on the child's stdout, one JSON object per line: `{"event":"started"}` once the
 //! worker's tasks are spawned; `{"event":"handled","n":N}` whenever the count of `Noop`
-//! handlers that ran changed (looked at [`HANDLED_EVERY`] after a handler ran, at most that often); then `{"event":"stopped",
-//! ...}` with its counters, the metered store's report and `peak_rss_mib` after it drained.
+//! handlers that ran changed (looked at [`HANDLED_EVERY`] after a handler ran, so at most that
+//! often); then `{"event":"stopped", ...}` with its counters, the metered store's report and
+//! `peak_rss_mib` after it drained.
 //!
 //! The parent waits for the handled count before it asks the database whether the drain is
 //! done, as the graphile-worker harness counts its `job:complete` events first: a poll of the

@@ -284,7 +284,8 @@ const CLAIM_ARGUMENTS: [(&str, &str); 8] = [
     ("in_ahead_of", "'{}'::text[]"),
 ];
 
-/// `job.claim` called with `CLAIM_ARGUMENTS`, `name` given `value` instead.
+/// `job.claim` called with `CLAIM_ARGUMENTS`, each `(name, value)` of `changes` in place of
+/// that argument's valid value.
 fn claim_with(changes: &[(&str, &str)]) -> String {
     let arguments: Vec<&str> = CLAIM_ARGUMENTS
         .iter()
@@ -304,7 +305,7 @@ fn claim_with(changes: &[(&str, &str)]) -> String {
 /// claimed nothing (or a capped kind's room) for a NULL one. Each is refused, naming the
 /// argument, and nothing is claimed.
 #[tokio::test]
-async fn the_claim_refuses_what_would_claim_too_much_or_for_nothing_naming_it() {
+async fn the_claim_refuses_arguments_out_of_bounds_naming_them() {
     let db = TestDb::new().await;
     let pool = db.pool();
     for _ in 0..2 {
