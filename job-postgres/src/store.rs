@@ -138,6 +138,7 @@ impl Store for PgStore {
     }
 
     async fn claim(&self, request: &ClaimRequest) -> Result<Vec<ClaimedJob>, StoreError> {
+        request.check()?;
         Ok(lease::claim_from_pool(&self.pool, request).await?)
     }
 

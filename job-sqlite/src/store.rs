@@ -482,6 +482,7 @@ impl Store for SqliteStore {
     /// mode, where a read neither waits for the writer nor is woken too early; a file the
     /// application opened in another journal mode claims as before, every claim a write.
     async fn claim(&self, request: &ClaimRequest) -> Result<Vec<ClaimedJob>, StoreError> {
+        request.check()?;
         if request.kinds.is_empty() || request.limit == 0 {
             return Ok(Vec::new());
         }

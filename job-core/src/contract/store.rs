@@ -79,6 +79,39 @@ pub struct ClaimRequest {
     pub worker_id: String,
 }
 
+impl ClaimRequest {
+    /// Refuses a request with a lease no store can take ([`InvalidClaim`], as a
+    /// [refused](StoreError::is_refused) error): each kind's lease must be 1 ms (the finest
+    /// PostgreSQL keeps) to [`MAX_DURATION`](crate::MAX_DURATION). A lease of less would claim
+    /// jobs whose lease has already run out, for the rescuer to give back; one of more cannot be
+    /// stored. Every store calls it before it claims; a worker's requests always pass
+    /// (`WorkerBuilder::build` refuses leases under 30 ms or over `MAX_DURATION`).
+    pub fn check(&self) -> Result<(), StoreError> {
+        for kind in &self.kinds {
+            if kind.lease < Duration::from_millis(1) || kind.lease > crate::MAX_DURATION {
+                return Err(StoreError::refused(InvalidClaim {
+                    kind: kind.kind.clone(),
+                    lease: kind.lease,
+                }));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A [`ClaimRequest`] a store refused ([`ClaimRequest::check`]); nothing was claimed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "invalid claim request: the lease of kind `{kind}` must be 1ms to 100 years \
+     (MAX_DURATION), got {lease:?}"
+)]
+pub struct InvalidClaim {
+    /// The kind whose lease is out of bounds (the first such, in the request's order).
+    pub kind: String,
+    /// Its lease.
+    pub lease: Duration,
+}
+
 /// A job the claim handed to this worker.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClaimedJob {
@@ -447,7 +480,8 @@ pub trait Store: Clone + Send + Sync + 'static {
     /// priority, run time and id, skipping rows other claimers hold. Each claim counts an
     /// attempt and writes a fresh lease token. A `scheduled` or `retryable` job is due once
     /// its run time has come and, in a store that stages ([`stage_due`](Store::stage_due)),
-    /// once it has been staged; an `available` job is due at once.
+    /// once it has been staged; an `available` job is due at once. A request with a lease
+    /// out of bounds is refused before anything is read ([`ClaimRequest::check`]).
     fn claim(
         &self,
         request: &ClaimRequest,

@@ -5,7 +5,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::Utc;
-use job_core::{ClaimKind, ClaimRequest, JobId, JobState, NewJob, Outcome, RunAt, Store};
+use job_core::{
+    ClaimKind, ClaimRequest, InvalidClaim, JobId, JobState, NewJob, Outcome, RateLimit, RunAt,
+    Store,
+};
 use tokio::sync::Barrier;
 
 use super::support::{
@@ -167,6 +170,53 @@ pub async fn each_kind_is_claimed_with_its_own_lease_and_max_version<S: Store>(s
     assert!(
         gap > chrono::Duration::minutes(59) && gap < chrono::Duration::minutes(61),
         "leases of 10 s and 1 h end {gap} apart"
+    );
+}
+
+/// A claim with a kind's lease under 1 ms or over `MAX_DURATION` is refused, naming the kind,
+/// whether or not the kind is rate-limited, and takes nothing; a lease of 1 ms is taken.
+pub async fn a_claim_with_a_lease_out_of_bounds_is_refused_and_takes_nothing<S: Store>(store: S) {
+    let id = store.enqueue(new_job(NOOP)).await.unwrap();
+    let with = |lease: Duration, rate: Option<RateLimit>| ClaimRequest {
+        kinds: vec![ClaimKind {
+            lease,
+            rate,
+            ..kind(NOOP)
+        }],
+        ..request(&[], 10)
+    };
+    let hour = Some(RateLimit::new(100, Duration::from_secs(3600)));
+    let over = job_core::MAX_DURATION + Duration::from_millis(1);
+    for lease in [Duration::ZERO, Duration::from_micros(999), over] {
+        for rate in [None, hour] {
+            let error = store
+                .claim(&with(lease, rate))
+                .await
+                .expect_err("a lease out of bounds was taken");
+            assert!(error.is_refused(), "not refused: {error}");
+            let invalid = error
+                .inner()
+                .downcast_ref::<InvalidClaim>()
+                .unwrap_or_else(|| panic!("not an InvalidClaim: {error:?}"));
+            assert_eq!(
+                (invalid.kind.as_str(), invalid.lease),
+                (NOOP, lease),
+                "{error}"
+            );
+            assert!(
+                error.to_string().contains("lease of kind `") && error.to_string().contains(NOOP),
+                "{error}"
+            );
+        }
+    }
+    let claimed = store
+        .claim_due(&with(Duration::from_millis(1), None))
+        .await
+        .unwrap();
+    assert_eq!(
+        claimed.iter().map(|c| (c.lease.id, c.attempt)).collect::<Vec<_>>(),
+        vec![(id, 1)],
+        "the refused claims took the job"
     );
 }
 

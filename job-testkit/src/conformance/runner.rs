@@ -56,6 +56,7 @@ suite![
     claim::unknown_kinds_are_never_claimed_and_stay_untouched,
     claim::a_row_with_a_payload_version_above_the_workers_max_is_never_claimed,
     claim::each_kind_is_claimed_with_its_own_lease_and_max_version,
+    claim::a_claim_with_a_lease_out_of_bounds_is_refused_and_takes_nothing,
     claim::a_claimed_job_is_not_claimed_again,
     claim::a_kind_concurrency_limit_caps_its_running_jobs,
     claim::claims_by_8_concurrent_tasks_never_hand_one_job_to_two_claimers,
