@@ -33,14 +33,16 @@ const TENANT_PAUSE_LOOK: u32 = 10_000;
 /// How long the look at whether the job tables need a VACUUM may take.
 const VACUUM_LOOK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
-/// Vacuums the job tables that need it when autovacuum will not (see
-/// `sql/vacuum_needed.sql`). Returns whether it ran; [`Error::VacuumNotOwner`] when it should
-/// have and this role may not (a VACUUM would only warn and do nothing).
+/// Vacuums the job tables that need it when autovacuum will not, and analyzes those it
+/// will vacuum whose statistics changed as much (see `sql/vacuum_needed.sql`). Returns
+/// whether it ran either; [`Error::VacuumNotOwner`] when a VACUUM should have run and this role
+/// may not (a VACUUM would only warn and do nothing). An ANALYZE this role may not run is left
+/// to autovacuum, without a word.
 pub(crate) async fn vacuum(pool: &sqlx::PgPool) -> Result<bool, Error> {
     // The look is quick, and runs every `vacuum_interval` (10 s): bounded on its own, so that
     // a connection gone silent holds the pruner for this long, not for the VACUUM's bound.
     let look = sqlx::query_as(sql::VACUUM_NEEDED).fetch_one(pool);
-    let (needed, allowed, role, owner): (Vec<String>, bool, String, String) =
+    let (needed, stale, allowed, role, owner): (Vec<String>, Vec<String>, bool, String, String) =
         match tokio::time::timeout(VACUUM_LOOK_TIMEOUT, look).await {
             Ok(looked) => looked,
             Err(_) => Err(crate::pool::timed_out(format!(
@@ -48,20 +50,27 @@ pub(crate) async fn vacuum(pool: &sqlx::PgPool) -> Result<bool, Error> {
             ))),
         }
         .map_err(Error::query("vacuum_needed"))?;
-    if needed.is_empty() {
-        return Ok(false);
-    }
-    if !allowed {
+    if !needed.is_empty() && !allowed {
         return Err(Error::VacuumNotOwner { role, owner });
     }
-    // VACUUM cannot be prepared into a transaction: the simple query protocol. The names are
-    // the look's own, quoted there (`format('%I.%I')`) from a fixed list.
-    let statement = sql::VACUUM.replace("@tables", &needed.join(", "));
-    sqlx::raw_sql(&statement)
-        .execute(pool)
-        .await
-        .map_err(Error::query("vacuum"))?;
-    Ok(true)
+    let mut ran = false;
+    // VACUUM and ANALYZE cannot be prepared (VACUUM, not in a transaction either): the simple
+    // query protocol. The names are the look's own, quoted there (`format('%I.%I')`) from a
+    // fixed list.
+    for (tables, statement, name) in [
+        (&needed, sql::VACUUM, "vacuum"),
+        (&stale, sql::ANALYZE, "analyze"),
+    ] {
+        if tables.is_empty() || !allowed {
+            continue;
+        }
+        sqlx::raw_sql(&statement.replace("@tables", &tables.join(", ")))
+            .execute(pool)
+            .await
+            .map_err(Error::query(name))?;
+        ran = true;
+    }
+    Ok(ran)
 }
 
 /// How long the pruner waits, after a look at the rate windows that found fewer than a batch

@@ -78,6 +78,7 @@ pub(crate) const PRUNE_RATE_WINDOWS: &str = include_str!("sql/prune_rate_windows
 pub(crate) const EXPIRE: &str = include_str!("sql/expire.sql");
 pub(crate) const VACUUM_NEEDED: &str = include_str!("sql/vacuum_needed.sql");
 pub(crate) const VACUUM: &str = include_str!("sql/vacuum.sql");
+pub(crate) const ANALYZE: &str = include_str!("sql/analyze.sql");
 pub(crate) static STATS_COUNTS: LazyLock<String> =
     LazyLock::new(|| splice(include_str!("sql/stats_counts.sql")));
 pub(crate) static STATS_OLDEST: LazyLock<String> =

@@ -30,8 +30,11 @@ pub struct PrunerConfig {
     /// How often the pruner asks the store to vacuum the job tables ([`Store::vacuum`]), which
     /// it does only where the database would not (PostgreSQL with autovacuum off) and enough
     /// rows changed: without vacuum, every claim steps over the dead row versions of all jobs
-    /// run since, and slows down. A store whose role may not vacuum (PostgreSQL: not the
-    /// tables' owner) reports it, and the pruner logs it at WARN once. `None` never asks.
+    /// run since, and slows down. Where the database does vacuum, the store only refreshes
+    /// the statistics of a table that changed as much (PostgreSQL: `ANALYZE`), so that plans
+    /// made on an empty table do not outlive its growth. A store whose role may not vacuum
+    /// (PostgreSQL: not the tables' owner) reports it, and the pruner logs it at WARN once.
+    /// `None` never asks.
     /// Defaults to 10 seconds.
     pub vacuum_interval: Option<Duration>,
 }

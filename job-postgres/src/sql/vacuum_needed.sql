@@ -8,28 +8,40 @@
 -- it for every keyed job that waits behind a head (an empty list read as every dead row it
 -- ever held, by every stager pass), job.dependencies rewrites each edge as it resolves, and
 -- job.rate_windows, job.rate_cursors and job.leaders are rewritten by claims and leaders.
+--
+-- `stale`: of the tables autovacuum does vacuum, those whose rows changed as much since their
+-- last ANALYZE (the same rule on `n_mod_since_analyze`), for the pruner's ANALYZE only. A
+-- session keeps its plan of a statement (job.claim's queries among them) until the table's
+-- statistics change, so a plan made while the table was small stays after it grew: in a soak
+-- at 20,419 jobs a second on a server with autovacuum on, the claims of a worker started on
+-- an empty table read the whole table by a sequential scan (a plan costed for a table of one
+-- page), 0.3 to 2.2 seconds each once it held a million rows, and the worker
+-- finished 460 jobs a second, until autovacuum's first ANALYZE (its naptime, then a VACUUM
+-- of the table before it) more than a minute in.
+--
 -- Also whether this role may vacuum them (job.jobs's owner, which owns the schema's tables,
--- or the database's, or a member of either: a VACUUM by anyone else only warns "skipping" and
--- does nothing), and who may.
-SELECT coalesce(ARRAY(
-           SELECT format('%I.%I', n.nspname, c.relname)
-           FROM pg_class c
-           JOIN pg_namespace n ON n.oid = c.relnamespace
-           JOIN pg_stat_user_tables s ON s.relid = c.oid
-           WHERE n.nspname = 'job'
-             AND c.relname IN ('jobs', 'steps', 'dependencies', 'ordering_wake', 'rate_windows',
-                               'rate_cursors', 'leaders')
-             AND NOT (
-                     current_setting('autovacuum')::boolean
-                     AND coalesce((
-                         SELECT o.option_value::boolean
-                         FROM pg_options_to_table(c.reloptions) AS o
-                         WHERE o.option_name = 'autovacuum_enabled'
-                     ), true)
-                 )
-             AND greatest(s.n_dead_tup, s.n_mod_since_analyze) > 1000 + 0.05 * s.n_live_tup
-           ORDER BY c.relname
-       ), '{}') AS needed,
+-- or the database's, or a member of either: a VACUUM or ANALYZE by anyone else only warns
+-- "skipping" and does nothing), and who may.
+WITH t AS (
+    SELECT format('%I.%I', n.nspname, c.relname) AS name,
+           -- Vacuumed by nobody else: autovacuum is off for the server or the table.
+           NOT (current_setting('autovacuum')::boolean
+                AND coalesce((SELECT o.option_value::boolean
+                              FROM pg_options_to_table(c.reloptions) AS o
+                              WHERE o.option_name = 'autovacuum_enabled'), true)) AS ours,
+           greatest(s.n_dead_tup, s.n_mod_since_analyze) > 1000 + 0.05 * s.n_live_tup
+               AS churned,
+           s.n_mod_since_analyze > 1000 + 0.05 * s.n_live_tup AS changed
+    FROM pg_class c
+    JOIN pg_namespace n ON n.oid = c.relnamespace
+    JOIN pg_stat_user_tables s ON s.relid = c.oid
+    WHERE n.nspname = 'job'
+      AND c.relname IN ('jobs', 'steps', 'dependencies', 'ordering_wake', 'rate_windows',
+                        'rate_cursors', 'leaders')
+)
+SELECT coalesce(ARRAY(SELECT name FROM t WHERE ours AND churned ORDER BY name), '{}') AS needed,
+       coalesce(ARRAY(SELECT name FROM t WHERE NOT ours AND changed ORDER BY name), '{}')
+           AS stale,
        (SELECT pg_has_role(current_user, c.relowner, 'USAGE')
                OR pg_has_role(current_user, d.datdba, 'USAGE')
         FROM pg_class c, pg_database d

@@ -214,7 +214,10 @@ pub async fn a_claim_with_a_lease_out_of_bounds_is_refused_and_takes_nothing<S: 
         .await
         .unwrap();
     assert_eq!(
-        claimed.iter().map(|c| (c.lease.id, c.attempt)).collect::<Vec<_>>(),
+        claimed
+            .iter()
+            .map(|c| (c.lease.id, c.attempt))
+            .collect::<Vec<_>>(),
         vec![(id, 1)],
         "the refused claims took the job"
     );
