@@ -33,8 +33,14 @@ const TENANT_PAUSE_LOOK: u32 = 10_000;
 /// How long the look at whether the job tables need a VACUUM may take.
 const VACUUM_LOOK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
+/// How long the ANALYZE of the tables autovacuum vacuums may take (it reads a sample of 30,000
+/// rows per table: seconds at most on a healthy server). Bounded on its own rather than by the
+/// 6 hours a VACUUM gets, so that a connection gone silent holds the pruner (and the deletes
+/// and expiries of its pass) this long, where autovacuum would have run nothing of ours before.
+const ANALYZE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(300);
+
 /// Vacuums the job tables that need it when autovacuum will not, and analyzes those it
-/// will vacuum whose statistics changed as much (see `sql/vacuum_needed.sql`). Returns
+/// vacuums that outgrew their statistics (see `sql/vacuum_needed.sql`). Returns
 /// whether it ran either; [`Error::VacuumNotOwner`] when a VACUUM should have run and this role
 /// may not (a VACUUM would only warn and do nothing). An ANALYZE this role may not run is left
 /// to autovacuum, without a word.
@@ -57,17 +63,25 @@ pub(crate) async fn vacuum(pool: &sqlx::PgPool) -> Result<bool, Error> {
     // VACUUM and ANALYZE cannot be prepared (VACUUM, not in a transaction either): the simple
     // query protocol. The names are the look's own, quoted there (`format('%I.%I')`) from a
     // fixed list.
-    for (tables, statement, name) in [
-        (&needed, sql::VACUUM, "vacuum"),
-        (&stale, sql::ANALYZE, "analyze"),
+    for (tables, statement, name, bound) in [
+        (&needed, sql::VACUUM, "vacuum", None),
+        (&stale, sql::ANALYZE, "analyze", Some(ANALYZE_TIMEOUT)),
     ] {
         if tables.is_empty() || !allowed {
             continue;
         }
-        sqlx::raw_sql(&statement.replace("@tables", &tables.join(", ")))
-            .execute(pool)
-            .await
-            .map_err(Error::query(name))?;
+        let statement = statement.replace("@tables", &tables.join(", "));
+        let run = sqlx::raw_sql(&statement).execute(pool);
+        match bound {
+            None => run.await.map(drop),
+            Some(bound) => match tokio::time::timeout(bound, run).await {
+                Ok(done) => done.map(drop),
+                Err(_) => Err(crate::pool::timed_out(format!(
+                    "no answer within {bound:?}"
+                ))),
+            },
+        }
+        .map_err(Error::query(name))?;
         ran = true;
     }
     Ok(ran)

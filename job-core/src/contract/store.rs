@@ -689,8 +689,8 @@ pub trait Store: Clone + Send + Sync + 'static {
     /// Reclaims the dead row versions that claims, finalizes and prunes leave behind, when the
     /// database would not do it by itself (PostgreSQL: autovacuum off for the server or the
     /// jobs table) and enough rows changed since the last time; refreshes the planner's
-    /// statistics of a table the database does vacuum whose rows changed as much since they
-    /// were last taken (PostgreSQL: `ANALYZE`, so that plans made on an emptier table are made
+    /// statistics of a table the database does vacuum that grew far past the size they were
+    /// taken at (PostgreSQL: `ANALYZE`, so that plans made on an emptier table are made
     /// again). Returns whether it ran either. The default does nothing.
     fn vacuum(&self) -> impl Future<Output = Result<bool, StoreError>> + Send {
         std::future::ready(Ok(false))

@@ -31,8 +31,8 @@ pub struct PrunerConfig {
     /// it does only where the database would not (PostgreSQL with autovacuum off) and enough
     /// rows changed: without vacuum, every claim steps over the dead row versions of all jobs
     /// run since, and slows down. Where the database does vacuum, the store only refreshes
-    /// the statistics of a table that changed as much (PostgreSQL: `ANALYZE`), so that plans
-    /// made on an empty table do not outlive its growth. A store whose role may not vacuum
+    /// the statistics of a table that grew far past them (PostgreSQL: `ANALYZE`), so that
+    /// plans made on an empty table do not outlive its growth. A store whose role may not vacuum
     /// (PostgreSQL: not the tables' owner) reports it, and the pruner logs it at WARN once.
     /// `None` never asks.
     /// Defaults to 10 seconds.
@@ -95,7 +95,7 @@ impl<S: Store> Pruner<S> {
         match self.store.vacuum().await {
             Ok(ran) => {
                 if ran {
-                    tracing::debug!("vacuumed the job tables");
+                    tracing::debug!("vacuumed or analyzed the job tables");
                 }
                 if self.vacuum_failure.take().is_some() {
                     tracing::info!("the job tables can be vacuumed again");

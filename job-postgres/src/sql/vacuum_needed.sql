@@ -9,15 +9,18 @@
 -- ever held, by every stager pass), job.dependencies rewrites each edge as it resolves, and
 -- job.rate_windows, job.rate_cursors and job.leaders are rewritten by claims and leaders.
 --
--- `stale`: of the tables autovacuum does vacuum, those whose rows changed as much since their
--- last ANALYZE (the same rule on `n_mod_since_analyze`), for the pruner's ANALYZE only. A
--- session keeps its plan of a statement (job.claim's queries among them) until the table's
+-- `stale`: of the tables autovacuum does vacuum, those that outgrew the size the planner
+-- knows (more than twice it and 1 MiB), for the pruner's ANALYZE only.
+-- A session keeps its plan of a statement (job.claim's queries among them) until the table's
 -- statistics change, so a plan made while the table was small stays after it grew: in a soak
 -- at 20,419 jobs a second on a server with autovacuum on, the claims of a worker started on
 -- an empty table read the whole table by a sequential scan (a plan costed for a table of one
 -- page), 0.3 to 2.2 seconds each once it held a million rows, and the worker
 -- finished 460 jobs a second, until autovacuum's first ANALYZE (its naptime, then a VACUUM
--- of the table before it) more than a minute in.
+-- of the table before it) more than a minute in. Growth, not change, is the rule: a table
+-- that churns at a steady size keeps its plans good, and autovacuum analyzes it on its own
+-- schedule; an ANALYZE of ours every pass would hold the lock that autovacuum's VACUUM then
+-- skips the table for. A growing table is analyzed at each doubling, a few times in all.
 --
 -- Also whether this role may vacuum them (job.jobs's owner, which owns the schema's tables,
 -- or the database's, or a member of either: a VACUUM or ANALYZE by anyone else only warns
@@ -31,7 +34,19 @@ WITH t AS (
                               WHERE o.option_name = 'autovacuum_enabled'), true)) AS ours,
            greatest(s.n_dead_tup, s.n_mod_since_analyze) > 1000 + 0.05 * s.n_live_tup
                AS churned,
-           s.n_mod_since_analyze > 1000 + 0.05 * s.n_live_tup AS changed
+           -- The table is more than 1 MiB (128 pages of 8 KiB) larger than twice its size at
+           -- its last VACUUM or ANALYZE (`relpages`, which the planner's costs scale from; its
+           -- size on disk is exact at once, where the statistics' row counts lag), and no one
+           -- holds a lock that an ANALYZE would wait for (autovacuum vacuuming it):
+           -- SKIP_LOCKED would only warn.
+           pg_relation_size(c.oid) / current_setting('block_size')::bigint
+               > 2 * c.relpages::bigint + 128
+               AND NOT EXISTS (SELECT 1 FROM pg_locks l
+                               WHERE l.locktype = 'relation' AND l.relation = c.oid
+                                 AND l.granted
+                                 AND l.mode IN ('ShareUpdateExclusiveLock', 'ShareLock',
+                                                'ShareRowExclusiveLock', 'ExclusiveLock',
+                                                'AccessExclusiveLock')) AS outgrown
     FROM pg_class c
     JOIN pg_namespace n ON n.oid = c.relnamespace
     JOIN pg_stat_user_tables s ON s.relid = c.oid
@@ -40,7 +55,7 @@ WITH t AS (
                         'rate_cursors', 'leaders')
 )
 SELECT coalesce(ARRAY(SELECT name FROM t WHERE ours AND churned ORDER BY name), '{}') AS needed,
-       coalesce(ARRAY(SELECT name FROM t WHERE NOT ours AND changed ORDER BY name), '{}')
+       coalesce(ARRAY(SELECT name FROM t WHERE NOT ours AND outgrown ORDER BY name), '{}')
            AS stale,
        (SELECT pg_has_role(current_user, c.relowner, 'USAGE')
                OR pg_has_role(current_user, d.datdba, 'USAGE')

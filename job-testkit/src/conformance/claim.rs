@@ -209,6 +209,28 @@ pub async fn a_claim_with_a_lease_out_of_bounds_is_refused_and_takes_nothing<S: 
             );
         }
     }
+    // Two kinds, the second's lease out of bounds: refused, naming it, and nothing of the
+    // first is taken either.
+    let both = ClaimRequest {
+        kinds: vec![
+            kind(NOOP),
+            ClaimKind {
+                lease: Duration::ZERO,
+                ..kind("conformance.other")
+            },
+        ],
+        ..request(&[], 10)
+    };
+    let error = store
+        .claim(&both)
+        .await
+        .expect_err("a lease of 0 was taken");
+    let invalid = error.inner().downcast_ref::<InvalidClaim>();
+    assert_eq!(
+        invalid.map(|i| i.kind.as_str()),
+        Some("conformance.other"),
+        "{error}"
+    );
     let claimed = store
         .claim_due(&with(Duration::from_millis(1), None))
         .await
