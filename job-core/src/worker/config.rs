@@ -165,7 +165,8 @@ pub struct WorkerConfig {
     /// (about 15 minutes, or for ever when nothing was left unacknowledged). The loop tries again on another connection, as
     /// after any lost connection. The lease keeper bounds its heartbeats by the heartbeat
     /// period instead; the pruner's VACUUM (only when autovacuum is off) gets 6 hours, or this
-    /// when longer (PostgreSQL bounds the ANALYZE it runs where autovacuum does by 5 minutes). Defaults to 60 seconds: far above any call of a healthy database, which
+    /// when longer (PostgreSQL bounds the ANALYZE it runs where autovacuum does by 5
+    /// minutes). Defaults to 60 seconds: far above any call of a healthy database, which
     /// answers in milliseconds.
     pub store_timeout: Duration,
     /// The heartbeat period: at least [`MIN_INTERVAL`] (10 ms) and under half the shortest
