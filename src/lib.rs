@@ -84,9 +84,9 @@ pub use job_core::{
 // The storage contract, for stores and wrappers of stores.
 pub use job_core::{
     AttemptHooks, BoxFuture, BreakerCount, Call, ClaimKind, ClaimRequest, ClaimedJob, Expired,
-    Finalize, Finalized, HeartbeatReport, InvalidClaim, Layered, Lease, PruneRequest, Release,
-    Renewal, Rescued, RescuedJob, Returned, SchemaLag, Store, StoreLayer, StoreSteps, Tripped,
-    Wakeups, HEARTBEAT_BUSY_WAIT,
+    Finalize, Finalized, HeartbeatReport, InvalidClaim, InvalidRenewal, Layered, Lease,
+    PruneRequest, Release, Renewal, Rescued, RescuedJob, Returned, SchemaLag, Store, StoreLayer,
+    StoreSteps, Tripped, Wakeups, HEARTBEAT_BUSY_WAIT,
 };
 // Fault injection (see `job-testkit`).
 pub use job_core::{Fault, FaultInjector, FaultPoint};

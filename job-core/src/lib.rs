@@ -55,8 +55,9 @@ pub use contract::layer::{BoxFuture, Call, Layered, Returned, StoreLayer};
 pub use contract::report::{DeadLetterCount, QueueCount, Report, ReportRequest};
 pub use contract::store::{
     duration_millis, AttemptError, BreakerCount, ClaimKind, ClaimRequest, ClaimedJob, Expired,
-    Finalize, Finalized, HeartbeatReport, InvalidClaim, JobRow, Lease, PruneRequest, Release,
-    Renewal, Rescued, RescuedJob, SchemaLag, Store, Tripped, Wakeups, HEARTBEAT_BUSY_WAIT,
+    Finalize, Finalized, HeartbeatReport, InvalidClaim, InvalidRenewal, JobRow, Lease,
+    PruneRequest, Release, Renewal, Rescued, RescuedJob, SchemaLag, Store, Tripped, Wakeups,
+    HEARTBEAT_BUSY_WAIT,
 };
 
 #[doc(hidden)]

@@ -143,6 +143,7 @@ impl Store for PgStore {
     }
 
     async fn heartbeat(&self, renewals: &[Renewal]) -> Result<HeartbeatReport, StoreError> {
+        renewals.iter().try_for_each(Renewal::check)?;
         Ok(lease::heartbeat(&self.pool, renewals).await?)
     }
 

@@ -511,6 +511,7 @@ impl Store for SqliteStore {
     }
 
     async fn heartbeat(&self, renewals: &[Renewal]) -> Result<HeartbeatReport, StoreError> {
+        renewals.iter().try_for_each(Renewal::check)?;
         if renewals.is_empty() {
             return Ok(HeartbeatReport::default());
         }

@@ -152,6 +152,39 @@ pub struct Renewal {
     pub stuck: bool,
 }
 
+impl Renewal {
+    /// Refuses a renewal no store can take ([`InvalidRenewal`], as a
+    /// [refused](StoreError::is_refused) error): `extend_by` must be 1 ms (the finest
+    /// PostgreSQL keeps) to [`MAX_DURATION`](crate::MAX_DURATION), as a claim's lease must
+    /// ([`ClaimRequest::check`]). One of less would renew nothing (a renewal never shortens a
+    /// lease); one of more cannot be stored. Every store checks each renewal of a heartbeat
+    /// before it renews any; a worker's always pass (its leases are a kind's lease, which
+    /// `WorkerBuilder::build` bounds).
+    pub fn check(&self) -> Result<(), StoreError> {
+        if self.extend_by < Duration::from_millis(1) || self.extend_by > crate::MAX_DURATION {
+            return Err(StoreError::refused(InvalidRenewal {
+                lease: self.lease,
+                extend_by: self.extend_by,
+            }));
+        }
+        Ok(())
+    }
+}
+
+/// A [`Renewal`] a store refused ([`Renewal::check`]); no lease of its heartbeat was renewed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "invalid renewal of the lease of job {}: `extend_by` must be 1ms to 100 years \
+     (MAX_DURATION), got {extend_by:?}",
+    lease.id
+)]
+pub struct InvalidRenewal {
+    /// The lease whose renewal is out of bounds (the first such, in the heartbeat's order).
+    pub lease: Lease,
+    /// Its `extend_by`.
+    pub extend_by: Duration,
+}
+
 /// A lease given back without an outcome (see [`Store::release`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Release {
@@ -488,7 +521,9 @@ pub trait Store: Clone + Send + Sync + 'static {
     ) -> impl Future<Output = Result<Vec<ClaimedJob>, StoreError>> + Send;
 
     /// Renews many leases in one statement, guarded by `(id, lock_token)` and `running`, and
-    /// records which of them are stuck ([`Renewal::stuck`]; cleared when not).
+    /// records which of them are stuck ([`Renewal::stuck`]; cleared when not). A heartbeat
+    /// with a renewal out of bounds is refused before anything is renewed
+    /// ([`Renewal::check`]).
     fn heartbeat(
         &self,
         renewals: &[Renewal],

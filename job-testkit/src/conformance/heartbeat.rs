@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use job_core::{Finalize, JobState, Lease, Outcome, Renewal, Rescued, Store};
+use job_core::{Finalize, InvalidRenewal, JobState, Lease, Outcome, Renewal, Rescued, Store};
 use uuid::Uuid;
 
 use super::support::{
@@ -115,6 +115,52 @@ pub async fn a_renewal_never_shortens_a_lease<S: Store>(store: S) {
     assert!(report.lost.is_empty(), "{report:?}");
     let after = row(&store, job.lease.id).await.locked_until.unwrap();
     assert_eq!(after, long, "a renewal by 1 s moved the lease's end back");
+}
+
+/// A heartbeat with a renewal under 1 ms or over `MAX_DURATION` is refused, naming that
+/// lease, and renews none of its leases, the valid ones sent with it included; a renewal of
+/// 1 ms is taken.
+pub async fn a_renewal_out_of_bounds_is_refused_and_renews_nothing<S: Store>(store: S) {
+    let first = running(&store).await;
+    let second = running(&store).await;
+    let before = (
+        row(&store, first.lease.id).await,
+        row(&store, second.lease.id).await,
+    );
+    let hour = Duration::from_secs(3600);
+    let over = job_core::MAX_DURATION + Duration::from_millis(1);
+    for extend_by in [Duration::ZERO, Duration::from_micros(999), over] {
+        let error = store
+            .heartbeat(&[renew(first.lease, hour), renew(second.lease, extend_by)])
+            .await
+            .expect_err("a renewal out of bounds was taken");
+        assert!(error.is_refused(), "not refused: {error}");
+        let invalid = error
+            .inner()
+            .downcast_ref::<InvalidRenewal>()
+            .unwrap_or_else(|| panic!("not an InvalidRenewal: {error:?}"));
+        assert_eq!(
+            (invalid.lease, invalid.extend_by),
+            (second.lease, extend_by),
+            "{error}"
+        );
+        assert!(
+            error
+                .to_string()
+                .contains(&format!("lease of job {}", second.lease.id)),
+            "{error}"
+        );
+        let after = (
+            row(&store, first.lease.id).await,
+            row(&store, second.lease.id).await,
+        );
+        assert_eq!(after, before, "a refused heartbeat renewed a lease");
+    }
+    let report = store
+        .heartbeat(&[renew(first.lease, Duration::from_millis(1))])
+        .await
+        .unwrap();
+    assert!(report.lost.is_empty(), "{report:?}");
 }
 
 /// A lease kept alive by heartbeats outlives its original length and is never rescued.

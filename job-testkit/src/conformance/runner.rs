@@ -78,6 +78,7 @@ suite![
     heartbeat::heartbeat_renews_and_reports_lost_leases,
     heartbeat::of_two_leases_of_one_job_only_the_stale_one_is_lost,
     heartbeat::a_renewal_never_shortens_a_lease,
+    heartbeat::a_renewal_out_of_bounds_is_refused_and_renews_nothing,
     heartbeat::a_renewed_lease_is_not_rescued_after_its_first_expiry,
     heartbeat::a_stuck_renewal_is_recorded_until_it_is_not,
     rescue::rescue_only_touches_expired_leases,
