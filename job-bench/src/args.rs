@@ -114,6 +114,14 @@ pub(crate) struct Args {
     /// Experiment: run only drain's raw loop.
     #[arg(long)]
     pub(crate) raw_only: bool,
+    /// Experiment: K raw loops side by side, each a claimer and a completer of its own (the
+    /// statements in flight of K workers; 1: the store's loop).
+    #[arg(long, value_name = "K", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub(crate) raw_loops: u32,
+    /// Experiment: the finalize statement deletes the jobs it finishes; a job of the batch
+    /// gone counts as finished.
+    #[arg(long)]
+    pub(crate) raw_finalize_deletes: bool,
     /// Experiment: a session setting NAME=VALUE on the raw loop's connections (repeatable).
     #[arg(long = "raw-set", value_name = "NAME=VALUE")]
     pub(crate) raw_settings: Vec<String>,

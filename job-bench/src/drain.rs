@@ -2,6 +2,7 @@
 //! timed from the worker's start until the database says every job is finalized; and the bare
 //! claim + finalize SQL in the same loop shape, timed the same way.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -141,13 +142,18 @@ fn deadline(n: usize) -> Duration {
     Duration::from_secs(120) + Duration::from_millis(n as u64)
 }
 
-/// Counts the batch's completed jobs (must be all of them).
-async fn completed(pool: &PgPool, batch: &Prepared) -> Result<i64> {
+/// Counts the batch's completed jobs (must be all of them); with `gone_is_done` (an
+/// experiment's finalize that deletes), those no longer in the table count too.
+async fn completed(pool: &PgPool, batch: &Prepared, gone_is_done: bool) -> Result<i64> {
     let n: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM job.jobs WHERE id > $1 AND kind = $2 AND state = 'completed'",
+        "SELECT count(*) FILTER (WHERE state = 'completed')
+                + CASE WHEN $3 THEN $4 - count(*) ELSE 0 END
+         FROM job.jobs WHERE id > $1 AND kind = $2",
     )
     .bind(batch.base_id)
     .bind(Noop::KIND)
+    .bind(gone_is_done)
+    .bind(batch.n as i64)
     .fetch_one(pool)
     .await?;
     if usize::try_from(n).ok() != Some(batch.n) {
@@ -199,7 +205,7 @@ pub(crate) async fn worker_drain(
     }
     // The first worker's report (with several workers, each reports its own).
     let report = reports.swap_remove(0);
-    let completed = completed(pool, batch).await?;
+    let completed = completed(pool, batch, false).await?;
     let n = batch.n as f64;
     let cpu = json!({
         "pg_us_per_job": round(pg_cpu * 1e6 / n, 1),
@@ -229,6 +235,12 @@ pub(crate) struct RawSpec {
     pub(crate) finalize_batch: usize,
     /// Session settings of the raw loop's connections.
     pub(crate) settings: Vec<String>,
+    /// Raw loops side by side.
+    pub(crate) loops: usize,
+    /// The finalize statement deletes what it finishes.
+    pub(crate) finalize_deletes: bool,
+    /// An experiment's SQL ran in the database first (`--raw-setup-sql`).
+    pub(crate) setup: bool,
 }
 
 impl RawSpec {
@@ -249,6 +261,9 @@ impl RawSpec {
             claim_limit: args.raw_claim_limit,
             finalize_batch: config.finalize_batch,
             settings: args.raw_settings.clone(),
+            loops: args.raw_loops as usize,
+            finalize_deletes: args.raw_finalize_deletes,
+            setup: args.raw_setup_sql.is_some(),
         })
     }
 
@@ -257,6 +272,9 @@ impl RawSpec {
         self.claim_sql != CLAIM_SQL
             || self.finalize_sql != FINALIZE_SQL
             || self.claim_limit.is_some()
+            || self.loops != 1
+            || self.finalize_deletes
+            || self.setup
     }
 }
 
@@ -264,7 +282,9 @@ impl RawSpec {
 /// plus the prefetch (up to the claim batch) with `claim.sql`; each claimed job "runs" (frees
 /// its slot) at once and goes to a completer task that writes whatever accumulated, up to the
 /// finalize batch, with `finalize.sql`. Two connections, as the worker's fetcher and completer
-/// use.
+/// use. An outcome the finalize skipped (its row held a moment by another loop's claim, which
+/// keeps a row it found claimed since its snapshot locked until it commits) is written again,
+/// as the worker's completer does.
 async fn raw_loop(pool: PgPool, spec: RawSpec) -> Result<u64> {
     let slots = Arc::new(Semaphore::new(spec.concurrency + spec.prefetch));
     let (tx, mut rx) = mpsc::unbounded_channel::<(i64, Uuid)>();
@@ -282,8 +302,25 @@ async fn raw_loop(pool: PgPool, spec: RawSpec) -> Result<u64> {
                     Err(_) => break,
                 }
             }
-            written += raw_finalize(&completer_pool, &finalize_sql, &batch).await?;
-            batch.clear();
+            let mut tries = 0;
+            while !batch.is_empty() {
+                let applied = raw_finalize(&completer_pool, &finalize_sql, &batch).await?;
+                written += applied.len() as u64;
+                let applied: HashSet<i64> = applied.into_iter().collect();
+                let mut ord = 0;
+                batch.retain(|_| {
+                    ord += 1;
+                    !applied.contains(&ord)
+                });
+                tries += 1;
+                if tries == RAW_FINALIZE_TRIES && !batch.is_empty() {
+                    return Err(format!(
+                        "{} outcomes still unwritten after {tries} finalizes",
+                        batch.len()
+                    )
+                    .into());
+                }
+            }
         }
         Ok::<_, crate::BoxError>(written)
     });
@@ -376,8 +413,17 @@ impl RawClaim {
     }
 }
 
-/// `finalize.sql` (or an experiment's statement) completing every job of `batch`.
-pub(crate) async fn raw_finalize(pool: &PgPool, sql: &str, batch: &[(i64, Uuid)]) -> Result<u64> {
+/// How often the raw completer writes an outcome its finalize skipped before it gives up (a
+/// row held for good, or an experiment's statement that returns the wrong ordinalities).
+const RAW_FINALIZE_TRIES: u32 = 1_000;
+
+/// `finalize.sql` (or an experiment's statement) completing every job of `batch`: the
+/// ordinalities (from 1) of those it wrote.
+pub(crate) async fn raw_finalize(
+    pool: &PgPool,
+    sql: &str,
+    batch: &[(i64, Uuid)],
+) -> Result<Vec<i64>> {
     let n = batch.len();
     let ids: Vec<i64> = batch.iter().map(|b| b.0).collect();
     let tokens: Vec<Uuid> = batch.iter().map(|b| b.1).collect();
@@ -395,8 +441,7 @@ pub(crate) async fn raw_finalize(pool: &PgPool, sql: &str, batch: &[(i64, Uuid)]
     if sql.contains("$9") {
         finalize = finalize.bind(vec![None::<&str>; n]);
     }
-    let applied: Vec<i64> = finalize.fetch_all(pool).await?;
-    Ok(applied.len() as u64)
+    Ok(finalize.fetch_all(pool).await?)
 }
 
 /// How PostgreSQL planned the pool's prepared statements: per statement (its first comment
@@ -443,19 +488,24 @@ pub(crate) async fn raw_drain(
     spec: &RawSpec,
 ) -> Result<(f64, i64, Value)> {
     let mut poller = db::connect(pool).await?;
-    let raw_pool = db.pool_with(3, RAW_APP, &spec.settings).await?;
+    // Per loop a claimer and a completer, and one more.
+    let raw_pool = db
+        .pool_with(2 * spec.loops as u32 + 1, RAW_APP, &spec.settings)
+        .await?;
     let (pg_before, _) = backend_cpu_s(pool, RAW_APP).await?;
     let client_before = proc_cpu_s(None).unwrap_or(0.0);
     let start = Instant::now();
     // The loop ends once a claim finds nothing and its completer wrote every outcome; then
     // the poller confirms, as for the worker (no poll while it runs).
     let within = deadline(batch.n);
-    tokio::time::timeout(
-        within,
-        tokio::spawn(raw_loop(raw_pool.clone(), spec.clone())),
-    )
-    .await
-    .map_err(|_| format!("the raw loop did not end within {within:?}"))???;
+    let loops: Vec<_> = (0..spec.loops)
+        .map(|_| tokio::spawn(raw_loop(raw_pool.clone(), spec.clone())))
+        .collect();
+    for raw in loops {
+        tokio::time::timeout(within.saturating_sub(start.elapsed()), raw)
+            .await
+            .map_err(|_| format!("the raw loop did not end within {within:?}"))???;
+    }
     let polled = wait_done(&mut poller, batch, within.saturating_sub(start.elapsed())).await?;
     let seconds = start.elapsed().as_secs_f64();
     let client = proc_cpu_s(None).unwrap_or(0.0) - client_before;
@@ -471,7 +521,7 @@ pub(crate) async fn raw_drain(
     });
     Ok((
         seconds,
-        completed(pool, batch).await?,
+        completed(pool, batch, spec.finalize_deletes).await?,
         json!({ "plans": plans, "cpu": cpu }),
     ))
 }
@@ -520,6 +570,7 @@ pub(crate) async fn drain(args: &Args) -> Result<()> {
                     "raw_completed": raw_completed,
                     "raw": raw_plans,
                     "raw_experiment": spec.is_experiment(),
+                    "raw_loops": spec.loops,
                     "raw_claim_limit": spec.claim_limit,
                     "loadavg": loadavg(),
                 }));
@@ -552,6 +603,7 @@ pub(crate) async fn drain(args: &Args) -> Result<()> {
                 "raw": raw_plans,
                 "cpu": w.cpu,
                 "raw_experiment": spec.is_experiment(),
+                "raw_loops": spec.loops,
                 "loadavg": loadavg(),
                 "peak_rss_mib": w.report["peak_rss_mib"],
                 "polls": w.polled.polls,
