@@ -302,6 +302,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "key_arguments",
         sql: include_str!("../migrations/0056_key_arguments.sql"),
     },
+    Migration {
+        version: 57,
+        name: "set_based_cascades",
+        sql: include_str!("../migrations/0057_set_based_cascades.sql"),
+    },
 ];
 
 /// The whole schema as one plain SQL script, for a DBA or a team without Rust:

@@ -15,6 +15,7 @@ mod dead_letters;
 mod deadlines;
 mod dependencies;
 mod flow;
+mod job_rows;
 mod macros;
 mod metadata;
 mod ordering;
