@@ -1,7 +1,8 @@
 -- The second of the pruner's two statements: deletes the jobs $1 that prune_pick.sql locked
--- in this transaction, but those a dependent still needs (the same condition as there), and
--- what the jobs deleted depended on (job.dependencies, migration 0013), recording on the edges
--- still pointing at them whether they satisfied them (@verdicts). Returns how many jobs.
+-- in this transaction, but those a dependent still needs (the same condition as there),
+-- recording on the edges still pointing at them whether they satisfied them (@verdicts). What
+-- the jobs deleted depended on (job.dependencies, migration 0013) and their steps go by
+-- job.jobs' delete trigger (migration 0057), by primary key. Returns how many jobs.
 --
 -- Why two statements: a dependent's enqueue holds the job it waits for FOR KEY SHARE until it
 -- commits (migration 0019), which the lock of prune_pick.sql skips; but an enqueue that
@@ -25,9 +26,6 @@ WITH gone AS (
                                           AND w.state NOT IN ('completed', 'cancelled',
                                                               'discarded'))))
     RETURNING j.id, j.state
-),
-edges AS (
-    DELETE FROM job.dependencies d WHERE d.job_id IN (SELECT id FROM gone)
 ),
 -- @verdicts
 SELECT count(*) FROM gone
