@@ -1,5 +1,11 @@
 //! The migration runner.
 
+#[path = "common/silence.rs"]
+mod silence;
+
+use std::time::{Duration, Instant};
+
+use job_postgres::{Error, MigrationGaveUp};
 use job_testkit::TestDb;
 
 async fn applied(pool: &sqlx::PgPool) -> Vec<(i32, String)> {
@@ -766,4 +772,118 @@ async fn migration_46_repairs_breaker_rows_it_would_refuse() {
             ("sound".to_owned(), 9, 4, false),
         ]
     );
+}
+
+/// How long a migration may take before a test calls it stuck: a bound so that a hang fails
+/// the test instead of stalling it, not a measure of speed.
+const STUCK: Duration = Duration::from_secs(60);
+
+/// Holds the lock every migrator takes first (migrate_lock.sql) in a transaction of its own.
+async fn hold_migrators_lock(db: &TestDb) -> sqlx::Transaction<'static, sqlx::Postgres> {
+    let mut holder = db.pool().begin().await.unwrap();
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended('job.schema_migrations', 0))")
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+    holder
+}
+
+/// Waits until a migration's session (tagged `job migrate <pid>.<time>`) has waited for the
+/// migrators' lock for longer than `for_at_least`, by the server's clock.
+async fn until_migration_waits_for_the_lock(db: &TestDb, for_at_least: Duration) {
+    let give_up = Instant::now() + STUCK;
+    loop {
+        let waiting: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT FROM pg_stat_activity
+                            WHERE datname = current_database()
+                              AND application_name ~ '^job migrate [0-9]'
+                              AND state = 'active' AND wait_event_type = 'Lock'
+                              AND clock_timestamp() - state_change > $1)",
+        )
+        .bind(for_at_least)
+        .fetch_one(&db.pool())
+        .await
+        .unwrap();
+        if waiting {
+            return;
+        }
+        assert!(
+            Instant::now() < give_up,
+            "the migration never waited for the lock"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A migration's statement the server works on (here, a wait for another migrator's lock) is
+/// waited for however much longer than the idle limit it takes: the watch gives up only on a
+/// session that waits for the process, not on one the server is busy with.
+#[tokio::test]
+async fn migrate_waits_for_a_statement_longer_than_its_idle_limit() {
+    let db = TestDb::new().await;
+    let holder = hold_migrators_lock(&db).await;
+    let pool = db.pool();
+    let migrating = tokio::spawn(async move {
+        job_postgres::migrate_with_idle_limit(&pool, Duration::from_secs(1)).await
+    });
+    // Three times the idle limit, and several of the watch's looks.
+    until_migration_waits_for_the_lock(&db, Duration::from_secs(3)).await;
+    assert!(!migrating.is_finished(), "the migration was given up");
+    holder.rollback().await.unwrap();
+    tokio::time::timeout(STUCK, migrating)
+        .await
+        .expect("the migration ends once the lock is free")
+        .unwrap()
+        .expect("the migration goes through");
+    db.close().await;
+}
+
+/// A database that stops answering mid-migration (every connection silent: a partitioned
+/// network, a host gone) no longer holds `migrate` for ever: it gives up once the watch's
+/// connection has had no answer for 10 s, saying so, and the session it left inside a
+/// transaction (holding the migrators' lock) is ended by the server a second past the idle
+/// limit, so the next migrator goes through.
+#[tokio::test]
+async fn migrate_gives_up_when_the_database_stops_answering() {
+    let db = TestDb::new().await;
+    let blackhole = silence::Blackhole::start(&db.connect_options()).await;
+    let through = job_postgres::pool_options()
+        .max_connections(2)
+        .connect_with(blackhole.options())
+        .await
+        .unwrap();
+    let holder = hold_migrators_lock(&db).await;
+    let migrating = tokio::spawn(async move {
+        job_postgres::migrate_with_idle_limit(&through, Duration::from_secs(1)).await
+    });
+    until_migration_waits_for_the_lock(&db, Duration::ZERO).await;
+    blackhole.silence();
+    // The server goes on: the migration takes the lock, and its answer is lost.
+    holder.rollback().await.unwrap();
+    let gave_up = tokio::time::timeout(STUCK, migrating)
+        .await
+        .expect("migrate gave up instead of waiting for ever")
+        .unwrap();
+    match gave_up {
+        Err(Error::MigrateGaveUp(MigrationGaveUp::Silent { waited })) => {
+            assert_eq!(waited, Duration::from_secs(10));
+        }
+        other => panic!("given up as silent, not {other:?}"),
+    }
+    let error = job_postgres::Error::MigrateGaveUp(MigrationGaveUp::Silent {
+        waited: Duration::from_secs(10),
+    })
+    .to_string();
+    assert!(
+        error.starts_with(
+            "the job migration gave up: the database did not answer the second connection"
+        ) && error.contains("migrate again"),
+        "{error}"
+    );
+    // No lock of it stays held: the next migrator goes through.
+    tokio::time::timeout(STUCK, job_postgres::migrate(&db.pool()))
+        .await
+        .expect("the next migrator is not held by the one given up")
+        .expect("the next migration goes through");
+    db.close().await;
 }

@@ -66,8 +66,11 @@ async fn run_command(cli: Cli) -> Result<ExitCode, Error> {
     let json_out = cli.json;
     match cli.command {
         Command::Migrate { .. } => {
-            let options = store.pool().connect_options();
-            crate::watch::migration(store.migrate(), &options, cli.timeout).await?;
+            // Watched by the store (see `PgStore::migrate_with_idle_limit`): its session may
+            // wait for the command as long as any request's answer may take.
+            store
+                .migrate_with_idle_limit(cli.timeout.saturating_add(crate::wait::MARGIN))
+                .await?;
             say(
                 json_out,
                 json!({"migrated": true}),

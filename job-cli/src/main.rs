@@ -16,7 +16,6 @@ mod cli;
 mod commands;
 mod output;
 mod wait;
-mod watch;
 
 use std::io::Write as _;
 use std::process::ExitCode;

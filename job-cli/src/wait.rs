@@ -46,30 +46,17 @@ pub(crate) fn setting(command: &Command) -> Option<&'static str> {
 }
 
 /// `options` with `command`'s bound of `timeout` asked of every session at its start (a
-/// startup parameter: no round trip), after any the URL gives. `migrate`'s session also has
-/// `idle_in_transaction_session_timeout` at `timeout`, [`MARGIN`] and a second (a second
-/// after its watch gives up on it, [`crate::watch`], so that the watch, which says why, comes
-/// first), so that the server ends it, and its locks, when the command can no longer reach
-/// it; and it is tagged for that watch, in place of any `application_name` the URL gives.
+/// startup parameter: no round trip), after any the URL gives. `migrate`'s session gets the
+/// rest of its settings from the store's migration (its tag, and the server's
+/// `idle_in_transaction_session_timeout` a second after the watch's limit: see
+/// `PgStore::migrate_with_idle_limit`), which is given `timeout` and [`MARGIN`].
 pub(crate) fn bounded(
     options: PgConnectOptions,
     command: &Command,
     timeout: Duration,
 ) -> PgConnectOptions {
-    let ms = |d: Duration| format!("{}ms", d.as_millis());
     match setting(command) {
-        Some(name) if matches!(command, Command::Migrate { .. }) => options
-            .options([
-                (name, ms(timeout)),
-                (
-                    "idle_in_transaction_session_timeout",
-                    ms(timeout
-                        .saturating_add(MARGIN)
-                        .saturating_add(Duration::from_secs(1))),
-                ),
-            ])
-            .application_name(&crate::watch::tag()),
-        Some(name) => options.options([(name, ms(timeout))]),
+        Some(name) => options.options([(name, format!("{}ms", timeout.as_millis()))]),
         None => options,
     }
 }

@@ -279,13 +279,13 @@ async fn migrate_gives_up_on_a_lost_answer_and_leaves_no_session_behind() {
     for (marker, said) in [
         (
             &b"pg_encoding_to_char"[..],
-            &["waited for this command for more than 3s (idle)"][..],
+            &["waited for this process for more than 3s (idle)"][..],
         ),
         (
             b"to_regclass",
             &[
-                "waited for this command for more than 3s (idle in transaction)",
-                "the migration's session ended on the server while the command waited",
+                "waited for this process for more than 3s (idle in transaction)",
+                "the migration's session ended on the server while this process waited",
             ],
         ),
     ] {
@@ -294,7 +294,7 @@ async fn migrate_gives_up_on_a_lost_answer_and_leaves_no_session_behind() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{stderr}");
         assert!(
-            stderr.starts_with("job: job migrate gave up: ")
+            stderr.starts_with("job: the job migration gave up: ")
                 && said.iter().any(|s| stderr.contains(s)),
             "{stderr}"
         );
@@ -330,7 +330,7 @@ async fn migrate_gives_up_when_the_database_stops_answering_altogether() {
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(
         stderr.starts_with(
-            "job: job migrate gave up: the database did not answer the second connection, \
+            "job: the job migration gave up: the database did not answer the second connection, \
              which watches the migration's session, for 10s"
         ),
         "{stderr}"

@@ -126,6 +126,23 @@ pub enum Error {
         /// The database's name.
         database: String,
     },
+    /// The migration was given up: the database stopped answering, or its answer was lost on
+    /// the way, while the migration's session waited for this process (see
+    /// [`PgStore::migrate`](crate::PgStore::migrate)). The migration it was in was rolled back
+    /// unless its commit had been sent; those before it stay applied.
+    #[error(
+        "the job migration gave up: {0}. The migration it was in was rolled back unless its \
+         commit had been sent: migrate again, which applies only the migrations the database \
+         lacks"
+    )]
+    MigrateGaveUp(crate::migrate_watch::MigrationGaveUp),
+    /// The second connection, which watches the migration's session, could not be opened (a
+    /// server at `max_connections`, a role's connection limit): nothing was migrated.
+    #[error(
+        "the job migration cannot open its second connection, which watches the migration's \
+         session, so nothing was migrated: {0}"
+    )]
+    MigrateWatch(String),
     /// A stored job row could not be read back into its Rust type.
     #[error("job {id} has an undecodable `{column}`: {reason}")]
     Decode {

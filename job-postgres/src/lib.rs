@@ -13,6 +13,7 @@ mod inspect;
 mod lease;
 mod listen;
 mod migrate;
+mod migrate_watch;
 mod pool;
 mod report;
 mod row;
@@ -31,7 +32,11 @@ pub use inspect::{
 };
 pub use listen::CHANNEL;
 pub use listen::LISTEN_CHECK;
-pub use migrate::{migrate, script as schema_script, Migration, MIGRATIONS};
+pub use migrate::{
+    migrate, migrate_with_idle_limit, script as schema_script, Migration, MIGRATE_IDLE_LIMIT,
+    MIGRATIONS, MIN_MIGRATE_IDLE_LIMIT,
+};
+pub use migrate_watch::MigrationGaveUp;
 pub use pool::{pool_options, setup_session, ACQUIRE_TIMEOUT, POOL_CHECK_TIMEOUT};
 pub use store::PgStore;
 pub use summary::{JobSummary, LastError, SUMMARY_CLASS_CHARS, SUMMARY_MESSAGE_CHARS};

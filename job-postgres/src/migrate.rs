@@ -4,10 +4,13 @@
 //! Not sqlx's migrator: that one keeps its books in `_sqlx_migrations`, which belongs to the
 //! application's own migrations.
 
-use sqlx::{Executor, PgPool};
+use std::time::Duration;
+
+use sqlx::postgres::PgConnection;
+use sqlx::{Connection, Executor, PgPool};
 
 use crate::error::Error;
-use crate::sql;
+use crate::{migrate_watch, sql};
 
 /// One embedded migration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -410,22 +413,95 @@ pub fn script() -> String {
     out
 }
 
+/// How long a migration's session may wait for this process before [`migrate`] gives up on
+/// it: 30 seconds. A migration's statements run as long as they take (the server working on
+/// one, or waiting for a lock, is not waiting for the process); between them the session
+/// waits for the process's next statement for microseconds. A session that has waited longer
+/// had its answer lost on the way (a dropped connection, a proxy), or its process was stalled
+/// that long; see [`migrate_with_idle_limit`].
+pub const MIGRATE_IDLE_LIMIT: Duration = Duration::from_secs(30);
+
+/// The shortest idle limit taken by [`migrate_with_idle_limit`]: a shorter one is raised to
+/// it, since the watch looks only every half second.
+pub const MIN_MIGRATE_IDLE_LIMIT: Duration = Duration::from_secs(1);
+
 /// Brings the `job` schema up to date. Safe to run from many processes at once (an advisory
 /// lock serializes them) and again and again (a second run only reads). Each migration runs in
-/// its own transaction, recorded with it.
+/// its own transaction, recorded with it. Gives up after [`MIGRATE_IDLE_LIMIT`] on an answer
+/// lost on the way, and when the database stops answering: see [`migrate_with_idle_limit`].
 pub async fn migrate(pool: &PgPool) -> Result<(), Error> {
+    migrate_with_idle_limit(pool, MIGRATE_IDLE_LIMIT).await
+}
+
+/// [`migrate`], giving up once the migration's session has waited for this process for
+/// longer than `idle_limit` (at least [`MIN_MIGRATE_IDLE_LIMIT`]).
+///
+/// The migration runs on one connection taken from `pool` (and closed afterwards), tagged
+/// `job migrate <pid>.<time>` in `application_name`, with the server's
+/// `idle_in_transaction_session_timeout` a second past `idle_limit`. A second connection,
+/// opened with the pool's options before anything is migrated, looks at that session in
+/// `pg_stat_activity` every 500 ms. While the server works on a statement of the migration
+/// (one may run for minutes on a large table, or wait for a lock) the migration waits as long
+/// as that takes. It gives up with [`Error::MigrateGaveUp`], saying which
+/// ([`MigrationGaveUp`](crate::MigrationGaveUp)), when the session has had nothing to do for this process for
+/// longer than `idle_limit` (its answer was lost on the way: the server is asked to end the
+/// session, so no lock of the migration stays held), when the session has ended on the server,
+/// or when the second connection has had no answer, or only errors, for 10 s (or `idle_limit`,
+/// when longer). Before 2026-12-07 it waited for ever on such a connection: the kernel calls
+/// a silent connection dead after a quarter of an hour or more, and never one with nothing
+/// unacknowledged. Migrating again after any of these applies only what the database lacks.
+/// A second connection the server refuses is [`Error::MigrateWatch`], before anything is
+/// migrated.
+///
+/// What the watch cannot see it logs once at WARN and goes on: with `track_activities` off or
+/// a role that may not read the session's activity, or through a connection pooler that
+/// hides the session, only a database that stops answering is noticed; and a statement the
+/// server works on for ever (a commit waiting for a synchronous standby that never answers)
+/// is waited for. Migrate against the server, not through a pooler in transaction mode.
+pub async fn migrate_with_idle_limit(pool: &PgPool, idle_limit: Duration) -> Result<(), Error> {
+    let idle_limit = idle_limit.max(MIN_MIGRATE_IDLE_LIMIT);
+    let watch = migrate_watch::open(&pool.connect_options(), idle_limit).await?;
+    // Out of the pool for good: its session's settings are the migration's, and it is closed
+    // at the end instead of going back.
+    let mut conn = pool.acquire().await.map_err(Error::Connect)?.detach();
+    let tag = migrate_watch::tag();
+    let ms = |d: Duration| format!("{}ms", d.as_millis());
+    for (setting, value) in [
+        ("application_name", tag.clone()),
+        (
+            "idle_in_transaction_session_timeout",
+            ms(idle_limit.saturating_add(Duration::from_secs(1))),
+        ),
+    ] {
+        sqlx::query("SELECT pg_catalog.set_config($1, $2, false)")
+            .bind(setting)
+            .bind(value)
+            .execute(&mut conn)
+            .await
+            .map_err(Error::query("migrate_session"))?;
+    }
+    let migrated = migrate_watch::migration(migrate_on(&mut conn), watch, &tag, idle_limit).await;
+    if migrated.is_ok() {
+        // A goodbye, bounded: the session is the server's to end otherwise.
+        let _ = tokio::time::timeout(crate::POOL_CHECK_TIMEOUT, conn.close()).await;
+    }
+    migrated
+}
+
+/// The migration itself, on `conn`.
+async fn migrate_on(conn: &mut PgConnection) -> Result<(), Error> {
     // SQL_ASCII is the one server encoding under which PostgreSQL stores any bytes as text
     // (every other one is checked, and converted to the client's UTF8 on the way out): a row
     // written raw there could hold text that no worker reads back, stalling its claims.
     let (encoding, database): (String, String) = sqlx::query_as(sql::MIGRATE_ENCODING)
-        .fetch_one(pool)
+        .fetch_one(&mut *conn)
         .await
         .map_err(Error::query("migrate_encoding"))?;
     if encoding == "SQL_ASCII" {
         return Err(Error::Encoding { database });
     }
-    for migration in pending(pool).await? {
-        apply(pool, migration).await?;
+    for migration in pending(conn).await? {
+        apply(conn, migration).await?;
     }
     Ok(())
 }
@@ -469,8 +545,8 @@ fn lag(recorded: &[(i32, String)]) -> Option<job_core::SchemaLag> {
 }
 
 /// Creates the bookkeeping table when missing and returns the migrations not yet applied.
-async fn pending(pool: &PgPool) -> Result<Vec<&'static Migration>, Error> {
-    let mut tx = pool.begin().await.map_err(Error::Connect)?;
+async fn pending(conn: &mut PgConnection) -> Result<Vec<&'static Migration>, Error> {
+    let mut tx = conn.begin().await.map_err(Error::Connect)?;
     sqlx::query(sql::MIGRATE_LOCK)
         .execute(&mut *tx)
         .await
@@ -526,13 +602,13 @@ fn check_recorded(recorded: &[(i32, String)]) -> Result<(), Error> {
 }
 
 /// Applies one migration in its own transaction, unless a concurrent migrator got there first.
-async fn apply(pool: &PgPool, migration: &'static Migration) -> Result<(), Error> {
+async fn apply(conn: &mut PgConnection, migration: &'static Migration) -> Result<(), Error> {
     let failed = |source| Error::Migration {
         version: migration.version,
         name: migration.name,
         source,
     };
-    let mut tx = pool.begin().await.map_err(failed)?;
+    let mut tx = conn.begin().await.map_err(failed)?;
     sqlx::query(sql::MIGRATE_LOCK)
         .execute(&mut *tx)
         .await

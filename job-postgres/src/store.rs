@@ -91,9 +91,20 @@ impl PgStore {
         enqueue::dependencies_of(&self.pool, id).await
     }
 
-    /// Brings the `job` schema up to date; see [`migrate::migrate`].
+    /// Brings the `job` schema up to date; see [`migrate::migrate`]: it gives up, rather than
+    /// wait for ever, when the database stops answering or an answer is lost on the way
+    /// ([`Error::MigrateGaveUp`]), once the migration's session has waited for this process
+    /// for [`MIGRATE_IDLE_LIMIT`](crate::MIGRATE_IDLE_LIMIT) (30 s).
     pub async fn migrate(&self) -> Result<(), Error> {
         migrate::migrate(&self.pool).await
+    }
+
+    /// [`PgStore::migrate`] with another idle limit; see [`migrate::migrate_with_idle_limit`].
+    pub async fn migrate_with_idle_limit(
+        &self,
+        idle_limit: std::time::Duration,
+    ) -> Result<(), Error> {
+        migrate::migrate_with_idle_limit(&self.pool, idle_limit).await
     }
 
     fn validate(&self, job: &NewJob) -> Result<(), EnqueueError> {
