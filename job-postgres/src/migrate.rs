@@ -310,6 +310,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "set_based_cascades",
         sql: include_str!("../migrations/0057_set_based_cascades.sql"),
     },
+    Migration {
+        version: 58,
+        name: "ordering_admit_by_index",
+        sql: include_str!("../migrations/0058_ordering_admit_by_index.sql"),
+    },
 ];
 
 /// The whole schema as one plain SQL script, for a DBA or a team without Rust:

@@ -732,3 +732,132 @@ async fn a_redrive_and_a_bulk_enqueue_of_the_same_keys_do_not_deadlock() {
         .unwrap()
         .expect("the application's transaction is not the deadlock's victim");
 }
+
+/// Sequential scans of `job.jobs` by this transaction so far.
+async fn table_scans(tx: &mut sqlx::PgConnection) -> i64 {
+    sqlx::query_scalar(
+        "SELECT seq_scan FROM pg_stat_xact_user_tables WHERE relid = 'job.jobs'::regclass",
+    )
+    .fetch_one(tx)
+    .await
+    .unwrap()
+}
+
+/// A keyed job's admission reads its key's unfinished jobs through the key's two partial
+/// indexes, whatever else the table holds (migration 0058): it asked for five states in one
+/// test, which no index holds, so each keyed enqueue, set_ordering_key and redrive read the
+/// whole table, the finished jobs kept for retention included, and a bulk enqueue of keyed
+/// jobs grew with the square of its size. No plan is timed: the transaction's own count of
+/// sequential scans shows whether the table was read.
+#[tokio::test]
+async fn a_keyed_enqueue_reads_its_key_through_indexes_not_the_whole_table() {
+    let h = Harness::new().await;
+    let pool = h.db.pool();
+    sqlx::raw_sql(
+        "INSERT INTO job.jobs (kind, payload, state, finalized_at)
+         SELECT 'done', '{}', 'completed', now() FROM generate_series(1, 20000);
+         ANALYZE job.jobs",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let mut tx = pool.begin().await.unwrap();
+    let before = table_scans(&mut tx).await;
+    // A head, a job behind it (pending), a running head given a free key, and a bulk enqueue
+    // of keyed jobs, some behind others.
+    let (head, behind): (i64, i64) = sqlx::query_as(
+        "SELECT job.enqueue('k', '{}', ordering_key => 'a'),
+                job.enqueue('k', '{}', ordering_key => 'a')",
+    )
+    .fetch_one(&mut *tx)
+    .await
+    .unwrap();
+    let bulk: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM job.enqueue_many((
+             SELECT jsonb_agg(jsonb_build_object('kind', 'k', 'payload', '{}'::jsonb,
+                                                 'ordering_key', 'b' || (g % 10)))
+             FROM generate_series(1, 100) g))",
+    )
+    .fetch_one(&mut *tx)
+    .await
+    .unwrap();
+    let after = table_scans(&mut tx).await;
+    let states: Vec<(i64, String)> = sqlx::query_as(
+        "SELECT id, state::text FROM job.jobs WHERE id IN ($1, $2) ORDER BY id",
+    )
+    .bind(head)
+    .bind(behind)
+    .fetch_all(&mut *tx)
+    .await
+    .unwrap();
+    let pending: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM job.jobs WHERE ordering_key LIKE 'b%' AND state = 'pending'",
+    )
+    .fetch_one(&mut *tx)
+    .await
+    .unwrap();
+    tx.rollback().await.unwrap();
+    assert_eq!(
+        after - before,
+        0,
+        "keyed enqueues read the whole of job.jobs ({} sequential scans)",
+        after - before
+    );
+    assert_eq!(
+        states,
+        vec![(head, "available".to_owned()), (behind, "pending".to_owned())]
+    );
+    assert_eq!((bulk, pending), (100, 90), "one head per key, the rest behind");
+}
+
+/// A running job given a key another unfinished job holds is refused naming the job, its
+/// state and the key (it cannot wait behind the key while it runs): the table's lease check
+/// refused it with the whole row in the error's detail.
+#[tokio::test]
+async fn a_running_job_given_a_held_key_is_refused_naming_it() {
+    let h = Harness::new().await;
+    let pool = h.db.pool();
+    let holder: i64 = sqlx::query_scalar("SELECT job.enqueue('k', '{}', ordering_key => 'held')")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    let running: i64 = sqlx::query_scalar("SELECT job.enqueue('other', '{}')")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    let claimed: Vec<i64> = sqlx::query_scalar(
+        "SELECT id FROM job.claim('default', ARRAY['other'], ARRAY[1], ARRAY[60000::bigint], 1,
+                                  'w', ARRAY[NULL::integer], '{}')",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(claimed, vec![running]);
+    let error = sqlx::query("SELECT job.set_ordering_key($1, 'held')")
+        .bind(running)
+        .execute(&pool)
+        .await
+        .expect_err("refused");
+    let db_error = error.as_database_error().expect("the database refused it");
+    assert_eq!(db_error.code().as_deref(), Some("55000"), "{error}");
+    assert_eq!(
+        db_error.message(),
+        format!(
+            "job {running} is running, so it cannot wait behind ordering key `held`, which \
+             another unfinished job holds: give a job its key before it starts"
+        )
+    );
+    // Nothing changed: the running job has no key, the holder still holds it.
+    let keys: Vec<(i64, Option<String>, String)> =
+        sqlx::query_as("SELECT id, ordering_key, state::text FROM job.jobs ORDER BY id")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        keys,
+        vec![
+            (holder, Some("held".to_owned()), "available".to_owned()),
+            (running, None, "running".to_owned()),
+        ]
+    );
+}
