@@ -315,6 +315,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "ordering_admit_by_index",
         sql: include_str!("../migrations/0058_ordering_admit_by_index.sql"),
     },
+    Migration {
+        version: 59,
+        name: "door_echoes_shown",
+        sql: include_str!("../migrations/0059_door_echoes_shown.sql"),
+    },
 ];
 
 /// The whole schema as one plain SQL script, for a DBA or a team without Rust:

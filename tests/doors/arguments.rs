@@ -482,3 +482,77 @@ async fn a_bulk_sql_enqueue_takes_more_jobs_than_one_rust_statement_holds() {
     assert_eq!(rows(&pool).await, 10_001);
     db.close().await;
 }
+
+/// Runs `statement`, which must fail with `code` and exactly `expected`.
+async fn refused_saying(pool: &PgPool, statement: &str, code: &str, expected: &str) {
+    let error = sqlx::raw_sql(statement)
+        .execute(pool)
+        .await
+        .map(|_| ())
+        .expect_err(statement);
+    let (found_code, message) = db_error(error);
+    assert_eq!(
+        (found_code.as_str(), message.as_str()),
+        (code, expected),
+        "{statement}"
+    );
+}
+
+/// What the doors refuse comes back as `job.shown` shows it, never whole (migration 0059): an
+/// active duplicate's unique key and a trace context came back with their newlines and
+/// control characters. And `job.enqueue_many` names the element whose deadline is not after
+/// its run time, where the deadline door's trigger could not say which one it refused.
+#[tokio::test]
+async fn refusals_show_the_value_bounded_and_name_the_element() {
+    let db = TestDb::new().await;
+    let pool = db.pool();
+    let key = "E'line 1\\nline 2\\x1b[31m' || repeat('k', 100)";
+    let first: i64 = sqlx::query_scalar(&format!(
+        "SELECT job.enqueue('doors.unique', '{{}}', unique_key => {key})"
+    ))
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    refused_saying(
+        &pool,
+        &format!("SELECT job.enqueue('doors.unique', '{{}}', unique_key => {key})"),
+        "23505",
+        &format!(
+            "a job of `doors.unique` with unique key `line 1?line 2?[31mkkkkkkkkkkkkkkkkkkkkkk… \
+             (118 bytes)` is already active (job {first})"
+        ),
+    )
+    .await;
+    refused_saying(
+        &pool,
+        "SELECT job.set_trace_context(job.enqueue('doors.trace', '{}'), E'00-ab\\nFAKE LOG LINE')",
+        "23514",
+        "job row refused: `trace_context` must be a W3C traceparent (00-<32 lower-case hex, not \
+         all 0>-<16 lower-case hex, not all 0>-<2 lower-case hex>), got `00-ab?FAKE LOG LINE`",
+    )
+    .await;
+    let error = sqlx::raw_sql(
+        "SELECT * FROM job.enqueue_many('[{\"kind\": \"doors.a\", \"payload\": {}},
+            {\"kind\": \"doors.b\", \"payload\": {}, \"run_at\": \"2030-01-01T00:00:00Z\",
+             \"deadline\": \"2029-12-31T00:00:00Z\"}]')",
+    )
+    .execute(&pool)
+    .await
+    .expect_err("a deadline before the run time");
+    let (code, message) = db_error(error);
+    assert!(
+        code == "23514"
+            && message.starts_with(
+                "invalid enqueue argument `jobs[1].deadline`: 2029-12-31 00:00:00+00 is not \
+                 after the run time 2030-01-01 00:00:00+00"
+            ),
+        "{code} {message}"
+    );
+    let jobs: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM job.jobs WHERE kind <> 'doors.unique'")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(jobs, 0, "nothing of a refused call is kept");
+    db.close().await;
+}

@@ -174,11 +174,18 @@ async fn a_breakers_counts_are_bounded_at_its_door_and_its_arithmetic_cannot_ove
         ),
         (
             vec!["doors.ok", "a kind"],
-            "invalid breaker_record kind 'a kind': must not contain",
+            "invalid breaker_record kind `a kind`: must not contain",
         ),
         (
             vec![""],
-            "invalid breaker_record kind '': must not be empty",
+            "invalid breaker_record kind ``: must not be empty",
+        ),
+        // Shown as job.shown shows a value (migration 0059): it came back whole, newlines
+        // and all, into the error and the server's log.
+        (
+            vec![Box::leak("x\n".repeat(100_000).into_boxed_str())],
+            "invalid breaker_record kind `x?x?x?x?x?x?x?x?x?x?x?x?x?x?x?x?x?x?x?x?… (200000 bytes)`: \
+             must be at most 128 bytes",
         ),
     ] {
         let n = kinds.len();
@@ -204,6 +211,40 @@ async fn a_breakers_counts_are_bounded_at_its_door_and_its_arithmetic_cannot_ove
     );
     assert_eq!(code, "22023", "{message}");
     assert!(message.contains("1001 kinds in one call"), "{message}");
+    // Settings out of the table's bounds are refused naming the argument and the kind
+    // (migration 0059): the table's CHECKs named a constraint and showed the whole row.
+    for (settings, says) in [
+        (
+            "'{50,0}', '{20,20}', '{60000,60000}', '{60000,60000}'",
+            "argument `p_percent` for kind `doors.b`: must be 1 to 100, got 0",
+        ),
+        (
+            "'{50,50}', '{20,0}', '{60000,60000}', '{60000,60000}'",
+            "argument `p_min_attempts` for kind `doors.b`: must be 1 to 1000000, got 0",
+        ),
+        (
+            "'{50,50}', '{20,20}', '{60000,NULL}', '{60000,60000}'",
+            "argument `p_window_ms` for kind `doors.b`: must be 1000 to 2592000000 (1 s to 30 \
+             days), got null",
+        ),
+        (
+            "'{50,50}', '{20,20}', '{60000,60000}', '{999,60000}'",
+            "argument `p_cool_down_ms` for kind `doors.a`: must be 1000 to 2592000000 (1 s to \
+             30 days), got 999",
+        ),
+    ] {
+        let (code, message) = refused(
+            sqlx::query(&format!(
+                "SELECT * FROM job.breaker_record('{{doors.a,doors.b}}', '{{1,1}}', '{{0,0}}', \
+                 {settings})"
+            ))
+            .execute(&pool)
+            .await
+            .expect_err("settings out of bounds"),
+        );
+        assert_eq!(code, "22023", "{message}");
+        assert!(message.contains(says), "{message}");
+    }
     let breakers: i64 = sqlx::query_scalar("SELECT count(*) FROM job.breakers")
         .fetch_one(&pool)
         .await

@@ -782,14 +782,13 @@ async fn a_keyed_enqueue_reads_its_key_through_indexes_not_the_whole_table() {
     .await
     .unwrap();
     let after = table_scans(&mut tx).await;
-    let states: Vec<(i64, String)> = sqlx::query_as(
-        "SELECT id, state::text FROM job.jobs WHERE id IN ($1, $2) ORDER BY id",
-    )
-    .bind(head)
-    .bind(behind)
-    .fetch_all(&mut *tx)
-    .await
-    .unwrap();
+    let states: Vec<(i64, String)> =
+        sqlx::query_as("SELECT id, state::text FROM job.jobs WHERE id IN ($1, $2) ORDER BY id")
+            .bind(head)
+            .bind(behind)
+            .fetch_all(&mut *tx)
+            .await
+            .unwrap();
     let pending: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM job.jobs WHERE ordering_key LIKE 'b%' AND state = 'pending'",
     )
@@ -805,9 +804,16 @@ async fn a_keyed_enqueue_reads_its_key_through_indexes_not_the_whole_table() {
     );
     assert_eq!(
         states,
-        vec![(head, "available".to_owned()), (behind, "pending".to_owned())]
+        vec![
+            (head, "available".to_owned()),
+            (behind, "pending".to_owned())
+        ]
     );
-    assert_eq!((bulk, pending), (100, 90), "one head per key, the rest behind");
+    assert_eq!(
+        (bulk, pending),
+        (100, 90),
+        "one head per key, the rest behind"
+    );
 }
 
 /// A running job given a key another unfinished job holds is refused naming the job, its
