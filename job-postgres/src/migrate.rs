@@ -320,6 +320,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "door_echoes_shown",
         sql: include_str!("../migrations/0059_door_echoes_shown.sql"),
     },
+    Migration {
+        version: 60,
+        name: "claim_items",
+        sql: include_str!("../migrations/0060_claim_items.sql"),
+    },
 ];
 
 /// The whole schema as one plain SQL script, for a DBA or a team without Rust:

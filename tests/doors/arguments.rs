@@ -1,7 +1,8 @@
 //! The SQL functions name the argument they refuse (migration 0052): `job.enqueue_unique`'s
 //! NULLs, tags not indexed from 1, and the stager's negative counts are refused with `22023`
 //! and the argument's name, never by a table's constraint or PostgreSQL's own words; the
-//! rescuer's since migration 0054, the claim's since 0055, the key setters' since 0056.
+//! rescuer's since migration 0054, the claim's since 0055 (its array items and worker id since
+//! 0060), the key setters' since 0056.
 
 use job_testkit::TestDb;
 use sqlx::PgPool;
@@ -364,6 +365,54 @@ async fn the_claim_refuses_arguments_out_of_bounds_naming_them() {
         )
         .await;
     }
+    // The items of the kind arrays and the worker's id (migration 0060): a kind named twice
+    // got its own room per item (a kind capped at 1 claimed 2); an id over 128 bytes failed
+    // on jobs_locked_by_check once a job was due; the others claimed nothing, silently.
+    let kinds_twice = [
+        ("in_kinds", "'{doors.any,doors.any}'::text[]"),
+        ("in_versions", "'{1,1}'::integer[]"),
+        ("in_leases", "'{30000,1}'::bigint[]"),
+        ("in_caps", "'{1,1}'::integer[]"),
+    ];
+    for (changes, says) in [
+        (
+            &kinds_twice[..],
+            "invalid claim argument `in_kinds`: each kind must be named once and not be null \
+             (its version, lease and cap are found by its position), got `doors.any` 2 times",
+        ),
+        (
+            &[("in_kinds", "'{NULL}'::text[]")][..],
+            "invalid claim argument `in_kinds`: each kind must be named once and not be null \
+             (its version, lease and cap are found by its position), got null",
+        ),
+        (
+            &[("in_versions", "'{0}'::integer[]")][..],
+            "invalid claim argument `in_versions`: each version must be 1 or more (the newest \
+             payload version the worker decodes), got 0",
+        ),
+        (
+            &[("in_versions", "'{NULL}'::integer[]")][..],
+            "invalid claim argument `in_versions`: each version must be 1 or more (the newest \
+             payload version the worker decodes), got null",
+        ),
+        (
+            &[("in_caps", "'{-1}'::integer[]")][..],
+            "invalid claim argument `in_caps`: each cap must be null (no limit) or 0 or more \
+             (the most running jobs of its kind), got -1",
+        ),
+        (
+            &[("in_worker", "repeat('w', 129)")][..],
+            "invalid claim argument `in_worker`: must be 1 to 128 bytes (the worker's id, which \
+             its leases carry), got 129",
+        ),
+        (
+            &[("in_worker", "''")][..],
+            "invalid claim argument `in_worker`: must be 1 to 128 bytes (the worker's id, which \
+             its leases carry), got 0",
+        ),
+    ] {
+        refused_naming(&pool, &claim_with(changes), says).await;
+    }
     let running = || async {
         sqlx::query_scalar::<_, i64>("SELECT count(*) FROM job.jobs WHERE state = 'running'")
             .fetch_one(&pool)
@@ -371,8 +420,11 @@ async fn the_claim_refuses_arguments_out_of_bounds_naming_them() {
             .unwrap()
     };
     assert_eq!(running().await, 0, "a refused claim claims nothing");
-    // The bounds themselves are taken, and no kinds at all is a claim of nothing.
+    // The bounds themselves are taken, and no kinds at all is a claim of nothing; so is a
+    // kind capped at 0.
     for (changes, claimed) in [
+        (vec![("in_caps", "'{0}'::integer[]")], 0),
+        (vec![("in_worker", "repeat('w', 128)"), ("in_max", "0")], 0),
         (vec![("in_max", "0")], 0),
         (
             vec![
