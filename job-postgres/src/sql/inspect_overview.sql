@@ -70,8 +70,14 @@ WITH RECURSIVE available_queues AS (
     CROSS JOIN LATERAL (
         SELECT j.state::text AS state, j.run_at, j.tenant
         FROM job.jobs j
-        WHERE j.queue = q.queue AND j.state IN ('scheduled', 'retryable')
-        ORDER BY j.run_at
+        -- The queue as a range and in the order, not `j.queue = q.queue ORDER BY j.run_at`:
+        -- with the equality the planner took the order for run_at's alone and read it
+        -- through jobs_staging_idx (run_at), past every other queue's scheduled jobs due
+        -- sooner (a plan audit, 300,000 scheduled jobs of one queue: 280 ms a page, 70 ms
+        -- this way, through jobs_due_idx).
+        WHERE j.queue >= q.queue AND j.queue <= q.queue
+          AND j.state IN ('scheduled', 'retryable')
+        ORDER BY j.queue, j.run_at
         LIMIT b.later
     ) w
     WHERE q.queue IS NOT NULL AND q.n <= $4::integer

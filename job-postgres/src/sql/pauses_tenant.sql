@@ -40,9 +40,12 @@ WHERE (p.resume_at IS NULL OR p.resume_at > now())
                         LIMIT $2::integer) s
                   WHERE s.tenant = $1::text)
           OR EXISTS (SELECT 1
+                     -- A range and the queue in the order, as inspect_overview.sql reads
+                     -- them: through jobs_due_idx, not past other queues' jobs.
                      FROM (SELECT j.tenant FROM job.jobs j
-                           WHERE j.state IN ('scheduled', 'retryable') AND j.queue = p.name
-                           ORDER BY j.run_at
+                           WHERE j.state IN ('scheduled', 'retryable')
+                             AND j.queue >= p.name AND j.queue <= p.name
+                           ORDER BY j.queue, j.run_at
                            LIMIT $2::integer) s
                      WHERE s.tenant = $1::text)
           OR EXISTS (SELECT 1 FROM running r WHERE r.queue = p.name AND r.tenant = $1::text)
