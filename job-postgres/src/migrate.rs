@@ -497,7 +497,15 @@ pub async fn migrate_with_idle_limit(pool: &PgPool, idle_limit: Duration) -> Res
     }
     let migrated = migrate_watch::migration(migrate_on(&mut conn), watch, &tag, idle_limit).await;
     if migrated.is_ok() {
-        // A goodbye, bounded: the session is the server's to end otherwise.
+        // The settings given back, then a goodbye, each bounded (the session is the server's to
+        // end otherwise): a connection pooler in between keeps its server session for others.
+        for reset in [
+            "RESET application_name",
+            "RESET idle_in_transaction_session_timeout",
+        ] {
+            let reset = sqlx::query(reset).execute(&mut conn);
+            let _ = tokio::time::timeout(crate::POOL_CHECK_TIMEOUT, reset).await;
+        }
         let _ = tokio::time::timeout(crate::POOL_CHECK_TIMEOUT, conn.close()).await;
     }
     migrated
