@@ -162,6 +162,36 @@ pub(crate) async fn expire<'e, E: PgExecutor<'e>>(
     })
 }
 
+/// A job state bound as a `job.job_state` value, so that a filter's states are bound as
+/// `job.job_state[]` (job_filter.sql's `$2`). Bound as `text[]` and cast in the statement,
+/// they stayed a cast the planner does not fold (an enum's input function is only stable), so
+/// no partial index's `state = ...` predicate could be proven from them, and a listing of one
+/// state walked the primary key through every other row (a plan audit: `job list --state
+/// available` over 378,000 rows, 276-449 ms, against 1-8 ms through jobs_claim_idx).
+struct StateLabel(&'static str);
+
+impl sqlx::Type<Postgres> for StateLabel {
+    fn type_info() -> sqlx::postgres::PgTypeInfo {
+        sqlx::postgres::PgTypeInfo::with_name("job.job_state")
+    }
+}
+
+impl sqlx::postgres::PgHasArrayType for StateLabel {
+    fn array_type_info() -> sqlx::postgres::PgTypeInfo {
+        sqlx::postgres::PgTypeInfo::array_of("job.job_state")
+    }
+}
+
+impl sqlx::Encode<'_, Postgres> for StateLabel {
+    fn encode_by_ref(
+        &self,
+        buf: &mut sqlx::postgres::PgArgumentBuffer,
+    ) -> Result<sqlx::encode::IsNull, sqlx::error::BoxDynError> {
+        // An enum's value on the wire is its label's text.
+        <&str as sqlx::Encode<Postgres>>::encode(self.0, buf)
+    }
+}
+
 /// Binds a [`JobFilter`] as `$1..$9` of list.sql, redrive.sql and purge.sql, and the tenant
 /// scope as `$10`.
 pub(crate) fn bind_filter<'q>(
@@ -172,7 +202,7 @@ pub(crate) fn bind_filter<'q>(
 ) -> Query<'q, Postgres, PgArguments> {
     query
         .bind(&filter.ids)
-        .bind(states)
+        .bind(states.into_iter().map(StateLabel).collect::<Vec<_>>())
         .bind(&filter.kind)
         .bind(&filter.queue)
         .bind(&filter.tenant)

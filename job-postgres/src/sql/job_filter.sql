@@ -10,10 +10,11 @@
 -- planner count the state's share two or three times (once more in dead_letters.sql), and it
 -- planned a dead-letter redrive over a million rows as a scan and a sort of all of them (1.1 s,
 -- against 20-30 ms now). `state = ANY` compares the enum, which the partial indexes' `state =`
--- predicates can match, not its text.
+-- predicates can match, not its text; $2 is bound as `job.job_state[]` (admin.rs's
+-- `StateLabel`), since a cast of `text[]` in the statement is not folded when it is planned.
 (cardinality($1::bigint[]) = 0 OR j.id = ANY ($1::bigint[]))
-  AND (cardinality($2::text[]) = 0 OR $7::timestamptz IS NOT NULL OR $8::timestamptz IS NOT NULL
-       OR j.state = ANY ($2::text[]::job.job_state[]))
+  AND (cardinality($2::job.job_state[]) = 0 OR $7::timestamptz IS NOT NULL OR $8::timestamptz IS NOT NULL
+       OR j.state = ANY ($2::job.job_state[]))
   AND ($3::text IS NULL OR j.kind = $3::text)
   AND ($4::text IS NULL OR j.queue = $4::text)
   AND ($5::text IS NULL OR j.tenant = $5::text)
@@ -21,7 +22,7 @@
   AND ($7::timestamptz IS NULL OR j.finalized_at >= $7::timestamptz)
   AND ($8::timestamptz IS NULL OR j.finalized_at < $8::timestamptz)
   AND (($7::timestamptz IS NULL AND $8::timestamptz IS NULL)
-       OR (j.state = 'completed' AND (cardinality($2::text[]) = 0 OR 'completed' = ANY ($2::text[])))
-       OR (j.state = 'cancelled' AND (cardinality($2::text[]) = 0 OR 'cancelled' = ANY ($2::text[])))
-       OR (j.state = 'discarded' AND (cardinality($2::text[]) = 0 OR 'discarded' = ANY ($2::text[]))))
+       OR (j.state = 'completed' AND (cardinality($2::job.job_state[]) = 0 OR 'completed' = ANY ($2::job.job_state[])))
+       OR (j.state = 'cancelled' AND (cardinality($2::job.job_state[]) = 0 OR 'cancelled' = ANY ($2::job.job_state[])))
+       OR (j.state = 'discarded' AND (cardinality($2::job.job_state[]) = 0 OR 'discarded' = ANY ($2::job.job_state[]))))
   AND ($10::text IS NULL OR j.tenant = $10::text)
