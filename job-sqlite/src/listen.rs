@@ -37,17 +37,26 @@ thread_local! {
     static WAKE_AFTER_COMMIT: RefCell<Option<Pending>> = const { RefCell::new(None) };
 }
 
-/// How long after a commit began the runtime wakes every queue itself when SQLite's WAL hook
-/// has not (see [`Pending`]).
-const WAL_HOOK_FALLBACK: std::time::Duration = std::time::Duration::from_millis(2);
+/// When, after a commit began, the runtime wakes every queue itself while SQLite's WAL hook
+/// has not (see [`Pending`]): soon after a quick commit, then again in case the commit took
+/// longer (a loaded machine, a slow disk), so that a claim woken before the rows could be
+/// read is woken again after they can. Only the first was sent before: under load (CI with
+/// other builds beside it) a claim woken 2 ms after the commit began missed the job 1 time in
+/// 300, and a job inserted through `fetch_one`, which no WAL hook follows, then waited for
+/// the next poll.
+const WAL_HOOK_FALLBACKS: [std::time::Duration; 3] = [
+    std::time::Duration::from_millis(2),
+    std::time::Duration::from_millis(20),
+    std::time::Duration::from_millis(200),
+];
 
 /// A wake-up owed for a committed insert (WAL mode). SQLite calls the WAL hook only for a
 /// statement stepped to its end: an autocommit `INSERT … RETURNING` read with `fetch_one`
 /// commits when sqlx resets it, and no WAL hook follows. So the commit hook also asks the
-/// runtime to wake every queue [`WAL_HOOK_FALLBACK`] later unless the WAL hook has sent the
-/// wake-up by then (`owed` cleared). A commit that takes longer than that may be woken for
-/// before it can be read: the WAL hook then wakes once more, as it never consumes what the
-/// fallback sent.
+/// runtime to wake every queue at each of [`WAL_HOOK_FALLBACKS`] unless the WAL hook has sent
+/// the wake-up by then (`owed` cleared). A commit that takes longer than the first may be woken
+/// for before it can be read: the later ones, or the WAL hook (which never consumes what the
+/// fallback sent), wake once more.
 #[derive(Debug, Clone)]
 struct Pending {
     notifier: Weak<Notifier>,
@@ -55,8 +64,8 @@ struct Pending {
 }
 
 impl Pending {
-    /// Sends the wake-up if still owed (the WAL hook's, or the fallback's).
-    fn pay(&self, consume: bool) {
+    /// Sends the wake-up if still owed (the WAL hook's, or the fallback's); whether it was.
+    fn pay(&self, consume: bool) -> bool {
         let owed = if consume {
             self.owed.swap(false, Ordering::AcqRel)
         } else {
@@ -67,6 +76,7 @@ impl Pending {
                 notifier.wake(EVERY_QUEUE);
             }
         }
+        owed
     }
 }
 
@@ -159,8 +169,14 @@ impl Notifier {
                             // the task.
                             let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                                 runtime.spawn(async move {
-                                    tokio::time::sleep(WAL_HOOK_FALLBACK).await;
-                                    fallback.pay(false);
+                                    let mut waited = std::time::Duration::ZERO;
+                                    for at in WAL_HOOK_FALLBACKS {
+                                        tokio::time::sleep(at - waited).await;
+                                        waited = at;
+                                        if !fallback.pay(false) {
+                                            return;
+                                        }
+                                    }
                                 })
                             }));
                         }
@@ -214,7 +230,7 @@ extern "C" fn after_commit(
 ) -> c_int {
     let _ = std::panic::catch_unwind(|| {
         if let Some(pending) = WAKE_AFTER_COMMIT.with(|w| w.borrow_mut().take()) {
-            pending.pay(true);
+            let _ = pending.pay(true);
         }
     });
     let checkpoint_at = checkpoint_at as usize;
