@@ -96,7 +96,8 @@ pub use job_core::{Batch, BatchIds, Enqueue, EnqueueExecutor, EnqueueMany};
 pub use job_postgres::{
     complete_in, enqueue, enqueue_many, pool_options, schema_script, setup_session,
     Error as PgError, MigrationGaveUp, PgBackend, PgStore, TenantAdmin, ACQUIRE_TIMEOUT,
-    LISTEN_CHECK, MIGRATE_IDLE_LIMIT, MIN_MIGRATE_IDLE_LIMIT, POOL_CHECK_TIMEOUT,
+    LISTEN_CHECK, MAX_MIGRATE_IDLE_LIMIT, MIGRATE_IDLE_LIMIT, MIN_MIGRATE_IDLE_LIMIT,
+    POOL_CHECK_TIMEOUT,
 };
 pub use job_sqlite::{Error as SqliteError, SqliteStore};
 

@@ -33,8 +33,8 @@ pub use inspect::{
 pub use listen::CHANNEL;
 pub use listen::LISTEN_CHECK;
 pub use migrate::{
-    migrate, migrate_with_idle_limit, script as schema_script, Migration, MIGRATE_IDLE_LIMIT,
-    MIGRATIONS, MIN_MIGRATE_IDLE_LIMIT,
+    migrate, migrate_with_idle_limit, script as schema_script, Migration, MAX_MIGRATE_IDLE_LIMIT,
+    MIGRATE_IDLE_LIMIT, MIGRATIONS, MIN_MIGRATE_IDLE_LIMIT,
 };
 pub use migrate_watch::MigrationGaveUp;
 pub use pool::{pool_options, setup_session, ACQUIRE_TIMEOUT, POOL_CHECK_TIMEOUT};

@@ -440,6 +440,11 @@ pub const MIGRATE_IDLE_LIMIT: Duration = Duration::from_secs(30);
 /// it, since the watch looks only every half second.
 pub const MIN_MIGRATE_IDLE_LIMIT: Duration = Duration::from_secs(1);
 
+/// The longest idle limit taken by [`migrate_with_idle_limit`], 24 days: a longer one is
+/// lowered to it, since the session's `idle_in_transaction_session_timeout`, a second past the
+/// limit, is at most 2,147,483,647 ms (24.8 days).
+pub const MAX_MIGRATE_IDLE_LIMIT: Duration = Duration::from_secs(24 * 24 * 60 * 60);
+
 /// Brings the `job` schema up to date. Safe to run from many processes at once (an advisory
 /// lock serializes them) and again and again (a second run only reads). Each migration runs in
 /// its own transaction, recorded with it. Gives up after [`MIGRATE_IDLE_LIMIT`] on an answer
@@ -449,10 +454,11 @@ pub async fn migrate(pool: &PgPool) -> Result<(), Error> {
 }
 
 /// [`migrate`], giving up once the migration's session has waited for this process for
-/// longer than `idle_limit` (at least [`MIN_MIGRATE_IDLE_LIMIT`]).
+/// longer than `idle_limit` ([`MIN_MIGRATE_IDLE_LIMIT`] to [`MAX_MIGRATE_IDLE_LIMIT`]; one
+/// outside is brought to the nearer bound).
 ///
 /// The migration runs on one connection taken from `pool` (and closed afterwards), tagged
-/// `job migrate <pid>.<time>` in `application_name`, with the server's
+/// `job migrate <pid>.<time>.<n>` in `application_name`, with the server's
 /// `idle_in_transaction_session_timeout` a second past `idle_limit`. A second connection,
 /// opened with the pool's options before anything is migrated, looks at that session in
 /// `pg_stat_activity` every 500 ms. While the server works on a statement of the migration
@@ -474,31 +480,41 @@ pub async fn migrate(pool: &PgPool) -> Result<(), Error> {
 /// server works on for ever (a commit waiting for a synchronous standby that never answers)
 /// is waited for. Migrate against the server, not through a pooler in transaction mode.
 pub async fn migrate_with_idle_limit(pool: &PgPool, idle_limit: Duration) -> Result<(), Error> {
-    let idle_limit = idle_limit.max(MIN_MIGRATE_IDLE_LIMIT);
+    let idle_limit = idle_limit.clamp(MIN_MIGRATE_IDLE_LIMIT, MAX_MIGRATE_IDLE_LIMIT);
     let watch = migrate_watch::open(&pool.connect_options(), idle_limit).await?;
     // Out of the pool for good: its session's settings are the migration's, and it is closed
     // at the end instead of going back.
     let mut conn = pool.acquire().await.map_err(Error::Connect)?.detach();
     let tag = migrate_watch::tag();
-    let ms = |d: Duration| format!("{}ms", d.as_millis());
-    for (setting, value) in [
-        ("application_name", tag.clone()),
-        (
-            "idle_in_transaction_session_timeout",
-            ms(idle_limit.saturating_add(Duration::from_secs(1))),
-        ),
-    ] {
-        sqlx::query("SELECT pg_catalog.set_config($1, $2, false)")
-            .bind(setting)
-            .bind(value)
-            .execute(&mut conn)
-            .await
-            .map_err(Error::query("migrate_session"))?;
+    // One round trip, bounded as the watch's looks are: the watch cannot tell this session
+    // from another until it is tagged, so an answer lost here is given up on by this bound.
+    let tagged = sqlx::query(
+        "SELECT pg_catalog.set_config('application_name', $1, false), \
+                pg_catalog.set_config('idle_in_transaction_session_timeout', $2, false)",
+    )
+    .bind(&tag)
+    .bind(format!(
+        "{}ms",
+        idle_limit
+            .saturating_add(Duration::from_secs(1))
+            .as_millis()
+    ))
+    .execute(&mut conn);
+    let waited = migrate_watch::silent_after(idle_limit);
+    match tokio::time::timeout(waited, tagged).await {
+        Ok(tagged) => tagged.map_err(Error::query("migrate_session")).map(drop)?,
+        Err(_) => {
+            return Err(Error::MigrateGaveUp(
+                migrate_watch::MigrationGaveUp::Silent { waited },
+            ))
+        }
     }
     let migrated = migrate_watch::migration(migrate_on(&mut conn), watch, &tag, idle_limit).await;
-    if migrated.is_ok() {
+    if !matches!(migrated, Err(Error::MigrateGaveUp(_))) {
         // The settings given back, then a goodbye, each bounded (the session is the server's to
-        // end otherwise): a connection pooler in between keeps its server session for others.
+        // end otherwise), after a migration that went through or failed on its own (its
+        // transaction rolled back): a connection pooler in between keeps its server session
+        // for others. A session given up on is the server's to end.
         for reset in [
             "RESET application_name",
             "RESET idle_in_transaction_session_timeout",

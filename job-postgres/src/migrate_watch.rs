@@ -51,16 +51,24 @@ const SILENT_AFTER: Duration = Duration::from_secs(10);
 /// of a pool shows up, or after a session that ended by itself).
 const GONE_AFTER: Duration = Duration::from_secs(2);
 
-/// The `application_name` of this process's migration session: unique among the processes
-/// that migrate at once (its process id and the time it started).
+/// How long the watch's connection may go without an answer before the database is called
+/// silent, for `idle_limit`: [`SILENT_AFTER`], or the limit when longer.
+pub(crate) fn silent_after(idle_limit: Duration) -> Duration {
+    idle_limit.max(SILENT_AFTER)
+}
+
+/// The `application_name` of a migration session: unique among the migrations under way at
+/// once (its process id, the time it started, and how many this process started before it).
 pub(crate) fn tag() -> String {
+    static STARTED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let started = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default();
     format!(
-        "job migrate {}.{}",
+        "job migrate {}.{}.{}",
         std::process::id(),
-        started.as_micros() % 1_000_000_000_000
+        started.as_micros() % 1_000_000_000_000,
+        STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     )
 }
 
@@ -172,7 +180,7 @@ pub(crate) async fn open(
         .clone()
         .application_name("job migrate (watch)")
         .options([("client_min_messages", "error")]);
-    let silent_after = idle_limit.max(SILENT_AFTER);
+    let silent_after = silent_after(idle_limit);
     match tokio::time::timeout(silent_after, PgConnection::connect_with(&options)).await {
         Ok(Ok(conn)) => Ok((conn, options)),
         Ok(Err(e)) => Err(Error::MigrateWatch(e.to_string())),
@@ -192,9 +200,32 @@ pub(crate) async fn migration(
     tag: &str,
     idle_limit: Duration,
 ) -> Result<(), Error> {
-    let silent_after = idle_limit.max(SILENT_AFTER);
-    let gave_up = |why| Err(Error::MigrateGaveUp(why));
     let mut watch = Some(watch);
+    let watched = watching(migrating, &mut watch, &options, tag, idle_limit).await;
+    // A goodbye, bounded, unless the database went silent: a connection dropped without one
+    // is logged by the server, at every start of an application that migrates.
+    if let Some(conn) = watch {
+        if !matches!(
+            watched,
+            Err(Error::MigrateGaveUp(MigrationGaveUp::Silent { .. }))
+        ) {
+            let _ = tokio::time::timeout(PERIOD, conn.close()).await;
+        }
+    }
+    watched
+}
+
+/// [`migration`]'s watch, on `watch` (connected again with `options` after a failure, `None`
+/// while it is not).
+async fn watching(
+    migrating: impl Future<Output = Result<(), Error>>,
+    watch: &mut Option<PgConnection>,
+    options: &PgConnectOptions,
+    tag: &str,
+    idle_limit: Duration,
+) -> Result<(), Error> {
+    let silent_after = silent_after(idle_limit);
+    let gave_up = |why| Err(Error::MigrateGaveUp(why));
     tokio::pin!(migrating);
     let mut failing_since: Option<Instant> = None;
     // Since when the requests to end an idle session have failed: apart from the looks', which
@@ -206,7 +237,7 @@ pub(crate) async fn migration(
     loop {
         let look = async {
             tokio::time::sleep(PERIOD).await;
-            look(&mut watch, &options, tag, silent_after).await
+            look(watch, options, tag, silent_after).await
         };
         let seen = tokio::select! {
             // The migration first: one that ended is never given up.
@@ -263,7 +294,7 @@ pub(crate) async fn migration(
                     }
                     // The watch connects again at the next look; given up as failed looks are.
                     End::Failed(error) => {
-                        watch = None;
+                        *watch = None;
                         let since = *end_failing_since.get_or_insert(now);
                         if now.duration_since(since) > silent_after {
                             return gave_up(MigrationGaveUp::CannotWatch {

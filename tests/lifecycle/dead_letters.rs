@@ -187,6 +187,15 @@ async fn list_summaries_match_the_listing_without_the_payloads() {
 /// or by scan, counted once its statistics are flushed: `pg_stat_force_next_flush` makes the
 /// session flush them as that statement ends, before the next one runs.
 async fn rows_read(pool: &sqlx::PgPool) -> i64 {
+    let version: i32 = sqlx::query_scalar("SELECT current_setting('server_version_num')::integer")
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    assert!(
+        version >= 150_000,
+        "this test reads a session's statistics after pg_stat_force_next_flush(), which \
+         PostgreSQL 15 added (server_version_num {version}): run it against 15 or later"
+    );
     sqlx::query("SELECT pg_stat_force_next_flush()")
         .execute(pool)
         .await
