@@ -12,9 +12,14 @@
 -- against 20-30 ms now). `state = ANY` compares the enum, which the partial indexes' `state =`
 -- predicates can match, not its text; $2 is bound as `job.job_state[]` (admin.rs's
 -- `StateLabel`), since a cast of `text[]` in the statement is not folded when it is planned.
+-- No index has `state = 'running'` for its predicate: a listing of the running jobs alone says
+-- `locked_until IS NOT NULL` too (true of every running row and of no other, by
+-- jobs_lease_check), the predicate of jobs_rescue_idx, which holds the running rows only;
+-- without it, `job list --state running` walked the primary key through every finished job.
 (cardinality($1::bigint[]) = 0 OR j.id = ANY ($1::bigint[]))
   AND (cardinality($2::job.job_state[]) = 0 OR $7::timestamptz IS NOT NULL OR $8::timestamptz IS NOT NULL
        OR j.state = ANY ($2::job.job_state[]))
+  AND ($2::job.job_state[] <> '{running}'::job.job_state[] OR j.locked_until IS NOT NULL)
   AND ($3::text IS NULL OR j.kind = $3::text)
   AND ($4::text IS NULL OR j.queue = $4::text)
   AND ($5::text IS NULL OR j.tenant = $5::text)
