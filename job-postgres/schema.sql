@@ -9735,3 +9735,56 @@ $job_migration_0060$;
 END
 $apply$;
 COMMIT;
+
+-- 0061 dead_letters_by_id
+BEGIN;
+DO $lock$ BEGIN PERFORM pg_advisory_xact_lock(hashtextextended('job.schema_migrations', 0)); END $lock$;
+DO $apply$
+DECLARE
+    missing integer;
+    later integer;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = 61) THEN
+        SELECT min(v) INTO missing FROM pg_catalog.unnest('{1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31,32,33,34,35,36,37,38,39,40,41,42,43,44,45,46,47,48,49,50,51,52,53,54,55,56,57,58,59,60}'::integer[]) v
+            WHERE NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = v);
+        IF missing IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 61 `dead_letters_by_id` was not applied: migration %, which comes before it, is not recorded in job.schema_migrations (migrations apply in order, each after the one before)', missing;
+        END IF;
+        SELECT min(version) INTO later FROM job.schema_migrations WHERE version > 61;
+        IF later IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 61 `dead_letters_by_id` was not applied: it is not recorded in job.schema_migrations, but migration %, which comes after it, is: the schema was migrated out of order, and 61 applied now could undo what later migrations changed. Apply what migration 61 lacks by hand and record it, or restore the database from a backup', later;
+        END IF;
+EXECUTE $job_migration_0061$
+-- 0061 dead_letters_by_id: a redrive or a purge reads its dead letters, lowest id first, from
+-- an index of the dead letters in id order. Append-only: change the schema in a new numbered
+-- file.
+--
+-- redrive.sql and purge.sql take up to a limit (1,000 by default) of the dead letters matching
+-- a filter, lowest id first (dead_letters.sql). jobs_discarded_idx (migration 0002) holds them
+-- by (finalized_at, id), not in id order, so a batch either read every dead letter and sorted
+-- them, or walked the primary key and read every row before them: finished jobs kept for
+-- retention, waiting jobs, all of them. Dead letters are the newest rows after an outage, so
+-- the walk read nearly the whole table (20,000 completed rows before 2,000 dead letters: a
+-- batch of 100 read 20,100 rows or 2,200; 500,000 completed rows before 5,000 dead letters: a
+-- batch of 1,000 spent 100 ms finding them), and every batch of a redrive did it again (what a
+-- batch redrives is no longer discarded, and the next batch starts from the lowest id).
+-- A listing of the dead letters (`job dead-letters`, `job list --state discarded`, the
+-- dashboard's page) reads them in id order too.
+--
+-- A partial index in id order of the discarded rows only: an ordered scan of it reads the dead
+-- letters a batch takes, whatever else the table holds. Rows enter it when they are discarded
+-- and leave it when redriven or purged: a claim or a completion writes no entry to it. Built in
+-- this migration's transaction (CREATE INDEX CONCURRENTLY cannot run in one): it reads the
+-- table once and holds off writes to job.jobs meanwhile; on a large table, apply it when writes
+-- can wait that long.
+
+CREATE INDEX jobs_dead_letters_idx ON job.jobs (id) WHERE state = 'discarded';
+$job_migration_0061$;
+        INSERT INTO job.schema_migrations (version, name) VALUES (61, 'dead_letters_by_id');
+    ELSIF NOT EXISTS (SELECT 1 FROM job.schema_migrations
+                      WHERE version = 61 AND name = 'dead_letters_by_id') THEN
+        RAISE EXCEPTION 'job migration 61 is recorded in job.schema_migrations as `%`, but this script''s migration 61 is `dead_letters_by_id`: the database was migrated by a build whose migrations differ from this one''s', (SELECT name FROM job.schema_migrations WHERE version = 61);
+    END IF;
+END
+$apply$;
+COMMIT;

@@ -325,6 +325,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "claim_items",
         sql: include_str!("../migrations/0060_claim_items.sql"),
     },
+    Migration {
+        version: 61,
+        name: "dead_letters_by_id",
+        sql: include_str!("../migrations/0061_dead_letters_by_id.sql"),
+    },
 ];
 
 /// The whole schema as one plain SQL script, for a DBA or a team without Rust:

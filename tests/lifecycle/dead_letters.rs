@@ -258,3 +258,54 @@ async fn a_listing_by_state_reads_that_states_rows_not_the_table() {
     }
     pool.close().await;
 }
+
+/// A redrive or a purge reads the dead letters it takes, lowest id first, through
+/// jobs_dead_letters_idx (migration 0061). With the dead letters only in jobs_discarded_idx, by
+/// time, a batch either read every dead letter and sorted them (here: 2,200 rows for a batch of
+/// 100; 300 now, the redrive's own reads by id included) or walked the primary key through the
+/// finished jobs before them (the same rows as a plain `SELECT ... LIMIT`: 20,100), and each
+/// batch of a redrive did so again.
+#[tokio::test]
+async fn a_redrive_and_a_purge_read_their_dead_letters_not_the_rows_before_them() {
+    let h = Harness::new().await;
+    sqlx::raw_sql(
+        "INSERT INTO job.jobs (kind, payload, state, finalized_at)
+         SELECT 'done', '{}', 'completed', now() FROM generate_series(1, 20000);
+         INSERT INTO job.jobs (kind, payload, state, attempt, finalized_at)
+         SELECT 'dead', '{}', 'discarded', 1, now() FROM generate_series(1, 2000);
+         ANALYZE job.jobs",
+    )
+    .execute(&h.db.pool())
+    .await
+    .unwrap();
+    let pool = job::pool_options()
+        .max_connections(1)
+        .connect_with(h.db.connect_options())
+        .await
+        .unwrap();
+    let store = job::PgStore::new(pool.clone());
+    // Batches of 100 of the 2,000 dead letters, which come after the 20,000 in id order.
+    let batch = JobFilter {
+        limit: Some(100),
+        ..JobFilter::default()
+    };
+
+    let before = rows_read(&pool).await;
+    let redriven = store.redrive(&batch).await.unwrap();
+    let read = rows_read(&pool).await - before;
+    assert_eq!(redriven.redriven.len(), 100);
+    assert!(
+        read < 1000,
+        "a redrive of 100 dead letters read {read} rows of job.jobs"
+    );
+
+    let before = rows_read(&pool).await;
+    let purged = store.purge(&batch).await.unwrap();
+    let read = rows_read(&pool).await - before;
+    assert_eq!(purged, 100);
+    assert!(
+        read < 1000,
+        "a purge of 100 dead letters read {read} rows of job.jobs"
+    );
+    pool.close().await;
+}
