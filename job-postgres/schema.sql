@@ -9788,3 +9788,200 @@ $job_migration_0061$;
 END
 $apply$;
 COMMIT;
+
+-- 0062 step_totals
+BEGIN;
+DO $lock$ BEGIN PERFORM pg_advisory_xact_lock(hashtextextended('job.schema_migrations', 0)); END $lock$;
+DO $apply$
+DECLARE
+    missing integer;
+    later integer;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = 62) THEN
+        SELECT min(v) INTO missing FROM pg_catalog.unnest('{1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31,32,33,34,35,36,37,38,39,40,41,42,43,44,45,46,47,48,49,50,51,52,53,54,55,56,57,58,59,60,61}'::integer[]) v
+            WHERE NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = v);
+        IF missing IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 62 `step_totals` was not applied: migration %, which comes before it, is not recorded in job.schema_migrations (migrations apply in order, each after the one before)', missing;
+        END IF;
+        SELECT min(version) INTO later FROM job.schema_migrations WHERE version > 62;
+        IF later IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 62 `step_totals` was not applied: it is not recorded in job.schema_migrations, but migration %, which comes after it, is: the schema was migrated out of order, and 62 applied now could undo what later migrations changed. Apply what migration 62 lacks by hand and record it, or restore the database from a backup', later;
+        END IF;
+EXECUTE $job_migration_0062$
+-- 0062 step_totals: a job's step count and output bytes are kept in a row of their own, so a
+-- step's save reads them, not every step the job has. Append-only: change the schema in a new
+-- numbered file.
+--
+-- step_save.sql records a new step only while the job has fewer than job_core::MAX_STEPS
+-- (10,000) steps and its outputs, with the new one, add up to at most MAX_STEPS_TOTAL bytes.
+-- It counted the job's steps and summed their sizes on every save: each save read every step
+-- before it, and a job that reached 10,000 steps had read about 50 million rows in all; with
+-- 9,998 steps recorded, one save took 4.6 ms where the first takes 0.15 ms. A worker's step
+-- saves share one connection, one at a time, so one such job slowed the steps of every other
+-- job on the worker.
+--
+-- job.step_totals holds, per job with steps, how many it has and their bytes (output_bytes,
+-- migration 0049, or the stored size of a row without it, as step_save.sql counted them).
+-- Statement-level triggers on job.steps keep it, whoever writes the steps (a worker of an
+-- earlier release, an operator's SQL): one statement per INSERT (a save inserts one step; a
+-- bulk insert of many steps of one job adds them at once, where a trigger per row would
+-- rewrite the job's row once per step), per DELETE (a prune or purge deletes the steps of many
+-- jobs at once: migration 0057) and per UPDATE, and a TRUNCATE empties it. A job's row goes when its last step does. The functions are SECURITY
+-- DEFINER, as migration 0057's are: a role that may write steps need not be granted the
+-- totals.
+--
+-- A worker reads it (step_save.sql runs as the worker's role): SELECT is granted here, as
+-- migration 0032 grants the worker's block, to every role that holds the worker's privileges
+-- (UPDATE on job.jobs; not the owner, PUBLIC or superusers), and the README's grants name it.
+-- Filled here from the steps already recorded, under a lock that holds off writes to
+-- job.steps until this migration commits (step saves wait that long).
+
+LOCK TABLE job.steps IN SHARE ROW EXCLUSIVE MODE;
+
+CREATE TABLE job.step_totals (
+    job_id bigint NOT NULL PRIMARY KEY,
+    steps  integer NOT NULL,
+    bytes  bigint NOT NULL
+);
+
+INSERT INTO job.step_totals (job_id, steps, bytes)
+SELECT s.job_id, count(*), sum(coalesce(s.output_bytes, pg_column_size(s.output)))
+FROM job.steps s
+GROUP BY s.job_id;
+
+-- The steps a statement inserted, per job: added to the totals.
+CREATE FUNCTION job.count_steps_added() RETURNS trigger
+    LANGUAGE plpgsql
+    SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    INSERT INTO job.step_totals AS t (job_id, steps, bytes)
+    SELECT a.job_id, count(*), sum(coalesce(a.output_bytes, pg_column_size(a.output)))
+    FROM added a
+    GROUP BY a.job_id
+    ON CONFLICT (job_id) DO UPDATE
+    SET steps = t.steps + excluded.steps,
+        bytes = t.bytes + excluded.bytes;
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER steps_count_insert AFTER INSERT ON job.steps
+    REFERENCING NEW TABLE AS added
+    FOR EACH STATEMENT EXECUTE FUNCTION job.count_steps_added();
+
+-- The steps a statement deleted, per job: taken from the totals, a job's row gone with its
+-- last step.
+CREATE FUNCTION job.uncount_steps() RETURNS trigger
+    LANGUAGE plpgsql
+    SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    WITH g AS (
+        SELECT o.job_id, count(*) AS steps,
+               sum(coalesce(o.output_bytes, pg_column_size(o.output))) AS bytes
+        FROM gone o
+        GROUP BY o.job_id
+    )
+    UPDATE job.step_totals t
+    SET steps = t.steps - g.steps,
+        bytes = t.bytes - g.bytes
+    FROM g
+    WHERE t.job_id = g.job_id;
+    DELETE FROM job.step_totals t
+    WHERE t.job_id = ANY (ARRAY(SELECT DISTINCT o.job_id FROM gone o)) AND t.steps <= 0;
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER steps_uncount AFTER DELETE ON job.steps
+    REFERENCING OLD TABLE AS gone
+    FOR EACH STATEMENT EXECUTE FUNCTION job.uncount_steps();
+
+-- The steps a statement updated (no writer of the framework does; an operator's SQL may move a
+-- step to another job, or change its output): their old values taken from their old jobs'
+-- totals, their new ones added to their new jobs'. A trigger with transition tables takes no
+-- column list, so every UPDATE of job.steps runs it.
+CREATE FUNCTION job.recount_steps() RETURNS trigger
+    LANGUAGE plpgsql
+    SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    WITH g AS (
+        SELECT o.job_id, count(*) AS steps,
+               sum(coalesce(o.output_bytes, pg_column_size(o.output))) AS bytes
+        FROM gone o
+        GROUP BY o.job_id
+    )
+    UPDATE job.step_totals t
+    SET steps = t.steps - g.steps,
+        bytes = t.bytes - g.bytes
+    FROM g
+    WHERE t.job_id = g.job_id;
+    INSERT INTO job.step_totals AS t (job_id, steps, bytes)
+    SELECT a.job_id, count(*), sum(coalesce(a.output_bytes, pg_column_size(a.output)))
+    FROM added a
+    GROUP BY a.job_id
+    ON CONFLICT (job_id) DO UPDATE
+    SET steps = t.steps + excluded.steps,
+        bytes = t.bytes + excluded.bytes;
+    DELETE FROM job.step_totals t
+    WHERE t.job_id = ANY (ARRAY(SELECT DISTINCT o.job_id FROM gone o)) AND t.steps <= 0;
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER steps_recount AFTER UPDATE ON job.steps
+    REFERENCING OLD TABLE AS gone NEW TABLE AS added
+    FOR EACH STATEMENT EXECUTE FUNCTION job.recount_steps();
+
+CREATE FUNCTION job.truncate_step_totals() RETURNS trigger
+    LANGUAGE plpgsql
+    SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    TRUNCATE job.step_totals;
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER steps_truncate_totals AFTER TRUNCATE ON job.steps
+    FOR EACH STATEMENT EXECUTE FUNCTION job.truncate_step_totals();
+
+-- Trigger functions: no role calls them (a trigger runs its function whatever the role's
+-- EXECUTE), so PUBLIC may not either.
+REVOKE ALL ON FUNCTION job.count_steps_added() FROM PUBLIC;
+REVOKE ALL ON FUNCTION job.uncount_steps() FROM PUBLIC;
+REVOKE ALL ON FUNCTION job.recount_steps() FROM PUBLIC;
+REVOKE ALL ON FUNCTION job.truncate_step_totals() FROM PUBLIC;
+
+DO $grants$
+DECLARE
+    worker text;
+BEGIN
+    FOR worker IN
+        SELECT DISTINCT a.grantee::pg_catalog.regrole::text
+        FROM pg_catalog.pg_class c, pg_catalog.aclexplode(c.relacl) a, pg_catalog.pg_roles r
+        WHERE c.oid = 'job.jobs'::pg_catalog.regclass
+          AND a.privilege_type = 'UPDATE'
+          AND a.grantee <> c.relowner
+          AND r.oid = a.grantee
+          AND NOT r.rolsuper
+    LOOP
+        EXECUTE pg_catalog.format('GRANT SELECT ON job.step_totals TO %s', worker);
+    END LOOP;
+END
+$grants$;
+$job_migration_0062$;
+        INSERT INTO job.schema_migrations (version, name) VALUES (62, 'step_totals');
+    ELSIF NOT EXISTS (SELECT 1 FROM job.schema_migrations
+                      WHERE version = 62 AND name = 'step_totals') THEN
+        RAISE EXCEPTION 'job migration 62 is recorded in job.schema_migrations as `%`, but this script''s migration 62 is `step_totals`: the database was migrated by a build whose migrations differ from this one''s', (SELECT name FROM job.schema_migrations WHERE version = 62);
+    END IF;
+END
+$apply$;
+COMMIT;

@@ -157,6 +157,153 @@ async fn postgres_refuses_a_new_step_past_the_jobs_step_count() {
     db.close().await;
 }
 
+/// Rows of `job.steps` the server has read for the session of `pool` (one connection): the
+/// heap's rows read by scans and the index entries read, counted once the session's statistics
+/// are flushed (`pg_stat_force_next_flush`, PostgreSQL 15).
+async fn step_rows_read(pool: &sqlx::PgPool) -> i64 {
+    let version: i32 = sqlx::query_scalar("SELECT current_setting('server_version_num')::integer")
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    assert!(
+        version >= 150_000,
+        "this test reads a session's statistics after pg_stat_force_next_flush(), which \
+         PostgreSQL 15 added (server_version_num {version}): run it against 15 or later"
+    );
+    sqlx::query("SELECT pg_stat_force_next_flush()")
+        .execute(pool)
+        .await
+        .unwrap();
+    sqlx::query_scalar(
+        "SELECT coalesce(t.seq_tup_read, 0)
+                + coalesce((SELECT sum(i.idx_tup_read) FROM pg_stat_user_indexes i
+                            WHERE i.relid = t.relid), 0)::bigint
+         FROM pg_stat_user_tables t WHERE t.relid = 'job.steps'::regclass",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+/// A step's save reads its job's row of `job.step_totals` (migration 0062) and probes the
+/// primary key for its name: the same few rows however many steps the job has. It counted and
+/// summed all of them on every save (a job that reached `MAX_STEPS` had read about 50 million
+/// rows), and a worker's step saves share one connection, so one such job slowed the steps of
+/// every other job on the worker.
+#[tokio::test]
+async fn a_steps_save_reads_the_same_rows_however_many_steps_its_job_has() {
+    let db = TestDb::new().await;
+    let store = db.store();
+    let id = store
+        .enqueue(NewJob::new(Looping::KIND, "{}"))
+        .await
+        .unwrap();
+    sqlx::query(
+        "INSERT INTO job.steps (job_id, name, output, attempt, output_bytes)
+         SELECT $1, 'item-' || i, to_jsonb(i), 1, length(i::text)
+         FROM generate_series(0, 4999) i",
+    )
+    .bind(id)
+    .execute(&db.pool())
+    .await
+    .unwrap();
+    sqlx::query("ANALYZE job.steps")
+        .execute(&db.pool())
+        .await
+        .unwrap();
+    let claimed = store
+        .claim(&ClaimRequest {
+            queue: "default".into(),
+            kinds: vec![ClaimKind {
+                kind: Looping::KIND.into(),
+                max_version: 1,
+                lease: Duration::from_secs(30),
+                concurrency: None,
+                rate: None,
+            }],
+            limit: 1,
+            worker_id: "limits".into(),
+        })
+        .await
+        .unwrap();
+    let lease = claimed[0].lease;
+    // One connection: the saves run on the session whose statistics are read.
+    let pool = job::pool_options()
+        .max_connections(1)
+        .connect_with(db.connect_options())
+        .await
+        .unwrap();
+    let one = job::PgStore::new(pool.clone());
+    for name in ["next-1", "next-2", "item-7"] {
+        let before = step_rows_read(&pool).await;
+        let saved = one.save_step(&lease, name, "1").await.unwrap();
+        let read = step_rows_read(&pool).await - before;
+        assert_eq!(saved, Finalized::Applied, "{name}");
+        assert!(
+            read < 10,
+            "the save of step {name} of a job with 5,000 steps read {read} rows of job.steps"
+        );
+    }
+    let totals: (i32, i64) =
+        sqlx::query_as("SELECT steps, bytes FROM job.step_totals WHERE job_id = $1")
+            .bind(id)
+            .fetch_one(&db.pool())
+            .await
+            .unwrap();
+    let counted: (i64, i64) = sqlx::query_as(
+        "SELECT count(*), sum(output_bytes)::bigint FROM job.steps WHERE job_id = $1",
+    )
+    .bind(id)
+    .fetch_one(&db.pool())
+    .await
+    .unwrap();
+    assert_eq!((i64::from(totals.0), totals.1), counted);
+    assert_eq!(
+        counted.0, 5002,
+        "two new steps; item-7 kept its first output"
+    );
+
+    // The totals follow every writer: an operator's DELETE and UPDATE of steps, and the
+    // deletion of the job, whose steps go with it (migration 0057's trigger).
+    let totals_now = || async {
+        sqlx::query_as::<_, (i32, i64)>(
+            "SELECT steps, bytes FROM job.step_totals WHERE job_id = $1",
+        )
+        .bind(id)
+        .fetch_optional(&db.pool())
+        .await
+        .unwrap()
+    };
+    sqlx::raw_sql(&format!(
+        "DELETE FROM job.steps WHERE job_id = {id} AND name LIKE 'item-1%';
+         UPDATE job.steps SET output = '\"longer\"', output_bytes = 8
+         WHERE job_id = {id} AND name = 'item-2'"
+    ))
+    .execute(&db.pool())
+    .await
+    .unwrap();
+    let counted: (i64, i64) = sqlx::query_as(
+        "SELECT count(*), sum(output_bytes)::bigint FROM job.steps WHERE job_id = $1",
+    )
+    .bind(id)
+    .fetch_one(&db.pool())
+    .await
+    .unwrap();
+    assert_eq!(counted.0, 5002 - 1111);
+    assert_eq!(
+        totals_now().await.map(|(n, b)| (i64::from(n), b)),
+        Some(counted)
+    );
+    sqlx::query("DELETE FROM job.jobs WHERE id = $1")
+        .bind(id)
+        .execute(&db.pool())
+        .await
+        .unwrap();
+    assert_eq!(totals_now().await, None, "gone with the job's last step");
+    pool.close().await;
+    db.close().await;
+}
+
 #[tokio::test]
 async fn sqlite_refuses_a_new_step_past_the_jobs_step_count() {
     let db = TestSqlite::new().await;

@@ -330,6 +330,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "dead_letters_by_id",
         sql: include_str!("../migrations/0061_dead_letters_by_id.sql"),
     },
+    Migration {
+        version: 62,
+        name: "step_totals",
+        sql: include_str!("../migrations/0062_step_totals.sql"),
+    },
 ];
 
 /// The whole schema as one plain SQL script, for a DBA or a team without Rust:

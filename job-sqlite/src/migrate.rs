@@ -119,6 +119,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "claim_by_version",
         sql: include_str!("../migrations/0020_claim_by_version.sql"),
     },
+    Migration {
+        version: 21,
+        name: "step_totals",
+        sql: include_str!("../migrations/0021_step_totals.sql"),
+    },
 ];
 
 /// The migrations the file has recorded, with their names; none before the books exist.

@@ -134,3 +134,106 @@ pub async fn complete_in(conn: &mut SqliteConnection, ctx: &JobContext) -> Resul
         None => Err(Error::LeaseLost { id: lease.id }),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lease::tests::plan_store;
+
+    /// What `step_room.sql` answers for job `id` and step `item-7`.
+    async fn room(conn: &mut SqliteConnection, id: JobId) -> (i64, i64, bool) {
+        sqlx::query_as(sql::STEP_ROOM)
+            .bind(id)
+            .bind("item-7")
+            .fetch_one(conn)
+            .await
+            .unwrap()
+    }
+
+    /// Job `id`'s steps and their bytes, counted.
+    async fn counted(conn: &mut SqliteConnection, id: JobId) -> (i64, i64) {
+        sqlx::query_as(
+            "SELECT count(*), coalesce(sum(octet_length(output)), 0) FROM job_steps
+             WHERE job_id = ?1",
+        )
+        .bind(id)
+        .fetch_one(conn)
+        .await
+        .unwrap()
+    }
+
+    /// `step_room.sql` reads the job's row of `job_step_totals` and probes `job_steps` for the
+    /// name, never the job's range of steps (which it counted and summed on every save, under
+    /// the write lock), with or without statistics; and the totals follow the steps through
+    /// every writer: inserts, an update, a delete, and the job's deletion (the cascade).
+    #[tokio::test]
+    async fn a_saves_room_reads_the_totals_not_the_jobs_steps() {
+        let (dir, store) = plan_store("steps").await;
+        let mut conn = store.pool().acquire().await.unwrap();
+        let now = now(&mut conn).await.unwrap();
+        let id: JobId = sqlx::query_scalar(
+            "INSERT INTO job_jobs (kind, queue, priority, payload, run_at, state, created_at)
+             VALUES ('k', 'q', 0, '{}', ?1, 'available', ?1) RETURNING id",
+        )
+        .bind(now)
+        .fetch_one(&mut *conn)
+        .await
+        .unwrap();
+        sqlx::query(
+            "WITH RECURSIVE s(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM s WHERE i < 2999)
+             INSERT INTO job_steps (job_id, name, output, attempt, recorded_at)
+             SELECT ?1, 'item-' || i, CAST(i AS TEXT), 1, 0 FROM s",
+        )
+        .bind(id)
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+        for analyzed in [false, true] {
+            if analyzed {
+                sqlx::query("ANALYZE").execute(&mut *conn).await.unwrap();
+            }
+            let rows: Vec<(i64, i64, i64, String)> =
+                sqlx::query_as(&format!("EXPLAIN QUERY PLAN {}", sql::STEP_ROOM))
+                    .bind(id)
+                    .bind("item-7")
+                    .fetch_all(&mut *conn)
+                    .await
+                    .unwrap();
+            let plan: Vec<String> = rows.into_iter().map(|r| r.3).collect();
+            let steps: Vec<&String> = plan.iter().filter(|p| p.contains("job_steps")).collect();
+            assert!(
+                !steps.is_empty()
+                    && steps.iter().all(|p| p.contains("(job_id=? AND name=?)"))
+                    && plan.iter().all(|p| !p.contains("(job_id=?)")),
+                "analyzed: {analyzed}: {plan:#?}"
+            );
+        }
+        let (steps, bytes, named) = room(&mut conn, id).await;
+        assert_eq!((steps, bytes), counted(&mut conn, id).await);
+        assert_eq!(steps, 3000);
+        assert!(named);
+        sqlx::raw_sql(&format!(
+            "DELETE FROM job_steps WHERE job_id = {id} AND name LIKE 'item-1%';
+             UPDATE job_steps SET output = '\"longer\"' WHERE job_id = {id} AND name = 'item-2'"
+        ))
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+        let (steps, bytes, _) = room(&mut conn, id).await;
+        assert_eq!(steps, 3000 - 1111);
+        assert_eq!((steps, bytes), counted(&mut conn, id).await);
+        sqlx::query("DELETE FROM job_jobs WHERE id = ?1")
+            .bind(id)
+            .execute(&mut *conn)
+            .await
+            .unwrap();
+        let left: i64 = sqlx::query_scalar("SELECT count(*) FROM job_step_totals")
+            .fetch_one(&mut *conn)
+            .await
+            .unwrap();
+        assert_eq!(left, 0, "gone with the job's steps");
+        drop(conn);
+        store.pool().close().await;
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

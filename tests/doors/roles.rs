@@ -25,7 +25,10 @@ impl Job for Ping {
         breaker: Some(job::Breaker::new(50)),
         ..job::JobOptions::DEFAULT
     };
-    async fn perform(self, _: JobContext) -> Result<(), JobError> {
+    // A step too: its save reads the job's totals (job.step_totals, migration 0062).
+    async fn perform(self, ctx: JobContext) -> Result<(), JobError> {
+        let n = self.n;
+        ctx.step("pinged", || async move { Ok(n) }).await?;
         Ok(())
     }
 }

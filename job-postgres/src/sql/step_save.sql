@@ -9,11 +9,14 @@
 -- is skipped, not waited for: the worker's step writes share one connection, so a wait here
 -- would hold up every step of the worker; the caller tries again while the lease is held.
 -- A new name is recorded only while the job has fewer than $5 steps and its outputs with this
--- one add up to at most $6 bytes (job_core::MAX_STEPS, MAX_STEPS_TOTAL): the job's steps are
--- counted through the primary key, their sizes read from output_bytes (a row written before
--- migration 0049, or by a writer that does not set it, counts its stored size). Steps of one
--- job saved at the same moment each count what was committed before them, so the limits can
--- be passed by the saves in flight at once (a worker's share one connection: one at a time).
+-- one add up to at most $6 bytes (job_core::MAX_STEPS, MAX_STEPS_TOTAL): the job's count and
+-- bytes are read from its row of job.step_totals, which triggers on job.steps keep (migration
+-- 0062; a step's size is its output_bytes, or the stored size of a row written before
+-- migration 0049 or by a writer that does not set it), and whether the name is recorded by one
+-- probe of the primary key: a save reads the same few rows however many steps the job has
+-- (it counted them all). Steps of one job saved at the same moment each count what was
+-- committed before them, so the limits can be passed by the saves in flight at once (a
+-- worker's share one connection: one at a time).
 -- Returns (held, running, steps, bytes): held 1 when the lease was held (recorded, already
 -- there, or refused); otherwise running 1 when the row was skipped with the lease still on it,
 -- 0 when it was lost. steps and bytes, what the job has recorded, only when the new step was
@@ -24,11 +27,10 @@ WITH held AS (
     WHERE id = $1 AND lock_token = $2 AND state = 'running'
     FOR SHARE SKIP LOCKED
 ), recorded_before AS (
-    SELECT count(*) AS steps,
-           coalesce(sum(coalesce(s.output_bytes, pg_column_size(s.output))), 0) AS bytes,
-           coalesce(bool_or(s.name = $3), false) AS named
-    FROM job.steps s
-    WHERE s.job_id = (SELECT id FROM held)
+    SELECT coalesce((SELECT t.steps::bigint FROM job.step_totals t WHERE t.job_id = h.id), 0) AS steps,
+           coalesce((SELECT t.bytes FROM job.step_totals t WHERE t.job_id = h.id), 0) AS bytes,
+           EXISTS (SELECT 1 FROM job.steps s WHERE s.job_id = h.id AND s.name = $3) AS named
+    FROM held h
 ), refused AS (
     SELECT steps, bytes
     FROM recorded_before

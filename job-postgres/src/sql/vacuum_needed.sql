@@ -6,8 +6,9 @@
 -- claims step over ever more dead index entries, and with statistics from an emptier table
 -- they are planned badly. The other tables churn too: job.ordering_wake takes a row and loses
 -- it for every keyed job that waits behind a head (an empty list read as every dead row it
--- ever held, by every stager pass), job.dependencies rewrites each edge as it resolves, and
--- job.rate_windows, job.rate_cursors and job.leaders are rewritten by claims and leaders.
+-- ever held, by every stager pass), job.dependencies rewrites each edge as it resolves,
+-- job.step_totals rewrites a job's row at each of its steps, and job.rate_windows,
+-- job.rate_cursors and job.leaders are rewritten by claims and leaders.
 --
 -- `stale`: of the tables autovacuum does vacuum, those that outgrew the size the planner
 -- knows (more than twice it and 1 MiB), for the pruner's ANALYZE only.
@@ -51,8 +52,8 @@ WITH t AS (
     JOIN pg_namespace n ON n.oid = c.relnamespace
     JOIN pg_stat_user_tables s ON s.relid = c.oid
     WHERE n.nspname = 'job'
-      AND c.relname IN ('jobs', 'steps', 'dependencies', 'ordering_wake', 'rate_windows',
-                        'rate_cursors', 'leaders')
+      AND c.relname IN ('jobs', 'steps', 'step_totals', 'dependencies', 'ordering_wake',
+                        'rate_windows', 'rate_cursors', 'leaders')
 )
 SELECT coalesce(ARRAY(SELECT name FROM t WHERE ours AND churned ORDER BY name), '{}') AS needed,
        coalesce(ARRAY(SELECT name FROM t WHERE NOT ours AND outgrown ORDER BY name), '{}')
