@@ -1008,6 +1008,7 @@ fn print_check(check: &Check, json_out: bool) -> Result<(), StdoutError> {
             },
             "stuck": check.stuck,
             "orphan_steps": check.orphan_steps,
+            "step_totals_off": check.step_totals_off,
             "pending_stranded": check.pending_stranded,
             "dead_letters_by_class": classes,
             "schema_lag": check.schema_lag.as_ref().map(|lag| json!({
@@ -1061,6 +1062,13 @@ fn print_check(check: &Check, json_out: bool) -> Result<(), StdoutError> {
         [
             "steps without a job".to_owned(),
             check.orphan_steps.to_string(),
+        ],
+    );
+    add_row(
+        &mut t,
+        [
+            "jobs whose step totals disagree with their steps".to_owned(),
+            check.step_totals_off.to_string(),
         ],
     );
     add_row(

@@ -193,6 +193,10 @@ pub struct Check {
     pub leases_not_running: u64,
     /// Recorded steps whose job row is gone.
     pub orphan_steps: u64,
+    /// Jobs whose step count or bytes in `job.step_totals`, which a step's save reads for the
+    /// job's limits, disagree with their recorded steps (triggers keep them; they drift only
+    /// where the triggers did not run).
+    pub step_totals_off: u64,
     /// Pending jobs that wait for nothing: no unresolved dependency, and no ordering key or a
     /// key without a head. Nothing runs them (but a keyed one whose head has just ended, which
     /// the stager's next pass promotes).
@@ -206,9 +210,9 @@ pub struct Check {
 
 impl Check {
     /// What is wrong, one line each: migrations of this build missing, leases expired for over
-    /// a lease, leases on rows that are
-    /// not running, steps without a job, pending jobs that wait for nothing. Empty when the
-    /// queue reconciles.
+    /// a lease, leases on rows that are not running, steps without a job, step totals that
+    /// disagree with the steps, pending jobs that wait for nothing. Empty when the queue
+    /// reconciles.
     pub fn problems(&self) -> Vec<String> {
         let mut out = Vec::new();
         if let Some(lag) = &self.schema_lag {
@@ -234,6 +238,17 @@ impl Check {
             out.push(format!(
                 "{} recorded step(s) belong to no job",
                 self.orphan_steps
+            ));
+        }
+        if self.step_totals_off > 0 {
+            out.push(format!(
+                "{} job(s) have step totals (job.step_totals) that disagree with their recorded \
+                 steps, which their next steps' limits read: count them again, as the owner, \
+                 with `BEGIN; LOCK TABLE job.steps IN SHARE MODE; DELETE FROM job.step_totals; \
+                 INSERT INTO job.step_totals SELECT job_id, count(*), \
+                 sum(coalesce(output_bytes, pg_column_size(output))) FROM job.steps GROUP BY \
+                 job_id; COMMIT;`",
+                self.step_totals_off
             ));
         }
         if self.pending_stranded > 0 {
@@ -617,7 +632,7 @@ async fn check(pool: &PgPool, lease: Duration) -> Result<Check, Error> {
             .map_err(Error::query("check_leases"))?;
         Ok(v.unsigned_abs())
     };
-    let orphan_steps: i64 = sqlx::query_scalar(sql::CHECK_ORPHAN_STEPS)
+    let (orphan_steps, step_totals_off): (i64, i64) = sqlx::query_as(sql::CHECK_ORPHAN_STEPS)
         .fetch_one(pool)
         .await
         .map_err(Error::query("check_orphan_steps"))?;
@@ -643,6 +658,7 @@ async fn check(pool: &PgPool, lease: Duration) -> Result<Check, Error> {
         stuck: n("stuck")?,
         leases_not_running: n("not_running")?,
         orphan_steps: orphan_steps.unsigned_abs(),
+        step_totals_off: step_totals_off.unsigned_abs(),
         pending_stranded: pending_stranded.unsigned_abs(),
         dead_letters_by_class: classes
             .into_iter()
