@@ -9820,8 +9820,12 @@ EXECUTE $job_migration_0062$
 -- saves share one connection, one at a time, so one such job slowed the steps of every other
 -- job on the worker.
 --
--- job.step_totals holds, per job with steps, how many it has and their bytes (output_bytes,
--- migration 0049, or the stored size of a row without it, as step_save.sql counted them).
+-- job.step_totals holds, per job with steps, how many it has and their bytes: output_bytes
+-- (migration 0049), or for a row without it (a worker of an earlier release, an operator's
+-- SQL) the length of its JSON text, which the triggers can measure alike on the way in and on
+-- the way out. step_save.sql counted such a row's stored size, which the INSERT trigger's
+-- transition table cannot give (it holds the value before PostgreSQL compresses it: a
+-- 40,012-byte output stored in 486 bytes was added as 40,012 and taken away as 486).
 -- Statement-level triggers on job.steps keep it, whoever writes the steps (a worker of an
 -- earlier release, an operator's SQL): one statement per INSERT (a save inserts one step; a
 -- bulk insert of many steps of one job adds them at once, where a trigger per row would
@@ -9830,9 +9834,10 @@ EXECUTE $job_migration_0062$
 -- DEFINER, as migration 0057's are: a role that may write steps need not be granted the
 -- totals.
 --
--- A worker reads it (step_save.sql runs as the worker's role): SELECT is granted here, as
--- migration 0032 grants the worker's block, to every role that holds the worker's privileges
--- (UPDATE on job.jobs; not the owner, PUBLIC or superusers), and the README's grants name it.
+-- A worker reads it and locks its job's row (step_save.sql runs as the worker's role, and a
+-- locking read asks for UPDATE): SELECT and UPDATE are granted here, as migration 0032 grants
+-- the worker's block, to every role that holds the worker's privileges (UPDATE on job.jobs;
+-- not the owner, PUBLIC or superusers), and the README's grants name it.
 -- Filled here from the steps already recorded, under a lock that holds off writes to
 -- job.steps until this migration commits (step saves wait that long).
 
@@ -9845,7 +9850,7 @@ CREATE TABLE job.step_totals (
 );
 
 INSERT INTO job.step_totals (job_id, steps, bytes)
-SELECT s.job_id, count(*), sum(coalesce(s.output_bytes, pg_column_size(s.output)))
+SELECT s.job_id, count(*), sum(coalesce(s.output_bytes, octet_length(s.output::text)))
 FROM job.steps s
 GROUP BY s.job_id;
 
@@ -9857,7 +9862,7 @@ CREATE FUNCTION job.count_steps_added() RETURNS trigger
 AS $$
 BEGIN
     INSERT INTO job.step_totals AS t (job_id, steps, bytes)
-    SELECT a.job_id, count(*), sum(coalesce(a.output_bytes, pg_column_size(a.output)))
+    SELECT a.job_id, count(*), sum(coalesce(a.output_bytes, octet_length(a.output::text)))
     FROM added a
     GROUP BY a.job_id
     ON CONFLICT (job_id) DO UPDATE
@@ -9879,19 +9884,24 @@ CREATE FUNCTION job.uncount_steps() RETURNS trigger
     SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
+    -- A job whose steps all went (a prune, a purge) loses its row at once; the others are
+    -- updated. Disjoint rows, so two data-modifying parts of one statement may.
     WITH g AS (
         SELECT o.job_id, count(*) AS steps,
-               sum(coalesce(o.output_bytes, pg_column_size(o.output))) AS bytes
+               sum(coalesce(o.output_bytes, octet_length(o.output::text))) AS bytes
         FROM gone o
         GROUP BY o.job_id
+    ),
+    emptied AS (
+        DELETE FROM job.step_totals t
+        USING g
+        WHERE t.job_id = g.job_id AND t.steps <= g.steps
     )
     UPDATE job.step_totals t
     SET steps = t.steps - g.steps,
         bytes = t.bytes - g.bytes
     FROM g
-    WHERE t.job_id = g.job_id;
-    DELETE FROM job.step_totals t
-    WHERE t.job_id = ANY (ARRAY(SELECT DISTINCT o.job_id FROM gone o)) AND t.steps <= 0;
+    WHERE t.job_id = g.job_id AND t.steps > g.steps;
     RETURN NULL;
 END
 $$;
@@ -9912,7 +9922,7 @@ AS $$
 BEGIN
     WITH g AS (
         SELECT o.job_id, count(*) AS steps,
-               sum(coalesce(o.output_bytes, pg_column_size(o.output))) AS bytes
+               sum(coalesce(o.output_bytes, octet_length(o.output::text))) AS bytes
         FROM gone o
         GROUP BY o.job_id
     )
@@ -9922,7 +9932,7 @@ BEGIN
     FROM g
     WHERE t.job_id = g.job_id;
     INSERT INTO job.step_totals AS t (job_id, steps, bytes)
-    SELECT a.job_id, count(*), sum(coalesce(a.output_bytes, pg_column_size(a.output)))
+    SELECT a.job_id, count(*), sum(coalesce(a.output_bytes, octet_length(a.output::text)))
     FROM added a
     GROUP BY a.job_id
     ON CONFLICT (job_id) DO UPDATE
@@ -9972,7 +9982,7 @@ BEGIN
           AND r.oid = a.grantee
           AND NOT r.rolsuper
     LOOP
-        EXECUTE pg_catalog.format('GRANT SELECT ON job.step_totals TO %s', worker);
+        EXECUTE pg_catalog.format('GRANT SELECT, UPDATE ON job.step_totals TO %s', worker);
     END LOOP;
 END
 $grants$;

@@ -295,6 +295,53 @@ async fn a_steps_save_reads_the_same_rows_however_many_steps_its_job_has() {
         Some(counted)
     );
 
+    // A writer of the job's steps whose transaction is still open holds the job's totals row
+    // (its trigger wrote it): a save is skipped as busy, as for its job's row, rather than
+    // wait for that transaction (it waited, and could deadlock with it).
+    let mut open = db.pool().begin().await.unwrap();
+    sqlx::query(
+        "INSERT INTO job.steps (job_id, name, output, attempt, output_bytes)
+         VALUES ($1, 'by-hand', '1', 1, 1)",
+    )
+    .bind(id)
+    .execute(&mut *open)
+    .await
+    .unwrap();
+    let save = tokio::time::timeout(
+        Duration::from_secs(10),
+        one.save_step(&lease, "next-3", "1"),
+    )
+    .await
+    .expect("the save waited for the open transaction");
+    assert_eq!(save.unwrap(), Finalized::Busy);
+    open.rollback().await.unwrap();
+    assert_eq!(
+        one.save_step(&lease, "next-3", "1").await.unwrap(),
+        Finalized::Applied
+    );
+    // A row written without output_bytes (a worker before migration 0049, an operator) counts
+    // its JSON text's length, alike on the way in and out: PostgreSQL compresses this one.
+    sqlx::query(
+        "INSERT INTO job.steps (job_id, name, output, attempt)
+         VALUES ($1, 'legacy', to_jsonb(repeat('abcdefgh', 5000)), 1)",
+    )
+    .bind(id)
+    .execute(&db.pool())
+    .await
+    .unwrap();
+    let with_legacy = totals_now().await.unwrap();
+    assert_eq!(i64::from(with_legacy.0), counted.0 + 2);
+    assert_eq!(with_legacy.1, counted.1 + 1 + 40_002);
+    sqlx::query("DELETE FROM job.steps WHERE job_id = $1 AND name IN ('legacy', 'next-3')")
+        .bind(id)
+        .execute(&db.pool())
+        .await
+        .unwrap();
+    assert_eq!(
+        totals_now().await.map(|(n, b)| (i64::from(n), b)),
+        Some(counted)
+    );
+
     // `job check` tells totals that drifted (here by hand; a data-only restore with the
     // triggers on, say), and its message's statement counts them again.
     let check = store.check(Duration::from_secs(30)).await.unwrap();

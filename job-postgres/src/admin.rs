@@ -200,6 +200,11 @@ pub(crate) fn bind_filter<'q>(
     states: Vec<&'static str>,
     scope: Option<&'q str>,
 ) -> Query<'q, Postgres, PgArguments> {
+    // Each state once: job_filter.sql reads the running jobs alone through their index only
+    // when the states are exactly `{running}`.
+    let mut states = states;
+    states.sort_unstable();
+    states.dedup();
     query
         .bind(&filter.ids)
         .bind(states.into_iter().map(StateLabel).collect::<Vec<_>>())

@@ -104,9 +104,9 @@ pub enum Error {
     /// may not run it: only the tables' owner (or the database's) may. Nothing was vacuumed.
     #[error(
         "job.jobs needs a VACUUM (autovacuum is off) that role `{role}` may not run: only its \
-         owner `{owner}` may. Run `VACUUM (ANALYZE) job.jobs, job.steps, job.dependencies, \
-         job.ordering_wake, job.rate_windows, job.rate_cursors, job.leaders` as `{owner}` \
-         regularly, turn autovacuum on, or run the workers as `{owner}`"
+         owner `{owner}` may. Run `VACUUM (ANALYZE) job.jobs, job.steps, job.step_totals, \
+         job.dependencies, job.ordering_wake, job.rate_windows, job.rate_cursors, job.leaders` \
+         as `{owner}` regularly, turn autovacuum on, or run the workers as `{owner}`"
     )]
     VacuumNotOwner {
         /// The role the store connects as.

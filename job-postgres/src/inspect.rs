@@ -246,7 +246,7 @@ impl Check {
                  steps, which their next steps' limits read: count them again, as the owner, \
                  with `BEGIN; LOCK TABLE job.steps IN SHARE MODE; DELETE FROM job.step_totals; \
                  INSERT INTO job.step_totals SELECT job_id, count(*), \
-                 sum(coalesce(output_bytes, pg_column_size(output))) FROM job.steps GROUP BY \
+                 sum(coalesce(output_bytes, octet_length(output::text))) FROM job.steps GROUP BY \
                  job_id; COMMIT;`",
                 self.step_totals_off
             ));

@@ -9,7 +9,7 @@
 -- transaction, so saves running meanwhile do not show.
 WITH per_job AS (
     SELECT s.job_id, count(*) AS steps,
-           sum(coalesce(s.output_bytes, pg_column_size(s.output))) AS bytes
+           sum(coalesce(s.output_bytes, octet_length(s.output::text))) AS bytes
     FROM job.steps s
     GROUP BY s.job_id
 )

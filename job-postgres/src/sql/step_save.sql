@@ -11,24 +11,38 @@
 -- A new name is recorded only while the job has fewer than $5 steps and its outputs with this
 -- one add up to at most $6 bytes (job_core::MAX_STEPS, MAX_STEPS_TOTAL): the job's count and
 -- bytes are read from its row of job.step_totals, which triggers on job.steps keep (migration
--- 0062; a step's size is its output_bytes, or the stored size of a row written before
--- migration 0049 or by a writer that does not set it), and whether the name is recorded by one
--- probe of the primary key: a save reads the same few rows however many steps the job has
--- (it counted them all). Steps of one job saved at the same moment each count what was
--- committed before them, so the limits can be passed by the saves in flight at once (a
+-- 0062; a step's size is its output_bytes, or the length of the JSON text of a row written
+-- before migration 0049 or by a writer that does not set it), and whether the name is
+-- recorded by one probe of the primary key: a save reads the same few rows however many steps
+-- the job has (it counted them all). The totals row is locked here, SKIP LOCKED as the guard
+-- row is: the insert's trigger writes it, and another transaction that wrote steps of the job
+-- and is still open (an operator's, or a second session holding the lease) holds it, so the
+-- save is skipped as busy rather than wait for that transaction (or deadlock with it). A job
+-- without steps has no totals row. Steps of one job saved at the same moment each count what
+-- was committed before them, so the limits can be passed by the saves in flight at once (a
 -- worker's share one connection: one at a time).
 -- Returns (held, running, steps, bytes): held 1 when the lease was held (recorded, already
--- there, or refused); otherwise running 1 when the row was skipped with the lease still on it,
--- 0 when it was lost. steps and bytes, what the job has recorded, only when the new step was
--- refused for its limits.
-WITH held AS (
+-- there, or refused); otherwise running 1 when the row was skipped with the lease still on it
+-- (or its totals row), 0 when it was lost. steps and bytes, what the job has recorded, only
+-- when the new step was refused for its limits.
+WITH guard AS (
     SELECT id, attempt
     FROM job.jobs
     WHERE id = $1 AND lock_token = $2 AND state = 'running'
     FOR SHARE SKIP LOCKED
+), totals AS (
+    SELECT t.steps, t.bytes
+    FROM job.step_totals t
+    WHERE t.job_id = (SELECT id FROM guard)
+    FOR UPDATE SKIP LOCKED
+), held AS (
+    SELECT g.id, g.attempt
+    FROM guard g
+    WHERE EXISTS (SELECT 1 FROM totals)
+       OR NOT EXISTS (SELECT 1 FROM job.step_totals t WHERE t.job_id = g.id)
 ), recorded_before AS (
-    SELECT coalesce((SELECT t.steps::bigint FROM job.step_totals t WHERE t.job_id = h.id), 0) AS steps,
-           coalesce((SELECT t.bytes FROM job.step_totals t WHERE t.job_id = h.id), 0) AS bytes,
+    SELECT coalesce((SELECT t.steps::bigint FROM totals t), 0) AS steps,
+           coalesce((SELECT t.bytes FROM totals t), 0) AS bytes,
            EXISTS (SELECT 1 FROM job.steps s WHERE s.job_id = h.id AND s.name = $3) AS named
     FROM held h
 ), refused AS (
