@@ -9830,9 +9830,9 @@ EXECUTE $job_migration_0062$
 -- earlier release, an operator's SQL): one statement per INSERT (a save inserts one step; a
 -- bulk insert of many steps of one job adds them at once, where a trigger per row would
 -- rewrite the job's row once per step), per DELETE (a prune or purge deletes the steps of many
--- jobs at once: migration 0057) and per UPDATE, and a TRUNCATE empties it. A job's row goes when its last step does. The functions are SECURITY
--- DEFINER, as migration 0057's are: a role that may write steps need not be granted the
--- totals.
+-- jobs at once: migration 0057) and per UPDATE, and a TRUNCATE empties it. A job's row goes
+-- when its last step does. The functions are SECURITY DEFINER, as migration 0057's are: a role
+-- that may write steps need not be granted the totals.
 --
 -- A worker reads it and locks its job's row (step_save.sql runs as the worker's role, and a
 -- locking read asks for UPDATE): SELECT and UPDATE are granted here, as migration 0032 grants
