@@ -9995,3 +9995,83 @@ $job_migration_0062$;
 END
 $apply$;
 COMMIT;
+
+-- 0063 paths_pinned
+BEGIN;
+DO $lock$ BEGIN PERFORM pg_advisory_xact_lock(hashtextextended('job.schema_migrations', 0)); END $lock$;
+DO $apply$
+DECLARE
+    missing integer;
+    later integer;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = 63) THEN
+        SELECT min(v) INTO missing FROM pg_catalog.unnest('{1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31,32,33,34,35,36,37,38,39,40,41,42,43,44,45,46,47,48,49,50,51,52,53,54,55,56,57,58,59,60,61,62}'::integer[]) v
+            WHERE NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = v);
+        IF missing IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 63 `paths_pinned` was not applied: migration %, which comes before it, is not recorded in job.schema_migrations (migrations apply in order, each after the one before)', missing;
+        END IF;
+        SELECT min(version) INTO later FROM job.schema_migrations WHERE version > 63;
+        IF later IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 63 `paths_pinned` was not applied: it is not recorded in job.schema_migrations, but migration %, which comes after it, is: the schema was migrated out of order, and 63 applied now could undo what later migrations changed. Apply what migration 63 lacks by hand and record it, or restore the database from a backup', later;
+        END IF;
+EXECUTE $job_migration_0063$
+-- 0063 paths_pinned: the last two PL/pgSQL functions that ran with their caller's search_path
+-- pin it, and job.shown, which echoes values in errors, hides the invisible characters that
+-- reorder or hide text as it hides control characters. Append-only: change the schema in a new
+-- numbered file.
+--
+-- job.notify_insert (migration 0001, the statement trigger of every INSERT into job.jobs) and
+-- job.enqueue_unique (migration 0020, the worker's keyed enqueue, last replaced by 0059) run
+-- with their caller's rights and, until now, their caller's search_path. Both compare
+-- job.job_state values, and PostgreSQL takes an operator of the exact types, wherever on the
+-- path it is, over pg_catalog's operator of any enum: a role able to create objects in a
+-- schema on another role's path (`public` in a database created before PostgreSQL 15, whose
+-- PUBLIC may create there; an application's own schema) could define `=` on
+-- (job.job_state, job.job_state) and have it run as whoever inserted a job. A probe did so as
+-- an enqueue-only role and read every payload as the worker; as the owner it would have run
+-- as the owner. The same operator broke every keyed enqueue (ON CONFLICT found no index whose
+-- predicate matched). Pinned to pg_catalog, pg_temp, as every SECURITY DEFINER function of the
+-- schema and job.claim already are: both bodies name the schema's objects in full. The
+-- functions left unpinned are the SQL helpers of the naming rules (migrations 0005 and 0022),
+-- which the planner inlines only without a SET clause and which compare built-in types only,
+-- whose exact operators pg_catalog, searched first, always has (tests/doors/roles.rs holds them
+-- to that).
+--
+-- job.shown (migration 0042) shows at most 40 characters of a refused value with control
+-- characters as `?`. Format characters passed: a right-to-left override (U+202E), a line
+-- separator (U+2028), a zero-width space, a soft hyphen, which in an operator's terminal or log
+-- viewer reorder, break or hide the text around them (a producer's unique key could make a
+-- logged refusal read as another). They are now `?` too: the characters job.forbidden_in_names
+-- refuses in names, but the spaces, which show as spaces.
+
+ALTER FUNCTION job.notify_insert() SET search_path = pg_catalog, pg_temp;
+
+ALTER FUNCTION job.enqueue_unique(text, text, smallint, jsonb, integer, integer, timestamptz,
+                                  timestamptz, text, text, boolean, text[], text)
+    SET search_path = pg_catalog, pg_temp;
+
+-- As in migration 0042, with the wider class. CREATE OR REPLACE keeps its owner and grants.
+CREATE OR REPLACE FUNCTION job.shown(value text) RETURNS text
+LANGUAGE sql
+IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT regexp_replace(left(value, 40),
+                          '[[:cntrl:]\u0001-\u001f\u007f-\u009f\u00ad\u0600-\u0605\u061c\u06dd'
+                          '\u070f\u0890-\u0891\u08e2\u180e\u200b-\u200f\u2028-\u202e'
+                          '\u2060-\u206f\ufeff\ufff9-\ufffb\U000110bd\U000110cd'
+                          '\U00013430-\U0001343f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a'
+                          '\U000e0001\U000e0020-\U000e007f]',
+                          '?', 'g')
+           || CASE WHEN length(value) > 40
+                   THEN format('… (%s bytes)', octet_length(value)) ELSE '' END
+$$;
+$job_migration_0063$;
+        INSERT INTO job.schema_migrations (version, name) VALUES (63, 'paths_pinned');
+    ELSIF NOT EXISTS (SELECT 1 FROM job.schema_migrations
+                      WHERE version = 63 AND name = 'paths_pinned') THEN
+        RAISE EXCEPTION 'job migration 63 is recorded in job.schema_migrations as `%`, but this script''s migration 63 is `paths_pinned`: the database was migrated by a build whose migrations differ from this one''s', (SELECT name FROM job.schema_migrations WHERE version = 63);
+    END IF;
+END
+$apply$;
+COMMIT;

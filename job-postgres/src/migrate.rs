@@ -335,6 +335,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "step_totals",
         sql: include_str!("../migrations/0062_step_totals.sql"),
     },
+    Migration {
+        version: 63,
+        name: "paths_pinned",
+        sql: include_str!("../migrations/0063_paths_pinned.sql"),
+    },
 ];
 
 /// The whole schema as one plain SQL script, for a DBA or a team without Rust:

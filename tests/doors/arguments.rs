@@ -575,6 +575,26 @@ async fn refusals_show_the_value_bounded_and_name_the_element() {
         ),
     )
     .await;
+    // Invisible characters that reorder or hide text in a terminal or a log viewer (a
+    // right-to-left override, a line separator, a zero-width space, a soft hyphen) are shown
+    // as control characters are (migration 0063): they came back as they were.
+    let hidden = "E'inv\\u202e1\\u2028x\\u200by\\u00adz \\u00e9'";
+    let hidden_id: i64 = sqlx::query_scalar(&format!(
+        "SELECT job.enqueue('doors.hidden', '{{}}', unique_key => {hidden})"
+    ))
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    refused_saying(
+        &pool,
+        &format!("SELECT job.enqueue('doors.hidden', '{{}}', unique_key => {hidden})"),
+        "23505",
+        &format!(
+            "a job of `doors.hidden` with unique key `inv?1?x?y?z \u{e9}` is already active \
+             (job {hidden_id})"
+        ),
+    )
+    .await;
     refused_saying(
         &pool,
         "SELECT job.set_trace_context(job.enqueue('doors.trace', '{}'), E'00-ab\\nFAKE LOG LINE')",
@@ -601,7 +621,7 @@ async fn refusals_show_the_value_bounded_and_name_the_element() {
         "{code} {message}"
     );
     let jobs: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM job.jobs WHERE kind <> 'doors.unique'")
+        sqlx::query_scalar("SELECT count(*) FROM job.jobs WHERE kind NOT IN ('doors.unique', 'doors.hidden')")
             .fetch_one(&pool)
             .await
             .unwrap();

@@ -784,3 +784,81 @@ async fn public_may_execute_only_the_functions_the_readme_names() {
     );
     db.close().await;
 }
+
+/// An `=` on `job.job_state` defined in a schema on the caller's `search_path` (a role that may
+/// create objects there: `public` in a database created before PostgreSQL 15) is not the one
+/// the schema's functions compare states with: PostgreSQL prefers an operator of the exact
+/// types over pg_catalog's operator of any enum, wherever on the path it is. The statement
+/// trigger of every insert and the worker's keyed enqueue ran such an operator with their
+/// caller's rights until migration 0063 pinned their paths. Every PL/pgSQL function pins its
+/// path; the SQL functions that do not (the planner inlines only those without a SET clause)
+/// compare built-in types only, whose exact operators pg_catalog, searched first, has.
+#[tokio::test]
+async fn an_operator_on_the_callers_path_does_not_run_in_the_schemas_functions() {
+    let db = TestDb::new().await;
+    let pool = db.pool();
+    sqlx::raw_sql(
+        "CREATE SCHEMA trap;
+         CREATE FUNCTION trap.state_eq(a job.job_state, b job.job_state) RETURNS boolean
+         LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'trap.state_eq ran as %', current_user; END $$;
+         CREATE OPERATOR trap.= (LEFTARG = job.job_state, RIGHTARG = job.job_state,
+                                 FUNCTION = trap.state_eq);",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let mut conn = pool.acquire().await.unwrap();
+    sqlx::raw_sql("SET search_path = trap, public")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    // The operator is found by a statement of this session…
+    let error = sqlx::raw_sql("SELECT 'available'::job.job_state = 'running'::job.job_state")
+        .execute(&mut *conn)
+        .await
+        .expect_err("the session's own comparison takes the trap");
+    assert!(db_error(error).1.contains("trap.state_eq ran"));
+    // …but not by the trigger of an insert, nor by the keyed enqueue, nor by the doors.
+    sqlx::raw_sql("INSERT INTO job.jobs (kind, payload) VALUES ('doors.trap', '{}')")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    let keyed = "SELECT outcome FROM job.enqueue_unique('doors.trap', 'default', 0::smallint,
+                 '{}'::jsonb, 1, 25, now(), NULL, 'key:1', 'finished', false, '{}', NULL)";
+    for expected in ["inserted", "duplicate"] {
+        let outcome: String = sqlx::query_scalar(keyed)
+            .fetch_one(&mut *conn)
+            .await
+            .unwrap();
+        assert_eq!(outcome, expected);
+    }
+    sqlx::raw_sql(
+        "SELECT job.enqueue('doors.trap', '{}', unique_key => 'key:2', ordering_key => 'k');
+         SELECT job.enqueue_many('[{\"kind\": \"doors.trap\", \"payload\": {}}]')",
+    )
+    .execute(&mut *conn)
+    .await
+    .unwrap();
+    drop(conn);
+    let unpinned: Vec<(String, String, String)> = sqlx::query_as(
+        "SELECT p.oid::regprocedure::text, l.lanname::text, p.prosrc FROM pg_proc p
+         JOIN pg_language l ON l.oid = p.prolang
+         WHERE p.pronamespace = 'job'::regnamespace
+           AND NOT EXISTS (SELECT 1 FROM unnest(p.proconfig) c
+                           WHERE c IN ('search_path=pg_catalog, pg_temp',
+                                       'search_path=pg_catalog'))
+         ORDER BY 1",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    for (function, language, source) in &unpinned {
+        assert_eq!(language, "sql", "{function} runs with its caller's search_path");
+        assert!(
+            !source.contains("state") && !source.contains("job_"),
+            "{function} runs with its caller's search_path and may compare the schema's types"
+        );
+    }
+    assert_eq!(unpinned.len(), 7, "{unpinned:?}");
+    db.close().await;
+}
