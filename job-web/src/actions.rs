@@ -1,5 +1,6 @@
 //! The actions: every one a POST from a logged-in operator carrying the session's CSRF token,
-//! answered with a redirect to a page that shows the outcome (post/redirect/get).
+//! answered with a redirect to a page that shows the outcome (post/redirect/get), which the
+//! answer carries in a cookie of its own (see `notice.rs`).
 
 use std::net::SocketAddr;
 use std::time::Instant;
@@ -8,7 +9,7 @@ use axum::extract::ConnectInfo;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::Extension;
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, Datelike, Utc};
 use job::{Cancelled, JobFilter, Pause};
 use serde::Deserialize;
 
@@ -18,7 +19,7 @@ use crate::dashboard::{App, AppState};
 use crate::error::WebError;
 use crate::extract::Form;
 use crate::fields::{self, text};
-use crate::pages::layout::href;
+use crate::notice::{self, Notice};
 use crate::throttle::{forwarded_client, Client};
 
 /// Every field any action form sends; each action reads its own.
@@ -72,20 +73,56 @@ fn authorize(app: &App, headers: &HeaderMap, form: &ActionForm) -> Result<(), We
 }
 
 /// The bulk form's `seen_at`, required: without it the action would reach dead letters its
-/// operator never saw.
+/// operator never saw. A time no job carries (outside 0001-01-01 to 9999-12-31 UTC, which the
+/// store refuses in a filter) is refused here, naming the field.
 fn seen_at(form: &ActionForm) -> Result<DateTime<Utc>, WebError> {
     let value = text("seen_at", &form.seen_at)?.ok_or_else(|| {
         WebError::bad_request(
             "`seen_at` is required with `all`: reload the dead letters page and try again",
         )
     })?;
-    DateTime::parse_from_rfc3339(&value)
+    let at = DateTime::parse_from_rfc3339(&value)
         .map(|t| t.with_timezone(&Utc))
-        .map_err(|_| WebError::bad_request("`seen_at` is not an RFC 3339 time"))
+        .map_err(|_| WebError::bad_request("`seen_at` is not an RFC 3339 time"))?;
+    if !(1..=9999).contains(&at.year()) {
+        return Err(WebError::bad_request(format!(
+            "`seen_at` must be between 0001-01-01 and 9999-12-31 UTC, got {}",
+            fields::echo(&value)
+        )));
+    }
+    Ok(at)
 }
 
-fn redirect(base: &Base, path: &str, pairs: &[(&str, &str)]) -> Response {
-    Redirect::to(&base.at(&href(path, pairs))).into_response()
+/// A redirect to `path`, whose page says `notice` (code, and a count or a state for some).
+fn redirect(app: &App, base: &Base, path: &str, notice: (&str, Option<String>)) -> Response {
+    let mut response = Redirect::to(&base.at(path)).into_response();
+    response
+        .headers_mut()
+        .append(header::SET_COOKIE, notice_cookie(app, base, notice));
+    response
+}
+
+/// The cookie that carries `notice` to the page the action's redirect leads to.
+fn notice_cookie(app: &App, base: &Base, notice: (&str, Option<String>)) -> HeaderValue {
+    let notice = Notice::new(notice.0, notice.1);
+    app.cookie(base, notice::COOKIE, &notice.value(), notice::NOTICE_SECS)
+}
+
+/// Why an action on job `id` reached no dead letter: answered 404 when there is no such job
+/// (or it is another tenant's), else the notice `code` with the job's state.
+async fn not_dead(
+    app: &App,
+    id: i64,
+    code: &'static str,
+    verb: &str,
+) -> Result<(&'static str, Option<String>), WebError> {
+    match app.scope().get(id).await? {
+        Some(job) => Ok((code, Some(job.state.as_str().to_owned()))),
+        None => Err(WebError::new(
+            StatusCode::NOT_FOUND,
+            format!("no job {id}: nothing was {verb}"),
+        )),
+    }
 }
 
 /// The dead letters an action is about: one job (`id`), or with `all`, every dead letter
@@ -123,7 +160,7 @@ pub(crate) async fn cancel(
         Cancelled::AlreadyFinished(_) => "already_finished",
         Cancelled::NotFound => "not_found",
     };
-    Ok(redirect(&base, &format!("/jobs/{id}"), &[("done", done)]))
+    Ok(redirect(&app, &base, &format!("/jobs/{id}"), (done, None)))
 }
 
 pub(crate) async fn redrive(
@@ -135,15 +172,20 @@ pub(crate) async fn redrive(
     authorize(&app, &headers, &form)?;
     let filter = target(&form)?;
     let out = app.scope().redrive(&filter).await?;
-    let n = out.redriven.len().to_string();
-    let done = if out.skipped.is_empty() {
-        "redriven"
-    } else {
-        "redrive_skipped"
-    };
+    let n = Some(out.redriven.len().to_string());
     Ok(match form.id()? {
-        Some(id) => redirect(&base, &format!("/jobs/{id}"), &[("done", done), ("n", &n)]),
-        None => redirect(&base, "/dead", &[("done", done), ("n", &n)]),
+        // One job, not redriven: it is held by an active job's unique key, or no dead letter.
+        Some(id) if out.redriven.is_empty() => {
+            let notice = if out.skipped.is_empty() {
+                not_dead(&app, id, "not_redriven", "redriven").await?
+            } else {
+                ("redrive_held", None)
+            };
+            redirect(&app, &base, &format!("/jobs/{id}"), notice)
+        }
+        Some(id) => redirect(&app, &base, &format!("/jobs/{id}"), ("redriven", n)),
+        None if out.skipped.is_empty() => redirect(&app, &base, "/dead", ("redriven", n)),
+        None => redirect(&app, &base, "/dead", ("redrive_skipped", n)),
     })
 }
 
@@ -160,8 +202,17 @@ pub(crate) async fn purge(
             "a purge deletes for good: it needs the confirmation box ticked",
         ));
     }
-    let n = app.scope().purge(&filter).await?.to_string();
-    Ok(redirect(&base, "/dead", &[("done", "purged"), ("n", &n)]))
+    let n = app.scope().purge(&filter).await?;
+    if let (Some(id), 0) = (form.id()?, n) {
+        let notice = not_dead(&app, id, "not_purged", "purged").await?;
+        return Ok(redirect(&app, &base, &format!("/jobs/{id}"), notice));
+    }
+    Ok(redirect(
+        &app,
+        &base,
+        "/dead",
+        ("purged", Some(n.to_string())),
+    ))
 }
 
 fn pause_target(form: &ActionForm) -> Result<Pause, WebError> {
@@ -201,7 +252,7 @@ pub(crate) async fn pause(
 ) -> Result<Response, WebError> {
     authorize(&app, &headers, &form)?;
     let done = set_paused(&app, &form, true).await?;
-    Ok(redirect(&base, "/", &[("done", done)]))
+    Ok(redirect(&app, &base, "/", (done, None)))
 }
 
 pub(crate) async fn resume(
@@ -212,17 +263,7 @@ pub(crate) async fn resume(
 ) -> Result<Response, WebError> {
     authorize(&app, &headers, &form)?;
     let done = set_paused(&app, &form, false).await?;
-    Ok(redirect(&base, "/", &[("done", done)]))
-}
-
-fn session_cookie(app: &App, base: &Base, value: &str, max_age: u64) -> String {
-    let path = if base.0.is_empty() { "/" } else { &base.0 };
-    let secure = if app.config.secure_cookie {
-        "; Secure"
-    } else {
-        ""
-    };
-    format!("{COOKIE}={value}; Path={path}; Max-Age={max_age}; HttpOnly; SameSite=Strict{secure}")
+    Ok(redirect(&app, &base, "/", (done, None)))
 }
 
 pub(crate) async fn login(
@@ -264,11 +305,13 @@ pub(crate) async fn login(
         app.logins.failed(client, now);
         return Err(WebError::forbidden("wrong operator token"));
     }
-    let cookie = session_cookie(&app, &base, &operator.new_session(), 12 * 3600);
-    let mut response = redirect(&base, "/", &[("done", "logged_in")]);
-    response.headers_mut().insert(
+    let session = app.cookie(&base, COOKIE, &operator.new_session(), 12 * 3600);
+    let mut response = Redirect::to(&base.at("/")).into_response();
+    let headers = response.headers_mut();
+    headers.append(header::SET_COOKIE, session);
+    headers.append(
         header::SET_COOKIE,
-        cookie.parse().expect("a valid cookie header"),
+        notice_cookie(&app, &base, ("logged_in", None)),
     );
     Ok(response)
 }
@@ -280,12 +323,12 @@ pub(crate) async fn logout(
     Form(form): Form<ActionForm>,
 ) -> Result<Response, WebError> {
     authorize(&app, &headers, &form)?;
-    let mut response = redirect(&base, "/", &[("done", "logged_out")]);
-    response.headers_mut().insert(
+    let mut response = Redirect::to(&base.at("/")).into_response();
+    let headers = response.headers_mut();
+    headers.append(header::SET_COOKIE, app.cookie(&base, COOKIE, "", 0));
+    headers.append(
         header::SET_COOKIE,
-        session_cookie(&app, &base, "", 0)
-            .parse()
-            .expect("a valid cookie header"),
+        notice_cookie(&app, &base, ("logged_out", None)),
     );
     Ok(response)
 }

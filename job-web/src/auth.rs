@@ -120,7 +120,7 @@ fn now() -> u64 {
 }
 
 /// The value of cookie `name` in the request's `Cookie` headers.
-fn cookie<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
+pub(crate) fn cookie<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
     headers
         .get_all(axum::http::header::COOKIE)
         .iter()

@@ -11,9 +11,10 @@ use job_postgres::{PgStore, TenantAdmin};
 
 use crate::auth::{Operator, Session};
 use crate::base::Base;
+use crate::notice::Notice;
 use crate::scope::Scope;
 use crate::throttle::LoginThrottle;
-use crate::{actions, connections, deadline, pages};
+use crate::{actions, connections, deadline, notice, pages};
 
 /// How the dashboard reads.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,7 +40,8 @@ pub struct DashboardConfig {
     /// not come from the database within `answer_within` (a lost network) says the action
     /// "may or may not have been done". Taken as 100 ms at least and 1 hour at most (PostgreSQL's
     /// `statement_timeout` goes no further than 24 days, and nobody waits longer for a page).
-    /// Defaults to 5 seconds.
+    /// An action's form is read before this time starts, within as long again: one whose body
+    /// does not arrive by then is answered 408, nothing done. Defaults to 5 seconds.
     pub answer_within: Duration,
     /// Connections the dashboard opens for itself, at most, from the connect options of the
     /// store's pool (URL, role, TLS, `options`; not hooks set on the application's pool
@@ -195,6 +197,10 @@ impl Dashboard {
                 pages::failure::dress,
             ))
             .layer(axum::middleware::from_fn_with_state(
+                app.clone(),
+                notice::clear,
+            ))
+            .layer(axum::middleware::from_fn_with_state(
                 hosts,
                 crate::origin::guard,
             ))
@@ -231,6 +237,8 @@ pub(crate) struct Ctx {
     pub(crate) has_operator: bool,
     /// The tenant the dashboard is limited to.
     pub(crate) tenant: Option<String>,
+    /// The outcome of the action that led here, from its cookie.
+    pub(crate) notice: Option<Notice>,
 }
 
 impl Ctx {
@@ -261,7 +269,23 @@ impl App {
                 .map(|(operator, session)| operator.csrf(&session)),
             has_operator: self.operator.is_some(),
             tenant: self.given.tenant().map(str::to_owned),
+            notice: Notice::of(headers),
         }
+    }
+
+    /// A `Set-Cookie` value for cookie `name`, scoped to where the dashboard is mounted, kept
+    /// from scripts and from other sites' requests (`Secure` with
+    /// [`DashboardConfig::secure_cookie`]); `max_age` 0 removes it.
+    pub(crate) fn cookie(&self, base: &Base, name: &str, value: &str, max_age: u64) -> HeaderValue {
+        let path = if base.0.is_empty() { "/" } else { &base.0 };
+        let secure = if self.config.secure_cookie {
+            "; Secure"
+        } else {
+            ""
+        };
+        format!("{name}={value}; Path={path}; Max-Age={max_age}; HttpOnly; SameSite=Strict{secure}")
+            .parse()
+            .expect("a valid cookie header")
     }
 }
 

@@ -5,12 +5,17 @@
 //! comes from its error, after the statement was stopped; this timeout is the last resort
 //! (a database that does not even answer that), and says it does not know what was done.
 //!
+//! An action's form is read before that bound starts, within a bound of its own of the same
+//! length: a body that does not arrive in time is answered 408, nothing done, and is not taken
+//! for the database's silence (the database was never asked).
+//!
 //! [`DashboardConfig::answer_within`]: crate::DashboardConfig::answer_within
 
 use std::time::{Duration, Instant};
 
-use axum::extract::{Request, State};
-use axum::http::{Method, StatusCode};
+use axum::body::{Body, Bytes};
+use axum::extract::{FromRequest, Request, State};
+use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
@@ -23,6 +28,14 @@ pub(crate) async fn bound(
     next: Next,
 ) -> Response {
     let acts = request.method() == Method::POST;
+    let request = if acts {
+        match read_body(within, request).await {
+            Ok(request) => request,
+            Err(response) => return response,
+        }
+    } else {
+        request
+    };
     let deadline = Instant::now() + within;
     let run = connections::until(deadline, next.run(request));
     match tokio::time::timeout(within, run).await {
@@ -44,6 +57,36 @@ pub(crate) async fn bound(
                 ": try again"
             };
             unanswered(within, then)
+        }
+    }
+}
+
+/// `request` with its body read, within `within` (and as large as axum's body limit lets, as
+/// the form's extractor would); answered 408 when it does not arrive in time, or as axum
+/// refuses it (413 past the limit).
+async fn read_body(within: Duration, request: Request) -> Result<Request, Response> {
+    let (parts, body) = request.into_parts();
+    let read = Bytes::from_request(Request::from_parts(parts.clone(), body), &());
+    match tokio::time::timeout(within, read).await {
+        Ok(Ok(bytes)) => Ok(Request::from_parts(parts, Body::from(bytes))),
+        Ok(Err(refused)) => {
+            Err(WebError::new(refused.status(), refused.body_text()).into_response())
+        }
+        Err(_) => {
+            tracing::warn!(within = ?within, "job-web: a form's body did not arrive in time");
+            let mut response = WebError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                format!(
+                    "the form did not arrive within {}: nothing was done",
+                    seconds(within)
+                ),
+            )
+            .into_response();
+            // As RFC 9110 asks of a 408: what comes late of the body is no next request.
+            response
+                .headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            Err(response)
         }
     }
 }

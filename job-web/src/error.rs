@@ -68,7 +68,8 @@ impl IntoResponse for WebError {
                 body { h1 { (self.status) } p.error { (self.message) } }
             }
         };
-        let mut response = (self.status, Html(page.into_string())).into_response();
+        let page = crate::pages::visible::page(page.into_string());
+        let mut response = (self.status, Html(page)).into_response();
         response.extensions_mut().insert(Failure {
             status: self.status,
             message: self.message,

@@ -2,8 +2,6 @@
 //! path: each read as text (a number too, so that a value that does not parse is refused
 //! here, naming its field, rather than by serde, which names none), trimmed, unset when empty.
 
-use std::num::IntErrorKind;
-
 use axum::http::StatusCode;
 
 use crate::error::WebError;
@@ -42,38 +40,34 @@ pub(crate) fn id(name: &str, value: &Option<String>) -> Result<Option<i64>, WebE
     let Some(value) = value.as_deref().map(str::trim).filter(|v| !v.is_empty()) else {
         return Ok(None);
     };
-    value.parse().map(Some).map_err(|e| {
-        WebError::bad_request(format!(
-            "`{name}` {}",
-            id_problem(value, &e, "a job id (a whole number)")
-        ))
-    })
+    parse_id(value, "a job id (a whole number, in digits only)")
+        .map(Some)
+        .map_err(|problem| WebError::bad_request(format!("`{name}` {problem}")))
 }
 
 /// The job id of a page's path (`/jobs/{id}`), refused with the dashboard's error page: 404,
 /// since no job has such an id, saying why, with at most [`ECHOED`] characters of it.
 pub(crate) fn path_id(value: &str) -> Result<i64, WebError> {
-    value.parse().map_err(|e| {
+    parse_id(value, "a whole number, in digits only").map_err(|problem| {
         WebError::new(
             StatusCode::NOT_FOUND,
-            format!(
-                "no such job: the path's job id {}",
-                id_problem(value, &e, "a whole number")
-            ),
+            format!("no such job: the path's job id {problem}"),
         )
     })
 }
 
-/// What is wrong with `value` as a job id, which `parse` refused with `e`; it `must be` that.
-fn id_problem(value: &str, e: &std::num::ParseIntError, must_be: &str) -> String {
-    let value = echo(value);
-    match e.kind() {
-        IntErrorKind::PosOverflow | IntErrorKind::NegOverflow => {
-            format!("must be from {} to {}, got {value}", i64::MIN, i64::MAX)
-        }
-        IntErrorKind::Empty => "must not be empty".to_owned(),
-        _ => format!("must be {must_be}, got {value}"),
+/// `value` as a job id: decimal digits only (`str::parse` takes a sign too, and `/jobs/+1`
+/// showed job 1), at most [`i64::MAX`]; or what is wrong with it, which `must be` that.
+fn parse_id(value: &str, must_be: &str) -> Result<i64, String> {
+    if value.is_empty() {
+        return Err("must not be empty".to_owned());
     }
+    if !value.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!("must be {must_be}, got {}", echo(value)));
+    }
+    value
+        .parse()
+        .map_err(|_| format!("must be at most {}, got {}", i64::MAX, echo(value)))
 }
 
 /// A field's name as an error repeats it: in backticks, at most [`ECHOED`] characters (cut
@@ -100,17 +94,21 @@ mod tests {
         let refused = |v: &str| id("before", &Some(v.into())).unwrap_err().message;
         assert_eq!(
             refused("abc"),
-            r#"`before` must be a job id (a whole number), got "abc""#
+            r#"`before` must be a job id (a whole number, in digits only), got "abc""#
         );
         assert_eq!(
             refused("99999999999999999999"),
-            r#"`before` must be from -9223372036854775808 to 9223372036854775807, got "99999999999999999999""#
+            r#"`before` must be at most 9223372036854775807, got "99999999999999999999""#
         );
+        for signed in ["+42", "-42", "4_2", "٤٢"] {
+            assert!(refused(signed).contains("in digits only"), "{signed}");
+        }
         let long = refused(&"x".repeat(10_000));
         assert!(long.len() < 120 && long.contains("xxx…\""), "{long}");
         assert!(refused("a\u{1b}b").contains(r#""a\u{1b}b""#));
         let path = path_id("abc").unwrap_err();
         assert_eq!(path.status, StatusCode::NOT_FOUND);
         assert_eq!(path_id("7").unwrap(), 7);
+        assert_eq!(path_id("+7").unwrap_err().status, StatusCode::NOT_FOUND);
     }
 }

@@ -40,6 +40,7 @@ mod deadline;
 mod error;
 mod extract;
 mod fields;
+mod notice;
 mod origin;
 mod pages;
 mod scope;

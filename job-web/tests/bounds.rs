@@ -341,14 +341,11 @@ async fn abandoned_pages_stop_waiting_in_the_database_and_take_no_connection_of_
     )
     .await;
     assert_eq!(pause.status, StatusCode::SEE_OTHER, "{}", pause.body);
-    assert!(
-        pause
-            .location
-            .as_deref()
-            .unwrap_or_default()
-            .contains("done=paused"),
+    assert_eq!(
+        pause.cookie("job_notice").as_deref(),
+        Some("job_notice=paused"),
         "{:?}",
-        pause.location
+        pause.set_cookies
     );
 
     locker.rollback().await.unwrap();
@@ -837,5 +834,84 @@ async fn a_tenants_overview_reads_no_more_of_other_tenants_jobs_than_the_cap() {
         shared_waiting, 0,
         "only the first 10 jobs of the queue were read"
     );
+    db.close().await;
+}
+
+#[tokio::test]
+async fn the_queues_page_shows_the_first_thousand_queues_and_pauses_and_says_how_many_more() {
+    // Every paused queue got a row and the list of pauses was complete: 50,000 pauses made
+    // a page of 46 MB.
+    let db = TestDb::new().await;
+    sqlx::query(
+        "INSERT INTO job.pauses (scope, name)
+         SELECT 'queue', format('q%s', lpad(g::text, 5, '0')) FROM generate_series(1, 3000) g",
+    )
+    .execute(&db.pool())
+    .await
+    .unwrap();
+    let router = Dashboard::new(db.store()).operator_token("t0ken").router();
+    let cookie = login(&router, "t0ken").await;
+    let page = get(&router, "/", Some(&cookie)).await;
+    assert_eq!(page.status, StatusCode::OK, "{}", &page.body[..500]);
+    let rows = page.body.matches("<tr data-queue=").count();
+    let pauses = page.body.matches("<li>queue <code>").count();
+    assert_eq!((rows, pauses), (1000, 1000), "{} bytes", page.body.len());
+    assert!(page.body.contains("data-queue=\"q01000\""));
+    assert!(!page.body.contains("data-queue=\"q01001\""));
+    assert!(
+        page.body.contains("2000 more queues are not shown"),
+        "{}",
+        &page.body[page.body.len() - 2000..]
+    );
+    assert!(page.body.contains("2000 more pauses"));
+    assert!(page.body.contains("`job paused` lists them all"));
+    assert!(page.body.len() < 2 << 20, "{} bytes", page.body.len());
+    db.close().await;
+}
+
+#[tokio::test]
+async fn a_form_whose_body_does_not_arrive_is_answered_408_not_as_the_databases_silence() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let db = TestDb::new().await;
+    let config = job_web::DashboardConfig {
+        answer_within: Duration::from_millis(500),
+        ..Default::default()
+    };
+    let router = Dashboard::new(db.store())
+        .operator_token("t0ken")
+        .config(config)
+        .router();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move { axum::serve(listener, router).await });
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    // A body of 100 bytes is announced; 4 come, and the client goes quiet.
+    stream
+        .write_all(
+            b"POST /actions/cancel HTTP/1.1\r\nHost: 127.0.0.1\r\n\
+              Content-Type: application/x-www-form-urlencoded\r\nContent-Length: 100\r\n\r\nid=1",
+        )
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 4096];
+    let read = tokio::time::timeout(Duration::from_secs(30), async {
+        while !String::from_utf8_lossy(&answer).contains("</html>") {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => answer.extend_from_slice(&buf[..n]),
+            }
+        }
+    })
+    .await;
+    assert!(read.is_ok(), "no answer");
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(
+        answer.contains("the form did not arrive within 0.5 s: nothing was done"),
+        "{answer}"
+    );
+    assert!(!answer.contains("database"), "{answer}");
+    server.abort();
     db.close().await;
 }

@@ -333,12 +333,18 @@ async fn every_action_needs_the_sessions_csrf_token() {
     assert_eq!(answer.status, StatusCode::SEE_OTHER);
     assert_eq!(
         answer.location.as_deref(),
-        Some(format!("/jobs/{id}?done=cancelled").as_str())
+        Some(format!("/jobs/{id}").as_str())
     );
     assert_eq!(state(&db, id).await.as_deref(), Some("cancelled"));
-    let shown = get(&router, answer.location.as_deref().unwrap(), Some(&alice))
-        .await
-        .body;
+    let notice = answer.cookie("job_notice").unwrap();
+    assert_eq!(notice, "job_notice=cancelled");
+    let shown = get(
+        &router,
+        answer.location.as_deref().unwrap(),
+        Some(&format!("{alice}; {notice}")),
+    )
+    .await
+    .body;
     assert!(shown.contains("Cancelled."));
     db.close().await;
 }
@@ -423,14 +429,16 @@ async fn redrive_purge_pause_and_resume_from_the_pages() {
         Some(&op),
     )
     .await;
-    assert_eq!(ticked.location.as_deref(), Some("/dead?done=purged&n=1"));
+    assert_eq!(ticked.location.as_deref(), Some("/dead"));
+    let notice = ticked.cookie("job_notice").unwrap();
+    assert_eq!(notice, "job_notice=purged.1");
     assert_eq!(state(&db, c).await, None);
     assert_eq!(
         state(&db, d).await.as_deref(),
         Some("discarded"),
         "a dead letter that arrived after the page was read is left alone"
     );
-    let shown = get(&router, "/dead?done=purged&n=1", Some(&op)).await;
+    let shown = get(&router, "/dead", Some(&format!("{op}; {notice}"))).await;
     assert_eq!(shown.status, StatusCode::OK, "{}", shown.body);
     assert!(shown.body.contains("Purged 1 dead letter(s)."));
 
@@ -441,7 +449,8 @@ async fn redrive_purge_pause_and_resume_from_the_pages() {
         Some(&op),
     )
     .await;
-    assert_eq!(answer.location.as_deref(), Some("/?done=paused"));
+    assert_eq!(answer.location.as_deref(), Some("/"));
+    assert_eq!(answer.cookie("job_notice").unwrap(), "job_notice=paused");
     let page = get(&router, "/", Some(&op)).await.body;
     assert!(page.contains("paused"), "{page}");
     let answer = post(
@@ -451,7 +460,8 @@ async fn redrive_purge_pause_and_resume_from_the_pages() {
         Some(&op),
     )
     .await;
-    assert_eq!(answer.location.as_deref(), Some("/?done=resumed"));
+    assert_eq!(answer.location.as_deref(), Some("/"));
+    assert_eq!(answer.cookie("job_notice").unwrap(), "job_notice=resumed");
     db.close().await;
 }
 
@@ -636,17 +646,13 @@ async fn links_and_cookies_follow_the_mount_point() {
         .as_deref()
         .unwrap()
         .contains("HttpOnly; SameSite=Strict"));
-    let cookie = answer
-        .set_cookie
-        .unwrap()
-        .split(';')
-        .next()
-        .unwrap()
-        .to_owned();
+    let cookie = answer.cookie("job_operator").unwrap();
     // The operator lands on the dashboard's root, `/ops/jobs`: under `nest`, axum routes no
     // `/ops/jobs/`.
     let location = answer.location.as_deref().unwrap();
-    let landed = get(&app, location, Some(&cookie)).await;
+    let notice = answer.cookie("job_notice").unwrap();
+    assert!(answer.set_cookies[1].contains("Path=/ops/jobs;"));
+    let landed = get(&app, location, Some(&format!("{cookie}; {notice}"))).await;
     assert_eq!(
         landed.status,
         StatusCode::OK,
@@ -654,7 +660,7 @@ async fn links_and_cookies_follow_the_mount_point() {
         landed.body
     );
     assert!(landed.body.contains("Logged in"), "{}", landed.body);
-    assert_eq!(location, "/ops/jobs?done=logged_in");
+    assert_eq!(location, "/ops/jobs");
     let page = get(&app, "/ops/jobs", Some(&cookie)).await.body;
     assert!(page.contains(r#"href="/ops/jobs/assets/dashboard.css""#));
     assert!(
@@ -903,6 +909,7 @@ async fn form_and_query_fields_that_are_not_utf8_are_refused_naming_the_field() 
         ("/dead?tenant=%ff", "`tenant`"),
         ("/jobs?tag=x%fe", "`tag`"),
         ("/?done=%ff", "`done`"),
+        ("/?done=purged&n=%ff", "`n`"),
         (&format!("/jobs/{id}?n=%ff"), "`n`"),
         ("/login?%ff", "name is not UTF-8"),
     ] {
@@ -949,19 +956,19 @@ async fn number_fields_that_do_not_parse_are_refused_naming_the_field() {
     for (path, says) in [
         (
             "/jobs?before=abc".to_owned(),
-            r#"`before` must be a job id (a whole number), got &quot;abc&quot;"#,
+            r#"`before` must be a job id (a whole number, in digits only), got &quot;abc&quot;"#,
         ),
         (
             "/dead?before=12x".to_owned(),
-            "`before` must be a job id (a whole number)",
+            "`before` must be a job id (a whole number, in digits only)",
         ),
         (
             format!("/jobs?before={long}"),
-            "`before` must be from -9223372036854775808 to 9223372036854775807",
+            "`before` must be at most 9223372036854775807",
         ),
         (
             format!("/jobs?before={junk}"),
-            "`before` must be a job id (a whole number)",
+            "`before` must be a job id (a whole number, in digits only)",
         ),
         (
             "/jobs?state=finished".to_owned(),
@@ -1017,17 +1024,17 @@ async fn number_fields_that_do_not_parse_are_refused_naming_the_field() {
         (
             "/actions/cancel",
             format!("id=abc&csrf={token}"),
-            "`id` must be a job id (a whole number), got &quot;abc&quot;",
+            "`id` must be a job id (a whole number, in digits only), got &quot;abc&quot;",
         ),
         (
             "/actions/redrive",
             format!("id={long}&csrf={token}"),
-            "`id` must be from -9223372036854775808 to 9223372036854775807",
+            "`id` must be at most 9223372036854775807",
         ),
         (
             "/actions/purge",
             format!("id={id}x&csrf={token}"),
-            "`id` must be a job id (a whole number)",
+            "`id` must be a job id (a whole number, in digits only)",
         ),
         // Empty is unset: no job named.
         (
@@ -1069,10 +1076,10 @@ async fn number_fields_that_do_not_parse_are_refused_naming_the_field() {
     ]
     .iter()
     .zip([
-        "the path's job id must be a whole number, got &quot;abc&quot;",
+        "the path's job id must be a whole number, in digits only, got &quot;abc&quot;",
         "the path's job id is not UTF-8 text",
         "got &quot;1.5&quot;",
-        "the path's job id must be from -9223372036854775808 to 9223372036854775807",
+        "the path's job id must be at most 9223372036854775807",
         "must be a whole number",
     ]) {
         let page = get(&router, path, Some(&cookie)).await;
@@ -1331,5 +1338,362 @@ async fn with_allowed_hosts_a_request_to_another_host_name_is_refused() {
         let answer = support::send(&router, with_host(Some(host))).await;
         assert_eq!(answer.status, StatusCode::OK, "{host}");
     }
+    db.close().await;
+}
+
+/// Characters that make text read as other text, or that a terminal or a copy acts on: bidi
+/// controls, line separators, zero-width and other format characters, C0 and C1 controls.
+const HIDDEN: &[char] = &[
+    '\u{202E}',
+    '\u{2066}',
+    '\u{200F}',
+    '\u{061C}',
+    '\u{200B}',
+    '\u{2028}',
+    '\u{2029}',
+    '\u{00AD}',
+    '\u{2060}',
+    '\u{FEFF}',
+    '\u{E0041}',
+    '\u{1b}',
+    '\u{7}',
+    '\u{7f}',
+    '\u{85}',
+];
+
+#[tokio::test]
+async fn invisible_and_bidi_characters_of_stored_text_are_shown_as_escapes() {
+    let db = TestDb::new().await;
+    let payload = serde_json::json!({
+        "file": "\u{202E}gnp.exe",
+        "note": "a\u{200B}b\u{2028}c\u{7f}d\u{85}e\u{E0041}",
+    });
+    let id = enqueue(&db, "charge", &payload.to_string(), "mail", None).await;
+    discard(&db, id, "terminal", "\u{202E}gnp.exe \u{1b}[31mred\u{7}").await;
+    // Written around the doors (their triggers off), as a row from before the rules could be.
+    let mut around = db.pool().begin().await.unwrap();
+    sqlx::query("SET LOCAL session_replication_role = replica")
+        .execute(&mut *around)
+        .await
+        .unwrap();
+    sqlx::query(
+        "UPDATE job.jobs SET kind = $2, queue = $3, tags = $4, unique_key = $5,
+                unique_scope = 'finished'
+         WHERE id = $1",
+    )
+    .bind(id)
+    .bind("ch\u{200B}arge")
+    .bind("ma\u{2066}il")
+    .bind(vec!["t\u{AD}ag".to_owned()])
+    .bind("key\u{FEFF}\u{200F}")
+    .execute(&mut *around)
+    .await
+    .unwrap();
+    around.commit().await.unwrap();
+    sqlx::query(
+        "INSERT INTO job.steps (job_id, name, output, attempt) VALUES ($1, 'st\u{202E}ep', $2, 1)",
+    )
+    .bind(id)
+    .bind(serde_json::json!("x\u{2029}y\u{061C}"))
+    .execute(&db.pool())
+    .await
+    .unwrap();
+    let running = enqueue(&db, "charge", "{}", "mail", None).await;
+    sqlx::query(
+        "UPDATE job.jobs SET state = 'running', attempt = 1, locked_by = 'host\u{2060}1',
+                locked_until = now() + interval '1 hour', lock_token = gen_random_uuid()
+         WHERE id = $1",
+    )
+    .bind(running)
+    .execute(&db.pool())
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO job.pauses (scope, name, reason)
+         VALUES ('queue', 'ma\u{2066}il', '\u{202E}unterminated'), ('kind', 'k\u{1b}', NULL)",
+    )
+    .execute(&db.pool())
+    .await
+    .unwrap();
+    let router = Dashboard::new(db.store()).operator_token("t0ken").router();
+    let cookie = login(&router, "t0ken").await;
+    for path in [
+        format!("/jobs/{id}"),
+        format!("/jobs/{running}"),
+        "/dead".to_owned(),
+        "/jobs".to_owned(),
+        "/".to_owned(),
+    ] {
+        let page = get(&router, &path, Some(&cookie)).await;
+        assert_eq!(page.status, StatusCode::OK, "{path}: {}", page.body);
+        // Links and hidden fields carry the names exactly (percent-encoded in links); every
+        // character shown is visible.
+        let shown = text_of(&page.body);
+        for c in HIDDEN {
+            assert!(
+                !shown.contains(*c),
+                "{path} shows U+{:04X} raw: {shown}",
+                u32::from(*c)
+            );
+        }
+    }
+    let job = get(&router, &format!("/jobs/{id}"), Some(&cookie))
+        .await
+        .body;
+    assert!(job.contains(r"\u{202e}gnp.exe \u{1b}[31mred\u{7}"), "{job}");
+    // JSON stays JSON (its quotes escaped for HTML): escaped as JSON escapes them.
+    assert!(
+        job.contains(r"&quot;file&quot;: &quot;\u202egnp.exe&quot;"),
+        "{job}"
+    );
+    assert!(
+        job.contains(r"&quot;note&quot;: &quot;a\u200bb\u2028c\u007fd\u0085e\udb40\udc41&quot;"),
+        "{job}"
+    );
+    assert!(job.contains(r"&quot;x\u2029y\u061c&quot;"), "{job}");
+    for shown in [
+        r"ch\u{200b}arge",
+        r"ma\u{2066}il",
+        r"t\u{ad}ag",
+        r"key\u{feff}\u{200f}",
+        r"st\u{202e}ep",
+    ] {
+        assert!(job.contains(shown), "{shown}: {job}");
+    }
+    let lease = get(&router, &format!("/jobs/{running}"), Some(&cookie))
+        .await
+        .body;
+    assert!(lease.contains(r"host\u{2060}1"), "{lease}");
+    let queues = get(&router, "/", Some(&cookie)).await.body;
+    assert!(queues.contains(r"\u{202e}unterminated"), "{queues}");
+    assert!(queues.contains(r"k\u{1b}"), "{queues}");
+    db.close().await;
+}
+
+/// A page's text: what is outside its tags (attribute values are data: links, hidden fields).
+fn text_of(page: &str) -> String {
+    let mut text = String::new();
+    let mut in_tag = false;
+    for c in page.chars() {
+        match c {
+            '<' => in_tag = true,
+            '>' => in_tag = false,
+            c if !in_tag => text.push(c),
+            _ => {}
+        }
+    }
+    text
+}
+
+#[tokio::test]
+async fn a_link_cannot_make_a_page_say_an_action_was_done() {
+    let db = TestDb::new().await;
+    let dead = enqueue(&db, "charge", "{}", "mail", None).await;
+    discard(&db, dead, "terminal", "boom").await;
+    let router = Dashboard::new(db.store()).operator_token("t0ken").router();
+    let op = login(&router, "t0ken").await;
+    for (path, cookie) in [
+        ("/?done=purged&n=1000".to_owned(), None),
+        ("/?done=logged_in".to_owned(), None),
+        ("/dead?done=redriven&n=5".to_owned(), None),
+        (format!("/jobs/{dead}?done=cancelled"), None),
+        ("/?done=logged_in".to_owned(), Some(op.as_str())),
+        ("/?done=purged&n=1000".to_owned(), Some(op.as_str())),
+    ] {
+        let page = get(&router, &path, cookie).await;
+        assert_eq!(page.status, StatusCode::OK, "{path}: {}", page.body);
+        assert!(
+            !page.body.contains(r#"class="notice""#),
+            "{path} says: {}",
+            page.body
+        );
+    }
+    // The action's own answer carries its notice, shown once.
+    let token = csrf(&get(&router, "/dead", Some(&op)).await.body);
+    let answer = post(
+        &router,
+        "/actions/redrive",
+        &[("id", &dead.to_string()), ("csrf", &token)],
+        Some(&op),
+    )
+    .await;
+    assert_eq!(answer.status, StatusCode::SEE_OTHER, "{}", answer.body);
+    let notice = answer.cookie("job_notice").expect("a notice cookie");
+    let location = answer.location.unwrap();
+    assert!(!location.contains("done"), "{location}");
+    let shown = get(&router, &location, Some(&format!("{op}; {notice}"))).await;
+    assert!(
+        shown.body.contains("Redriven: 1 job(s) available again."),
+        "{}",
+        shown.body
+    );
+    assert_eq!(shown.cookie("job_notice").as_deref(), Some("job_notice="));
+    let again = get(&router, &location, Some(&op)).await;
+    assert!(!again.body.contains(r#"class="notice""#), "{}", again.body);
+    // Logging in says so, to the one who logged in.
+    let answer = post(&router, "/login", &[("token", "t0ken")], None).await;
+    let session = answer.cookie("job_operator").unwrap();
+    let notice = answer.cookie("job_notice").expect("a notice cookie");
+    let landed = get(
+        &router,
+        &answer.location.unwrap(),
+        Some(&format!("{session}; {notice}")),
+    )
+    .await;
+    assert!(
+        landed.body.contains("Logged in as operator."),
+        "{}",
+        landed.body
+    );
+    // A notice cookie a visitor wrote for itself says nothing it cannot say.
+    let page = get(&router, "/", Some("job_notice=logged_in")).await;
+    assert!(!page.body.contains("Logged in"), "{}", page.body);
+    db.close().await;
+}
+
+#[tokio::test]
+async fn redriving_or_purging_a_job_that_is_no_dead_letter_says_nothing_was_done() {
+    let db = TestDb::new().await;
+    let live = enqueue(&db, "charge", "{}", "mail", None).await;
+    let router = Dashboard::new(db.store()).operator_token("t0ken").router();
+    let op = login(&router, "t0ken").await;
+    let token = csrf(&get(&router, "/", Some(&op)).await.body);
+    let idstr = live.to_string();
+    for (action, says) in [
+        (
+            "/actions/redrive",
+            "Nothing was redriven: this job is not a dead letter (it is available).",
+        ),
+        (
+            "/actions/purge",
+            "Nothing was purged: this job is not a dead letter (it is available).",
+        ),
+    ] {
+        let answer = post(
+            &router,
+            action,
+            &[("id", &idstr), ("confirm", "yes"), ("csrf", &token)],
+            Some(&op),
+        )
+        .await;
+        assert_eq!(answer.status, StatusCode::SEE_OTHER, "{}", answer.body);
+        let cookie = match answer.cookie("job_notice") {
+            Some(notice) => format!("{op}; {notice}"),
+            None => op.clone(),
+        };
+        let page = get(&router, &answer.location.unwrap(), Some(&cookie)).await;
+        assert!(page.body.contains(says), "{says}: {}", page.body);
+        assert!(!page.body.contains("Redriven:") && !page.body.contains("Purged "));
+    }
+    assert_eq!(state(&db, live).await.as_deref(), Some("available"));
+    for (action, says) in [
+        ("/actions/redrive", "no job 999999: nothing was redriven"),
+        ("/actions/purge", "no job 999999: nothing was purged"),
+    ] {
+        let answer = post(
+            &router,
+            action,
+            &[("id", "999999"), ("confirm", "yes"), ("csrf", &token)],
+            Some(&op),
+        )
+        .await;
+        assert_eq!(
+            answer.status,
+            StatusCode::NOT_FOUND,
+            "{action}: {}",
+            answer.body
+        );
+        assert!(answer.body.contains(says), "{says}: {}", answer.body);
+    }
+    db.close().await;
+}
+
+#[tokio::test]
+async fn a_seen_at_out_of_range_is_refused_naming_it() {
+    let db = TestDb::new().await;
+    let dead = enqueue(&db, "charge", "{}", "mail", None).await;
+    discard(&db, dead, "terminal", "boom").await;
+    let router = Dashboard::new(db.store()).operator_token("t0ken").router();
+    let op = login(&router, "t0ken").await;
+    let token = csrf(&get(&router, "/dead", Some(&op)).await.body);
+    for seen_at in ["0000-01-01T00:00:00Z", "9999-12-31T23:59:59-01:00"] {
+        for action in ["/actions/redrive", "/actions/purge"] {
+            let answer = post(
+                &router,
+                action,
+                &[
+                    ("all", "1"),
+                    ("confirm", "yes"),
+                    ("seen_at", seen_at),
+                    ("csrf", &token),
+                ],
+                Some(&op),
+            )
+            .await;
+            assert_eq!(
+                answer.status,
+                StatusCode::BAD_REQUEST,
+                "{action} {seen_at}: {}",
+                answer.body
+            );
+            assert!(
+                answer
+                    .body
+                    .contains("`seen_at` must be between 0001-01-01 and 9999-12-31 UTC"),
+                "{}",
+                answer.body
+            );
+        }
+    }
+    assert_eq!(state(&db, dead).await.as_deref(), Some("discarded"));
+    db.close().await;
+}
+
+#[tokio::test]
+async fn a_job_id_is_plain_decimal_digits() {
+    let db = TestDb::new().await;
+    let id = enqueue(&db, "charge", "{}", "mail", None).await;
+    let router = Dashboard::new(db.store()).operator_token("t0ken").router();
+    let op = login(&router, "t0ken").await;
+    let token = csrf(&get(&router, "/", Some(&op)).await.body);
+    for path in [
+        format!("/jobs/+{id}"),
+        format!("/jobs/-{id}"),
+        format!("/jobs/0{id}"),
+    ] {
+        let page = get(&router, &path, None).await;
+        let expected = if path.contains("/0") {
+            StatusCode::OK
+        } else {
+            StatusCode::NOT_FOUND
+        };
+        assert_eq!(page.status, expected, "{path}: {}", page.body);
+    }
+    let page = get(&router, &format!("/jobs/+{id}"), None).await.body;
+    assert!(
+        page.contains("no such job: the path's job id must be"),
+        "{page}"
+    );
+    let page = get(&router, &format!("/jobs?before=%2B{id}"), None).await;
+    assert_eq!(page.status, StatusCode::BAD_REQUEST, "{}", page.body);
+    assert!(
+        page.body.contains("`before` must be a job id"),
+        "{}",
+        page.body
+    );
+    let answer = post(
+        &router,
+        "/actions/cancel",
+        &[("id", &format!("+{id}")), ("csrf", &token)],
+        Some(&op),
+    )
+    .await;
+    assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{}", answer.body);
+    assert!(
+        answer.body.contains("`id` must be a job id"),
+        "{}",
+        answer.body
+    );
+    assert_eq!(state(&db, id).await.as_deref(), Some("available"));
     db.close().await;
 }

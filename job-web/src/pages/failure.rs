@@ -26,7 +26,7 @@ use axum::middleware::Next;
 use axum::response::Response;
 use maud::html;
 
-use super::layout::{self, clip, Nav, Notice};
+use super::layout::{self, clip, Nav};
 use crate::base::Base;
 use crate::dashboard::App;
 use crate::error::Failure;
@@ -81,7 +81,7 @@ pub(crate) async fn dress(State(app): State<Arc<App>>, request: Request, next: N
         p.error { (failure.message) }
         p { a href=(ctx.base.at("/")) { "Back to the queues" } }
     };
-    let page = layout::page(&ctx, Nav::None, &title, &Notice::default(), body).into_string();
+    let page = layout::page(&ctx, Nav::None, &title, body).into_string();
     let (mut parts, _) = response.into_parts();
     parts.status = failure.status;
     parts.headers.remove(header::CONTENT_LENGTH);

@@ -8,8 +8,9 @@ use axum::response::Html;
 use job::{JobRow, JobState};
 use job_postgres::{ShowSteps, ShownSteps};
 use maud::{html, Markup};
+use serde::de::IgnoredAny;
 
-use super::layout::{self, form, opt_time, pretty, purge_form, state_badge, time, Nav, Notice};
+use super::layout::{self, form, opt_time, pretty, purge_form, state_badge, time, Nav};
 use crate::base::Base;
 use crate::dashboard::{AppState, Ctx};
 use crate::error::WebError;
@@ -30,7 +31,8 @@ pub(crate) async fn page(
     base: Base,
     headers: HeaderMap,
     JobIdPath(id): JobIdPath,
-    Query(notice): Query<Notice>,
+    // No field is read; one that is no UTF-8 is still refused (see `extract.rs`).
+    Query(_): Query<IgnoredAny>,
 ) -> Result<Html<String>, WebError> {
     let ctx = app.ctx(base, &headers);
     let Some(job) = app.scope().get(id).await? else {
@@ -49,7 +51,7 @@ pub(crate) async fn page(
     };
     let title = format!("Job {id}");
     Ok(Html(
-        layout::page(&ctx, Nav::None, &title, &notice, body).into_string(),
+        layout::page(&ctx, Nav::None, &title, body).into_string(),
     ))
 }
 

@@ -9,7 +9,7 @@ use job_postgres::{JobSummary, Page, PageRequest};
 use maud::{html, Markup};
 use serde::Deserialize;
 
-use super::layout::{self, clip, form, href, opt_time, purge_form, state_badge, Nav, Notice};
+use super::layout::{self, clip, form, href, opt_time, purge_form, state_badge, Nav};
 use crate::base::Base;
 use crate::dashboard::{AppState, Ctx};
 use crate::error::WebError;
@@ -27,8 +27,6 @@ pub(crate) struct ListQuery {
     /// A job id, read by [`ListQuery::before`]: as text, so that one that does not parse is
     /// refused naming the field, and an empty one is unset.
     before: Option<String>,
-    #[serde(flatten)]
-    notice: Notice,
 }
 
 /// A field as the page shows it again (once [`ListQuery::filter`] took it).
@@ -99,7 +97,7 @@ pub(crate) async fn page(
         (pager(&ctx, "/jobs", &query, before, &page))
     };
     Ok(Html(
-        layout::page(&ctx, Nav::Jobs, "Jobs", &query.notice, body).into_string(),
+        layout::page(&ctx, Nav::Jobs, "Jobs", body).into_string(),
     ))
 }
 
@@ -137,7 +135,7 @@ pub(crate) async fn dead_letters(
         (pager(&ctx, "/dead", &query, before, &page))
     };
     Ok(Html(
-        layout::page(&ctx, Nav::Dead, "Dead letters", &query.notice, body).into_string(),
+        layout::page(&ctx, Nav::Dead, "Dead letters", body).into_string(),
     ))
 }
 

@@ -4,9 +4,9 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use job::JobState;
-use maud::{html, Markup, DOCTYPE};
-use serde::Deserialize;
+use maud::{html, Markup, PreEscaped, DOCTYPE};
 
+use super::visible;
 use crate::dashboard::Ctx;
 
 /// Which navigation entry is current.
@@ -18,50 +18,16 @@ pub(crate) enum Nav {
     None,
 }
 
-/// The outcome of the last action, from the redirect's query (`?done=..&n=..`): fixed codes,
-/// so that a link cannot make the page say anything it chooses.
-#[derive(Debug, Default, Deserialize)]
-pub(crate) struct Notice {
-    done: Option<String>,
-    /// A string, parsed here: inside a `#[serde(flatten)]` (the listing's query) the query
-    /// string's values reach serde as strings only.
-    n: Option<String>,
-}
-
-impl Notice {
-    fn text(&self) -> Option<String> {
-        let n: u64 = self.n.as_deref().and_then(|n| n.parse().ok()).unwrap_or(0);
-        Some(match self.done.as_deref()? {
-            "cancelled" => "Cancelled.".to_owned(),
-            "cancel_requested" => {
-                "Cancellation requested: the job stops at its worker's next heartbeat.".to_owned()
-            }
-            "already_finished" => "The job had already finished: nothing changed.".to_owned(),
-            "not_found" => "No such job.".to_owned(),
-            "redriven" => format!("Redriven: {n} job(s) available again."),
-            "redrive_skipped" => format!(
-                "Redriven: {n} job(s); others were skipped because an active job holds their unique key."
-            ),
-            "purged" => format!("Purged {n} dead letter(s)."),
-            "paused" => "Paused: workers take no more of its jobs.".to_owned(),
-            "already_paused" => "It was paused already.".to_owned(),
-            "resumed" => "Resumed.".to_owned(),
-            "not_paused" => "It was not paused.".to_owned(),
-            "logged_in" => "Logged in as operator.".to_owned(),
-            "logged_out" => "Logged out: read-only.".to_owned(),
-            _ => return None,
-        })
-    }
-}
-
-/// A whole page.
-pub(crate) fn page(ctx: &Ctx, nav: Nav, title: &str, notice: &Notice, body: Markup) -> Markup {
+/// A whole page, with the notice of the action that led to it, if any; every character of its
+/// text that a reader cannot see shown as an escape (see `visible.rs`).
+pub(crate) fn page(ctx: &Ctx, nav: Nav, title: &str, body: Markup) -> Markup {
     let link = |target: Nav, path: &str, label: &str| {
         html! {
             a href=(ctx.base.at(path)) class=[(nav == target).then_some("current")] { (label) }
         }
     };
-    html! {
+    let notice = ctx.notice.as_ref().and_then(|n| n.text(ctx.can_act()));
+    let page = html! {
         (DOCTYPE)
         html lang="en" {
             head {
@@ -94,14 +60,15 @@ pub(crate) fn page(ctx: &Ctx, nav: Nav, title: &str, notice: &Notice, body: Mark
                     }
                 }
                 main {
-                    @if let Some(text) = notice.text() {
+                    @if let Some(text) = notice {
                         p.notice role="status" { (text) }
                     }
                     (body)
                 }
             }
         }
-    }
+    };
+    PreEscaped(visible::page(page.into_string()))
 }
 
 /// A POST form with the session's CSRF token, hidden `fields` and one button; nothing when the
@@ -196,7 +163,8 @@ pub(crate) fn clip(text: &str, max: usize) -> String {
 }
 
 /// Pretty JSON for a `<pre>` (escaped by the caller's template), at most `max` bytes of it,
-/// cut with a note past that. Pretty text can be a hundred times its compact size (an array
+/// cut with a note past that; a character a reader cannot see in a string is written as its
+/// JSON escape (`\u202e`, see `visible.rs`). Pretty text can be a hundred times its compact size (an array
 /// of many small values nested a hundred deep indents each of them by 200 spaces), so the
 /// text is written into a buffer that stops taking bytes at `max`: the serializer stops
 /// there, and a page of such a value costs `max`, not its pretty size.
@@ -205,7 +173,8 @@ pub(crate) fn pretty(value: &serde_json::Value, max: usize) -> String {
         bytes: Vec::new(),
         max,
     };
-    let whole = serde_json::to_writer_pretty(&mut out, value).is_ok();
+    let mut serializer = serde_json::Serializer::with_formatter(&mut out, visible::Pretty::new());
+    let whole = serde::Serialize::serialize(value, &mut serializer).is_ok();
     let mut text = match String::from_utf8(out.bytes) {
         Ok(text) => text,
         // Cut inside a character: keep what comes before it.

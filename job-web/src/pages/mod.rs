@@ -6,3 +6,4 @@ pub(crate) mod jobs;
 pub(crate) mod layout;
 pub(crate) mod login;
 pub(crate) mod overview;
+pub(crate) mod visible;

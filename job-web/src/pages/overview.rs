@@ -1,24 +1,32 @@
 //! The queues page: per queue, the jobs waiting (by state, with the oldest due one's age),
 //! running, stuck, dead, and finished within the recent window; what is paused; pause and
 //! resume. One statement for the counts (`inspect_overview.sql`, each part capped and read
-//! through its partial index) and one for the pauses.
+//! through its partial index) and one for the pauses. The page shows at most [`SHOWN`] queues
+//! and [`SHOWN`] pauses, and says how many more there are.
 
 use axum::http::HeaderMap;
 use axum::response::Html;
 use job::Pause;
 use maud::html;
+use serde::de::IgnoredAny;
 
-use super::layout::{self, age, count, form, href, Nav, Notice};
+use super::layout::{self, age, count, form, href, Nav};
 use crate::base::Base;
 use crate::dashboard::{AppState, Ctx};
 use crate::error::WebError;
 use crate::extract::Query;
 
+/// The queues (the first by name) and the pauses (kinds, then queues, by name) the page shows
+/// at most: each paused queue got a row and the list of pauses was whole, so that 50,000 pauses
+/// made a page of 46 MB. `job stats` and `job paused` list them all.
+const SHOWN: usize = job_postgres::OVERVIEW_QUEUES as usize;
+
 pub(crate) async fn page(
     axum::extract::State(app): AppState,
     base: Base,
     headers: HeaderMap,
-    Query(notice): Query<Notice>,
+    // No field is read; one that is no UTF-8 is still refused (see `extract.rs`).
+    Query(_): Query<IgnoredAny>,
 ) -> Result<Html<String>, WebError> {
     let ctx = app.ctx(base, &headers);
     let overview = app
@@ -40,6 +48,9 @@ pub(crate) async fn page(
     names.extend(paused_queues.iter().copied());
     names.sort_unstable();
     names.dedup();
+    let more_queues = names.len().saturating_sub(SHOWN);
+    names.truncate(SHOWN);
+    let more_pauses = pauses.len().saturating_sub(SHOWN);
     // By name, once: a `find` per row was quadratic in the queues.
     let by_name: std::collections::HashMap<&str, &job_postgres::QueueOverview> = overview
         .queues
@@ -111,6 +122,9 @@ pub(crate) async fn page(
                     }
                 }
             }
+            @if more_queues > 0 {
+                p.muted { (more_queues) " more queues are not shown: this page lists the first " (SHOWN) " by name. `job stats` counts every queue, `job paused` lists every pause." }
+            }
             @if overview.queues_capped {
                 p.muted { "More than " (job_postgres::OVERVIEW_QUEUES) " queues have waiting jobs: the first " (job_postgres::OVERVIEW_QUEUES) " by name are counted, with those that have running, dead or recently finished jobs." }
             }
@@ -129,7 +143,7 @@ pub(crate) async fn page(
             p.muted { "Nothing is paused." }
         } @else {
             ul.paused {
-                @for entry in &pauses {
+                @for entry in pauses.iter().take(SHOWN) {
                     @let p = &entry.what;
                     li {
                         (p.scope()) " " code { (p.name()) }
@@ -148,12 +162,15 @@ pub(crate) async fn page(
                 }
             }
         }
+        @if more_pauses > 0 {
+            p.muted { "… and " (more_pauses) " more pauses: `job paused` lists them all." }
+        }
         @if can_pause {
             (pause_form(&ctx))
         }
     };
     Ok(Html(
-        layout::page(&ctx, Nav::Queues, "Queues", &notice, body).into_string(),
+        layout::page(&ctx, Nav::Queues, "Queues", body).into_string(),
     ))
 }
 

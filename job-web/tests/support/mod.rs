@@ -8,20 +8,38 @@ use axum::Router;
 use job_testkit::TestDb;
 use tower::ServiceExt;
 
-/// An answer: status, `Location`, `Set-Cookie`, `Allow`, body.
+/// An answer: status, `Location`, the first `Set-Cookie` and all of them, `Allow`, body.
 #[derive(Debug)]
 pub struct Answer {
     pub status: StatusCode,
     pub location: Option<String>,
     pub set_cookie: Option<String>,
+    pub set_cookies: Vec<String>,
     pub allow: Option<String>,
     pub body: String,
+}
+
+impl Answer {
+    /// The `name=value` of the cookie `name` this answer sets, if it sets it.
+    pub fn cookie(&self, name: &str) -> Option<String> {
+        self.set_cookies
+            .iter()
+            .map(|c| c.split(';').next().unwrap())
+            .find(|c| c.split_once('=').is_some_and(|(n, _)| n == name))
+            .map(str::to_owned)
+    }
 }
 
 /// Sends `request` as it is.
 pub async fn send(router: &Router, request: Request<Body>) -> Answer {
     let response = router.clone().oneshot(request).await.unwrap();
     // In a block of its own, so that the future stays `Send` (tests run requests at once).
+    let set_cookies: Vec<String> = response
+        .headers()
+        .get_all(header::SET_COOKIE)
+        .iter()
+        .map(|v| v.to_str().unwrap().to_owned())
+        .collect();
     let (location, set_cookie, allow) = {
         let header = |name| {
             response
@@ -43,6 +61,7 @@ pub async fn send(router: &Router, request: Request<Body>) -> Answer {
         status,
         location,
         set_cookie,
+        set_cookies,
         allow,
         body: String::from_utf8(body.to_vec()).unwrap(),
     }
