@@ -283,6 +283,40 @@ fn check_options(command: &Command) -> Result<(), Error> {
             };
             Err(format!("{n} ids named, more than --limit {}: {advice}", dead.limit).into())
         }
+        // The ids past the limit were neither listed nor mentioned: `--limit 1 --id 1 --id 4`
+        // printed job 1 alone.
+        Command::List { ids, limit, .. } if distinct(ids) > *limit as usize => {
+            let n = distinct(ids);
+            let advice = if n <= MAX_LIST_LIMIT as usize {
+                format!("give --limit {n}, or name them over several commands")
+            } else {
+                format!("name at most {MAX_LIST_LIMIT} per command")
+            };
+            Err(format!("{n} ids named, more than --limit {limit}: {advice}").into())
+        }
+        // Refused before connecting, naming the option as given (the store's check names the
+        // filter's field, after the connect).
+        Command::List {
+            finalized_from,
+            finalized_to,
+            ..
+        } if out_of_range(*finalized_from)
+            .or(out_of_range(*finalized_to))
+            .is_some() =>
+        {
+            let (option, at) = match out_of_range(*finalized_from) {
+                Some(at) => ("--finalized-from", at),
+                None => (
+                    "--finalized-to",
+                    out_of_range(*finalized_to).unwrap_or_default(),
+                ),
+            };
+            Err(format!(
+                "{option} must be from 0001-01-01 to 9999-12-31 (UTC), got {at}: no job \
+                 carries a time outside it"
+            )
+            .into())
+        }
         Command::List {
             finalized_from: Some(from),
             finalized_to: Some(to),
@@ -319,6 +353,15 @@ fn filter_of(command: &Command) -> Option<&FilterArgs> {
         Command::Redrive(dead) | Command::Purge { dead, .. } => Some(&dead.filter),
         _ => None,
     }
+}
+
+/// `at`, when it is outside the years 1 to 9999, which no job's time is (`job::EARLIEST_TIME`
+/// to `job::LATEST_TIME`).
+fn out_of_range(
+    at: Option<chrono::DateTime<chrono::Utc>>,
+) -> Option<chrono::DateTime<chrono::Utc>> {
+    use chrono::Datelike;
+    at.filter(|at| !(1..=9999).contains(&at.year()))
 }
 
 /// How many different ids `ids` holds.
@@ -502,16 +545,26 @@ async fn stats(
         stats.dead_letters, stats.stuck
     ))?;
     let in_table: HashSet<&str> = shown.iter().map(|(queue, _)| *queue).collect();
-    for p in &paused {
-        match p {
-            Pause::Kind(name) => print(format_args!("kind {name} is paused"))?,
-            // A paused queue with no jobs, or past the table's first queues, has no row to
-            // mark.
+    // A paused queue with no jobs, or past the table's first queues, has no row to mark: a line
+    // each, as many as the table's rows at most (50,000 pauses printed 50,000 lines).
+    let lines: Vec<String> = paused
+        .iter()
+        .filter_map(|p| match p {
+            Pause::Kind(name) => Some(format!("kind {name} is paused")),
             Pause::Queue(name) if !in_table.contains(name.as_str()) => {
-                print(format_args!("queue {name} is paused"))?
+                Some(format!("queue {name} is paused"))
             }
-            _ => {}
-        }
+            _ => None,
+        })
+        .collect();
+    for line in lines.iter().take(STATS_QUEUES) {
+        print(line)?;
+    }
+    if lines.len() > STATS_QUEUES {
+        print(format_args!(
+            "… and {} more pause(s) not shown: `job paused` lists every pause",
+            lines.len() - STATS_QUEUES
+        ))?;
     }
     Ok(())
 }
@@ -1107,7 +1160,9 @@ fn web_config(
     mut allowed_hosts: Vec<String>,
     secure_cookie: bool,
 ) -> job_web::DashboardConfig {
-    if allowed_hosts.is_empty() && listen.ip().is_loopback() {
+    // An IPv4 address written as IPv6 (`[::ffff:127.0.0.1]`) is the IPv4 one: without the
+    // canonical form it was not loopback, and the dashboard answered any Host name there.
+    if allowed_hosts.is_empty() && listen.ip().to_canonical().is_loopback() {
         allowed_hosts = ["localhost", "127.0.0.1", "[::1]"]
             .map(str::to_owned)
             .to_vec();
@@ -1126,6 +1181,20 @@ fn web_config(
     }
 }
 
+/// What is wrong with an operator token: too short (the dashboard's rule), or holding a
+/// character no login form can send (a NUL, a newline inside it, another control character).
+fn token_problem(token: &str) -> Option<String> {
+    if let Some(c) = token.chars().find(|c| c.is_control()) {
+        return Some(format!(
+            "the operator token holds a control character (U+{:04X}), which no login form \
+             sends: use a random token of letters and digits, such as `openssl rand -hex 16` \
+             prints",
+            c as u32
+        ));
+    }
+    job_web::operator_token_problem(token)
+}
+
 async fn web(
     store: PgStore,
     listen: std::net::SocketAddr,
@@ -1134,17 +1203,27 @@ async fn web(
     config: job_web::DashboardConfig,
 ) -> Result<(), Error> {
     let token = match token_file {
-        Some(path) => Some(
-            std::fs::read_to_string(&path)
+        Some(path) => {
+            let token = std::fs::read_to_string(&path)
                 .map_err(|e| format!("cannot read {}: {e}", path.display()))?
                 .trim()
-                .to_owned(),
-        ),
+                .to_owned();
+            // A file given and empty is a mistake, not a wish to serve read-only (leave the
+            // flag out for that): it served read-only, saying so only in its first line.
+            if token.is_empty() {
+                return Err(format!(
+                    "{} holds no operator token (it is empty or only whitespace): write one                      into it, such as `openssl rand -hex 16` prints, or leave                      --operator-token-file out to serve read-only",
+                    path.display()
+                )
+                .into());
+            }
+            Some(token)
+        }
         None => std::env::var("JOB_OPERATOR_TOKEN")
             .ok()
             .map(|token| token.trim().to_owned()),
     };
-    if let Some(problem) = token.as_deref().and_then(job_web::operator_token_problem) {
+    if let Some(problem) = token.as_deref().and_then(token_problem) {
         return Err(problem.into());
     }
     let mut dashboard = match tenant {
@@ -1166,16 +1245,7 @@ async fn web(
             ""
         }
     );
-    axum::serve(
-        listener,
-        dashboard
-            .router()
-            .into_make_service_with_connect_info::<std::net::SocketAddr>(),
-    )
-    .with_graceful_shutdown(async {
-        let _ = tokio::signal::ctrl_c().await;
-    })
-    .await?;
+    crate::serve::serve(listener, dashboard.router()).await?;
     Ok(())
 }
 
@@ -1236,6 +1306,47 @@ mod tests {
     }
 
     #[test]
+    fn list_refuses_more_ids_than_its_limit_and_times_no_job_carries() {
+        // `--limit 1 --id 1 --id 4` listed job 1 and said nothing of job 4.
+        assert_eq!(
+            checked(&["list", "--limit", "1", "--id", "1", "--id", "4"]),
+            Err(
+                "2 ids named, more than --limit 1: give --limit 2, or name them over several \
+                 commands"
+                    .into()
+            )
+        );
+        assert_eq!(checked(&["list", "--id", "1", "--id", "4"]), Ok(()));
+        // Refused before connecting, naming the option (it was the store's refusal, naming
+        // `finalized_from`, after the connect).
+        for (option, at) in [
+            ("--finalized-from", "0000-12-31T00:00:00Z"),
+            ("--finalized-to", "+10000-01-01T00:00:00Z"),
+        ] {
+            let said = checked(&["list", option, at]).expect_err(at);
+            assert!(
+                said.starts_with(&format!(
+                    "{option} must be from 0001-01-01 to 9999-12-31 (UTC), got "
+                )),
+                "{said}"
+            );
+        }
+        assert_eq!(
+            checked(&["list", "--finalized-from", "0001-01-01T00:00:00Z"]),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn a_token_no_login_form_sends_is_refused() {
+        let said = super::token_problem("abcdefghijklmnop\0qrstuvwx").unwrap();
+        assert!(said.contains("control character (U+0000)"), "{said}");
+        assert!(super::token_problem("abcdefghijklmnopqrstuvwx").is_none());
+        // The dashboard's own rule still applies.
+        assert!(super::token_problem("short").is_some());
+    }
+
+    #[test]
     fn an_empty_allowed_host_is_refused() {
         // It would match no `Host`: the dashboard would answer every request 421.
         assert_eq!(
@@ -1268,6 +1379,12 @@ mod tests {
         assert_eq!(web_config(v6, Vec::new(), false).allowed_hosts.len(), 3);
         let any = "0.0.0.0:8080".parse().unwrap();
         assert!(web_config(any, Vec::new(), false).allowed_hosts.is_empty());
+        // An IPv4 loopback address written as IPv6 is loopback: it answered any Host.
+        let mapped = "[::ffff:127.0.0.1]:8080".parse().unwrap();
+        assert_eq!(
+            web_config(mapped, Vec::new(), false).allowed_hosts,
+            ["localhost", "127.0.0.1", "[::1]", "[::ffff:127.0.0.1]"]
+        );
         // Any loopback address answers to its own address too.
         let other = "127.0.0.2:8080".parse().unwrap();
         assert_eq!(

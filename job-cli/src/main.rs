@@ -15,6 +15,7 @@ macro_rules! say {
 mod cli;
 mod commands;
 mod output;
+mod serve;
 mod wait;
 
 use std::io::Write as _;

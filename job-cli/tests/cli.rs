@@ -1211,12 +1211,17 @@ async fn list_refuses_a_finalized_range_that_ends_before_it_starts() {
 #[tokio::test]
 async fn list_refuses_a_finalized_bound_outside_the_times_a_job_carries() {
     let db = TestDb::new().await;
+    // Refused before connecting, naming the option as given (it was the store's refusal,
+    // naming the filter's field).
     for (option, field) in [
         (
             "--finalized-from=-262143-01-01T00:00:00Z",
-            "`finalized_from`",
+            "--finalized-from must be from 0001-01-01 to 9999-12-31 (UTC)",
         ),
-        ("--finalized-to=+262142-12-31T00:00:00Z", "`finalized_to`"),
+        (
+            "--finalized-to=+262142-12-31T00:00:00Z",
+            "--finalized-to must be from 0001-01-01 to 9999-12-31 (UTC)",
+        ),
     ] {
         refused(&db, &["list", option], field);
     }
@@ -1342,5 +1347,120 @@ async fn filters_no_name_can_match_are_refused_naming_the_option_and_the_rule() 
     let all = json(&job(&db, &["--json", "list"]));
     assert_eq!(all.as_array().unwrap().len(), 1, "{all}");
     assert_eq!(all[0]["state"], "discarded");
+    db.close().await;
+}
+
+/// `job web` closes a connection whose client sends part of a request's headers and then
+/// nothing, and one left idle after a request (`serve::HEADER_TIMEOUT`, 10 s): it held such a
+/// connection for as long as the client liked, and a client that opened them by the thousand
+/// took every file descriptor of the process. Each read below is bounded at 60 s, so a server
+/// that keeps the connection open fails the test rather than hanging it.
+#[tokio::test]
+async fn web_closes_connections_that_send_nothing_more() {
+    use std::io::Read;
+    let db = TestDb::new().await;
+    let (mut child, addr, _stderr) = start_web(&db, "the-operator-token");
+    let open = |request: &str| {
+        let mut http = std::net::TcpStream::connect(&addr).unwrap();
+        http.set_read_timeout(Some(std::time::Duration::from_secs(60)))
+            .unwrap();
+        http.write_all(request.as_bytes()).unwrap();
+        http
+    };
+    let half_sent = open("GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n");
+    let idle = open(&format!("GET /login HTTP/1.1\r\nHost: {addr}\r\n\r\n"));
+    let until_closed = |mut http: std::net::TcpStream| {
+        std::thread::spawn(move || {
+            let mut read = Vec::new();
+            let ended = http.read_to_end(&mut read);
+            (
+                ended.map_err(|e| e.kind()),
+                String::from_utf8_lossy(&read).into_owned(),
+            )
+        })
+    };
+    let (half_sent, idle) = (until_closed(half_sent), until_closed(idle));
+    let (half_sent, idle) = (half_sent.join().unwrap(), idle.join().unwrap());
+    let response = log_in(&addr, "the-operator-token");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let (ended, said) = half_sent;
+    assert!(
+        ended.is_ok(),
+        "the half-sent request's connection stayed open: {ended:?}"
+    );
+    assert!(!said.contains(" 200 "), "{said}");
+    let (ended, said) = idle;
+    assert!(ended.is_ok(), "the idle connection stayed open: {ended:?}");
+    assert!(
+        said.starts_with("HTTP/1.1 200"),
+        "it answered the request first: {said}"
+    );
+    // And it still serves.
+    assert!(response.starts_with("HTTP/1.1 303"), "{response}");
+    db.close().await;
+}
+
+/// An operator token file that holds no token is an error, not a read-only dashboard: it
+/// served read-only, saying so only in its first line.
+#[tokio::test]
+async fn web_refuses_an_empty_operator_token_file() {
+    let db = TestDb::new().await;
+    let dir = std::env::temp_dir().join(format!("job-cli-token-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("token");
+    std::fs::write(&file, "   \n").unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_job"))
+        .args(["web", "--listen", "127.0.0.1:0", "--operator-token-file"])
+        .arg(&file)
+        .env("DATABASE_URL", db.url())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the job binary runs");
+    // A dashboard that serves instead never exits: bounded, then stopped and failed.
+    let waited = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if waited.elapsed() > std::time::Duration::from_secs(60) {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            panic!("job web served with an empty operator token file");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("holds no operator token (it is empty or only whitespace)"),
+        "{stderr}"
+    );
+    db.close().await;
+}
+
+/// `job stats` prints a line per pause without a row of the table to mark, at most as many
+/// as the table's rows, then says how many more there are: 50,000 pauses printed 50,000
+/// lines.
+#[tokio::test]
+async fn stats_shows_the_first_thousand_pauses_and_says_the_rest() {
+    let db = TestDb::new().await;
+    sqlx::query(
+        "INSERT INTO job.pauses (scope, name) SELECT 'kind', 'k' || lpad(g::text, 4, '0')
+         FROM generate_series(1, 1003) g",
+    )
+    .execute(&db.pool())
+    .await
+    .unwrap();
+    let out = ok(&job(&db, &["stats"]));
+    let lines: Vec<&str> = out.lines().filter(|l| l.ends_with(" is paused")).collect();
+    assert_eq!(lines.len(), 1000, "{out}");
+    assert!(
+        out.contains("… and 3 more pause(s) not shown: `job paused` lists every pause"),
+        "{out}"
+    );
+    let all = json(&job(&db, &["--json", "stats"]));
+    assert_eq!(all["paused"].as_array().unwrap().len(), 1003);
     db.close().await;
 }
