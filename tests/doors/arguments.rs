@@ -620,11 +620,12 @@ async fn refusals_show_the_value_bounded_and_name_the_element() {
             ),
         "{code} {message}"
     );
-    let jobs: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM job.jobs WHERE kind NOT IN ('doors.unique', 'doors.hidden')")
-            .fetch_one(&pool)
-            .await
-            .unwrap();
+    let jobs: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM job.jobs WHERE kind NOT IN ('doors.unique', 'doors.hidden')",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
     assert_eq!(jobs, 0, "nothing of a refused call is kept");
     db.close().await;
 }

@@ -853,7 +853,10 @@ async fn an_operator_on_the_callers_path_does_not_run_in_the_schemas_functions()
     .await
     .unwrap();
     for (function, language, source) in &unpinned {
-        assert_eq!(language, "sql", "{function} runs with its caller's search_path");
+        assert_eq!(
+            language, "sql",
+            "{function} runs with its caller's search_path"
+        );
         assert!(
             !source.contains("state") && !source.contains("job_"),
             "{function} runs with its caller's search_path and may compare the schema's types"
