@@ -14,7 +14,7 @@ use sqlx::Connection;
 
 use crate::cli::{Cli, Command, DeadArgs, EnqueueArgs, FilterArgs, PauseArgs, MAX_LIST_LIMIT};
 use crate::output::{
-    self, add_row, json, numeric, print, print_json, table, when, JobView, StdoutError, StepView,
+    self, add_row, numeric, print, print_json, table, when, JobView, StdoutError, StepView,
 };
 use crate::wait::Bound;
 
@@ -575,9 +575,18 @@ async fn show(store: &PgStore, bound: Bound, id: i64, json_out: bool) -> Result<
         return Ok(ExitCode::FAILURE);
     };
     let steps = bound.answer(store.steps(id)).await?;
+    let exact = exact_texts(store, bound, &[id]).await?;
+    let view = JobView::new(&job, exact.get(&id));
     if json_out {
         let steps: Vec<StepView> = steps.iter().map(StepView::from).collect();
-        print_json(&json!({"job": JobView::from(&job), "steps": steps}))?;
+        // A struct, not `json!`, which would make the view a `serde_json::Value` and round
+        // the numbers it holds as the database wrote them.
+        #[derive(serde::Serialize)]
+        struct Shown<'a> {
+            job: JobView<'a>,
+            steps: Vec<StepView<'a>>,
+        }
+        print_json(&Shown { job: view, steps })?;
         return Ok(ExitCode::SUCCESS);
     }
     let mut t = table(["field", "value"]);
@@ -623,14 +632,15 @@ async fn show(store: &PgStore, bound: Bound, id: i64, json_out: bool) -> Result<
         add_row(&mut t, [k.to_owned(), v]);
     }
     print(&t)?;
+    let (payload, progress, result) = view.values();
     print("payload:")?;
-    print(json(&job.payload))?;
-    if let Some(progress) = &job.progress {
-        print(format_args!("progress: {}", json(progress)))?;
+    print(payload.pretty())?;
+    if let Some(progress) = progress {
+        print(format_args!("progress: {}", progress.pretty()))?;
     }
-    if let Some(result) = &job.result {
+    if let Some(result) = result {
         print("result:")?;
-        print(json(result))?;
+        print(result.pretty())?;
     }
     if job.errors.is_empty() {
         print("error history: none")?;
@@ -673,6 +683,33 @@ async fn show(store: &PgStore, bound: Bound, id: i64, json_out: bool) -> Result<
     Ok(ExitCode::SUCCESS)
 }
 
+/// The payload, progress and result of the jobs `ids` as the database writes them
+/// (`jsonb_pretty`: numbers as stored; see [`output::Exact`]), by id. A job gone since is not
+/// in it.
+async fn exact_texts(
+    store: &PgStore,
+    bound: Bound,
+    ids: &[i64],
+) -> Result<HashMap<i64, output::ExactTexts>, Error> {
+    type Texts = (i64, Option<String>, Option<String>, Option<String>);
+    let rows: Vec<Texts> = bound
+        .answer(
+            sqlx::query_as(
+                "SELECT id, jsonb_pretty(payload), jsonb_pretty(progress), jsonb_pretty(result) \
+                 FROM job.jobs WHERE id = ANY($1)",
+            )
+            .bind(ids)
+            .fetch_all(store.pool()),
+        )
+        .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(id, payload, progress, result)| {
+            (id, output::ExactTexts::new(payload, progress, result))
+        })
+        .collect())
+}
+
 /// How many whole rows `list --json` holds at once: a row may carry a payload of megabytes (and
 /// an error history of up to 2 MiB), and `--limit` allows 10,000 rows.
 const LIST_JSON_CHUNK: usize = 16;
@@ -697,8 +734,10 @@ async fn list_json(store: &PgStore, bound: Bound, filter: &JobFilter) -> Result<
                 ..JobFilter::ids(chunk.iter().copied())
             }))
             .await?;
+        let ids: Vec<i64> = rows.iter().map(|row| row.id).collect();
+        let exact = exact_texts(store, bound, &ids).await?;
         for row in &rows {
-            array.push(&JobView::from(row))?;
+            array.push(&JobView::new(row, exact.get(&row.id)))?;
         }
     }
     array.finish()?;

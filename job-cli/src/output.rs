@@ -10,6 +10,7 @@ use comfy_table::{CellAlignment, ContentArrangement, Table};
 use job::{AttemptError, JobRow};
 use job_postgres::{JobSummary, StepRecord};
 use serde::Serialize;
+use serde_json::value::RawValue;
 
 /// A table with the house style: condensed borders, wrapped to the terminal when it is one.
 pub(crate) fn table<I, S>(header: I) -> Table
@@ -99,6 +100,53 @@ pub(crate) fn clip(text: &str, max: usize) -> String {
     }
 }
 
+/// A JSON value of a job's row as the command prints it: the database's own text of it when
+/// read (numbers as stored: a `serde_json::Value` keeps a number as an f64, an i64 or a u64,
+/// so `1.50` came back as `1.5`, 2^64 as `1.8446744073709552e19` and
+/// `0.1000000000000000000000001` as `0.1`), else the row's value (one nested past what
+/// serde_json reads, say).
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+pub(crate) enum Exact<'a> {
+    Text(&'a RawValue),
+    Value(&'a serde_json::Value),
+}
+
+impl Exact<'_> {
+    /// Pretty text, for people (`jsonb_pretty`'s, or serde_json's of the value).
+    pub(crate) fn pretty(&self) -> String {
+        match self {
+            Exact::Text(raw) => raw.get().to_owned(),
+            Exact::Value(value) => json(value),
+        }
+    }
+}
+
+/// The database's text of a job's payload, progress and result (`jsonb_pretty`), where it is
+/// JSON serde_json reads.
+#[derive(Debug, Default)]
+pub(crate) struct ExactTexts {
+    pub(crate) payload: Option<Box<RawValue>>,
+    pub(crate) progress: Option<Box<RawValue>>,
+    pub(crate) result: Option<Box<RawValue>>,
+}
+
+impl ExactTexts {
+    /// Its texts, each kept only when serde_json reads it.
+    pub(crate) fn new(
+        payload: Option<String>,
+        progress: Option<String>,
+        result: Option<String>,
+    ) -> ExactTexts {
+        let raw = |text: Option<String>| text.and_then(|t| RawValue::from_string(t).ok());
+        ExactTexts {
+            payload: raw(payload),
+            progress: raw(progress),
+            result: raw(result),
+        }
+    }
+}
+
 /// A job as JSON: every column of its row.
 #[derive(Debug, Serialize)]
 pub(crate) struct JobView<'a> {
@@ -107,7 +155,7 @@ pub(crate) struct JobView<'a> {
     queue: &'a str,
     priority: i16,
     state: &'static str,
-    payload: &'a serde_json::Value,
+    payload: Exact<'a>,
     payload_version: i32,
     attempt: i32,
     max_attempts: i32,
@@ -123,19 +171,27 @@ pub(crate) struct JobView<'a> {
     tags: &'a [String],
     tenant: Option<&'a str>,
     stuck_since: Option<DateTime<Utc>>,
-    progress: Option<&'a serde_json::Value>,
-    result: Option<&'a serde_json::Value>,
+    progress: Option<Exact<'a>>,
+    result: Option<Exact<'a>>,
 }
 
-impl<'a> From<&'a JobRow> for JobView<'a> {
-    fn from(j: &'a JobRow) -> Self {
+impl<'a> JobView<'a> {
+    /// Job `j`, its payload, progress and result as `exact` has them where it does.
+    pub(crate) fn new(j: &'a JobRow, exact: Option<&'a ExactTexts>) -> Self {
+        // A value nested past what serde_json reads is in the row as its text, in a JSON
+        // string: kept so, as `get` and `list` give it, where the database's text is no string.
+        let shown = |text: Option<&'a Box<RawValue>>, value: &'a serde_json::Value| match text {
+            Some(text) if text.get().starts_with('"') == value.is_string() => Exact::Text(text),
+            _ => Exact::Value(value),
+        };
+        let exact = exact.unwrap_or(&NO_TEXTS);
         JobView {
             id: j.id,
             kind: &j.kind,
             queue: &j.queue,
             priority: j.priority,
             state: j.state.as_str(),
-            payload: &j.payload,
+            payload: shown(exact.payload.as_ref(), &j.payload),
             payload_version: j.payload_version,
             attempt: j.attempt,
             max_attempts: j.max_attempts,
@@ -151,11 +207,26 @@ impl<'a> From<&'a JobRow> for JobView<'a> {
             tags: &j.tags,
             tenant: j.tenant.as_deref(),
             stuck_since: j.stuck_since,
-            progress: j.progress.as_ref(),
-            result: j.result.as_ref(),
+            progress: j
+                .progress
+                .as_ref()
+                .map(|v| shown(exact.progress.as_ref(), v)),
+            result: j.result.as_ref().map(|v| shown(exact.result.as_ref(), v)),
         }
     }
+
+    /// Its payload, progress and result, as [`new`](Self::new) chose them.
+    pub(crate) fn values(&self) -> (&Exact<'a>, Option<&Exact<'a>>, Option<&Exact<'a>>) {
+        (&self.payload, self.progress.as_ref(), self.result.as_ref())
+    }
 }
+
+/// No text read: every value is the row's.
+static NO_TEXTS: ExactTexts = ExactTexts {
+    payload: None,
+    progress: None,
+    result: None,
+};
 
 /// A recorded step as JSON.
 #[derive(Debug, Serialize)]
