@@ -683,9 +683,10 @@ async fn show(store: &PgStore, bound: Bound, id: i64, json_out: bool) -> Result<
     Ok(ExitCode::SUCCESS)
 }
 
-/// The payload, progress and result of the jobs `ids` as the database writes them
-/// (`jsonb_pretty`: numbers as stored; see [`output::Exact`]), by id. A job gone since is not
-/// in it.
+/// The payload, progress and result of the jobs `ids` as the database writes them (`jsonb`'s
+/// text: numbers as stored; see [`output::Exact`]), by id. A job gone since is not in it. Not
+/// `jsonb_pretty`, which lays a value out on the server, where indentation can make its text a
+/// hundred times the value's.
 async fn exact_texts(
     store: &PgStore,
     bound: Bound,
@@ -695,7 +696,7 @@ async fn exact_texts(
     let rows: Vec<Texts> = bound
         .answer(
             sqlx::query_as(
-                "SELECT id, jsonb_pretty(payload), jsonb_pretty(progress), jsonb_pretty(result) \
+                "SELECT id, payload::text, progress::text, result::text \
                  FROM job.jobs WHERE id = ANY($1)",
             )
             .bind(ids)

@@ -113,17 +113,17 @@ pub(crate) enum Exact<'a> {
 }
 
 impl Exact<'_> {
-    /// Pretty text, for people (`jsonb_pretty`'s, or serde_json's of the value).
+    /// Pretty text, for people (the database's, laid out as serde_json lays out the value).
     pub(crate) fn pretty(&self) -> String {
         match self {
-            Exact::Text(raw) => raw.get().to_owned(),
+            Exact::Text(raw) => job_web::pretty_json(raw.get(), usize::MAX).0,
             Exact::Value(value) => json(value),
         }
     }
 }
 
-/// The database's text of a job's payload, progress and result (`jsonb_pretty`), where it is
-/// JSON serde_json reads.
+/// The database's text of a job's payload, progress and result (`jsonb`'s), where it is JSON
+/// serde_json reads.
 #[derive(Debug, Default)]
 pub(crate) struct ExactTexts {
     pub(crate) payload: Option<Box<RawValue>>,

@@ -40,6 +40,7 @@ mod deadline;
 mod error;
 mod extract;
 mod fields;
+mod json_text;
 mod notice;
 mod origin;
 mod pages;
@@ -47,3 +48,4 @@ mod scope;
 mod throttle;
 
 pub use dashboard::{operator_token_problem, Dashboard, DashboardConfig, MIN_OPERATOR_TOKEN};
+pub use json_text::pretty_json;

@@ -7,6 +7,14 @@ use job::{
 };
 use job_postgres::{Overview, Page, PageRequest, PgStore, ShowSteps, ShownSteps, TenantAdmin};
 
+/// A job's JSON values as the database writes them: see [`Scope::exact_texts`].
+#[derive(Debug, Default)]
+pub(crate) struct ExactTexts {
+    pub(crate) payload: Option<String>,
+    pub(crate) progress: Option<String>,
+    pub(crate) result: Option<String>,
+}
+
 #[derive(Debug, Clone)]
 pub(crate) enum Scope {
     All(PgStore),
@@ -43,6 +51,30 @@ impl Scope {
             Scope::All(s) => s.get(id).await,
             Scope::Tenant(t) => t.get(id).await,
         }
+    }
+
+    /// Job `id`'s payload, progress and result as the database writes them (`jsonb`'s text:
+    /// numbers as stored, where a `JobRow`'s serde_json values keep an f64, an i64 or a u64),
+    /// if the job is in scope. One more primary-key read. Not `jsonb_pretty`, which lays a
+    /// value out whole on the server: indentation can make its text a hundred times the
+    /// value's (the page lays it out itself, and stops at its bound).
+    pub(crate) async fn exact_texts(&self, id: JobId) -> Result<Option<ExactTexts>, StoreError> {
+        sqlx::query_as(
+            "SELECT payload::text, progress::text, result::text \
+             FROM job.jobs WHERE id = $1 AND ($2::text IS NULL OR tenant = $2)",
+        )
+        .bind(id)
+        .bind(self.tenant())
+        .fetch_optional(self.store().pool())
+        .await
+        .map(|row| {
+            row.map(|(payload, progress, result)| ExactTexts {
+                payload,
+                progress,
+                result,
+            })
+        })
+        .map_err(StoreError::new)
     }
 
     pub(crate) async fn steps_shown(

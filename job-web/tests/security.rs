@@ -1697,3 +1697,37 @@ async fn a_job_id_is_plain_decimal_digits() {
     assert_eq!(state(&db, id).await.as_deref(), Some("available"));
     db.close().await;
 }
+
+/// A job page shows the payload, the progress and the result as the database writes them:
+/// read into serde_json values, their numbers were rounded (2^64 as 1.8446744073709552e19,
+/// 1.50 as 1.5). Hidden characters in them are still shown as JSON escapes.
+#[tokio::test]
+async fn a_job_page_shows_numbers_as_stored() {
+    let db = TestDb::new().await;
+    let payload = r#"{"b": 18446744073709551616, "d": 1.50, "s": "a\u202eb"}"#;
+    let id = enqueue(&db, "numbers", payload, "mail", None).await;
+    sqlx::query(
+        "UPDATE job.jobs SET state = 'completed', attempt = 1, finalized_at = now(),
+                progress = '{\"p\": 0.10000000000000000555}', progress_at = now(),
+                result = '[123456789012345678901234567890]'
+         WHERE id = $1",
+    )
+    .bind(id)
+    .execute(&db.pool())
+    .await
+    .unwrap();
+    let router = Dashboard::new(db.store()).router();
+    let page = get(&router, &format!("/jobs/{id}"), None).await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    for shown in [
+        "18446744073709551616",
+        "1.50",
+        "0.10000000000000000555",
+        "123456789012345678901234567890",
+        r"a\u202eb",
+    ] {
+        assert!(page.body.contains(shown), "{shown} in {}", page.body);
+    }
+    assert!(!page.body.contains('\u{202e}'), "{}", page.body);
+    db.close().await;
+}

@@ -1,6 +1,7 @@
 //! A job's page: what it is, its payload, its latest progress, its result, its error history,
-//! its recorded steps, and the actions its state allows. Two statements by primary key
-//! (`get.sql`, `inspect_steps.sql`). The page is a list of sections: one more is one more
+//! its recorded steps, and the actions its state allows. Three statements by primary key
+//! (`get.sql`, `inspect_steps.sql`, and the payload, progress and result as the database
+//! writes them, numbers as stored). The page is a list of sections: one more is one more
 //! function in that list.
 
 use axum::http::{HeaderMap, StatusCode};
@@ -10,11 +11,12 @@ use job_postgres::{ShowSteps, ShownSteps};
 use maud::{html, Markup};
 use serde::de::IgnoredAny;
 
-use super::layout::{self, form, opt_time, pretty, purge_form, state_badge, time, Nav};
+use super::layout::{self, exact, form, opt_time, pretty, purge_form, state_badge, time, Nav};
 use crate::base::Base;
 use crate::dashboard::{AppState, Ctx};
 use crate::error::WebError;
 use crate::extract::{JobIdPath, Query};
+use crate::scope::ExactTexts;
 
 /// The most of the payload, the progress and the result a page shows, in bytes of pretty JSON.
 const SHOWN_VALUE: usize = 2 << 20;
@@ -39,13 +41,15 @@ pub(crate) async fn page(
         return Err(WebError::new(StatusCode::NOT_FOUND, format!("no job {id}")));
     };
     let steps = app.scope().steps_shown(id, SHOW_STEPS).await?;
+    // A job deleted between the reads shows its row's values.
+    let texts = app.scope().exact_texts(id).await?.unwrap_or_default();
     let body = html! {
         h1 { "Job " (job.id) " " (state_badge(job.state, job.stuck_since.is_some())) }
         (actions(&ctx, &job))
         (summary(&job))
-        (payload(&job))
-        (progress(&job))
-        (result(&job))
+        (payload(&job, &texts))
+        (progress(&job, &texts))
+        (result(&job, &texts))
         (errors(&job))
         (steps_section(&steps, job.id))
     };
@@ -94,35 +98,35 @@ fn summary(job: &JobRow) -> Markup {
     }
 }
 
-fn payload(job: &JobRow) -> Markup {
+fn payload(job: &JobRow, texts: &ExactTexts) -> Markup {
     html! {
         section.payload {
             h2 { "Payload" }
-            pre { (pretty(&job.payload, SHOWN_VALUE)) }
+            pre { (exact(&job.payload, texts.payload.as_deref(), SHOWN_VALUE)) }
         }
     }
 }
 
 /// The latest progress the handler reported, when it reported any.
-fn progress(job: &JobRow) -> Markup {
+fn progress(job: &JobRow, texts: &ExactTexts) -> Markup {
     html! {
         @if let Some(progress) = &job.progress {
             section.progress {
                 h2 { "Progress" }
                 p.muted { "reported " (opt_time(job.progress_at)) }
-                pre { (pretty(progress, SHOWN_VALUE)) }
+                pre { (exact(progress, texts.progress.as_deref(), SHOWN_VALUE)) }
             }
         }
     }
 }
 
 /// What the completing attempt returned, when it returned something.
-fn result(job: &JobRow) -> Markup {
+fn result(job: &JobRow, texts: &ExactTexts) -> Markup {
     html! {
         @if let Some(result) = &job.result {
             section.result {
                 h2 { "Result" }
-                pre { (pretty(result, SHOWN_VALUE)) }
+                pre { (exact(result, texts.result.as_deref(), SHOWN_VALUE)) }
             }
         }
     }

@@ -168,6 +168,26 @@ pub(crate) fn clip(text: &str, max: usize) -> String {
 /// of many small values nested a hundred deep indents each of them by 200 spaces), so the
 /// text is written into a buffer that stops taking bytes at `max`: the serializer stops
 /// there, and a page of such a value costs `max`, not its pretty size.
+/// A value of a job's row shown from the database's text of it (`text`: numbers as stored)
+/// when it has it, else as [`pretty`] shows `value`: laid out as [`pretty`] lays it out, at
+/// most `max` bytes with a note when cut, every hidden character as its JSON escape. A value
+/// nested past what serde_json reads is in the row as its text, in a JSON string: shown so,
+/// as before, where the database's text is no string.
+pub(crate) fn exact(value: &serde_json::Value, text: Option<&str>, max: usize) -> String {
+    let Some(text) = text.filter(|t| t.starts_with('"') == value.is_string()) else {
+        return pretty(value, max);
+    };
+    let (laid_out, whole) = crate::pretty_json(text, max);
+    let mut shown = visible::json_text(&laid_out).into_owned();
+    if !whole {
+        shown.push_str(&format!(
+            "\n… (cut at {} KiB: `job show` prints it whole)",
+            max / 1024
+        ));
+    }
+    shown
+}
+
 pub(crate) fn pretty(value: &serde_json::Value, max: usize) -> String {
     let mut out = Bounded {
         bytes: Vec::new(),

@@ -58,6 +58,26 @@ pub(crate) fn page(html: String) -> String {
     out
 }
 
+/// `json`, JSON text, with every [`hidden`] character written as its JSON escape, as
+/// [`Pretty`] writes them: such a character can stand only inside a string, where the escape
+/// means the same, so the text stays the same JSON.
+pub(crate) fn json_text(json: &str) -> std::borrow::Cow<'_, str> {
+    if !json.chars().any(hidden) {
+        return std::borrow::Cow::Borrowed(json);
+    }
+    let mut out = String::with_capacity(json.len() + 16);
+    for c in json.chars() {
+        if hidden(c) {
+            for unit in c.encode_utf16(&mut [0; 2]) {
+                out.push_str(&format!("\\u{unit:04x}"));
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 /// serde_json's pretty printer, but for strings: a [`hidden`] character in one (a key or a
 /// value) is written as its JSON escape (`\u202e`; a pair of them past U+FFFF) rather than as
 /// itself, so that the text is the same JSON and shows it. serde_json escapes the C0 controls
