@@ -275,24 +275,12 @@ fn check_options(command: &Command) -> Result<(), Error> {
         Command::Redrive(dead) | Command::Purge { dead, .. }
             if distinct(&dead.ids) > dead.limit as usize =>
         {
-            let n = distinct(&dead.ids);
-            let advice = if n <= MAX_LIST_LIMIT as usize {
-                format!("give --limit {n}, or name them over several commands")
-            } else {
-                format!("name at most {MAX_LIST_LIMIT} per command")
-            };
-            Err(format!("{n} ids named, more than --limit {}: {advice}", dead.limit).into())
+            Err(too_many_ids(distinct(&dead.ids), dead.limit))
         }
         // The ids past the limit were neither listed nor mentioned: `--limit 1 --id 1 --id 4`
         // printed job 1 alone.
         Command::List { ids, limit, .. } if distinct(ids) > *limit as usize => {
-            let n = distinct(ids);
-            let advice = if n <= MAX_LIST_LIMIT as usize {
-                format!("give --limit {n}, or name them over several commands")
-            } else {
-                format!("name at most {MAX_LIST_LIMIT} per command")
-            };
-            Err(format!("{n} ids named, more than --limit {limit}: {advice}").into())
+            Err(too_many_ids(distinct(ids), *limit))
         }
         // Refused before connecting, naming the option as given (the store's check names the
         // filter's field, after the connect).
@@ -362,6 +350,16 @@ fn out_of_range(
 ) -> Option<chrono::DateTime<chrono::Utc>> {
     use chrono::Datelike;
     at.filter(|at| !(1..=9999).contains(&at.year()))
+}
+
+/// The refusal of `n` ids named with a `--limit` below them.
+fn too_many_ids(n: usize, limit: u32) -> Error {
+    let advice = if n <= MAX_LIST_LIMIT as usize {
+        format!("give --limit {n}, or name them over several commands")
+    } else {
+        format!("name at most {MAX_LIST_LIMIT} per command")
+    };
+    format!("{n} ids named, more than --limit {limit}: {advice}").into()
 }
 
 /// How many different ids `ids` holds.

@@ -96,15 +96,7 @@ impl Formatter for Pretty {
         writer: &mut W,
         fragment: &str,
     ) -> io::Result<()> {
-        let mut from = 0;
-        for (at, c) in fragment.char_indices().filter(|&(_, c)| hidden(c)) {
-            writer.write_all(&fragment.as_bytes()[from..at])?;
-            for unit in c.encode_utf16(&mut [0; 2]) {
-                write!(writer, "\\u{unit:04x}")?;
-            }
-            from = at + c.len_utf8();
-        }
-        writer.write_all(&fragment.as_bytes()[from..])
+        writer.write_all(json_text(fragment).as_bytes())
     }
 
     fn begin_array<W: ?Sized + Write>(&mut self, writer: &mut W) -> io::Result<()> {
