@@ -340,6 +340,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "paths_pinned",
         sql: include_str!("../migrations/0063_paths_pinned.sql"),
     },
+    Migration {
+        version: 64,
+        name: "claim_never_seq_scans",
+        sql: include_str!("../migrations/0064_claim_never_seq_scans.sql"),
+    },
 ];
 
 /// The whole schema as one plain SQL script, for a DBA or a team without Rust:
