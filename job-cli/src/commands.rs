@@ -671,7 +671,7 @@ async fn show(store: &PgStore, bound: Bound, id: i64, json_out: bool) -> Result<
                     s.name.clone(),
                     s.attempt.to_string(),
                     when(Some(s.recorded_at)),
-                    s.output.to_string(),
+                    StepView::from(s).output.line(),
                 ],
             );
         }

@@ -112,12 +112,30 @@ pub(crate) enum Exact<'a> {
     Value(&'a serde_json::Value),
 }
 
-impl Exact<'_> {
+impl<'a> Exact<'a> {
+    /// The database's `text` of `value` where it reads as the same kind of value, else `value`:
+    /// a value nested past what serde_json reads is in the row as its text, in a JSON string,
+    /// and is kept so, as `get` and `list` give it, where the database's text is no string.
+    fn of(text: Option<&'a RawValue>, value: &'a serde_json::Value) -> Self {
+        match text {
+            Some(text) if text.get().starts_with('"') == value.is_string() => Exact::Text(text),
+            _ => Exact::Value(value),
+        }
+    }
+
     /// Pretty text, for people (the database's, laid out as serde_json lays out the value).
     pub(crate) fn pretty(&self) -> String {
         match self {
             Exact::Text(raw) => job_web::pretty_json(raw.get(), usize::MAX).0,
             Exact::Value(value) => json(value),
+        }
+    }
+
+    /// On one line: the database's text as it wrote it, or the value's compact JSON.
+    pub(crate) fn line(&self) -> String {
+        match self {
+            Exact::Text(raw) => raw.get().to_owned(),
+            Exact::Value(value) => value.to_string(),
         }
     }
 }
@@ -178,11 +196,8 @@ pub(crate) struct JobView<'a> {
 impl<'a> JobView<'a> {
     /// Job `j`, its payload, progress and result as `exact` has them where it does.
     pub(crate) fn new(j: &'a JobRow, exact: Option<&'a ExactTexts>) -> Self {
-        // A value nested past what serde_json reads is in the row as its text, in a JSON
-        // string: kept so, as `get` and `list` give it, where the database's text is no string.
-        let shown = |text: Option<&'a Box<RawValue>>, value: &'a serde_json::Value| match text {
-            Some(text) if text.get().starts_with('"') == value.is_string() => Exact::Text(text),
-            _ => Exact::Value(value),
+        let shown = |text: Option<&'a Box<RawValue>>, value: &'a serde_json::Value| {
+            Exact::of(text.map(|t| &**t), value)
         };
         let exact = exact.unwrap_or(&NO_TEXTS);
         JobView {
@@ -228,22 +243,24 @@ static NO_TEXTS: ExactTexts = ExactTexts {
     result: None,
 };
 
-/// A recorded step as JSON.
+/// A recorded step as JSON, its output as the database wrote it (see [`Exact`]).
 #[derive(Debug, Serialize)]
 pub(crate) struct StepView<'a> {
     name: &'a str,
     attempt: i32,
     recorded_at: DateTime<Utc>,
-    output: &'a serde_json::Value,
+    pub(crate) output: Exact<'a>,
 }
 
 impl<'a> From<&'a StepRecord> for StepView<'a> {
     fn from(s: &'a StepRecord) -> Self {
+        // Borrowed from the record's text; one serde_json does not read keeps the value.
+        let text: Option<&'a RawValue> = serde_json::from_str(&s.output_text).ok();
         StepView {
             name: &s.name,
             attempt: s.attempt,
             recorded_at: s.recorded_at,
-            output: &s.output,
+            output: Exact::of(text, &s.output),
         }
     }
 }

@@ -692,14 +692,23 @@ async fn enqueue_stores_the_payload_numbers_as_given() {
         stored,
         r#"{"a": 123456789012345678901234567890, "b": 18446744073709551616, "c": 0.10000000000000000555}"#
     );
-    // And printed as stored, by `show`, `show --json` and `list --json`, the result and the
-    // progress too: read into serde_json values, `b` came back 1.8446744073709552e19 and `c`
-    // 0.1.
+    // And printed as stored, by `show`, `show --json` and `list --json`, the result, the
+    // progress and a step's output too: read into serde_json values, `b` came back
+    // 1.8446744073709552e19 and `c` 0.1.
     sqlx::query("UPDATE job.jobs SET result = payload, progress = '{\"d\": 1.50}' WHERE id = $1")
         .bind(id)
         .execute(&db.pool())
         .await
         .unwrap();
+    // A step's output too (`show` and `show --json` print steps; `list` does not).
+    sqlx::query(
+        "INSERT INTO job.steps (job_id, name, output, attempt)
+         SELECT id, 'fetch', payload, 1 FROM job.jobs WHERE id = $1",
+    )
+    .bind(id)
+    .execute(&db.pool())
+    .await
+    .unwrap();
     let exact = [
         "123456789012345678901234567890",
         "18446744073709551616",
@@ -708,7 +717,7 @@ async fn enqueue_stores_the_payload_numbers_as_given() {
     let shown = ok(&job(&db, &["show", &id.to_string()]));
     let listed = ok(&job(&db, &["--json", "list", "--id", &id.to_string()]));
     let one = ok(&job(&db, &["--json", "show", &id.to_string()]));
-    for (out, payloads) in [(&shown, 2), (&listed, 2), (&one, 2)] {
+    for (out, payloads) in [(&shown, 3), (&listed, 2), (&one, 3)] {
         for number in exact {
             assert_eq!(out.matches(number).count(), payloads, "{number} in {out}");
         }

@@ -20,6 +20,10 @@ pub struct StepRecord {
     pub name: String,
     /// Its recorded output, as the handler serialized it.
     pub output: serde_json::Value,
+    /// The database's text of the output (`jsonb`'s): its numbers as stored, where `output`
+    /// holds each as an f64, an i64 or a u64 (`1.50` reads back as `1.5`, 2^64 as
+    /// `1.8446744073709552e19`). What an operator's view prints.
+    pub output_text: String,
     /// The attempt that ran it.
     pub attempt: i32,
     /// When it was recorded (database time).
@@ -52,6 +56,9 @@ pub struct ShownStep {
     pub name: String,
     /// Its recorded output, unless it is larger than [`ShowSteps::max_output_bytes`].
     pub output: Option<serde_json::Value>,
+    /// The database's text of the output (`jsonb`'s, numbers as stored: see
+    /// [`StepRecord::output_text`]), when `output` is read.
+    pub output_text: Option<String>,
     /// The size of its output, in bytes of JSON text.
     pub output_bytes: u64,
     /// The attempt that ran it.
@@ -284,6 +291,7 @@ impl Reader<'_> {
                 Ok(StepRecord {
                     name: r.try_get("name")?,
                     output: crate::row::json(r, "output")?.unwrap_or_default(),
+                    output_text: r.try_get("output_text")?,
                     attempt: r.try_get("attempt")?,
                     recorded_at: r.try_get("recorded_at")?,
                 })
@@ -310,6 +318,7 @@ impl Reader<'_> {
                 Ok(ShownStep {
                     name: r.try_get("name")?,
                     output: crate::row::json(r, "output")?,
+                    output_text: r.try_get("output_text")?,
                     output_bytes: u64::try_from(r.try_get::<i64, _>("output_bytes")?).unwrap_or(0),
                     attempt: r.try_get("attempt")?,
                     recorded_at: r.try_get("recorded_at")?,

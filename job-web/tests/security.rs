@@ -1716,6 +1716,15 @@ async fn a_job_page_shows_numbers_as_stored() {
     .execute(&db.pool())
     .await
     .unwrap();
+    // And a step's output.
+    sqlx::query(
+        "INSERT INTO job.steps (job_id, name, output, attempt)
+         VALUES ($1, 'fetch', '{\"o\": 2.250, \"big\": 98765432109876543210987654321}', 1)",
+    )
+    .bind(id)
+    .execute(&db.pool())
+    .await
+    .unwrap();
     let router = Dashboard::new(db.store()).router();
     let page = get(&router, &format!("/jobs/{id}"), None).await;
     assert_eq!(page.status, StatusCode::OK, "{}", page.body);
@@ -1725,6 +1734,8 @@ async fn a_job_page_shows_numbers_as_stored() {
         "0.10000000000000000555",
         "123456789012345678901234567890",
         r"a\u202eb",
+        "2.250",
+        "98765432109876543210987654321",
     ] {
         assert!(page.body.contains(shown), "{shown} in {}", page.body);
     }

@@ -4,9 +4,10 @@
 -- recorded. The steps are taken first and only their sizes read: the size stored with the step
 -- (migration 0049), else, for a step written before it, the length of its output as text,
 -- which decompresses and prints the whole output (2 MiB at most), so it is done for the steps
--- shown only.
+-- shown only. An output shown comes also as its text, numbers as stored.
 SELECT s.name,
        CASE WHEN b.bytes <= $3::integer THEN s.output END AS output,
+       CASE WHEN b.bytes <= $3::integer THEN s.output::text END AS output_text,
        b.bytes AS output_bytes,
        s.attempt, s.recorded_at
 FROM (SELECT s.name, s.output, s.output_bytes, s.attempt, s.recorded_at

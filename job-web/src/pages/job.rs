@@ -1,7 +1,7 @@
 //! A job's page: what it is, its payload, its latest progress, its result, its error history,
 //! its recorded steps, and the actions its state allows. Three statements by primary key
-//! (`get.sql`, `inspect_steps.sql`, and the payload, progress and result as the database
-//! writes them, numbers as stored). The page is a list of sections: one more is one more
+//! (`get.sql`, `inspect_steps_shown.sql`, and the payload, progress and result as the database
+//! writes them, numbers as stored; the steps' outputs come with their text too). The page is a list of sections: one more is one more
 //! function in that list.
 
 use axum::http::{HeaderMap, StatusCode};
@@ -11,7 +11,7 @@ use job_postgres::{ShowSteps, ShownSteps};
 use maud::{html, Markup};
 use serde::de::IgnoredAny;
 
-use super::layout::{self, exact, form, opt_time, pretty, purge_form, state_badge, time, Nav};
+use super::layout::{self, exact, form, opt_time, purge_form, state_badge, time, Nav};
 use crate::base::Base;
 use crate::dashboard::{AppState, Ctx};
 use crate::error::WebError;
@@ -175,7 +175,7 @@ fn steps_section(shown: &ShownSteps, job_id: i64) -> Markup {
                                 td { (time(s.recorded_at)) }
                                 td {
                                     @match &s.output {
-                                        Some(output) => pre { (pretty(output, SHOWN_STEP)) },
+                                        Some(output) => pre { (exact(output, s.output_text.as_deref(), SHOWN_STEP)) },
                                         None => span.muted { (s.output_bytes) " bytes of JSON, more than a page shows: `job show " (job_id) "` prints it" },
                                     }
                                 }
