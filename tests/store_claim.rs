@@ -1088,3 +1088,67 @@ async fn a_schema_older_than_the_build_is_named_in_the_error() {
     );
     db.close().await;
 }
+
+/// The rate-limited claim's plan made while job.jobs was empty (a worker that polled an empty
+/// queue: a connection's statement takes its generic plan after its fifth run) matched the
+/// rows it picked through the partial queue index, whose available rows the empty table's
+/// costs made look few, and read every available job of the kind to update 10 of them (20,583
+/// rows of 20,000 jobs). The update goes by primary key whatever the statistics said.
+#[tokio::test]
+async fn a_rate_limited_claim_planned_on_an_empty_table_reads_what_it_takes_once_it_grew() {
+    use sqlx::Connection;
+    let db = TestDb::new().await;
+    let store = db.store();
+    let pool = store.pool();
+    let mut conn = pool.acquire().await.unwrap();
+    sqlx::raw_sql(&format!(
+        "SET plan_cache_mode = force_generic_plan;
+         PREPARE rated (text, text, integer, bigint, integer, text, integer, bigint, integer)
+         AS {}",
+        CLAIM_RATED.trim_end().trim_end_matches(';')
+    ))
+    .execute(&mut *conn)
+    .await
+    .unwrap();
+    // 10 jobs, at most 1,000 starts per key a minute.
+    let args = "('default', 'r.k', 1, 30000, 10, 'worker-1', 1000, 60000, NULL)";
+    let mut tx = conn.begin().await.unwrap();
+    sqlx::query(CLAIM_LOCK)
+        .bind(["r.k"])
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    sqlx::raw_sql(&format!("EXECUTE rated {args}"))
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    sqlx::query(
+        "INSERT INTO job.jobs (kind, queue, payload, state, run_at, rate_key)
+         SELECT 'r.k', 'default', '{}', 'available',
+                now() - interval '1 hour' + g * interval '1 millisecond', 'tenant-' || (g % 40)
+         FROM generate_series(1, 20000) g",
+    )
+    .execute(pool)
+    .await
+    .unwrap();
+    let mut tx = conn.begin().await.unwrap();
+    sqlx::query(CLAIM_LOCK)
+        .bind(["r.k"])
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    let (plan,): (Value,) = sqlx::query_as(&format!(
+        "EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE rated {args}"
+    ))
+    .fetch_one(&mut *tx)
+    .await
+    .unwrap();
+    tx.rollback().await.unwrap();
+    let root = &plan[0]["Plan"];
+    assert_eq!(root["Actual Rows"].as_f64(), Some(10.0), "{plan}");
+    // Per key (40): its probe and what it could take, up to the claim's 10; the first 100
+    // without a key; the 10 updated. Not the 20,000.
+    let read = rows_read(root);
+    assert!(read < 1_000.0, "read {read} rows of job.jobs: {plan}");
+}
