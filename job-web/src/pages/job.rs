@@ -1,8 +1,8 @@
 //! A job's page: what it is, its payload, its latest progress, its result, its error history,
 //! its recorded steps, and the actions its state allows. Three statements by primary key
-//! (`get.sql`, `inspect_steps_shown.sql`, and the payload, progress and result as the database
-//! writes them, numbers as stored; the steps' outputs come with their text too). The page is a list of sections: one more is one more
-//! function in that list.
+//! (`get.sql`, `inspect_steps_shown.sql`, and the payload, progress and result as the
+//! database writes them, numbers as stored; the steps' outputs come with their text too).
+//! The page is a list of sections: one more is one more function in that list.
 
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Html;
