@@ -1698,9 +1698,10 @@ async fn a_job_id_is_plain_decimal_digits() {
     db.close().await;
 }
 
-/// A job page shows the payload, the progress and the result as the database writes them:
-/// read into serde_json values, their numbers were rounded (2^64 as 1.8446744073709552e19,
-/// 1.50 as 1.5). Hidden characters in them are still shown as JSON escapes.
+/// A job page shows the payload, the progress, the result and its steps' outputs as the
+/// database writes them: read into serde_json values, their numbers were rounded (2^64 as
+/// 1.8446744073709552e19, 1.50 as 1.5). Hidden characters in them are still shown as JSON
+/// escapes.
 #[tokio::test]
 async fn a_job_page_shows_numbers_as_stored() {
     let db = TestDb::new().await;
