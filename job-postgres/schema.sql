@@ -10127,3 +10127,106 @@ $job_migration_0064$;
 END
 $apply$;
 COMMIT;
+
+-- 0065 pause_names
+BEGIN;
+DO $lock$ BEGIN PERFORM pg_advisory_xact_lock(hashtextextended('job.schema_migrations', 0)); END $lock$;
+DO $apply$
+DECLARE
+    missing integer;
+    later integer;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = 65) THEN
+        SELECT min(v) INTO missing FROM pg_catalog.unnest('{1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31,32,33,34,35,36,37,38,39,40,41,42,43,44,45,46,47,48,49,50,51,52,53,54,55,56,57,58,59,60,61,62,63,64}'::integer[]) v
+            WHERE NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = v);
+        IF missing IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 65 `pause_names` was not applied: migration %, which comes before it, is not recorded in job.schema_migrations (migrations apply in order, each after the one before)', missing;
+        END IF;
+        SELECT min(version) INTO later FROM job.schema_migrations WHERE version > 65;
+        IF later IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 65 `pause_names` was not applied: it is not recorded in job.schema_migrations, but migration %, which comes after it, is: the schema was migrated out of order, and 65 applied now could undo what later migrations changed. Apply what migration 65 lacks by hand and record it, or restore the database from a backup', later;
+        END IF;
+EXECUTE $job_migration_0065$
+-- 0065 pause_names: job.pauses takes only the names a queue or kind can have, from any
+-- writer. Append-only: change the schema in a new numbered file.
+--
+-- The Rust side (`Pause::check`), the CLI and the dashboard refuse to pause a name no queue or
+-- kind can have (job.name_problem), and the breaker writes only kinds job.breaker_record
+-- checked. But an operator with INSERT on job.pauses (the README's operator grants) could
+-- write any name of 1 to 128 bytes by hand: `INSERT INTO job.pauses (scope, name) VALUES
+-- ('queue', 'emails ')` paused nothing (no job's queue has a trailing space), was listed by
+-- `job pauses` and the dashboard as in force, and could not be resumed by either, which
+-- refused the name. A trigger now refuses such a name with the doors' words (as
+-- compensations_names does for job.compensations, migration 0025): SECURITY DEFINER, so the
+-- writer needs no EXECUTE on job.name_problem, and the quick test inline, so a good name costs
+-- no call. Rows written before this migration are left as they are: `Admin::resume` deletes
+-- a stored pause whatever its name (job-postgres/src/admin.rs).
+--
+-- And job.dependencies_exist, given a NULL among its ids, said "names job <NULL>, which does
+-- not exist"; it now says the id is null.
+
+CREATE FUNCTION job.check_pause() RETURNS trigger
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    problem text := job.name_problem(NEW.name);
+BEGIN
+    IF problem IS NOT NULL THEN
+        RAISE EXCEPTION 'pause refused: the % name %', NEW.scope, problem
+            USING ERRCODE = 'check_violation', COLUMN = 'name', TABLE = 'pauses',
+                  SCHEMA = 'job', CONSTRAINT = 'pauses_names';
+    END IF;
+    RETURN NEW;
+END
+$$;
+
+REVOKE ALL ON FUNCTION job.check_pause() FROM PUBLIC;
+
+DO $names$
+BEGIN
+    EXECUTE format(
+        'CREATE TRIGGER pauses_names '
+        'BEFORE INSERT OR UPDATE OF name ON job.pauses FOR EACH ROW '
+        'WHEN ((octet_length(NEW.name) BETWEEN 1 AND 128 AND NEW.name !~ %L) IS NOT TRUE) '
+        'EXECUTE FUNCTION job.check_pause()',
+        job.forbidden_in_names());
+END
+$names$;
+
+CREATE OR REPLACE FUNCTION job.dependencies_exist(ids bigint[]) RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    missing bigint;
+BEGIN
+    IF array_position(ids, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'job row refused: `depends_on` holds a null job id'
+            USING ERRCODE = 'check_violation', COLUMN = 'depends_on', TABLE = 'jobs',
+                  SCHEMA = 'job';
+    END IF;
+    PERFORM 1 FROM job.jobs j WHERE j.id = ANY (ids) ORDER BY j.id FOR KEY SHARE OF j;
+    SELECT i INTO missing
+    FROM unnest(ids) AS i
+    WHERE NOT EXISTS (SELECT 1 FROM job.jobs j WHERE j.id = i)
+    LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'job row refused: `depends_on` names job %, which does not exist', missing
+            USING ERRCODE = 'check_violation', COLUMN = 'depends_on', TABLE = 'jobs',
+                  SCHEMA = 'job';
+    END IF;
+    RETURN true;
+END
+$$;
+$job_migration_0065$;
+        INSERT INTO job.schema_migrations (version, name) VALUES (65, 'pause_names');
+    ELSIF NOT EXISTS (SELECT 1 FROM job.schema_migrations
+                      WHERE version = 65 AND name = 'pause_names') THEN
+        RAISE EXCEPTION 'job migration 65 is recorded in job.schema_migrations as `%`, but this script''s migration 65 is `pause_names`: the database was migrated by a build whose migrations differ from this one''s', (SELECT name FROM job.schema_migrations WHERE version = 65);
+    END IF;
+END
+$apply$;
+COMMIT;

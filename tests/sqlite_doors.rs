@@ -1459,3 +1459,31 @@ async fn breaker_counts_no_worker_sends_are_refused_naming_the_kind() {
     assert_eq!(tripped.len(), 1, "{tripped:?}");
     db.close().await;
 }
+
+/// A pause written into the file by hand under a name no queue or kind can have (the table
+/// bounds only its length) is listed and resumed by its name, as job-postgres resumes one
+/// stored before its migration 0065; with no pause left, the name is refused as a pause of
+/// it is.
+#[tokio::test]
+async fn a_pause_written_by_hand_under_a_name_the_rule_refuses_is_resumed() {
+    use job::Pause;
+    let db = TestSqlite::new().await;
+    let store = db.store();
+    raw(
+        &store,
+        "INSERT INTO job_pauses (scope, name, paused_at) VALUES ('queue', 'mail ', 0)",
+    )
+    .await
+    .unwrap();
+    let held = Pause::Queue("mail ".into());
+    assert_eq!(store.paused().await.unwrap(), vec![held.clone()]);
+    assert!(store.resume(&held).await.unwrap());
+    assert_eq!(store.paused().await.unwrap(), []);
+    let again = store.resume(&held).await.unwrap_err();
+    assert!(again.is_refused(), "{again}");
+    assert!(
+        again.to_string().contains("U+0020 at character 5"),
+        "{again}"
+    );
+    assert!(store.pause(&held).await.unwrap_err().is_refused());
+}

@@ -142,7 +142,8 @@ async fn run_command(cli: Cli) -> Result<ExitCode, Error> {
         Command::Redrive(dead) => return redrive(&store, bound, &dead, json_out).await,
         Command::Purge { dead, yes } => return purge(&store, bound, &dead, yes, json_out).await,
         Command::Pause(what) => {
-            let what = pause_target(what)?;
+            let what = pause_target(what);
+            pausable(&what)?;
             let changed = bound.answer(store.pause(&what)).await?;
             let text = if changed { "paused" } else { "already paused" };
             say(
@@ -152,8 +153,15 @@ async fn run_command(cli: Cli) -> Result<ExitCode, Error> {
             )?;
         }
         Command::Resume(what) => {
-            let what = pause_target(what)?;
-            let changed = bound.answer(store.resume(&what)).await?;
+            // Not `pausable`: a pause written by hand under a name no queue or kind can have
+            // is resumed too; the store refuses such a name when no pause holds it.
+            let what = pause_target(what);
+            let changed = match bound.answer(store.resume(&what)).await {
+                Ok(changed) => changed,
+                // No pause held the name, which no queue or kind can have: said as `pause`
+                // says it, naming the option.
+                Err(e) => return Err(pausable(&what).err().unwrap_or(e)),
+            };
             let text = if changed { "resumed" } else { "was not paused" };
             say(
                 json_out,
@@ -437,18 +445,22 @@ fn say(json_out: bool, value: serde_json::Value, text: &str) -> Result<(), Stdou
     }
 }
 
-/// What to pause or resume; refused, naming the option, when no queue or kind can have the
-/// name (the store refuses it too, but would not say which option gave it).
-fn pause_target(args: PauseArgs) -> Result<Pause, Error> {
-    let what = match (args.queue, args.kind) {
+/// What to pause or resume.
+fn pause_target(args: PauseArgs) -> Pause {
+    match (args.queue, args.kind) {
         (Some(q), _) => Pause::Queue(q),
         (None, Some(k)) => Pause::Kind(k),
         // clap's group makes one of them required.
         (None, None) => unreachable!("clap requires --queue or --kind"),
-    };
+    }
+}
+
+/// Refused, naming the option, when no queue or kind can have the name (the store refuses it
+/// too, but would not say which option gave it).
+fn pausable(what: &Pause) -> Result<(), Error> {
     match job::name_problem(what.name()) {
         Some(problem) => Err(format!("--{} {problem}", what.scope()).into()),
-        None => Ok(what),
+        None => Ok(()),
     }
 }
 

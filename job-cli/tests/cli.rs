@@ -370,6 +370,20 @@ async fn pause_resume_paused_and_stats() {
         assert!(stderr.contains(says), "{args:?}: {stderr}");
     }
     assert!(ok(&job(&db, &["paused"])).contains("nothing is paused"));
+
+    // A pause written by hand under such a name before the table refused it (migration
+    // 0065): listed, and resumed by name.
+    sqlx::raw_sql(
+        "ALTER TABLE job.pauses DISABLE TRIGGER pauses_names;
+         INSERT INTO job.pauses (scope, name) VALUES ('queue', 'has space');
+         ALTER TABLE job.pauses ENABLE TRIGGER pauses_names;",
+    )
+    .execute(&db.pool())
+    .await
+    .unwrap();
+    assert!(ok(&job(&db, &["paused"])).contains("has space"));
+    assert!(ok(&job(&db, &["resume", "--queue", "has space"])).contains("resumed"));
+    assert!(ok(&job(&db, &["paused"])).contains("nothing is paused"));
     db.close().await;
 }
 

@@ -332,14 +332,17 @@ impl Scope<'_> {
 
     async fn resume(self, what: &Pause) -> Result<bool, StoreError> {
         self.whole_queues("resume")?;
-        what.check()?;
+        let refusal = what.check_resume()?;
         let row = sqlx::query(sql::RESUME)
             .bind(what.scope())
             .bind(what.name())
             .fetch_optional(self.pool)
             .await
             .map_err(Error::query("resume"))?;
-        Ok(row.is_some())
+        match (row, refusal) {
+            (None, Some(refusal)) => Err(refusal),
+            (row, _) => Ok(row.is_some()),
+        }
     }
 
     /// Refuses an action on whole queues or kinds from a tenant-scoped handle.

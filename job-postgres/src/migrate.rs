@@ -345,6 +345,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "claim_never_seq_scans",
         sql: include_str!("../migrations/0064_claim_never_seq_scans.sql"),
     },
+    Migration {
+        version: 65,
+        name: "pause_names",
+        sql: include_str!("../migrations/0065_pause_names.sql"),
+    },
 ];
 
 /// The whole schema as one plain SQL script, for a DBA or a team without Rust:

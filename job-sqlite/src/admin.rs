@@ -191,7 +191,7 @@ impl Admin for SqliteStore {
     }
 
     async fn resume(&self, what: &Pause) -> Result<bool, StoreError> {
-        what.check()?;
+        let refusal = what.check_resume()?;
         let what = what.clone();
         self.on_writer(|store| async move {
             let mut w = store.write().await?;
@@ -215,6 +215,10 @@ impl Admin for SqliteStore {
             Ok(resumed)
         })
         .await
+        .and_then(|resumed| match refusal {
+            Some(refusal) if !resumed => Err(refusal),
+            _ => Ok(resumed),
+        })
     }
 
     async fn paused(&self) -> Result<Vec<Pause>, StoreError> {

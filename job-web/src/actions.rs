@@ -215,10 +215,17 @@ pub(crate) async fn purge(
     ))
 }
 
-fn pause_target(form: &ActionForm) -> Result<Pause, WebError> {
-    let name =
-        text("name", &form.name)?.ok_or_else(|| WebError::bad_request("`name` is required"))?;
-    if let Some(problem) = job::name_problem(&name) {
+/// What to pause or resume. A pause's name is trimmed, and refused when no queue or kind can
+/// have it. A resume's is taken as sent (the page's resume buttons send the stored name): the
+/// store resumes a pause written by hand under a name no queue or kind can have, and refuses
+/// the name when no pause holds it.
+fn pause_target(form: &ActionForm, pause: bool) -> Result<Pause, WebError> {
+    let name = match pause {
+        true => text("name", &form.name)?,
+        false => form.name.clone().filter(|n| !n.is_empty()),
+    };
+    let name = name.ok_or_else(|| WebError::bad_request("`name` is required"))?;
+    if let Some(problem) = job::name_problem(&name).filter(|_| pause) {
         return Err(WebError::bad_request(format!("`name` {problem}")));
     }
     match form.scope.as_deref() {
@@ -234,8 +241,16 @@ async fn set_paused(app: &App, form: &ActionForm, pause: bool) -> Result<&'stati
             "pausing and resuming act on every tenant's jobs: not from a tenant's dashboard",
         ));
     }
-    let what = pause_target(form)?;
-    let changed = app.scope().set_paused(&what, pause).await?;
+    let what = pause_target(form, pause)?;
+    let changed = app
+        .scope()
+        .set_paused(&what, pause)
+        .await
+        .map_err(|e| match e.is_refused() {
+            // The store's word on the name (a resume's, see `pause_target`).
+            true => WebError::bad_request(e.to_string()),
+            false => e.into(),
+        })?;
     Ok(match (pause, changed) {
         (true, true) => "paused",
         (true, false) => "already_paused",

@@ -398,6 +398,19 @@ async fn an_operator_with_the_readme_grants_pauses_resumes_and_runs_every_admin_
     assert!(store.resume(&kind).await.unwrap());
     assert!(!store.resume(&kind).await.unwrap(), "resumed already");
     assert_eq!(store.paused().await.unwrap(), []);
+    // A pause written by hand: the table says what is wrong with its name, to an operator
+    // who may not call `job.name_problem` itself (migration 0065).
+    let refused = sqlx::query("INSERT INTO job.pauses (scope, name) VALUES ('queue', 'a b')")
+        .execute(&as_operator)
+        .await
+        .unwrap_err();
+    assert!(
+        refused.to_string().contains(
+            "pause refused: the queue name must not contain whitespace, control or format \
+             characters (U+0020 at character 2)"
+        ),
+        "{refused}"
+    );
 
     // What `job stats`, `list`, `show`, `check` and the dashboard read.
     let stats = store.stats(&JobFilter::default()).await.unwrap();

@@ -1488,3 +1488,41 @@ async fn a_dependent_deleted_raw_takes_its_edges_with_it() {
     h.store.stage_due(100).await.unwrap();
     assert_eq!(h.row(b).await.state, JobState::Available);
 }
+
+/// `job.dependencies_exist`, which the store's dependency statement calls and a worker's role
+/// may call, names a NULL among the ids as such (it said "names job <NULL>, which does not
+/// exist" before migration 0065), and a missing id by its number.
+#[tokio::test]
+async fn the_dependency_check_names_a_null_id_and_a_missing_one() {
+    let h = Harness::new().await;
+    let pool = h.db.pool();
+    for (ids, says) in [
+        (
+            "{NULL}",
+            "job row refused: `depends_on` holds a null job id",
+        ),
+        (
+            "{1,NULL}",
+            "job row refused: `depends_on` holds a null job id",
+        ),
+        (
+            "{987654}",
+            "job row refused: `depends_on` names job 987654, which does not exist",
+        ),
+    ] {
+        let refused = sqlx::query("SELECT job.dependencies_exist($1::bigint[])")
+            .bind(ids)
+            .execute(&pool)
+            .await
+            .unwrap_err();
+        let db_error = refused
+            .as_database_error()
+            .expect("refused by the function");
+        assert_eq!(
+            db_error.code().as_deref(),
+            Some("23514"),
+            "{ids}: {refused}"
+        );
+        assert_eq!(db_error.message(), says, "{ids}");
+    }
+}

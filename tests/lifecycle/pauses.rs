@@ -53,6 +53,69 @@ async fn a_paused_queue_takes_nothing_until_resumed() {
     worker.shutdown().await;
 }
 
+/// `job.pauses` refuses, from any writer, a name no queue or kind can have (migration 0065):
+/// such a pause matched nothing, was listed as in force, and neither `job resume` nor the
+/// dashboard could resume it. One stored before the table refused it is still resumed by
+/// `Admin::resume`; resuming it again, with no pause left, is refused as a pause is.
+#[tokio::test]
+async fn a_pause_name_no_queue_or_kind_can_have_is_refused_by_the_table_and_an_old_one_resumes() {
+    let h = Harness::new().await;
+    let pool = h.db.pool();
+    let refused = sqlx::query("INSERT INTO job.pauses (scope, name) VALUES ('queue', 'emails ')")
+        .execute(&pool)
+        .await
+        .unwrap_err();
+    let db_error = refused.as_database_error().expect("the table refuses it");
+    assert_eq!(db_error.code().as_deref(), Some("23514"), "{refused}");
+    assert_eq!(
+        db_error.message(),
+        "pause refused: the queue name must not contain whitespace, control or format \
+         characters (U+0020 at character 7)"
+    );
+    sqlx::query("INSERT INTO job.pauses (scope, name) VALUES ('kind', 'ok.kind')")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let renamed =
+        sqlx::query("UPDATE job.pauses SET name = 'bad\u{200b}kind' WHERE name = 'ok.kind'")
+            .execute(&pool)
+            .await
+            .unwrap_err();
+    assert!(
+        renamed.to_string().contains("U+200B at character 4"),
+        "{renamed}"
+    );
+    assert_eq!(
+        h.store.paused().await.unwrap(),
+        vec![Pause::Kind("ok.kind".into())]
+    );
+
+    // A pause written before migration 0065, as the trigger's absence lets one be written.
+    sqlx::raw_sql(
+        "ALTER TABLE job.pauses DISABLE TRIGGER pauses_names;
+         INSERT INTO job.pauses (scope, name) VALUES ('queue', 'emails ');
+         ALTER TABLE job.pauses ENABLE TRIGGER pauses_names;",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let old = Pause::Queue("emails ".into());
+    assert!(
+        h.store.resume(&old).await.unwrap(),
+        "the stored pause is resumed"
+    );
+    let again = h.store.resume(&old).await.unwrap_err();
+    assert!(again.is_refused(), "{again}");
+    assert!(
+        again.to_string().contains("U+0020 at character 7"),
+        "{again}"
+    );
+    assert_eq!(
+        h.store.paused().await.unwrap(),
+        vec![Pause::Kind("ok.kind".into())]
+    );
+}
+
 /// Not a benchmark: a rough before/after of the claim with the pause check and a limited kind,
 /// printed for the record (`cargo test --test lifecycle claim_cost -- --nocapture`).
 #[tokio::test]

@@ -55,8 +55,8 @@ impl Pause {
     }
 
     /// Refused (naming the name) when no queue or kind can have the name
-    /// ([`name_problem`](crate::name_problem)): [`Admin::pause`] and [`Admin::resume`] check
-    /// it first, so that a pause that could match nothing is never reported done.
+    /// ([`name_problem`](crate::name_problem)): [`Admin::pause`] checks it first, so that a
+    /// pause that could match nothing is never reported done.
     pub fn check(&self) -> Result<(), StoreError> {
         match crate::model::new_job::name_problem(self.name()) {
             None => Ok(()),
@@ -64,6 +64,27 @@ impl Pause {
                 "the {} name to pause or resume {problem}",
                 self.scope()
             ))),
+        }
+    }
+
+    /// [`Admin::resume`]'s check. `Ok(None)`: the name passes [`check`](Self::check).
+    /// `Ok(Some(refusal))`: it does not, but a pause could still be stored under it (1 to
+    /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes, no NUL): job-postgres refuses such names
+    /// since its migration 0065, but a pause written into the table by hand before that (or
+    /// into a SQLite file) may hold one, and resuming deletes it; the refusal is the answer
+    /// only when no pause held the name. `Err`: no pause can hold the name.
+    pub fn check_resume(&self) -> Result<Option<StoreError>, StoreError> {
+        let Err(refusal) = self.check() else {
+            return Ok(None);
+        };
+        let name = self.name();
+        let storable = !name.is_empty()
+            && name.len() <= crate::model::new_job::MAX_NAME_LEN
+            && !name.contains('\0');
+        if storable {
+            Ok(Some(refusal))
+        } else {
+            Err(refusal)
         }
     }
 }
@@ -257,6 +278,9 @@ pub trait Admin: Send + Sync {
     fn pause(&self, what: &Pause) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
     /// Lets claims of a paused queue or kind resume. Returns false when it was not paused.
+    /// A pause stored under a name no queue or kind can have (written by hand) is resumed
+    /// too; such a name with no pause is refused as [`pause`](Self::pause) refuses it
+    /// ([`Pause::check_resume`]).
     fn resume(&self, what: &Pause) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
     /// Everything paused now (by an operator, or by a breaker whose cool-down has not ended).
