@@ -1460,18 +1460,50 @@ async fn breaker_counts_no_worker_sends_are_refused_naming_the_kind() {
     db.close().await;
 }
 
-/// A pause written into the file by hand under a name no queue or kind can have (the table
-/// bounds only its length) is listed and resumed by its name, as job-postgres resumes one
-/// stored before its migration 0065; with no pause left, the name is refused as a pause of
-/// it is.
+/// A pause written into the file by hand under a name no queue or kind can have is refused
+/// (migration 22, as for a job's names since 7); one stored before is listed and resumed by
+/// its name, and with no pause left the name is refused as a pause of it is.
 #[tokio::test]
-async fn a_pause_written_by_hand_under_a_name_the_rule_refuses_is_resumed() {
+async fn a_pause_name_the_rule_refuses_is_refused_by_the_table_and_an_old_one_resumes() {
     use job::Pause;
     let db = TestSqlite::new().await;
     let store = db.store();
+    for name in [
+        "'mail '",
+        "'ma' || char(8203) || 'il'",
+        "''",
+        "'a' || char(0)",
+    ] {
+        let refused = raw(
+            &store,
+            &format!("INSERT INTO job_pauses (scope, name, paused_at) VALUES ('queue', {name}, 0)"),
+        )
+        .await
+        .unwrap_err();
+        assert!(
+            refused
+                .to_string()
+                .contains("pause refused: the name must be 1 to 128 bytes"),
+            "{name}: {refused}"
+        );
+    }
     raw(
         &store,
-        "INSERT INTO job_pauses (scope, name, paused_at) VALUES ('queue', 'mail ', 0)",
+        "INSERT INTO job_pauses (scope, name, paused_at) VALUES ('kind', 'ok.kind', 0)",
+    )
+    .await
+    .unwrap();
+    let renamed = raw(&store, "UPDATE job_pauses SET name = 'bad kind'")
+        .await
+        .unwrap_err();
+    assert!(renamed.to_string().contains("pause refused"), "{renamed}");
+    raw(&store, "DELETE FROM job_pauses").await.unwrap();
+
+    // As stored before migration 22.
+    raw(
+        &store,
+        "DROP TRIGGER job_pauses_names_insert;
+         INSERT INTO job_pauses (scope, name, paused_at) VALUES ('queue', 'mail ', 0)",
     )
     .await
     .unwrap();

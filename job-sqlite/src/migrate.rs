@@ -124,6 +124,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "step_totals",
         sql: include_str!("../migrations/0021_step_totals.sql"),
     },
+    Migration {
+        version: 22,
+        name: "pause_names",
+        sql: include_str!("../migrations/0022_pause_names.sql"),
+    },
 ];
 
 /// The migrations the file has recorded, with their names; none before the books exist.

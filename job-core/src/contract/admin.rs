@@ -69,10 +69,10 @@ impl Pause {
 
     /// [`Admin::resume`]'s check. `Ok(None)`: the name passes [`check`](Self::check).
     /// `Ok(Some(refusal))`: it does not, but a pause could still be stored under it (1 to
-    /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes, no NUL): job-postgres refuses such names
-    /// since its migration 0065, but a pause written into the table by hand before that (or
-    /// into a SQLite file) may hold one, and resuming deletes it; the refusal is the answer
-    /// only when no pause held the name. `Err`: no pause can hold the name.
+    /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes, no NUL): the stores' tables refuse such
+    /// names since job-postgres's migration 0065 and job-sqlite's 22, but a pause written by
+    /// hand before may hold one, and resuming deletes it; the refusal is the answer only when
+    /// no pause held the name. `Err`: no pause can hold the name.
     pub fn check_resume(&self) -> Result<Option<StoreError>, StoreError> {
         let Err(refusal) = self.check() else {
             return Ok(None);
