@@ -158,7 +158,8 @@ pub enum Error {
 /// What a statement failing for an object it names being missing (3F000 undefined schema,
 /// 42883 undefined function, 42P01 undefined table, 42703 undefined column) most often means:
 /// a database never migrated, or whose `job` schema is older than this build (a deploy that
-/// runs the new workers before the migration).
+/// runs the new workers before the migration); and where the grants a role lacks (42501) are
+/// listed.
 fn hint(statement: &str, source: &sqlx::Error) -> &'static str {
     match source {
         sqlx::Error::Database(db)
@@ -177,6 +178,13 @@ fn hint(statement: &str, source: &sqlx::Error) -> &'static str {
         {
             " (is the database's job schema older than this build, or not installed? Apply \
              its migrations: `PgStore::migrate`, `job migrate`, or `psql -f schema.sql`)"
+        }
+        // insufficient_privilege: a worker or producer role without the grants a later
+        // migration added, or a role given the wrong block of grants.
+        sqlx::Error::Database(db) if db.code().as_deref() == Some("42501") => {
+            " (the role this store connects as lacks a privilege on the job schema: grant it \
+             what its part needs, as the README's \"Roles and privileges\" lists for the \
+             owner, a worker and an operator)"
         }
         _ => "",
     }

@@ -163,6 +163,21 @@ async fn an_owner_a_worker_and_an_enqueue_only_role_each_do_what_they_need_and_n
     ] {
         denied(&as_producer, statement).await;
     }
+    // A store on it (a worker started with the producer's credentials) says what is missing
+    // and where the grants are listed.
+    let refused = job::Admin::stats(
+        &PgStore::new(as_producer.clone()),
+        &job::JobFilter::default(),
+    )
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(refused.contains("permission denied"), "{refused}");
+    assert!(
+        refused.contains("lacks a privilege on the job schema")
+            && refused.contains("\"Roles and privileges\""),
+        "{refused}"
+    );
 
     // The worker runs the jobs with table privileges only.
     let as_worker = pool_as(&db, &worker).await;
