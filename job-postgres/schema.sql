@@ -10230,3 +10230,53 @@ $job_migration_0065$;
 END
 $apply$;
 COMMIT;
+
+-- 0066 passes_never_seq_scan
+BEGIN;
+DO $lock$ BEGIN PERFORM pg_advisory_xact_lock(hashtextextended('job.schema_migrations', 0)); END $lock$;
+DO $apply$
+DECLARE
+    missing integer;
+    later integer;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = 66) THEN
+        SELECT min(v) INTO missing FROM pg_catalog.unnest('{1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31,32,33,34,35,36,37,38,39,40,41,42,43,44,45,46,47,48,49,50,51,52,53,54,55,56,57,58,59,60,61,62,63,64,65}'::integer[]) v
+            WHERE NOT EXISTS (SELECT 1 FROM job.schema_migrations WHERE version = v);
+        IF missing IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 66 `passes_never_seq_scan` was not applied: migration %, which comes before it, is not recorded in job.schema_migrations (migrations apply in order, each after the one before)', missing;
+        END IF;
+        SELECT min(version) INTO later FROM job.schema_migrations WHERE version > 66;
+        IF later IS NOT NULL THEN
+            RAISE EXCEPTION 'job migration 66 `passes_never_seq_scan` was not applied: it is not recorded in job.schema_migrations, but migration %, which comes after it, is: the schema was migrated out of order, and 66 applied now could undo what later migrations changed. Apply what migration 66 lacks by hand and record it, or restore the database from a backup', later;
+        END IF;
+EXECUTE $job_migration_0066$
+-- 0066 passes_never_seq_scan: the rescuer's function and the dependency pass that every
+-- stager pass runs read job.jobs by its indexes, whatever the table's statistics said when a
+-- session planned them. Append-only: change the schema in a new numbered file.
+--
+-- A PL/pgSQL function plans each of its statements once per session and, from the sixth run
+-- on, may keep a generic plan until the table's statistics change, as job.claim did before
+-- migration 0064. Planned while job.jobs was empty (a worker started on a new database, or
+-- after a VACUUM truncated a drained table), the plans stayed after the table grew, until the
+-- pruner's next ANALYZE: with 80,000 rows added after eight passes on the empty table,
+-- job.rescue_expired read the whole table by a sequential scan to rescue nothing, and
+-- job.dependencies_resolve, which sql/stage.sql runs at every poll of every worker, read it
+-- four times (320,000 rows) to resolve nothing. With sequential scans off for the two
+-- functions, both read none of it (every scan of job.jobs in them has a primary key or
+-- partial index path). A scan with no other path is still made, by the same sequential scan:
+-- the setting only makes the planner prefer the others. The statements the store sends for
+-- the heartbeat, the stager, the expirer and the progress it saves are planned at each run
+-- instead (job-postgres/src/lease.rs, PLANNED_EACH_TIME); tests/store_claim.rs counts the
+-- rows each reads.
+
+ALTER FUNCTION job.rescue_expired(integer) SET enable_seqscan = off;
+ALTER FUNCTION job.dependencies_resolve(integer) SET enable_seqscan = off;
+$job_migration_0066$;
+        INSERT INTO job.schema_migrations (version, name) VALUES (66, 'passes_never_seq_scan');
+    ELSIF NOT EXISTS (SELECT 1 FROM job.schema_migrations
+                      WHERE version = 66 AND name = 'passes_never_seq_scan') THEN
+        RAISE EXCEPTION 'job migration 66 is recorded in job.schema_migrations as `%`, but this script''s migration 66 is `passes_never_seq_scan`: the database was migrated by a build whose migrations differ from this one''s', (SELECT name FROM job.schema_migrations WHERE version = 66);
+    END IF;
+END
+$apply$;
+COMMIT;

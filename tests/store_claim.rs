@@ -281,6 +281,118 @@ async fn a_claim_planned_on_an_empty_table_never_reads_the_whole_table_once_it_g
     tx.rollback().await.unwrap();
 }
 
+/// The rows of job.jobs read so far (by sequential scans and by index, together), once the
+/// counters of the session `pool` holds (one connection) are in the server's statistics.
+async fn jobs_rows_read(pool: &sqlx::PgPool) -> i64 {
+    // Pending counters reach the statistics when the session goes idle after this.
+    sqlx::query("SELECT pg_stat_force_next_flush()")
+        .execute(pool)
+        .await
+        .unwrap();
+    sqlx::query_scalar(
+        "SELECT coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0) FROM pg_stat_user_tables
+         WHERE relid = 'job.jobs'::regclass",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+/// The worker's periodic passes (stager, heartbeat with the progress it carries, rescuer,
+/// expirer) run every few seconds on every worker. Kept as a session's generic plans, their
+/// statements planned while job.jobs was empty read the whole table once it grew (the
+/// heartbeat by two sequential scans, the stager's dependency pass by four, the rescuer, the
+/// expirer and the progress by one or two each), until the pruner's next ANALYZE (migration
+/// 0066). After eight passes on the empty table, each now reads a handful of rows of 80,000
+/// to do nothing, or to renew one lease.
+#[tokio::test]
+async fn periodic_passes_planned_on_an_empty_table_read_little_once_it_grew() {
+    let db = TestDb::new().await;
+    // One session, so that every statement is planned and kept where the next one runs.
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect_with(db.connect_options())
+        .await
+        .unwrap();
+    let store = job_postgres::PgStore::new(pool.clone());
+    let renewal = |id, token| job_core::Renewal {
+        lease: job_core::Lease { id, token },
+        extend_by: std::time::Duration::from_secs(30),
+        stuck: false,
+    };
+    let nobody = renewal(1, uuid::Uuid::from_u128(1));
+    for _ in 0..8 {
+        assert_eq!(store.stage_due(1000).await.unwrap(), 0);
+        let report = store
+            .heartbeat(std::slice::from_ref(&nobody))
+            .await
+            .unwrap();
+        assert_eq!(report.lost.len(), 1);
+        assert_eq!(store.rescue_expired(1000).await.unwrap().retried, 0);
+        assert_eq!(store.expire(1000).await.unwrap().discarded, 0);
+        let progress = [(nobody.lease, "{}".to_owned())];
+        assert_eq!(store.save_progress(&progress).await.unwrap(), 0);
+    }
+    fill(
+        &pool,
+        20_000,
+        "a.later",
+        "scheduled",
+        "now() + interval '30 days'",
+    )
+    .await;
+    fill(
+        &pool,
+        20_000,
+        "a.waiting",
+        "available",
+        "now() - interval '1 hour'",
+    )
+    .await;
+    sqlx::query(
+        "INSERT INTO job.jobs (kind, queue, payload, state, attempt, finalized_at)
+         SELECT 'a.done', 'default', '{}', 'completed', 1, now() FROM generate_series(1, 20000)",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    live_leases(&pool, 20_000, "a.running").await;
+    let (id, token): (i64, uuid::Uuid) = sqlx::query_as(
+        "SELECT id, lock_token FROM job.jobs WHERE state = 'running' ORDER BY id DESC LIMIT 1",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    let held = renewal(id, token);
+
+    let mut read = Vec::new();
+    let mut last = jobs_rows_read(&pool).await;
+    let mut count = |name: &'static str, now: i64| {
+        read.push((name, now - last));
+        last = now;
+    };
+    assert_eq!(store.stage_due(1000).await.unwrap(), 0);
+    count("stage", jobs_rows_read(&pool).await);
+    let report = store.heartbeat(std::slice::from_ref(&held)).await.unwrap();
+    assert!(
+        report.lost.is_empty() && report.busy.is_empty(),
+        "{report:?}"
+    );
+    count("heartbeat", jobs_rows_read(&pool).await);
+    assert_eq!(store.rescue_expired(1000).await.unwrap().retried, 0);
+    count("rescue", jobs_rows_read(&pool).await);
+    assert_eq!(store.expire(1000).await.unwrap().discarded, 0);
+    count("expire", jobs_rows_read(&pool).await);
+    let progress = [(held.lease, "{\"done\": 1}".to_owned())];
+    assert_eq!(store.save_progress(&progress).await.unwrap(), 1);
+    count("progress", jobs_rows_read(&pool).await);
+    assert!(
+        read.iter().all(|&(_, rows)| rows < 100),
+        "rows of job.jobs read by each pass: {read:?}"
+    );
+    pool.close().await;
+}
+
 async fn fill_version(pool: &sqlx::PgPool, n: i64, kind: &str, version: i32, offset: i64) {
     sqlx::query(
         "INSERT INTO job.jobs (kind, queue, payload, state, run_at, payload_version)

@@ -152,6 +152,7 @@ pub(crate) async fn expire<'e, E: PgExecutor<'e>>(
     limit: u32,
 ) -> Result<Expired, Error> {
     let (discarded, cancelled): (i64, i64) = sqlx::query_as(sql::EXPIRE)
+        .persistent(crate::lease::PLANNED_EACH_TIME)
         .bind(i32::try_from(limit).unwrap_or(i32::MAX))
         .fetch_one(executor)
         .await

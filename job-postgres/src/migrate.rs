@@ -350,6 +350,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "pause_names",
         sql: include_str!("../migrations/0065_pause_names.sql"),
     },
+    Migration {
+        version: 66,
+        name: "passes_never_seq_scan",
+        sql: include_str!("../migrations/0066_passes_never_seq_scan.sql"),
+    },
 ];
 
 /// The whole schema as one plain SQL script, for a DBA or a team without Rust:
