@@ -256,11 +256,12 @@ pub(crate) async fn save_progress<'e, E: PgExecutor<'e>>(
 
 /// `persistent` for the statements that run every few seconds at most (the heartbeat, the
 /// progress a heartbeat carries, the stager's, the expirer's, the finalize's look at skipped
-/// rows): `false`, so that each run is planned on the table as it is. Kept as a session's prepared statement, PostgreSQL plans one afresh for
-/// its first five runs and may then keep a generic plan until the table's statistics change;
-/// made while job.jobs was empty (a worker started on a new database), the heartbeat's read
-/// the whole table twice once it grew, and the stager's every scheduled job through the
-/// staging index, at every pass, until the pruner's next ANALYZE (`tests/store_claim.rs`).
+/// rows): `false`, so that each run is planned on the table as it is. Kept as a session's
+/// prepared statement, PostgreSQL plans one afresh for its first five runs and may then keep
+/// a generic plan until the table's statistics change; made while job.jobs was empty (a
+/// worker started on a new database), the heartbeat's read the whole table twice once it
+/// grew, and the stager's every scheduled job through the staging index, at every pass, until
+/// the pruner's next ANALYZE (`tests/store_claim.rs`).
 /// Planning costs about 0.3 ms a run. The claim, the rescuer's and the stager's dependency
 /// pass are functions that plan once per session with sequential scans off (migrations 0064,
 /// 0066); the finalize, which runs for every batch of outcomes, keeps its prepared statement.
