@@ -106,12 +106,17 @@ async fn server_age(conn: &mut PgConnection) -> Result<Duration, String> {
 mod tests {
     use super::*;
 
-    /// The newest migration that defines `job.rescue_expired`, as the server has it.
+    /// The newest migration that defines `job.rescue_expired`, as the server has it (not
+    /// one that only alters its settings, as migration 0066 does).
     fn rescue_definition() -> &'static str {
         job_postgres::MIGRATIONS
             .iter()
             .rev()
-            .find(|m| m.sql.contains("FUNCTION job.rescue_expired("))
+            .find(|m| {
+                m.sql.contains("CREATE FUNCTION job.rescue_expired(")
+                    || m.sql
+                        .contains("CREATE OR REPLACE FUNCTION job.rescue_expired(")
+            })
             .expect("a migration defines job.rescue_expired")
             .sql
     }
