@@ -197,6 +197,13 @@ pub(crate) async fn run<S: Store>(
 /// database's other cores; beyond two, they mostly wait on each other's locks.
 const CLAIMS_IN_FLIGHT: usize = 2;
 
+/// The most claims in flight once a claim came back with fewer jobs than it asked for (the
+/// queue had no more due), until one comes back full. A second claim sent then finds only what
+/// was enqueued during the first one's round trip: two statements split what one would take.
+/// In a soak at 12,000 jobs/s it halved the claims (62 jobs each became 121) and cut the
+/// server's CPU per job by about an eighth (README, Performance).
+const CLAIMS_IN_FLIGHT_WHEN_SHORT: usize = 1;
+
 /// What one claim statement returned, with the permits it was made for.
 struct ClaimResult {
     claimed: Result<Vec<ClaimedJob>, StoreError>,
@@ -242,6 +249,9 @@ async fn claim_loop<S: Store>(
     // notification, the poll interval (or the window of a rate-limited kind it took jobs of,
     // see `rated_window`), or (after a failure) the pause has passed.
     let mut idle_until: Option<Instant> = None;
+    // Set when a claim came back short, cleared when one comes back full: the queue is
+    // keeping up with what is enqueued, and one claim at a time takes it.
+    let mut short = false;
     loop {
         let in_use = held_total - held.available_permits();
         let cap = lanes.cap(max_batch, concurrency, target.get(), in_use);
@@ -252,7 +262,12 @@ async fn claim_loop<S: Store>(
             // a batch, or half the queue's slots and prefetch when that is less.
             (max_batch.min(concurrency + target.get()) / 2).max(1)
         };
-        let ready = claims.len() < CLAIMS_IN_FLIGHT && idle_until.is_none();
+        let in_flight = if short {
+            CLAIMS_IN_FLIGHT_WHEN_SHORT
+        } else {
+            CLAIMS_IN_FLIGHT
+        };
+        let ready = claims.len() < in_flight && idle_until.is_none();
         let may_claim = ready && cap >= want;
         // No room: look again when a job starts or ends (an ended one frees its permit first).
         let wait_for_room = ready && !may_claim;
@@ -284,6 +299,7 @@ async fn claim_loop<S: Store>(
                     Ok(got) => {
                         lanes.gauges.claimed(got);
                         failures = 0;
+                        short = got < asked;
                         if got < asked {
                             let poll = shared.config.poll_interval;
                             let at = after(Instant::now(), window.map_or(poll, |w| w.min(poll)));
